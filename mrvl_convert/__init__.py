@@ -1,0 +1,34 @@
+"""mrvl_convert: prepare ONNX CNNs for Marvell's MLIP accelerator (OCTEON 10).
+
+Public surface: ``convert``, ``convert_many``, ``HybridSession``, ``compare``, ``Result`` and the
+``MrvlConvertError`` family. Everything else is private and may change.
+"""
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+from .errors import (ArtifactError, Fp16RangeError, InputFeedError, InvalidModelError,  # noqa: E402
+                     ModelLoadError, MrvlConvertError, OutputDirError, RuleFileError, ShapeError,
+                     UnsupportedModelError)
+from .convert import Result, convert  # noqa: E402
+
+_LAZY = {
+    # The runtime pulls in onnxruntime sessions; batch conversion pulls in process pools.
+    "HybridSession": ("mrvl_convert.runtime.session", "HybridSession"),
+    "compare": ("mrvl_convert.runtime.compare", "compare"),
+    "convert_many": ("mrvl_convert.batch", "convert_many"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+        module, attr = _LAZY[name]
+        return getattr(importlib.import_module(module), attr)
+    raise AttributeError(f"module 'mrvl_convert' has no attribute {name!r}")
+
+
+__all__ = ["convert", "convert_many", "HybridSession", "compare", "Result", "MrvlConvertError",
+           "ModelLoadError", "InvalidModelError", "ShapeError", "UnsupportedModelError",
+           "RuleFileError", "ArtifactError", "OutputDirError", "InputFeedError", "Fp16RangeError",
+           "__version__"]

@@ -1,0 +1,92 @@
+"""Stage 2, canonicalize: one shape for each idiom, so the rules see fewer variants.
+
+Requires: a ``LoadedModel`` (checked, shaped).
+Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
+constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
+compute), Identity and inference-mode Dropout are gone, and dead nodes are removed. Every node
+of the loaded model that is not in the result is listed in ``removed`` with the reason.
+
+Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
+the original did. Fusions that change rounding (BatchNormalization into Conv) happen when a rule
+lowers a composite onto the accelerator, never on a CPU path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict
+
+import onnx_graphsurgeon as gs
+
+from .load import LoadedModel
+
+_REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
+
+
+@dataclass
+class CanonicalGraph:
+    graph: gs.Graph
+    removed: Dict[str, str] = field(default_factory=dict)   # node name -> why it is gone
+    op_types: Dict[str, str] = field(default_factory=dict)  # every loaded node -> op type
+
+
+def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
+    graph = gs.import_onnx(loaded.proto)
+    op_types = {n.name: n.op for n in graph.nodes}
+    removed: Dict[str, str] = {}
+    constant_nodes = {n.name for n in graph.nodes if n.op == "Constant"}
+    _fold_constants(graph)
+    after_fold = {n.name for n in graph.nodes}
+    for name in op_types:
+        if name not in after_fold:
+            removed[name] = ("Constant node turned into an initializer" if name in constant_nodes
+                             else "computed at conversion time (constant folding)")
+    for node in list(graph.nodes):
+        reason = _REMOVABLE.get(node.op)
+        if reason and _bypass(graph, node):
+            removed[node.name] = f"removed by canonicalize: {reason}"
+    before_cleanup = {n.name for n in graph.nodes}
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    for name in before_cleanup - {n.name for n in graph.nodes}:
+        removed.setdefault(name, "removed by canonicalize: its outputs are never used")
+    return CanonicalGraph(graph=graph, removed=removed, op_types=op_types)
+
+
+def _fold_constants(graph: gs.Graph) -> None:
+    # graphsurgeon logs every node it could not fold at WARNING; that is expected here.
+    previous = gs.logger.G_LOGGER.severity
+    gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.ERROR
+    try:
+        graph.fold_constants(error_ok=True).cleanup(remove_unused_graph_inputs=False)
+    finally:
+        gs.logger.G_LOGGER.severity = previous
+
+
+def _bypass(graph: gs.Graph, node: gs.Node) -> bool:
+    """Drop a pass-through node; False when it must stay (e.g. it links two graph names)."""
+    if node.op == "Dropout":
+        if len(node.outputs) > 1 and node.outputs[1].outputs:
+            return False  # the mask is used
+        if len(node.inputs) > 2 and not isinstance(node.inputs[2], gs.Constant):
+            return False  # training_mode decided at run time
+        if len(node.inputs) > 2 and bool(node.inputs[2].values):
+            return False
+    src, dst = node.inputs[0], node.outputs[0]
+    if dst in graph.outputs:
+        if src in graph.inputs or src in graph.outputs or isinstance(src, gs.Constant):
+            return False
+        if len(src.outputs) != 1:
+            return False
+        # The producer writes the graph output directly, keeping the output's name.
+        producer = src.inputs[0]
+        index = producer.outputs.index(src)
+        node.outputs.clear()
+        node.inputs.clear()
+        producer.outputs[index] = dst
+        return True
+    for consumer in list(dst.outputs):
+        for i, tensor in enumerate(consumer.inputs):
+            if tensor is dst:
+                consumer.inputs[i] = src
+    node.outputs.clear()
+    node.inputs.clear()
+    return True

@@ -1,0 +1,54 @@
+"""Plain ONNX for one CPU stage: the canonical graph's nodes of that stage, loadable by onnxruntime."""
+from __future__ import annotations
+
+from typing import List
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from ..partition import Stage
+
+# protobuf cannot serialise a message over 2 GiB; bigger stages keep their weights beside them.
+EXTERNAL_DATA_THRESHOLD = 1 << 30
+
+
+def _value_info(tensor: gs.Tensor) -> onnx.ValueInfoProto:
+    dtype = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
+    shape = list(tensor.shape) if tensor.shape is not None else None
+    return onnx.helper.make_tensor_value_info(tensor.name, dtype, shape)
+
+
+def build(stage: Stage, canonical: onnx.ModelProto) -> onnx.ModelProto:
+    wanted = {n.name for n in stage.nodes}
+    nodes = [n for n in canonical.graph.node if n.name in wanted]
+    used = {name for n in nodes for name in _all_inputs(n)}
+    initializers = [t for t in canonical.graph.initializer if t.name in used]
+    graph = onnx.helper.make_graph(
+        nodes, stage.name, [_value_info(t) for t in stage.inputs],
+        [_value_info(t) for t in stage.outputs], initializers)
+    value_info = [v for v in canonical.graph.value_info
+                  if v.name in {o for n in nodes for o in n.output}]
+    graph.value_info.extend(value_info)
+    model = onnx.helper.make_model(graph, opset_imports=list(canonical.opset_import),
+                                   ir_version=canonical.ir_version,
+                                   producer_name="mrvl_convert")
+    model.functions.extend(canonical.functions)
+    return model
+
+
+def _all_inputs(node: onnx.NodeProto) -> List[str]:
+    """Inputs of a node, including the outer-scope names its subgraphs (If/Loop bodies) read."""
+    names = [i for i in node.input if i]
+    for attribute in node.attribute:
+        graphs = list(attribute.graphs) + ([attribute.g] if attribute.HasField("g") else [])
+        for sub in graphs:
+            for inner in sub.node:
+                names.extend(_all_inputs(inner))
+    return names
+
+
+def needs_external_data(model: onnx.ModelProto) -> bool:
+    total = sum(len(t.raw_data) for t in model.graph.initializer)
+    return total > EXTERNAL_DATA_THRESHOLD
+

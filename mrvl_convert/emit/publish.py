@@ -1,0 +1,101 @@
+"""Write an artifact directory all at once: into a hidden sibling first, renamed into place at the end.
+
+A failure anywhere leaves no partial directory behind, and never touches an existing directory
+that is not ours.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, List, Optional
+
+import onnx
+
+from ..errors import OutputDirError
+from .validate import validate
+
+
+def dumps(document: Any, *, compact: bool = False) -> bytes:
+    if compact:
+        text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+    else:
+        text = json.dumps(document, indent=2, ensure_ascii=False)
+    return (text + "\n").encode("utf-8")
+
+
+class StagingDir:
+    def __init__(self, out_dir: Path) -> None:
+        self.out_dir = Path(out_dir)
+        self.files: List[str] = []
+        self.path: Optional[Path] = None
+
+    def __enter__(self) -> "StagingDir":
+        parent = self.out_dir.parent
+        if self.out_dir.exists() and not self.out_dir.is_dir():
+            raise OutputDirError(f"{self.out_dir} exists and is not a directory")
+        _check_replaceable(self.out_dir)
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            self.path = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=parent))
+        except OSError as exc:
+            raise OutputDirError(f"cannot write the output directory {self.out_dir}: "
+                                 f"{exc.strerror or exc}") from None
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is not None and self.path is not None and self.path.exists():
+            shutil.rmtree(self.path, ignore_errors=True)
+
+    def _target(self, name: str) -> Path:
+        # File names come from our own sanitised model name; still, never leave the directory.
+        if os.sep in name or (os.altsep and os.altsep in name) or name.startswith("."):
+            raise OutputDirError(f"refusing to write {name!r}: not a plain file name")
+        self.files.append(name)
+        return self.path / name
+
+    def write_json(self, name: str, document: Any, kind: str, *, compact: bool = False) -> None:
+        validate(document, kind, label=name)
+        self._write(name, dumps(document, compact=compact))
+
+    def _write(self, name: str, data: bytes) -> None:
+        try:
+            self._target(name).write_bytes(data)
+        except OSError as exc:
+            raise OutputDirError(f"cannot write {name} in {self.out_dir}: "
+                                 f"{exc.strerror or exc}") from None
+
+    def write_onnx(self, name: str, model: onnx.ModelProto, *, external: bool) -> None:
+        if not external:
+            self._write(name, model.SerializeToString(deterministic=True))
+            return
+        data_name = f"{name}.data"
+        self.files.append(data_name)
+        onnx.save_model(model, str(self._target(name)), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
+
+    def publish(self) -> None:
+        """Swap the staged directory into place (an old artifact directory is replaced)."""
+        old = None
+        try:
+            if self.out_dir.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.old-",
+                                            dir=self.out_dir.parent))
+                os.rename(self.out_dir, old / "previous")
+            os.rename(self.path, self.out_dir)
+        except OSError as exc:
+            raise OutputDirError(f"cannot publish {self.out_dir}: {exc.strerror or exc}") from None
+        finally:
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def _check_replaceable(out_dir: Path) -> None:
+    if not out_dir.is_dir():
+        return
+    entries = list(out_dir.iterdir())
+    if entries and not (out_dir / "manifest.json").is_file():
+        raise OutputDirError(f"{out_dir} exists and is not an mrvl_convert artifact directory "
+                             "(no manifest.json); refusing to replace it")

@@ -1,0 +1,280 @@
+"""Stage 1, load: bytes on disk (or a ModelProto) to a checked, fully shaped ONNX model.
+
+Requires: a path to an ONNX file or an ``onnx.ModelProto``.
+Ensures: the returned ``LoadedModel.proto`` passes ``onnx.checker``, uses an opset in the
+supported range and an IR version onnxruntime accepts, has every node named uniquely, has no
+dynamic dimension left on its inputs, and carries inferred shapes for every tensor that shape
+inference can reach. Anything else raises a ``MrvlConvertError`` subclass naming the model.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import onnx
+from onnx import shape_inference
+from onnx.external_data_helper import load_external_data_for_model, uses_external_data
+
+from .errors import (InvalidModelError, ModelLoadError, ShapeError,
+                     UnsupportedModelError)
+
+MIN_OPSET = 7
+MAX_OPSET = onnx.defs.onnx_opset_version()
+# onnxruntime 1.31 refuses IR > 13 and onnx 1.23 writes 14 by default.
+MAX_RUNTIME_IR = 10
+# Domains onnxruntime can execute out of the box; anything else would leave a CPU stage nobody runs.
+KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
+
+ModelLike = Union[str, os.PathLike, onnx.ModelProto]
+
+
+@dataclass
+class LoadedModel:
+    name: str                     # safe for file names: [A-Za-z0-9_.-]
+    label: str                    # what error messages call the model (its path, or its name)
+    sha256: str
+    proto: onnx.ModelProto        # normalised, shaped
+    original_names: Dict[str, str] = field(default_factory=dict)  # our unique name -> name in file
+    input_shapes: Dict[str, List[int]] = field(default_factory=dict)
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe version of a model name: never a path separator, never '..'."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._")
+    return cleaned or "model"
+
+
+def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+               name: Optional[str] = None) -> LoadedModel:
+    proto, label, raw, default_name, path = _read(model)
+    _check_opsets(proto, label)
+    _normalise_ir(proto)
+    original_names = _name_nodes(proto)
+    _check_unique_tensors(proto, label)
+    try:
+        onnx.checker.check_model(proto)
+    except onnx.checker.ValidationError as exc:
+        raise InvalidModelError(f"fails the ONNX checker: {_first_line(exc)}", model=label) from None
+    _check_domains(proto, label)
+    _check_initializers(proto, label)
+    fixed = _fix_input_shapes(proto, shapes or {}, label)
+    proto = _infer_shapes(proto, label)
+    if path is not None:
+        # Weights are read last: checks and shape inference stay cheap on a >2 GiB model.
+        _load_external(proto, path, label)
+    model_name = safe_name(name or default_name or proto.graph.name or "model")
+    return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
+                       proto=proto, original_names=original_names, input_shapes=fixed)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _read(model: ModelLike):
+    if isinstance(model, onnx.ModelProto):
+        raw = model.SerializeToString(deterministic=True)
+        return (copy.deepcopy(model), (model.graph.name or "<ModelProto>"), raw, model.graph.name,
+                None)
+    path = Path(model)
+    label = str(path)
+    if not path.is_file():
+        raise ModelLoadError("no such file", model=label)
+    raw = path.read_bytes()
+    try:
+        proto = onnx.load_model_from_string(raw)
+    except Exception as exc:  # protobuf raises DecodeError, onnx may raise others
+        raise ModelLoadError(f"is not an ONNX model (protobuf does not parse: {_first_line(exc)})",
+                             model=label) from None
+    if not proto.HasField("graph") and not proto.opset_import:
+        raise ModelLoadError("is not an ONNX model (no graph in the protobuf)", model=label)
+    _check_external_files(proto, path, label)
+    return proto, label, raw, path.stem, path
+
+
+def _check_external_files(proto: onnx.ModelProto, path: Path, label: str) -> None:
+    base = path.parent.resolve()
+    for tensor in proto.graph.initializer:
+        if not uses_external_data(tensor):
+            continue
+        info = {e.key: e.value for e in tensor.external_data}
+        location = info.get("location", "")
+        target = (base / location).resolve()
+        if base not in target.parents and target != base:
+            raise ModelLoadError(f"external data location {location!r} points outside the model's "
+                                 "directory", model=label, tensor=tensor.name)
+        if not target.is_file():
+            raise ModelLoadError(f"external data file {location!r} is missing (looked in {base})",
+                                 model=label, tensor=tensor.name)
+
+
+def _load_external(proto: onnx.ModelProto, path: Path, label: str) -> None:
+    if not any(uses_external_data(t) for t in proto.graph.initializer):
+        return
+    base = path.parent.resolve()
+    try:
+        load_external_data_for_model(proto, str(base))
+    except Exception as exc:
+        raise ModelLoadError(f"cannot read external data: {_first_line(exc)}", model=label) from None
+
+
+def _check_opsets(proto: onnx.ModelProto, label: str) -> None:
+    if not proto.graph.node:
+        raise InvalidModelError("the graph is empty (no nodes)", model=label)
+    default = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if not default:
+        raise UnsupportedModelError("declares no default-domain opset", model=label)
+    version = default[0]
+    if not MIN_OPSET <= version <= MAX_OPSET:
+        raise UnsupportedModelError(
+            f"uses opset {version}; supported opsets are {MIN_OPSET} to {MAX_OPSET} "
+            "(convert it with onnx.version_converter first)", model=label)
+
+
+def _normalise_ir(proto: onnx.ModelProto) -> None:
+    # IR < 4 lists initializers as graph inputs; the exporters keep them out from IR 4 on.
+    if proto.ir_version < 4:
+        init_names = {t.name for t in proto.graph.initializer}
+        keep = [i for i in proto.graph.input if i.name not in init_names]
+        del proto.graph.input[:]
+        proto.graph.input.extend(keep)
+        proto.ir_version = 4
+    if proto.ir_version > MAX_RUNTIME_IR:
+        needed = max(onnx.helper.find_min_ir_version_for(list(proto.opset_import), True), 4)
+        proto.ir_version = min(proto.ir_version, max(needed, MAX_RUNTIME_IR))
+
+
+def _name_nodes(proto: onnx.ModelProto) -> Dict[str, str]:
+    """Give every node a unique name so the report can speak about each one."""
+    seen: set = set()
+    original: Dict[str, str] = {}
+    for index, node in enumerate(proto.graph.node):
+        name = node.name
+        if not name or name in seen:
+            base = f"{node.op_type}_{index}" if not name else f"{name}_{index}"
+            name = base
+            suffix = 1
+            while name in seen:
+                name = f"{base}_{suffix}"
+                suffix += 1
+        seen.add(name)
+        original[name] = node.name
+        node.name = name
+    return original
+
+
+def _check_unique_tensors(proto: onnx.ModelProto, label: str) -> None:
+    graph = proto.graph
+    produced: Dict[str, str] = {}
+    for init in graph.initializer:
+        produced[init.name] = "initializer"
+    for inp in graph.input:
+        if inp.name in produced and produced[inp.name] != "initializer":
+            raise InvalidModelError("is declared twice as a graph input", model=label,
+                                    tensor=inp.name)
+        produced.setdefault(inp.name, "graph input")
+    for node in graph.node:
+        for out in node.output:
+            if not out:
+                continue
+            if out in produced:
+                raise InvalidModelError(
+                    f"is produced twice (by {produced[out]} and by node {node.name!r}); "
+                    "tensor names must be unique", model=label, tensor=out)
+            produced[out] = f"node {node.name!r}"
+
+
+def _check_domains(proto: onnx.ModelProto, label: str) -> None:
+    local = {f.domain for f in proto.functions}
+    for node in proto.graph.node:
+        if node.domain not in KNOWN_DOMAINS and node.domain not in local:
+            raise UnsupportedModelError(
+                f"uses op {node.op_type!r} from the unknown domain {node.domain!r}; neither the "
+                "accelerator nor onnxruntime can run it", model=label, node=node.name)
+
+
+def _check_initializers(proto: onnx.ModelProto, label: str) -> None:
+    """Every node input must come from somewhere: onnx.checker does not look at this."""
+    available = {i.name for i in proto.graph.input} | {t.name for t in proto.graph.initializer}
+    available |= {t.values.name for t in proto.graph.sparse_initializer}
+    for node in proto.graph.node:
+        for name in node.input:
+            if name and name not in available:
+                producer = _producer_of(proto, name)
+                if producer is None:
+                    raise InvalidModelError(
+                        "is read but never produced: no graph input, initializer or node makes it "
+                        "(a missing initializer?)", model=label, node=node.name, tensor=name)
+                raise InvalidModelError(
+                    f"is read before node {producer!r} produces it: the graph has a cycle or is "
+                    "not in topological order", model=label, node=node.name, tensor=name)
+        available.update(o for o in node.output if o)
+
+
+def _producer_of(proto: onnx.ModelProto, tensor: str) -> Optional[str]:
+    for node in proto.graph.node:
+        if tensor in node.output:
+            return node.name
+    return None
+
+
+def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
+                      label: str) -> Dict[str, List[int]]:
+    inputs = {i.name: i for i in proto.graph.input}
+    for name in shapes:
+        if name not in inputs:
+            raise ShapeError(f"--input-shape names {name!r}, which is not a graph input "
+                             f"(inputs: {', '.join(sorted(inputs)) or 'none'})", model=label)
+    fixed: Dict[str, List[int]] = {}
+    for name, value in inputs.items():
+        if not value.type.HasField("tensor_type"):
+            raise UnsupportedModelError("is not a tensor input", model=label, tensor=name)
+        dims = value.type.tensor_type.shape.dim
+        wanted = shapes.get(name)
+        if wanted is not None:
+            wanted = [int(d) for d in wanted]
+            if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
+                raise ShapeError(f"has rank {len(dims)} but the given shape {wanted} has rank "
+                                 f"{len(wanted)}", model=label, tensor=name)
+            if any(d <= 0 for d in wanted):
+                raise ShapeError(f"given shape {wanted} must have positive dims", model=label,
+                                 tensor=name)
+            for dim, size in zip(dims, wanted):
+                if dim.HasField("dim_value") and dim.dim_value != size:
+                    raise ShapeError(f"has static dim {dim.dim_value} where the given shape says "
+                                     f"{size}", model=label, tensor=name)
+            value.type.tensor_type.shape.Clear()
+            for size in wanted:
+                value.type.tensor_type.shape.dim.add().dim_value = size
+            fixed[name] = wanted
+            continue
+        if not value.type.tensor_type.HasField("shape"):
+            raise ShapeError("has no shape; give one with --input-shape "
+                             f"{name}:1,3,224,224 (shapes={{{name!r}: [...]}})", model=label,
+                             tensor=name)
+        sizes = []
+        for axis, dim in enumerate(dims):
+            if not dim.HasField("dim_value") or dim.dim_value <= 0:
+                symbol = dim.dim_param or "?"
+                raise ShapeError(f"has dynamic dim {axis} ({symbol!r}); fix it with --input-shape "
+                                 f"{name}:... (shapes={{{name!r}: [...]}})", model=label,
+                                 tensor=name)
+            sizes.append(dim.dim_value)
+        fixed[name] = sizes
+    return fixed
+
+
+def _infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    # Value infos written by exporters can carry stale symbolic dims: infer from scratch.
+    del proto.graph.value_info[:]
+    try:
+        return shape_inference.infer_shapes(proto, check_type=True, strict_mode=True,
+                                            data_prop=True)
+    except Exception as exc:
+        raise InvalidModelError(f"shape inference fails: {_first_line(exc)}", model=label) from None

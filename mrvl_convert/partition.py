@@ -1,0 +1,208 @@
+"""Stage 4, partition: group composites into Mrvl stages and the rest into CPU stages.
+
+Requires: the canonical graph and its ``MatchPlan``.
+Ensures: a ``Plan`` whose stages, in order, are a valid topological order of the graph (every
+tensor a stage reads is a graph input, a constant, or an output of an earlier stage), in which
+every canonical node is in exactly one stage, and every composite sent back to CPU carries why.
+
+- ``multi``: stages alternate; a unit goes to the earliest stage of its colour that comes after
+  every unit it reads from, which keeps contracted regions acyclic by construction. A Mrvl stage
+  with no compute-heavy layer (Conv2D, FC) is sent back to CPU, as upstream does, and the stages
+  are recomputed until nothing changes.
+- ``single``: the RFC's first revision: one Mrvl stage holding the composites reachable from the
+  model inputs through composites only, then one CPU stage with everything else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+import onnx_graphsurgeon as gs
+
+from .errors import MrvlConvertError
+from .rules.matcher import Composite, MatchPlan
+from .rules.model import COMPUTE_HEAVY
+
+POLICIES = ("single", "multi")
+
+
+@dataclass
+class Unit:
+    """A composite (several nodes, one Mrvl layer) or a lone node bound for CPU."""
+    index: int
+    nodes: List[gs.Node]
+    composite: Optional[Composite]
+    preds: List[int] = field(default_factory=list)
+
+    @property
+    def heavy(self) -> bool:
+        return self.composite is not None and self.composite.rule.layer in COMPUTE_HEAVY
+
+
+@dataclass
+class Stage:
+    kind: str               # "mrvl" | "cpu"
+    name: str
+    units: List[Unit]
+    inputs: List[gs.Tensor]
+    outputs: List[gs.Tensor]
+
+    @property
+    def nodes(self) -> List[gs.Node]:
+        return [n for u in self.units for n in u.nodes]
+
+
+@dataclass
+class Plan:
+    policy: str
+    stages: List[Stage]
+    demoted: Dict[str, str]   # node name -> why its composite went back to CPU
+
+    def stage_of(self) -> Dict[str, Stage]:
+        return {n.name: s for s in self.stages for n in s.nodes}
+
+
+def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str) -> Plan:
+    if policy not in POLICIES:
+        raise MrvlConvertError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    units = _units(graph, matches)
+    mrvl = {u.index for u in units if u.composite is not None}
+    demoted: Dict[str, str] = {}
+    if policy == "single":
+        stages_of = _single(units, mrvl, demoted)
+    else:
+        stages_of = _multi(units, mrvl, demoted)
+    stages = _build_stages(graph, units, stages_of, mrvl, model_name)
+    return Plan(policy, stages, demoted)
+
+
+def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:
+    order = {node.name: i for i, node in enumerate(graph.nodes)}
+    raw: List[List[gs.Node]] = []
+    comp_of: List[Optional[Composite]] = []
+    for composite in matches.composites:
+        raw.append(composite.nodes)
+        comp_of.append(composite)
+    for node in graph.nodes:
+        if node.name not in matches.owner:
+            raw.append([node])
+            comp_of.append(None)
+    unit_of = {n.name: i for i, nodes in enumerate(raw) for n in nodes}
+    preds: List[set] = [set() for _ in raw]
+    for i, nodes in enumerate(raw):
+        for node in nodes:
+            for tensor in node.inputs:
+                for producer in tensor.inputs:
+                    j = unit_of[producer.name]
+                    if j != i:
+                        preds[i].add(j)
+    # Kahn's algorithm, ties broken by the position of the unit's first node: deterministic.
+    ranked = sorted(range(len(raw)), key=lambda i: min(order[n.name] for n in raw[i]))
+    done: List[int] = []
+    remaining = list(ranked)
+    placed: set = set()
+    while remaining:
+        for i in remaining:
+            if preds[i] <= placed:
+                done.append(i)
+                placed.add(i)
+                remaining.remove(i)
+                break
+        else:  # pragma: no cover - a chain match can never close a cycle on a DAG
+            raise MrvlConvertError("internal error: composites form a cycle")
+    new_index = {old: new for new, old in enumerate(done)}
+    return [Unit(new_index[old], raw[old], comp_of[old], sorted(new_index[p] for p in preds[old]))
+            for old in done]
+
+
+def _assign(units: Sequence[Unit], mrvl: set) -> Dict[int, int]:
+    """Earliest stage per unit: even stages are Mrvl, odd stages CPU."""
+    stage: Dict[int, int] = {}
+    for unit in units:
+        colour = 0 if unit.index in mrvl else 1
+        lowest = colour
+        for p in unit.preds:
+            same = (p in mrvl) == (unit.index in mrvl)
+            lowest = max(lowest, stage[p] if same else stage[p] + 1)
+        if lowest % 2 != colour:
+            lowest += 1
+        stage[unit.index] = lowest
+    return stage
+
+
+def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[int, int]:
+    while True:
+        stage = _assign(units, mrvl)
+        light = []
+        for s in sorted({stage[i] for i in mrvl}):
+            members = [u for u in units if u.index in mrvl and stage[u.index] == s]
+            if not any(u.heavy for u in members):
+                light.extend(members)
+        if not light:
+            return stage
+        for unit in light:
+            mrvl.discard(unit.index)
+            layers = unit.composite.rule.layer
+            for node in unit.nodes:
+                demoted[node.name] = (
+                    f"matched {unit.composite.rule.name} ({layers}), but its Mrvl region has no "
+                    "compute-heavy layer (Conv2D or FC), so it stays on CPU as upstream decides")
+
+
+def _single(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[int, int]:
+    prefix = set()
+    blocker: Dict[int, str] = {}
+    for unit in units:
+        cpu_preds = [p for p in unit.preds if p not in prefix]
+        if unit.index in mrvl and not cpu_preds:
+            prefix.add(unit.index)
+        elif unit.index in mrvl:
+            blocker[unit.index] = units[cpu_preds[0]].nodes[-1].name
+    if not any(units[i].heavy for i in prefix):
+        for i in prefix:
+            blocker[i] = ""
+        prefix = set()
+    for i in sorted(mrvl - prefix):
+        unit = units[i]
+        why = (f"it reads from {blocker[i]!r}, which runs on CPU" if blocker.get(i)
+               else "the Mrvl prefix of the model has no compute-heavy layer (Conv2D or FC)")
+        for node in unit.nodes:
+            demoted[node.name] = (f"matched {unit.composite.rule.name}, but policy 'single' allows "
+                                  f"one Mrvl subgraph fed only by model inputs and {why}")
+    mrvl.intersection_update(prefix)
+    return {u.index: (0 if u.index in prefix else 1) for u in units}
+
+
+def _build_stages(graph: gs.Graph, units: Sequence[Unit], stage_of: Dict[int, int], mrvl: set,
+                  model_name: str) -> List[Stage]:
+    by_stage: Dict[int, List[Unit]] = {}
+    for unit in units:
+        by_stage.setdefault(stage_of[unit.index], []).append(unit)
+    graph_outputs = {t.name for t in graph.outputs}
+    stages: List[Stage] = []
+    counters = {"mrvl": 0, "cpu": 0}
+    for s in sorted(by_stage):
+        members = by_stage[s]
+        kind = "mrvl" if members[0].index in mrvl else "cpu"
+        name = f"{model_name}_{kind}_{counters[kind]}"
+        counters[kind] += 1
+        stages.append(Stage(kind, name, members, [], []))
+    node_stage = {n.name: st for st in stages for n in st.nodes}
+    for stage in stages:
+        inside = {n.name for n in stage.nodes}
+        seen_in, seen_out = set(), set()
+        for node in stage.nodes:
+            for tensor in node.inputs:
+                if isinstance(tensor, gs.Constant) or not tensor.name or tensor.name in seen_in:
+                    continue
+                if not tensor.inputs or tensor.inputs[0].name not in inside:
+                    stage.inputs.append(tensor)
+                    seen_in.add(tensor.name)
+            for tensor in node.outputs:
+                if not tensor.name or tensor.name in seen_out:
+                    continue
+                outside = [c for c in tensor.outputs if node_stage[c.name] is not stage]
+                if outside or tensor.name in graph_outputs:
+                    stage.outputs.append(tensor)
+                    seen_out.add(tensor.name)
+    return stages

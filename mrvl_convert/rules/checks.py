@@ -1,0 +1,234 @@
+"""The constraint vocabulary that rule files refer to by name.
+
+A check takes the node its constraint is ``on`` and the constraint's ``args``, and returns None when
+the node satisfies it, or a dict of details that fill the ``{placeholders}`` of the rule's reason.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, Mapping, Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .._graph import (activation_inputs, attr, const_value, dtype_name, is_const, pad_amounts,
+                      pad_value, present, static_shape, squeeze_axes)
+
+Details = Optional[Dict[str, Any]]
+Check = Callable[[gs.Node, Mapping[str, Any]], Details]
+
+
+def _tensors(node: gs.Node):
+    return [t for t in list(node.inputs) + list(node.outputs)
+            if isinstance(t, gs.Variable) and t.name]
+
+
+def check_float32(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    for tensor in _tensors(node):
+        if dtype_name(tensor) != "float32":
+            return {"dtype": dtype_name(tensor), "tensor": tensor.name}
+    return None
+
+
+def check_rank(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    tensor = node.inputs[0]
+    rank = len(tensor.shape) if tensor.shape is not None else "unknown"
+    return None if rank == args["rank"] else {"rank": rank, "tensor": tensor.name}
+
+
+def check_static_shape(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    for tensor in _tensors(node):
+        if static_shape(tensor) is None:
+            return {"tensor": tensor.name}
+    return None
+
+
+def check_batch_at_most(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    shape = static_shape(node.inputs[0]) or []
+    batch = shape[0] if shape else 1
+    return None if batch <= args["max"] else {"batch": batch, "max": args["max"]}
+
+
+def check_const_input(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    tensor = present(node, int(args["index"]))
+    if tensor is None or is_const(tensor):
+        return None
+    return {"tensor": tensor.name}
+
+
+def check_attr_in(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    value = attr(node, args["name"], args.get("default"))
+    return None if value in args["values"] else {"value": value}
+
+
+def check_single_output(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    extra = [t for t in node.outputs[1:] if t.outputs]
+    return {"tensor": extra[0].name} if extra else None
+
+
+def check_conv_groups(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    groups = int(attr(node, "group", 1))
+    shape = static_shape(node.inputs[0]) or [0, 0]
+    in_channels = shape[1]
+    if groups == 1 or groups == in_channels:
+        return None
+    return {"groups": groups, "in_channels": in_channels}
+
+
+def check_pad_foldable(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    if attr(node, "mode", "constant") != "constant":
+        return {"detail": f"mode is {attr(node, 'mode')!r}, only constant padding folds"}
+    pads = pad_amounts(node)
+    if pads is None:
+        return {"detail": "the pads are computed at run time"}
+    if len(node.inputs) > 3 and present(node, 3) is not None:
+        return {"detail": "the Pad has an axes input"}
+    value = pad_value(node)
+    if value != 0.0:
+        return {"detail": f"the pad value is {value}, a Conv pads with 0"}
+    if len(pads) != 8 or any(pads[i] for i in (0, 1, 4, 5)):
+        return {"detail": f"pads {pads} touch the batch or channel axis"}
+    if any(p < 0 for p in pads):
+        return {"detail": f"pads {pads} crop (negative)"}
+    return None
+
+
+def _broadcast_axes(const: np.ndarray, out_rank: int):
+    """Axes of the output along which the constant varies (numpy broadcasting)."""
+    shape = [1] * (out_rank - const.ndim) + list(const.shape)
+    return [axis for axis, size in enumerate(shape) if size != 1]
+
+
+def _other_operand(node: gs.Node):
+    consts = [t for t in node.inputs if is_const(t)]
+    return consts[0] if len(consts) == 1 and len(node.inputs) == 2 else None
+
+
+def check_per_channel_const(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    const = _other_operand(node)
+    if const is None:
+        return {"detail": "neither operand or both operands are constant"}
+    out = static_shape(node.outputs[0]) or []
+    value = const_value(const)
+    if value.ndim > len(out) or static_shape(node.inputs[0] if node.inputs[1] is const
+                                            else node.inputs[1]) != out:
+        return {"detail": f"the constant {list(value.shape)} changes the shape {out}"}
+    varying = _broadcast_axes(value, len(out))
+    if any(axis != 1 for axis in varying):
+        return {"detail": f"the constant {list(value.shape)} varies along axes {varying}, "
+                          "not only the channel axis 1"}
+    return None
+
+
+def check_bn_foldable(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    if any(t.outputs for t in node.outputs[1:]):
+        return {"detail": "running statistics outputs are used (training mode)"}
+    if int(attr(node, "training_mode", 0)):
+        return {"detail": "training_mode=1"}
+    for index, name in ((1, "scale"), (2, "bias"), (3, "mean"), (4, "var")):
+        tensor = present(node, index)
+        if tensor is None or not is_const(tensor):
+            return {"detail": f"{name} is not constant"}
+    return None
+
+
+def check_fc_weights(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    weights = present(node, 1)
+    if weights is None or not is_const(weights):
+        return {"detail": "the weights are not constant"}
+    if const_value(weights).ndim != 2:
+        return {"detail": f"the weights have rank {const_value(weights).ndim}, not 2"}
+    if node.op == "Gemm":
+        if int(attr(node, "transA", 0)):
+            return {"detail": "Gemm with transA=1 is not supported"}
+        bias = present(node, 2)
+        if bias is not None and not is_const(bias):
+            return {"detail": "the Gemm's C input is not constant"}
+        if bias is not None:
+            out = static_shape(node.outputs[0]) or [0, 0]
+            varying = _broadcast_axes(const_value(bias), 2)
+            if any(axis != 1 for axis in varying):
+                return {"detail": f"the Gemm's C {list(const_value(bias).shape)} is not a bias "
+                                  f"vector over {out[1]} outputs"}
+    return None
+
+
+def check_fc_bias(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    const = _other_operand(node)
+    if const is None:
+        return {"detail": "neither operand or both operands are constant"}
+    value = const_value(const)
+    out = static_shape(node.outputs[0]) or []
+    if len(out) != 2 or value.ndim > 2 or _broadcast_axes(value, 2) not in ([], [1]):
+        return {"detail": f"constant of shape {list(value.shape)} over output {out}"}
+    activation = [t for t in node.inputs if t is not const][0]
+    if static_shape(activation) != out:
+        return {"detail": "the constant broadcasts the activation to a larger shape"}
+    return None
+
+
+def check_same_shape_activations(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    acts = activation_inputs(node)
+    if len(acts) != 2 or len(node.inputs) != 2:
+        return {"detail": "Sum2D adds two activations; this Add has "
+                          f"{len(acts)} non-constant operand(s)"}
+    a, b = (static_shape(t) for t in acts)
+    if a != b:
+        return {"detail": f"operands {a} and {b} differ in shape (broadcasting add)"}
+    return None
+
+
+def check_const_operand(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    const = _other_operand(node)
+    if const is None:
+        return {"detail": "an Add with a constant operand needs exactly one constant input"}
+    activation = [t for t in node.inputs if t is not const][0]
+    if static_shape(activation) != static_shape(node.outputs[0]):
+        return {"detail": f"the constant {list(const_value(const).shape)} broadcasts the "
+                          "activation to a larger shape"}
+    return None
+
+
+def check_no_const_inputs(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    consts = [t for t in node.inputs if is_const(t)]
+    return {"tensor": consts[0].name} if consts else None
+
+
+def check_channel_axis(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    rank = len(node.outputs[0].shape or [])
+    axis = int(attr(node, "axis", 1))
+    if axis < 0:
+        axis += rank
+    return None if axis == 1 and rank in (2, 4) else {"axis": axis, "rank": rank}
+
+
+def check_keeps_batch(node: gs.Node, args: Mapping[str, Any]) -> Details:
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if not src or not dst or src[0] != dst[0]:
+        return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}
+    if node.op == "Flatten" and len(dst) != 2:
+        return {"detail": "Flatten does not produce [batch, features]"}
+    if node.op == "Squeeze" and squeeze_axes(node) is None:
+        return {"detail": "the squeezed axes are computed at run time"}
+    return None
+
+
+CHECKS: Dict[str, Check] = {
+    "float32": check_float32,
+    "rank": check_rank,
+    "static_shape": check_static_shape,
+    "batch_at_most": check_batch_at_most,
+    "const_input": check_const_input,
+    "attr_in": check_attr_in,
+    "single_output": check_single_output,
+    "conv_groups": check_conv_groups,
+    "pad_foldable": check_pad_foldable,
+    "per_channel_const": check_per_channel_const,
+    "bn_foldable": check_bn_foldable,
+    "fc_weights": check_fc_weights,
+    "fc_bias": check_fc_bias,
+    "same_shape_activations": check_same_shape_activations,
+    "const_operand": check_const_operand,
+    "no_const_inputs": check_no_const_inputs,
+    "channel_axis": check_channel_axis,
+    "keeps_batch": check_keeps_batch,
+}

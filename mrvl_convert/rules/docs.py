@@ -1,0 +1,63 @@
+"""Human-readable views of a rule set: `mrvl-convert --list-rules` and docs/SUPPORTED_OPS.md."""
+from __future__ import annotations
+
+from typing import List, Sequence
+
+from .model import Rule
+
+
+def _chain(rule: Rule) -> str:
+    parts = []
+    for step in rule.steps:
+        ops = "|".join(step.ops)
+        parts.append(f"[{ops}]" if step.optional else ops)
+    return " -> ".join(parts)
+
+
+def list_rules_text(rules: Sequence[Rule]) -> str:
+    lines: List[str] = []
+    for rule in sorted(rules, key=lambda r: r.name):
+        lines.append(f"{rule.name}  ->  {rule.layer}   ({rule.source}, priority {rule.priority})")
+        lines.append(f"  pattern: {_chain(rule)}   ([..] = optional)")
+        if rule.summary:
+            lines.append(f"  {rule.summary}")
+        for c in rule.constraints:
+            lines.append(f"  - {c.describe()}: refused with \"{c.reason}\"")
+    return "\n".join(lines) + "\n"
+
+
+def supported_ops_markdown(rules: Sequence[Rule]) -> str:
+    lines = [
+        "# Supported ONNX ops",
+        "",
+        "Generated from `mrvl_convert/rules/builtin.yaml` by "
+        "`python -m mrvl_convert.rules.docs > docs/SUPPORTED_OPS.md`; a test keeps it in sync.",
+        "Optional steps are in brackets. A node that fails a constraint stays on CPU, and",
+        "`report.json` gives it the reason shown here.",
+        "",
+        "| composite | Marvell layer | ONNX pattern | summary |",
+        "|---|---|---|---|",
+    ]
+    ordered = sorted(rules, key=lambda r: r.name)
+    for rule in ordered:
+        lines.append(f"| `{rule.name}` | `{rule.layer}` | {_chain(rule)} | {rule.summary} |")
+    lines.append("")
+    for rule in ordered:
+        lines.append(f"## `{rule.name}`")
+        lines.append("")
+        lines.append(f"Pattern: {_chain(rule)} → `{rule.layer}`")
+        lines.append("")
+        lines.append("| on | check | reason when it fails |")
+        lines.append("|---|---|---|")
+        for c in rule.constraints:
+            args = ", ".join(f"{k}={v}" for k, v in c.args.items())
+            check = f"`{c.check}({args})`" if args else f"`{c.check}`"
+            reason = c.reason.replace("|", "\\|")
+            lines.append(f"| {c.role} | {check} | {reason} |")
+        lines.append("")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover - documentation generator
+    from .loader import load_rules
+    print(supported_ops_markdown(load_rules()), end="")

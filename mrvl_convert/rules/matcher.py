@@ -1,0 +1,130 @@
+"""Stage 3, match: which chains of the canonical graph become which Marvell composites.
+
+Requires: a topologically sorted graphsurgeon graph and a list of rules.
+Ensures: a ``MatchPlan`` in which every node is claimed by at most one composite, each composite
+is a chain whose inner tensors have exactly one consumer and are not graph outputs, and every
+node that no rule took keeps the best near-miss (the failing match that got furthest, with the
+reason of the constraint that failed) or the reason that no rule handles its op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import onnx_graphsurgeon as gs
+
+from .checks import CHECKS
+from .model import Binding, MatchResult, Rule
+
+
+class _Details(dict):
+    def __missing__(self, key: str) -> str:
+        return "{" + key + "}"
+
+
+@dataclass
+class Composite:
+    rule: Rule
+    binding: Binding
+
+    @property
+    def nodes(self) -> List[gs.Node]:
+        return self.binding.nodes
+
+    @property
+    def output(self) -> gs.Tensor:
+        return self.nodes[-1].outputs[0]
+
+
+@dataclass
+class MatchPlan:
+    composites: List[Composite]
+    owner: Dict[str, int]                                   # node name -> composite index
+    near_miss: Dict[str, MatchResult] = field(default_factory=dict)
+    unmatched_reason: Dict[str, str] = field(default_factory=dict)
+
+
+def evaluate(rule: Rule, binding: Binding) -> MatchResult:
+    """Check every constraint of ``rule`` on ``binding``; the first failure is the result."""
+    for constraint in rule.constraints:
+        node = binding.node(constraint.role)
+        if node is None:
+            continue  # an optional step that is not in this match
+        details = CHECKS[constraint.check](node, constraint.args)
+        if details is not None:
+            reason = constraint.reason.format_map(_Details(details))
+            return MatchResult.fail(binding, reason, (node.name,))
+    return MatchResult.success(binding)
+
+
+def _chain_next(node: gs.Node, graph_outputs: set) -> Optional[gs.Node]:
+    out = node.outputs[0]
+    if out.name in graph_outputs or any(t.outputs for t in node.outputs[1:]):
+        return None
+    consumers = out.outputs
+    return consumers[0] if len(consumers) == 1 else None
+
+
+def bindings(rule: Rule, start: gs.Node, claimed: Dict[str, int],
+             graph_outputs: set) -> Iterator[Binding]:
+    """Every way the rule's chain can lie on the graph with ``start`` as its first node."""
+    steps = rule.steps
+
+    def walk(i: int, cur: Optional[gs.Node], acc: Tuple) -> Iterator[Binding]:
+        if i == len(steps):
+            if acc:
+                yield Binding(rule, acc)
+            return
+        step = steps[i]
+        if cur is not None and cur.op in step.ops and cur.name not in claimed:
+            nxt = _chain_next(cur, graph_outputs) if i + 1 < len(steps) else None
+            yield from walk(i + 1, nxt, acc + ((step.role, cur),))
+        if step.optional:
+            yield from walk(i + 1, cur, acc)
+
+    yield from walk(0, start, ())
+
+
+def match(graph: gs.Graph, rules: Sequence[Rule]) -> MatchPlan:
+    ordered = sorted(rules, key=lambda r: (-r.priority, r.name))
+    graph_outputs = {t.name for t in graph.outputs}
+    claimed: Dict[str, int] = {}
+    composites: List[Composite] = []
+    near: Dict[str, Tuple[Tuple[int, int], MatchResult]] = {}
+    for node in graph.nodes:
+        if node.name in claimed:
+            continue
+        best: Optional[Tuple[Tuple[int, int], Binding]] = None
+        for rank, rule in enumerate(ordered):
+            for binding in bindings(rule, node, claimed, graph_outputs):
+                result = evaluate(rule, binding)
+                score = (len(binding.nodes), -rank)
+                if result.ok:
+                    key = (rule.priority, len(binding.nodes))
+                    if best is None or key > best[0]:
+                        best = (key, binding)
+                    continue
+                for bound in binding.nodes:
+                    if bound.name not in near or score > near[bound.name][0]:
+                        near[bound.name] = (score, result)
+        if best is not None:
+            binding = best[1]
+            composites.append(Composite(binding.rule, binding))
+            for bound in binding.nodes:
+                claimed[bound.name] = len(composites) - 1
+    plan = MatchPlan(composites, claimed, {k: v[1] for k, v in near.items()})
+    for node in graph.nodes:
+        if node.name not in claimed and node.name not in plan.near_miss:
+            plan.unmatched_reason[node.name] = _why_unmatched(node, ordered)
+    return plan
+
+
+def _why_unmatched(node: gs.Node, rules: Sequence[Rule]) -> str:
+    fusing = sorted({r.name for r in rules if node.op in r.ops})
+    if not fusing:
+        return f"no rule handles op type {node.op}"
+    producers = [t.inputs[0] for t in node.inputs if t.inputs]
+    after = (f"; here it follows {producers[0].op} node {producers[0].name!r}" if producers
+             else "; here it reads a graph input")
+    return (f"{node.op} goes to the accelerator only fused into a composite "
+            f"({', '.join(fusing)}) that does not start at it{after}")

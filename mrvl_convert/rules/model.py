@@ -1,0 +1,97 @@
+"""What a rule is, once loaded: plain frozen data, no behaviour and no state between matches."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+import onnx_graphsurgeon as gs
+
+# Which roles each Marvell layer kind's lowering reads: required ones, and optional ones.
+LAYER_ROLES: Dict[str, Tuple[frozenset, frozenset]] = {
+    "Conv2D": (frozenset({"conv"}), frozenset({"pad", "bias", "bn", "act"})),
+    "FC": (frozenset({"fc"}), frozenset({"bias", "act"})),
+    "Maxpool2D": (frozenset({"pool"}), frozenset()),
+    "Avgpool2D": (frozenset({"pool"}), frozenset()),
+    "GlobalAvgpool2D": (frozenset({"pool"}), frozenset()),
+    "GlobalMaxpool2D": (frozenset({"pool"}), frozenset()),
+    "Sum2D": (frozenset({"add"}), frozenset({"act"})),
+    "Concat": (frozenset({"concat"}), frozenset()),
+    "reshape": (frozenset({"main"}), frozenset()),
+    "nn.batch_flatten": (frozenset({"main"}), frozenset()),
+    "squeeze": (frozenset({"main"}), frozenset()),
+    "layout_transform": (frozenset({"transpose"}), frozenset()),
+}
+
+# Layers that make a Mrvl region worth a trip to the accelerator (as upstream decides).
+COMPUTE_HEAVY = frozenset({"Conv2D", "FC"})
+
+
+@dataclass(frozen=True)
+class Step:
+    role: str
+    ops: Tuple[str, ...]
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Constraint:
+    role: str
+    check: str
+    reason: str
+    args: Mapping[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.args.items())
+        return f"{self.check}({args}) on {self.role}" if args else f"{self.check} on {self.role}"
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    layer: str
+    steps: Tuple[Step, ...]
+    constraints: Tuple[Constraint, ...]
+    priority: int = 100
+    summary: str = ""
+    source: str = "builtin"
+
+    @property
+    def ops(self) -> Tuple[str, ...]:
+        return tuple(op for step in self.steps for op in step.ops)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """One way a rule's pattern lies on the graph: role -> node, in chain order."""
+    rule: Rule
+    roles: Tuple[Tuple[str, gs.Node], ...]
+
+    def node(self, role: str) -> Optional[gs.Node]:
+        for name, node in self.roles:
+            if name == role:
+                return node
+        return None
+
+    @property
+    def nodes(self) -> List[gs.Node]:
+        return [node for _, node in self.roles]
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """The outcome of trying a rule on a chain: a binding, and if it failed, why and where."""
+    binding: Binding
+    reason: Optional[str] = None
+    failed_nodes: Tuple[str, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return self.reason is None
+
+    @staticmethod
+    def success(binding: Binding) -> "MatchResult":
+        return MatchResult(binding)
+
+    @staticmethod
+    def fail(binding: Binding, reason: str, nodes: Tuple[str, ...]) -> "MatchResult":
+        return MatchResult(binding, reason, nodes)

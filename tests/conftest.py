@@ -1,0 +1,28 @@
+"""Hypothesis profiles for the fuzz tests.
+
+- ``quick`` (default): few examples, derandomized so CI runs are reproducible.
+- ``thorough``: ``pytest --hypothesis-profile thorough tests/test_fuzz_*.py`` (thousands of examples).
+"""
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "quick",
+    max_examples=30,
+    deadline=None,
+    derandomize=True,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "thorough",
+    max_examples=2500,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+# Only a default: hypothesis' pytest plugin loads --hypothesis-profile after conftest is imported.
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))

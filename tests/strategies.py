@@ -1,0 +1,683 @@
+"""Hypothesis strategies that generate random, valid ONNX CNN models.
+
+``cnn_models()`` draws a small CNN (a chain or a DAG whose branches join again), built by
+:class:`ModelBuilder`, which tracks every tensor's shape so each model is valid by construction.
+Every builder call is recorded, so a model is fully described by a small JSON-able *spec*
+(``{"opset": .., "seed": .., "steps": [...], "outputs": [...]}``) and rebuilt, weights and feeds
+included, by :func:`from_spec`. The ``repr`` of a :class:`GeneratedModel` is that call, so a
+falsifying example printed by hypothesis can be pasted into an ``@example(...)`` as it is.
+
+Weights and feeds come from a numpy Generator seeded with a drawn seed and are scaled
+(~1/sqrt(fan_in)) so activations stay O(1): the Mrvl simulator is float16 (max 65504).
+"""
+from __future__ import annotations
+
+import functools
+import json
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+import onnx
+from hypothesis import strategies as st
+from onnx import TensorProto, helper, numpy_helper
+
+__all__ = [
+    "OPSET_IR", "GeneratedModel", "ModelBuilder", "from_spec", "cnn_models", "policies",
+]
+
+#: opset -> IR version written with it (onnxruntime 1.31 refuses IR > 13; onnx 1.23 writes 14).
+OPSET_IR = {11: 6, 12: 7, 13: 8, 14: 8, 15: 8, 16: 8, 17: 10, 18: 10, 19: 10, 20: 10, 21: 10}
+
+
+@dataclass(repr=False)
+class GeneratedModel:
+    model: onnx.ModelProto
+    feeds: Dict[str, np.ndarray]
+    description: str
+    spec: Optional[dict] = field(default=None)
+
+    def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
+        if self.spec is not None:
+            return f"from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+        return f"GeneratedModel(<{self.description!r}>)"
+
+    def __str__(self) -> str:
+        return self.description
+
+    def _repr_pretty_(self, p, cycle) -> None:  # hypothesis' pretty printer
+        p.text(repr(self))
+
+
+def _op(fn: Callable) -> Callable:
+    """Record a public builder call (JSON-able arguments) so the model can be replayed."""
+
+    @functools.wraps(fn)
+    def wrapper(self: "ModelBuilder", *args: Any, **kwargs: Any):
+        self.steps.append([fn.__name__, _jsonable(list(args)), _jsonable(dict(kwargs))])
+        out = fn(self, *args, **kwargs)
+        shown = ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
+        res = out if isinstance(out, str) else ",".join(out)
+        self.lines.append(f"{res} {self.shapes.get(res, '')} = {fn.__name__}({shown})")
+        return out
+
+    return wrapper
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (np.integer,)):
+        return int(v)
+    if isinstance(v, (np.floating,)):
+        return float(v)
+    return v
+
+
+def conv_out(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> int:
+    return (size + p0 + p1 - d * (k - 1) - 1) // s + 1
+
+
+def pool_out(size: int, k: int, s: int, p0: int, p1: int, d: int = 1, ceil: bool = False) -> int:
+    num = size + p0 + p1 - d * (k - 1) - 1
+    if not ceil:
+        return num // s + 1
+    out = -(-num // s) + 1
+    # the last window must start inside the input or the head padding (onnxruntime / PyTorch rule)
+    if (out - 1) * s >= size + p0:
+        out -= 1
+    return out
+
+
+def _ceil_ambiguous(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> bool:
+    """onnx shape inference and onnxruntime disagree on ceil_mode when the last window would
+    start in the tail padding: such models fail the checker's strict shape inference."""
+    num = size + p0 + p1 - d * (k - 1) - 1
+    return -(-num // s) + 1 != pool_out(size, k, s, p0, p1, d, True)
+
+
+class ModelBuilder:
+    """Builds an ONNX graph node by node, tracking every tensor's (static) shape.
+
+    Each public method adds one ONNX node (plus its initializers) and returns the output name.
+    Tensor and node names are unique and deterministic; weights come from ``self.rng`` in call
+    order, so replaying the same calls with the same seed rebuilds the same model.
+    """
+
+    def __init__(self, opset: int = 13, seed: int = 0, name: str = "fuzz") -> None:
+        self.opset = int(opset)
+        self.seed = int(seed)
+        self.name = name
+        self.rng = np.random.default_rng(self.seed)
+        self.nodes: List[onnx.NodeProto] = []
+        self.inits: List[onnx.TensorProto] = []
+        self.inputs: List[str] = []
+        self.shapes: Dict[str, List[int]] = {}
+        self.steps: List[list] = []
+        self.lines: List[str] = []
+        self.counts: Dict[str, int] = {}
+        self.n_tensors = 0
+
+    # ---------------------------------------------------------------- helpers
+    def shape(self, t: str) -> List[int]:
+        return list(self.shapes[t])
+
+    def _uid(self, prefix: str) -> str:
+        self.counts[prefix] = self.counts.get(prefix, 0) + 1
+        return f"{prefix}_{self.counts[prefix]}"
+
+    def _tensor(self) -> str:
+        self.n_tensors += 1
+        return f"t{self.n_tensors}"
+
+    def _const(self, prefix: str, arr: np.ndarray) -> str:
+        name = self._uid(f"{prefix}_c")
+        self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    def _node(self, op: str, inputs: Sequence[str], shape: Sequence[int], **attrs: Any) -> str:
+        out = self._tensor()
+        self.nodes.append(helper.make_node(op, list(inputs), [out], name=self._uid(op), **attrs))
+        self.shapes[out] = [int(s) for s in shape]
+        return out
+
+    def _weights(self, shape: Sequence[int], fan_in: int, gain: float = 1.0) -> np.ndarray:
+        std = gain / np.sqrt(max(1, fan_in))
+        return (self.rng.standard_normal(shape) * std).astype(np.float32)
+
+    # ---------------------------------------------------------------- ops
+    @_op
+    def input(self, shape: Sequence[int]) -> str:
+        name = f"in{len(self.inputs)}"
+        self.inputs.append(name)
+        self.shapes[name] = [int(s) for s in shape]
+        return name
+
+    @_op
+    def conv(self, x: str, out_ch: int, kernel: Sequence[int], strides: Sequence[int] = (1, 1),
+             pads: Sequence[int] = (0, 0, 0, 0), dilations: Sequence[int] = (1, 1),
+             groups: int = 1, bias: bool = True) -> str:
+        n, c, h, w = self.shapes[x]
+        kh, kw = kernel
+        assert c % groups == 0 and out_ch % groups == 0, (c, out_ch, groups)
+        oh = conv_out(h, kh, strides[0], pads[0], pads[2], dilations[0])
+        ow = conv_out(w, kw, strides[1], pads[1], pads[3], dilations[1])
+        assert oh >= 1 and ow >= 1, (self.shapes[x], kernel, strides, pads, dilations)
+        fan_in = c // groups * kh * kw
+        ins = [x, self._const("W", self._weights([out_ch, c // groups, kh, kw], fan_in))]
+        if bias:
+            ins.append(self._const("B", (self.rng.standard_normal(out_ch) * 0.1).astype(np.float32)))
+        return self._node("Conv", ins, [n, out_ch, oh, ow], kernel_shape=list(kernel),
+                          strides=list(strides), pads=list(pads), dilations=list(dilations),
+                          group=int(groups))
+
+    @_op
+    def pad(self, x: str, pads: Sequence[int], mode: str = "constant", value: float = 0.0) -> str:
+        """pads in ONNX order for NCHW: [n0, c0, h0, w0, n1, c1, h1, w1]."""
+        shp = self.shapes[x]
+        out = [s + pads[i] + pads[i + len(shp)] for i, s in enumerate(shp)]
+        ins = [x, self._const("pads", np.array(pads, dtype=np.int64))]
+        if mode == "constant" and value != 0.0:
+            ins.append(self._const("padval", np.array(value, dtype=np.float32)))
+        return self._node("Pad", ins, out, mode=mode)
+
+    @_op
+    def batchnorm(self, x: str, eps: float = 1e-5) -> str:
+        c = self.shapes[x][1]
+        r = self.rng
+        gamma = r.uniform(0.5, 1.5, c).astype(np.float32)
+        beta = (r.standard_normal(c) * 0.2).astype(np.float32)
+        mean = (r.standard_normal(c) * 0.2).astype(np.float32)
+        var = r.uniform(0.5, 2.0, c).astype(np.float32)
+        ins = [x] + [self._const(p, a) for p, a in
+                     (("gamma", gamma), ("beta", beta), ("mean", mean), ("var", var))]
+        return self._node("BatchNormalization", ins, self.shapes[x], epsilon=float(eps))
+
+    def _pool_shape(self, x, kernel, strides, pads, dilations, ceil_mode):
+        n, c, h, w = self.shapes[x]
+        for i in range(2):
+            assert pads[i] < kernel[i] and pads[i + 2] < kernel[i], (kernel, pads)
+        oh = pool_out(h, kernel[0], strides[0], pads[0], pads[2], dilations[0], bool(ceil_mode))
+        ow = pool_out(w, kernel[1], strides[1], pads[1], pads[3], dilations[1], bool(ceil_mode))
+        assert oh >= 1 and ow >= 1
+        return [n, c, oh, ow]
+
+    @_op
+    def maxpool(self, x: str, kernel: Sequence[int], strides: Sequence[int] = (1, 1),
+                pads: Sequence[int] = (0, 0, 0, 0), dilations: Sequence[int] = (1, 1),
+                ceil_mode: int = 0) -> str:
+        shp = self._pool_shape(x, kernel, strides, pads, dilations, ceil_mode)
+        attrs = dict(kernel_shape=list(kernel), strides=list(strides), pads=list(pads))
+        if ceil_mode:
+            attrs["ceil_mode"] = 1
+        if list(dilations) != [1, 1]:
+            attrs["dilations"] = list(dilations)
+        return self._node("MaxPool", [x], shp, **attrs)
+
+    @_op
+    def avgpool(self, x: str, kernel: Sequence[int], strides: Sequence[int] = (1, 1),
+                pads: Sequence[int] = (0, 0, 0, 0), count_include_pad: int = 0,
+                ceil_mode: int = 0) -> str:
+        shp = self._pool_shape(x, kernel, strides, pads, (1, 1), ceil_mode)
+        attrs = dict(kernel_shape=list(kernel), strides=list(strides), pads=list(pads),
+                     count_include_pad=int(count_include_pad))
+        if ceil_mode:
+            attrs["ceil_mode"] = 1
+        return self._node("AveragePool", [x], shp, **attrs)
+
+    @_op
+    def global_pool(self, x: str, kind: str = "avg") -> str:
+        n, c = self.shapes[x][:2]
+        op = {"avg": "GlobalAveragePool", "max": "GlobalMaxPool"}[kind]
+        return self._node(op, [x], [n, c, 1, 1])
+
+    @_op
+    def unary(self, x: str, op: str) -> str:
+        """Relu, Sigmoid, Tanh, Abs, Neg, Elu, LeakyRelu, HardSigmoid, Softmax(axis=1)."""
+        attrs: Dict[str, Any] = {}
+        if op == "LeakyRelu":
+            attrs["alpha"] = 0.1
+        elif op == "Softmax":
+            attrs["axis"] = 1
+        return self._node(op, [x], self.shapes[x], **attrs)
+
+    @_op
+    def clip(self, x: str, lo: Optional[float] = 0.0, hi: Optional[float] = 6.0) -> str:
+        ins = [x, self._const("min", np.array(lo, np.float32)) if lo is not None else ""]
+        if hi is not None:
+            ins.append(self._const("max", np.array(hi, np.float32)))
+        return self._node("Clip", ins, self.shapes[x])
+
+    @_op
+    def add(self, a: str, b: str) -> str:
+        assert self.shapes[a] == self.shapes[b], (self.shapes[a], self.shapes[b])
+        return self._node("Add", [a, b], self.shapes[a])
+
+    @_op
+    def binary_const(self, x: str, op: str, cshape: Sequence[int], const_first: bool = False) -> str:
+        """Add/Mul/Sub of x and a constant of shape cshape (numpy-broadcastable to x)."""
+        if op == "Mul":
+            arr = self.rng.uniform(0.5, 1.5, cshape).astype(np.float32)
+        else:
+            arr = (self.rng.standard_normal(cshape) * 0.3).astype(np.float32)
+        cname = self._const(op.lower(), arr)
+        out = list(np.broadcast_shapes(tuple(self.shapes[x]), tuple(cshape)))
+        return self._node(op, [cname, x] if const_first else [x, cname], out)
+
+    @_op
+    def mul(self, a: str, b: str) -> str:
+        out = list(np.broadcast_shapes(tuple(self.shapes[a]), tuple(self.shapes[b])))
+        return self._node("Mul", [a, b], out)
+
+    @_op
+    def concat(self, xs: Sequence[str], axis: int = 1) -> str:
+        shp = self.shapes[xs[0]]
+        ax = axis % len(shp)
+        out = list(shp)
+        out[ax] = sum(self.shapes[t][ax] for t in xs)
+        return self._node("Concat", list(xs), out, axis=int(axis))
+
+    @_op
+    def resize2x(self, x: str) -> str:
+        n, c, h, w = self.shapes[x]
+        roi = self._const("roi", np.zeros(0, np.float32)) if self.opset < 13 else ""
+        scales = self._const("scales", np.array([1, 1, 2, 2], np.float32))
+        return self._node("Resize", [x, roi, scales], [n, c, 2 * h, 2 * w], mode="nearest",
+                          coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+
+    @_op
+    def transpose(self, x: str, perm: Sequence[int]) -> str:
+        shp = self.shapes[x]
+        return self._node("Transpose", [x], [shp[p] for p in perm], perm=list(perm))
+
+    @_op
+    def flatten(self, x: str) -> str:
+        shp = self.shapes[x]
+        return self._node("Flatten", [x], [shp[0], int(np.prod(shp[1:]))], axis=1)
+
+    @_op
+    def reshape(self, x: str, target: Sequence[int]) -> str:
+        """target may hold one -1 and 0s (copy the input dim)."""
+        shp = self.shapes[x]
+        out = [shp[i] if t == 0 else t for i, t in enumerate(target)]
+        if -1 in out:
+            known = int(np.prod([d for d in out if d != -1]))
+            out[out.index(-1)] = int(np.prod(shp)) // known
+        assert int(np.prod(out)) == int(np.prod(shp))
+        return self._node("Reshape", [x, self._const("shape", np.array(target, np.int64))], out)
+
+    @_op
+    def squeeze(self, x: str, axes: Sequence[int]) -> str:
+        shp = self.shapes[x]
+        norm = [a % len(shp) for a in axes]
+        assert all(shp[a] == 1 for a in norm)
+        out = [d for i, d in enumerate(shp) if i not in norm]
+        if self.opset >= 13:
+            return self._node("Squeeze", [x, self._const("axes", np.array(axes, np.int64))], out)
+        return self._node("Squeeze", [x], out, axes=list(axes))
+
+    @_op
+    def gemm(self, x: str, out_f: int, trans_b: int = 1, bias: bool = True,
+             alpha: float = 1.0, beta: float = 1.0, bias_2d: bool = False) -> str:
+        n, f = self.shapes[x]
+        wt = self._weights([out_f, f], f)
+        ins = [x, self._const("W", wt if trans_b else wt.T.copy())]
+        if bias:
+            b = (self.rng.standard_normal([1, out_f] if bias_2d else [out_f]) * 0.1).astype(np.float32)
+            ins.append(self._const("B", b))
+        attrs: Dict[str, Any] = {"transB": int(trans_b)}
+        if alpha != 1.0:
+            attrs["alpha"] = float(alpha)
+        if beta != 1.0:
+            attrs["beta"] = float(beta)
+        return self._node("Gemm", ins, [n, out_f], **attrs)
+
+    @_op
+    def matmul(self, x: str, out_f: int) -> str:
+        n, f = self.shapes[x]
+        return self._node("MatMul", [x, self._const("W", self._weights([f, out_f], f))], [n, out_f])
+
+    # ---------------------------------------------------------------- finish
+    def build(self, outputs: Sequence[str]) -> onnx.ModelProto:
+        inputs = [helper.make_tensor_value_info(i, TensorProto.FLOAT, self.shapes[i])
+                  for i in self.inputs]
+        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, self.shapes[o]) for o in outputs]
+        graph = helper.make_graph(self.nodes, self.name, inputs, outs, initializer=self.inits)
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
+                                  ir_version=OPSET_IR[self.opset], producer_name="hypothesis")
+        return model
+
+    def feeds(self) -> Dict[str, np.ndarray]:
+        rng = np.random.default_rng(self.seed + 1)
+        return {i: rng.standard_normal(self.shapes[i]).astype(np.float32) for i in self.inputs}
+
+
+def from_spec(spec: dict) -> GeneratedModel:
+    """Rebuild a model (weights and feeds included) from the spec a generated model carries."""
+    b = ModelBuilder(spec["opset"], spec["seed"])
+    for method, args, kwargs in spec["steps"]:
+        getattr(b, method)(*args, **kwargs)
+    return _finish(b, spec["outputs"])
+
+
+def _finish(b: ModelBuilder, outputs: Sequence[str]) -> GeneratedModel:
+    spec = {"opset": b.opset, "seed": b.seed, "steps": b.steps, "outputs": list(outputs)}
+    desc = "\n".join([f"opset {b.opset}, seed {b.seed}"] + b.lines + [f"outputs: {list(outputs)}"])
+    return GeneratedModel(b.build(outputs), b.feeds(), desc, spec)
+
+
+# ==================================================================== strategies
+
+
+def policies() -> st.SearchStrategy[str]:
+    return st.sampled_from(["single", "multi"])
+
+
+def _conv_params(draw, b: ModelBuilder, x: str, *, same: bool = False,
+                 out_ch: Optional[int] = None, stride: Optional[int] = None) -> dict:
+    """Draw valid Conv parameters for x. same=True: odd kernel, 'same' pads (output spatial size
+    depends only on the stride), plain or depthwise groups only if out_ch allows."""
+    _, c, h, w = b.shape(x)
+    variants = ["plain", "plain", "pointwise", "depthwise", "grouped"]
+    variant = draw(st.sampled_from(variants), label="conv variant")
+    groups = 1
+    if variant == "depthwise" and (out_ch is None or out_ch % c == 0):
+        groups = c
+    elif variant == "grouped":
+        divs = [g for g in range(2, c) if c % g == 0 and (out_ch is None or out_ch % g == 0)]
+        if divs:
+            groups = draw(st.sampled_from(divs), label="groups")
+    if out_ch is None:
+        if groups == c and variant == "depthwise":
+            out_ch = c * draw(st.sampled_from([1, 2] if 2 * c <= 16 else [1]), label="dw mult")
+        else:
+            out_ch = groups * draw(st.integers(1, max(1, 16 // groups)), label="out/groups")
+    if variant == "pointwise":
+        kh = kw = 1
+    elif same:
+        kh = draw(st.sampled_from([1, 3, 5]), label="kh")
+        kw = draw(st.sampled_from([kh, 1, 3, 5]), label="kw")
+    else:
+        kh = draw(st.integers(1, 5), label="kh")
+        kw = draw(st.one_of(st.just(kh), st.integers(1, 5)), label="kw")
+    dh = dw = draw(st.sampled_from([1, 1, 2]), label="dilation") if max(kh, kw) > 1 else 1
+    if stride is None:
+        stride = draw(st.sampled_from([1, 1, 2]), label="stride")
+    sh, sw = stride, stride
+    if not same and stride == 2 and draw(st.booleans(), label="anisotropic stride"):
+        sw = 1
+    if same:
+        pads = [dh * (kh - 1) // 2, dw * (kw - 1) // 2, dh * (kh - 1) // 2, dw * (kw - 1) // 2]
+    else:
+        kind = draw(st.sampled_from(["none", "same", "asym"]), label="pads kind")
+        if kind == "none":
+            pads = [0, 0, 0, 0]
+        elif kind == "same":
+            pads = [dh * (kh - 1) // 2, dw * (kw - 1) // 2, dh * (kh - 1) // 2, dw * (kw - 1) // 2]
+        else:
+            pads = [draw(st.integers(0, 2), label="pad") for _ in range(4)]
+        # keep it valid: a kernel larger than the padded input falls back to 1 along that axis
+        if h + pads[0] + pads[2] < dh * (kh - 1) + 1:
+            kh, pads[0], pads[2] = 1, 0, 0
+        if w + pads[1] + pads[3] < dw * (kw - 1) + 1:
+            kw, pads[1], pads[3] = 1, 0, 0
+        if kh == 1 and kw == 1:
+            dh = dw = 1
+    return dict(out_ch=int(out_ch), kernel=[kh, kw], strides=[sh, sw], pads=pads,
+                dilations=[dh, dw], groups=int(groups), bias=draw(st.booleans(), label="bias"))
+
+
+def _activation(draw, b: ModelBuilder, x: str, allow_cpu: bool) -> str:
+    opts = ["none", "relu", "relu", "relu6", "clip"] + (["leaky"] if allow_cpu else [])
+    act = draw(st.sampled_from(opts), label="activation")
+    if act == "relu":
+        return b.unary(x, "Relu")
+    if act == "relu6":
+        return b.clip(x, 0.0, 6.0)
+    if act == "clip":
+        lo, hi = draw(st.sampled_from([(-1.0, 1.0), (0.0, None), (None, 2.0), (0.0, 1.0)]),
+                      label="clip bounds")
+        return b.clip(x, lo, hi)
+    if act == "leaky":
+        return b.unary(x, "LeakyRelu")
+    return x
+
+
+def _conv_block(draw, b: ModelBuilder, x: str, allow_cpu: bool, *, same: bool = False,
+                out_ch: Optional[int] = None, stride: Optional[int] = None) -> str:
+    y = b.conv(x, **_conv_params(draw, b, x, same=same, out_ch=out_ch, stride=stride))
+    if draw(st.booleans(), label="bn after conv"):
+        y = b.batchnorm(y)
+    return _activation(draw, b, y, allow_cpu)
+
+
+def _pool_params(draw, b: ModelBuilder, x: str, kind: str) -> dict:
+    _, _, h, w = b.shape(x)
+    kh = draw(st.integers(1, 3), label="pool kh")
+    kw = draw(st.one_of(st.just(kh), st.integers(1, 3)), label="pool kw")
+    s = draw(st.integers(1, 2), label="pool stride")
+    if draw(st.booleans(), label="pool pads"):
+        pads = [draw(st.integers(0, k - 1), label="pool pad") for k in (kh, kw, kh, kw)]
+    else:
+        pads = [0, 0, 0, 0]
+    if h + pads[0] + pads[2] < kh:
+        kh, pads[0], pads[2] = 1, 0, 0
+    if w + pads[1] + pads[3] < kw:
+        kw, pads[1], pads[3] = 1, 0, 0
+    ceil = int(draw(st.sampled_from([0, 0, 1]), label="ceil_mode"))
+    if _ceil_ambiguous(h, kh, s, pads[0], pads[2]) or _ceil_ambiguous(w, kw, s, pads[1], pads[3]):
+        ceil = 0
+    p = dict(kernel=[kh, kw], strides=[s, s], pads=pads, ceil_mode=ceil)
+    if kind == "avg":
+        p["count_include_pad"] = int(draw(st.booleans(), label="count_include_pad"))
+    return p
+
+
+def _pool_block(draw, b: ModelBuilder, x: str) -> str:
+    kind = draw(st.sampled_from(["max", "avg"]), label="pool kind")
+    p = _pool_params(draw, b, x, kind)
+    return b.maxpool(x, **p) if kind == "max" else b.avgpool(x, **p)
+
+
+def _same_branch(draw, b: ModelBuilder, x: str, allow_cpu: bool, out_ch: Optional[int],
+                 stride: int) -> str:
+    """A branch whose output spatial size is ((H-1)//stride+1, (W-1)//stride+1)."""
+    c = b.shape(x)[1]
+    kinds = ["conv", "conv"]
+    if out_ch in (None, c):
+        kinds += ["maxpool", "avgpool"] + (["identity"] if stride == 1 else [])
+    kind = draw(st.sampled_from(kinds), label="branch kind")
+    if kind == "identity":
+        return x
+    if kind == "maxpool":
+        return b.maxpool(x, [3, 3], [stride, stride], [1, 1, 1, 1])
+    if kind == "avgpool":
+        return b.avgpool(x, [3, 3], [stride, stride], [1, 1, 1, 1],
+                         count_include_pad=int(draw(st.booleans(), label="count_include_pad")))
+    y = _conv_block(draw, b, x, allow_cpu, same=True, out_ch=out_ch, stride=stride)
+    if draw(st.booleans(), label="second conv in branch"):
+        y = _conv_block(draw, b, y, allow_cpu, same=True, out_ch=b.shape(y)[1], stride=1)
+        if out_ch is not None and b.shape(y)[1] != out_ch:  # pragma: no cover - same=True keeps it
+            raise AssertionError
+    return y
+
+
+def _const_shape(draw, shp: Sequence[int]) -> List[int]:
+    n, c, h, w = shp
+    kind = draw(st.sampled_from(["per_channel", "per_channel3", "scalar", "one", "full", "spatial"]),
+                label="const operand shape")
+    return {"per_channel": [1, c, 1, 1], "per_channel3": [c, 1, 1], "scalar": [], "one": [1],
+            "full": [1, c, h, w], "spatial": [1, 1, h, w]}[kind]
+
+
+def _cpu_op(draw, b: ModelBuilder, x: str) -> str:
+    _, c, h, w = b.shape(x)
+    ops = ["Sigmoid", "Tanh", "LeakyRelu", "Softmax", "Elu", "Abs", "HardSigmoid", "mul_const",
+           "Neg"]
+    if h <= 8 and w <= 8:
+        ops += ["resize2x", "resize2x"]
+    op = draw(st.sampled_from(ops), label="cpu op")
+    if op == "resize2x":
+        return b.resize2x(x)
+    if op == "mul_const":
+        return b.binary_const(x, "Mul", _const_shape(draw, b.shape(x)),
+                              const_first=draw(st.booleans(), label="const first"))
+    return b.unary(x, op)
+
+
+def _se_block(draw, b: ModelBuilder, x: str) -> str:
+    c = b.shape(x)[1]
+    s = b.global_pool(x, "avg")
+    r = max(1, c // 2)
+    s = b.conv(s, r, [1, 1], bias=True)
+    s = b.unary(s, "Relu")
+    s = b.conv(s, c, [1, 1], bias=True)
+    s = b.unary(s, "Sigmoid")
+    return b.mul(x, s)
+
+
+def _to_2d(draw, b: ModelBuilder, x: str) -> str:
+    shp = b.shape(x)
+    opts = ["flatten", "reshape"] + (["squeeze"] if shp[2] == 1 and shp[3] == 1 else [])
+    how = draw(st.sampled_from(opts), label="to 2-D")
+    if how == "flatten":
+        return b.flatten(x)
+    if how == "squeeze":
+        return b.squeeze(x, draw(st.sampled_from([[2, 3], [3, 2], [-1, -2]]), label="squeeze axes"))
+    target = draw(st.sampled_from([[shp[0], -1], [0, -1], [shp[0], int(np.prod(shp[1:]))]]),
+                  label="reshape target")
+    return b.reshape(x, target)
+
+
+def _fc(draw, b: ModelBuilder, x: str, allow_cpu: bool) -> str:
+    out_f = draw(st.integers(1, 16), label="fc out")
+    how = draw(st.sampled_from(["gemm", "gemm", "matmul_add", "matmul"]), label="fc kind")
+    if how == "gemm":
+        y = b.gemm(x, out_f, trans_b=int(draw(st.integers(0, 1), label="transB")),
+                   bias=draw(st.booleans(), label="bias"),
+                   alpha=draw(st.sampled_from([1.0, 1.0, 1.0, 0.5]), label="alpha"),
+                   bias_2d=draw(st.booleans(), label="bias 2d"))
+    else:
+        y = b.matmul(x, out_f)
+        if how == "matmul_add":
+            y = b.binary_const(y, "Add", draw(st.sampled_from([[out_f], [1, out_f]]), label="bias"),
+                               const_first=draw(st.booleans(), label="const first"))
+    opts = ["none", "relu"] + (["Sigmoid", "Softmax", "Tanh"] if allow_cpu else [])
+    act = draw(st.sampled_from(opts), label="fc activation")
+    if act == "relu":
+        return b.unary(y, "Relu")
+    if act != "none":
+        return b.unary(y, act)
+    return y
+
+
+BLOCK_KINDS = ["conv", "pad_conv", "pool", "bn", "act", "add_const", "residual", "branch_add",
+               "branch_concat", "se", "cpu_op", "join_input", "tap"]
+
+
+@st.composite
+def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
+               opsets: Sequence[int] = (11, 13, 17), multi_io: bool = True,
+               cpu_ops: bool = True, heads: Sequence[str] = ("none", "gap_fc", "flatten_fc",
+                                                              "nhwc_fc", "pool")
+               ) -> GeneratedModel:
+    """Random valid ONNX CNNs (see the module docstring)."""
+    opset = draw(st.sampled_from(list(opsets)), label="opset")
+    seed = draw(st.integers(0, 2**31 - 1), label="seed")
+    b = ModelBuilder(opset, seed)
+    n = draw(st.integers(1, 2), label="batch")
+    c = draw(st.integers(1, 16), label="channels")
+    h = draw(st.integers(4, 16), label="H")
+    w = draw(st.one_of(st.just(h), st.integers(4, 16)), label="W")
+    x = b.input([n, c, h, w])
+    taps: List[str] = []
+    kinds = [k for k in BLOCK_KINDS
+             if (cpu_ops or k not in ("cpu_op", "se")) and (multi_io or k not in ("join_input", "tap"))]
+    for _ in range(draw(st.integers(min_blocks, max_blocks), label="blocks")):
+        kind = draw(st.sampled_from(kinds), label="block")
+        shp = b.shape(x)
+        if kind == "conv":
+            x = _conv_block(draw, b, x, cpu_ops)
+        elif kind == "pad_conv":
+            mode = draw(st.sampled_from(["constant", "constant", "constant", "reflect", "edge"]),
+                        label="pad mode")
+            ph = [draw(st.integers(0, 2), label="pad") for _ in range(4)]
+            if mode == "reflect":  # reflect needs pad < size
+                ph = [min(p, shp[2 + i % 2] - 1) for i, p in enumerate(ph)]
+            value = draw(st.sampled_from([0.0, 0.0, 0.5]), label="pad value") if mode == "constant" else 0.0
+            if mode == "constant" and not cpu_ops:
+                value = 0.0
+            x = b.pad(x, [0, 0, ph[0], ph[1], 0, 0, ph[2], ph[3]], mode, value)
+            p = _conv_params(draw, b, x)
+            x = _activation(draw, b, b.conv(x, **p), cpu_ops)
+        elif kind == "pool":
+            x = _pool_block(draw, b, x)
+        elif kind == "bn":
+            x = b.batchnorm(x)
+        elif kind == "act":
+            x = _activation(draw, b, x, cpu_ops)
+        elif kind == "add_const":
+            x = b.binary_const(x, "Add", _const_shape(draw, shp),
+                               const_first=draw(st.booleans(), label="const first"))
+        elif kind == "residual":
+            y = _same_branch(draw, b, x, cpu_ops, out_ch=shp[1], stride=1)
+            x = b.add(x, y) if draw(st.booleans(), label="add order") else b.add(y, x)
+            x = _activation(draw, b, x, cpu_ops)
+        elif kind == "branch_add":
+            s = draw(st.sampled_from([1, 1, 2]), label="branch stride")
+            oc = draw(st.integers(1, 16), label="branch channels")
+            y1 = _same_branch(draw, b, x, cpu_ops, out_ch=oc, stride=s)
+            y2 = _same_branch(draw, b, x, cpu_ops, out_ch=oc, stride=s)
+            x = b.add(y1, y2) if y1 != y2 else y1
+        elif kind == "branch_concat":
+            s = draw(st.sampled_from([1, 1, 2]), label="branch stride")
+            nb = draw(st.integers(2, 3), label="branches")
+            ys = []
+            for _i in range(nb):
+                free = draw(st.booleans(), label="branch keeps channels")
+                oc = None if free else draw(st.integers(1, 8), label="branch channels")
+                ys.append(_same_branch(draw, b, x, cpu_ops, out_ch=oc or shp[1], stride=s))
+            axis = draw(st.sampled_from([1, 1, -3]), label="concat axis")
+            x = b.concat(ys, axis)
+            if b.shape(x)[1] > 24:  # keep channels small
+                x = b.conv(x, 16, [1, 1])
+        elif kind == "se":
+            x = _se_block(draw, b, x)
+        elif kind == "cpu_op":
+            x = _cpu_op(draw, b, x)
+        elif kind == "join_input":
+            if len(b.inputs) >= 3:
+                continue
+            how = draw(st.sampled_from(["add", "concat", "conv_add"]), label="join how")
+            if how == "add":
+                xi = b.input(shp)
+                x = b.add(x, xi) if draw(st.booleans(), label="add order") else b.add(xi, x)
+            elif how == "concat":
+                xi = b.input([shp[0], draw(st.integers(1, 8), label="input channels")] + shp[2:])
+                x = b.concat([x, xi] if draw(st.booleans(), label="concat order") else [xi, x], 1)
+            else:
+                xi = b.input([shp[0], draw(st.integers(1, 8), label="input channels")] + shp[2:])
+                yi = b.conv(xi, shp[1], [1, 1])
+                x = b.add(x, yi)
+        elif kind == "tap":
+            if x not in b.inputs and x not in taps:
+                taps.append(x)
+    head = draw(st.sampled_from(list(heads)), label="head")
+    if head == "pool":
+        x = b.global_pool(x, draw(st.sampled_from(["avg", "max"]), label="global pool"))
+    elif head in ("gap_fc", "flatten_fc", "nhwc_fc"):
+        if head == "gap_fc":
+            x = b.global_pool(x, draw(st.sampled_from(["avg", "max"]), label="global pool"))
+        elif head == "nhwc_fc":
+            x = b.transpose(x, [0, 2, 3, 1])
+        x = _to_2d(draw, b, x)
+        for _ in range(draw(st.integers(1, 2), label="fc layers")):
+            x = _fc(draw, b, x, cpu_ops)
+    if x in b.inputs:  # an input straight to an output: give it at least one node
+        x = b.unary(x, "Relu")
+    outputs = [x] + [t for t in taps if t != x]
+    if len(outputs) > 1 and draw(st.booleans(), label="shuffle outputs"):
+        outputs = outputs[1:] + outputs[:1]
+    return _finish(b, outputs)
