@@ -15,7 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict
 
+import onnx
 import onnx_graphsurgeon as gs
+
+from ._graph import static_shape
 
 from .load import LoadedModel
 
@@ -46,6 +49,8 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
             removed[node.name] = f"removed by canonicalize: {reason}"
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if _has_unknown_shapes(graph):
+        graph = _reinfer_shapes(graph, loaded.proto)
     for name in before_cleanup - {n.name for n in graph.nodes}:
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     return CanonicalGraph(graph=graph, removed=removed, op_types=op_types)
@@ -59,6 +64,27 @@ def _fold_constants(graph: gs.Graph) -> None:
         graph.fold_constants(error_ok=True).cleanup(remove_unused_graph_inputs=False)
     finally:
         gs.logger.G_LOGGER.severity = previous
+
+
+def _has_unknown_shapes(graph: gs.Graph) -> bool:
+    tensors = [t for n in graph.nodes for t in n.outputs] + list(graph.outputs)
+    return any(static_shape(t) is None for t in tensors if t.name)
+
+
+def _reinfer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> gs.Graph:
+    """Shapes that depended on folded values (Shape -> Gather -> Reshape) are static now."""
+    proto = gs.export_onnx(graph, do_type_check=False)
+    proto.ir_version = original.ir_version
+    del proto.graph.value_info[:]
+    for output in proto.graph.output:
+        dims = output.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") for d in dims):
+            output.type.tensor_type.ClearField("shape")
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # the shapes we had stay: rules report the tensors still unknown
+        return graph
+    return gs.import_onnx(proto).cleanup(remove_unused_graph_inputs=False).toposort()
 
 
 def _bypass(graph: gs.Graph, node: gs.Node) -> bool:

@@ -56,12 +56,10 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     _normalise_ir(proto)
     original_names = _name_nodes(proto)
     _check_unique_tensors(proto, label)
-    try:
-        onnx.checker.check_model(proto)
-    except onnx.checker.ValidationError as exc:
-        raise InvalidModelError(f"fails the ONNX checker: {_first_line(exc)}", model=label) from None
-    _check_domains(proto, label)
+    # Before the checker: it names the node and the tensor of a cycle or a missing initializer.
     _check_initializers(proto, label)
+    _run_checker(proto, path, label)
+    _check_domains(proto, label)
     fixed = _fix_input_shapes(proto, shapes or {}, label)
     proto = _infer_shapes(proto, label)
     if path is not None:
@@ -75,6 +73,17 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
+
+
+def _run_checker(proto: onnx.ModelProto, path: Optional[Path], label: str) -> None:
+    # Given a ModelProto the checker looks for external data files in the working directory;
+    # given the path it looks next to the model (and never reads the weights).
+    uses_external = path is not None and any(uses_external_data(t) for t in proto.graph.initializer)
+    try:
+        onnx.checker.check_model(str(path) if uses_external else proto)
+    except onnx.checker.ValidationError as exc:
+        message = " ".join(str(exc).split())[:400]  # the checker's messages span several lines
+        raise InvalidModelError(f"fails the ONNX checker: {message}", model=label) from None
 
 
 def _read(model: ModelLike):

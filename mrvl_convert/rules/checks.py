@@ -1,6 +1,7 @@
 """The constraint vocabulary that rule files refer to by name.
 
-A check takes the node its constraint is ``on`` and the constraint's ``args``, and returns None when
+A check takes the node its constraint is about (its ``role``), the constraint's ``args`` and the
+graph (read-only), and returns None when
 the node satisfies it, or a dict of details that fill the ``{placeholders}`` of the rule's reason.
 """
 from __future__ import annotations
@@ -14,58 +15,59 @@ from .._graph import (activation_inputs, attr, const_value, dtype_name, is_const
                       pad_value, present, static_shape, squeeze_axes)
 
 Details = Optional[Dict[str, Any]]
-Check = Callable[[gs.Node, Mapping[str, Any]], Details]
+Check = Callable[[gs.Node, Mapping[str, Any], gs.Graph], Details]
 
 
 def _tensors(node: gs.Node):
-    return [t for t in list(node.inputs) + list(node.outputs)
-            if isinstance(t, gs.Variable) and t.name]
+    """The tensors a layer computes on: its activations in and its main output (not Indices)."""
+    return activation_inputs(node) + [node.outputs[0]]
 
 
-def check_float32(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_float32(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     for tensor in _tensors(node):
         if dtype_name(tensor) != "float32":
             return {"dtype": dtype_name(tensor), "tensor": tensor.name}
     return None
 
 
-def check_rank(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_rank(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     tensor = node.inputs[0]
     rank = len(tensor.shape) if tensor.shape is not None else "unknown"
     return None if rank == args["rank"] else {"rank": rank, "tensor": tensor.name}
 
 
-def check_static_shape(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_static_shape(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     for tensor in _tensors(node):
         if static_shape(tensor) is None:
             return {"tensor": tensor.name}
     return None
 
 
-def check_batch_at_most(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     shape = static_shape(node.inputs[0]) or []
     batch = shape[0] if shape else 1
     return None if batch <= args["max"] else {"batch": batch, "max": args["max"]}
 
 
-def check_const_input(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_const_input(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     tensor = present(node, int(args["index"]))
     if tensor is None or is_const(tensor):
         return None
     return {"tensor": tensor.name}
 
 
-def check_attr_in(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_attr_in(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     value = attr(node, args["name"], args.get("default"))
     return None if value in args["values"] else {"value": value}
 
 
-def check_single_output(node: gs.Node, args: Mapping[str, Any]) -> Details:
-    extra = [t for t in node.outputs[1:] if t.outputs]
+def check_single_output(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    outputs = {t.name for t in graph.outputs}
+    extra = [t for t in node.outputs[1:] if t.outputs or t.name in outputs]
     return {"tensor": extra[0].name} if extra else None
 
 
-def check_conv_groups(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_conv_groups(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     groups = int(attr(node, "group", 1))
     shape = static_shape(node.inputs[0]) or [0, 0]
     in_channels = shape[1]
@@ -74,7 +76,7 @@ def check_conv_groups(node: gs.Node, args: Mapping[str, Any]) -> Details:
     return {"groups": groups, "in_channels": in_channels}
 
 
-def check_pad_foldable(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_pad_foldable(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     if attr(node, "mode", "constant") != "constant":
         return {"detail": f"mode is {attr(node, 'mode')!r}, only constant padding folds"}
     pads = pad_amounts(node)
@@ -103,7 +105,7 @@ def _other_operand(node: gs.Node):
     return consts[0] if len(consts) == 1 and len(node.inputs) == 2 else None
 
 
-def check_per_channel_const(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_per_channel_const(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     const = _other_operand(node)
     if const is None:
         return {"detail": "neither operand or both operands are constant"}
@@ -119,8 +121,8 @@ def check_per_channel_const(node: gs.Node, args: Mapping[str, Any]) -> Details:
     return None
 
 
-def check_bn_foldable(node: gs.Node, args: Mapping[str, Any]) -> Details:
-    if any(t.outputs for t in node.outputs[1:]):
+def check_bn_foldable(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    if check_single_output(node, args, graph) is not None:
         return {"detail": "running statistics outputs are used (training mode)"}
     if int(attr(node, "training_mode", 0)):
         return {"detail": "training_mode=1"}
@@ -131,7 +133,7 @@ def check_bn_foldable(node: gs.Node, args: Mapping[str, Any]) -> Details:
     return None
 
 
-def check_fc_weights(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_fc_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     weights = present(node, 1)
     if weights is None or not is_const(weights):
         return {"detail": "the weights are not constant"}
@@ -152,7 +154,7 @@ def check_fc_weights(node: gs.Node, args: Mapping[str, Any]) -> Details:
     return None
 
 
-def check_fc_bias(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_fc_bias(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     const = _other_operand(node)
     if const is None:
         return {"detail": "neither operand or both operands are constant"}
@@ -166,7 +168,7 @@ def check_fc_bias(node: gs.Node, args: Mapping[str, Any]) -> Details:
     return None
 
 
-def check_same_shape_activations(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_same_shape_activations(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     acts = activation_inputs(node)
     if len(acts) != 2 or len(node.inputs) != 2:
         return {"detail": "Sum2D adds two activations; this Add has "
@@ -177,7 +179,7 @@ def check_same_shape_activations(node: gs.Node, args: Mapping[str, Any]) -> Deta
     return None
 
 
-def check_const_operand(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_const_operand(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     const = _other_operand(node)
     if const is None:
         return {"detail": "an Add with a constant operand needs exactly one constant input"}
@@ -188,12 +190,12 @@ def check_const_operand(node: gs.Node, args: Mapping[str, Any]) -> Details:
     return None
 
 
-def check_no_const_inputs(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_no_const_inputs(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     consts = [t for t in node.inputs if is_const(t)]
     return {"tensor": consts[0].name} if consts else None
 
 
-def check_channel_axis(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_channel_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     rank = len(node.outputs[0].shape or [])
     axis = int(attr(node, "axis", 1))
     if axis < 0:
@@ -201,7 +203,7 @@ def check_channel_axis(node: gs.Node, args: Mapping[str, Any]) -> Details:
     return None if axis == 1 and rank in (2, 4) else {"axis": axis, "rank": rank}
 
 
-def check_keeps_batch(node: gs.Node, args: Mapping[str, Any]) -> Details:
+def check_keeps_batch(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
     if not src or not dst or src[0] != dst[0]:
         return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}

@@ -44,13 +44,13 @@ class MatchPlan:
     unmatched_reason: Dict[str, str] = field(default_factory=dict)
 
 
-def evaluate(rule: Rule, binding: Binding) -> MatchResult:
+def evaluate(rule: Rule, binding: Binding, graph: gs.Graph) -> MatchResult:
     """Check every constraint of ``rule`` on ``binding``; the first failure is the result."""
     for constraint in rule.constraints:
         node = binding.node(constraint.role)
         if node is None:
             continue  # an optional step that is not in this match
-        details = CHECKS[constraint.check](node, constraint.args)
+        details = CHECKS[constraint.check](node, constraint.args, graph)
         if details is not None:
             reason = constraint.reason.format_map(_Details(details))
             return MatchResult.fail(binding, reason, (node.name,))
@@ -59,7 +59,8 @@ def evaluate(rule: Rule, binding: Binding) -> MatchResult:
 
 def _chain_next(node: gs.Node, graph_outputs: set) -> Optional[gs.Node]:
     out = node.outputs[0]
-    if out.name in graph_outputs or any(t.outputs for t in node.outputs[1:]):
+    if out.name in graph_outputs or any(t.outputs or t.name in graph_outputs
+                                         for t in node.outputs[1:]):
         return None
     consumers = out.outputs
     return consumers[0] if len(consumers) == 1 else None
@@ -90,21 +91,23 @@ def match(graph: gs.Graph, rules: Sequence[Rule]) -> MatchPlan:
     graph_outputs = {t.name for t in graph.outputs}
     claimed: Dict[str, int] = {}
     composites: List[Composite] = []
-    near: Dict[str, Tuple[Tuple[int, int], MatchResult]] = {}
+    near: Dict[str, Tuple[tuple, MatchResult]] = {}
     for node in graph.nodes:
         if node.name in claimed:
             continue
         best: Optional[Tuple[Tuple[int, int], Binding]] = None
         for rank, rule in enumerate(ordered):
             for binding in bindings(rule, node, claimed, graph_outputs):
-                result = evaluate(rule, binding)
-                score = (len(binding.nodes), -rank)
+                result = evaluate(rule, binding, graph)
                 if result.ok:
                     key = (rule.priority, len(binding.nodes))
                     if best is None or key > best[0]:
                         best = (key, binding)
                     continue
                 for bound in binding.nodes:
+                    # The most telling miss for a node is a rule about that very node.
+                    score = (bound is binding.anchor, bound.name in result.failed_nodes,
+                             len(binding.nodes), -rank)
                     if bound.name not in near or score > near[bound.name][0]:
                         near[bound.name] = (score, result)
         if best is not None:

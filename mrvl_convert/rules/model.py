@@ -76,6 +76,12 @@ class Binding:
     def nodes(self) -> List[gs.Node]:
         return [node for _, node in self.roles]
 
+    @property
+    def anchor(self) -> gs.Node:
+        """The node of the first required step: what the rule is about."""
+        required = {s.role for s in self.rule.steps if not s.optional}
+        return next(node for role, node in self.roles if role in required)
+
 
 @dataclass(frozen=True)
 class MatchResult:
