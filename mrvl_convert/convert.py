@@ -70,7 +70,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
                "shapes": {k: list(v) for k, v in sorted(loaded.input_shapes.items())},
                "rules": _rule_sources(rules)}
     out_dir = Path(out_dir)
-    with StagingDir(out_dir) as staging:
+    with StagingDir(out_dir, loaded.label) as staging:
         files: Dict[str, Dict[str, str]] = {}
         for stage in plan.stages:
             if stage.kind == "mrvl":

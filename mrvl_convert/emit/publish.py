@@ -27,22 +27,26 @@ def dumps(document: Any, *, compact: bool = False) -> bytes:
 
 
 class StagingDir:
-    def __init__(self, out_dir: Path) -> None:
+    def __init__(self, out_dir: Path, label: Optional[str] = None) -> None:
         self.out_dir = Path(out_dir)
+        self.label = label  # the model, named in every OutputDirError
         self.files: List[str] = []
         self.path: Optional[Path] = None
 
     def __enter__(self) -> "StagingDir":
         parent = self.out_dir.parent
-        if self.out_dir.exists() and not self.out_dir.is_dir():
-            raise OutputDirError(f"{self.out_dir} exists and is not a directory")
-        _check_replaceable(self.out_dir)
+        blocker = next((p for p in [self.out_dir, *self.out_dir.parents]
+                        if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            raise OutputDirError(f"cannot write the output directory {self.out_dir}: {blocker} "
+                                 "is a file, not a directory", model=self.label)
+        _check_replaceable(self.out_dir, self.label)
         try:
             parent.mkdir(parents=True, exist_ok=True)
             self.path = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=parent))
         except OSError as exc:
             raise OutputDirError(f"cannot write the output directory {self.out_dir}: "
-                                 f"{exc.strerror or exc}") from None
+                                 f"{exc.strerror or exc}", model=self.label) from None
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -52,7 +56,8 @@ class StagingDir:
     def _target(self, name: str) -> Path:
         # File names come from our own sanitised model name; still, never leave the directory.
         if os.sep in name or (os.altsep and os.altsep in name) or name.startswith("."):
-            raise OutputDirError(f"refusing to write {name!r}: not a plain file name")
+            raise OutputDirError(f"refusing to write {name!r}: not a plain file name",
+                                 model=self.label)
         self.files.append(name)
         return self.path / name
 
@@ -65,7 +70,7 @@ class StagingDir:
             self._target(name).write_bytes(data)
         except OSError as exc:
             raise OutputDirError(f"cannot write {name} in {self.out_dir}: "
-                                 f"{exc.strerror or exc}") from None
+                                 f"{exc.strerror or exc}", model=self.label) from None
 
     def write_onnx(self, name: str, model: onnx.ModelProto, *, external: bool) -> None:
         if not external:
@@ -86,16 +91,17 @@ class StagingDir:
                 os.rename(self.out_dir, old / "previous")
             os.rename(self.path, self.out_dir)
         except OSError as exc:
-            raise OutputDirError(f"cannot publish {self.out_dir}: {exc.strerror or exc}") from None
+            raise OutputDirError(f"cannot publish {self.out_dir}: {exc.strerror or exc}",
+                                 model=self.label) from None
         finally:
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
 
 
-def _check_replaceable(out_dir: Path) -> None:
+def _check_replaceable(out_dir: Path, label: Optional[str] = None) -> None:
     if not out_dir.is_dir():
         return
     entries = list(out_dir.iterdir())
     if entries and not (out_dir / "manifest.json").is_file():
         raise OutputDirError(f"{out_dir} exists and is not an mrvl_convert artifact directory "
-                             "(no manifest.json); refusing to replace it")
+                             "(no manifest.json); refusing to replace it", model=label)

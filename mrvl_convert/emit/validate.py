@@ -4,6 +4,7 @@ from __future__ import annotations
 import functools
 import json
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -31,3 +32,25 @@ def validate(document: Any, kind: str, *, label: str) -> None:
         where = "/".join(str(p) for p in error.absolute_path) or "<top level>"
         raise ArtifactError(f"{label} does not match {kind}.schema.json at {where}: "
                             f"{error.message[:300]}")
+
+
+def kind_of(file_name: str) -> str:
+    """Which schema a file of the artifact directory follows, from its name."""
+    if file_name.endswith("-nodes.json"):
+        return "nodes"
+    if file_name.endswith("-consts.json"):
+        return "consts"
+    stem = file_name[:-len(".json")]
+    if stem in SCHEMAS:
+        return stem
+    raise ArtifactError(f"{file_name}: no schema for this file")
+
+
+def validate_tree(root: Path) -> int:
+    """Validate every JSON file below ``root``; return how many were checked."""
+    count = 0
+    for path in sorted(Path(root).rglob("*.json")):
+        validate(json.loads(path.read_text(encoding="utf-8")), kind_of(path.name), label=str(path))
+        count += 1
+    return count
+

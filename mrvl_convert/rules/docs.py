@@ -9,7 +9,7 @@ from .model import Rule
 def _chain(rule: Rule) -> str:
     parts = []
     for step in rule.steps:
-        ops = "|".join(step.ops)
+        ops = " or ".join(step.ops)
         parts.append(f"[{ops}]" if step.optional else ops)
     return " -> ".join(parts)
 
