@@ -17,10 +17,11 @@ import concurrent.futures as cf
 import json
 import multiprocessing
 import os
+import signal
 import tempfile
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -95,8 +96,21 @@ class BatchResult(List[Outcome]):
 
 # ---- the worker ------------------------------------------------------------------------------
 
+_interrupted = False  # set in a pool worker of ours by Ctrl-C: the jobs it still holds are skipped
+
+
+def _init_worker() -> None:
+    def on_sigint(signum, frame):
+        global _interrupted
+        _interrupted = True
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGINT, on_sigint)
+
+
 def convert_one(job: Job) -> Outcome:
     """Convert one model; every exception becomes a failed Outcome (top level: picklable)."""
+    if _interrupted:
+        return _skipped(job, "not converted: interrupted")
     start = time.perf_counter()
     ignored: Tuple[str, ...] = ()
     try:
@@ -108,6 +122,8 @@ def convert_one(job: Job) -> Outcome:
                          rules=list(job.rules) or None, name=job.name)
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         verified = _verify(job) if job.verify else None
+    except VerifyError as exc:  # converted, but the comparison failed: the artifacts stay
+        return replace(_failed(job, start, exc, ignored=ignored), counts=counts, verified=False)
     except MrvlConvertError as exc:
         return _failed(job, start, exc, ignored=ignored)
     except Exception as exc:  # a bug: report it with its traceback, never swallow it
@@ -133,14 +149,19 @@ class VerifyError(MrvlConvertError):
 
 
 def _verify(job: Job) -> bool:
-    from .runtime.compare import compare  # written by the runtime helpers; imported lazily
+    """Run the hybrid artifact against onnxruntime on the original model (``--verify``)."""
+    from .runtime.compare import compare  # imported lazily: onnxruntime sessions, simulator
     report = compare(job.model, job.out_dir)
-    passed = getattr(report, "ok", getattr(report, "passed", report))
-    if not passed:
-        detail = " ".join(str(report).split())[:300]
-        raise VerifyError(f"outputs differ from onnxruntime on the original model: {detail}",
-                          model=job.model)
-    return True
+    passed = getattr(report, "passed", report)
+    if passed:
+        return True
+    rows = getattr(report, "rows", [])
+    failing = [f"{r.tensor} (max_abs {r.max_abs}, cosine {r.cosine})" for r in rows
+               if not getattr(r, "passed", True)]
+    events = list(getattr(report, "range_events", []))
+    detail = "; ".join(failing + [f"fp16 range: {e}" for e in events]) or str(report)
+    raise VerifyError(f"outputs differ from onnxruntime on the original model: {detail[:400]}",
+                      model=job.model)
 
 
 def _shapes_for(model: str, shapes: Mapping[str, List[int]]
@@ -209,6 +230,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     ``jobs or os.cpu_count()`` workers (forkserver/spawn, safe with onnxruntime's threads) is used.
     ``fail_fast``: after the first failure, models not yet started are ``skipped``.
     ``progress(outcome)`` is called in this thread as each model finishes.
+    A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
+    guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """
     models = list(models)
     start = time.perf_counter()
@@ -220,8 +243,9 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     elif jobs == 1 or len(job_list) <= 1:
         outcomes = _run_inline(job_list, fail_fast, progress)
     else:
-        with cf.ProcessPoolExecutor(max_workers=min(jobs or os.cpu_count() or 1, len(job_list)),
-                                    mp_context=_mp_context()) as pool:
+        workers = min(jobs or os.cpu_count() or 1, len(job_list))
+        with cf.ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context(),
+                                    initializer=_init_worker) as pool:
             outcomes = _run_on(pool, job_list, fail_fast, progress)
     result = BatchResult(outcomes)
     write_summary(result, out_dir, seconds=time.perf_counter() - start,
@@ -250,6 +274,16 @@ def _run_inline(jobs: List[Job], fail_fast: bool, progress: Optional[ProgressFn]
 def _run_on(executor: cf.Executor, jobs: List[Job], fail_fast: bool,
             progress: Optional[ProgressFn]) -> List[Outcome]:
     futures = {executor.submit(convert_one, job): i for i, job in enumerate(jobs)}
+    try:
+        return _gather(futures, jobs, fail_fast, progress)
+    except BaseException:  # Ctrl-C: do not start the models still queued
+        for future in futures:
+            future.cancel()
+        raise
+
+
+def _gather(futures: Dict[cf.Future, int], jobs: List[Job], fail_fast: bool,
+            progress: Optional[ProgressFn]) -> List[Outcome]:
     outcomes: List[Optional[Outcome]] = [None] * len(jobs)
     stopping = False
     for future in cf.as_completed(futures):
@@ -278,9 +312,9 @@ def _collect(future: cf.Future, job: Job) -> Outcome:
             traceback.format_exception(type(exc), exc, exc.__traceback__)))
 
 
-def _skipped(job: Job) -> Outcome:
-    return Outcome(job.model, job.name, "skipped", job.out_dir,
-                   error="not converted: an earlier model failed (--fail-fast)")
+def _skipped(job: Job, why: str = "not converted: an earlier model failed (--fail-fast)"
+             ) -> Outcome:
+    return Outcome(job.model, job.name, "skipped", job.out_dir, error=why)
 
 
 def _report(progress: Optional[ProgressFn], outcome: Outcome) -> None:
@@ -310,9 +344,10 @@ def summary_document(result: Sequence[Outcome], *, seconds: float,
     """summary.json's content (validated against schemas/summary.schema.json)."""
     models = []
     for o in result:
+        written = bool(o.counts)  # ok, or converted but failed --verify
         entry: Dict[str, Any] = {"model": o.model, "name": o.name, "status": o.status,
-                                 "out_dir": o.name if o.ok else None}
-        entry.update({k: (o.counts.get(k) if o.ok else None) for k in COUNT_KEYS})
+                                 "out_dir": o.name if written else None}
+        entry.update({k: (o.counts.get(k) if written else None) for k in COUNT_KEYS})
         entry.update(seconds=round(o.seconds, 3), error=o.error, error_type=o.error_type,
                      internal_error=o.internal, verified=o.verified,
                      ignored_shapes=list(o.ignored_shapes))

@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Sequence, TextIO
 
 from .errors import MrvlConvertError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TABLE_COLUMNS = ("model", "status", "Mrvl nodes", "CPU nodes", "Mrvl subgraphs",
                  "CPU subgraphs", "seconds", "error")
 
@@ -148,7 +148,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except MrvlConvertError as exc:
         _error(str(exc))
         return EXIT_USAGE
-    return _convert(models, Path(args.output), shapes, args)
+    try:
+        return _convert(models, Path(args.output), shapes, args)
+    except KeyboardInterrupt:
+        _error("interrupted; models not finished were not written")
+        return EXIT_INTERRUPTED
 
 
 def _check_args(args: argparse.Namespace):
@@ -226,7 +230,7 @@ def format_table(result) -> str:
     """The summary table: one row per model, columns as in TABLE_COLUMNS."""
     rows = [list(TABLE_COLUMNS)]
     for o in result:
-        counts = [str(o.counts.get(k, "")) if o.ok else "-" for k in
+        counts = [str(o.counts.get(k, "")) if o.counts else "-" for k in
                   ("mrvl_nodes", "cpu_nodes", "mrvl_subgraphs", "cpu_subgraphs")]
         error = "" if o.ok else _short(o.error_type or o.status)
         rows.append([o.name, o.status, *counts, f"{o.seconds:.2f}", error])

@@ -132,9 +132,9 @@ class LayoutContext:
                                    tensor=tensor.name)
         if layout.perm == perm:
             return index, layout
-        target = TensorLayout(layout.shape, perm, layout.labels)
         if layout.bytes_like(perm) and any_shape:
-            return index, target
+            return index, layout  # same bytes: the consumer reads them as they lie
+        target = TensorLayout(layout.shape, perm, layout.labels)
         key = (index, perm)
         if key not in self._converted:
             # Upstream writes a layout_transform even where only size-1 axes move; so do we.

@@ -14,6 +14,7 @@ every canonical node is in exactly one stage, and every composite sent back to C
 """
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
@@ -97,19 +98,24 @@ def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:
                     if j != i:
                         preds[i].add(j)
     # Kahn's algorithm, ties broken by the position of the unit's first node: deterministic.
-    ranked = sorted(range(len(raw)), key=lambda i: min(order[n.name] for n in raw[i]))
+    first = [min(order[n.name] for n in nodes) for nodes in raw]
+    users: List[List[int]] = [[] for _ in raw]
+    waiting = [len(p) for p in preds]
+    for i, ps in enumerate(preds):
+        for p in ps:
+            users[p].append(i)
+    ready = [(first[i], i) for i in range(len(raw)) if not waiting[i]]
+    heapq.heapify(ready)
     done: List[int] = []
-    remaining = list(ranked)
-    placed: set = set()
-    while remaining:
-        for i in remaining:
-            if preds[i] <= placed:
-                done.append(i)
-                placed.add(i)
-                remaining.remove(i)
-                break
-        else:  # pragma: no cover - a chain match can never close a cycle on a DAG
-            raise MrvlConvertError("internal error: composites form a cycle")
+    while ready:
+        _, i = heapq.heappop(ready)
+        done.append(i)
+        for u in users[i]:
+            waiting[u] -= 1
+            if not waiting[u]:
+                heapq.heappush(ready, (first[u], u))
+    if len(done) != len(raw):  # pragma: no cover - a chain match can never close a cycle on a DAG
+        raise MrvlConvertError("internal error: composites form a cycle")
     new_index = {old: new for new, old in enumerate(done)}
     return [Unit(new_index[old], raw[old], comp_of[old], sorted(new_index[p] for p in preds[old]))
             for old in done]

@@ -170,17 +170,19 @@ def save_external(model: onnx.ModelProto, path: os.PathLike, *, location: Option
     return path
 
 
-def huge_model(total_bytes: int = (2 << 30) + (64 << 20), classes: int = 4) -> onnx.ModelProto:
-    """A CNN whose weights exceed 2 GiB (the protobuf limit): one huge FC after a tiny conv.
+def write_huge_model(path: os.PathLike, total_bytes: int = (2 << 30) + (64 << 20),
+                     classes: int = 4) -> Path:
+    """Write a CNN whose weights exceed 2 GiB (the protobuf limit) as ``path`` + ``path.data``.
 
-    Weights are zeros except a seeded block so the FC is not trivial; the bulk is cheap to make.
+    A tiny conv, then a chain of 8192x8192 FCs (256 MiB each, 0.5 * identity) and a small head.
+    The weights are streamed to the side file, so building it needs little memory.
     """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    location = f"{path.name}.data"
     channels, size = 8, 64
-    half = size // 2
-    features = channels * half * half                      # 8192
-    # Extra FCs keep each initializer under 2 GiB while the model is over it.
-    per_fc = features * features * 4                       # 256 MiB each
-    n_fc = max(1, -(-total_bytes // per_fc))
+    features = channels * (size // 2) ** 2                 # 8192
+    n_fc = max(1, -(-total_bytes // (features * features * 4)))
     rng = _rng(0)
     inits = [_init("w", rng.standard_normal((channels, 3, 3, 3)) * 0.2),
              _init("b", np.zeros(channels))]
@@ -190,38 +192,58 @@ def huge_model(total_bytes: int = (2 << 30) + (64 << 20), classes: int = 4) -> o
              helper.make_node("MaxPool", ["r"], ["m"], name="pool", kernel_shape=[2, 2],
                               strides=[2, 2]),
              helper.make_node("Flatten", ["m"], ["h0"], name="flatten", axis=1)]
-    for k in range(n_fc):
-        weight = np.zeros((features, features), np.float32)
-        weight[np.arange(features), np.arange(features)] = 0.5
-        inits.append(_init(f"fc{k}_w", weight))
-        inits.append(_init(f"fc{k}_b", np.zeros(features)))
-        nodes.append(helper.make_node("Gemm", [f"h{k}", f"fc{k}_w", f"fc{k}_b"], [f"h{k + 1}"],
-                                      name=f"fc{k}", transB=1))
+    with open(path.parent / location, "wb") as data:
+        for k in range(n_fc):
+            inits.append(_external(f"fc{k}_w", (features, features), data, location,
+                                   _scaled_identity_rows(features, 0.5)))
+            inits.append(_init(f"fc{k}_b", np.zeros(features)))
+            nodes.append(helper.make_node("Gemm", [f"h{k}", f"fc{k}_w", f"fc{k}_b"],
+                                          [f"h{k + 1}"], name=f"fc{k}", transB=1))
     inits.append(_init("head_w", rng.standard_normal((classes, features)) * 0.01))
     nodes.append(helper.make_node("Gemm", [f"h{n_fc}", "head_w"], ["y"], name="head", transB=1))
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, size, size])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, classes])
-    return make(nodes, [x], [y], inits, name="huge")
+    onnx.save_model(make(nodes, [x], [y], inits, name="huge"), str(path))
+    return path
+
+
+def _scaled_identity_rows(n: int, scale: float, chunk: int = 512):
+    for first in range(0, n, chunk):
+        block = np.zeros((min(chunk, n - first), n), np.float32)
+        block[np.arange(block.shape[0]), first + np.arange(block.shape[0])] = scale
+        yield block
+
+
+def _external(name: str, dims: Sequence[int], data, location: str, blocks) -> onnx.TensorProto:
+    """A float32 initializer whose bytes (yielded block by block) are appended to ``data``."""
+    offset = data.tell()
+    for block in blocks:
+        data.write(np.ascontiguousarray(block, dtype="<f4").tobytes())
+    tensor = onnx.TensorProto(name=name, data_type=TensorProto.FLOAT, dims=list(dims))
+    for key, value in (("location", location), ("offset", offset),
+                       ("length", data.tell() - offset)):
+        tensor.external_data.add(key=key, value=str(value))
+    tensor.data_location = TensorProto.EXTERNAL
+    return tensor
 
 
 # ---- odd names -------------------------------------------------------------------------------
 
-ODD_NAMES = ["../../escape", "/abs/path", "with space", "back\\slash", "ünïcødé_ñode", "日本語",
-             ".hidden", "..", "con:colon"]
+ODD_NODE_NAMES = ["../../escape", "/abs/path", "with space ü", "日本語", "back\\slash"]
+ODD_TENSOR_NAMES = {"c": "../c/../../t", "r": ".hidden", "m": "..", "f": "ünïcødé ñ:colon",
+                    "w": "weights/../../w", "b": "C:\\bias with space"}
 
 
 def odd_names() -> onnx.ModelProto:
     """small_cnn with node and tensor names holding separators, spaces and non-ASCII letters."""
     model = small_cnn()
-    renames = dict(zip(["c", "r", "m", "f"], ODD_NAMES))
-    renames.update({"w": "weights/../../w", "b": "bias with space ü"})
-    for node in model.graph.node:
+    renames = ODD_TENSOR_NAMES
+    for node, new in zip(model.graph.node, ODD_NODE_NAMES):
+        node.name = new
         node.input[:] = [renames.get(n, n) for n in node.input]
         node.output[:] = [renames.get(n, n) for n in node.output]
     for tensor in model.graph.initializer:
         tensor.name = renames.get(tensor.name, tensor.name)
-    for node, new in zip(model.graph.node, ODD_NAMES[4:] + ODD_NAMES[:4]):
-        node.name = new
     return model
 
 

@@ -36,3 +36,166 @@ def test_generated_models_are_valid(gm):
     again = from_spec(gm.spec)
     assert again.model.SerializeToString() == gm.model.SerializeToString()
     assert all(np.array_equal(gm.feeds[k], again.feeds[k]) for k in gm.feeds)
+
+
+# ============================================================================ Phase 2: properties
+import json
+import re
+import tempfile
+from pathlib import Path
+
+import jsonschema
+from hypothesis import event, note
+
+import mrvl_convert
+from mrvl_convert import MrvlConvertError
+from strategies import policies
+
+SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+_VALIDATORS = {}
+
+
+def _validator(kind: str) -> jsonschema.Draft202012Validator:
+    """Straight from the schema files: independent of the emitter's own validation."""
+    if kind not in _VALIDATORS:
+        schema = json.loads((SCHEMA_DIR / f"{kind}.schema.json").read_text())
+        jsonschema.Draft202012Validator.check_schema(schema)
+        _VALIDATORS[kind] = jsonschema.Draft202012Validator(schema)
+    return _VALIDATORS[kind]
+
+
+def _kind_of(name: str) -> str:
+    if name in ("manifest.json", "report.json"):
+        return name[:-5]
+    if name.endswith("-nodes.json"):
+        return "nodes"
+    if name.endswith("-consts.json"):
+        return "consts"
+    raise AssertionError(f"unexpected JSON file {name}")
+
+
+def _files(out: Path) -> dict:
+    return {p.relative_to(out).as_posix(): p.read_bytes() for p in sorted(out.rglob("*")) if p.is_file()}
+
+
+def tolerance(ref: np.ndarray) -> float:
+    """Absolute tolerance for one output of the hybrid run against fp32 onnxruntime.
+
+    fp16 keeps 11 significant bits: each rounding (inputs, weights, every Mrvl layer's output)
+    moves a value by <= 2**-11 ~ 4.9e-4 of itself, and the generated models have at most a few
+    tens of roundings in a row, with weights scaled so layer gains stay ~1. That is a few 1e-3
+    of the tensor's magnitude; 2e-2 * max(1, max|ref|) leaves several times that, while the bugs
+    this is meant to catch (wrong padding, layout, bias, pool divisor, axis) move values by O(1)
+    of the magnitude. max(1, .) keeps near-zero outputs from being judged relatively (their
+    error is set by the larger intermediate values they came from)."""
+    return 2e-2 * max(1.0, float(np.max(np.abs(ref), initial=0.0)))
+
+
+def check_schemas(out: Path, files: dict) -> None:
+    for name, data in files.items():
+        if not name.endswith(".json"):
+            continue
+        doc = json.loads(data)
+        errors = sorted(_validator(_kind_of(name)).iter_errors(doc), key=lambda e: e.json_path)
+        assert not errors, f"{name} at {errors[0].json_path}: {errors[0].message[:300]}"
+
+
+def check_placement_and_order(gm, out: Path, files: dict) -> None:
+    manifest = json.loads(files["manifest.json"])
+    report = json.loads(files["report.json"])
+    stages = manifest["stages"]
+    stage_names = [s["name"] for s in stages]
+    assert len(set(stage_names)) == len(stage_names), stage_names
+    # every original node is placed exactly once
+    original = [n.name for n in gm.model.graph.node]
+    placed = [e.get("name_in_model", e["name"]) for e in report["nodes"]]
+    assert sorted(placed) == sorted(original), (sorted(set(original) ^ set(placed)),
+                                               [p for p in placed if placed.count(p) > 1])
+    by_name = {e.get("name_in_model", e["name"]): e for e in report["nodes"]}
+    for name in original:
+        e = by_name[name]
+        if e["placement"] in ("mrvl", "cpu"):
+            assert e["stage"] in stage_names, (name, e["stage"], stage_names)
+            kind = stages[stage_names.index(e["stage"])]["kind"]
+            assert kind == e["placement"], (name, e)
+    # every file the manifest names exists; every file written is named (or is manifest/report)
+    named = {"manifest.json", "report.json"}
+    for s in stages:
+        for key in ("nodes_json", "consts_json", "onnx"):
+            if key in s:
+                assert s[key] in files, (s["name"], key, s[key])
+                named.add(s[key])
+    extra = [f for f in files if f not in named and not f.endswith(".data")]
+    assert not extra, f"files no stage names: {extra}"
+    # stage order is topological; model outputs are produced
+    avail = {i.name for i in gm.model.graph.input}
+    produced = set()
+    for s in stages:
+        for t in s["inputs"]:
+            assert t["tensor"] in avail, f"stage {s['name']} reads {t['tensor']} before it exists"
+        for t in s["outputs"]:
+            assert t["tensor"] not in produced and t["tensor"] not in avail - produced, \
+                f"{t['tensor']} produced twice"
+            produced.add(t["tensor"])
+            avail.add(t["tensor"])
+    for o in gm.model.graph.output:
+        assert o.name in avail, f"model output {o.name} is produced by no stage"
+    # the Mrvl layers speak about the nodes the report puts on their stage
+    for s in stages:
+        if s["kind"] != "mrvl":
+            continue
+        doc = json.loads(files[s["nodes_json"]])
+        sources = {n for node in doc["nodes"] if node["op"] != "input"
+                   for n in node["attrs"].get("source_nodes", [])}
+        on_stage = {e["name"] for e in report["nodes"]
+                    if e["placement"] == "mrvl" and e.get("stage") == s["name"]}
+        assert sources == on_stage, (s["name"], sorted(sources ^ on_stage))
+
+
+def check_numerics(gm, out: Path) -> None:
+    names, refs = ort_run(gm.model, gm.feeds)
+    sess = mrvl_convert.HybridSession(out)
+    assert [o.name for o in sess.get_outputs()] == names
+    got = sess.run(None, gm.feeds)
+    assert len(got) == len(refs)
+    for name, g, r in zip(names, got, refs):
+        g = np.asarray(g)
+        assert g.shape == r.shape, (name, g.shape, r.shape)
+        assert g.dtype == np.float32, (name, g.dtype)
+        err = float(np.max(np.abs(g.astype(np.float64) - r), initial=0.0))
+        tol = tolerance(r)
+        assert err <= tol, f"output {name}: max|hybrid - fp32| = {err:.4g} > {tol:.4g} " \
+                           f"(max|fp32| = {np.max(np.abs(r)):.4g})"
+
+
+def convert_checked(gm, out: Path, policy: str):
+    """Property 1: convert() succeeds or raises MrvlConvertError, never anything else."""
+    try:
+        return mrvl_convert.convert(gm.model, out, policy=policy)
+    except MrvlConvertError as exc:
+        event(f"refused: {type(exc).__name__}")
+        note(f"refused: {exc}")
+        assert not out.exists() or not any(out.iterdir()), "a failed conversion left files behind"
+        return None
+
+
+@given(gm=cnn_models(), policy=policies())
+def test_convert_properties(gm, policy):
+    note(gm.description)
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp) / "a" / "fuzz", Path(tmp) / "b" / "fuzz"
+        result = convert_checked(gm, a, policy)
+        if result is None:
+            return
+        files = _files(a)
+        report = json.loads(files["report.json"])
+        event(f"{policy}: mrvl subgraphs={report['summary']['mrvl_subgraphs']} "
+              f"cpu subgraphs={report['summary']['cpu_subgraphs']}")
+        check_schemas(a, files)                 # property 2
+        check_placement_and_order(gm, a, files)  # property 3
+        check_numerics(gm, a)                    # property 4
+        mrvl_convert.convert(gm.model, b, policy=policy)
+        again = _files(b)                        # property 5
+        assert sorted(again) == sorted(files)
+        diff = [f for f in files if files[f] != again[f]]
+        assert not diff, f"converting twice gave different bytes in {diff}"

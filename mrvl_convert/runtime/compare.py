@@ -1,0 +1,241 @@
+"""Compare a converted artifact (hybrid fp16 run) with the original model on fp32 onnxruntime.
+
+Every tensor that crosses a stage boundary is compared, not only the final outputs, so a
+disagreement is located at the first stage that introduces it.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from ..errors import ModelLoadError
+from .session import DTYPES, HybridSession, TensorSpec
+from .simulator import Fp16RangeWarning
+from .tolerances import Tolerance, Tolerances
+
+Feed = Dict[str, np.ndarray]
+
+
+@dataclass
+class Row:
+    """The comparison of one tensor over all samples."""
+
+    tensor: str
+    kind: str  # "boundary" | "output"
+    shape: List[int]
+    max_abs: Optional[float] = None
+    max_rel: Optional[float] = None
+    cosine: Optional[float] = None
+    top1: Optional[float] = None
+    tolerance: Optional[Dict[str, Any]] = None
+    passed: bool = True
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    rows: List[Row]
+    samples: int
+    range_events: List[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return not self.range_events and all(row.passed for row in self.rows)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"passed": self.passed, "samples": self.samples,
+                "range_events": list(self.range_events), "rows": [asdict(r) for r in self.rows]}
+
+    def format_table(self) -> str:
+        header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
+                  "tol rel/cos/top1", "ok")
+        lines = [header] + [_table_cells(row) for row in self.rows]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+        text.insert(1, "  ".join("-" * w for w in widths))
+        for event in self.range_events:
+            text.append(f"fp16 range: {event}")
+        verdict = "PASS" if self.passed else "FAIL"
+        text.append(f"{verdict}: {sum(r.passed for r in self.rows)}/{len(self.rows)} tensors "
+                    f"within tolerance over {self.samples} sample(s)")
+        return "\n".join(text)
+
+
+def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
+            artifact_dir: "str | os.PathLike[str]",
+            inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
+            tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
+            samples: int = 1) -> Comparison:
+    """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
+    boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
+    seeded random feeds of the manifest's shapes."""
+    tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
+    session = HybridSession(artifact_dir, on_range_error="warn")
+    feeds = _feeds(session, inputs, seed, samples)
+    outputs = {t.name for t in session.output_specs}
+    specs = _compared_tensors(session)
+    proto = _load(model)
+    present = _tensor_names(proto)
+    judged = [s for s in specs if s.name in present]
+    reference = _reference_session(proto, judged)
+    names = [s.name for s in judged]
+    got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
+    want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
+    events: List[str] = []
+    for feed in feeds:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Fp16RangeWarning)  # recorded below instead
+            _, env = session.run(None, feed, capture=True)
+        events += [e.describe() for e in session.last_range_events]
+        for name, value in zip(names, reference.run(names, feed)):
+            want[name].append(np.asarray(value))
+            got[name].append(env[name])
+    rows = []
+    for spec in specs:
+        kind = "output" if spec.name in outputs else "boundary"
+        if spec.name not in present:
+            rows.append(Row(spec.name, kind, list(spec.shape),
+                            note="not a tensor of the original model: not compared"))
+            continue
+        rows.append(_row(spec, kind, got[spec.name], want[spec.name],
+                         tols.for_tensor(spec.name)))
+    return Comparison(rows, len(feeds), list(dict.fromkeys(events)))
+
+
+def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int) -> List[Feed]:
+    """Seeded standard-normal floats (0/1 for integer and bool inputs), one dict per sample."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(samples):
+        feed = {}
+        for spec in inputs:
+            dtype = DTYPES[spec.dtype][0]
+            if np.issubdtype(dtype, np.floating):
+                feed[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+            else:
+                feed[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
+        feeds.append(feed)
+    return feeds
+
+
+# ----------------------------------------------------------------------------- helpers
+def _feeds(session: HybridSession, inputs: Any, seed: int, samples: int) -> List[Feed]:
+    if inputs is None:
+        return random_feeds(session.input_specs, seed, samples)
+    if isinstance(inputs, Mapping):
+        return [dict(inputs)]
+    return [dict(feed) for feed in inputs]
+
+
+def _compared_tensors(session: HybridSession) -> List[TensorSpec]:
+    """Stage outputs in run order, then model outputs no stage produces (passthroughs)."""
+    seen, specs = set(), []
+    for spec in session.boundary_tensors + session.output_specs:
+        if spec.name not in seen:
+            seen.add(spec.name)
+            specs.append(spec)
+    return specs
+
+
+def _load(model: Any) -> onnx.ModelProto:
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    try:
+        return onnx.load(str(model))
+    except Exception as exc:  # onnx raises protobuf/OS errors of several kinds
+        raise ModelLoadError(f"cannot load the original model: {exc}", model=str(model)) \
+            from None
+
+
+def _tensor_names(proto: onnx.ModelProto) -> set:
+    graph = proto.graph
+    names = {i.name for i in graph.input} | {i.name for i in graph.initializer}
+    for node in graph.node:
+        names.update(o for o in node.output if o)
+    return names
+
+
+def _reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec]) -> Any:
+    """fp32 onnxruntime on the original model with every compared tensor as a graph output
+    (declared by name and element type only: intermediate shapes need no value_info)."""
+    existing = {o.name for o in proto.graph.output}
+    for spec in specs:
+        if spec.name not in existing:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[spec.dtype][0]))
+            proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
+    try:
+        return ort.InferenceSession(proto.SerializeToString(),
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ModelLoadError(f"onnxruntime cannot run the original model: {exc}",
+                             model=proto.graph.name or None) from None
+
+
+def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarray],
+         tol: Tolerance) -> Row:
+    row = Row(spec.name, kind, list(spec.shape), tolerance=tol.to_dict())
+    if any(g.shape != w.shape for g, w in zip(got, want)):
+        row.passed, row.note = False, (f"shape mismatch: hybrid {list(got[0].shape)}, fp32 "
+                                       f"{list(want[0].shape)}")
+        return row
+    if not np.issubdtype(want[0].dtype, np.floating):
+        row.max_abs = float(max(np.abs(g.astype(np.int64) - w.astype(np.int64)).max(initial=0)
+                                for g, w in zip(got, want)))
+        row.passed, row.note = row.max_abs == 0, "non-float tensor: must match exactly"
+        return row
+    row.max_abs, row.max_rel, row.cosine = _errors(got, want)
+    row.top1 = _top1(got, want)
+    row.passed = bool(row.max_rel <= tol.max_rel and row.cosine >= tol.min_cosine
+                      and (row.top1 is None or row.top1 >= tol.min_top1))
+    if not all(np.isfinite(g).all() for g in got):
+        row.passed, row.note = False, "hybrid value holds inf/NaN (fp16 overflow)"
+    return row
+
+
+def _errors(got: List[np.ndarray], want: List[np.ndarray]) -> tuple:
+    """Worst case over samples of max abs error, max abs error / max|ref|, cosine."""
+    max_abs, max_rel, cosine = 0.0, 0.0, 1.0
+    for g, w in zip(got, want):
+        g64, w64 = g.astype(np.float64).ravel(), w.astype(np.float64).ravel()
+        err = float(np.abs(g64 - w64).max(initial=0.0))
+        scale = float(np.abs(w64).max(initial=0.0))
+        rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+        norms = float(np.linalg.norm(g64) * np.linalg.norm(w64))
+        if norms > 0:
+            cos = float(np.dot(g64, w64) / norms)
+        else:
+            cos = 1.0 if err == 0 else 0.0
+        if not np.isfinite(err):
+            rel, cos = float("inf"), float("nan")
+        max_abs, max_rel = max(max_abs, err), max(max_rel, rel)
+        cosine = min(cosine, cos) if np.isfinite(cos) else float("nan")
+    return max_abs, max_rel, cosine
+
+
+def _top1(got: List[np.ndarray], want: List[np.ndarray]) -> Optional[float]:
+    """Share of rows whose argmax agrees, for classifier-like [N, K>1] tensors."""
+    if want[0].ndim != 2 or want[0].shape[1] < 2:
+        return None
+    agree = sum(int((g.argmax(axis=1) == w.argmax(axis=1)).sum()) for g, w in zip(got, want))
+    return agree / sum(w.shape[0] for w in want)
+
+
+def _fmt(value: Optional[float], spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table_cells(row: Row) -> tuple:
+    tol = row.tolerance
+    tol_text = "-" if tol is None else f"{tol['max_rel']:g}/{tol['min_cosine']:g}/{tol['min_top1']:g}"
+    ok = ("ok" if row.passed else "FAIL") if row.tolerance or not row.passed else "skip"
+    return (row.tensor, row.kind, "x".join(map(str, row.shape)), _fmt(row.max_abs),
+            _fmt(row.max_rel), _fmt(row.cosine, ".6f"), _fmt(row.top1, ".4f"), tol_text,
+            ok + (f"  {row.note}" if row.note else ""))

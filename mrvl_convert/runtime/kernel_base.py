@@ -1,0 +1,71 @@
+"""Base class of the simulator's kernels, modelled on onnx's reference evaluator ``OpRun``.
+
+The constructor does everything that depends only on the artifact (attribute parsing, shape
+checks, constant decoding, weight re-layout and fp16 rounding) once, at compile time;
+``run(*inputs)`` only computes. Inputs and outputs of ``run`` are fp16-valued float32 arrays in
+the layer's physical layout (see ``fp16.py``); the simulator rounds every output to float16, in
+place, so a kernel that is not ``exact`` must return a fresh array (never a view of an input).
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping, Optional
+
+import numpy as np
+
+from ..errors import Fp16RangeError
+from .fp16 import const_to_fp16
+from .layerspec import LayerSpec
+
+
+class Kernel:
+    """One Marvell layer compiled to numpy."""
+
+    #: Number of activation inputs; None means one or more (Concat), "1 or 2" is handled by Sum2D.
+    num_inputs: ClassVar[Optional[int]] = 1
+    #: True when the output is a rearrangement of input values, so it is already on the fp16
+    #: grid and cannot overflow: the simulator skips rounding for these.
+    exact: ClassVar[bool] = False
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
+        self.spec = spec
+        self._check_arity()
+
+    def run(self, *inputs: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    @classmethod
+    def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
+        """Why this layer cannot run, judged from its attributes alone (None: it can)."""
+        return None
+
+    # ---------------------------------------------------------------- helpers
+    def _check_arity(self) -> None:
+        n = len(self.spec.input_shapes)
+        if self.num_inputs is None:
+            if n < 1:
+                raise self.spec.error("inputs", "expected at least one input")
+        elif n != self.num_inputs:
+            raise self.spec.error("inputs", f"expected {self.num_inputs} activation input(s), "
+                                            f"got {n}")
+
+    def _fp16_const(self, key: str, values: np.ndarray) -> np.ndarray:
+        return fp16_const(self.spec, key, values)
+
+
+def fp16_const(spec: LayerSpec, key: str, values: np.ndarray) -> np.ndarray:
+    """Round a weight to float16 once; a weight beyond float16's range is an fp16 error."""
+    rounded, in_range = const_to_fp16(values)
+    if not in_range:
+        raise Fp16RangeError(
+            f"{spec.file}: layer {spec.name}: constant {spec.string(key)!r} ({key}) has values "
+            f"outside the float16 range (|x| > 65504) or NaN", layer=spec.name,
+            source_nodes=spec.source_nodes)
+    return rounded
+
+
+def first_string(attrs: Mapping[str, Any], key: str, default: str = "") -> str:
+    """Lenient reader for capability checks (which must not raise)."""
+    value = attrs.get(key, default)
+    if isinstance(value, list):
+        value = value[0] if value else default
+    return str(value)

@@ -1,0 +1,247 @@
+"""HybridSession: run a converted artifact directory like an onnxruntime InferenceSession.
+
+Stages run in manifest order: Mrvl stages on the fp16 simulator (compiled once, here), CPU stages
+on ``onnxruntime.InferenceSession`` (created once, here). Tensors flow between stages by their
+ONNX names through one environment dict.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import ArtifactError, InputFeedError
+from .artifact import read_json, require, shape_of
+from .simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
+
+# manifest dtype -> (numpy dtype, onnxruntime type string)
+DTYPES: Dict[str, Tuple[Any, str]] = {
+    "float32": (np.float32, "tensor(float)"), "float16": (np.float16, "tensor(float16)"),
+    "float64": (np.float64, "tensor(double)"), "int64": (np.int64, "tensor(int64)"),
+    "int32": (np.int32, "tensor(int32)"), "int8": (np.int8, "tensor(int8)"),
+    "uint8": (np.uint8, "tensor(uint8)"), "bool": (np.bool_, "tensor(bool)"),
+}
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """Like onnxruntime.NodeArg: name, shape, type ('tensor(float)')."""
+
+    name: str
+    shape: List[int]
+    type: str
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: Tuple[int, ...]
+    dtype: str
+
+
+@dataclass
+class Stage:
+    kind: str
+    name: str
+    inputs: List[TensorSpec]
+    outputs: List[TensorSpec]
+    runner: Any  # CompiledSubgraph or onnxruntime.InferenceSession
+
+
+class HybridSession:
+    """Runs an artifact directory written by ``mrvl_convert.convert``."""
+
+    def __init__(self, artifact_dir: "str | os.PathLike[str]", *,
+                 on_range_error: str = "raise") -> None:
+        self.artifact_dir = str(artifact_dir)
+        self.manifest_path = os.path.join(self.artifact_dir, "manifest.json")
+        manifest = read_json(self.manifest_path, "manifest")
+        if not isinstance(manifest, dict):
+            raise ArtifactError(f"{self.manifest_path}: the manifest must be a JSON object")
+        self.manifest = manifest
+        model = require(manifest, "model", dict, self.manifest_path, "top level")
+        self.model_name = str(model.get("name", ""))
+        self._inputs = self._tensors(model, "inputs", "model")
+        self._outputs = self._tensors(model, "outputs", "model")
+        self.simulator = MrvlSimulator(on_range_error)
+        stages = require(manifest, "stages", list, self.manifest_path, "top level")
+        self.stages = [self._stage(k, s) for k, s in enumerate(stages)]
+        self._check_wiring()
+        self.last_range_events: List[RangeEvent] = []
+
+    # ----------------------------------------------------------- public API
+    def get_inputs(self) -> List[NodeArg]:
+        return [_node_arg(t) for t in self._inputs]
+
+    def get_outputs(self) -> List[NodeArg]:
+        return [_node_arg(t) for t in self._outputs]
+
+    @property
+    def input_specs(self) -> List[TensorSpec]:
+        return list(self._inputs)
+
+    @property
+    def output_specs(self) -> List[TensorSpec]:
+        return list(self._outputs)
+
+    @property
+    def boundary_tensors(self) -> List[TensorSpec]:
+        """Every tensor a stage produces, in run order (model outputs included)."""
+        return [t for stage in self.stages for t in stage.outputs]
+
+    def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any], *,
+            capture: bool = False) -> Any:
+        """Outputs in ``output_names`` order (None: all model outputs). With ``capture=True``
+        returns ``(outputs, tensors)``, ``tensors`` holding every model input and every
+        stage-boundary tensor by name (what the comparison needs)."""
+        names = [t.name for t in self._outputs] if output_names is None else list(output_names)
+        env: Dict[str, np.ndarray] = dict(self._check_feed(input_feed))
+        known = {t.name for t in self._inputs} | {t.name for t in self.boundary_tensors}
+        for name in names:
+            if name not in known:
+                raise InputFeedError(f"{self.manifest_path}: requested output is neither a model "
+                                     f"output nor a stage boundary tensor", tensor=name)
+        self.last_range_events = []
+        for stage in self.stages:
+            env.update(self._run_stage(stage, env))
+        outputs = [env[name] for name in names]
+        return (outputs, env) if capture else outputs
+
+    # --------------------------------------------------------- run helpers
+    def _run_stage(self, stage: Stage, env: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        feeds = [env[t.name] for t in stage.inputs]
+        if stage.kind == "mrvl":
+            runner: CompiledSubgraph = stage.runner
+            results = runner.run(feeds)
+            self.last_range_events.extend(runner.last_range_events)
+        else:
+            results = stage.runner.run([t.name for t in stage.outputs],
+                                       {t.name: v for t, v in zip(stage.inputs, feeds)})
+        return {t.name: np.asarray(v) for t, v in zip(stage.outputs, results)}
+
+    def _check_feed(self, feed: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+        if not isinstance(feed, Mapping):
+            raise InputFeedError(f"input_feed must be a dict of input name -> array, got "
+                                 f"{type(feed).__name__}")
+        expected = {t.name: t for t in self._inputs}
+        for name in feed:
+            if name not in expected:
+                raise InputFeedError(f"model {self.model_name!r} has no input of this name; its "
+                                     f"inputs are {sorted(expected)}", tensor=name)
+        checked = {}
+        for name, spec in expected.items():
+            if name not in feed:
+                raise InputFeedError(f"input missing from the feed; expected "
+                                     f"{DTYPES[spec.dtype][1]} of shape {list(spec.shape)}",
+                                     tensor=name)
+            checked[name] = _check_value(spec, feed[name])
+        return checked
+
+    # ------------------------------------------------------ manifest reading
+    def _tensors(self, doc: Dict[str, Any], key: str, where: str,
+                 name_key: str = "name") -> List[TensorSpec]:
+        entries = require(doc, key, list, self.manifest_path, where)
+        specs = []
+        for k, entry in enumerate(entries):
+            place = f"{where} {key}[{k}]"
+            if not isinstance(entry, dict):
+                raise ArtifactError(f"{self.manifest_path}: {place} must be an object")
+            name = require(entry, name_key, str, self.manifest_path, place)
+            shape = shape_of(entry.get("shape"), self.manifest_path, f"{place}.shape")
+            dtype = entry.get("dtype", "float32")
+            if dtype not in DTYPES:
+                raise ArtifactError(f"{self.manifest_path}: {place} ({name}): dtype {dtype!r} "
+                                    f"is not one of {sorted(DTYPES)}")
+            specs.append(TensorSpec(name, shape, dtype))
+        return specs
+
+    def _stage(self, k: int, doc: Any) -> Stage:
+        where = f"stages[{k}]"
+        if not isinstance(doc, dict):
+            raise ArtifactError(f"{self.manifest_path}: {where} must be an object")
+        kind = require(doc, "kind", str, self.manifest_path, where)
+        name = str(doc.get("name", where))
+        inputs = self._tensors(doc, "inputs", f"stage {name}", "tensor")
+        outputs = self._tensors(doc, "outputs", f"stage {name}", "tensor")
+        if kind == "mrvl":
+            runner = self._compile_mrvl(doc, name, inputs, outputs)
+        elif kind == "cpu":
+            runner = self._open_cpu(doc, name, inputs, outputs)
+        else:
+            raise ArtifactError(f"{self.manifest_path}: {where} ({name}): kind {kind!r} is "
+                                f"neither 'mrvl' nor 'cpu'")
+        return Stage(kind, name, inputs, outputs, runner)
+
+    def _file(self, doc: Dict[str, Any], key: str, stage: str) -> str:
+        rel = require(doc, key, str, self.manifest_path, f"stage {stage}")
+        path = os.path.join(self.artifact_dir, rel)
+        if not os.path.isfile(path):
+            raise ArtifactError(f"{self.manifest_path}: stage {stage}: field '{key}' names "
+                                f"{rel!r}, which is not in {self.artifact_dir}")
+        return path
+
+    def _compile_mrvl(self, doc: Dict[str, Any], name: str, inputs: List[TensorSpec],
+                      outputs: List[TensorSpec]) -> CompiledSubgraph:
+        compiled = self.simulator.compile(self._file(doc, "nodes_json", name),
+                                          self._file(doc, "consts_json", name))
+        stated = [(t.name, t.shape) for t in inputs]
+        actual = [(n.name, n.shape) for n in compiled.inputs]
+        if stated != actual:
+            raise ArtifactError(f"{self.manifest_path}: stage {name}: inputs {stated} do not "
+                                f"match the Nodes-JSON input nodes {actual} (arg_nodes order)")
+        stated_out = [t.shape for t in outputs]
+        if stated_out != [tuple(s) for s in compiled.output_shapes]:
+            raise ArtifactError(f"{self.manifest_path}: stage {name}: output shapes {stated_out} "
+                                f"do not match the Nodes-JSON heads {compiled.output_shapes}")
+        return compiled
+
+    def _open_cpu(self, doc: Dict[str, Any], name: str, inputs: List[TensorSpec],
+                  outputs: List[TensorSpec]) -> Any:
+        import onnxruntime as ort  # imported here so the simulator alone does not need it
+
+        path = self._file(doc, "onnx", name)
+        try:
+            session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+        except Exception as exc:  # onnxruntime raises its own untyped exceptions
+            raise ArtifactError(f"{path}: onnxruntime cannot load CPU stage {name}: {exc}") \
+                from None
+        graph_in = {i.name for i in session.get_inputs()}
+        graph_out = {o.name for o in session.get_outputs()}
+        if graph_in != {t.name for t in inputs} or not {t.name for t in outputs} <= graph_out:
+            raise ArtifactError(f"{path}: CPU stage {name}: graph inputs {sorted(graph_in)} / "
+                                f"outputs {sorted(graph_out)} do not match the manifest's "
+                                f"{[t.name for t in inputs]} / {[t.name for t in outputs]}")
+        return session
+
+    def _check_wiring(self) -> None:
+        available = {t.name for t in self._inputs}
+        for stage in self.stages:
+            for t in stage.inputs:
+                if t.name not in available:
+                    raise ArtifactError(f"{self.manifest_path}: stage {stage.name} reads tensor "
+                                        f"{t.name!r} before any stage produces it")
+            available |= {t.name for t in stage.outputs}
+        for t in self._outputs:
+            if t.name not in available:
+                raise ArtifactError(f"{self.manifest_path}: model output {t.name!r} is not "
+                                    f"produced by any stage")
+
+
+def _node_arg(spec: TensorSpec) -> NodeArg:
+    return NodeArg(spec.name, list(spec.shape), DTYPES[spec.dtype][1])
+
+
+def _check_value(spec: TensorSpec, value: Any) -> np.ndarray:
+    """Exact dtype and shape, as onnxruntime demands them."""
+    dtype, type_str = DTYPES[spec.dtype]
+    array = np.asarray(value)
+    if array.dtype != np.dtype(dtype):
+        raise InputFeedError(f"dtype {array.dtype} given, expected {type_str} "
+                             f"({np.dtype(dtype).name}) of shape {list(spec.shape)}",
+                             tensor=spec.name)
+    if tuple(array.shape) != spec.shape:
+        raise InputFeedError(f"shape {list(array.shape)} given, expected {list(spec.shape)}",
+                             tensor=spec.name)
+    return array

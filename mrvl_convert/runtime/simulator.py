@@ -1,0 +1,316 @@
+"""The fp16 Mrvl simulator: an execution-provider-like object for Nodes-JSON + Constants-JSON.
+
+``MrvlSimulator.get_capability`` says which layers it can run, ``compile`` reads exactly the two
+JSON files (nothing else: if they are not enough to run a layer, the artifact is incomplete) and
+builds one kernel per layer, ``CompiledSubgraph.run`` executes them in order with the fp16
+number model of ``fp16.py``.
+"""
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from ..errors import ArtifactError, Fp16RangeError, InputFeedError
+from .artifact import decode_consts, node_refs, read_json, require, shape_of
+from .fp16 import round_to_fp16
+from .kernel_base import Kernel
+from .kernels import KERNELS
+from .layerspec import LayerSpec, Shape
+
+RANGE_POLICIES = ("raise", "warn")
+Feed = Union[Mapping[str, Any], Sequence[Any]]
+
+
+class Fp16RangeWarning(UserWarning):
+    """Issued instead of Fp16RangeError when on_range_error='warn'."""
+
+
+@dataclass(frozen=True)
+class RangeEvent:
+    """A layer whose float16 output held inf or NaN."""
+
+    layer: str
+    layer_name: str
+    source_nodes: Tuple[str, ...]
+    n_inf: int
+    n_nan: int
+
+    def describe(self) -> str:
+        origin = ", ".join(self.source_nodes) or "(no ONNX source)"
+        return (f"Mrvl layer {self.layer} ({self.layer_name}, from ONNX nodes {origin}): "
+                f"float16 output has {self.n_inf} inf and {self.n_nan} NaN values "
+                f"(|x| > 65504 overflows float16); rescale the model or keep these nodes on CPU")
+
+
+@dataclass(frozen=True)
+class InputNode:
+    index: int
+    name: str
+    shape: Shape
+
+
+@dataclass(frozen=True)
+class _Step:
+    node: int
+    spec: LayerSpec
+    kernel: Kernel
+    inputs: Tuple[int, ...]
+    release: Tuple[int, ...]  # values no later step needs: freed to keep the working set small
+
+
+class CompiledSubgraph:
+    """A compiled Mrvl subgraph; ``run`` may be called any number of times."""
+
+    def __init__(self, symbol: str, file: str, inputs: List[InputNode], steps: List[_Step],
+                 heads: List[int], shapes: Dict[int, Shape], on_range_error: str) -> None:
+        self.symbol = symbol
+        self.file = file
+        self.inputs = inputs
+        self.steps = steps
+        self.heads = heads
+        self.output_shapes = [shapes[h] for h in heads]
+        self.on_range_error = on_range_error
+        self.last_range_events: List[RangeEvent] = []
+
+    @property
+    def input_names(self) -> List[str]:
+        return [node.name for node in self.inputs]
+
+    @property
+    def layers(self) -> List[LayerSpec]:
+        return [step.spec for step in self.steps]
+
+    def run(self, inputs: Feed, *, on_range_error: Optional[str] = None) -> List[np.ndarray]:
+        """Inputs by input-node name (dict) or in arg_nodes order (list); float32 outputs in
+        heads order."""
+        policy = _check_policy(on_range_error or self.on_range_error)
+        self.last_range_events = []
+        values = self._feed(inputs, policy)
+        for step in self.steps:
+            out = step.kernel.run(*(values[i] for i in step.inputs))
+            if not step.kernel.exact:
+                out, in_range = round_to_fp16(out, inplace=True)
+                if not in_range:
+                    self._range_error(step.spec, out, policy)
+            values[step.node] = out
+            for index in step.release:
+                del values[index]
+        # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.
+        return [np.array(values[h], dtype=np.float32, copy=True) for h in self.heads]
+
+    def _feed(self, inputs: Feed, policy: str) -> Dict[int, np.ndarray]:
+        if isinstance(inputs, Mapping):
+            unknown = sorted(set(inputs) - set(self.input_names))
+            if unknown:
+                raise InputFeedError(f"{self.file}: unknown input(s) {unknown}; this subgraph "
+                                     f"takes {self.input_names}", tensor=unknown[0])
+            missing = [n for n in self.inputs if n.name not in inputs]
+            if missing:
+                raise InputFeedError(f"{self.file}: input missing; expected float32 of shape "
+                                     f"{list(missing[0].shape)}", tensor=missing[0].name)
+            arrays = [inputs[node.name] for node in self.inputs]
+        else:
+            arrays = list(inputs)
+            if len(arrays) != len(self.inputs):
+                raise InputFeedError(f"{self.file}: got {len(arrays)} inputs, expected "
+                                     f"{len(self.inputs)} ({self.input_names})")
+        return {node.index: self._one_input(node, a, policy)
+                for node, a in zip(self.inputs, arrays)}
+
+    def _one_input(self, node: InputNode, value: Any, policy: str) -> np.ndarray:
+        array = np.asarray(value)
+        if array.dtype.kind not in "fiu":
+            raise InputFeedError(f"{self.file}: dtype {array.dtype} is not numeric; expected "
+                                 f"float32 of shape {list(node.shape)}", tensor=node.name)
+        if tuple(array.shape) != node.shape:
+            raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
+                                 f"{list(node.shape)}", tensor=node.name)
+        # inputs go in as float16; astype copies, so rounding in place never touches the caller's data
+        rounded, in_range = round_to_fp16(array.astype(np.float32), inplace=True)
+        if not in_range:
+            spec = LayerSpec(node.index, node.name, "input", {}, (), node.shape, (), self.file)
+            self._range_error(spec, rounded, policy)
+        return rounded
+
+    def _range_error(self, spec: LayerSpec, out: np.ndarray, policy: str) -> None:
+        event = RangeEvent(spec.name, spec.layer_name, spec.source_nodes,
+                           int(np.count_nonzero(np.isinf(out))),
+                           int(np.count_nonzero(np.isnan(out))))
+        self.last_range_events.append(event)
+        if policy == "raise":
+            raise Fp16RangeError(f"{self.file}: {event.describe()}", layer=spec.name,
+                                 source_nodes=spec.source_nodes)
+        warnings.warn(Fp16RangeWarning(f"{self.file}: {event.describe()}"), stacklevel=3)
+
+
+class MrvlSimulator:
+    """Execution-provider-like front end of the simulator."""
+
+    def __init__(self, on_range_error: str = "raise") -> None:
+        self.on_range_error = _check_policy(on_range_error)
+
+    def get_capability(self, nodes_json: Dict[str, Any]) -> List[Dict[str, Any]]:
+        """Per layer node: index, name, layer_name, supported and (if not) the reason."""
+        rows = []
+        for index, node in enumerate(nodes_json.get("nodes", [])):
+            if not isinstance(node, dict) or node.get("op") == "input":
+                continue
+            attrs = node.get("attrs") if isinstance(node.get("attrs"), dict) else {}
+            layer_name = _first(attrs.get("layer_name"))
+            kernel = KERNELS.get(layer_name)
+            if kernel is None:
+                reason = f"no simulator kernel for layer_name {layer_name!r}"
+            else:
+                reason = kernel.capability_issue(attrs)
+            rows.append({"index": index, "name": node.get("name"), "layer_name": layer_name,
+                         "supported": reason is None, "reason": reason})
+        return rows
+
+    def compile(self, nodes_json_path: "str | os.PathLike[str]",
+                consts_json_path: "str | os.PathLike[str]") -> CompiledSubgraph:
+        """Read exactly these two files, validate them and build the kernels."""
+        nodes_path, consts_path = str(nodes_json_path), str(consts_json_path)
+        doc = read_json(nodes_path, "Nodes-JSON")
+        consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON"))
+        return _GraphBuilder(nodes_path, doc, consts).build(self.on_range_error)
+
+
+class _GraphBuilder:
+    """Validates a Nodes-JSON document node by node and turns it into steps."""
+
+    def __init__(self, path: str, doc: Any, consts: Dict[str, np.ndarray]) -> None:
+        if not isinstance(doc, dict):
+            raise ArtifactError(f"{path}: a Nodes-JSON must be a JSON object")
+        self.path, self.doc, self.consts = path, doc, consts
+        self.shapes: Dict[int, Shape] = {}
+
+    def build(self, policy: str) -> CompiledSubgraph:
+        nodes = require(self.doc, "nodes", list, self.path, "top level")
+        arg_nodes = require(self.doc, "arg_nodes", list, self.path, "top level")
+        inputs, steps = [], []
+        for index, node in enumerate(nodes):
+            if not isinstance(node, dict):
+                raise ArtifactError(f"{self.path}: nodes[{index}] must be an object")
+            if node.get("op") == "input":
+                inputs.append(self._input(index, node))
+            else:
+                steps.append(self._layer(index, node))
+        if arg_nodes != [node.index for node in inputs]:
+            raise ArtifactError(f"{self.path}: field 'arg_nodes' is {arg_nodes}, but the input "
+                                f"nodes are {[node.index for node in inputs]}")
+        heads = node_refs(require(self.doc, "heads", list, self.path, "top level"), self.path,
+                          "field 'heads'", len(nodes))
+        self._check_summary(nodes, inputs, heads)
+        return CompiledSubgraph(str(self.doc.get("symbol", "")), self.path, inputs,
+                                _with_release(steps, heads), heads, self.shapes, policy)
+
+    def _input(self, index: int, node: Dict[str, Any]) -> InputNode:
+        where = f"input node #{index}"
+        name = require(node, "name", str, self.path, where)
+        attrs = require(node, "attrs", dict, self.path, where)
+        shape = self._shape_attr(attrs, f"{where} ({name})")
+        dtype = _first(attrs.get("dtype", ["float32"]))
+        if dtype != "float32":
+            raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.dtype' is "
+                                f"{dtype!r}; only float32 inputs are defined")
+        self.shapes[index] = shape
+        return InputNode(index, name, shape)
+
+    def _layer(self, index: int, node: Dict[str, Any]) -> _Step:
+        where = f"layer node #{index}"
+        if node.get("op") != "tvm_op":
+            raise ArtifactError(f"{self.path}: {where}: field 'op' is {node.get('op')!r}, "
+                                f"expected 'input' or 'tvm_op'")
+        name = require(node, "name", str, self.path, where)
+        attrs = require(node, "attrs", dict, self.path, f"{where} ({name})")
+        refs = node_refs(require(node, "inputs", list, self.path, f"{where} ({name})"),
+                         self.path, f"{where} ({name}), field 'inputs'", index)
+        layer_name = _first(attrs.get("layer_name"))
+        kernel_class = KERNELS.get(layer_name)
+        if kernel_class is None:
+            raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.layer_name' is "
+                                f"{layer_name!r}, which has no simulator kernel (known: "
+                                f"{sorted(KERNELS)})", node=name)
+        sources = attrs.get("source_nodes", [])
+        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
+            raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.source_nodes' "
+                                f"must be a list of strings", node=name)
+        spec = LayerSpec(index, name, layer_name, attrs,
+                         tuple(self.shapes[r] for r in refs),
+                         self._shape_attr(attrs, f"{where} ({name})"), tuple(sources), self.path)
+        self._check_layout_shapes(spec)
+        issue = kernel_class.capability_issue(attrs)
+        if issue:
+            raise spec.error("attrs", f"not supported by the simulator: {issue}")
+        kernel = kernel_class(spec, self.consts)
+        self.shapes[index] = spec.shape
+        return _Step(index, spec, kernel, tuple(refs), ())
+
+    def _shape_attr(self, attrs: Dict[str, Any], where: str) -> Shape:
+        value = attrs.get("shape")
+        if not (isinstance(value, list) and len(value) == 1):
+            raise ArtifactError(f"{self.path}: {where}: field 'attrs.shape' must be "
+                                f"[[d0, d1, ...]], got {value!r}")
+        return shape_of(value[0], self.path, f"{where}: attrs.shape")
+
+    @staticmethod
+    def _check_layout_shapes(spec: LayerSpec) -> None:
+        """data_layout_shape / out_layout_shape, when present, must agree with the graph."""
+        checks = (("data_layout_shape", spec.input_shapes[0] if spec.input_shapes else None),
+                  ("out_layout_shape", spec.shape))
+        for key, actual in checks:
+            if key in spec.attrs and actual is not None:
+                stated = spec.ints(key)
+                if stated != tuple(actual):
+                    raise spec.error(f"attrs.{key}", f"is {list(stated)} but the graph gives "
+                                                     f"{list(actual)}")
+
+    def _check_summary(self, nodes: list, inputs: List[InputNode], heads: List[int]) -> None:
+        """Top-level attrs.shape and the num_subgraph_* strings must agree with the nodes."""
+        listed = self.doc.get("attrs", {}).get("shape") if isinstance(
+            self.doc.get("attrs"), dict) else None
+        if listed is not None:
+            shapes = listed[1] if isinstance(listed, list) and len(listed) == 2 else None
+            if not isinstance(shapes, list) or len(shapes) != len(nodes):
+                raise ArtifactError(f"{self.path}: field 'attrs.shape' must be ['list_shape', "
+                                    f"[one shape per node ({len(nodes)})]]")
+            for index, shape in enumerate(shapes):
+                if tuple(shape) != self.shapes[index]:
+                    raise ArtifactError(f"{self.path}: field 'attrs.shape'[{index}] is {shape}, "
+                                        f"node {index} says {list(self.shapes[index])}")
+        for key, count in (("num_subgraph_inputs", len(inputs)),
+                           ("num_subgraph_outputs", len(heads))):
+            if key in self.doc and str(self.doc[key]) != str(count):
+                raise ArtifactError(f"{self.path}: field '{key}' is {self.doc[key]!r}, the graph "
+                                    f"has {count}")
+
+
+def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
+    """Attach to each step the values that die after it (never the subgraph outputs)."""
+    last_use: Dict[int, int] = {}
+    for position, step in enumerate(steps):
+        for ref in step.inputs:
+            last_use[ref] = position
+    keep = set(heads)
+    released: Dict[int, List[int]] = {}
+    for ref, position in last_use.items():
+        if ref not in keep:
+            released.setdefault(position, []).append(ref)
+    return [_Step(s.node, s.spec, s.kernel, s.inputs, tuple(sorted(released.get(p, []))))
+            for p, s in enumerate(steps)]
+
+
+def _first(value: Any) -> Any:
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value
+
+
+def _check_policy(policy: str) -> str:
+    if policy not in RANGE_POLICIES:
+        raise ValueError(f"on_range_error must be one of {RANGE_POLICIES}, got {policy!r}")
+    return policy

@@ -1,0 +1,117 @@
+"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz]``.
+
+Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
+comparison table. Exit status: 0 every tensor within tolerance, 1 some tensor is not, 2 usage
+error or a MrvlConvertError (one line on stderr, no traceback).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ..errors import InputFeedError, MrvlConvertError
+from .compare import compare
+from .session import DTYPES, HybridSession, TensorSpec
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mrvl-verify",
+        description="Compare a converted artifact directory (fp16 Mrvl simulator + onnxruntime) "
+                    "with the original ONNX model on fp32 onnxruntime.")
+    parser.add_argument("model", help="the original .onnx file")
+    parser.add_argument("artifact_dir", help="the directory mrvl-convert wrote")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="number of samples (random inputs: default 1; with --inputs: the "
+                             "first N of the file, default all)")
+    parser.add_argument("--inputs", help=".npz whose arrays are named after the model inputs, "
+                                         "each one sample or a stack of samples")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--json", dest="json_path", help="also write the comparison as JSON")
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if args.samples is not None and args.samples < 1:
+        print("mrvl-verify: error: --samples must be >= 1", file=sys.stderr)
+        return 2
+    try:
+        feeds = None
+        if args.inputs:
+            specs = HybridSession(args.artifact_dir).input_specs
+            feeds = load_npz_feeds(args.inputs, specs, args.samples)
+        result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
+                         samples=args.samples or 1)
+    except MrvlConvertError as exc:
+        print(f"mrvl-verify: error: {exc}", file=sys.stderr)
+        return 2
+    print(result.format_table())
+    if args.json_path:
+        with open(args.json_path, "w", encoding="utf-8") as handle:
+            json.dump(result.to_dict(), handle, indent=1)
+    return 0 if result.passed else 1
+
+
+def load_npz_feeds(path: str, specs: Sequence[TensorSpec],
+                   limit: Optional[int] = None) -> List[Dict[str, np.ndarray]]:
+    """Split the arrays of an .npz into per-sample feeds.
+
+    An array named after an input is one sample if it has the input's shape, or a stack of
+    samples if its trailing dimensions are the input's shape or (batch-1 inputs) the input's
+    shape without the batch dimension. A model with one input may take its array from a file
+    with any key, as long as exactly one array fits (e.g. ``images`` next to ``labels``).
+    """
+    try:
+        with np.load(path) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError) as exc:
+        raise InputFeedError(f"{path}: cannot read as .npz ({exc})") from None
+    stacks = {}
+    for spec in specs:
+        if spec.name in arrays:
+            stacks[spec.name] = _as_stack(arrays[spec.name], spec, path)
+        elif len(specs) == 1:
+            fits = [k for k, a in arrays.items() if _fits(a, spec)]
+            if len(fits) != 1:
+                raise InputFeedError(f"{path}: no array named {spec.name!r} and {len(fits)} "
+                                     f"arrays fit shape {list(spec.shape)}", tensor=spec.name)
+            stacks[spec.name] = _as_stack(arrays[fits[0]], spec, path)
+        else:
+            raise InputFeedError(f"{path}: no array named after this input", tensor=spec.name)
+    counts = {len(s) for s in stacks.values()}
+    if len(counts) != 1:
+        raise InputFeedError(f"{path}: the inputs hold different numbers of samples {counts}")
+    count = min(counts.pop(), limit or 1 << 62)
+    return [{name: stack[k] for name, stack in stacks.items()} for k in range(count)]
+
+
+def _fits(array: np.ndarray, spec: TensorSpec) -> bool:
+    shape = tuple(array.shape)
+    return (shape == spec.shape or shape[1:] == spec.shape
+            or (spec.shape[:1] == (1,) and shape[1:] == spec.shape[1:]))
+
+
+def _as_stack(array: np.ndarray, spec: TensorSpec, path: str) -> List[np.ndarray]:
+    dtype = DTYPES[spec.dtype][0]
+    shape = tuple(array.shape)
+    if shape == spec.shape:
+        return [array.astype(dtype)]
+    if shape[1:] == spec.shape:
+        return [a.astype(dtype) for a in array]
+    if spec.shape[:1] == (1,) and shape[1:] == spec.shape[1:]:
+        return [array[k:k + 1].astype(dtype) for k in range(shape[0])]
+    raise InputFeedError(f"{path}: array of shape {list(shape)} does not fit input shape "
+                         f"{list(spec.shape)}", tensor=spec.name)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""fp32 onnxruntime references for single ONNX nodes (NCHW), for the simulator's kernel tests."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+#: float16 unit roundoff: one rounding moves a value by at most U * |value|.
+U = 2.0 ** -11
+
+
+def single_node_model(op: str, inputs: Dict[str, np.ndarray], output_rank: int,
+                      initializers: Optional[Dict[str, np.ndarray]] = None,
+                      opset: int = 17, **attrs) -> onnx.ModelProto:
+    """A model with one node; ``inputs`` are graph inputs, ``initializers`` constants."""
+    initializers = initializers or {}
+    graph_inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, list(a.shape))
+                    for n, a in inputs.items()]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [None] * output_rank)
+    node = helper.make_node(op, list(inputs) + list(initializers), ["y"], **attrs)
+    graph = helper.make_graph([node], "single", graph_inputs, [out],
+                              [numpy_helper.from_array(a.astype(np.float32), n)
+                               for n, a in initializers.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=8)
+
+
+def run_model(model: onnx.ModelProto, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return session.run(None, feed)
+
+
+def run_node(op: str, inputs: Dict[str, np.ndarray], output_rank: int,
+             initializers: Optional[Dict[str, np.ndarray]] = None, opset: int = 17,
+             **attrs) -> np.ndarray:
+    model = single_node_model(op, inputs, output_rank, initializers, opset, **attrs)
+    return run_model(model, {n: a.astype(np.float32) for n, a in inputs.items()})[0]
+
+
+def fp16_bound(magnitude: np.ndarray, roundings: int = 3) -> np.ndarray:
+    """Per-element error bound of the fp16 model for a linear op: every operand is rounded once
+    (inputs, weights) and the output once, each moving a term by <= U of its size, so the error
+    is at most ``roundings * U`` times the same op applied to the absolute values
+    (``magnitude``). The extra 0.05 U (relative) and 1e-6 * max cover U**2 terms and float32
+    accumulation-order differences between numpy/BLAS and onnxruntime."""
+    magnitude = np.abs(np.asarray(magnitude, dtype=np.float64))
+    return (roundings + 0.05) * U * magnitude + 1e-6 * float(magnitude.max(initial=0.0)) + 1e-30
+
+
+def assert_close_fp16(got: np.ndarray, want: np.ndarray, magnitude: np.ndarray,
+                      roundings: int = 3) -> None:
+    assert got.shape == want.shape, (got.shape, want.shape)
+    bound = fp16_bound(magnitude, roundings)
+    err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+    worst = np.unravel_index(np.argmax(err - bound), err.shape) if err.size else ()
+    assert np.all(err <= bound), (
+        f"fp16 error beyond bound at {worst}: got {got[worst]}, want {want[worst]}, "
+        f"err {err[worst]:.3g} > bound {bound[worst]:.3g}")
+
+
+def fp16_round(x: np.ndarray) -> np.ndarray:
+    return np.asarray(x, np.float32).astype(np.float16).astype(np.float32)
+
+
+def shapes_str(*shapes: Sequence[int]) -> str:
+    return " ".join("x".join(map(str, s)) for s in shapes)

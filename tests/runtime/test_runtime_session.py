@@ -1,0 +1,154 @@
+"""HybridSession, compare() and mrvl-verify on a hand-made Mrvl -> CPU -> Mrvl artifact."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import handmade
+from mrvl_convert.errors import ArtifactError, InputFeedError
+from mrvl_convert.runtime import HybridSession, Tolerance, Tolerances
+from mrvl_convert.runtime.compare import compare
+from mrvl_convert.runtime.verify_cli import main as verify_main
+from onnxref import run_model
+
+
+@pytest.fixture()
+def artifact(tmp_path):
+    return handmade.make(str(tmp_path / "art"))
+
+
+def feed(seed=0):
+    return {"x": np.random.default_rng(seed).standard_normal(handmade.X_SHAPE)
+            .astype(np.float32)}
+
+
+def test_session_matches_fp32_onnxruntime(artifact):
+    model, directory = artifact
+    session = HybridSession(directory)
+    assert [(a.name, a.shape, a.type) for a in session.get_inputs()] == \
+        [("x", [1, 3, 8, 8], "tensor(float)")]
+    assert [(a.name, a.shape, a.type) for a in session.get_outputs()] == \
+        [("y", [1, 2, 8, 8], "tensor(float)")]
+    x = feed()
+    [got] = session.run(None, x)
+    [want] = run_model(model, x)
+    assert got.dtype == np.float32 and got.shape == want.shape
+    assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
+
+
+def test_capture_returns_every_boundary_tensor(artifact):
+    _, directory = artifact
+    session = HybridSession(directory)
+    (y,), tensors = session.run(["y"], feed(), capture=True)
+    assert {"x", "c", "s", "y"} <= set(tensors)
+    np.testing.assert_array_equal(tensors["y"], y)
+    np.testing.assert_allclose(tensors["s"], 1 / (1 + np.exp(-tensors["c"])), rtol=1e-6)
+    [c] = session.run(["c"], feed())  # boundary tensors can be asked for by name too
+    np.testing.assert_array_equal(c, tensors["c"])
+
+
+@pytest.mark.parametrize("bad,pattern", [
+    ({"input": np.zeros(handmade.X_SHAPE, np.float32)}, r"tensor 'input'.*no input.*\['x'\]"),
+    ({}, r"tensor 'x'.*missing.*tensor\(float\) of shape \[1, 3, 8, 8\]"),
+    ({"x": np.zeros((1, 8, 8, 3), np.float32)}, r"tensor 'x'.*shape \[1, 8, 8, 3\].*expected "
+                                                r"\[1, 3, 8, 8\]"),
+    ({"x": np.zeros(handmade.X_SHAPE, np.float64)}, r"tensor 'x'.*float64.*tensor\(float\)"),
+])
+def test_bad_feeds_name_the_input(artifact, bad, pattern):
+    session = HybridSession(artifact[1])
+    with pytest.raises(InputFeedError, match=pattern):
+        session.run(None, bad)
+
+
+def test_unknown_output_name(artifact):
+    with pytest.raises(InputFeedError, match="tensor 'nope'"):
+        HybridSession(artifact[1]).run(["nope"], feed())
+
+
+def _edit_manifest(directory, edit):
+    path = os.path.join(directory, "manifest.json")
+    with open(path) as f:
+        manifest = json.load(f)
+    edit(manifest)
+    with open(path, "w") as f:
+        json.dump(manifest, f)
+
+
+@pytest.mark.parametrize("edit,pattern", [
+    (lambda m: m["stages"].pop(0), r"reads tensor 'c' before any stage produces it"),
+    (lambda m: m["stages"][1].update(onnx="missing.onnx"), r"'missing.onnx'"),
+    (lambda m: m["stages"][0]["inputs"][0].update(shape=[1, 3, 9, 9]), r"do not match"),
+    (lambda m: m["stages"][2].update(kind="gpu"), r"kind 'gpu'"),
+    (lambda m: m["model"]["outputs"][0].update(name="z"), r"model output 'z'"),
+])
+def test_inconsistent_manifest(artifact, edit, pattern):
+    _edit_manifest(artifact[1], edit)
+    with pytest.raises(ArtifactError, match=pattern):
+        HybridSession(artifact[1])
+
+
+def test_missing_manifest(tmp_path):
+    with pytest.raises(ArtifactError, match="manifest.json: manifest not found"):
+        HybridSession(str(tmp_path))
+
+
+def test_compare_reports_every_boundary_and_passes(artifact):
+    model, directory = artifact
+    result = compare(model, directory, samples=3, seed=1)
+    assert result.passed and result.samples == 3
+    assert [(r.tensor, r.kind) for r in result.rows] == \
+        [("c", "boundary"), ("s", "boundary"), ("y", "output")]
+    for row in result.rows:
+        assert 0 < row.max_rel < 1e-2 and row.cosine > 0.9999 and row.top1 is None
+    table = result.format_table()
+    assert "PASS" in table and "max_rel" in table
+    json.dumps(result.to_dict())
+
+
+def test_compare_fails_on_a_wrong_artifact(tmp_path):
+    model = handmade.original_model(handmade.weights(0))
+    directory = handmade.write_artifact(str(tmp_path / "other"), handmade.weights(1))
+    result = compare(model, directory)
+    assert not result.passed
+    assert not result.rows[0].passed  # the first boundary already disagrees: located early
+    assert "FAIL" in result.format_table()
+
+
+def test_compare_takes_explicit_inputs_and_tolerances(artifact):
+    model, directory = artifact
+    strict = Tolerances(overrides={"y": Tolerance(max_rel=1e-9, reason="test: demand exact")})
+    result = compare(model, directory, [feed(1), feed(2)], tolerances=strict)
+    assert result.samples == 2
+    assert [r.passed for r in result.rows] == [True, True, False]
+    with pytest.raises(ValueError, match="reason"):
+        Tolerances(overrides={"y": Tolerance(max_rel=1.0)})
+    loose = compare(model, directory, feed(1), tolerances={"overrides": {
+        "y": {"max_rel": 0.5, "reason": "test: dict form"}}})
+    assert loose.passed and loose.rows[2].tolerance["reason"] == "test: dict form"
+
+
+def test_verify_cli_exit_codes(artifact, tmp_path, capsys):
+    model, directory = artifact
+    model_path = str(tmp_path / "handmade.onnx")
+    import onnx
+    onnx.save(model, model_path)
+    assert verify_main([model_path, directory, "--samples", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS" in out and "y" in out
+    npz = str(tmp_path / "in.npz")
+    np.savez(npz, images=np.random.default_rng(0).standard_normal((4, 3, 8, 8))
+             .astype(np.float32), labels=np.arange(4))
+    json_path = str(tmp_path / "cmp.json")
+    assert verify_main([model_path, directory, "--inputs", npz, "--json", json_path]) == 0
+    with open(json_path) as f:
+        assert json.load(f)["samples"] == 4
+    other = handmade.write_artifact(str(tmp_path / "other"), handmade.weights(1))
+    assert verify_main([model_path, other]) == 1
+    capsys.readouterr()
+    assert verify_main([model_path, str(tmp_path / "nowhere")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "manifest not found" in err and "Traceback" not in err
+    assert verify_main(["only-one-arg"]) == 2

@@ -1,0 +1,193 @@
+"""The mrvl-convert command: exit codes, one line per error, --list-rules, summary.json."""
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+import badmodels as bm
+from mrvl_convert.batch import Outcome
+from mrvl_convert.cli import _Progress, find_models, format_table, main, parse_shapes, UsageError
+from mrvl_convert.emit.validate import validate, validate_tree
+
+CLI = str(Path(sys.executable).with_name("mrvl-convert"))
+VERIFY = str(Path(sys.executable).with_name("mrvl-verify"))
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([CLI, *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture()
+def good(tmp_path: Path) -> Path:
+    return bm.save(bm.small_cnn(), tmp_path / "models" / "cnn.onnx")
+
+
+def test_exit_0_and_summary_validates(good: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run(str(good), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    validate(summary, "summary", label="summary.json")
+    assert summary["totals"] == {"models": 1, "ok": 1, "failed": 0, "skipped": 0}
+    entry = summary["models"][0]
+    assert (entry["name"], entry["status"], entry["mrvl_nodes"], entry["cpu_nodes"]) == \
+           ("cnn", "ok", 5, 0)
+    assert validate_tree(out) >= 4   # every JSON file below OUT, summary.json included
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("ok ") and "cnn" in lines[0]          # not a tty: plain lines
+    header = next(line for line in lines if line.startswith("model "))
+    for column in ("status", "Mrvl nodes", "CPU nodes", "Mrvl subgraphs", "CPU subgraphs",
+                   "seconds", "error"):
+        assert column in header
+
+
+def test_exit_1_one_line_per_error_no_traceback(good: Path, tmp_path: Path) -> None:
+    bad = bm.bad_model_files(tmp_path / "bad")
+    done = run(str(good), *map(str, bad), "-o", str(tmp_path / "out"), "-q")
+    assert done.returncode == 1
+    assert done.stdout == ""                                           # --quiet
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == len(bad) and "Traceback" not in done.stderr
+    for path, line in zip(bad, lines):
+        assert str(path) in line
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["{empty}", "-o", "{out}"], "no ONNX model found"),
+    (["{tmp}/absent.onnx", "-o", "{out}"], "no such file"),
+    (["{tmp}/nothing*.onnx", "-o", "{out}"], "no ONNX model found"),
+    (["{good}"], "-o OUT is required"),
+    (["-o", "{out}"], "no MODEL given"),
+    (["{good}", "-o", "{out}", "--input-shape", "x:1,a,3"], "x:1,a,3"),
+    (["{good}", "-o", "{out}", "--input-shape", "x1,3"], "NAME:D0,D1"),
+    (["{good}", "-o", "{out}", "--policy", "many"], "invalid choice"),
+    (["{good}", "-o", "{out}", "--jobs", "0"], "at least 1"),
+    (["{good}", "-o", "{out}", "--rules", "{tmp}/missing.yaml"], "missing.yaml"),
+    (["{good}", "-o", "{out}", "--frobnicate"], "unrecognized arguments"),
+])
+def test_exit_2_usage_errors(good: Path, tmp_path: Path, capsys, args: List[str],
+                             needle: str) -> None:
+    (tmp_path / "empty").mkdir()
+    values = {"good": str(good), "out": str(tmp_path / "out"), "tmp": str(tmp_path),
+              "empty": str(tmp_path / "empty")}
+    assert main([a.format(**values) for a in args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0] and "usage error" in err[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_exit_2_through_subprocess(tmp_path: Path) -> None:
+    done = run(str(tmp_path / "nothing_here"), "-o", str(tmp_path / "out"))
+    assert done.returncode == 2
+    assert len(done.stderr.strip().splitlines()) == 1 and "Traceback" not in done.stderr
+
+
+def test_list_rules(tmp_path: Path) -> None:
+    done = run("--list-rules")
+    assert done.returncode == 0 and done.stderr == ""
+    assert "mrvl.conv2d_nhwc2nhwc  ->  Conv2D" in done.stdout
+    assert "mrvl.fc_ni2no" in done.stdout and "pattern:" in done.stdout
+
+
+def test_list_rules_with_a_user_file(tmp_path: Path, capsys) -> None:
+    rules = tmp_path / "mine.yaml"
+    rules.write_text("format_version: 1\ncomposites:\n"
+                     "  - name: my.fc\n    layer: FC\n    summary: my own FC\n"
+                     "    pattern:\n      - {role: fc, op: [Gemm]}\n")
+    assert main(["--list-rules", "--rules", str(rules)]) == 0
+    out = capsys.readouterr().out
+    assert f"my.fc  ->  FC   ({rules}" in out and "mrvl.fc_ni2no" in out
+
+
+def test_list_rules_with_a_bad_file(tmp_path: Path, capsys) -> None:
+    rules = tmp_path / "bad.yaml"
+    rules.write_text("composites: [unclosed")
+    assert main(["--list-rules", "--rules", str(rules)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and str(rules) in err[0]
+
+
+def test_user_rule_file_is_used_and_recorded(good: Path, tmp_path: Path, capsys) -> None:
+    rules = tmp_path / "mine.yaml"
+    rules.write_text("format_version: 1\ncomposites:\n"
+                     "  - name: mrvl.fc_ni2no\n    layer: FC\n"
+                     "    pattern:\n      - {role: fc, op: [MatMul]}\n")   # Gemm no longer taken
+    out = tmp_path / "out"
+    assert main([str(good), "-o", str(out), "--rules", str(rules), "-q"]) == 0
+    report = json.loads((out / "cnn" / "report.json").read_text())
+    fc = next(n for n in report["nodes"] if n["name"] == "fc")
+    assert fc["placement"] == "cpu"
+    assert json.loads((out / "summary.json").read_text())["options"]["rules"] == [str(rules)]
+
+
+def test_directories_and_quoted_globs(tmp_path: Path) -> None:
+    for name in ("b", "a", "sub/c"):
+        bm.save(bm.small_cnn(), tmp_path / "m" / f"{name}.onnx")
+    (tmp_path / "m" / "notes.txt").write_text("not a model")
+    assert [p.name for p in find_models([str(tmp_path / "m")])] == ["a.onnx", "b.onnx", "c.onnx"]
+    assert [p.name for p in find_models([str(tmp_path / "m" / "*.onnx")])] == ["a.onnx", "b.onnx"]
+    assert [p.name for p in find_models([str(tmp_path / "m" / "**" / "*.onnx")])] == \
+           ["a.onnx", "b.onnx", "c.onnx"]
+    both = find_models([str(tmp_path / "m" / "a.onnx"), str(tmp_path / "m")])
+    assert [p.name for p in both] == ["a.onnx", "b.onnx", "c.onnx"]       # no duplicates
+
+
+def test_rerun_into_same_output_skips_artifacts(tmp_path: Path) -> None:
+    """An earlier run's CPU-stage .onnx files inside OUT are never taken as models."""
+    bm.save(bm.small_cnn(), tmp_path / "m" / "a.onnx")
+    (tmp_path / "m" / "out" / "a").mkdir(parents=True)
+    bm.save(bm.small_cnn(), tmp_path / "m" / "out" / "a" / "a_cpu_0.onnx")
+    found = find_models([str(tmp_path / "m")], exclude=tmp_path / "m" / "out")
+    assert [p.name for p in found] == ["a.onnx"]
+
+
+def test_parse_shapes() -> None:
+    assert parse_shapes(["x:1,3,8,8", "in:put:2,4"]) == {"x": [1, 3, 8, 8], "in:put": [2, 4]}
+    for bad in ("x", "x:", ":1", "x:1,a", "x:1.5", "x:0,3"):
+        with pytest.raises(UsageError):
+            parse_shapes([bad])
+    with pytest.raises(UsageError, match="two different shapes"):
+        parse_shapes(["x:1,2", "x:1,3"])
+
+
+def test_progress_bar_on_a_terminal() -> None:
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    stream = Tty()
+    with _Progress(2, quiet=False, stream=stream) as progress:
+        assert progress.bar is not None
+        progress.update(Outcome("a.onnx", "a", "ok", "out/a", seconds=0.1))
+        progress.update(Outcome("b.onnx", "b", "failed", "out/b", error="x"))
+    assert "2/2" in stream.getvalue()
+
+
+def test_table_lists_failures() -> None:
+    rows = [Outcome("a.onnx", "a", "ok", "out/a", {"mrvl_nodes": 4, "cpu_nodes": 1,
+                                                   "mrvl_subgraphs": 1, "cpu_subgraphs": 1}, 1.5),
+            Outcome("b.onnx", "b", "failed", "out/b", error="bad", error_type="ShapeError")]
+    lines = format_table(rows).splitlines()
+    assert lines[2].split() == ["a", "ok", "4", "1", "1", "1", "1.50"]
+    assert lines[3].split() == ["b", "failed", "-", "-", "-", "-", "0.00", "ShapeError"]
+
+
+def test_input_shape_not_matching_any_model_warns(tmp_path: Path, capsys) -> None:
+    paths = [bm.save(bm.small_cnn(s), tmp_path / f"m{s}.onnx") for s in (1, 2)]
+    out = tmp_path / "out"
+    assert main([*map(str, paths), "-o", str(out), "--input-shape", "typo:1,3,8,8", "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "warning" in err and "typo" in err
+
+
+def test_mrvl_verify_entry_point(tmp_path: Path) -> None:
+    pytest.importorskip("mrvl_convert.runtime.verify_cli",
+                        reason="mrvl_convert.runtime.verify_cli is not written yet (runtime helper)")
+    done = subprocess.run([VERIFY, "--help"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "Traceback" not in done.stderr
