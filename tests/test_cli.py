@@ -186,8 +186,15 @@ def test_input_shape_not_matching_any_model_warns(tmp_path: Path, capsys) -> Non
     assert "warning" in err and "typo" in err
 
 
-def test_mrvl_verify_entry_point(tmp_path: Path) -> None:
+def test_mrvl_verify_entry_point(good: Path, tmp_path: Path) -> None:
     pytest.importorskip("mrvl_convert.runtime.verify_cli",
-                        reason="mrvl_convert.runtime.verify_cli is not written yet (runtime helper)")
-    done = subprocess.run([VERIFY, "--help"], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and "Traceback" not in done.stderr
+                        reason="mrvl_convert.runtime.verify_cli not written yet (runtime helper)")
+    out = tmp_path / "out"
+    assert main([str(good), "-o", str(out), "-q"]) == 0
+    done = subprocess.run([VERIFY, str(good), str(out / "cnn")], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "PASS" in done.stdout
+    missing = subprocess.run([VERIFY, str(good), str(tmp_path / "nowhere")], capture_output=True,
+                             text=True, timeout=120)
+    assert missing.returncode == 2 and "Traceback" not in missing.stderr

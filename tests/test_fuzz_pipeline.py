@@ -140,8 +140,13 @@ def check_placement_and_order(gm, out: Path, files: dict) -> None:
             avail.add(t["tensor"])
     for o in gm.model.graph.output:
         assert o.name in avail, f"model output {o.name} is produced by no stage"
-    # the Mrvl layers speak about the nodes the report puts on their stage
-    for s in stages:
+
+
+def check_source_nodes(out: Path, files: dict) -> None:
+    """Every Mrvl layer's source_nodes, over a stage, are the nodes report.json puts on it."""
+    manifest = json.loads(files["manifest.json"])
+    report = json.loads(files["report.json"])
+    for s in manifest["stages"]:
         if s["kind"] != "mrvl":
             continue
         doc = json.loads(files[s["nodes_json"]])
@@ -149,14 +154,27 @@ def check_placement_and_order(gm, out: Path, files: dict) -> None:
                    for n in node["attrs"].get("source_nodes", [])}
         on_stage = {e["name"] for e in report["nodes"]
                     if e["placement"] == "mrvl" and e.get("stage") == s["name"]}
-        assert sources == on_stage, (s["name"], sorted(sources ^ on_stage))
+        assert sources == on_stage, (f"{s['name']}: report.json and source_nodes disagree on",
+                                     sorted(sources ^ on_stage))
+
+
+def _hybrid_run(out: Path, feeds):
+    sess = mrvl_convert.HybridSession(out)
+    return [o.name for o in sess.get_outputs()], sess.run(None, feeds)
 
 
 def check_numerics(gm, out: Path) -> None:
     names, refs = ort_run(gm.model, gm.feeds)
-    sess = mrvl_convert.HybridSession(out)
-    assert [o.name for o in sess.get_outputs()] == names
-    got = sess.run(None, gm.feeds)
+    try:
+        got_names, got = _hybrid_run(out, gm.feeds)
+        error = None
+    except Exception as exc:  # noqa: BLE001 - re-raised below without the session's frames
+        error = f"HybridSession failed: {type(exc).__name__}: {exc}"
+    if error:
+        # raised out here so the traceback hypothesis keeps does not pin onnxruntime sessions
+        # (and their spinning thread pools) alive while it shrinks
+        raise AssertionError(error)
+    assert got_names == names
     assert len(got) == len(refs)
     for name, g, r in zip(names, got, refs):
         g = np.asarray(g)
@@ -199,3 +217,4 @@ def test_convert_properties(gm, policy):
         assert sorted(again) == sorted(files)
         diff = [f for f in files if files[f] != again[f]]
         assert not diff, f"converting twice gave different bytes in {diff}"
+        check_source_nodes(a, files)             # traceability (DESIGN: layers carry source_nodes)
