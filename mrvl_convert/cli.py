@@ -13,8 +13,9 @@ import glob
 import os
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, TextIO
+from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
+from . import __version__
 from .errors import MrvlConvertError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no progress and no table; errors only")
     parser.add_argument("--list-rules", action="store_true",
                         help="print the rule set (built-in plus --rules files) and exit")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     return parser
 
 
@@ -139,6 +141,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mrvl-convert``; returns the exit code (never raises for user errors)."""
     try:
         args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help and --version print and exit 0
+        return int(exc.code or 0)
+    except UsageError as exc:
+        _error(f"usage error: {exc} (see mrvl-convert --help)")
+        return EXIT_USAGE
+    try:
         if args.list_rules:
             return _list_rules(args.rules)
         models, shapes = _check_args(args)
@@ -155,7 +163,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _check_args(args: argparse.Namespace):
+def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, List[int]]]:
     if not args.models:
         raise UsageError("no MODEL given")
     if not args.output:

@@ -64,8 +64,11 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             exc.model = loaded.label
             exc.args = (exc._compose(),)
         raise
-    canonical_proto = gs.export_onnx(canonical.graph, do_type_check=False)
-    canonical_proto.ir_version = loaded.proto.ir_version
+    # Exporting copies every weight: only worth it when a CPU stage needs some of them.
+    canonical_proto = None
+    if any(s.kind == "cpu" for s in plan.stages):
+        canonical_proto = gs.export_onnx(canonical.graph, do_type_check=False)
+        canonical_proto.ir_version = loaded.proto.ir_version
     options = {"policy": policy,
                "shapes": {k: list(v) for k, v in sorted(loaded.input_shapes.items())},
                "rules": _rule_sources(rules)}

@@ -83,6 +83,13 @@ def test_exit_2_usage_errors(good: Path, tmp_path: Path, capsys, args: List[str]
     assert not (tmp_path / "out").exists()
 
 
+def test_help_and_version_return_0(capsys) -> None:
+    assert main(["--help"]) == 0
+    assert "--input-shape" in capsys.readouterr().out
+    assert main(["--version"]) == 0
+    assert "mrvl-convert 0." in capsys.readouterr().out
+
+
 def test_exit_2_through_subprocess(tmp_path: Path) -> None:
     done = run(str(tmp_path / "nothing_here"), "-o", str(tmp_path / "out"))
     assert done.returncode == 2

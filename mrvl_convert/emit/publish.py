@@ -18,12 +18,14 @@ from ..errors import OutputDirError
 from .validate import validate
 
 
-def dumps(document: Any, *, compact: bool = False) -> bytes:
+def _encoder(compact: bool) -> json.JSONEncoder:
     if compact:
-        text = json.dumps(document, separators=(",", ":"), ensure_ascii=False)
-    else:
-        text = json.dumps(document, indent=2, ensure_ascii=False)
-    return (text + "\n").encode("utf-8")
+        return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+    return json.JSONEncoder(indent=2, ensure_ascii=False)
+
+
+def dumps(document: Any, *, compact: bool = False) -> bytes:
+    return (_encoder(compact).encode(document) + "\n").encode("utf-8")
 
 
 class StagingDir:
@@ -63,7 +65,15 @@ class StagingDir:
 
     def write_json(self, name: str, document: Any, kind: str, *, compact: bool = False) -> None:
         validate(document, kind, label=name)
-        self._write(name, dumps(document, compact=compact))
+        # Streamed: a >2 GiB model's Constants-JSON is never held as one str plus its bytes.
+        try:
+            with open(self._target(name), "w", encoding="utf-8", newline="\n") as handle:
+                for chunk in _encoder(compact).iterencode(document):
+                    handle.write(chunk)
+                handle.write("\n")
+        except OSError as exc:
+            raise OutputDirError(f"cannot write {name} in {self.out_dir}: "
+                                 f"{exc.strerror or exc}", model=self.label) from None
 
     def _write(self, name: str, data: bytes) -> None:
         try:
