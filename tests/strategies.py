@@ -91,6 +91,9 @@ def pool_out(size: int, k: int, s: int, p0: int, p1: int, d: int = 1, ceil: bool
     return out
 
 
+NAME_STYLES = ("plain", "torch", "tf", "odd")
+
+
 def _ceil_ambiguous(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> bool:
     """onnx shape inference and onnxruntime disagree on ceil_mode when the last window would
     start in the tail padding: such models fail the checker's strict shape inference."""
@@ -106,8 +109,12 @@ class ModelBuilder:
     order, so replaying the same calls with the same seed rebuilds the same model.
     """
 
-    def __init__(self, opset: int = 13, seed: int = 0, name: str = "fuzz") -> None:
+    def __init__(self, opset: int = 13, seed: int = 0, name: str = "fuzz",
+                 const_nodes: bool = False, names: str = "plain") -> None:
+        assert names in NAME_STYLES, names
+        self.names = names  # naming style of nodes / tensors / inputs / weights
         self.opset = int(opset)
+        self.const_nodes = bool(const_nodes)  # weights as Constant nodes, not initializers
         self.seed = int(seed)
         self.name = name
         self.rng = np.random.default_rng(self.seed)
@@ -118,6 +125,7 @@ class ModelBuilder:
         self.steps: List[list] = []
         self.lines: List[str] = []
         self.counts: Dict[str, int] = {}
+        self.input_scale: Dict[str, float] = {}
         self.n_tensors = 0
 
     # ---------------------------------------------------------------- helpers
@@ -125,16 +133,32 @@ class ModelBuilder:
         return list(self.shapes[t])
 
     def _uid(self, prefix: str) -> str:
+        """A unique node name for op type ``prefix``."""
         self.counts[prefix] = self.counts.get(prefix, 0) + 1
-        return f"{prefix}_{self.counts[prefix]}"
+        k = self.counts[prefix]
+        return {"plain": f"{prefix}_{k}", "torch": f"/layers/{prefix.lower()}_{k}/{prefix}",
+                "tf": f"model/{prefix.lower()}_{k}/{prefix}",
+                "odd": f"nœud {prefix} #{k}"}[self.names]
 
     def _tensor(self) -> str:
         self.n_tensors += 1
-        return f"t{self.n_tensors}"
+        n = self.n_tensors
+        return {"plain": f"t{n}", "torch": f"/layers/t{n}/output_0", "tf": f"model/t{n}:0",
+                "odd": f"tenseur {n} é"}[self.names]
 
     def _const(self, prefix: str, arr: np.ndarray) -> str:
-        name = self._uid(f"{prefix}_c")
-        self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
+        key = f"{prefix}_c"
+        self.counts[key] = self.counts.get(key, 0) + 1
+        k = self.counts[key]
+        name = {"plain": f"{prefix}_c_{k}", "torch": f"layers.{prefix.lower()}.{k}",
+                "tf": f"model/{prefix.lower()}_{k}/ReadVariableOp:0",
+                "odd": f"poids {prefix} {k}"}[self.names]
+        tensor = numpy_helper.from_array(np.asarray(arr), name)
+        if self.const_nodes:
+            self.nodes.append(helper.make_node("Constant", [], [name], name=self._uid("Constant"),
+                                               value=tensor))
+        else:
+            self.inits.append(tensor)
         return name
 
     def _node(self, op: str, inputs: Sequence[str], shape: Sequence[int], **attrs: Any) -> str:
@@ -149,29 +173,43 @@ class ModelBuilder:
 
     # ---------------------------------------------------------------- ops
     @_op
-    def input(self, shape: Sequence[int]) -> str:
-        name = f"in{len(self.inputs)}"
+    def input(self, shape: Sequence[int], scale: float = 1.0) -> str:
+        """A graph input; its feed is standard normal times ``scale``."""
+        i = len(self.inputs)
+        name = {"plain": f"in{i}", "torch": f"input.{i + 1}", "tf": f"input_{i + 1}:0",
+                "odd": f"entrée {i}"}[self.names]
         self.inputs.append(name)
         self.shapes[name] = [int(s) for s in shape]
+        self.input_scale[name] = float(scale)
         return name
 
     @_op
     def conv(self, x: str, out_ch: int, kernel: Sequence[int], strides: Sequence[int] = (1, 1),
              pads: Sequence[int] = (0, 0, 0, 0), dilations: Sequence[int] = (1, 1),
-             groups: int = 1, bias: bool = True) -> str:
+             groups: int = 1, bias: bool = True, auto_pad: str = "NOTSET") -> str:
+        """auto_pad SAME_UPPER / SAME_LOWER / VALID replaces pads (then not written)."""
         n, c, h, w = self.shapes[x]
         kh, kw = kernel
         assert c % groups == 0 and out_ch % groups == 0, (c, out_ch, groups)
-        oh = conv_out(h, kh, strides[0], pads[0], pads[2], dilations[0])
-        ow = conv_out(w, kw, strides[1], pads[1], pads[3], dilations[1])
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            oh, ow = -(-h // strides[0]), -(-w // strides[1])
+        else:
+            if auto_pad == "VALID":
+                pads = (0, 0, 0, 0)
+            oh = conv_out(h, kh, strides[0], pads[0], pads[2], dilations[0])
+            ow = conv_out(w, kw, strides[1], pads[1], pads[3], dilations[1])
         assert oh >= 1 and ow >= 1, (self.shapes[x], kernel, strides, pads, dilations)
         fan_in = c // groups * kh * kw
         ins = [x, self._const("W", self._weights([out_ch, c // groups, kh, kw], fan_in))]
         if bias:
             ins.append(self._const("B", (self.rng.standard_normal(out_ch) * 0.1).astype(np.float32)))
-        return self._node("Conv", ins, [n, out_ch, oh, ow], kernel_shape=list(kernel),
-                          strides=list(strides), pads=list(pads), dilations=list(dilations),
-                          group=int(groups))
+        attrs: Dict[str, Any] = dict(kernel_shape=list(kernel), strides=list(strides),
+                                     dilations=list(dilations), group=int(groups))
+        if auto_pad == "NOTSET":
+            attrs["pads"] = list(pads)
+        else:
+            attrs["auto_pad"] = auto_pad
+        return self._node("Conv", ins, [n, out_ch, oh, ow], **attrs)
 
     @_op
     def pad(self, x: str, pads: Sequence[int], mode: str = "constant", value: float = 0.0) -> str:
@@ -252,8 +290,8 @@ class ModelBuilder:
 
     @_op
     def add(self, a: str, b: str) -> str:
-        assert self.shapes[a] == self.shapes[b], (self.shapes[a], self.shapes[b])
-        return self._node("Add", [a, b], self.shapes[a])
+        out = list(np.broadcast_shapes(tuple(self.shapes[a]), tuple(self.shapes[b])))
+        return self._node("Add", [a, b], out)
 
     @_op
     def binary_const(self, x: str, op: str, cshape: Sequence[int], const_first: bool = False) -> str:
@@ -293,9 +331,17 @@ class ModelBuilder:
         return self._node("Transpose", [x], [shp[p] for p in perm], perm=list(perm))
 
     @_op
-    def flatten(self, x: str) -> str:
+    def flatten(self, x: str, axis: int = 1) -> str:
         shp = self.shapes[x]
-        return self._node("Flatten", [x], [shp[0], int(np.prod(shp[1:]))], axis=1)
+        return self._node("Flatten", [x], [int(np.prod(shp[:axis])), int(np.prod(shp[axis:]))],
+                          axis=int(axis))
+
+    @_op
+    def identity(self, x: str, op: str = "Identity") -> str:
+        """Identity, or Dropout in inference mode (both removed by canonicalization)."""
+        if op == "Dropout" and self.opset < 12:
+            return self._node("Dropout", [x], self.shapes[x], ratio=0.25)
+        return self._node(op, [x], self.shapes[x])
 
     @_op
     def reshape(self, x: str, target: Sequence[int]) -> str:
@@ -335,9 +381,29 @@ class ModelBuilder:
         return self._node("Gemm", ins, [n, out_f], **attrs)
 
     @_op
+    def unsqueeze(self, x: str, axes: Sequence[int]) -> str:
+        out = list(self.shapes[x])
+        for a in sorted(a % (len(out) + len(axes)) for a in axes):
+            out.insert(a, 1)
+        if self.opset >= 13:
+            return self._node("Unsqueeze", [x, self._const("axes", np.array(axes, np.int64))], out)
+        return self._node("Unsqueeze", [x], out, axes=list(axes))
+
+    @_op
+    def conv_dynamic(self, x: str, w: str) -> str:
+        """Conv whose weights are a graph input (so not a constant): 'same' 3x3 or 1x1."""
+        n, c, h, wd = self.shapes[x]
+        o, ci, kh, kw = self.shapes[w]
+        assert ci == c and kh == kw and kh % 2 == 1
+        p = kh // 2
+        return self._node("Conv", [x, w], [n, o, h, wd], kernel_shape=[kh, kw], pads=[p, p, p, p])
+
+    @_op
     def matmul(self, x: str, out_f: int) -> str:
-        n, f = self.shapes[x]
-        return self._node("MatMul", [x, self._const("W", self._weights([f, out_f], f))], [n, out_f])
+        """x @ W over the last axis (any rank)."""
+        *lead, f = self.shapes[x]
+        return self._node("MatMul", [x, self._const("W", self._weights([f, out_f], f))],
+                          lead + [out_f])
 
     # ---------------------------------------------------------------- finish
     def build(self, outputs: Sequence[str]) -> onnx.ModelProto:
@@ -351,12 +417,14 @@ class ModelBuilder:
 
     def feeds(self) -> Dict[str, np.ndarray]:
         rng = np.random.default_rng(self.seed + 1)
-        return {i: rng.standard_normal(self.shapes[i]).astype(np.float32) for i in self.inputs}
+        return {i: (rng.standard_normal(self.shapes[i]) * self.input_scale[i]).astype(np.float32)
+                for i in self.inputs}
 
 
 def from_spec(spec: dict) -> GeneratedModel:
     """Rebuild a model (weights and feeds included) from the spec a generated model carries."""
-    b = ModelBuilder(spec["opset"], spec["seed"])
+    b = ModelBuilder(spec["opset"], spec["seed"], const_nodes=spec.get("const_nodes", False),
+                     names=spec.get("names", "plain"))
     for method, args, kwargs in spec["steps"]:
         getattr(b, method)(*args, **kwargs)
     return _finish(b, spec["outputs"])
@@ -364,7 +432,13 @@ def from_spec(spec: dict) -> GeneratedModel:
 
 def _finish(b: ModelBuilder, outputs: Sequence[str]) -> GeneratedModel:
     spec = {"opset": b.opset, "seed": b.seed, "steps": b.steps, "outputs": list(outputs)}
-    desc = "\n".join([f"opset {b.opset}, seed {b.seed}"] + b.lines + [f"outputs: {list(outputs)}"])
+    if b.const_nodes:
+        spec["const_nodes"] = True
+    if b.names != "plain":
+        spec["names"] = b.names
+    desc = "\n".join([f"opset {b.opset}, seed {b.seed}, {b.names} names"
+                      + (", weights as Constant nodes" if b.const_nodes else "")]
+                     + b.lines + [f"outputs: {list(outputs)}"])
     return GeneratedModel(b.build(outputs), b.feeds(), desc, spec)
 
 
@@ -411,8 +485,12 @@ def _conv_params(draw, b: ModelBuilder, x: str, *, same: bool = False,
     if same:
         pads = [dh * (kh - 1) // 2, dw * (kw - 1) // 2, dh * (kh - 1) // 2, dw * (kw - 1) // 2]
     else:
-        kind = draw(st.sampled_from(["none", "same", "asym"]), label="pads kind")
-        if kind == "none":
+        kind = draw(st.sampled_from(["none", "same", "asym", "asym", "auto"]), label="pads kind")
+        auto = "NOTSET"
+        if kind == "auto":
+            auto = draw(st.sampled_from(["SAME_UPPER", "SAME_LOWER", "VALID"]), label="auto_pad")
+            pads = [0, 0, 0, 0]
+        elif kind == "none":
             pads = [0, 0, 0, 0]
         elif kind == "same":
             pads = [dh * (kh - 1) // 2, dw * (kw - 1) // 2, dh * (kh - 1) // 2, dw * (kw - 1) // 2]
@@ -425,6 +503,12 @@ def _conv_params(draw, b: ModelBuilder, x: str, *, same: bool = False,
             kw, pads[1], pads[3] = 1, 0, 0
         if kh == 1 and kw == 1:
             dh = dw = 1
+        if auto != "NOTSET":
+            if auto != "VALID":  # onnxruntime: no dilation with SAME_UPPER / SAME_LOWER
+                dh = dw = 1
+            p = dict(out_ch=int(out_ch), kernel=[kh, kw], strides=[sh, sw], dilations=[dh, dw],
+                     groups=int(groups), bias=draw(st.booleans(), label="bias"), auto_pad=auto)
+            return p
     return dict(out_ch=int(out_ch), kernel=[kh, kw], strides=[sh, sw], pads=pads,
                 dilations=[dh, dw], groups=int(groups), bias=draw(st.booleans(), label="bias"))
 
@@ -466,10 +550,18 @@ def _pool_params(draw, b: ModelBuilder, x: str, kind: str) -> dict:
         kh, pads[0], pads[2] = 1, 0, 0
     if w + pads[1] + pads[3] < kw:
         kw, pads[1], pads[3] = 1, 0, 0
+    d = 1
+    if kind == "max" and max(kh, kw) > 1:
+        d = draw(st.sampled_from([1, 1, 1, 2]), label="pool dilation")
+        if h + pads[0] + pads[2] < d * (kh - 1) + 1 or w + pads[1] + pads[3] < d * (kw - 1) + 1:
+            d = 1
     ceil = int(draw(st.sampled_from([0, 0, 1]), label="ceil_mode"))
-    if _ceil_ambiguous(h, kh, s, pads[0], pads[2]) or _ceil_ambiguous(w, kw, s, pads[1], pads[3]):
+    if (_ceil_ambiguous(h, kh, s, pads[0], pads[2], d)
+            or _ceil_ambiguous(w, kw, s, pads[1], pads[3], d)):
         ceil = 0
     p = dict(kernel=[kh, kw], strides=[s, s], pads=pads, ceil_mode=ceil)
+    if d != 1:
+        p["dilations"] = [d, d]
     if kind == "avg":
         p["count_include_pad"] = int(draw(st.booleans(), label="count_include_pad"))
     return p
@@ -515,10 +607,17 @@ def _const_shape(draw, shp: Sequence[int]) -> List[int]:
 def _cpu_op(draw, b: ModelBuilder, x: str) -> str:
     _, c, h, w = b.shape(x)
     ops = ["Sigmoid", "Tanh", "LeakyRelu", "Softmax", "Elu", "Abs", "HardSigmoid", "mul_const",
-           "Neg"]
+           "Neg", "matmul4d", "transpose_hw", "dynamic_conv"]
     if h <= 8 and w <= 8:
         ops += ["resize2x", "resize2x"]
     op = draw(st.sampled_from(ops), label="cpu op")
+    if op == "matmul4d":  # MatMul over W: rank-4, not an FC
+        return b.matmul(x, w)
+    if op == "transpose_hw":  # not an NCHW<->NHWC layout change
+        return b.transpose(x, [0, 1, 3, 2]) if h == w else b.unary(x, "Neg")
+    if op == "dynamic_conv":  # weights from a graph input: not constant, stays on CPU
+        k = draw(st.sampled_from([1, 3]), label="dynamic conv kernel")
+        return b.conv_dynamic(x, b.input([c, c, k, k], scale=round(1 / np.sqrt(c * k * k), 4)))
     if op == "resize2x":
         return b.resize2x(x)
     if op == "mul_const":
@@ -543,7 +642,7 @@ def _to_2d(draw, b: ModelBuilder, x: str) -> str:
     opts = ["flatten", "reshape"] + (["squeeze"] if shp[2] == 1 and shp[3] == 1 else [])
     how = draw(st.sampled_from(opts), label="to 2-D")
     if how == "flatten":
-        return b.flatten(x)
+        return b.flatten(x, draw(st.sampled_from([1, 1, 1, 1, 2]), label="flatten axis"))
     if how == "squeeze":
         return b.squeeze(x, draw(st.sampled_from([[2, 3], [3, 2], [-1, -2]]), label="squeeze axes"))
     target = draw(st.sampled_from([[shp[0], -1], [0, -1], [shp[0], int(np.prod(shp[1:]))]]),
@@ -574,19 +673,24 @@ def _fc(draw, b: ModelBuilder, x: str, allow_cpu: bool) -> str:
 
 
 BLOCK_KINDS = ["conv", "pad_conv", "pool", "bn", "act", "add_const", "residual", "branch_add",
-               "branch_concat", "se", "cpu_op", "join_input", "tap"]
+               "branch_concat", "se", "cpu_op", "join_input", "tap", "identity", "broadcast_add",
+               "fc_unflatten"]
 
 
 @st.composite
 def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
-               opsets: Sequence[int] = (11, 13, 17), multi_io: bool = True,
+               opsets: Sequence[int] = (11, 13, 17, 19), multi_io: bool = True,
                cpu_ops: bool = True, heads: Sequence[str] = ("none", "gap_fc", "flatten_fc",
                                                               "nhwc_fc", "pool")
                ) -> GeneratedModel:
     """Random valid ONNX CNNs (see the module docstring)."""
     opset = draw(st.sampled_from(list(opsets)), label="opset")
     seed = draw(st.integers(0, 2**31 - 1), label="seed")
-    b = ModelBuilder(opset, seed)
+    b = ModelBuilder(opset, seed,
+                     const_nodes=draw(st.sampled_from([False, False, False, True]),
+                                      label="weights as Constant nodes"),
+                     names=draw(st.sampled_from(["plain", "plain", "plain"] + list(NAME_STYLES[1:])),
+                                label="naming style"))
     n = draw(st.integers(1, 2), label="batch")
     c = draw(st.integers(1, 16), label="channels")
     h = draw(st.integers(4, 16), label="H")
@@ -661,6 +765,27 @@ def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
                 xi = b.input([shp[0], draw(st.integers(1, 8), label="input channels")] + shp[2:])
                 yi = b.conv(xi, shp[1], [1, 1])
                 x = b.add(x, yi)
+        elif kind == "broadcast_add":  # x + f(GAP(x)): an Add of activations of unequal shape
+            g = b.global_pool(x, draw(st.sampled_from(["avg", "max"]), label="global pool"))
+            if draw(st.booleans(), label="conv on pooled"):
+                g = b.conv(g, shp[1], [1, 1])
+            x = b.add(x, g) if draw(st.booleans(), label="add order") else b.add(g, x)
+        elif kind == "fc_unflatten":  # to 2-D, FC, back to 4-D, go on convolving
+            if shp[1] * shp[2] * shp[3] > 1024:
+                continue
+            y = _to_2d(draw, b, x)
+            if b.shape(y)[0] != shp[0]:
+                continue
+            c2 = draw(st.integers(1, 8), label="unflatten channels")
+            h2, w2 = draw(st.sampled_from([(1, 1), (2, 2), (4, 4), (2, 3)]), label="unflatten hw")
+            y = b.gemm(y, c2 * h2 * w2) if draw(st.booleans(), label="gemm") else b.matmul(y, c2 * h2 * w2)
+            if h2 == w2 == 1 and draw(st.booleans(), label="unsqueeze"):
+                x = b.unsqueeze(y, [2, 3])
+            else:
+                x = b.reshape(y, draw(st.sampled_from([[shp[0], c2, h2, w2], [0, c2, h2, w2],
+                                                       [-1, c2, h2, w2]]), label="unflatten to"))
+        elif kind == "identity":
+            x = b.identity(x, draw(st.sampled_from(["Identity", "Dropout"]), label="identity op"))
         elif kind == "tap":
             if x not in b.inputs and x not in taps:
                 taps.append(x)

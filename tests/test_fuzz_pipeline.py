@@ -6,6 +6,7 @@ import onnx
 import onnxruntime as ort
 import pytest
 from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from strategies import cnn_models, from_spec
 
@@ -140,6 +141,53 @@ def check_placement_and_order(gm, out: Path, files: dict) -> None:
             avail.add(t["tensor"])
     for o in gm.model.graph.output:
         assert o.name in avail, f"model output {o.name} is produced by no stage"
+    # the manifest describes the model's own inputs and outputs
+    def _io(values):
+        return [(v.name, [d.dim_value for d in v.type.tensor_type.shape.dim]) for v in values]
+    assert [(t["name"], t["shape"]) for t in manifest["model"]["inputs"]] == _io(gm.model.graph.input)
+    assert [(t["name"], t["shape"]) for t in manifest["model"]["outputs"]] == _io(gm.model.graph.output)
+    # report summary agrees with the entries and the stages
+    summary = report["summary"]
+    counts = {p: sum(e["placement"] == p for e in report["nodes"]) for p in ("mrvl", "cpu", "removed")}
+    assert summary["nodes"] == len(report["nodes"]) == len(original)
+    assert (summary["mrvl_nodes"], summary["cpu_nodes"], summary["removed_nodes"]) == \
+        (counts["mrvl"], counts["cpu"], counts["removed"]), (summary, counts)
+    kinds = [s["kind"] for s in stages]
+    assert (summary["mrvl_subgraphs"], summary["cpu_subgraphs"]) == \
+        (kinds.count("mrvl"), kinds.count("cpu")), (summary, kinds)
+    # policy "single": at most one Mrvl subgraph, first, fed by model inputs only; then <= 1 CPU
+    if manifest["options"]["policy"] == "single":
+        assert kinds in ([], ["mrvl"], ["cpu"], ["mrvl", "cpu"]), kinds
+        if kinds[:1] == ["mrvl"]:
+            model_inputs = {i.name for i in gm.model.graph.input}
+            assert {t["tensor"] for t in stages[0]["inputs"]} <= model_inputs
+    # every CPU stage is plain ONNX with exactly the manifest's inputs / outputs
+    for s in stages:
+        if s["kind"] != "cpu":
+            continue
+        cpu = onnx.load_from_string(files[s["onnx"]])
+        onnx.checker.check_model(cpu)
+        inits = {i.name for i in cpu.graph.initializer}
+        assert [i.name for i in cpu.graph.input if i.name not in inits] == \
+            [t["tensor"] for t in s["inputs"]], s["name"]
+        assert [o.name for o in cpu.graph.output] == [t["tensor"] for t in s["outputs"]], s["name"]
+    # Mrvl stages: worth the trip (a Conv2D or FC), and no layout_transform undoes another
+    for s in stages:
+        if s["kind"] != "mrvl":
+            continue
+        doc = json.loads(files[s["nodes_json"]])
+        layer_names = [n["attrs"]["layer_name"][0] for n in doc["nodes"] if n["op"] != "input"]
+        assert {"Conv2D", "FC"} & set(layer_names), (s["name"], layer_names)
+        nodes = doc["nodes"]
+        for k, n in enumerate(nodes):
+            if n["op"] == "input" or n["attrs"]["layer_name"] != ["layout_transform"]:
+                continue
+            src, dst = n["attrs"]["src_layout"], n["attrs"]["dst_layout"]
+            assert src != dst, (s["name"], n["name"], "identity layout_transform")
+            prev = nodes[n["inputs"][0][0]]
+            if prev["op"] != "input" and prev["attrs"]["layer_name"] == ["layout_transform"]:
+                assert not (prev["attrs"]["src_layout"] == dst and prev["attrs"]["dst_layout"] == src), \
+                    (s["name"], prev["name"], n["name"], "layout_transforms that cancel")
 
 
 def check_source_nodes(out: Path, files: dict) -> None:
@@ -249,3 +297,54 @@ def test_convert_properties(gm, policy):
         diff = [f for f in files if files[f] != again[f]]
         assert not diff, f"converting twice gave different bytes in {diff}"
         check_source_nodes(a, files)             # traceability (DESIGN: layers carry source_nodes)
+
+
+# ============================================================================ user rule files
+import yaml
+
+from mrvl_convert.rules.loader import builtin_path
+
+_BUILTIN_RULES = yaml.safe_load(builtin_path().read_text(encoding="utf-8"))
+
+
+@st.composite
+def rule_overrides(draw):
+    """A valid user rule file overriding some built-in composites (same name): optional steps
+    dropped (so fewer nodes fuse and partitions fragment), priorities changed."""
+    comps = _BUILTIN_RULES["composites"]
+    chosen = draw(st.lists(st.integers(0, len(comps) - 1), min_size=1, max_size=4, unique=True),
+                  label="overridden composites")
+    out = []
+    for i in sorted(chosen):
+        comp = json.loads(json.dumps(comps[i]))
+        steps = comp["pattern"]
+        keep = [s for s in steps if not s.get("optional")
+                or draw(st.booleans(), label=f"keep {comp['name']}.{s['role']}")]
+        comp["pattern"] = keep
+        roles = {s["role"] for s in keep}
+        comp["constraints"] = [c for c in comp.get("constraints", []) if c["role"] in roles]
+        comp["priority"] = draw(st.integers(0, 1000), label="priority")
+        out.append(comp)
+    return {"format_version": 1, "composites": out}
+
+
+@settings(max_examples=max(5, settings.default.max_examples // 2))
+@given(gm=cnn_models(max_blocks=4), policy=policies(), rules=rule_overrides())
+def test_convert_with_user_rule_overrides(gm, policy, rules):
+    """Any valid rule file: conversion still succeeds (or MrvlConvertError) and still computes
+    the model (fewer fusions must never change the numbers)."""
+    note(gm.description)
+    note(yaml.safe_dump(rules, sort_keys=False))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "user_rules.yaml"
+        path.write_text(yaml.safe_dump(rules, sort_keys=False))
+        out = Path(tmp) / "art"
+        try:
+            mrvl_convert.convert(gm.model, out, policy=policy, rules=[path])
+        except MrvlConvertError as exc:
+            event(f"refused: {type(exc).__name__}")
+            return
+        files = _files(out)
+        check_schemas(out, files)
+        check_placement_and_order(gm, out, files)
+        check_numerics(gm, out)

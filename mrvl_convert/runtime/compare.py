@@ -234,7 +234,8 @@ def _fmt(value: Optional[float], spec: str = ".3g") -> str:
 
 def _table_cells(row: Row) -> tuple:
     tol = row.tolerance
-    tol_text = "-" if tol is None else f"{tol['max_rel']:g}/{tol['min_cosine']:g}/{tol['min_top1']:g}"
+    tol_text = "-" if tol is None else \
+        f"{tol['max_rel']:g}/{tol['min_cosine']:g}/{tol['min_top1']:g}"
     ok = ("ok" if row.passed else "FAIL") if row.tolerance or not row.passed else "skip"
     return (row.tensor, row.kind, "x".join(map(str, row.shape)), _fmt(row.max_abs),
             _fmt(row.max_rel), _fmt(row.cosine, ".6f"), _fmt(row.top1, ".4f"), tol_text,

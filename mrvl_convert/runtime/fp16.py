@@ -30,15 +30,15 @@ FP16_MAX = 65504.0
 FP16_OVERFLOW = 65520.0
 
 _EXP_MASK = np.uint32(0x7F800000)
-# Exponent bits of 2**-14, the smallest float16 normal: below it float16 has a fixed step 2**-24.
-_MIN_NORMAL_EXP = np.uint32(0x38800000)
 # Values with this exponent or above (|x| >= 2**15, inf, NaN) take the exact slow path: only
 # there can float16 overflow (at 65520), and they are rare in activations.
 _SLOW_EXP = np.uint32(0x47000000)
+# Below 2**-14 (float16's smallest normal) float16 has a fixed step 2**-24.
+_MIN_NORMAL = np.float32(2.0 ** -14)
 # Adding c = 1.5 * 2**(e + 13) to x with exponent e makes the float32 sum's last bit weigh
 # 2**(e - 10), which is exactly float16's step at exponent e, so the hardware's
 # round-to-nearest-even of (x + c) is float16's rounding of x; subtracting c is exact.
-_MAGIC_OFFSET = np.uint32((13 << 23) | 0x400000)
+_MAGIC_SCALE = np.float32(1.5 * 2.0 ** 13)
 
 
 def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, bool]:
@@ -55,14 +55,14 @@ def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, 
         y = np.array(y, dtype=np.float32, order="C", copy=True)
     if y.size == 0:
         return y, True
-    magic = y.view(np.uint32) & _EXP_MASK
+    magic = y.view(np.uint32) & _EXP_MASK  # as float32: 2**e, the power of two <= |x| (or 0)
     if magic.max() >= _SLOW_EXP:  # one integer reduction replaces a float min/max range check
         with np.errstate(over="ignore", invalid="ignore"):
             y[...] = y.astype(np.float16)
         return y, bool(np.isfinite(y).all())
-    np.maximum(magic, _MIN_NORMAL_EXP, out=magic)
-    magic += _MAGIC_OFFSET
     magic_f = magic.view(np.float32)
+    np.maximum(magic_f, _MIN_NORMAL, out=magic_f)  # float max: SIMD, unlike uint32 max
+    magic_f *= _MAGIC_SCALE
     y += magic_f
     y -= magic_f
     return y, True

@@ -129,7 +129,7 @@ class CompiledSubgraph:
         if tuple(array.shape) != node.shape:
             raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
                                  f"{list(node.shape)}", tensor=node.name)
-        # inputs go in as float16; astype copies, so rounding in place never touches the caller's data
+        # Inputs go in as float16; astype copies, so rounding in place leaves the caller's data.
         rounded, in_range = round_to_fp16(array.astype(np.float32), inplace=True)
         if not in_range:
             spec = LayerSpec(node.index, node.name, "input", {}, (), node.shape, (), self.file)

@@ -211,3 +211,24 @@ def test_multi_policy_mrvl_cpu_mrvl_runs_and_matches_fp32(tmp_path):
     print("\n" + comparison.format_table())
     assert comparison.passed
     assert {"p1", "s1", "logits"} <= {row.tensor for row in comparison.rows}
+
+
+def test_classifier_head_gap_flatten_gemm(tmp_path):
+    """conv-relu -> GlobalAveragePool -> Flatten -> Gemm, the head of ResNet-like models."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32) * 0.3, n)
+             for n, s in (("w", (16, 3, 3, 3)), ("b", (16,)), ("wf", (5, 16)), ("bf", (5,)))]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("GlobalAveragePool", ["r"], ["g"], name="gap"),
+             helper.make_node("Flatten", ["g"], ["f"], name="flatten", axis=1),
+             helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1)]
+    graph = helper.make_graph(
+        nodes, "head", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 9])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [2, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    result = convert(model, str(tmp_path / "head"))
+    assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
+    x = rng.standard_normal((2, 3, 9, 9)).astype(np.float32)
+    [got] = HybridSession(str(tmp_path / "head")).run(None, {"x": x})
+    assert_fp16_close(got, run_model(model, {"x": x})[0], "logits")

@@ -50,7 +50,8 @@ def test_overflow_and_nan_are_reported():
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.floats(width=32, allow_nan=False, allow_infinity=False,
-                          min_value=-65519.98828125, max_value=65519.98828125), min_size=1, max_size=50))
+                          min_value=-65519.98828125, max_value=65519.98828125),
+                min_size=1, max_size=50))
 def test_property_bit_identical(values):
     x = np.array(values, dtype=np.float32)
     assert_bit_identical(x)

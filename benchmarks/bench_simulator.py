@@ -1,0 +1,141 @@
+"""Latency of the hybrid run (fp16 Mrvl simulator + onnxruntime) vs onnxruntime fp32.
+
+Same model, same input, same process: each model is converted to a temporary artifact
+directory, then ORT fp32 and HybridSession are each timed (warm-up, then the median of N runs),
+one after the other: interleaving single runs lets onnxruntime's spinning worker threads and
+OpenBLAS's threads fight over the cores, which measures the fight rather than either engine.
+
+    python benchmarks/bench_simulator.py [--models mnist,resnet50] [--runs 20] [--threads 2]
+
+numpy's BLAS reads its CPU type when numpy is imported: OpenBLAS builds with DYNAMIC_ARCH pick
+AVX2 (Haswell) kernels on CPUs they do not recognise, e.g. AVX-512 AMD EPYC; there
+``OPENBLAS_CORETYPE=SkylakeX`` doubles sgemm speed. The table prints the core type in use.
+Not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import glob
+import os
+import platform
+import shlex
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import models  # noqa: E402  (benchmarks/models.py)
+
+from mrvl_convert import convert  # noqa: E402
+from mrvl_convert.runtime import HybridSession  # noqa: E402
+
+MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
+    "mnist": lambda: models.mnist_cnn_like(batch=1),
+    "resnet50": lambda: models.resnet(depths=(3, 4, 6, 3)),
+}
+
+
+def _openblas() -> Optional[ctypes.CDLL]:
+    """numpy's bundled OpenBLAS, to read its core type and set its thread count."""
+    libs = glob.glob(os.path.join(os.path.dirname(np.__file__) + ".libs", "*openblas*.so*"))
+    try:
+        return ctypes.CDLL(libs[0]) if libs else None
+    except OSError:
+        return None
+
+
+def blas_info(threads: int) -> str:
+    lib = _openblas()
+    if lib is None:
+        return "BLAS: unknown (not numpy's bundled OpenBLAS)"
+    try:
+        lib.scipy_openblas_get_corename64_.restype = ctypes.c_char_p
+        core = lib.scipy_openblas_get_corename64_().decode()
+        lib.scipy_openblas_set_num_threads64_(ctypes.c_int(threads))
+        return f"BLAS: OpenBLAS core={core}, threads={threads}"
+    except AttributeError:
+        return "BLAS: OpenBLAS (core type and threads not settable)"
+
+
+def median_ms(fn: Callable[[], object], runs: int, warmup: int) -> float:
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1e3 * float(np.median(times))
+
+
+def bench_model(name: str, runs: int, warmup: int, threads: int) -> Dict[str, object]:
+    model = MODELS[name]()
+    with tempfile.TemporaryDirectory() as tmp:
+        out_dir = os.path.join(tmp, name)
+        start = time.perf_counter()
+        result = convert(model, out_dir)
+        convert_s = time.perf_counter() - start
+        hybrid = HybridSession(out_dir)
+        stages = "+".join(s["kind"] for s in result.manifest["stages"])
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    reference = ort.InferenceSession(model.SerializeToString(), options,
+                                     providers=["CPUExecutionProvider"])
+    spec = hybrid.get_inputs()[0]
+    feed = {spec.name: np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)}
+    ort_ms = median_ms(lambda: reference.run(None, feed), runs, warmup)
+    hyb_ms = median_ms(lambda: hybrid.run(None, feed), runs, warmup)
+    want = reference.run(None, feed)[0]
+    got = hybrid.run(None, feed)[0]
+    rel = float(np.abs(got - want).max() / np.abs(want).max())
+    return {"model": name, "stages": stages, "convert_s": convert_s, "ort_ms": ort_ms,
+            "hybrid_ms": hyb_ms, "ratio": hyb_ms / ort_ms, "max_rel": rel,
+            "top1_same": bool(np.array_equal(got.argmax(-1), want.argmax(-1)))}
+
+
+def format_table(rows: List[Dict[str, object]]) -> str:
+    header = f"{'model':10s} {'stages':12s} {'ORT fp32 ms':>12s} {'hybrid ms':>10s} " \
+             f"{'ratio':>6s} {'max_rel':>9s} {'top1 same':>9s}"
+    lines = [header, "-" * len(header)]
+    for r in rows:
+        lines.append(f"{r['model']:10s} {r['stages']:12s} {r['ort_ms']:12.2f} "
+                     f"{r['hybrid_ms']:10.2f} {r['ratio']:6.2f} {r['max_rel']:9.2e} "
+                     f"{str(r['top1_same']):>9s}")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default="mnist,resnet50",
+                        help=f"comma-separated, from {sorted(MODELS)}")
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=2,
+                        help="onnxruntime intra-op threads and OpenBLAS threads")
+    args = parser.parse_args(argv)
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}")
+    blas = blas_info(args.threads)
+    rows = [bench_model(m, args.runs, args.warmup, args.threads) for m in names]
+    env = " ".join(f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")
+                   if k in os.environ)
+    print(format_table(rows))
+    print(f"median of {args.runs} runs after {args.warmup} warm-up; "
+          f"{blas}; onnxruntime {ort.__version__} intra_op_num_threads={args.threads}; "
+          f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
+          f"load average {os.getloadavg()[0]:.2f}")
+    print("command:", (env + " " if env else "") + "python " + " ".join(
+        shlex.quote(a) for a in [os.path.relpath(__file__)] + (argv or sys.argv[1:])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
