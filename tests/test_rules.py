@@ -270,7 +270,7 @@ def test_user_rule_file_adds_a_composite(tmp_path):
     ("format_version: 1\ncomposites:\n  - name: x\n    layer: FC\n    pattern: [{role: fc, op: [Gemm]}]\n"
      "    constraints: [{role: fc, check: nonsense, reason: r}]\n", "composites[0].constraints[0].check"),
     ("format_version: 1\ncomposites:\n  - name: x\n    layer: FC\n    pattern: [{role: fc, op: [Gemm]}]\n"
-     "    constraints: [{role: other, check: rank, reason: r}]\n", "composites[0].constraints[0].role"),
+     "    constraints: [{role: other, check: float32, reason: r}]\n", "composites[0].constraints[0].role"),
     ("format_version: [1\n", "YAML"),
 ])
 def test_bad_rule_files_name_the_field(tmp_path, text, field):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import string
 from importlib import resources
 from pathlib import Path
 from typing import Iterable, List, Optional, Sequence, Union
@@ -86,11 +87,25 @@ def _build_rule(entry: dict, index: int, source: str, label: str) -> Rule:
         if c["role"] not in roles:
             raise RuleFileError(f"{where}.constraints[{c_index}].role: {c['role']!r} is not a role "
                                 f"of the pattern ({roles})")
+        _check_reason(c["reason"], f"{where}.constraints[{c_index}].reason")
         constraints.append(Constraint(role=c["role"], check=c["check"], reason=c["reason"],
                                       args=dict(c.get("args", {}))))
     return Rule(name=entry["name"], layer=entry["layer"], steps=steps,
                 constraints=tuple(constraints), priority=int(entry.get("priority", 100)),
                 summary=entry.get("summary", ""), source=source)
+
+
+def _check_reason(reason: str, where: str) -> None:
+    """A reason is shown with str.format_map: only plain {name} placeholders may appear in it."""
+    try:
+        fields = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(reason)
+                  if f is not None]
+    except ValueError as exc:
+        raise RuleFileError(f"{where}: {exc} (write a literal brace as {{{{ or }}}})") from None
+    for name, spec, conversion in fields:
+        if not name.isidentifier() or spec or conversion:
+            raise RuleFileError(f"{where}: placeholder {{{name}}} must be a plain name such as "
+                                "{detail}, with no format spec or conversion")
 
 
 def load_rules(extra: Optional[Union[RuleSource, Sequence[RuleSource]]] = None,

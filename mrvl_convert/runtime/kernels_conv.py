@@ -35,11 +35,12 @@ def conv_out_size(size: int, pad: int, kernel: int, stride: int, dilation: int) 
     return (size + pad - dilation * (kernel - 1) - 1) // stride + 1
 
 
-def read_bias(spec: LayerSpec, consts: Mapping[str, np.ndarray], o: int) -> Optional[np.ndarray]:
-    """The optional bias ([1,1,1,O] for Conv2D, [1,O] for FC) as a flat fp16-valued [O]."""
-    bias = spec.const("bias_const_name", consts, optional=True)
-    if bias is None:
-        return None
+def read_bias(spec: LayerSpec, consts: Mapping[str, np.ndarray], o: int) -> np.ndarray:
+    """The bias ([1,1,1,O] for Conv2D, [1,O] for FC) as a flat fp16-valued [O].
+
+    Required, as FORMATS.md says: a Nodes-JSON that lost it must not run with other numbers.
+    """
+    bias = spec.const("bias_const_name", consts)
     if bias.size != o or max(bias.shape, default=1) != bias.size:
         raise spec.error("attrs.bias_const_name", f"bias has shape {list(bias.shape)}, "
                                                   f"expected {o} values along one axis")
@@ -115,8 +116,7 @@ class Conv2D(Kernel):
         else:
             y = self._columns(x) @ self.weight
         y = y.reshape(n, oh, ow, self.out_channels)
-        if self.bias is not None:
-            y += self.bias
+        y += self.bias
         if self.relu:
             np.maximum(y, 0.0, out=y)
         return y
@@ -190,8 +190,7 @@ class FC(Kernel):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         y = x @ self.weight
-        if self.bias is not None:
-            y += self.bias
+        y += self.bias
         if self.relu:
             np.maximum(y, 0.0, out=y)
         return y

@@ -161,7 +161,7 @@ class MrvlSimulator:
                 continue
             attrs = node.get("attrs") if isinstance(node.get("attrs"), dict) else {}
             layer_name = _first(attrs.get("layer_name"))
-            kernel = KERNELS.get(layer_name)
+            kernel = KERNELS.get(layer_name) if isinstance(layer_name, str) else None
             if kernel is None:
                 reason = f"no simulator kernel for layer_name {layer_name!r}"
             else:
@@ -230,7 +230,8 @@ class _GraphBuilder:
         refs = node_refs(require(node, "inputs", list, self.path, f"{where} ({name})"),
                          self.path, f"{where} ({name}), field 'inputs'", index)
         layer_name = _first(attrs.get("layer_name"))
-        kernel_class = KERNELS.get(layer_name)
+        # A JSON object or list here is malformed input, not a lookup key.
+        kernel_class = KERNELS.get(layer_name) if isinstance(layer_name, str) else None
         if kernel_class is None:
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.layer_name' is "
                                 f"{layer_name!r}, which has no simulator kernel (known: "

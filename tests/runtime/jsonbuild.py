@@ -133,9 +133,10 @@ def conv2d(b: SubgraphBuilder, x: int, weight_oihw: np.ndarray, bias: Optional[n
              "data_layout": ["NHWC"], "out_layout": ["NHWC"]}
     if relu:
         attrs["activation_type"] = ["relu"]
-    consts = {"kernel_const_name": weight_oihw.transpose(0, 2, 3, 1)}
-    if bias is not None:
-        consts["bias_const_name"] = bias.reshape(1, 1, 1, o)
+    # The bias is required (FORMATS.md); the emitter writes zeros for a Conv without one.
+    bias = np.zeros(o, np.float32) if bias is None else bias
+    consts = {"kernel_const_name": weight_oihw.transpose(0, 2, 3, 1),
+              "bias_const_name": bias.reshape(1, 1, 1, o)}
     return b.layer("Conv2D", [x], [n, out_hw[0], out_hw[1], o], attrs, consts, source_nodes)
 
 
@@ -145,9 +146,8 @@ def fc(b: SubgraphBuilder, x: int, weight_oi: np.ndarray, bias: Optional[np.ndar
              "out_layout": ["NC"]}
     if relu:
         attrs["activation_type"] = ["relu"]
-    consts = {"kernel_const_name": weight_oi}
-    if bias is not None:
-        consts["bias_const_name"] = bias.reshape(1, -1)
+    bias = np.zeros(weight_oi.shape[0], np.float32) if bias is None else bias
+    consts = {"kernel_const_name": weight_oi, "bias_const_name": bias.reshape(1, -1)}
     return b.layer("FC", [x], [b.shapes[x][0], weight_oi.shape[0]], attrs, consts, source_nodes)
 
 
