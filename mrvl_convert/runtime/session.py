@@ -186,6 +186,11 @@ class HybridSession:
                       outputs: List[TensorSpec]) -> CompiledSubgraph:
         compiled = self.simulator.compile(self._file(doc, "nodes_json", name),
                                           self._file(doc, "consts_json", name))
+        for spec in inputs + outputs:
+            if spec.dtype != "float32":  # a Nodes-JSON computes float32 tensors only
+                raise ArtifactError(f"{self.manifest_path}: stage {name}: tensor {spec.name!r} "
+                                    f"is declared {spec.dtype}, but Mrvl stages take and give "
+                                    "float32")
         stated = [(t.name, t.shape) for t in inputs]
         actual = [(n.name, n.shape) for n in compiled.inputs]
         if stated != actual:
@@ -213,20 +218,44 @@ class HybridSession:
             raise ArtifactError(f"{path}: CPU stage {name}: graph inputs {sorted(graph_in)} / "
                                 f"outputs {sorted(graph_out)} do not match the manifest's "
                                 f"{[t.name for t in inputs]} / {[t.name for t in outputs]}")
+        declared = {a.name: a for a in list(session.get_inputs()) + list(session.get_outputs())}
+        for spec in inputs + outputs:
+            _check_against_onnx(spec, declared[spec.name], path, name)
         return session
 
     def _check_wiring(self) -> None:
-        available = {t.name for t in self._inputs}
+        """Every tensor is read after it is made, and as it was made (shape and dtype)."""
+        available = {t.name: t for t in self._inputs}
         for stage in self.stages:
             for t in stage.inputs:
                 if t.name not in available:
                     raise ArtifactError(f"{self.manifest_path}: stage {stage.name} reads tensor "
                                         f"{t.name!r} before any stage produces it")
-            available |= {t.name for t in stage.outputs}
+                self._same_spec(available[t.name], t, f"stage {stage.name}")
+            available.update({t.name: t for t in stage.outputs})
         for t in self._outputs:
             if t.name not in available:
                 raise ArtifactError(f"{self.manifest_path}: model output {t.name!r} is not "
                                     f"produced by any stage")
+            self._same_spec(available[t.name], t, "model outputs")
+
+    def _same_spec(self, made: TensorSpec, read: TensorSpec, where: str) -> None:
+        if (made.shape, made.dtype) != (read.shape, read.dtype):
+            raise ArtifactError(f"{self.manifest_path}: {where}: tensor {read.name!r} is declared "
+                                f"{read.dtype} {list(read.shape)} but made as {made.dtype} "
+                                f"{list(made.shape)}")
+
+
+def _check_against_onnx(spec: TensorSpec, arg: Any, path: str, stage: str) -> None:
+    """The manifest's view of a CPU stage boundary must be the ONNX file's own."""
+    type_str = DTYPES[spec.dtype][1]
+    static = [d if isinstance(d, int) else None for d in (arg.shape or [])]
+    shape_ok = len(static) == len(spec.shape) and all(
+        d is None or d == want for d, want in zip(static, spec.shape))
+    if arg.type != type_str or not shape_ok:
+        raise ArtifactError(f"{path}: CPU stage {stage}: tensor {spec.name!r} is {arg.type} "
+                            f"{arg.shape} in the ONNX file but the manifest says {type_str} "
+                            f"{list(spec.shape)}")
 
 
 def _node_arg(spec: TensorSpec) -> NodeArg:
