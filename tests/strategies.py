@@ -36,6 +36,8 @@ class GeneratedModel:
     feeds: Dict[str, np.ndarray]
     description: str
     spec: Optional[dict] = field(default=None)
+    #: concrete shapes for inputs with a symbolic batch dim (pass as convert(..., shapes=...))
+    shapes: Optional[Dict[str, List[int]]] = field(default=None)
 
     def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
         if self.spec is not None:
@@ -126,6 +128,7 @@ class ModelBuilder:
         self.lines: List[str] = []
         self.counts: Dict[str, int] = {}
         self.input_scale: Dict[str, float] = {}
+        self.batched: List[str] = []
         self.n_tensors = 0
 
     # ---------------------------------------------------------------- helpers
@@ -173,14 +176,17 @@ class ModelBuilder:
 
     # ---------------------------------------------------------------- ops
     @_op
-    def input(self, shape: Sequence[int], scale: float = 1.0) -> str:
-        """A graph input; its feed is standard normal times ``scale``."""
+    def input(self, shape: Sequence[int], scale: float = 1.0, batched: bool = True) -> str:
+        """A graph input; its feed is standard normal times ``scale``. Batched inputs get a
+        symbolic batch dim when the model is built with dynamic_batch."""
         i = len(self.inputs)
         name = {"plain": f"in{i}", "torch": f"input.{i + 1}", "tf": f"input_{i + 1}:0",
                 "odd": f"entrée {i}"}[self.names]
         self.inputs.append(name)
         self.shapes[name] = [int(s) for s in shape]
         self.input_scale[name] = float(scale)
+        if batched:
+            self.batched.append(name)
         return name
 
     @_op
@@ -406,9 +412,11 @@ class ModelBuilder:
                           lead + [out_f])
 
     # ---------------------------------------------------------------- finish
-    def build(self, outputs: Sequence[str]) -> onnx.ModelProto:
-        inputs = [helper.make_tensor_value_info(i, TensorProto.FLOAT, self.shapes[i])
-                  for i in self.inputs]
+    def build(self, outputs: Sequence[str], dynamic_batch: bool = False) -> onnx.ModelProto:
+        inputs = [helper.make_tensor_value_info(
+            i, TensorProto.FLOAT,
+            ["N"] + self.shapes[i][1:] if dynamic_batch and i in self.batched else self.shapes[i])
+            for i in self.inputs]
         outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, self.shapes[o]) for o in outputs]
         graph = helper.make_graph(self.nodes, self.name, inputs, outs, initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
@@ -422,24 +430,33 @@ class ModelBuilder:
 
 
 def from_spec(spec: dict) -> GeneratedModel:
-    """Rebuild a model (weights and feeds included) from the spec a generated model carries."""
+    """Rebuild a model (weights and feeds included) from the spec a generated model carries.
+
+    spec: {"opset", "seed", "steps": [[builder method, args, kwargs], ...], "outputs"} and
+    optionally "const_nodes" (weights as Constant nodes), "names" (naming style),
+    "dynamic_batch" (inputs get a symbolic batch dim "N"; GeneratedModel.shapes fixes it)."""
     b = ModelBuilder(spec["opset"], spec["seed"], const_nodes=spec.get("const_nodes", False),
                      names=spec.get("names", "plain"))
     for method, args, kwargs in spec["steps"]:
         getattr(b, method)(*args, **kwargs)
-    return _finish(b, spec["outputs"])
+    return _finish(b, spec["outputs"], spec.get("dynamic_batch", False))
 
 
-def _finish(b: ModelBuilder, outputs: Sequence[str]) -> GeneratedModel:
+def _finish(b: ModelBuilder, outputs: Sequence[str], dynamic_batch: bool = False) -> GeneratedModel:
     spec = {"opset": b.opset, "seed": b.seed, "steps": b.steps, "outputs": list(outputs)}
+    shapes = None
+    if dynamic_batch and b.batched:
+        spec["dynamic_batch"] = True
+        shapes = {i: b.shape(i) for i in b.batched}
     if b.const_nodes:
         spec["const_nodes"] = True
     if b.names != "plain":
         spec["names"] = b.names
     desc = "\n".join([f"opset {b.opset}, seed {b.seed}, {b.names} names"
                       + (", weights as Constant nodes" if b.const_nodes else "")]
-                     + b.lines + [f"outputs: {list(outputs)}"])
-    return GeneratedModel(b.build(outputs), b.feeds(), desc, spec)
+                     + b.lines + [f"outputs: {list(outputs)}"]
+                     + ([f"symbolic batch dim N on {sorted(shapes)}"] if shapes else []))
+    return GeneratedModel(b.build(outputs, bool(shapes)), b.feeds(), desc, spec, shapes)
 
 
 # ==================================================================== strategies
@@ -617,7 +634,8 @@ def _cpu_op(draw, b: ModelBuilder, x: str) -> str:
         return b.transpose(x, [0, 1, 3, 2]) if h == w else b.unary(x, "Neg")
     if op == "dynamic_conv":  # weights from a graph input: not constant, stays on CPU
         k = draw(st.sampled_from([1, 3]), label="dynamic conv kernel")
-        return b.conv_dynamic(x, b.input([c, c, k, k], scale=round(1 / np.sqrt(c * k * k), 4)))
+        return b.conv_dynamic(x, b.input([c, c, k, k], scale=round(1 / np.sqrt(c * k * k), 4),
+                                         batched=False))
     if op == "resize2x":
         return b.resize2x(x)
     if op == "mul_const":
@@ -805,4 +823,5 @@ def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
     outputs = [x] + [t for t in taps if t != x]
     if len(outputs) > 1 and draw(st.booleans(), label="shuffle outputs"):
         outputs = outputs[1:] + outputs[:1]
-    return _finish(b, outputs)
+    return _finish(b, outputs, draw(st.sampled_from([False, False, False, False, True]),
+                                    label="symbolic batch dim"))

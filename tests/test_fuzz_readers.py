@@ -1,23 +1,31 @@
 """Readers refuse mutated files with the library's error, and the error names the field.
 
-- rule files (YAML, schemas/rules.schema.json) -> ``RuleFileError``
+- rule files (YAML, schemas/rules.schema.json) -> ``RuleFileError`` (schema and semantic checks)
 - Nodes-JSON / Constants-JSON pairs read by the simulator -> ``ArtifactError``
+- manifest.json read by HybridSession -> ``MrvlConvertError``
 """
 from __future__ import annotations
 
+import base64
 import copy
+import json
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any, List, Tuple
 
+import numpy as np
 import pytest
 import yaml
-from hypothesis import Phase, assume, given, note, settings
+from hypothesis import assume, example, given, note
 from hypothesis import strategies as st
 
-from mrvl_convert.errors import MrvlConvertError, RuleFileError
+import mrvl_convert
+from mrvl_convert.errors import ArtifactError, Fp16RangeError, MrvlConvertError, RuleFileError
 from mrvl_convert.rules.loader import builtin_path, load_rule_file
 from mrvl_convert.rules.model import LAYER_ROLES
+from mrvl_convert.runtime.simulator import MrvlSimulator
+from strategies import ModelBuilder, _finish
 
 # ============================================================================ rule files
 
@@ -229,11 +237,17 @@ def _rule_semantic_mutations(draw) -> Tuple[Any, List[str], str]:
     return data, [where, key], f"{where}.{key} = {con['args'][key]!r}"
 
 
-@settings(phases=[Phase.explicit, Phase.reuse, Phase.generate])  # xfail: do not spend time shrinking
-@pytest.mark.xfail(strict=True, reason="BUG (reported to the lead): rule files are validated "
-                   "against the schema only; constraint args and reason templates are not "
-                   "checked at load time, so convert() later dies with KeyError/TypeError/"
-                   "ValueError inside a check or str.format")
+# Found by fuzzing (fixed): rule files were validated against the schema only, so constraint
+# args and reason templates that cannot work made convert() die later with KeyError/TypeError/
+# ValueError inside a check or str.format.
+@example(mutation=Mutation(({"format_version": 1, "composites": [{
+    "name": "mrvl.conv2d_nhwc2nhwc", "layer": "Conv2D", "pattern": [{"role": "conv", "op": ["Conv"]}],
+    "constraints": [{"role": "conv", "check": "rank", "args": {}, "reason": "rank {rank}"}]}]},
+    ["composites[0].constraints[0].args", "rank"], "rank check without args.rank")))
+@example(mutation=Mutation(({"format_version": 1, "composites": [{
+    "name": "mrvl.conv2d_nhwc2nhwc", "layer": "Conv2D", "pattern": [{"role": "conv", "op": ["Conv"]}],
+    "constraints": [{"role": "conv", "check": "float32", "reason": "unbalanced {"}]}]},
+    ["composites[0].constraints[0].reason"], "reason 'unbalanced {'")))
 @given(mutation=rule_semantic_mutations())
 def test_rule_file_with_unusable_args_or_reason_is_refused(mutation):
     data, must_name, what = mutation
@@ -273,17 +287,6 @@ def test_truncated_builtin_is_refused_or_loads(cut):
 
 
 # ============================================================================ Nodes-JSON + Constants-JSON
-import base64
-import json
-import shutil
-
-import numpy as np
-
-import mrvl_convert
-from mrvl_convert.errors import ArtifactError, Fp16RangeError
-from mrvl_convert.runtime.simulator import MrvlSimulator
-
-from strategies import ModelBuilder, _finish
 
 
 def _pair_model():
@@ -297,7 +300,6 @@ def _pair_model():
     x = b.avgpool(x, [2, 2], [2, 2], count_include_pad=0)                      # Avgpool2D
     x = b.binary_const(x, "Add", [1, 8, 1, 1])                                  # Sum2D + const
     y = b.conv(x, 4, [1, 1], strides=[2, 1], pads=[0, 0, 0, 0])
-    y = b.resize2x(y) if False else y
     x = b.concat([x, b.conv(x, 4, [1, 1])], 1)                                 # Concat
     g = b.global_pool(x, "avg")                                                 # GlobalAvgpool2D
     m = b.global_pool(x, "max")                                                 # GlobalMaxpool2D
@@ -332,7 +334,7 @@ class Pair(tuple):
     """(nodes_doc, consts_doc, reference outputs, feeds); short repr for hypothesis' reports."""
 
     def __repr__(self) -> str:
-        return "<valid Nodes-JSON + Constants-JSON pair>"
+        return "<fixture value>"
 
 
 def _layer_name(node) -> str:
@@ -358,7 +360,7 @@ BAD_INT_ATTRS = [{"a": 1}, [["1", "1"]], ["x", "y"], ["1.5"], [True], None, ["1"
 INT_ATTR_COUNTS = {"strides": 2, "padding": 4, "dilation": 2, "pool_size": 2, "kernel_size": 2,
                    "groups": 1, "channels": 1, "axis": 1}
 CONST_ATTRS = ["kernel_const_name", "bias_const_name", "input_const_name"]
-SILENT_OPTIONAL = {"activation_type", "count_include_pad", "bias_const_name"}
+SILENT_OPTIONAL = {"activation_type", "count_include_pad"}
 
 
 
@@ -392,8 +394,8 @@ def _artifact_mutations(draw, pair):
             attrs["layer_name"] = [draw(st.sampled_from(["Conv3D", "conv2d", "Softmax", "", "FC2"]))]
             return nodes, consts, [name, "layer_name"], True, f"{name}.layer_name = {attrs['layer_name']}"
         if what == "layer_name_type":
-            # (unhashable values: see test_layer_name_of_unhashable_json_type_is_refused)
-            attrs["layer_name"] = draw(st.sampled_from([5, None, [], [5], [None]]))
+            attrs["layer_name"] = draw(st.sampled_from([5, None, [], [5], [None], {"x": 1},
+                                                        [["Conv2D"]], [{"a": 1}]]))
             return nodes, consts, [name, "layer_name"], True, f"{name}.layer_name = {attrs['layer_name']!r}"
         if what == "int_attr":
             keys = [k for k in INT_ATTR_COUNTS if k in attrs]
@@ -439,7 +441,7 @@ def _artifact_mutations(draw, pair):
             return nodes, consts, [name, "activation_type"], True, \
                 f"{name}.activation_type = {attrs['activation_type']!r}"
         # activation_type and count_include_pad are optional by contract (their absence is a
-        # valid file with another meaning); bias_const_name: see test_missing_bias_const_name.
+        # valid file with another meaning).
         key = draw(st.sampled_from(sorted(set(attrs) - SILENT_OPTIONAL)))
         del attrs[key]
         return nodes, consts, [key, name], False, f"{name}: attrs.{key} dropped"
@@ -596,9 +598,8 @@ def test_corrupted_artifact_bytes_are_refused(pair, data):
     pytest.param([["Conv2D"]], id="nested-list"),
     pytest.param([{"a": 1}], id="list-of-dict"),
 ])
-@pytest.mark.xfail(strict=True, raises=TypeError, reason="BUG (reported): the simulator looks "
-                   "layer_name up in its kernel table unchecked: an unhashable JSON value raises "
-                   "TypeError('unhashable type') instead of ArtifactError naming attrs.layer_name")
+# Found by fuzzing (fixed): the simulator looked layer_name up in its kernel table unchecked; an
+# unhashable JSON value raised TypeError('unhashable type') instead of an ArtifactError.
 def test_layer_name_of_unhashable_json_type_is_refused(pair, value):
     nodes, consts = copy.deepcopy(pair[0]), pair[1]
     layer = next(n for n in nodes["nodes"] if n["op"] != "input")
@@ -607,10 +608,9 @@ def test_layer_name_of_unhashable_json_type_is_refused(pair, value):
         _compile_run(nodes, consts, pair[3])
 
 
-@pytest.mark.xfail(strict=True, reason="BUG (reported): FORMATS.md lists bias_const_name as a "
-                   "Conv2D/FC attribute (not optional) and the emitter always writes it, but the "
-                   "simulator treats its absence as 'no bias': a Nodes-JSON that lost it runs "
-                   "silently with different numbers instead of an ArtifactError")
+# Found by fuzzing (fixed): FORMATS.md lists bias_const_name as a Conv2D/FC attribute (not
+# optional) and the emitter always writes it, but the simulator took its absence for 'no bias':
+# a Nodes-JSON that lost it ran silently with different numbers.
 @pytest.mark.parametrize("layer_name", ["Conv2D", "FC"])
 def test_missing_bias_const_name_is_refused(pair, layer_name):
     nodes, consts = copy.deepcopy(pair[0]), pair[1]
@@ -618,3 +618,126 @@ def test_missing_bias_const_name_is_refused(pair, layer_name):
     del layer["attrs"]["bias_const_name"]
     with pytest.raises(ArtifactError, match="bias_const_name"):
         _compile_run(nodes, consts, pair[3])
+
+
+# ============================================================================ manifest.json
+@pytest.fixture(scope="module")
+def artifact_dir():
+    """An artifact directory with Mrvl and CPU stages (Mrvl -> CPU -> Mrvl), kept for the module."""
+    b = ModelBuilder(13, 3)
+    x = b.input([1, 3, 8, 8])
+    x = b.unary(b.conv(x, 4, [3, 3], pads=[1, 1, 1, 1]), "Relu")
+    x = b.unary(x, "Sigmoid")
+    x = b.gemm(b.flatten(b.global_pool(b.conv(x, 6, [1, 1]), "avg")), 5)
+    gm = _finish(b, [x])
+    tmp = Path(tempfile.mkdtemp(prefix="fuzz_manifest_"))
+    result = mrvl_convert.convert(gm.model, tmp / "art", policy="multi")
+    kinds = [s["kind"] for s in result.manifest["stages"]]
+    assert kinds == ["mrvl", "cpu", "mrvl"], kinds
+    ref = mrvl_convert.HybridSession(tmp / "art").run(None, gm.feeds)
+    yield Pair((tmp / "art", gm.feeds, ref))
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+@st.composite
+def _manifest_mutations(draw, manifest):
+    m = copy.deepcopy(manifest)
+    stages = m["stages"]
+    k = draw(st.integers(0, len(stages) - 1), label="stage")
+    stage = stages[k]
+    what = draw(st.sampled_from(["drop_stages", "stages_type", "drop_model", "kind", "file",
+                                 "file_type", "io_shape", "io_dtype", "io_tensor", "swap",
+                                 "drop_stage_key", "io_type", "model_io"]))
+    if what == "drop_stages":
+        del m["stages"]
+        return m, ["stages"], "no stages"
+    if what == "stages_type":
+        m["stages"] = draw(st.sampled_from([{}, "x", None, [1]]))
+        return m, ["stages"], f"stages = {m['stages']!r}"
+    if what == "drop_model":
+        del m["model"]
+        return m, ["model"], "no model"
+    if what == "kind":
+        stage["kind"] = draw(st.sampled_from(["gpu", "", 1, None]))
+        return m, ["kind"], f"stages[{k}].kind = {stage['kind']!r}"
+    if what in ("file", "file_type"):
+        keys = [key for key in ("nodes_json", "consts_json", "onnx") if key in stage]
+        key = draw(st.sampled_from(keys))
+        stage[key] = (draw(st.sampled_from(["missing.json", "../manifest.json", "", "sub/x.onnx"]))
+                      if what == "file" else draw(st.sampled_from([1, None, ["a"]])))
+        return m, [key], f"stages[{k}].{key} = {stage[key]!r}"
+    if what == "drop_stage_key":
+        key = draw(st.sampled_from(sorted(set(stage) & {"kind", "nodes_json", "consts_json", "onnx",
+                                                        "inputs", "outputs"})))
+        del stage[key]
+        return m, [key], f"stages[{k}] without {key}"
+    side = draw(st.sampled_from(["inputs", "outputs"]))
+    if what == "io_type":
+        stage[side] = draw(st.sampled_from(["x", None, [1], {}]))
+        return m, [side], f"stages[{k}].{side} = {stage[side]!r}"
+    io = stage[side][0]
+    if what == "io_shape":
+        io["shape"] = draw(st.sampled_from(["x", [1.5], [-1], None, [True],
+                                            [d + 1 for d in io["shape"]]]))
+        return m, ["shape", "input", "output", io["tensor"]], f"stages[{k}].{side}[0].shape = {io['shape']!r}"
+    if what == "io_dtype":
+        io["dtype"] = draw(st.sampled_from(["float64x", 5, "tensor(float)", "int8", "float64"]))
+        return m, ["dtype", io["tensor"]], f"stages[{k}].{side}[0].dtype = {io['dtype']!r}"
+    if what == "io_tensor":
+        old = io["tensor"]
+        io["tensor"] = draw(st.sampled_from(["no_such_tensor", 5, None]))
+        return m, ["tensor", old, "no_such_tensor"], f"stages[{k}].{side}[0].tensor = {io['tensor']!r}"
+    if what == "swap":  # run order no longer topological
+        assume(k + 1 < len(stages))
+        stages[k], stages[k + 1] = stages[k + 1], stages[k]
+        return m, [stages[k]["name"], stages[k + 1]["name"], "stage"], f"stages {k} and {k + 1} swapped"
+    io_list = m["model"][side]
+    io_list[0]["shape"] = draw(st.sampled_from(["x", None, [d + 1 for d in io_list[0]["shape"]]]))
+    return m, ["shape", io_list[0]["name"]], f"model.{side}[0].shape = {io_list[0]['shape']!r}"
+
+
+@given(data=st.data())
+def test_mutated_manifest_is_refused(artifact_dir, data):
+    """HybridSession on a mutated manifest: MrvlConvertError naming the field (or the tensor /
+    stage concerned), never another exception; a model-io shape change shows at the feed."""
+    art, feeds, ref = artifact_dir
+    manifest = json.loads((art / "manifest.json").read_text())
+    m, names, what = data.draw(_manifest_mutations(manifest).map(Mutation), label="mutation")
+    note(what)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy_dir = Path(tmp) / "art"
+        shutil.copytree(art, copy_dir)
+        (copy_dir / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(MrvlConvertError) as info:
+            mrvl_convert.HybridSession(copy_dir).run(None, feeds)
+    msg = str(info.value)
+    note(msg)
+    assert any(str(n) in msg for n in names), f"{what}: {msg!r} names none of {names}"
+
+
+# Found by fuzzing (fixed): HybridSession checked a CPU stage's boundaries against its ONNX file
+# by name only, a Mrvl stage's dtypes not at all and model outputs not at all.
+@pytest.mark.parametrize("where", [
+    "mrvl stage input shape", "mrvl stage output shape",
+    "mrvl stage input dtype", "cpu stage input shape", "cpu stage input dtype",
+    "model output shape",
+])
+def test_manifest_inconsistent_with_stage_files_is_refused(artifact_dir, where):
+    """The manifest disagrees with the stage files it names: refuse rather than run."""
+    art, feeds, ref = artifact_dir
+    m = json.loads((art / "manifest.json").read_text())
+    stage = m["stages"][1 if where.startswith("cpu") else 0]
+    if where.endswith("input shape"):
+        stage["inputs"][0]["shape"] = [d + 1 for d in stage["inputs"][0]["shape"]]
+    elif where.endswith("output shape") and where.startswith("mrvl"):
+        stage["outputs"][0]["shape"] = [d + 1 for d in stage["outputs"][0]["shape"]]
+    elif where.endswith("dtype"):
+        stage["inputs"][0]["dtype"] = "int8"             # the stage file says float32
+    else:
+        m["model"]["outputs"][0]["shape"] = [2, 5]       # the last stage produces [1, 5]
+    with tempfile.TemporaryDirectory() as tmp:
+        copy_dir = Path(tmp) / "art"
+        shutil.copytree(art, copy_dir)
+        (copy_dir / "manifest.json").write_text(json.dumps(m))
+        with pytest.raises(MrvlConvertError):
+            mrvl_convert.HybridSession(copy_dir).run(None, feeds)
