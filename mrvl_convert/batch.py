@@ -63,6 +63,7 @@ class Outcome:
     traceback: Optional[str] = None          # only for internal errors (bugs), never user errors
     ignored_shapes: Tuple[str, ...] = ()     # shape overrides this model had no input for
     verified: Optional[bool] = None
+    verify_note: Optional[str] = None       # compare()'s one-line verdict when --verify passed
 
     @property
     def ok(self) -> bool:
@@ -121,7 +122,7 @@ def convert_one(job: Job) -> Outcome:
         result = convert(job.model, job.out_dir, shapes=shapes, policy=job.policy,
                          rules=list(job.rules) or None, name=job.name)
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
-        verified = _verify(job) if job.verify else None
+        verify_note = _verify(job) if job.verify else None
     except VerifyError as exc:  # converted, but the comparison failed: the artifacts stay
         return replace(_failed(job, start, exc, ignored=ignored), counts=counts, verified=False)
     except MrvlConvertError as exc:
@@ -129,7 +130,8 @@ def convert_one(job: Job) -> Outcome:
     except Exception as exc:  # a bug: report it with its traceback, never swallow it
         return _failed(job, start, exc, ignored=ignored, trace=traceback.format_exc())
     return Outcome(job.model, job.name, "ok", job.out_dir, counts, time.perf_counter() - start,
-                   ignored_shapes=ignored, verified=verified)
+                   ignored_shapes=ignored, verified=True if job.verify else None,
+                   verify_note=verify_note)
 
 
 def _failed(job: Job, start: float, exc: BaseException, *, ignored: Tuple[str, ...] = (),
@@ -148,20 +150,14 @@ class VerifyError(MrvlConvertError):
     """The converted model's outputs do not match onnxruntime's on the original model."""
 
 
-def _verify(job: Job) -> bool:
+def _verify(job: Job) -> str:
     """Run the hybrid artifact against onnxruntime on the original model (``--verify``)."""
     from .runtime.compare import compare  # imported lazily: onnxruntime sessions, simulator
     report = compare(job.model, job.out_dir)
-    passed = getattr(report, "passed", report)
-    if passed:
-        return True
-    rows = getattr(report, "rows", [])
-    failing = [f"{r.tensor} (max_abs {r.max_abs}, cosine {r.cosine})" for r in rows
-               if not getattr(r, "passed", True)]
-    events = list(getattr(report, "range_events", []))
-    detail = "; ".join(failing + [f"fp16 range: {e}" for e in events]) or str(report)
-    raise VerifyError(f"outputs differ from onnxruntime on the original model: {detail[:400]}",
-                      model=job.model)
+    if not report.passed:
+        raise VerifyError(f"outputs differ from onnxruntime on the original model: "
+                          f"{report.summary_line()[:400]}", model=job.model)
+    return report.summary_line()
 
 
 def _shapes_for(model: str, shapes: Mapping[str, List[int]]

@@ -224,6 +224,9 @@ def _report(result, out: Path, shapes: Dict[str, List[int]], *, quiet: bool) -> 
     if unused:
         _error(f"warning: --input-shape {', '.join(unused)} matched no model's input")
     if not quiet:
+        for outcome in result:
+            if outcome.verify_note:
+                sys.stdout.write(f"verify {outcome.name}: {outcome.verify_note}\n")
         sys.stdout.write(format_table(result))
         ok = len(result.ok)
         sys.stdout.write(f"{ok} of {len(result)} models converted into {out}; "

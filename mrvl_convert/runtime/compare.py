@@ -52,6 +52,22 @@ class Comparison:
         return {"passed": self.passed, "samples": self.samples,
                 "range_events": list(self.range_events), "rows": [asdict(r) for r in self.rows]}
 
+    def summary_line(self) -> str:
+        """One line for a batch log: the verdict and the worst figures over all tensors."""
+        verdict = "PASS" if self.passed else "FAIL"
+        worst = max(self.rows, key=lambda r: r.max_rel or 0.0, default=None)
+        parts = [f"{verdict} over {self.samples} sample(s), {len(self.rows)} tensor(s)"]
+        if worst is not None and worst.max_rel is not None:
+            parts.append(f"worst max_rel {worst.max_rel:.3g} ({worst.tensor})")
+        cosines = [r.cosine for r in self.rows if r.cosine is not None]
+        if cosines:
+            parts.append(f"min cosine {min(cosines):.6f}")
+        top1 = [r.top1 for r in self.rows if r.top1 is not None]
+        if top1:
+            parts.append(f"top-1 agreement {min(top1):.4f}")
+        parts += [f"fp16 range: {e}" for e in self.range_events]
+        return "; ".join(parts)
+
     def format_table(self) -> str:
         header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
                   "tol rel/cos/top1", "ok")
