@@ -6,7 +6,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
-import onnx
 import onnx_graphsurgeon as gs
 
 from . import __version__
@@ -60,10 +59,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         plan = partition(canonical.graph, matches, policy, loaded.name)
         subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
-        if exc.model is None:
-            exc.model = loaded.label
-            exc.args = (exc._compose(),)
-        raise
+        raise exc.attach_model(loaded.label)
     # Exporting copies every weight: only worth it when a CPU stage needs some of them.
     canonical_proto = None
     if any(s.kind == "cpu" for s in plan.stages):

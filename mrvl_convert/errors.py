@@ -19,6 +19,13 @@ class MrvlConvertError(Exception):
         self.tensor = tensor
         super().__init__(self._compose())
 
+    def attach_model(self, model: str) -> "MrvlConvertError":
+        """Name the model in an error raised by a stage that did not know it."""
+        if self.model is None:
+            self.model = model
+            self.args = (self._compose(),)
+        return self
+
     def _compose(self) -> str:
         where = []
         if self.model:

@@ -25,6 +25,11 @@ NHWC = (0, 2, 3, 1)
 DEFAULT_LABELS = {1: "C", 2: "NC", 3: "NCW", 4: "NCHW", 5: "NCDHW"}
 
 
+def default_labels(rank: int) -> str:
+    """Axis letters of a tensor nobody has relabelled: NCHW, NC, ... (a, b, c... past 5-D)."""
+    return DEFAULT_LABELS.get(rank, "".join(chr(ord("a") + i) for i in range(rank)))
+
+
 def identity(rank: int) -> Tuple[int, ...]:
     return tuple(range(rank))
 
@@ -162,7 +167,7 @@ def _input_labels(tensor: gs.Tensor, stage: Stage) -> str:
             c.op == "Transpose" and list(c.attrs.get("perm", [])) == [0, 3, 1, 2]
             for c in consumers):
         return "NHWC"
-    return DEFAULT_LABELS.get(rank, "".join(chr(ord("a") + i) for i in range(rank)))
+    return default_labels(rank)
 
 
 def transpose_layout(layout: TensorLayout, perm: Sequence[int],

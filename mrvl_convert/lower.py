@@ -10,12 +10,11 @@ from __future__ import annotations
 from typing import Callable, Dict, List
 
 import numpy as np
-import onnx_graphsurgeon as gs
 
 from ._graph import (activation_inputs, attr, conv_pads, const_value, is_const, pad_amounts,
                      present, squeeze_axes, static_shape)
-from .layout import (DEFAULT_LABELS, NHWC, Layer, LayoutContext, MrvlSubgraph, TensorLayout,
-                     identity, native, transpose_layout)
+from .layout import (NHWC, Layer, LayoutContext, MrvlSubgraph, TensorLayout,
+                     default_labels, identity, native, transpose_layout)
 from .partition import Stage
 from .rules.matcher import Composite
 
@@ -197,16 +196,12 @@ def _lower_reshape(kind: str) -> Callable[[Composite, LayoutContext], None]:
             ctx.emit(_new(composite, kind, [index], [current], out, {}), composite.output)
             return
         index, layout = ctx.require(source, tuple(range(len(current.shape))), any_shape=True)
-        out = TensorLayout(tuple(static_shape(composite.output)), tuple(range(rank_out)),
-                           "NC" if rank_out == 2 else layout.labels if rank_out == len(
-                               layout.labels) else _labels(rank_out))
+        # A reshape keeping the rank keeps the axis names; otherwise they start afresh.
+        labels = layout.labels if rank_out == len(layout.labels) else default_labels(rank_out)
+        out = TensorLayout(tuple(static_shape(composite.output)), tuple(range(rank_out)), labels)
         attrs = {"axes": _s(squeeze_axes(node))} if kind == "squeeze" else {}
         ctx.emit(_new(composite, kind, [index], [layout], out, attrs), composite.output)
     return lower
-
-
-def _labels(rank: int) -> str:
-    return DEFAULT_LABELS.get(rank, "".join(chr(ord("a") + i) for i in range(rank)))
 
 
 def lower_transpose(composite: Composite, ctx: LayoutContext) -> None:

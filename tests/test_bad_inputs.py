@@ -2,7 +2,6 @@
 leaves no partial output: no OUT/<name>/ directory and no hidden temporary directory."""
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys

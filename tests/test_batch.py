@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import types
 import concurrent.futures as cf
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path

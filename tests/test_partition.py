@@ -1,7 +1,6 @@
 """Partitioning: both policies, and soundness of every plan (placement, order, exact CPU parts)."""
 from __future__ import annotations
 
-import json
 
 import numpy as np
 import onnx
@@ -17,7 +16,6 @@ def stages(result):
 
 def check_sound(model: onnx.ModelProto, result, out_dir, feeds):
     """Every node placed once; stages in topological order; CPU stages exact on true boundaries."""
-    names = [n.name or None for n in model.graph.node]
     placed = [e["name"] for e in result.report["nodes"]]
     assert len(placed) == len(model.graph.node) == len(set(placed))
     assert all(e["placement"] in ("mrvl", "cpu", "removed") for e in result.report["nodes"])

@@ -1,7 +1,7 @@
 """manifest.json and report.json: how the stages are wired, and where every original node went."""
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import onnx
