@@ -16,7 +16,7 @@ from .errors import MrvlConvertError, UnsupportedModelError
 from .load import ModelLike, load_model
 from .lower import lower_stage
 from .partition import partition
-from .rules.loader import RuleSource, load_rules
+from .rules.loader import RuleSource, builtin_path, load_rules
 from .rules.matcher import match
 
 Rules = Optional[Union[RuleSource, Sequence[RuleSource]]]
@@ -105,7 +105,7 @@ def _rule_sources(rules: Rules) -> List[Dict[str, str]]:
         rules = []
     elif isinstance(rules, (str, Path)):
         rules = [rules]
-    sources = [{"name": "builtin", "sha256": _sha(Path(__file__).parent / "rules" / "builtin.yaml")}]
+    sources = [{"name": "builtin", "sha256": _sha(builtin_path())}]
     for path in rules:
         sources.append({"name": Path(path).name, "sha256": _sha(Path(path))})
     return sources

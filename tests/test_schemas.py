@@ -59,3 +59,4 @@ def test_schema_rejects_a_broken_nodes_json(tmp_path):
     doc = json.loads(path.read_text())
     del doc["nodes"][1]["attrs"]["source_nodes"]
     assert list(schema("nodes").iter_errors(doc))
+

@@ -47,6 +47,18 @@ def read_bias(spec: LayerSpec, consts: Mapping[str, np.ndarray], o: int) -> np.n
     return fp16_const(spec, "bias_const_name", bias.reshape(o))
 
 
+def weighted_capability_issue(attrs: Mapping[str, Any], kernel_layout: str) -> Optional[str]:
+    """What get_capability says of a Conv2D / FC: the same requirements compile enforces."""
+    if first_string(attrs, "kernel_layout", kernel_layout) != kernel_layout:
+        return f"kernel_layout must be {kernel_layout}"
+    if first_string(attrs, "activation_type", "").lower() not in ("", "none", "relu"):
+        return "only relu can be fused"
+    for key in ("kernel_const_name", "bias_const_name"):
+        if key not in attrs:
+            return f"no {key}"
+    return None
+
+
 class Conv2D(Kernel):
     """NHWC convolution with OHWI weights, zero padding, optional fused bias and relu."""
 
@@ -160,13 +172,7 @@ class Conv2D(Kernel):
 
     @classmethod
     def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
-        if first_string(attrs, "kernel_layout", "OHWI") != "OHWI":
-            return "kernel_layout must be OHWI"
-        if first_string(attrs, "activation_type", "").lower() not in ("", "none", "relu"):
-            return "only relu can be fused"
-        if "kernel_const_name" not in attrs:
-            return "no kernel_const_name"
-        return None
+        return weighted_capability_issue(attrs, "OHWI")
 
 
 class FC(Kernel):
@@ -197,10 +203,4 @@ class FC(Kernel):
 
     @classmethod
     def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
-        if first_string(attrs, "kernel_layout", "OI") != "OI":
-            return "kernel_layout must be OI"
-        if first_string(attrs, "activation_type", "").lower() not in ("", "none", "relu"):
-            return "only relu can be fused"
-        if "kernel_const_name" not in attrs:
-            return "no kernel_const_name"
-        return None
+        return weighted_capability_issue(attrs, "OI")
