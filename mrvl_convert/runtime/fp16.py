@@ -3,7 +3,8 @@
 The accelerator runs the RFC's fp16 mode. We model it as:
 
 * inputs and weights are rounded to float16;
-* products are accumulated in float32 (numpy float32 arithmetic, BLAS sgemm);
+* products are accumulated in float32 (numpy float32 arithmetic, BLAS sgemm; wide dense 3x3
+  convolutions use Winograd F(2x2, 3x3), whose float32 rounding differs slightly: winograd.py);
 * every layer's output is rounded to float16 (overflow past 65504 becomes inf);
 * subgraph outputs are handed back as float32.
 
@@ -21,6 +22,8 @@ from __future__ import annotations
 from typing import Tuple
 
 import numpy as np
+
+from .ufuncs import maximum_inplace
 
 #: Storage dtype of activations between layers (values restricted to the float16 grid).
 ACTIVATION_DTYPE = np.float32
@@ -61,7 +64,7 @@ def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, 
             y[...] = y.astype(np.float16)
         return y, bool(np.isfinite(y).all())
     magic_f = magic.view(np.float32)
-    np.maximum(magic_f, _MIN_NORMAL, out=magic_f)  # float max: SIMD, unlike uint32 max
+    maximum_inplace(magic_f, _MIN_NORMAL)  # float max: SIMD, unlike uint32 max
     magic_f *= _MAGIC_SCALE
     y += magic_f
     y -= magic_f

@@ -8,6 +8,9 @@ from numpy.lib.stride_tricks import as_strided
 
 from .kernel_base import Kernel, first_string, fp16_const
 from .layerspec import LayerSpec
+from .ufuncs import relu_inplace
+from .winograd import Winograd3x3
+from .winograd import applies as winograd_applies
 
 
 def pad_nhwc(x: np.ndarray, pads: Tuple[int, int, int, int], value: float = 0.0) -> np.ndarray:
@@ -101,11 +104,14 @@ class Conv2D(Kernel):
             raise spec.error("attrs.kernel_layout", "only OHWI kernels are defined")
 
     def _prepare_weights(self, kernel: np.ndarray, c: int) -> None:
-        """Re-lay the OHWI weights once into the GEMM form this conv will use."""
+        """Re-lay the OHWI weights once into the form this conv's algorithm uses."""
         o, kh, kw, ig = kernel.shape
         g = self.groups
         self.pointwise = (kh == kw == 1 and not any(self.pads))
-        if g == 1:
+        if winograd_applies((kh, kw), self.strides, self.dilation, g, self.out_hw, c, o):
+            self.mode = "winograd"
+            self.weight = Winograd3x3(kernel, self.pads, self.out_hw)
+        elif g == 1:
             self.mode = "gemm"
             # [KH*KW*I, O]: matches the (kh, kw, c) order of an NHWC window flattened.
             self.weight = np.ascontiguousarray(kernel.reshape(o, kh * kw * ig).T)
@@ -121,7 +127,9 @@ class Conv2D(Kernel):
     def run(self, x: np.ndarray) -> np.ndarray:
         n = x.shape[0]
         oh, ow = self.out_hw
-        if self.mode == "depthwise":
+        if self.mode == "winograd":
+            y = self.weight.run(x)
+        elif self.mode == "depthwise":
             y = self._depthwise(x)
         elif self.mode == "grouped":
             y = self._grouped(x)
@@ -130,7 +138,7 @@ class Conv2D(Kernel):
         y = y.reshape(n, oh, ow, self.out_channels)
         y += self.bias
         if self.relu:
-            np.maximum(y, 0.0, out=y)
+            relu_inplace(y)
         return y
 
     def _columns(self, x: np.ndarray) -> np.ndarray:
@@ -198,7 +206,7 @@ class FC(Kernel):
         y = x @ self.weight
         y += self.bias
         if self.relu:
-            np.maximum(y, 0.0, out=y)
+            relu_inplace(y)
         return y
 
     @classmethod

@@ -7,6 +7,7 @@ import numpy as np
 
 from .kernel_base import Kernel, first_string, fp16_const
 from .layerspec import LayerSpec
+from .ufuncs import relu_inplace
 
 
 class LayoutTransform(Kernel):
@@ -74,7 +75,7 @@ class Sum2D(Kernel):
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         y = a + (self.const if b is None else b)
         if self.relu:
-            np.maximum(y, 0.0, out=y)
+            relu_inplace(y)
         return y
 
 

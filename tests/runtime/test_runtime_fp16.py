@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrvl_convert.runtime.fp16 import FP16_MAX, is_fp16_valued, round_to_fp16
+from mrvl_convert.runtime.ufuncs import maximum_inplace
 
 
 def cast_round(x: np.ndarray) -> np.ndarray:
@@ -73,3 +74,19 @@ def test_non_contiguous_and_empty_inputs():
     np.testing.assert_array_equal(got, cast_round(x))
     empty, ok = round_to_fp16(np.zeros((0, 3), np.float32))
     assert ok and empty.shape == (0, 3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(size=st.integers(0, 3000), value=st.sampled_from([0.0, 2.0 ** -14, -1.5]),
+       strided=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_maximum_inplace_is_np_maximum(size, value, strided, seed):
+    """The row-broadcast fast path (and its tail and non-contiguous fallbacks) changes nothing:
+    same values, NaN propagated, written in place."""
+    rng = np.random.default_rng(seed)
+    base = rng.standard_normal(2 * size).astype(np.float32)
+    base[rng.random(base.size) < 0.01] = np.nan
+    y = base[::2] if strided else base[:size]
+    want = np.maximum(y, np.float32(value))
+    got = maximum_inplace(y, value)
+    assert got is y
+    np.testing.assert_array_equal(y, want)
