@@ -42,6 +42,10 @@ _MIN_NORMAL = np.float32(2.0 ** -14)
 # 2**(e - 10), which is exactly float16's step at exponent e, so the hardware's
 # round-to-nearest-even of (x + c) is float16's rounding of x; subtracting c is exact.
 _MAGIC_SCALE = np.float32(1.5 * 2.0 ** 13)
+# Rounding makes six passes over the array; done in chunks of this many elements (256 KiB of
+# float32) they run in the L2 cache, which made a ResNet-50 layer's rounding several times
+# faster than whole-array passes through memory.
+_CHUNK = 65536
 
 
 def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, bool]:
@@ -56,19 +60,28 @@ def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, 
     y = np.asarray(y, dtype=np.float32)
     if not (inplace and y.flags.c_contiguous and y.flags.writeable):
         y = np.array(y, dtype=np.float32, order="C", copy=True)
-    if y.size == 0:
-        return y, True
-    magic = y.view(np.uint32) & _EXP_MASK  # as float32: 2**e, the power of two <= |x| (or 0)
+    flat = y.reshape(-1)  # a view: y is C-contiguous
+    scratch = np.empty(min(flat.size, _CHUNK), dtype=np.uint32)
+    in_range = True
+    for start in range(0, flat.size, _CHUNK):
+        in_range &= _round_chunk(flat[start:start + _CHUNK], scratch)
+    return y, in_range
+
+
+def _round_chunk(x: np.ndarray, scratch: np.ndarray) -> bool:
+    """Round a flat float32 chunk in place; False if it overflowed or holds NaN."""
+    magic = np.bitwise_and(x.view(np.uint32), _EXP_MASK, out=scratch[:x.size])
+    # As float32, magic is 2**e, the power of two <= |x| (or 0).
     if magic.max() >= _SLOW_EXP:  # one integer reduction replaces a float min/max range check
         with np.errstate(over="ignore", invalid="ignore"):
-            y[...] = y.astype(np.float16)
-        return y, bool(np.isfinite(y).all())
+            x[...] = x.astype(np.float16)
+        return bool(np.isfinite(x).all())
     magic_f = magic.view(np.float32)
-    maximum_inplace(magic_f, _MIN_NORMAL)  # float max: SIMD, unlike uint32 max
+    maximum_inplace(magic_f, _MIN_NORMAL)
     magic_f *= _MAGIC_SCALE
-    y += magic_f
-    y -= magic_f
-    return y, True
+    x += magic_f
+    x -= magic_f
+    return True
 
 
 def const_to_fp16(values: np.ndarray) -> Tuple[np.ndarray, bool]:

@@ -90,17 +90,18 @@ class CompiledSubgraph:
         policy = _check_policy(on_range_error or self.on_range_error)
         self.last_range_events = []
         values = self._feed(inputs, policy)
-        for step in self.steps:
-            # Overflow and NaN are the simulator's to report, with source_nodes (below).
-            with np.errstate(over="ignore", invalid="ignore"):
+        # Overflow and NaN are the simulator's to report, with source_nodes (_range_error);
+        # one errstate for the whole run, as entering it costs more than a small layer.
+        with np.errstate(over="ignore", invalid="ignore"):
+            for step in self.steps:
                 out = step.kernel.run(*(values[i] for i in step.inputs))
-            if not step.kernel.exact:
-                out, in_range = round_to_fp16(out, inplace=True)
-                if not in_range:
-                    self._range_error(step.spec, out, policy)
-            values[step.node] = out
-            for index in step.release:
-                del values[index]
+                if not step.kernel.exact:
+                    out, in_range = round_to_fp16(out, inplace=True)
+                    if not in_range:
+                        self._range_error(step.spec, out, policy)
+                values[step.node] = out
+                for index in step.release:
+                    del values[index]
         # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.
         return [np.array(values[h], dtype=np.float32, copy=True) for h in self.heads]
 
