@@ -58,9 +58,21 @@ def blas_info(threads: int) -> str:
         lib.scipy_openblas_get_corename64_.restype = ctypes.c_char_p
         core = lib.scipy_openblas_get_corename64_().decode()
         lib.scipy_openblas_set_num_threads64_(ctypes.c_int(threads))
-        return f"BLAS: OpenBLAS core={core}, threads={threads}"
+        hint = ""
+        if core in ("Haswell", "Zen") and _cpu_has("avx512f"):
+            hint = (" (AVX2 kernels on an AVX-512 CPU: sgemm runs at about half speed; "
+                    "OPENBLAS_CORETYPE sets this)")
+        return f"BLAS: OpenBLAS core={core}, threads={threads}{hint}"
     except AttributeError:
         return "BLAS: OpenBLAS (core type and threads not settable)"
+
+
+def _cpu_has(flag: str) -> bool:
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            return any(line.startswith("flags") and flag in line.split() for line in f)
+    except OSError:
+        return False
 
 
 def median_ms(fn: Callable[[], object], runs: int, warmup: int) -> float:

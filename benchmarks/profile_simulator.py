@@ -1,0 +1,92 @@
+"""Where the simulator's time goes: per layer kind (and conv algorithm/shape), kernel vs fp16 rounding.
+
+    python benchmarks/profile_simulator.py [--model resnet50] [--runs 5] [--threads 1]
+
+Converts the model (single policy) to a temporary directory, compiles its Mrvl subgraph with
+``MrvlSimulator`` and runs it step by step, timing each kernel's ``run`` and the fp16 rounding
+of its output separately (the same two calls ``CompiledSubgraph.run`` makes). Conv2D rows are
+split by algorithm, kernel size, stride and output height. Not a test.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench_simulator  # noqa: E402  (benchmarks/bench_simulator.py: models, BLAS info)
+
+from mrvl_convert import convert  # noqa: E402
+from mrvl_convert.runtime.fp16 import round_to_fp16  # noqa: E402
+from mrvl_convert.runtime.kernels_conv import Conv2D  # noqa: E402
+from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator  # noqa: E402
+
+
+def row_key(step) -> str:
+    kernel = step.kernel
+    name = type(kernel).__name__
+    if not isinstance(kernel, Conv2D):
+        return name
+    (kh, kw), (oh, ow) = kernel.kernel_hw, kernel.out_hw
+    return f"{name} {kernel.mode} {kh}x{kw}/s{kernel.strides[0]} out {oh}x{ow}"
+
+
+def profile(compiled: CompiledSubgraph, feed: Dict[str, np.ndarray],
+            runs: int) -> Dict[str, List[float]]:
+    """{row: [kernel seconds, rounding seconds, layers]} summed over runs (first run is warm-up)."""
+    totals: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+    for run in range(runs + 1):
+        values = compiled._feed(feed, "raise")
+        for step in compiled.steps:
+            start = time.perf_counter()
+            out = step.kernel.run(*(values[i] for i in step.inputs))
+            middle = time.perf_counter()
+            if not step.kernel.exact:
+                out, _ = round_to_fp16(out, inplace=True)
+            end = time.perf_counter()
+            values[step.node] = out
+            if run:
+                row = totals[row_key(step)]
+                row[0] += middle - start
+                row[1] += end - middle
+                row[2] += 1
+    return {key: [k / runs, r / runs, n // runs] for key, (k, r, n) in totals.items()}
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet50", choices=sorted(bench_simulator.MODELS))
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=1, help="OpenBLAS threads")
+    args = parser.parse_args(argv)
+    blas = bench_simulator.blas_info(args.threads)
+    model = bench_simulator.MODELS[args.model]()
+    with tempfile.TemporaryDirectory() as tmp:
+        convert(model, tmp + "/m", policy="single")
+        nodes = glob.glob(tmp + "/m/*-nodes.json")
+        if len(nodes) != 1:
+            parser.error(f"expected one Mrvl subgraph, got {len(nodes)}")
+        compiled = MrvlSimulator().compile(nodes[0], nodes[0].replace("-nodes", "-consts"))
+    inp = compiled.inputs[0]
+    feed = {inp.name: np.random.default_rng(0).standard_normal(inp.shape).astype(np.float32)}
+    rows = profile(compiled, feed, args.runs)
+    total = sum(k + r for k, r, _ in rows.values())
+    ordered: List[Tuple[str, List[float]]] = sorted(rows.items(), key=lambda kv: -sum(kv[1][:2]))
+    print(f"{'layer kind':38s} {'layers':>6s} {'kernel ms':>10s} {'round ms':>9s} {'share':>6s}")
+    for key, (k, r, n) in ordered:
+        print(f"{key:38s} {n:6d} {1e3 * k:10.2f} {1e3 * r:9.2f} {100 * (k + r) / total:5.1f}%")
+    kernel_ms = 1e3 * sum(k for k, _, _ in rows.values())
+    print(f"{'total':38s} {'':6s} {kernel_ms:10.2f} {1e3 * total - kernel_ms:9.2f}")
+    print(f"mean of {args.runs} runs after 1 warm-up; {blas}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
