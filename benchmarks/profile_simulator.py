@@ -1,11 +1,12 @@
-"""Where the simulator's time goes: per layer kind (and conv algorithm/shape), kernel vs fp16 rounding.
+"""Where the simulator's time goes, per layer kind: kernel time vs fp16 rounding time.
 
     python benchmarks/profile_simulator.py [--model resnet50] [--runs 5] [--threads 1]
 
 Converts the model (single policy) to a temporary directory, compiles its Mrvl subgraph with
 ``MrvlSimulator`` and runs it step by step, timing each kernel's ``run`` and the fp16 rounding
 of its output separately (the same two calls ``CompiledSubgraph.run`` makes). Conv2D rows are
-split by algorithm, kernel size, stride and output height. Not a test.
+split by algorithm (gemm, winograd, depthwise, grouped), kernel size, stride and output size.
+Not a test.
 """
 from __future__ import annotations
 
