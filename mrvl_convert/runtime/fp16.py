@@ -43,8 +43,8 @@ _MIN_NORMAL = np.float32(2.0 ** -14)
 # round-to-nearest-even of (x + c) is float16's rounding of x; subtracting c is exact.
 _MAGIC_SCALE = np.float32(1.5 * 2.0 ** 13)
 # Rounding makes six passes over the array; done in chunks of this many elements (256 KiB of
-# float32) they run in the L2 cache, which made a ResNet-50 layer's rounding several times
-# faster than whole-array passes through memory.
+# float32) they stay in the L2 cache and need no array-sized temporary. Inside ResNet-50 this
+# cut the rounding time by about a tenth.
 _CHUNK = 65536
 
 

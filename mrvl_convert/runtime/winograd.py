@@ -31,6 +31,9 @@ MIN_TILES = 32      # below, the 16 per-position GEMMs are too short to run fast
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
+# Both 2-D transforms as one matrix each, acting on a tile flattened row-major.
+_INPUT_TRANSFORM = np.kron(_BT, _BT).astype(np.float32)    # [16, 16]
+_OUTPUT_TRANSFORM = np.kron(_AT, _AT).astype(np.float32)   # [4, 16]
 
 
 def applies(kernel_hw: Tuple[int, int], strides: Tuple[int, int], dilation: Tuple[int, int],
@@ -38,14 +41,20 @@ def applies(kernel_hw: Tuple[int, int], strides: Tuple[int, int], dilation: Tupl
     """Whether a conv is computed this way: dense 3x3, stride 1, dilation 1, and where it pays.
 
     The transforms cost in proportion to C + O per tile, the products to C * O, and the products
-    are 16 small GEMMs of one row per tile. Measured inside ResNet-50 (``benchmarks/``):
-    Winograd is faster at 28x28x128 and 14x14x256, slower at 56x56x64 (transforms dominate) and
-    at 7x7x512 (16 tiles: GEMMs too short, and 1.8x the weight bytes to stream).
+    are 16 small GEMMs of one row per tile. Measured inside ResNet-50 (per-layer times as
+    ``benchmarks/profile_simulator.py`` prints them, with this test forced each way): Winograd
+    is faster at 28x28x128 and 14x14x256, slower at 56x56x64 (transforms dominate) and at
+    7x7x512 (16 tiles: GEMMs too short, and 16/9 the weight bytes to stream).
     """
     if not (kernel_hw == (3, 3) and strides == (1, 1) and dilation == (1, 1) and groups == 1):
         return False
-    tiles = -(-out_hw[0] // TILE_OUT) * -(-out_hw[1] // TILE_OUT)
-    return min(in_channels, out_channels) >= MIN_CHANNELS and tiles >= MIN_TILES
+    th, tw = tile_grid(out_hw)
+    return min(in_channels, out_channels) >= MIN_CHANNELS and th * tw >= MIN_TILES
+
+
+def tile_grid(out_hw: Tuple[int, int]) -> Tuple[int, int]:
+    """Tiles down and across: enough m x m output tiles to cover the output (ceil division)."""
+    return -(-out_hw[0] // TILE_OUT), -(-out_hw[1] // TILE_OUT)
 
 
 class Winograd3x3:
@@ -61,11 +70,9 @@ class Winograd3x3:
         # and rounded once to float32.
         u = np.einsum("xi,oijc,yj->xyco", _G, kernel_ohwi.astype(np.float64), _G)
         self.weight = np.ascontiguousarray(u.reshape(TILE_IN * TILE_IN, c, o), np.float32)
-        self.input_transform = np.kron(_BT, _BT).astype(np.float32)    # [16, 16]
-        self.output_transform = np.kron(_AT, _AT).astype(np.float32)   # [4, 16]
         self.pads = pads
         self.out_hw = out_hw
-        self.tiles = (-(-out_hw[0] // TILE_OUT), -(-out_hw[1] // TILE_OUT))
+        self.tiles = tile_grid(out_hw)
         self.out_channels = o
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -80,9 +87,9 @@ class Winograd3x3:
         tiles = as_strided(xp, (a, a, n, th, tw, c), (s1, s2, s0, m * s1, m * s2, s3),
                            writeable=False)
         d = np.ascontiguousarray(tiles).reshape(a * a, -1)
-        v = (self.input_transform @ d).reshape(a * a, n * th * tw, c)
+        v = (_INPUT_TRANSFORM @ d).reshape(a * a, n * th * tw, c)
         prod = np.matmul(v, self.weight)                                # [16, T, O]
-        y = self.output_transform @ prod.reshape(a * a, -1)             # [4, T*O]
+        y = _OUTPUT_TRANSFORM @ prod.reshape(a * a, -1)             # [4, T*O]
         y = y.reshape(m, m, n, th, tw, self.out_channels).transpose(2, 3, 0, 4, 1, 5)
         y = y.reshape(n, th * m, tw * m, self.out_channels)[:, :oh, :ow, :]
         return np.ascontiguousarray(y)
