@@ -41,7 +41,8 @@ def row_key(step) -> str:
 
 def profile(compiled: CompiledSubgraph, feed: Dict[str, np.ndarray],
             runs: int) -> Dict[str, List[float]]:
-    """{row: [kernel seconds, rounding seconds, layers]} summed over runs (first run is warm-up)."""
+    """{row: [kernel seconds, rounding seconds, layers]} per run, averaged over ``runs`` runs
+    after one warm-up; values are freed when no later step needs them, as in the simulator."""
     totals: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
     for run in range(runs + 1):
         values = compiled._feed(feed, "raise")
@@ -53,6 +54,8 @@ def profile(compiled: CompiledSubgraph, feed: Dict[str, np.ndarray],
                 out, _ = round_to_fp16(out, inplace=True)
             end = time.perf_counter()
             values[step.node] = out
+            for index in step.release:
+                del values[index]
             if run:
                 row = totals[row_key(step)]
                 row[0] += middle - start
