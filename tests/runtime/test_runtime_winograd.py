@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-from numpy.lib.stride_tricks import as_strided
 
 from jsonbuild import SubgraphBuilder, conv2d, to_nhwc
 from mrvl_convert.runtime import MrvlSimulator
-from mrvl_convert.runtime.kernels_conv import Conv2D
+from mrvl_convert.runtime.kernels_conv import Conv2D, pad_nhwc, window_view
 from mrvl_convert.runtime.winograd import MIN_CHANNELS, MIN_TILES, Winograd3x3, applies
 from onnxref import assert_close_fp16, fp16_round, run_node
 from test_runtime_kernels import nchw_layer
@@ -25,15 +24,12 @@ REL_ERROR = 2.0 ** -17
 
 
 def conv_f64(x: np.ndarray, w_ohwi: np.ndarray, pads) -> np.ndarray:
-    """Direct 3x3 stride-1 NHWC convolution in float64 (im2col)."""
-    n, h, w, c = x.shape
-    top, left, bottom, right = pads
-    xp = np.zeros((n, h + top + bottom, w + left + right, c))
-    xp[:, top:top + h, left:left + w] = x
-    oh, ow = xp.shape[1] - 2, xp.shape[2] - 2
-    s0, s1, s2, s3 = xp.strides
-    cols = as_strided(xp, (n, oh, ow, 3, 3, c), (s0, s1, s2, s1, s2, s3)).reshape(n * oh * ow, -1)
-    return (cols @ w_ohwi.reshape(w_ohwi.shape[0], -1).T.astype(np.float64)).reshape(n, oh, ow, -1)
+    """Direct 3x3 stride-1 NHWC convolution in float64 (im2col, the simulator's other path)."""
+    xp = pad_nhwc(x.astype(np.float64), tuple(pads))
+    out_hw = (xp.shape[1] - 2, xp.shape[2] - 2)
+    cols = window_view(xp, out_hw, (3, 3), (1, 1), (1, 1)).reshape(-1, 9 * x.shape[3])
+    weight = w_ohwi.reshape(w_ohwi.shape[0], -1).T.astype(np.float64)
+    return (cols @ weight).reshape(x.shape[0], *out_hw, -1)
 
 
 def fp16_valued(rng: np.random.Generator, shape, scale: float = 1.0) -> np.ndarray:
