@@ -22,9 +22,10 @@ class Kernel:
 
     #: Number of activation inputs; None means one or more (Concat), "1 or 2" is handled by Sum2D.
     num_inputs: ClassVar[Optional[int]] = 1
-    #: True when the output is a rearrangement of input values, so it is already on the fp16
-    #: grid and cannot overflow: the simulator skips rounding for these.
-    exact: ClassVar[bool] = False
+    #: True when the output is a selection or rearrangement of input values, so it is already
+    #: on the fp16 grid and cannot overflow: the simulator skips rounding for these. A class
+    #: default; a kernel may settle it per layer at compile time (Maxpool2D does).
+    exact: bool = False
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
         self.spec = spec

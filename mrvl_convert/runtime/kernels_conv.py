@@ -8,7 +8,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from .kernel_base import Kernel, first_string, fp16_const
 from .layerspec import LayerSpec
-from .ufuncs import relu_inplace
+from .ufuncs import RowAdd, relu_inplace
 from .winograd import Winograd3x3
 from .winograd import applies as winograd_applies
 
@@ -85,6 +85,7 @@ class Conv2D(Kernel):
         self.out_hw = (oh, ow)
         self.out_channels = o
         self.bias = read_bias(spec, consts, o)
+        self.add_bias = RowAdd(self.bias)
         self.relu = spec.relu()
         self._prepare_weights(self._fp16_const("kernel_const_name", kernel), c)
 
@@ -135,8 +136,7 @@ class Conv2D(Kernel):
             y = self._grouped(x)
         else:
             y = self._columns(x) @ self.weight
-        y = y.reshape(n, oh, ow, self.out_channels)
-        y += self.bias
+        y = self.add_bias(y.reshape(n, oh, ow, self.out_channels))
         if self.relu:
             relu_inplace(y)
         return y
@@ -200,11 +200,11 @@ class FC(Kernel):
         # Pre-transposed to [I, O] so run() is one sgemm.
         self.weight = np.ascontiguousarray(self._fp16_const("kernel_const_name", weight).T)
         self.bias = read_bias(spec, consts, o)
+        self.add_bias = RowAdd(self.bias)
         self.relu = spec.relu()
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        y = x @ self.weight
-        y += self.bias
+        y = self.add_bias(x @ self.weight)
         if self.relu:
             relu_inplace(y)
         return y

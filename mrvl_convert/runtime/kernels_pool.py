@@ -66,6 +66,21 @@ class _Pool2D(Kernel):
     def _extent(self, out: int, axis: int) -> int:
         return (out - 1) * self.strides[axis] + self.dilation[axis] * (self.kernel_hw[axis] - 1) + 1
 
+    def _valid_taps(self, include_pad: bool) -> np.ndarray:
+        """Per output pixel, how many window taps fall on counted positions (the input, plus
+        the explicit pads when ``include_pad``; never the ceil-mode extension): [1, OH, OW, 1]."""
+        (h, w), (top, left, bottom, right) = self.input_hw, self.explicit_pads
+        mask = np.zeros((1, h + self.pads[0] + self.pads[2], w + self.pads[1] + self.pads[3], 1),
+                        dtype=np.float32)
+        if include_pad:
+            mask[:, :top + h + bottom, :left + w + right, :] = 1.0
+        else:
+            mask[:, top:top + h, left:left + w, :] = 1.0
+        count = np.zeros((1,) + self.out_hw + (1,), dtype=np.float32)
+        for tap in self._taps(mask):
+            count += tap
+        return count
+
     def _taps(self, xp: np.ndarray):
         """Yield, per kernel tap, the [N, OH, OW, C] strided slice of the padded input."""
         (oh, ow), (sh, sw), (dh, dw) = self.out_hw, self.strides, self.dilation
@@ -82,14 +97,28 @@ class _Pool2D(Kernel):
 
 
 class Maxpool2D(_Pool2D):
-    """Max over each window; padding is -inf so it never wins."""
+    """Max over each window; padding is -inf so it never wins.
+
+    The output is a selection of input values, so it is already on the fp16 grid (``exact``)
+    unless some window holds padding only (then -inf, which the simulator's range check reports).
+    """
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
+        super().__init__(spec, consts)
+        self.exact = bool((self._valid_taps(include_pad=False) > 0).all())
 
     def run(self, x: np.ndarray) -> np.ndarray:
         xp = pad_nhwc(x, self.pads, -np.inf)
-        taps = self._taps(xp)
-        out = np.array(next(taps), dtype=np.float32)
-        for tap in taps:
-            np.maximum(out, tap, out=out)
+        (oh, ow), (sh, sw), (dh, dw) = self.out_hw, self.strides, self.dilation
+        # Separable, rows first: an H tap is a slice of whole padded rows (long contiguous runs,
+        # numpy's fast case), and the W taps then run on the H-reduced array: KH + KW passes
+        # instead of KH * KW. Max is exact in any order.
+        rows = np.array(xp[:, 0:(oh - 1) * sh + 1:sh], dtype=np.float32)
+        for i in range(1, self.kernel_hw[0]):
+            np.maximum(rows, xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh], out=rows)
+        out = np.array(rows[:, :, 0:(ow - 1) * sw + 1:sw])
+        for j in range(1, self.kernel_hw[1]):
+            np.maximum(out, rows[:, :, j * dw:j * dw + (ow - 1) * sw + 1:sw], out=out)
         return out
 
 
@@ -99,22 +128,7 @@ class Avgpool2D(_Pool2D):
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
         super().__init__(spec, consts)
-        include_pad = spec.flag("count_include_pad")
-        self.divisor = self._divisor(include_pad)
-
-    def _divisor(self, include_pad: bool) -> np.ndarray:
-        """Per output pixel, how many window taps count: window sums of a 0/1 mask."""
-        (h, w), (t, l, b, r) = self.input_hw, self.explicit_pads
-        mask = np.zeros((1, h + self.pads[0] + self.pads[2], w + self.pads[1] + self.pads[3], 1),
-                        dtype=np.float32)
-        if include_pad:
-            mask[:, :t + h + b, :l + w + r, :] = 1.0
-        else:
-            mask[:, t:t + h, l:l + w, :] = 1.0
-        count = np.zeros((1,) + self.out_hw + (1,), dtype=np.float32)
-        for tap in self._taps(mask):
-            count += tap
-        return count
+        self.divisor = self._valid_taps(spec.flag("count_include_pad"))
 
     def run(self, x: np.ndarray) -> np.ndarray:
         xp = pad_nhwc(x, self.pads, 0.0)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mrvl_convert.runtime.fp16 import FP16_MAX, is_fp16_valued, round_to_fp16
-from mrvl_convert.runtime.ufuncs import maximum_inplace
+from mrvl_convert.runtime.ufuncs import CHUNK, RowAdd, maximum_inplace
 
 
 def cast_round(x: np.ndarray) -> np.ndarray:
@@ -77,16 +77,35 @@ def test_non_contiguous_and_empty_inputs():
 
 
 @settings(max_examples=60, deadline=None)
-@given(size=st.integers(0, 3000), value=st.sampled_from([0.0, 2.0 ** -14, -1.5]),
-       strided=st.booleans(), seed=st.integers(0, 2 ** 16))
+@given(size=st.one_of(st.integers(0, 3000), st.integers(CHUNK - 3, 2 * CHUNK + 3)),
+       value=st.sampled_from([0.0, 2.0 ** -14, -1.5]), strided=st.booleans(),
+       seed=st.integers(0, 2 ** 16))
 def test_maximum_inplace_is_np_maximum(size, value, strided, seed):
-    """The row-broadcast fast path (and its tail and non-contiguous fallbacks) changes nothing:
-    same values, NaN propagated, written in place."""
+    """The chunked fast path (and its last partial chunk, small and non-contiguous fallbacks)
+    changes nothing: same values, NaN propagated, written in place."""
     rng = np.random.default_rng(seed)
     base = rng.standard_normal(2 * size).astype(np.float32)
     base[rng.random(base.size) < 0.01] = np.nan
     y = base[::2] if strided else base[:size]
     want = np.maximum(y, np.float32(value))
     got = maximum_inplace(y, value)
+    assert got is y
+    np.testing.assert_array_equal(y, want)
+
+
+@settings(max_examples=40, deadline=None)
+@given(rows=st.integers(1, 300), width=st.sampled_from([1, 3, 64, 1000, CHUNK + 1]),
+       strided=st.booleans(), seed=st.integers(0, 2 ** 16))
+def test_row_add_is_broadcast_add(rows, width, strided, seed):
+    """RowAdd (a bias tiled to chunk length) equals numpy's broadcast add, in place, whether a
+    chunk holds many rows, one row, or the row is longer than a chunk."""
+    rng = np.random.default_rng(seed)
+    rows = min(rows, 3) if width > CHUNK else rows
+    row = rng.standard_normal(width).astype(np.float32)
+    base = rng.standard_normal((rows, 2 * width)).astype(np.float32)
+    base[rng.random(base.shape) < 0.01] = np.nan
+    y = base[:, ::2] if strided else np.ascontiguousarray(base[:, :width])
+    want = y + row
+    got = RowAdd(row)(y)
     assert got is y
     np.testing.assert_array_equal(y, want)

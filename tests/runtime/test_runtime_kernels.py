@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from jsonbuild import SubgraphBuilder, conv2d, fc, nhwc, pool, to_nchw, to_nhwc
+from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.runtime.kernels import KERNELS
 from onnxref import assert_close_fp16, fp16_round, run_node
@@ -158,6 +159,27 @@ def test_maxpool_is_exact_on_fp16_inputs(case, dilated):
         b, t, "Maxpool2D", want.shape[2:], case["k"], strides=case["strides"],
         pads=case["pads"], dilations=dil, ceil_mode=case["ceil"]))
     np.testing.assert_array_equal(got, want)
+
+
+def test_maxpool_skips_rounding_unless_a_window_is_all_padding():
+    """Max pooling selects input values, so its output needs no fp16 rounding (``exact``); a
+    window that sees only padding yields -inf, and then the range check must stay on."""
+    def compiled_pool(pads, dilations, out_hw):
+        b = SubgraphBuilder()
+        out = pool(b, to_nhwc(b, b.input("x", (1, 2, 3, 3))), "Maxpool2D", out_hw, (2, 2),
+                   pads=pads, dilations=dilations)
+        with tempfile.TemporaryDirectory() as tmp:
+            return MrvlSimulator().compile(*b.write(tmp, [to_nchw(b, out)]))
+
+    def maxpool_kernel(compiled):
+        return next(s.kernel for s in compiled.steps if type(s.kernel).__name__ == "Maxpool2D")
+
+    assert maxpool_kernel(compiled_pool((1, 1, 1, 1), (1, 1), (4, 4))).exact
+    # Dilation 2 with 3 pixels of padding: the first window's taps are at -3 and -1.
+    hollow = compiled_pool((3, 3, 3, 3), (2, 2), (7, 7))
+    assert not maxpool_kernel(hollow).exact
+    with pytest.raises(Fp16RangeError, match="Maxpool2D.*inf"):
+        hollow.run({"x": np.ones((1, 2, 3, 3), np.float32)})
 
 
 @SETTINGS
