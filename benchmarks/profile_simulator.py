@@ -20,13 +20,14 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
+import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_simulator  # noqa: E402  (benchmarks/bench_simulator.py: models, BLAS info)
 
 from mrvl_convert import convert  # noqa: E402
 from mrvl_convert.runtime.fp16 import round_to_fp16  # noqa: E402
-from mrvl_convert.runtime.kernels_conv import Conv2D  # noqa: E402
+from mrvl_convert.runtime.kernels_conv import FC, Conv2D  # noqa: E402
 from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator  # noqa: E402
 
 
@@ -39,11 +40,25 @@ def row_key(step) -> str:
     return f"{name} {kernel.mode} {kh}x{kw}/s{kernel.strides[0]} out {oh}x{ow}"
 
 
+def flops(step) -> int:
+    """Floating-point operations of a Conv2D / FC layer counted as a direct convolution
+    (2 per multiply-add, whatever algorithm runs it); 0 for other layers."""
+    kernel, spec = step.kernel, step.spec
+    if isinstance(kernel, Conv2D):
+        kh, kw = kernel.kernel_hw
+        in_channels = spec.input_shapes[0][3] // kernel.groups
+        return 2 * int(np.prod(spec.shape)) * kh * kw * in_channels
+    if isinstance(kernel, FC):
+        return 2 * int(np.prod(spec.shape)) * spec.input_shapes[0][1]
+    return 0
+
+
 def profile(compiled: CompiledSubgraph, feed: Dict[str, np.ndarray],
             runs: int) -> Dict[str, List[float]]:
-    """{row: [kernel seconds, rounding seconds, layers]} per run, averaged over ``runs`` runs
-    after one warm-up; values are freed when no later step needs them, as in the simulator."""
-    totals: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0])
+    """{row: [kernel seconds, rounding seconds, layers, flops]} per run, averaged over ``runs``
+    runs after one warm-up; values are freed when no later step needs them, as in the
+    simulator."""
+    totals: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0, 0])
     for run in range(runs + 1):
         values = compiled._feed(feed, "raise")
         for step in compiled.steps:
@@ -61,7 +76,19 @@ def profile(compiled: CompiledSubgraph, feed: Dict[str, np.ndarray],
                 row[0] += middle - start
                 row[1] += end - middle
                 row[2] += 1
-    return {key: [k / runs, r / runs, n // runs] for key, (k, r, n) in totals.items()}
+                row[3] += flops(step)
+    return {key: [k / runs, r / runs, n // runs, f // runs]
+            for key, (k, r, n, f) in totals.items()}
+
+
+def onnxruntime_ms(model, x: np.ndarray, runs: int, threads: int) -> float:
+    """Median latency of onnxruntime fp32 on the original (NCHW) model, fed x."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    feed = {session.get_inputs()[0].name: x}
+    return bench_simulator.median_ms(lambda: session.run(None, feed), runs, 3)
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -81,14 +108,24 @@ def main(argv: Optional[List[str]] = None) -> int:
     inp = compiled.inputs[0]
     feed = {inp.name: np.random.default_rng(0).standard_normal(inp.shape).astype(np.float32)}
     rows = profile(compiled, feed, args.runs)
-    total = sum(k + r for k, r, _ in rows.values())
+    total = sum(k + r for k, r, _, _ in rows.values())
     ordered: List[Tuple[str, List[float]]] = sorted(rows.items(), key=lambda kv: -sum(kv[1][:2]))
-    print(f"{'layer kind':38s} {'layers':>6s} {'kernel ms':>10s} {'round ms':>9s} {'share':>6s}")
-    for key, (k, r, n) in ordered:
-        print(f"{key:38s} {n:6d} {1e3 * k:10.2f} {1e3 * r:9.2f} {100 * (k + r) / total:5.1f}%")
-    kernel_ms = 1e3 * sum(k for k, _, _ in rows.values())
-    print(f"{'total':38s} {'':6s} {kernel_ms:10.2f} {1e3 * total - kernel_ms:9.2f}")
-    print(f"mean of {args.runs} runs after 1 warm-up; {blas}")
+    print(f"{'layer kind':38s} {'layers':>6s} {'kernel ms':>10s} {'round ms':>9s} {'share':>6s} "
+          f"{'GFLOP/s':>8s}")
+    for key, (k, r, n, f) in ordered:
+        rate = f"{f / k / 1e9:8.0f}" if f else ""
+        print(f"{key:38s} {n:6d} {1e3 * k:10.2f} {1e3 * r:9.2f} {100 * (k + r) / total:5.1f}% "
+              f"{rate}")
+    kernel_ms = 1e3 * sum(k for k, _, _, _ in rows.values())
+    model_flops = sum(f for _, _, _, f in rows.values())
+    print(f"{'total':38s} {'':6s} {kernel_ms:10.2f} {1e3 * total - kernel_ms:9.2f} {'':6s} "
+          f"{model_flops / total / 1e9:8.0f}")
+    ort_ms = onnxruntime_ms(model, feed[inp.name], args.runs, args.threads)
+    print(f"onnxruntime fp32 on the same model: {ort_ms:.2f} ms per run, "
+          f"{model_flops / ort_ms / 1e6:.0f} GFLOP/s over the same {model_flops / 1e9:.2f} GFLOP")
+    print(f"simulator: mean of {args.runs} runs after 1 warm-up; onnxruntime: median of "
+          f"{args.runs} after 3; {blas}. GFLOP/s counts convolutions as direct ones, so "
+          f"Winograd rows, which multiply less, show more than the hardware does.")
     return 0
 
 

@@ -42,8 +42,6 @@ _MIN_NORMAL = np.float32(2.0 ** -14)
 # 2**(e - 10), which is exactly float16's step at exponent e, so the hardware's
 # round-to-nearest-even of (x + c) is float16's rounding of x; subtracting c is exact.
 _MAGIC_SCALE = np.float32(1.5 * 2.0 ** 13)
-# Rounding makes six passes over the array; done in chunks of CHUNK elements (ufuncs.py) they
-# stay in the L2 cache and need no array-sized temporary.
 
 
 def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, bool]:
@@ -59,6 +57,8 @@ def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, 
     if not (inplace and y.flags.c_contiguous and y.flags.writeable):
         y = np.array(y, dtype=np.float32, order="C", copy=True)
     flat = y.reshape(-1)  # a view: y is C-contiguous
+    # Six passes per chunk of CHUNK elements (ufuncs.py): they stay in the L2 cache, need no
+    # array-sized temporary, and the clamp runs against a same-length constant.
     scratch = np.empty(min(flat.size, CHUNK), dtype=np.uint32)
     in_range = True
     for start in range(0, flat.size, CHUNK):

@@ -8,10 +8,11 @@ Why: these convolutions are 37% of ResNet-50's multiply-adds, and F(2x2, 3x3) co
 Numbers: the operands are still the fp16-valued inputs and weights, and everything is summed in
 float32, so the fp16 model of ``fp16.py`` is unchanged. What changes is float32 rounding inside
 the layer: the transforms add and subtract up to 16 terms, so the error against float64 is
-somewhat larger than im2col's (largest seen, relative to the layer's largest output: 5.4e-7
-against 3.3e-7), still far below float16's step (4.9e-4). After the fp16 rounding of the output,
-0.2-0.3% of a ResNet layer's values land one fp16 step away from the exactly rounded result,
-against 0.15-0.2% for im2col: the same kind of difference that summing in another order makes.
+usually larger than im2col's (largest seen on ResNet-50's three Winograd layer shapes, relative
+to the layer's largest output: 3.0e-7 to 5.7e-7, against 3.2e-7 to 5.0e-7 for im2col), still
+far below float16's step (4.9e-4). After the fp16 rounding of the output, 0.17-0.32% of a
+ResNet layer's values land one fp16 step away from the exactly rounded result, against
+0.13-0.2% for im2col: the same kind of difference that summing in another order makes.
 F(4x4, 3x3) would save more products, but its transforms multiply by up to 8 and divide by 24
 (ten times the error), and it was not faster here. ``tests/runtime/test_runtime_winograd.py``
 pins the error bound and where the algorithm is used.
@@ -25,7 +26,7 @@ from numpy.lib.stride_tricks import as_strided
 
 TILE_OUT = 2   # m: each tile yields m x m outputs
 TILE_IN = 4    # m + r - 1 for r = 3: input tile size
-MIN_CHANNELS = 128  # below, the transforms cost more than the products they save
+MIN_CHANNELS = 64   # the narrowest ResNet stage; narrower layers were not measured to pay
 MIN_TILES = 32      # below, the 16 per-position GEMMs are too short to run fast
 
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
@@ -43,8 +44,10 @@ def applies(kernel_hw: Tuple[int, int], strides: Tuple[int, int], dilation: Tupl
     The transforms cost in proportion to C + O per tile, the products to C * O, and the products
     are 16 small GEMMs of one row per tile. Measured inside ResNet-50 (per-layer times as
     ``benchmarks/profile_simulator.py`` prints them, with this test forced each way): Winograd
-    is faster at 28x28x128 and 14x14x256, slower at 56x56x64 (transforms dominate) and at
-    7x7x512 (16 tiles: GEMMs too short, and 16/9 the weight bytes to stream).
+    is faster at 28x28x128 and 14x14x256; at 56x56x64 it saves 1% of the network's time with
+    OpenBLAS's AVX-512 kernels and 4% with its Haswell ones (whole-network runs of both forms
+    alternated in one process); it is slower at 7x7x512 (16 tiles: GEMMs too short, and 16/9
+    the weight bytes to stream).
     """
     if not (kernel_hw == (3, 3) and strides == (1, 1) and dilation == (1, 1) and groups == 1):
         return False

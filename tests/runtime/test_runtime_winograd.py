@@ -18,7 +18,7 @@ from onnxref import assert_close_fp16, fp16_round, run_node
 from test_runtime_kernels import nchw_layer
 
 # Largest float32 error seen against float64, relative to the output's largest magnitude,
-# was 5.4e-7 (im2col in float32: 3.3e-7); the bound leaves a 14x margin and is still 64x
+# was 5.7e-7 (im2col in float32: 5.0e-7); the bound leaves a 13x margin and is still 64x
 # below float16's relative step (2**-11).
 REL_ERROR = 2.0 ** -17
 
@@ -62,8 +62,8 @@ def test_winograd_error_on_resnet_like_layer():
 
 
 @pytest.mark.parametrize("hw,channels,expected", [
-    ((28, 28), 128, True), ((14, 14), 256, True),
-    ((56, 56), 64, False),     # transforms cost more than the products saved
+    ((28, 28), 128, True), ((14, 14), 256, True), ((56, 56), 64, True),
+    ((56, 56), 32, False),     # narrower than any layer it was measured on
     ((7, 7), 512, False),      # 16 tiles: GEMMs too short
 ])
 def test_applies_where_it_pays(hw, channels, expected):
