@@ -86,6 +86,14 @@ def median_ms(fn: Callable[[], object], runs: int, warmup: int) -> float:
     return 1e3 * float(np.median(times))
 
 
+def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
+    """onnxruntime fp32 (CPU provider) on the original model, with ``threads`` intra-op threads."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
 def bench_model(name: str, runs: int, warmup: int, threads: int) -> Dict[str, object]:
     model = MODELS[name]()
     with tempfile.TemporaryDirectory() as tmp:
@@ -95,10 +103,7 @@ def bench_model(name: str, runs: int, warmup: int, threads: int) -> Dict[str, ob
         convert_s = time.perf_counter() - start
         hybrid = HybridSession(out_dir)
         stages = "+".join(s["kind"] for s in result.manifest["stages"])
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    reference = ort.InferenceSession(model.SerializeToString(), options,
-                                     providers=["CPUExecutionProvider"])
+    reference = ort_session(model, threads)
     spec = hybrid.get_inputs()[0]
     feed = {spec.name: np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)}
     ort_ms = median_ms(lambda: reference.run(None, feed), runs, warmup)

@@ -20,7 +20,6 @@ import time
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
-import onnxruntime as ort
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_simulator  # noqa: E402  (benchmarks/bench_simulator.py: models, BLAS info)
@@ -83,10 +82,7 @@ def profile(compiled: CompiledSubgraph, feed: Dict[str, np.ndarray],
 
 def onnxruntime_ms(model, x: np.ndarray, runs: int, threads: int) -> float:
     """Median latency of onnxruntime fp32 on the original (NCHW) model, fed x."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    session = bench_simulator.ort_session(model, threads)
     feed = {session.get_inputs()[0].name: x}
     return bench_simulator.median_ms(lambda: session.run(None, feed), runs, 3)
 

@@ -23,7 +23,7 @@ from typing import Tuple
 
 import numpy as np
 
-from .ufuncs import CHUNK, filled
+from .ufuncs import CHUNK, chunks, filled
 
 #: Storage dtype of activations between layers (values restricted to the float16 grid).
 ACTIVATION_DTYPE = np.float32
@@ -61,8 +61,8 @@ def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, 
     # array-sized temporary, and the clamp runs against a same-length constant.
     scratch = np.empty(min(flat.size, CHUNK), dtype=np.uint32)
     in_range = True
-    for start in range(0, flat.size, CHUNK):
-        in_range &= _round_chunk(flat[start:start + CHUNK], scratch)
+    for part in chunks(flat):
+        in_range &= _round_chunk(part, scratch)
     return y, in_range
 
 

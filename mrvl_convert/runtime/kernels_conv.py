@@ -84,8 +84,7 @@ class Conv2D(Kernel):
         spec.expect_shape((n, oh, ow, o))
         self.out_hw = (oh, ow)
         self.out_channels = o
-        self.bias = read_bias(spec, consts, o)
-        self.add_bias = RowAdd(self.bias)
+        self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.relu = spec.relu()
         self._prepare_weights(self._fp16_const("kernel_const_name", kernel), c)
 
@@ -199,8 +198,7 @@ class FC(Kernel):
         spec.expect_shape((n, o))
         # Pre-transposed to [I, O] so run() is one sgemm.
         self.weight = np.ascontiguousarray(self._fp16_const("kernel_const_name", weight).T)
-        self.bias = read_bias(spec, consts, o)
-        self.add_bias = RowAdd(self.bias)
+        self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.relu = spec.relu()
 
     def run(self, x: np.ndarray) -> np.ndarray:

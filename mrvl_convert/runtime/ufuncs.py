@@ -2,16 +2,18 @@
 
 numpy (checked on 2.4) runs a binary ufunc at full SIMD speed only when both operands are
 contiguous arrays of the same length. Against a Python or numpy scalar, ``np.maximum`` is about
-7x slower, and against a broadcast row (a bias ``[O]`` added to ``[M, O]``, or a ``[1024]`` row of
-one value) 2 to 2.6x slower (timeit, 64K-element float32 arrays). ReLU, the bias add and the fp16 rounding touch every element of
-every layer output, so they go through the helpers here, which walk a C-contiguous array in
-chunks of ``CHUNK`` elements (256 KiB of float32: the chunk and its operand stay in the L2
-cache) against a same-length constant operand built once. Results are identical to the plain
-numpy calls, NaN propagation included (tests/runtime/test_runtime_fp16.py).
+7x slower, and against a broadcast row (a bias ``[O]`` added to ``[M, O]``, or a ``[1024]`` row
+of one value) 2 to 2.6x slower (timeit, 64K-element float32 arrays). ReLU, the bias add and the
+fp16 rounding touch every element of every layer output, so they go through the helpers here,
+which walk a C-contiguous array in chunks of ``CHUNK`` elements (256 KiB of float32: the chunk
+and its operand stay in the L2 cache) against a same-length constant operand built once. Results
+are identical to the plain numpy calls, NaN propagation included
+(tests/runtime/test_runtime_fp16.py).
 """
 from __future__ import annotations
 
 from functools import cache
+from typing import Iterator
 
 import numpy as np
 
@@ -29,14 +31,18 @@ def filled(value: float, dtype: str) -> np.ndarray:
     return array
 
 
+def chunks(flat: np.ndarray, size: int = CHUNK) -> Iterator[np.ndarray]:
+    """Consecutive writable views of ``size`` elements (the last may be shorter) of a 1-D array."""
+    for start in range(0, flat.size, size):
+        yield flat[start:start + size]
+
+
 def maximum_inplace(y: np.ndarray, value: float) -> np.ndarray:
     """``np.maximum(y, value, out=y)``, faster for large C-contiguous arrays; returns y."""
     if not y.flags.c_contiguous or y.size < _SMALL:
         return np.maximum(y, y.dtype.type(value), out=y)
-    flat = y.reshape(-1)
     const = filled(float(value), y.dtype.str)
-    for start in range(0, flat.size, CHUNK):
-        part = flat[start:start + CHUNK]
+    for part in chunks(y.reshape(-1)):
         np.maximum(part, const[:part.size], out=part)
     return y
 
@@ -59,9 +65,7 @@ class RowAdd:
         if not y.flags.c_contiguous or y.size < _SMALL or y.shape[-1] != self.row.size:
             y += self.row
             return y
-        flat, step = y.reshape(-1), self.tiled.size
-        # step is a whole number of rows, so every chunk starts at a row boundary.
-        for start in range(0, flat.size, step):
-            part = flat[start:start + step]
+        # The tiled row is a whole number of rows, so every chunk starts at a row boundary.
+        for part in chunks(y.reshape(-1), self.tiled.size):
             np.add(part, self.tiled[:part.size], out=part)
         return y
