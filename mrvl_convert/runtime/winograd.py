@@ -3,38 +3,39 @@
 Why: these convolutions are 37% of ResNet-50's multiply-adds, and F(2x2, 3x3) computes each
 2x2 output tile with 16 products per input/output channel pair instead of 36 (Lavin & Gray,
 "Fast Algorithms for Convolutional Neural Networks", 2016). The price is three linear transforms
-(input tiles, weights, output tiles), done here as small matrix products.
+(input tiles, weights, output tiles). The weights are transformed once at compile time; the
+input and output transforms, whose matrices hold only 0 and +-1, run as separable adds and
+subtracts on whole arrays (8 numpy calls each). Over ResNet-50 this was 1-2.5% faster than the
+same transforms as [16, 16] and [4, 16] matrix products with OpenBLAS's AVX-512 kernels, and
+0.4% with its Haswell ones (whole-network runs of both forms alternated in one process).
 
 Numbers: the operands are still the fp16-valued inputs and weights, and everything is summed in
 float32, so the fp16 model of ``fp16.py`` is unchanged. What changes is float32 rounding inside
-the layer: the transforms add and subtract up to 16 terms, so the error against float64 is
-usually larger than im2col's (largest seen on ResNet-50's three Winograd layer shapes, relative
-to the layer's largest output: 3.0e-7 to 5.7e-7, against 3.2e-7 to 5.0e-7 for im2col), still
-far below float16's step (4.9e-4). After the fp16 rounding of the output, 0.17-0.32% of a
-ResNet layer's values land one fp16 step away from the exactly rounded result, against
-0.13-0.2% for im2col: the same kind of difference that summing in another order makes.
+the layer: the transforms add and subtract up to 16 terms. Inside ResNet-50
+(``python benchmarks/winograd_error.py``) the largest error against float64, relative to the
+layer's largest output, is 3.0e-7 to 6.6e-7 per layer, against 3.0e-7 to 5.1e-7 for im2col in
+float32: far below float16's step (4.9e-4). After the fp16 rounding of the output (bias added),
+0.07-0.17% of a layer's values land one fp16 step away from the rounding of the float64 result,
+against 0.12-0.18% for im2col: the same kind of difference that summing in another order makes.
 F(4x4, 3x3) would save more products, but its transforms multiply by up to 8 and divide by 24
 (ten times the error), and it was not faster here. ``tests/runtime/test_runtime_winograd.py``
 pins the error bound and where the algorithm is used.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Tuple
 
 import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 TILE_OUT = 2   # m: each tile yields m x m outputs
 TILE_IN = 4    # m + r - 1 for r = 3: input tile size
 MIN_CHANNELS = 64   # the narrowest ResNet stage; narrower layers were not measured to pay
 MIN_TILES = 32      # below, the 16 per-position GEMMs are too short to run fast
 
+# B^T and A^T are applied by _apply_bt and _apply_at, written out; tests check them against these.
 _BT = np.array([[1, 0, -1, 0], [0, 1, 1, 0], [0, -1, 1, 0], [0, 1, 0, -1]], np.float64)
 _G = np.array([[1, 0, 0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0, 0, 1]], np.float64)
 _AT = np.array([[1, 1, 1, 0], [0, 1, -1, -1]], np.float64)
-# Both 2-D transforms as one matrix each, acting on a tile flattened row-major.
-_INPUT_TRANSFORM = np.kron(_BT, _BT).astype(np.float32)    # [16, 16]
-_OUTPUT_TRANSFORM = np.kron(_AT, _AT).astype(np.float32)   # [4, 16]
 
 
 def applies(kernel_hw: Tuple[int, int], strides: Tuple[int, int], dilation: Tuple[int, int],
@@ -80,19 +81,59 @@ class Winograd3x3:
 
     def run(self, x: np.ndarray) -> np.ndarray:
         n, h, w, c = x.shape
-        (th, tw), (oh, ow), m, a = self.tiles, self.out_hw, TILE_OUT, TILE_IN
+        (th, tw), m = self.tiles, TILE_OUT
         top, left = self.pads[0], self.pads[1]
         # Zero padding, extended at the bottom/right to whole tiles (th*m + 2 >= top + h + bottom
         # because oh = h + top + bottom - 2); the extra outputs are cropped below.
         xp = np.zeros((n, th * m + 2, tw * m + 2, c), np.float32)
         xp[:, top:top + h, left:left + w, :] = x
-        s0, s1, s2, s3 = xp.strides
-        tiles = as_strided(xp, (a, a, n, th, tw, c), (s1, s2, s0, m * s1, m * s2, s3),
-                           writeable=False)
-        d = np.ascontiguousarray(tiles).reshape(a * a, -1)
-        v = (_INPUT_TRANSFORM @ d).reshape(a * a, n * th * tw, c)
-        prod = np.matmul(v, self.weight)                                # [16, T, O]
-        y = _OUTPUT_TRANSFORM @ prod.reshape(a * a, -1)             # [4, T*O]
-        y = y.reshape(m, m, n, th, tw, self.out_channels).transpose(2, 3, 0, 4, 1, 5)
-        y = y.reshape(n, th * m, tw * m, self.out_channels)[:, :oh, :ow, :]
-        return np.ascontiguousarray(y)
+        prod = np.matmul(_input_transform(xp, th, tw), self.weight)     # [16, T, O]
+        return _output_transform(prod, n, self.tiles, self.out_hw)
+
+
+def _input_transform(xp: np.ndarray, th: int, tw: int) -> np.ndarray:
+    """B^T d B for every 4x4 input tile d of the padded NHWC array: [16, N*TH*TW, C].
+
+    Separable: B^T along H on whole padded rows first (the tiles still overlap there, so each
+    row is combined once, not twice), then along W straight into the tile-major result.
+    """
+    n, _, wp, c = xp.shape
+    across = np.empty((TILE_IN, n, th, wp, c), np.float32)
+    _apply_bt([xp[:, k:k + TILE_OUT * th:TILE_OUT] for k in range(TILE_IN)], across)
+    v = np.empty((TILE_IN, TILE_IN, n, th, tw, c), np.float32)
+    _apply_bt([across[..., k:k + TILE_OUT * tw:TILE_OUT, :] for k in range(TILE_IN)],
+              v.transpose(1, 0, 2, 3, 4, 5))
+    return v.reshape(TILE_IN * TILE_IN, n * th * tw, c)
+
+
+def _apply_bt(d: List[np.ndarray], out: np.ndarray) -> None:
+    """out[k] = sum_i B^T[k, i] d[i]: the rows of B^T, one add or subtract each."""
+    np.subtract(d[0], d[2], out=out[0])
+    np.add(d[1], d[2], out=out[1])
+    np.subtract(d[2], d[1], out=out[2])
+    np.subtract(d[1], d[3], out=out[3])
+
+
+def _output_transform(prod: np.ndarray, n: int, tiles: Tuple[int, int],
+                      out_hw: Tuple[int, int]) -> np.ndarray:
+    """A^T m A for every 4x4 product tile m, written straight into the NHWC output."""
+    (th, tw), o = tiles, prod.shape[-1]
+    tile = prod.reshape(TILE_IN, TILE_IN, n, th, tw, o)
+    # A^T along the tile's H first: its operands are contiguous [4, T, O] blocks of prod.
+    half = np.empty((TILE_OUT, TILE_IN, n, th, tw, o), np.float32)
+    _apply_at(tile, half)
+    # Then along W, into y[:, :, i, :, j] seen as [j][i, N, TH, TW, O].
+    y = np.empty((n, th, TILE_OUT, tw, TILE_OUT, o), np.float32)
+    _apply_at(half.transpose(1, 0, 2, 3, 4, 5), y.transpose(4, 2, 0, 1, 3, 5))
+    y = y.reshape(n, th * TILE_OUT, tw * TILE_OUT, o)
+    if y.shape[1:3] != out_hw:
+        y = np.ascontiguousarray(y[:, :out_hw[0], :out_hw[1], :])
+    return y
+
+
+def _apply_at(m: np.ndarray, out: np.ndarray) -> None:
+    """out[k] = sum_i A^T[k, i] m[i] for A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]."""
+    np.add(m[0], m[1], out=out[0])
+    out[0] += m[2]
+    np.subtract(m[1], m[2], out=out[1])
+    out[1] -= m[3]
