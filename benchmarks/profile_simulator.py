@@ -59,7 +59,7 @@ def profile(compiled: CompiledSubgraph, feed: Dict[str, np.ndarray],
     simulator."""
     totals: Dict[str, List[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0, 0])
     for run in range(runs + 1):
-        values = compiled._feed(feed, "raise")
+        values = compiled._feed(feed, "raise", [])
         for step in compiled.steps:
             start = time.perf_counter()
             out = step.kernel.run(*(values[i] for i in step.inputs))

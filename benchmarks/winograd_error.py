@@ -62,7 +62,7 @@ def layer_errors(x: np.ndarray, step, consts: Dict[str, np.ndarray]) -> Dict[str
 def measure(compiled: CompiledSubgraph, consts: Dict[str, np.ndarray],
             feed: Dict[str, np.ndarray]) -> List[Dict[str, float]]:
     rows = []
-    values = compiled._feed(feed, "raise")
+    values = compiled._feed(feed, "raise", [])
     for step in compiled.steps:
         inputs = [values[i] for i in step.inputs]
         if getattr(step.kernel, "mode", None) == "winograd":

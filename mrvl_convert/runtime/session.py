@@ -95,7 +95,12 @@ class HybridSession:
             capture: bool = False) -> Any:
         """Outputs in ``output_names`` order (None: all model outputs). With ``capture=True``
         returns ``(outputs, tensors)``, ``tensors`` holding every model input and every
-        stage-boundary tensor by name (what the comparison needs)."""
+        stage-boundary tensor by name (what the comparison needs).
+
+        Several threads may call ``run`` at once, as with ``InferenceSession.run``. numpy
+        releases the GIL inside its calls, so two threads give about 1.8x the images per second
+        of one (``benchmarks/bench_threads.py``). ``last_range_events`` holds the fp16 range
+        events of the call that finished last."""
         names = [t.name for t in self._outputs] if output_names is None else list(output_names)
         env: Dict[str, np.ndarray] = dict(self._check_feed(input_feed))
         known = {t.name for t in self._inputs} | {t.name for t in self.boundary_tensors}
@@ -103,19 +108,22 @@ class HybridSession:
             if name not in known:
                 raise InputFeedError(f"{self.manifest_path}: requested output is neither a model "
                                      f"output nor a stage boundary tensor", tensor=name)
-        self.last_range_events = []
-        for stage in self.stages:
-            env.update(self._run_stage(stage, env))
+        events: List[RangeEvent] = []
+        try:
+            for stage in self.stages:
+                env.update(self._run_stage(stage, env, events))
+        finally:
+            self.last_range_events = events
         outputs = [env[name] for name in names]
         return (outputs, env) if capture else outputs
 
     # --------------------------------------------------------- run helpers
-    def _run_stage(self, stage: Stage, env: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    def _run_stage(self, stage: Stage, env: Dict[str, np.ndarray],
+                   events: List[RangeEvent]) -> Dict[str, np.ndarray]:
         feeds = [env[t.name] for t in stage.inputs]
         if stage.kind == "mrvl":
             runner: CompiledSubgraph = stage.runner
-            results = runner.run(feeds)
-            self.last_range_events.extend(runner.last_range_events)
+            results = runner.execute(feeds, events)
         else:
             results = stage.runner.run([t.name for t in stage.outputs],
                                        {t.name: v for t, v in zip(stage.inputs, feeds)})

@@ -86,10 +86,23 @@ class CompiledSubgraph:
 
     def run(self, inputs: Feed, *, on_range_error: Optional[str] = None) -> List[np.ndarray]:
         """Inputs by input-node name (dict) or in arg_nodes order (list); float32 outputs in
-        heads order."""
+        heads order. ``last_range_events`` then holds this run's range events."""
+        events: List[RangeEvent] = []
+        try:
+            return self.execute(inputs, events, on_range_error=on_range_error)
+        finally:
+            self.last_range_events = events
+
+    def execute(self, inputs: Feed, events: List[RangeEvent], *,
+                on_range_error: Optional[str] = None) -> List[np.ndarray]:
+        """``run`` with this call's range events appended to ``events``, the caller's list.
+
+        Nothing of a call is kept on the object, so calls may overlap in several threads (as
+        onnxruntime's ``InferenceSession.run`` may): kernels hold only what compile built, and
+        numpy's errstate is per thread.
+        """
         policy = _check_policy(on_range_error or self.on_range_error)
-        self.last_range_events = []
-        values = self._feed(inputs, policy)
+        values = self._feed(inputs, policy, events)
         # Overflow and NaN are the simulator's to report, with source_nodes (_range_error);
         # one errstate for the whole run, as entering it costs more than a small layer.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -98,14 +111,15 @@ class CompiledSubgraph:
                 if not step.kernel.exact:
                     out, in_range = round_to_fp16(out, inplace=True)
                     if not in_range:
-                        self._range_error(step.spec, out, policy)
+                        self._range_error(step.spec, out, policy, events)
                 values[step.node] = out
                 for index in step.release:
                     del values[index]
         # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.
         return [np.array(values[h], dtype=np.float32, copy=True) for h in self.heads]
 
-    def _feed(self, inputs: Feed, policy: str) -> Dict[int, np.ndarray]:
+    def _feed(self, inputs: Feed, policy: str,
+              events: List[RangeEvent]) -> Dict[int, np.ndarray]:
         if isinstance(inputs, Mapping):
             unknown = sorted(set(inputs) - set(self.input_names))
             if unknown:
@@ -121,10 +135,11 @@ class CompiledSubgraph:
             if len(arrays) != len(self.inputs):
                 raise InputFeedError(f"{self.file}: got {len(arrays)} inputs, expected "
                                      f"{len(self.inputs)} ({self.input_names})")
-        return {node.index: self._one_input(node, a, policy)
+        return {node.index: self._one_input(node, a, policy, events)
                 for node, a in zip(self.inputs, arrays)}
 
-    def _one_input(self, node: InputNode, value: Any, policy: str) -> np.ndarray:
+    def _one_input(self, node: InputNode, value: Any, policy: str,
+                   events: List[RangeEvent]) -> np.ndarray:
         array = np.asarray(value)
         if array.dtype.kind not in "fiu":
             raise InputFeedError(f"{self.file}: dtype {array.dtype} is not numeric; expected "
@@ -136,14 +151,15 @@ class CompiledSubgraph:
         rounded, in_range = round_to_fp16(array.astype(np.float32), inplace=True)
         if not in_range:
             spec = LayerSpec(node.index, node.name, "input", {}, (), node.shape, (), self.file)
-            self._range_error(spec, rounded, policy)
+            self._range_error(spec, rounded, policy, events)
         return rounded
 
-    def _range_error(self, spec: LayerSpec, out: np.ndarray, policy: str) -> None:
+    def _range_error(self, spec: LayerSpec, out: np.ndarray, policy: str,
+                     events: List[RangeEvent]) -> None:
         event = RangeEvent(spec.name, spec.layer_name, spec.source_nodes,
                            int(np.count_nonzero(np.isinf(out))),
                            int(np.count_nonzero(np.isnan(out))))
-        self.last_range_events.append(event)
+        events.append(event)
         if policy == "raise":
             raise Fp16RangeError(f"{self.file}: {event.describe()}", layer=spec.name,
                                  source_nodes=spec.source_nodes)

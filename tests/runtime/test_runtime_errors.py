@@ -5,6 +5,7 @@ import copy
 import json
 import os
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -143,6 +144,22 @@ def test_overflow_can_warn_and_record_instead(tmp_path):
         warnings.simplefilter("error")
         compiled.run({"x": np.zeros_like(x)}, on_range_error="warn")
     assert compiled.last_range_events == []
+
+
+@pytest.mark.filterwarnings("ignore::mrvl_convert.runtime.Fp16RangeWarning")
+def test_range_events_belong_to_their_own_call_when_calls_overlap(tmp_path):
+    compiled = compile_docs(tmp_path, *conv_pair(scale=3000.0))
+    hot = np.full((1, 3, 6, 6), 10.0, np.float32)   # overflows float16 in the conv
+    feeds = [hot if k % 2 else np.zeros_like(hot) for k in range(40)]
+
+    def events_of(x):
+        events = []
+        compiled.execute({"x": x}, events, on_range_error="warn")
+        return [e.source_nodes for e in events]
+
+    with ThreadPoolExecutor(4) as pool:
+        seen = list(pool.map(events_of, feeds))
+    assert seen == [[("Conv_7", "Relu_7")] if k % 2 else [] for k in range(40)]
 
 
 def test_weights_beyond_fp16_range_are_an_fp16_error(tmp_path):

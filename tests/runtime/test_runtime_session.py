@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
+import badmodels
 import handmade
+from mrvl_convert import convert
 from mrvl_convert.errors import ArtifactError, InputFeedError
 from mrvl_convert.runtime import HybridSession, Tolerance, Tolerances
 from mrvl_convert.runtime.compare import compare
@@ -37,6 +40,28 @@ def test_session_matches_fp32_onnxruntime(artifact):
     [want] = run_model(model, x)
     assert got.dtype == np.float32 and got.shape == want.shape
     assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("which", ["mrvl_cpu_mrvl", "cnn_64x64x32"])
+def test_runs_from_several_threads_give_the_serial_results(tmp_path, which):
+    """Run as onnxruntime sessions are, from a thread pool: each call must get exactly the
+    outputs it gets alone. The 64x64x32 CNN's layers are large enough for numpy to release the
+    GIL inside them, so calls really interleave there; the handmade artifact has a CPU stage."""
+    if which == "mrvl_cpu_mrvl":
+        _, directory = handmade.make(str(tmp_path / "art"))
+    else:
+        directory = str(tmp_path / "cnn")
+        convert(badmodels.small_cnn(channels=32, size=64), directory)
+    session = HybridSession(directory)
+    spec = session.get_inputs()[0]
+    rng = np.random.default_rng(0)
+    feeds = [{spec.name: rng.standard_normal(spec.shape).astype(np.float32)} for _ in range(12)]
+    alone = [session.run(None, f)[0] for f in feeds]
+    with ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            together = list(pool.map(lambda f: session.run(None, f)[0], feeds))
+            for got, want in zip(together, alone):
+                np.testing.assert_array_equal(got, want)
 
 
 def test_capture_returns_every_boundary_tensor(artifact):
