@@ -98,8 +98,8 @@ class HybridSession:
         stage-boundary tensor by name (what the comparison needs).
 
         Several threads may call ``run`` at once, as with ``InferenceSession.run``. numpy
-        releases the GIL inside its calls, so two threads give about 1.8x the images per second
-        of one (``benchmarks/bench_threads.py``). ``last_range_events`` holds the fp16 range
+        releases the GIL inside its calls, so two threads gave 1.6 to 1.9x the images per
+        second of one (``benchmarks/bench_threads.py``). ``last_range_events`` holds the fp16 range
         events of the call that finished last."""
         names = [t.name for t in self._outputs] if output_names is None else list(output_names)
         env: Dict[str, np.ndarray] = dict(self._check_feed(input_feed))

@@ -23,7 +23,7 @@ pins the error bound and where the algorithm is used.
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import Sequence, Tuple
 
 import numpy as np
 
@@ -106,7 +106,7 @@ def _input_transform(xp: np.ndarray, th: int, tw: int) -> np.ndarray:
     return v.reshape(TILE_IN * TILE_IN, n * th * tw, c)
 
 
-def _apply_bt(d: List[np.ndarray], out: np.ndarray) -> None:
+def _apply_bt(d: Sequence[np.ndarray], out: np.ndarray) -> None:
     """out[k] = sum_i B^T[k, i] d[i]: the rows of B^T, one add or subtract each."""
     np.subtract(d[0], d[2], out=out[0])
     np.add(d[1], d[2], out=out[1])
@@ -131,7 +131,7 @@ def _output_transform(prod: np.ndarray, n: int, tiles: Tuple[int, int],
     return y
 
 
-def _apply_at(m: np.ndarray, out: np.ndarray) -> None:
+def _apply_at(m: Sequence[np.ndarray], out: np.ndarray) -> None:
     """out[k] = sum_i A^T[k, i] m[i] for A^T = [[1, 1, 1, 0], [0, 1, -1, -1]]."""
     np.add(m[0], m[1], out=out[0])
     out[0] += m[2]
