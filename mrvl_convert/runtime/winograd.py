@@ -84,7 +84,7 @@ class Winograd3x3:
         (th, tw), m = self.tiles, TILE_OUT
         top, left = self.pads[0], self.pads[1]
         # Zero padding, extended at the bottom/right to whole tiles (th*m + 2 >= top + h + bottom
-        # because oh = h + top + bottom - 2); the extra outputs are cropped below.
+        # because oh = h + top + bottom - 2); _output_transform crops the extra outputs.
         xp = np.zeros((n, th * m + 2, tw * m + 2, c), np.float32)
         xp[:, top:top + h, left:left + w, :] = x
         prod = np.matmul(_input_transform(xp, th, tw), self.weight)     # [16, T, O]
