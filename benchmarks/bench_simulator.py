@@ -6,6 +6,10 @@ one after the other: interleaving single runs lets onnxruntime's spinning worker
 OpenBLAS's threads fight over the cores, which measures the fight rather than either engine.
 
     python benchmarks/bench_simulator.py [--models mnist,resnet50] [--runs 20] [--threads 2]
+                                         [--gemm numpy,onnxruntime]
+
+One row per simulator GEMM engine (``mrvl_convert/runtime/gemm.py``); "open s" is the time
+``HybridSession`` took to compile the artifact with that engine.
 
 numpy's BLAS reads its CPU type when numpy is imported: OpenBLAS builds with DYNAMIC_ARCH pick
 AVX2 (Haswell) kernels on CPUs they do not recognise, e.g. AVX-512 AMD EPYC; there
@@ -34,6 +38,7 @@ import models  # noqa: E402  (benchmarks/models.py)
 
 from mrvl_convert import convert  # noqa: E402
 from mrvl_convert.runtime import HybridSession  # noqa: E402
+from mrvl_convert.runtime.gemm import GEMM_ENGINES, GemmEngine  # noqa: E402
 
 MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "mnist": lambda: models.mnist_cnn_like(batch=1),
@@ -94,36 +99,44 @@ def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
                                 providers=["CPUExecutionProvider"])
 
 
-def bench_model(name: str, runs: int, warmup: int, threads: int) -> Dict[str, object]:
+def bench_model(name: str, runs: int, warmup: int, threads: int,
+                gemms: List[str]) -> List[Dict[str, object]]:
+    """One row per GEMM engine; onnxruntime fp32 is timed once, before the hybrids."""
     model = MODELS[name]()
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = os.path.join(tmp, name)
-        start = time.perf_counter()
         result = convert(model, out_dir)
-        convert_s = time.perf_counter() - start
-        hybrid = HybridSession(out_dir)
         stages = "+".join(s["kind"] for s in result.manifest["stages"])
+        hybrids, open_s = {}, {}
+        for gemm in gemms:
+            start = time.perf_counter()
+            hybrids[gemm] = HybridSession(out_dir, gemm=GemmEngine(gemm, threads))
+            open_s[gemm] = time.perf_counter() - start
     reference = ort_session(model, threads)
-    spec = hybrid.get_inputs()[0]
+    spec = reference.get_inputs()[0]
     feed = {spec.name: np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)}
     ort_ms = median_ms(lambda: reference.run(None, feed), runs, warmup)
-    hyb_ms = median_ms(lambda: hybrid.run(None, feed), runs, warmup)
     want = reference.run(None, feed)[0]
-    got = hybrid.run(None, feed)[0]
-    rel = float(np.abs(got - want).max() / np.abs(want).max())
-    return {"model": name, "stages": stages, "convert_s": convert_s, "ort_ms": ort_ms,
-            "hybrid_ms": hyb_ms, "ratio": hyb_ms / ort_ms, "max_rel": rel,
-            "top1_same": bool(np.array_equal(got.argmax(-1), want.argmax(-1)))}
+    rows = []
+    for gemm, hybrid in hybrids.items():
+        hyb_ms = median_ms(lambda: hybrid.run(None, feed), runs, warmup)
+        got = hybrid.run(None, feed)[0]
+        rows.append({"model": name, "stages": stages, "gemm": gemm,
+                     "open_s": open_s[gemm], "ort_ms": ort_ms, "hybrid_ms": hyb_ms,
+                     "ratio": hyb_ms / ort_ms,
+                     "max_rel": float(np.abs(got - want).max() / np.abs(want).max()),
+                     "top1_same": bool(np.array_equal(got.argmax(-1), want.argmax(-1)))})
+    return rows
 
 
 def format_table(rows: List[Dict[str, object]]) -> str:
-    header = f"{'model':10s} {'stages':12s} {'ORT fp32 ms':>12s} {'hybrid ms':>10s} " \
-             f"{'ratio':>6s} {'max_rel':>9s} {'top1 same':>9s}"
+    header = f"{'model':10s} {'stages':8s} {'gemm':12s} {'open s':>6s} {'ORT fp32 ms':>12s} " \
+             f"{'hybrid ms':>10s} {'ratio':>6s} {'max_rel':>9s} {'top1 same':>9s}"
     lines = [header, "-" * len(header)]
     for r in rows:
-        lines.append(f"{r['model']:10s} {r['stages']:12s} {r['ort_ms']:12.2f} "
-                     f"{r['hybrid_ms']:10.2f} {r['ratio']:6.2f} {r['max_rel']:9.2e} "
-                     f"{str(r['top1_same']):>9s}")
+        lines.append(f"{r['model']:10s} {r['stages']:8s} {r['gemm']:12s} {r['open_s']:6.2f} "
+                     f"{r['ort_ms']:12.2f} {r['hybrid_ms']:10.2f} {r['ratio']:6.2f} "
+                     f"{r['max_rel']:9.2e} {str(r['top1_same']):>9s}")
     return "\n".join(lines)
 
 
@@ -135,13 +148,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2,
                         help="onnxruntime intra-op threads and OpenBLAS threads")
+    parser.add_argument("--gemm", default=",".join(GEMM_ENGINES),
+                        help=f"comma-separated simulator GEMM engines, from {GEMM_ENGINES}")
     args = parser.parse_args(argv)
+    gemms = [g.strip() for g in args.gemm.split(",") if g.strip()]
+    if not gemms or set(gemms) - set(GEMM_ENGINES):
+        parser.error(f"--gemm takes names from {GEMM_ENGINES}")
     names = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in names if m not in MODELS]
     if unknown:
         parser.error(f"unknown model(s) {unknown}")
     blas = blas_info(args.threads)
-    rows = [bench_model(m, args.runs, args.warmup, args.threads) for m in names]
+    rows = [row for m in names for row in bench_model(m, args.runs, args.warmup, args.threads,
+                                                      gemms)]
     env = " ".join(f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")
                    if k in os.environ)
     print(format_table(rows))

@@ -52,7 +52,7 @@ def layer_errors(x: np.ndarray, step, consts: Dict[str, np.ndarray]) -> Dict[str
     scale = float(np.abs(want).max())
     exact16 = fp16_of(want + bias)
     row = {"shape": "x".join(map(str, spec.shape[1:]))}
-    for name, got in (("winograd", kernel.weight.run(x)),
+    for name, got in (("winograd", kernel.winograd.run(x)),
                       ("im2col", im2col(x, weight, kernel.pads, np.float32))):
         row[f"{name}_rel"] = float(np.abs(got - want).max()) / scale
         row[f"{name}_off"] = float(np.mean(fp16_of(got + bias) != exact16))

@@ -87,12 +87,13 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             artifact_dir: "str | os.PathLike[str]",
             inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
-            samples: int = 1) -> Comparison:
+            samples: int = 1, gemm: str = "numpy") -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
-    seeded random feeds of the manifest's shapes."""
+    seeded random feeds of the manifest's shapes. ``gemm``: the simulator's GEMM engine
+    (``HybridSession``)."""
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
-    session = HybridSession(artifact_dir, on_range_error="warn")
+    session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm)
     feeds = _feeds(session, inputs, seed, samples)
     outputs = {t.name for t in session.output_specs}
     specs = _compared_tensors(session)

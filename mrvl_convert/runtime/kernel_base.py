@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import Fp16RangeError
 from .fp16 import const_to_fp16
+from .gemm import NUMPY_GEMM, GemmEngine
 from .layerspec import LayerSpec
 
 
@@ -27,8 +28,10 @@ class Kernel:
     #: default; a kernel may settle it per layer at compile time (Maxpool2D does).
     exact: bool = False
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
         self.spec = spec
+        self.gemm = gemm
         self._check_arity()
 
     def run(self, *inputs: np.ndarray) -> np.ndarray:

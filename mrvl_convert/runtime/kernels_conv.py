@@ -6,6 +6,7 @@ from typing import Any, Mapping, Optional, Tuple
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
+from .gemm import NUMPY_GEMM, GemmEngine
 from .kernel_base import Kernel, first_string, fp16_const
 from .layerspec import LayerSpec
 from .ufuncs import RowAdd, relu_inplace
@@ -65,8 +66,9 @@ def weighted_capability_issue(attrs: Mapping[str, Any], kernel_layout: str) -> O
 class Conv2D(Kernel):
     """NHWC convolution with OHWI weights, zero padding, optional fused bias and relu."""
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         n, h, w, c = spec.input_rank(0, 4)
         self.strides = spec.ints("strides", 2, default=(1, 1))
         self.pads = spec.ints("padding", 4, default=(0, 0, 0, 0))
@@ -110,31 +112,31 @@ class Conv2D(Kernel):
         self.pointwise = (kh == kw == 1 and not any(self.pads))
         if winograd_applies((kh, kw), self.strides, self.dilation, g, self.out_hw, c, o):
             self.mode = "winograd"
-            self.weight = Winograd3x3(kernel, self.pads, self.out_hw)
+            self.winograd = Winograd3x3(kernel, self.pads, self.out_hw, self.gemm)
         elif g == 1:
             self.mode = "gemm"
             # [KH*KW*I, O]: matches the (kh, kw, c) order of an NHWC window flattened.
-            self.weight = np.ascontiguousarray(kernel.reshape(o, kh * kw * ig).T)
+            self.product = self.gemm.bind(kernel.reshape(o, kh * kw * ig).T)
         elif ig == 1 and o == c:
             self.mode = "depthwise"
-            self.weight = np.ascontiguousarray(kernel.reshape(o, kh, kw).transpose(1, 2, 0))
+            self.taps = np.ascontiguousarray(kernel.reshape(o, kh, kw).transpose(1, 2, 0))
         else:
             self.mode = "grouped"
             og = o // g
-            self.weight = np.ascontiguousarray(
-                kernel.reshape(g, og, kh * kw * ig).transpose(0, 2, 1))
+            # [G, KH*KW*I/G, O/G]: one product per group, batched.
+            self.product = self.gemm.bind(kernel.reshape(g, og, kh * kw * ig).transpose(0, 2, 1))
 
     def run(self, x: np.ndarray) -> np.ndarray:
         n = x.shape[0]
         oh, ow = self.out_hw
         if self.mode == "winograd":
-            y = self.weight.run(x)
+            y = self.winograd.run(x)
         elif self.mode == "depthwise":
             y = self._depthwise(x)
         elif self.mode == "grouped":
             y = self._grouped(x)
         else:
-            y = self._columns(x) @ self.weight
+            y = self.product(self._columns(x))
         y = self.add_bias(y.reshape(n, oh, ow, self.out_channels))
         if self.relu:
             relu_inplace(y)
@@ -160,7 +162,7 @@ class Conv2D(Kernel):
         m = n * self.out_hw[0] * self.out_hw[1]
         kh, kw = self.kernel_hw
         cols = view.reshape(m, kh, kw, g, c // g).transpose(3, 0, 1, 2, 4).reshape(g, m, -1)
-        y = np.matmul(cols, self.weight)            # [G, M, O/G]
+        y = self.product(cols)                      # [G, M, O/G]
         return y.transpose(1, 0, 2).reshape(m, -1)  # group-major channel order, as ONNX
 
     def _depthwise(self, x: np.ndarray) -> np.ndarray:
@@ -173,7 +175,7 @@ class Conv2D(Kernel):
             for j in range(self.kernel_hw[1]):
                 tap = xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh,
                          j * dw:j * dw + (ow - 1) * sw + 1:sw, :]
-                np.multiply(tap, self.weight[i, j], out=tmp)
+                np.multiply(tap, self.taps[i, j], out=tmp)
                 acc += tmp
         return acc
 
@@ -185,8 +187,9 @@ class Conv2D(Kernel):
 class FC(Kernel):
     """Fully connected: out = in @ W.T + b with W in OI layout, optional relu."""
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         n, i = spec.input_rank(0, 2)
         weight = spec.const("kernel_const_name", consts)
         if weight.ndim != 2 or weight.shape[1] != i:
@@ -196,13 +199,13 @@ class FC(Kernel):
             raise spec.error("attrs.kernel_layout", "only OI kernels are defined")
         o = weight.shape[0]
         spec.expect_shape((n, o))
-        # Pre-transposed to [I, O] so run() is one sgemm.
-        self.weight = np.ascontiguousarray(self._fp16_const("kernel_const_name", weight).T)
+        # Pre-transposed to [I, O] so run() is one product.
+        self.product = self.gemm.bind(self._fp16_const("kernel_const_name", weight).T)
         self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.relu = spec.relu()
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        y = self.add_bias(x @ self.weight)
+        y = self.add_bias(self.product(x))
         if self.relu:
             relu_inplace(y)
         return y

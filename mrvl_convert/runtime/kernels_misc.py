@@ -5,6 +5,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from .gemm import NUMPY_GEMM, GemmEngine
 from .kernel_base import Kernel, first_string, fp16_const
 from .layerspec import LayerSpec
 from .ufuncs import relu_inplace
@@ -15,8 +16,9 @@ class LayoutTransform(Kernel):
 
     exact = True
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         src, dst = spec.string("src_layout"), spec.string("dst_layout")
         issue = _layout_issue(src, dst)
         if issue:
@@ -48,8 +50,9 @@ class Sum2D(Kernel):
 
     num_inputs = None
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         shapes = spec.input_shapes
         self.const = None
         if len(shapes) == 1:
@@ -85,8 +88,9 @@ class Concat(Kernel):
     num_inputs = None
     exact = True
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         shapes = spec.input_shapes
         rank = len(shapes[0])
         axis = spec.int1("axis")
@@ -113,8 +117,9 @@ class Reshape(Kernel):
 
     exact = True
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         in_shape = spec.input_shapes[0]
         if int(np.prod(in_shape)) != int(np.prod(spec.shape)):
             raise spec.error("shape", f"{list(spec.shape)} does not hold the "

@@ -10,6 +10,7 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from .gemm import NUMPY_GEMM, GemmEngine
 from .kernel_base import Kernel
 from .kernels_conv import pad_nhwc
 from .layerspec import LayerSpec
@@ -33,8 +34,9 @@ class _Pool2D(Kernel):
 
     pad_value = 0.0
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         n, h, w, c = spec.input_rank(0, 4)
         if "pool_size" in spec.attrs:
             self.kernel_hw = spec.ints("pool_size", 2)
@@ -103,8 +105,9 @@ class Maxpool2D(_Pool2D):
     unless some window holds padding only (then -inf, which the simulator's range check reports).
     """
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         self.exact = bool((self._valid_taps(include_pad=False) > 0).all())
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -126,8 +129,9 @@ class Avgpool2D(_Pool2D):
     """Mean over each window; zero padding; the divisor counts the explicit pads only when
     count_include_pad is 1 (never the ceil-mode extension), as onnxruntime does."""
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         self.divisor = self._valid_taps(spec.flag("count_include_pad"))
 
     def run(self, x: np.ndarray) -> np.ndarray:
@@ -143,8 +147,9 @@ class Avgpool2D(_Pool2D):
 class GlobalAvgpool2D(Kernel):
     """Mean over H and W: [N, H, W, C] -> [N, 1, 1, C], summed in float32."""
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         n, _, _, c = spec.input_rank(0, 4)
         spec.expect_shape((n, 1, 1, c))
 
@@ -157,8 +162,9 @@ class GlobalMaxpool2D(Kernel):
 
     exact = True
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
-        super().__init__(spec, consts)
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         n, _, _, c = spec.input_rank(0, 4)
         spec.expect_shape((n, 1, 1, c))
 

@@ -14,6 +14,7 @@ import numpy as np
 
 from ..errors import ArtifactError, InputFeedError
 from .artifact import read_json, require, shape_of
+from .gemm import GemmEngine
 from .simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
 
 # manifest dtype -> (numpy dtype, onnxruntime type string)
@@ -54,7 +55,10 @@ class HybridSession:
     """Runs an artifact directory written by ``mrvl_convert.convert``."""
 
     def __init__(self, artifact_dir: "str | os.PathLike[str]", *,
-                 on_range_error: str = "raise") -> None:
+                 on_range_error: str = "raise", gemm: "str | GemmEngine" = "numpy") -> None:
+        """``gemm``: which library runs the simulator's matrix products, ``"numpy"`` or
+        ``"onnxruntime"`` (see ``mrvl_convert/runtime/gemm.py``); the fp16 number model is the
+        same with either."""
         self.artifact_dir = str(artifact_dir)
         self.manifest_path = os.path.join(self.artifact_dir, "manifest.json")
         manifest = read_json(self.manifest_path, "manifest")
@@ -65,7 +69,7 @@ class HybridSession:
         self.model_name = str(model.get("name", ""))
         self._inputs = self._tensors(model, "inputs", "model")
         self._outputs = self._tensors(model, "outputs", "model")
-        self.simulator = MrvlSimulator(on_range_error)
+        self.simulator = MrvlSimulator(on_range_error, gemm=gemm)
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
         self.stages = [self._stage(k, s) for k, s in enumerate(stages)]
         self._check_wiring()

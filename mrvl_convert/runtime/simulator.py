@@ -17,6 +17,7 @@ import numpy as np
 from ..errors import ArtifactError, Fp16RangeError, InputFeedError
 from .artifact import decode_consts, node_refs, read_json, require, shape_of
 from .fp16 import round_to_fp16
+from .gemm import GemmEngine
 from .kernel_base import Kernel
 from .kernels import KERNELS
 from .layerspec import LayerSpec, Shape
@@ -169,8 +170,12 @@ class CompiledSubgraph:
 class MrvlSimulator:
     """Execution-provider-like front end of the simulator."""
 
-    def __init__(self, on_range_error: str = "raise") -> None:
+    def __init__(self, on_range_error: str = "raise", *,
+                 gemm: "str | GemmEngine" = "numpy") -> None:
+        """``gemm``: which library runs the Conv2D / FC matrix products (gemm.py), by name or
+        as a ``GemmEngine`` with an onnxruntime thread count."""
         self.on_range_error = _check_policy(on_range_error)
+        self.gemm = GemmEngine.of(gemm)
 
     def get_capability(self, nodes_json: Dict[str, Any]) -> List[Dict[str, Any]]:
         """Per layer node: index, name, layer_name, supported and (if not) the reason."""
@@ -195,16 +200,17 @@ class MrvlSimulator:
         nodes_path, consts_path = str(nodes_json_path), str(consts_json_path)
         doc = read_json(nodes_path, "Nodes-JSON")
         consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON"))
-        return _GraphBuilder(nodes_path, doc, consts).build(self.on_range_error)
+        return _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
 
 
 class _GraphBuilder:
     """Validates a Nodes-JSON document node by node and turns it into steps."""
 
-    def __init__(self, path: str, doc: Any, consts: Dict[str, np.ndarray]) -> None:
+    def __init__(self, path: str, doc: Any, consts: Dict[str, np.ndarray],
+                 gemm: GemmEngine) -> None:
         if not isinstance(doc, dict):
             raise ArtifactError(f"{path}: a Nodes-JSON must be a JSON object")
-        self.path, self.doc, self.consts = path, doc, consts
+        self.path, self.doc, self.consts, self.gemm = path, doc, consts, gemm
         self.shapes: Dict[int, Shape] = {}
 
     def build(self, policy: str) -> CompiledSubgraph:
@@ -266,7 +272,7 @@ class _GraphBuilder:
         issue = kernel_class.capability_issue(attrs)
         if issue:
             raise spec.error("attrs", f"not supported by the simulator: {issue}")
-        kernel = kernel_class(spec, self.consts)
+        kernel = kernel_class(spec, self.consts, self.gemm)
         self.shapes[index] = spec.shape
         return _Step(index, spec, kernel, tuple(refs), ())
 

@@ -1,4 +1,4 @@
-"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz]``.
+"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz] [--gemm ENGINE]``.
 
 Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
 comparison table. Exit status: 0 every tensor within tolerance, 1 some tensor is not, 2 usage
@@ -15,6 +15,7 @@ import numpy as np
 
 from ..errors import InputFeedError, MrvlConvertError
 from .compare import compare
+from .gemm import GEMM_ENGINES
 from .session import DTYPES, HybridSession, TensorSpec
 
 
@@ -32,6 +33,9 @@ def build_parser() -> argparse.ArgumentParser:
                                          "each one sample or a stack of samples")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--json", dest="json_path", help="also write the comparison as JSON")
+    parser.add_argument("--gemm", choices=GEMM_ENGINES, default="numpy",
+                        help="library that runs the simulator's matrix products (same fp16 "
+                             "number model; onnxruntime is faster on large layers)")
     return parser
 
 
@@ -50,7 +54,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             specs = HybridSession(args.artifact_dir).input_specs
             feeds = load_npz_feeds(args.inputs, specs, args.samples)
         result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
-                         samples=args.samples or 1)
+                         samples=args.samples or 1, gemm=args.gemm)
     except MrvlConvertError as exc:
         print(f"mrvl-verify: error: {exc}", file=sys.stderr)
         return 2

@@ -27,6 +27,8 @@ from typing import Sequence, Tuple
 
 import numpy as np
 
+from .gemm import NUMPY_GEMM, GemmEngine
+
 TILE_OUT = 2   # m: each tile yields m x m outputs
 TILE_IN = 4    # m + r - 1 for r = 3: input tile size
 MIN_CHANNELS = 64   # the narrowest ResNet stage; narrower layers were not measured to pay
@@ -66,14 +68,14 @@ class Winograd3x3:
     output before bias and activation (the caller adds those, as for any other algorithm)."""
 
     def __init__(self, kernel_ohwi: np.ndarray, pads: Tuple[int, int, int, int],
-                 out_hw: Tuple[int, int]) -> None:
+                 out_hw: Tuple[int, int], gemm: GemmEngine = NUMPY_GEMM) -> None:
         o, kh, kw, c = kernel_ohwi.shape
         if (kh, kw) != (3, 3):
             raise ValueError(f"Winograd F(2x2,3x3) needs a 3x3 kernel, got {kh}x{kw}")
         # U[xi, nu] = (G g G^T)[xi, nu] per (c, o), computed in float64 from the fp16 weights
         # and rounded once to float32.
         u = np.einsum("xi,oijc,yj->xyco", _G, kernel_ohwi.astype(np.float64), _G)
-        self.weight = np.ascontiguousarray(u.reshape(TILE_IN * TILE_IN, c, o), np.float32)
+        self.product = gemm.bind(u.reshape(TILE_IN * TILE_IN, c, o).astype(np.float32))
         self.pads = pads
         self.out_hw = out_hw
         self.tiles = tile_grid(out_hw)
@@ -87,7 +89,7 @@ class Winograd3x3:
         # because oh = h + top + bottom - 2); _output_transform crops the extra outputs.
         xp = np.zeros((n, th * m + 2, tw * m + 2, c), np.float32)
         xp[:, top:top + h, left:left + w, :] = x
-        prod = np.matmul(_input_transform(xp, th, tw), self.weight)     # [16, T, O]
+        prod = self.product(_input_transform(xp, th, tw))               # [16, T, O]
         return _output_transform(prod, n, self.tiles, self.out_hw)
 
 

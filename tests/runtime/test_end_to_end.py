@@ -22,6 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 from mrvl_convert import convert
 from mrvl_convert.runtime import DEFAULT_TOLERANCE, HybridSession
 from mrvl_convert.runtime.compare import compare
+from mrvl_convert.runtime.gemm import GEMM_ENGINES
 from onnxref import run_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -144,7 +145,8 @@ def test_backend_cases_reach_the_accelerator(out_root):
 MNIST_DIR = os.path.join(ROOT, "examples", "mnist_cnn")
 
 
-def test_mnist_example_top1_agrees_with_fp32(tmp_path):
+@pytest.mark.parametrize("gemm", GEMM_ENGINES)
+def test_mnist_example_top1_agrees_with_fp32(tmp_path, gemm):
     model_path = os.path.join(MNIST_DIR, "mnist_cnn.onnx")
     data_path = os.path.join(MNIST_DIR, "heldout.npz")
     if not (os.path.exists(model_path) and os.path.exists(data_path)):
@@ -154,7 +156,7 @@ def test_mnist_example_top1_agrees_with_fp32(tmp_path):
     images, labels = data["images"], data["labels"]
     result = convert(model_path, str(tmp_path / "mnist"))
     assert "mrvl" in [s["kind"] for s in result.manifest["stages"]]
-    session = HybridSession(str(tmp_path / "mnist"))
+    session = HybridSession(str(tmp_path / "mnist"), gemm=gemm)
     model = onnx.load(model_path)
     import onnxruntime as ort
     reference = ort.InferenceSession(model.SerializeToString(),
@@ -163,9 +165,9 @@ def test_mnist_example_top1_agrees_with_fp32(tmp_path):
     hybrid = np.array([session.run(None, {name: img[None]})[0].argmax() for img in images])
     fp32 = np.array([reference.run(None, {name: img[None]})[0].argmax() for img in images])
     agreement = float((hybrid == fp32).mean())
-    print(f"\nMNIST held-out ({len(labels)} images): fp32 accuracy {(fp32 == labels).mean():.4f}, "
-          f"hybrid fp16 accuracy {(hybrid == labels).mean():.4f}, top-1 agreement "
-          f"{agreement:.4f}")
+    print(f"\nMNIST held-out ({len(labels)} images, gemm={gemm}): fp32 accuracy "
+          f"{(fp32 == labels).mean():.4f}, hybrid fp16 accuracy {(hybrid == labels).mean():.4f}"
+          f", top-1 agreement {agreement:.4f}")
     assert agreement >= 0.999
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from jsonbuild import SubgraphBuilder, conv2d, fc, nhwc, pool, to_nchw, to_nhwc
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import MrvlSimulator
+from mrvl_convert.runtime.gemm import GEMM_ENGINES
 from mrvl_convert.runtime.kernels import KERNELS
 from onnxref import assert_close_fp16, fp16_round, run_node
 
@@ -25,18 +26,18 @@ SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
 
 
-def simulate(builder: SubgraphBuilder, heads, feed):
+def simulate(builder: SubgraphBuilder, heads, feed, gemm: str = "numpy"):
     with tempfile.TemporaryDirectory() as tmp:
-        compiled = MrvlSimulator().compile(*builder.write(tmp, heads))
+        compiled = MrvlSimulator(gemm=gemm).compile(*builder.write(tmp, heads))
     return compiled.run(feed)
 
 
-def nchw_layer(x: np.ndarray, make_layer):
+def nchw_layer(x: np.ndarray, make_layer, gemm: str = "numpy"):
     """input NCHW -> layout_transform -> layer -> layout_transform back -> output."""
     b = SubgraphBuilder()
     inp = b.input("x", x.shape)
     out = to_nchw(b, make_layer(b, to_nhwc(b, inp)))
-    return simulate(b, [out], {"x": x})[0]
+    return simulate(b, [out], {"x": x}, gemm)[0]
 
 
 def rng_for(seed: int) -> np.random.Generator:
@@ -60,7 +61,7 @@ def conv_cases(draw):
     return dict(n=draw(st.integers(1, 2)), c=cin_g * groups, o=cout_g * groups, h=h, w=w,
                 k=(kh, kw), dil=dil, pads=pads, strides=strides, groups=groups,
                 bias=draw(st.booleans()), relu=draw(st.booleans()),
-                seed=draw(st.integers(0, 2 ** 16)))
+                seed=draw(st.integers(0, 2 ** 16)), gemm=draw(st.sampled_from(GEMM_ENGINES)))
 
 
 def _conv_onnx(x, weight, bias, case):
@@ -84,10 +85,11 @@ def test_conv2d_matches_onnxruntime(case):
     want, magnitude = _conv_onnx(x, weight, bias, case)
     got = nchw_layer(x, lambda b, t: conv2d(
         b, t, weight, bias, want.shape[2:], strides=case["strides"], pads=case["pads"],
-        dilations=case["dil"], group=case["groups"], relu=case["relu"]))
+        dilations=case["dil"], group=case["groups"], relu=case["relu"]), case["gemm"])
     assert_close_fp16(got, want, magnitude)
 
 
+@pytest.mark.parametrize("gemm", GEMM_ENGINES)
 @pytest.mark.parametrize("shape,k,stride,group", [
     ((1, 64, 56, 56), 1, 1, 1),     # pointwise: one plain matmul
     ((1, 32, 28, 28), 1, 2, 1),     # strided pointwise (ResNet downsample)
@@ -95,7 +97,7 @@ def test_conv2d_matches_onnxruntime(case):
     ((1, 8, 9, 9), 3, 2, 8),        # depthwise, stride 2
     ((1, 12, 10, 10), 3, 1, 3),     # grouped
 ])
-def test_conv2d_common_shapes(shape, k, stride, group):
+def test_conv2d_common_shapes(shape, k, stride, group, gemm):
     rng = rng_for(7)
     x = rng.standard_normal(shape).astype(np.float32)
     weight = rng.standard_normal((shape[1], shape[1] // group, k, k)).astype(np.float32)
@@ -106,15 +108,15 @@ def test_conv2d_common_shapes(shape, k, stride, group):
     want, magnitude = _conv_onnx(x, weight, bias, case)
     got = nchw_layer(x, lambda b, t: conv2d(b, t, weight, bias, want.shape[2:],
                                             strides=case["strides"], pads=case["pads"],
-                                            group=group, relu=True))
+                                            group=group, relu=True), gemm)
     assert_close_fp16(got, want, magnitude)
 
 
 # ----------------------------------------------------------------------------- FC
 @SETTINGS
 @given(n=st.integers(1, 4), i=st.integers(1, 300), o=st.integers(1, 40), bias=st.booleans(),
-       relu=st.booleans(), seed=st.integers(0, 2 ** 16))
-def test_fc_matches_onnxruntime_gemm(n, i, o, bias, relu, seed):
+       relu=st.booleans(), seed=st.integers(0, 2 ** 16), gemm=st.sampled_from(GEMM_ENGINES))
+def test_fc_matches_onnxruntime_gemm(n, i, o, bias, relu, seed, gemm):
     rng = rng_for(seed)
     x = rng.standard_normal((n, i)).astype(np.float32)
     weight = rng.standard_normal((o, i)).astype(np.float32)
@@ -127,7 +129,7 @@ def test_fc_matches_onnxruntime_gemm(n, i, o, bias, relu, seed):
         want = np.maximum(want, 0)
     b = SubgraphBuilder()
     out = fc(b, b.input("x", x.shape), weight, b_ if bias else None, relu=relu)
-    assert_close_fp16(simulate(b, [out], {"x": x})[0], want, magnitude)
+    assert_close_fp16(simulate(b, [out], {"x": x}, gemm)[0], want, magnitude)
 
 
 # -------------------------------------------------------------------------- pools

@@ -14,6 +14,7 @@ from mrvl_convert import convert
 from mrvl_convert.errors import ArtifactError, InputFeedError
 from mrvl_convert.runtime import HybridSession, Tolerance, Tolerances
 from mrvl_convert.runtime.compare import compare
+from mrvl_convert.runtime.gemm import GEMM_ENGINES
 from mrvl_convert.runtime.verify_cli import main as verify_main
 from onnxref import run_model
 
@@ -42,8 +43,9 @@ def test_session_matches_fp32_onnxruntime(artifact):
     assert np.abs(got - want).max() <= 1e-2 * np.abs(want).max()
 
 
+@pytest.mark.parametrize("gemm", GEMM_ENGINES)
 @pytest.mark.parametrize("which", ["mrvl_cpu_mrvl", "cnn_64x64x32"])
-def test_runs_from_several_threads_give_the_serial_results(tmp_path, which):
+def test_runs_from_several_threads_give_the_serial_results(tmp_path, which, gemm):
     """Run as onnxruntime sessions are, from a thread pool: each call must get exactly the
     outputs it gets alone. The 64x64x32 CNN's layers are large enough for numpy to release the
     GIL inside them, so calls really interleave there; the handmade artifact has a CPU stage."""
@@ -52,7 +54,7 @@ def test_runs_from_several_threads_give_the_serial_results(tmp_path, which):
     else:
         directory = str(tmp_path / "cnn")
         convert(badmodels.small_cnn(channels=32, size=64), directory)
-    session = HybridSession(directory)
+    session = HybridSession(directory, gemm=gemm)
     spec = session.get_inputs()[0]
     rng = np.random.default_rng(0)
     feeds = [{spec.name: rng.standard_normal(spec.shape).astype(np.float32)} for _ in range(12)]
@@ -172,6 +174,10 @@ def test_verify_cli_exit_codes(artifact, tmp_path, capsys):
         assert json.load(f)["samples"] == 4
     other = handmade.write_artifact(str(tmp_path / "other"), handmade.weights(1))
     assert verify_main([model_path, other]) == 1
+    # The other GEMM engine computes the same verdicts.
+    assert verify_main([model_path, directory, "--gemm", "onnxruntime"]) == 0
+    assert verify_main([model_path, other, "--gemm", "onnxruntime"]) == 1
+    assert verify_main([model_path, directory, "--gemm", "blas"]) == 2
     capsys.readouterr()
     assert verify_main([model_path, str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err
