@@ -1,11 +1,13 @@
 """Latency of the hybrid run (fp16 Mrvl simulator + onnxruntime) vs onnxruntime fp32.
 
 Same model, same input, same process: each model is converted to a temporary artifact
-directory, then ORT fp32 and HybridSession are each timed (warm-up, then the median of N runs),
-one after the other: interleaving single runs lets onnxruntime's spinning worker threads and
-OpenBLAS's threads fight over the cores, which measures the fight rather than either engine.
+directory, then ORT fp32 and HybridSession are each timed in blocks (warm-up, then N runs),
+one block after the other, over several rounds: interleaving single runs lets onnxruntime's
+spinning worker threads and OpenBLAS's threads fight over the cores, which measures the fight
+rather than either engine.
 
-    python benchmarks/bench_simulator.py [--models mnist,resnet50] [--runs 20] [--threads 2]
+    python benchmarks/bench_simulator.py [--models mnist,resnet50] [--runs 20] [--rounds 3]
+                                         [--threads 2]
                                          [--gemm numpy,onnxruntime]
 
 One row per simulator GEMM engine (``mrvl_convert/runtime/gemm.py``); "open s" is the time
@@ -80,15 +82,19 @@ def _cpu_has(flag: str) -> bool:
         return False
 
 
-def median_ms(fn: Callable[[], object], runs: int, warmup: int) -> float:
+def times_ms(fn: Callable[[], object], runs: int, warmup: int) -> List[float]:
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(runs):
         start = time.perf_counter()
         fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * float(np.median(times))
+        times.append(1e3 * (time.perf_counter() - start))
+    return times
+
+
+def median_ms(fn: Callable[[], object], runs: int, warmup: int) -> float:
+    return float(np.median(times_ms(fn, runs, warmup)))
 
 
 def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
@@ -99,9 +105,11 @@ def ort_session(model: onnx.ModelProto, threads: int) -> ort.InferenceSession:
                                 providers=["CPUExecutionProvider"])
 
 
-def bench_model(name: str, runs: int, warmup: int, threads: int,
-                gemms: List[str]) -> List[Dict[str, object]]:
-    """One row per GEMM engine; onnxruntime fp32 is timed once, before the hybrids."""
+def bench_model(name: str, runs: int, warmup: int, threads: int, gemms: List[str],
+                rounds: int) -> List[Dict[str, object]]:
+    """One row per GEMM engine. Each round times onnxruntime fp32, then every hybrid, ``runs``
+    times each; a figure is the median over all rounds, so a slow spell of a shared machine
+    weighs on every engine alike rather than on whichever ran during it."""
     model = MODELS[name]()
     with tempfile.TemporaryDirectory() as tmp:
         out_dir = os.path.join(tmp, name)
@@ -115,11 +123,16 @@ def bench_model(name: str, runs: int, warmup: int, threads: int,
     reference = ort_session(model, threads)
     spec = reference.get_inputs()[0]
     feed = {spec.name: np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)}
-    ort_ms = median_ms(lambda: reference.run(None, feed), runs, warmup)
+    timed: Dict[str, List[float]] = {key: [] for key in ["ort"] + gemms}
+    for _ in range(rounds):
+        timed["ort"] += times_ms(lambda: reference.run(None, feed), runs, warmup)
+        for gemm, hybrid in hybrids.items():
+            timed[gemm] += times_ms(lambda: hybrid.run(None, feed), runs, warmup)
+    ort_ms = float(np.median(timed["ort"]))
     want = reference.run(None, feed)[0]
     rows = []
     for gemm, hybrid in hybrids.items():
-        hyb_ms = median_ms(lambda: hybrid.run(None, feed), runs, warmup)
+        hyb_ms = float(np.median(timed[gemm]))
         got = hybrid.run(None, feed)[0]
         rows.append({"model": name, "stages": stages, "gemm": gemm,
                      "open_s": open_s[gemm], "ort_ms": ort_ms, "hybrid_ms": hyb_ms,
@@ -144,7 +157,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default="mnist,resnet50",
                         help=f"comma-separated, from {sorted(MODELS)}")
-    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--runs", type=int, default=20, help="timed runs per round")
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2,
                         help="onnxruntime intra-op threads and OpenBLAS threads")
@@ -160,11 +174,11 @@ def main(argv: Optional[List[str]] = None) -> int:
         parser.error(f"unknown model(s) {unknown}")
     blas = blas_info(args.threads)
     rows = [row for m in names for row in bench_model(m, args.runs, args.warmup, args.threads,
-                                                      gemms)]
+                                                      gemms, args.rounds)]
     env = " ".join(f"{k}={os.environ[k]}" for k in ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS")
                    if k in os.environ)
     print(format_table(rows))
-    print(f"median of {args.runs} runs after {args.warmup} warm-up; "
+    print(f"median of {args.rounds} rounds x {args.runs} runs, each after {args.warmup} warm-up; "
           f"{blas}; onnxruntime {ort.__version__} intra_op_num_threads={args.threads}; "
           f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}); "
           f"load average {os.getloadavg()[0]:.2f}")

@@ -1,6 +1,7 @@
 """Where the simulator's time goes, per layer kind: kernel time vs fp16 rounding time.
 
     python benchmarks/profile_simulator.py [--model resnet50] [--runs 5] [--threads 1]
+                                           [--gemm numpy|onnxruntime]
 
 Converts the model (single policy) to a temporary directory, compiles its Mrvl subgraph with
 ``MrvlSimulator`` and runs it step by step, timing each kernel's ``run`` and the fp16 rounding
@@ -26,6 +27,7 @@ import bench_simulator  # noqa: E402  (benchmarks/bench_simulator.py: models, BL
 
 from mrvl_convert import convert  # noqa: E402
 from mrvl_convert.runtime.fp16 import round_to_fp16  # noqa: E402
+from mrvl_convert.runtime.gemm import GEMM_ENGINES, GemmEngine  # noqa: E402
 from mrvl_convert.runtime.kernels_conv import FC, Conv2D  # noqa: E402
 from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator  # noqa: E402
 
@@ -91,7 +93,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet50", choices=sorted(bench_simulator.MODELS))
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=1, help="OpenBLAS threads")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="OpenBLAS threads (and the onnxruntime GEMM engine's)")
+    parser.add_argument("--gemm", default="numpy", choices=GEMM_ENGINES,
+                        help="the simulator's GEMM engine (mrvl_convert/runtime/gemm.py)")
     args = parser.parse_args(argv)
     blas = bench_simulator.blas_info(args.threads)
     model = bench_simulator.MODELS[args.model]()
@@ -100,7 +105,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         nodes = glob.glob(tmp + "/m/*-nodes.json")
         if len(nodes) != 1:
             parser.error(f"expected one Mrvl subgraph, got {len(nodes)}")
-        compiled = MrvlSimulator().compile(nodes[0], nodes[0].replace("-nodes", "-consts"))
+        compiled = MrvlSimulator(gemm=GemmEngine(args.gemm, args.threads)).compile(
+            nodes[0], nodes[0].replace("-nodes", "-consts"))
     inp = compiled.inputs[0]
     feed = {inp.name: np.random.default_rng(0).standard_normal(inp.shape).astype(np.float32)}
     rows = profile(compiled, feed, args.runs)
@@ -120,8 +126,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"onnxruntime fp32 on the same model: {ort_ms:.2f} ms per run, "
           f"{model_flops / ort_ms / 1e6:.0f} GFLOP/s over the same {model_flops / 1e9:.2f} GFLOP")
     print(f"simulator: mean of {args.runs} runs after 1 warm-up; onnxruntime: median of "
-          f"{args.runs} after 3; {blas}. GFLOP/s counts convolutions as direct ones, so "
-          f"Winograd rows, which multiply less, show more than the hardware does.")
+          f"{args.runs} after 3; gemm={args.gemm}; {blas}. GFLOP/s counts convolutions as "
+          f"direct ones, so Winograd rows, which multiply less, show more than the hardware does.")
     return 0
 
 

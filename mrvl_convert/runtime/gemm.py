@@ -10,9 +10,12 @@ then rounds to float16.
   on the kernels OpenBLAS picks; ``OPENBLAS_CORETYPE=Haswell`` on an AVX-512 CPU halves it.
 * ``"onnxruntime"``: one single-MatMul onnxruntime session per layer, holding the weights as a
   constant initializer. onnxruntime's MLAS packs constant weights once, at session creation,
-  where OpenBLAS packs them again on every call; on this project's machine that made ResNet-50's
-  products about 1.2x (AVX-512 OpenBLAS) to 2x (Haswell OpenBLAS) faster
-  (``benchmarks/bench_simulator.py --gemm``). Creating the sessions costs compile time.
+  where OpenBLAS packs them again on every call, and it picks AVX-512 kernels whatever
+  ``OPENBLAS_CORETYPE`` says. On this project's machine ResNet-50 at one thread took 51 to 58 ms
+  against numpy's 80 to 85 with Haswell OpenBLAS, and 51 to 55 against 53 to 57 with AVX-512
+  OpenBLAS (``benchmarks/bench_simulator.py``, README). Creating the sessions costs compile
+  time, onnxruntime keeps its own packed copy of the weights, and on tiny layers the call
+  costs more than it saves.
 
 Chosen once per compile (``MrvlSimulator(gemm=...)``, ``HybridSession(..., gemm=...)``); a
 product object is bound to one weight and may be called from several threads at once.

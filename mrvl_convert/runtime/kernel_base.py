@@ -5,6 +5,8 @@ checks, constant decoding, weight re-layout and fp16 rounding) once, at compile 
 ``run(*inputs)`` only computes. Inputs and outputs of ``run`` are fp16-valued float32 arrays in
 the layer's physical layout (see ``fp16.py``); the simulator rounds every output to float16, in
 place, so a kernel that is not ``exact`` must return a fresh array (never a view of an input).
+A kernel that multiplies by its weights binds them once to ``gemm`` (``gemm.py``), the engine
+the simulator was asked to use; other kernels ignore it.
 """
 from __future__ import annotations
 
