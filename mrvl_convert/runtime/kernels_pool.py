@@ -38,10 +38,14 @@ class _Pool2D(Kernel):
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
         n, h, w, c = spec.input_rank(0, 4)
-        if "pool_size" in spec.attrs:
-            self.kernel_hw = spec.ints("pool_size", 2)
-        else:
-            self.kernel_hw = spec.ints("kernel_layout_shape", 2)
+        # The format states the window twice; two different windows is a broken artifact.
+        stated = {key: spec.ints(key, 2) for key in ("pool_size", "kernel_layout_shape")
+                  if key in spec.attrs}
+        if len(set(stated.values())) > 1:
+            layout, size = stated["kernel_layout_shape"], stated["pool_size"]
+            raise spec.error("attrs.kernel_layout_shape",
+                             f"is {list(layout)} but pool_size is {list(size)}")
+        self.kernel_hw = stated.get("pool_size") or spec.ints("kernel_layout_shape", 2)
         self.strides = spec.ints("strides", 2, default=(1, 1))
         pads = spec.ints("padding", 4, default=(0, 0, 0, 0))
         self.dilation = spec.ints("dilation", 2, default=(1, 1))

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from jsonbuild import SubgraphBuilder, conv2d, fc, to_nhwc, write_pair
+from jsonbuild import SubgraphBuilder, conv2d, fc, pool, to_nhwc, write_pair
 from mrvl_convert.errors import ArtifactError, Fp16RangeError, InputFeedError
 from mrvl_convert.runtime import Fp16RangeWarning, MrvlSimulator
 
@@ -81,6 +81,20 @@ def test_inconsistent_layer_attributes(tmp_path, field, value, pattern):
     with pytest.raises(ArtifactError, match=pattern) as info:
         compile_docs(tmp_path, nodes, consts)
     assert "t-nodes.json" in str(info.value)  # names the file
+
+
+def test_pool_size_and_kernel_layout_shape_must_agree(tmp_path):
+    """The upstream format states a pool's window twice; two different windows is a broken
+    artifact, not a choice for the simulator to make."""
+    b = SubgraphBuilder()
+    y = pool(b, to_nhwc(b, b.input("x", (1, 2, 6, 6))), "Maxpool2D", (3, 3), (2, 2),
+             strides=(2, 2))
+    nodes, consts = b.docs([y])
+    layer = next(n for n in nodes["nodes"] if n["attrs"].get("layer_name") == ["Maxpool2D"])
+    layer["attrs"]["kernel_layout_shape"] = ["3", "3"]
+    with pytest.raises(ArtifactError, match=r"kernel_layout_shape'.*\[3, 3\] but pool_size is "
+                                            r"\[2, 2\]"):
+        compile_docs(tmp_path, nodes, consts)
 
 
 def test_const_shape_disagreeing_with_input(tmp_path):
