@@ -148,29 +148,27 @@ class Avgpool2D(_Pool2D):
         return acc
 
 
-class GlobalAvgpool2D(Kernel):
-    """Mean over H and W: [N, H, W, C] -> [N, 1, 1, C], summed in float32."""
+class _GlobalPool2D(Kernel):
+    """Shared shape check: [N, H, W, C] -> [N, 1, 1, C]."""
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
         n, _, _, c = spec.input_rank(0, 4)
         spec.expect_shape((n, 1, 1, c))
+
+
+class GlobalAvgpool2D(_GlobalPool2D):
+    """Mean over H and W, summed in float32."""
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return x.mean(axis=(1, 2), keepdims=True, dtype=np.float32)
 
 
-class GlobalMaxpool2D(Kernel):
-    """Max over H and W: [N, H, W, C] -> [N, 1, 1, C]."""
+class GlobalMaxpool2D(_GlobalPool2D):
+    """Max over H and W."""
 
     exact = True
-
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
-                 gemm: GemmEngine = NUMPY_GEMM) -> None:
-        super().__init__(spec, consts, gemm)
-        n, _, _, c = spec.input_rank(0, 4)
-        spec.expect_shape((n, 1, 1, c))
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return x.max(axis=(1, 2), keepdims=True)
