@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from jsonbuild import SubgraphBuilder, conv2d, fc
+from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.runtime.gemm import GEMM_ENGINES, NUMPY_GEMM, GemmEngine
 
 
@@ -57,9 +59,6 @@ def test_engines_are_named_and_checked():
 def test_simulator_compiles_every_product_with_the_chosen_engine(tmp_path):
     """A conv (im2col), a Winograd-sized conv and an FC all get onnxruntime sessions, and the
     compiled subgraph gives what the numpy engine gives, to within one fp16 step."""
-    from jsonbuild import SubgraphBuilder, conv2d, fc
-    from mrvl_convert.runtime import MrvlSimulator
-
     rng = np.random.default_rng(2)
     b = SubgraphBuilder()
     x = b.input("x", (1, 28, 28, 64))
