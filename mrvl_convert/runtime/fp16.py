@@ -12,14 +12,24 @@ Storage choice, stated explicitly: between layers an activation is a **float32 a
 value is exactly a float16 value** ("fp16-valued float32"). This is the same set of numbers as a
 ``np.float16`` array, but the math kernels need float32 anyway and numpy's float32<->float16
 casts are scalar loops (about 2 ns per element each way, which would cost a ResNet-50 more than
-its convolutions). ``round_to_fp16`` does the rounding in float32 with a handful of vectorised
-operations (about 6 passes, in place) and gives exactly the values of
-``x.astype(np.float16).astype(np.float32)`` (checked over all finite float32 inputs, and by the
-test suite on samples); only a result of zero is always +0.0.
+its convolutions). ``round_to_fp16`` gives exactly the values of
+``x.astype(np.float16).astype(np.float32)`` in one of two ways, by size:
+
+* from ``ORT_MIN_SIZE`` elements on, onnxruntime's ``Cast`` to float16 and back, written into
+  the array in place (its CPU kernel converts with the hardware's vector instructions); a
+  ``ReduceSum`` of the result in the same session tells whether it is all finite. This took
+  0.15 ms for 800K values, where the numpy form below took 0.27 ms (one thread, this project's
+  machine);
+* below, where the session call costs more than it saves, the same rounding in float32 with a
+  handful of vectorised numpy operations (about 6 passes, in place), which is bit-identical to
+  the cast (checked over all finite float32 inputs) except that a result of zero is always +0.0.
+
+Both are checked against numpy's cast by tests/runtime/test_runtime_fp16.py.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from functools import cache
+from typing import Any, Tuple
 
 import numpy as np
 
@@ -42,6 +52,8 @@ _MIN_NORMAL = np.float32(2.0 ** -14)
 # 2**(e - 10), which is exactly float16's step at exponent e, so the hardware's
 # round-to-nearest-even of (x + c) is float16's rounding of x; subtracting c is exact.
 _MAGIC_SCALE = np.float32(1.5 * 2.0 ** 13)
+#: Arrays of at least this many elements are rounded by onnxruntime (module docstring).
+ORT_MIN_SIZE = CHUNK
 
 
 def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, bool]:
@@ -49,13 +61,16 @@ def round_to_fp16(y: np.ndarray, *, inplace: bool = False) -> Tuple[np.ndarray, 
 
     ``in_range`` is False when some value overflowed to +-inf or is NaN; the returned array then
     holds those infs/NaNs, exactly as a float16 cast would. The values equal
-    ``y.astype(np.float16).astype(np.float32)``; the one difference in bits is that a value that
-    rounds to zero is always +0.0 (numerically equal, and no kernel distinguishes -0.0).
+    ``y.astype(np.float16).astype(np.float32)``; the one difference in bits is that below
+    ``ORT_MIN_SIZE`` elements a value that rounds to zero is always +0.0 (numerically equal, and
+    no kernel distinguishes -0.0).
     With ``inplace=True`` a C-contiguous float32 ``y`` is overwritten and returned.
     """
     y = np.asarray(y, dtype=np.float32)
     if not (inplace and y.flags.c_contiguous and y.flags.writeable):
         y = np.array(y, dtype=np.float32, order="C", copy=True)
+    if y.size >= ORT_MIN_SIZE:
+        return y, _round_with_onnxruntime(y)
     flat = y.reshape(-1)  # a view: y is C-contiguous
     # Six passes per chunk of CHUNK elements (ufuncs.py): they stay in the L2 cache, need no
     # array-sized temporary, and the clamp runs against a same-length constant.
@@ -80,6 +95,49 @@ def _round_chunk(x: np.ndarray, scratch: np.ndarray) -> bool:
     x += magic_f
     x -= magic_f
     return True
+
+
+def _round_with_onnxruntime(y: np.ndarray) -> bool:
+    """Round a C-contiguous float32 array in place with onnxruntime's Cast; True if finite.
+
+    The sum of float16-range values cannot overflow float32 (that would take 5e33 of them), so
+    it is finite exactly when every value is: an inf makes it inf, a NaN or both infs NaN.
+    """
+    session = _cast_session()
+    binding = session.io_binding()  # one per call: calls may overlap in several threads
+    total = np.empty((), np.float32)
+    binding.bind_cpu_input("x", y)
+    # The output aliases the input: the first Cast has read all of x before the second writes.
+    binding.bind_output("y", "cpu", 0, np.float32, list(y.shape), y.ctypes.data)
+    binding.bind_output("sum", "cpu", 0, np.float32, [], total.ctypes.data)
+    session.run_with_iobinding(binding)
+    return bool(np.isfinite(total))
+
+
+@cache
+def _cast_session() -> Any:
+    import onnxruntime as ort
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["half"], to=TensorProto.FLOAT16),
+         helper.make_node("Cast", ["half"], ["y"], to=TensorProto.FLOAT),
+         helper.make_node("ReduceSum", ["y"], ["sum"], keepdims=0)],
+        "mrvl_sim_round_to_fp16",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+         helper.make_tensor_value_info("sum", TensorProto.FLOAT, [])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7  # what every onnxruntime this project supports accepts
+    options = ort.SessionOptions()
+    # No graph rewrites: a Cast pair that narrows is the point here, not a no-op to remove.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # One thread: a pool's wake-up cost more than it saved on 800K values with two.
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
 
 
 def const_to_fp16(values: np.ndarray) -> Tuple[np.ndarray, bool]:

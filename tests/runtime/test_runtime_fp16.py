@@ -1,13 +1,33 @@
-"""The fp16 rounding used between layers gives exactly numpy's float16 cast values (bit for bit
-except that zero results are +0.0)."""
+"""The fp16 rounding used between layers gives exactly numpy's float16 cast values, by both of
+its paths: onnxruntime's Cast for large arrays (bit for bit) and the numpy form for small ones
+(bit for bit except that zero results are +0.0)."""
 from __future__ import annotations
 
+import contextlib
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mrvl_convert.runtime import fp16
 from mrvl_convert.runtime.fp16 import FP16_MAX, is_fp16_valued, round_to_fp16
 from mrvl_convert.runtime.ufuncs import CHUNK, RowAdd, maximum_inplace
+
+PATHS = ("numpy", "onnxruntime")
+
+
+@contextlib.contextmanager
+def rounding_path(path: str) -> Iterator[None]:
+    """Send every non-empty array down one path, whatever its size."""
+    saved = fp16.ORT_MIN_SIZE
+    fp16.ORT_MIN_SIZE = 1 if path == "onnxruntime" else 2 ** 62
+    try:
+        yield
+    finally:
+        fp16.ORT_MIN_SIZE = saved
 
 
 def cast_round(x: np.ndarray) -> np.ndarray:
@@ -15,37 +35,58 @@ def cast_round(x: np.ndarray) -> np.ndarray:
         return x.astype(np.float16).astype(np.float32)
 
 
-def assert_bit_identical(x: np.ndarray) -> None:
+def assert_bit_identical(x: np.ndarray, path: str) -> None:
     original = x.copy()
-    got, in_range = round_to_fp16(x)
+    with rounding_path(path):
+        got, in_range = round_to_fp16(x)
     want = cast_round(x)
     np.testing.assert_array_equal(x, original)  # not in place unless asked
     assert in_range == bool(np.isfinite(want).all())
-    nonzero = want != 0
-    np.testing.assert_array_equal(got.view(np.uint32)[nonzero], want.view(np.uint32)[nonzero])
-    assert np.all(got[~nonzero] == 0)
+    # onnxruntime keeps the sign of a zero result; the numpy form makes every zero +0.0.
+    same_bits = np.ones(want.shape, bool) if path == "onnxruntime" else want != 0
+    np.testing.assert_array_equal(got.view(np.uint32)[same_bits], want.view(np.uint32)[same_bits])
+    assert np.all(got[~same_bits] == 0)
 
 
-def test_random_bit_patterns_in_range():
+@pytest.mark.parametrize("path", PATHS)
+def test_random_bit_patterns_in_range(path):
     bits = np.random.default_rng(0).integers(0, 2 ** 32, 2_000_000, dtype=np.uint64)
     x = bits.astype(np.uint32).view(np.float32)
     x = x[np.isfinite(x) & (np.abs(x) < 65520.0)]
-    assert_bit_identical(x)
+    assert_bit_identical(x, path)
 
 
-def test_boundaries_ties_subnormals_and_signed_zero():
+@pytest.mark.parametrize("path", PATHS)
+def test_boundaries_ties_subnormals_and_signed_zero(path):
     halfway = (np.arange(1, 2048, dtype=np.float32) + 0.5) * np.float32(2.0 ** -24)  # ties
     special = np.array([0.0, -0.0, 2.0 ** -25, -2.0 ** -25, 2.0 ** -26, 2.0 ** -14,
                         2.0 ** -14 * (1 - 2.0 ** -12), 1.0 + 2.0 ** -11, 1.0 + 3 * 2.0 ** -11,
                         FP16_MAX, 65519.99, -65519.99, 1e-30, -1e-30], dtype=np.float32)
-    assert_bit_identical(np.concatenate([special, halfway, -halfway]))
+    assert_bit_identical(np.concatenate([special, halfway, -halfway]), path)
 
 
-def test_overflow_and_nan_are_reported():
+@pytest.mark.parametrize("path", PATHS)
+def test_overflow_and_nan_are_reported(path):
     for bad in (65520.0, -70000.0, np.inf, np.nan):
         x = np.array([1.0, bad], dtype=np.float32)
-        got, in_range = round_to_fp16(x)
+        with rounding_path(path):
+            got, in_range = round_to_fp16(x)
         assert not in_range
+        np.testing.assert_array_equal(got, cast_round(x))
+    # Both infinities together: their sum is NaN, still out of range.
+    with rounding_path(path):
+        assert not round_to_fp16(np.array([70000.0, -70000.0], np.float32))[1]
+
+
+def test_default_path_by_size_reports_a_late_overflow():
+    """At the default threshold a large array goes to onnxruntime, a small one to numpy; an
+    overflow in the last element of either is reported."""
+    for size in (fp16.ORT_MIN_SIZE - 1, fp16.ORT_MIN_SIZE, 3 * fp16.ORT_MIN_SIZE + 5):
+        x = np.random.default_rng(size).standard_normal(size).astype(np.float32)
+        assert round_to_fp16(x)[1]
+        x[-1] = -65520.0
+        got, in_range = round_to_fp16(x)
+        assert not in_range and got[-1] == -np.inf
         np.testing.assert_array_equal(got, cast_round(x))
 
 
@@ -55,25 +96,45 @@ def test_overflow_and_nan_are_reported():
                 min_size=1, max_size=50))
 def test_property_bit_identical(values):
     x = np.array(values, dtype=np.float32)
-    assert_bit_identical(x)
-    assert is_fp16_valued(round_to_fp16(x)[0])
+    for path in PATHS:
+        assert_bit_identical(x, path)
+        with rounding_path(path):
+            assert is_fp16_valued(round_to_fp16(x)[0])
 
 
-def test_inplace_overwrites_only_when_asked():
+@pytest.mark.parametrize("path", PATHS)
+def test_inplace_overwrites_only_when_asked(path):
     x = np.array([1.0001, -3.14159, 70000.0], dtype=np.float32)
-    got, ok = round_to_fp16(x, inplace=True)
+    with rounding_path(path):
+        got, ok = round_to_fp16(x, inplace=True)
     assert got is x and not ok
     np.testing.assert_array_equal(x, cast_round(np.array([1.0001, -3.14159, 70000.0],
                                                          dtype=np.float32)))
 
 
-def test_non_contiguous_and_empty_inputs():
+@pytest.mark.parametrize("path", PATHS)
+def test_non_contiguous_and_empty_inputs(path):
     x = np.random.default_rng(1).standard_normal((6, 8)).astype(np.float32)[:, ::2]
-    assert_bit_identical(np.ascontiguousarray(x))
-    got, _ = round_to_fp16(x)
-    np.testing.assert_array_equal(got, cast_round(x))
-    empty, ok = round_to_fp16(np.zeros((0, 3), np.float32))
+    with rounding_path(path):
+        assert_bit_identical(np.ascontiguousarray(x), path)
+        got, _ = round_to_fp16(x)
+        np.testing.assert_array_equal(got, cast_round(x))
+        empty, ok = round_to_fp16(np.zeros((0, 3), np.float32))
     assert ok and empty.shape == (0, 3)
+
+
+def test_onnxruntime_path_from_several_threads_at_once():
+    """One cached onnxruntime session serves every call: overlapping calls (as the simulator
+    makes from several threads) each get their own array's rounding."""
+    rng = np.random.default_rng(7)
+    arrays = [(rng.standard_normal((4, 300, 100)) * 10 ** k).astype(np.float32)
+              for k in range(-3, 5)]
+    want = [cast_round(a) for a in arrays]
+    with rounding_path("onnxruntime"), ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda a: round_to_fp16(a), arrays * 4))
+    for (rounded, in_range), ref in zip(got, want * 4):
+        assert in_range == bool(np.isfinite(ref).all())
+        np.testing.assert_array_equal(rounded, ref)
 
 
 @settings(max_examples=60, deadline=None)
