@@ -3,9 +3,11 @@
     python benchmarks/bench_threads.py [--runs 20]
 
 1. **Fine grain**: the fp16 rounding of one 56x56x256 layer output (the simulator's commonest
-   elementwise pass), once on the calling thread and once split in two halves, one per thread.
-   numpy releases the GIL inside each call, but the rounding is a chain of short calls (six per
-   64K-element chunk), and every call hands the GIL back and forth between the two threads.
+   elementwise pass). Its numpy method once on the calling thread and once split in two halves,
+   one per thread: numpy releases the GIL inside each call, but the rounding is a chain of short
+   calls (six per 64K-element chunk), and every call hands the GIL back and forth between the
+   two threads. Then its onnxruntime method (one Cast session, fp16.py), which the simulator
+   uses for an array this large.
 2. **Coarse grain**: ResNet-50 through one HybridSession called by two threads at once (one
    image per call, OpenBLAS at one thread), against one thread alone: the per-image time of the
    pair is the throughput a validation loop gets, and bounds what splitting every layer across
@@ -34,15 +36,22 @@ from mrvl_convert.runtime.ufuncs import CHUNK  # noqa: E402
 
 
 def rounding_us(runs: int) -> tuple:
-    """Median microseconds of one in-place rounding: (one thread, split over two threads)."""
+    """Median microseconds of one in-place rounding: (numpy method on one thread, numpy method
+    split over two threads, onnxruntime method)."""
     x = np.random.default_rng(0).standard_normal(56 * 56 * 256).astype(np.float32)
     half = (x.size // 2 // CHUNK) * CHUNK   # both halves start on a chunk boundary
     pool = ThreadPoolExecutor(1)
 
+    def serial(y: np.ndarray) -> None:
+        round_to_fp16(y, inplace=True, method="numpy")
+
     def split(y: np.ndarray) -> None:
-        other = pool.submit(round_to_fp16, y[half:], inplace=True)
-        round_to_fp16(y[:half], inplace=True)
+        other = pool.submit(round_to_fp16, y[half:], inplace=True, method="numpy")
+        round_to_fp16(y[:half], inplace=True, method="numpy")
         other.result()
+
+    def onnxruntime(y: np.ndarray) -> None:
+        round_to_fp16(y, inplace=True, method="onnxruntime")
 
     def timed(fn: Callable[[np.ndarray], object]) -> float:
         times = []
@@ -54,7 +63,7 @@ def rounding_us(runs: int) -> tuple:
         return 1e6 * float(np.median(times))
 
     try:
-        return timed(lambda y: round_to_fp16(y, inplace=True)), timed(split)
+        return timed(serial), timed(split), timed(onnxruntime)
     finally:
         pool.shutdown()
 
@@ -86,9 +95,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runs", type=int, default=20)
     args = parser.parse_args(argv)
     blas = bench_simulator.blas_info(1)
-    serial_us, split_us = rounding_us(args.runs)
-    print(f"fp16 rounding of 56x56x256: one thread {serial_us:.0f} us, "
-          f"two threads {split_us:.0f} us (x{serial_us / split_us:.2f})")
+    serial_us, split_us, ort_us = rounding_us(args.runs)
+    print(f"fp16 rounding of 56x56x256, numpy method: one thread {serial_us:.0f} us, "
+          f"two threads {split_us:.0f} us (x{serial_us / split_us:.2f}); onnxruntime method: "
+          f"{ort_us:.0f} us (x{serial_us / ort_us:.2f})")
     alone, paired = resnet_ms(args.runs)
     print(f"ResNet-50 hybrid, one HybridSession: one thread {alone:.1f} ms per image, two "
           f"threads {paired:.1f} ms per image (x{alone / paired:.2f} throughput)")

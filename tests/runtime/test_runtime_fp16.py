@@ -3,10 +3,7 @@ its paths: onnxruntime's Cast for large arrays (bit for bit) and the numpy form 
 (bit for bit except that zero results are +0.0)."""
 from __future__ import annotations
 
-import contextlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Iterator
-
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -19,17 +16,6 @@ from mrvl_convert.runtime.ufuncs import CHUNK, RowAdd, maximum_inplace
 PATHS = ("numpy", "onnxruntime")
 
 
-@contextlib.contextmanager
-def rounding_path(path: str) -> Iterator[None]:
-    """Send every non-empty array down one path, whatever its size."""
-    saved = fp16.ORT_MIN_SIZE
-    fp16.ORT_MIN_SIZE = 1 if path == "onnxruntime" else 2 ** 62
-    try:
-        yield
-    finally:
-        fp16.ORT_MIN_SIZE = saved
-
-
 def cast_round(x: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
         return x.astype(np.float16).astype(np.float32)
@@ -37,8 +23,7 @@ def cast_round(x: np.ndarray) -> np.ndarray:
 
 def assert_bit_identical(x: np.ndarray, path: str) -> None:
     original = x.copy()
-    with rounding_path(path):
-        got, in_range = round_to_fp16(x)
+    got, in_range = round_to_fp16(x, method=path)
     want = cast_round(x)
     np.testing.assert_array_equal(x, original)  # not in place unless asked
     assert in_range == bool(np.isfinite(want).all())
@@ -46,6 +31,11 @@ def assert_bit_identical(x: np.ndarray, path: str) -> None:
     same_bits = np.ones(want.shape, bool) if path == "onnxruntime" else want != 0
     np.testing.assert_array_equal(got.view(np.uint32)[same_bits], want.view(np.uint32)[same_bits])
     assert np.all(got[~same_bits] == 0)
+
+
+def test_unknown_method_is_refused():
+    with pytest.raises(ValueError, match="method must be one of"):
+        round_to_fp16(np.ones(3, np.float32), method="fast")
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -69,21 +59,23 @@ def test_boundaries_ties_subnormals_and_signed_zero(path):
 def test_overflow_and_nan_are_reported(path):
     for bad in (65520.0, -70000.0, np.inf, np.nan):
         x = np.array([1.0, bad], dtype=np.float32)
-        with rounding_path(path):
-            got, in_range = round_to_fp16(x)
+        got, in_range = round_to_fp16(x, method=path)
         assert not in_range
         np.testing.assert_array_equal(got, cast_round(x))
     # Both infinities together: their sum is NaN, still out of range.
-    with rounding_path(path):
-        assert not round_to_fp16(np.array([70000.0, -70000.0], np.float32))[1]
+    assert not round_to_fp16(np.array([70000.0, -70000.0], np.float32), method=path)[1]
 
 
-def test_default_path_by_size_reports_a_late_overflow():
-    """At the default threshold a large array goes to onnxruntime, a small one to numpy; an
-    overflow in the last element of either is reported."""
+def test_auto_method_by_size_reports_a_late_overflow():
+    """With method="auto" a large array goes to onnxruntime, a small one to numpy (told apart by
+    the sign of a zero result, which only onnxruntime keeps); an overflow in the last element
+    of either is reported."""
     for size in (fp16.ORT_MIN_SIZE - 1, fp16.ORT_MIN_SIZE, 3 * fp16.ORT_MIN_SIZE + 5):
         x = np.random.default_rng(size).standard_normal(size).astype(np.float32)
-        assert round_to_fp16(x)[1]
+        x[0] = -1e-30
+        got, in_range = round_to_fp16(x)
+        assert in_range and got[0] == 0
+        assert np.signbit(got[0]) == (size >= fp16.ORT_MIN_SIZE)
         x[-1] = -65520.0
         got, in_range = round_to_fp16(x)
         assert not in_range and got[-1] == -np.inf
@@ -98,15 +90,13 @@ def test_property_bit_identical(values):
     x = np.array(values, dtype=np.float32)
     for path in PATHS:
         assert_bit_identical(x, path)
-        with rounding_path(path):
-            assert is_fp16_valued(round_to_fp16(x)[0])
+        assert is_fp16_valued(round_to_fp16(x, method=path)[0])
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_inplace_overwrites_only_when_asked(path):
     x = np.array([1.0001, -3.14159, 70000.0], dtype=np.float32)
-    with rounding_path(path):
-        got, ok = round_to_fp16(x, inplace=True)
+    got, ok = round_to_fp16(x, inplace=True, method=path)
     assert got is x and not ok
     np.testing.assert_array_equal(x, cast_round(np.array([1.0001, -3.14159, 70000.0],
                                                          dtype=np.float32)))
@@ -115,11 +105,10 @@ def test_inplace_overwrites_only_when_asked(path):
 @pytest.mark.parametrize("path", PATHS)
 def test_non_contiguous_and_empty_inputs(path):
     x = np.random.default_rng(1).standard_normal((6, 8)).astype(np.float32)[:, ::2]
-    with rounding_path(path):
-        assert_bit_identical(np.ascontiguousarray(x), path)
-        got, _ = round_to_fp16(x)
-        np.testing.assert_array_equal(got, cast_round(x))
-        empty, ok = round_to_fp16(np.zeros((0, 3), np.float32))
+    assert_bit_identical(np.ascontiguousarray(x), path)
+    got, _ = round_to_fp16(x, method=path)
+    np.testing.assert_array_equal(got, cast_round(x))
+    empty, ok = round_to_fp16(np.zeros((0, 3), np.float32), method=path)
     assert ok and empty.shape == (0, 3)
 
 
@@ -130,8 +119,8 @@ def test_onnxruntime_path_from_several_threads_at_once():
     arrays = [(rng.standard_normal((4, 300, 100)) * 10 ** k).astype(np.float32)
               for k in range(-3, 5)]
     want = [cast_round(a) for a in arrays]
-    with rounding_path("onnxruntime"), ThreadPoolExecutor(4) as pool:
-        got = list(pool.map(lambda a: round_to_fp16(a), arrays * 4))
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda a: round_to_fp16(a, method="onnxruntime"), arrays * 4))
     for (rounded, in_range), ref in zip(got, want * 4):
         assert in_range == bool(np.isfinite(ref).all())
         np.testing.assert_array_equal(rounded, ref)
