@@ -14,8 +14,9 @@ then rounds to float16.
   ``OPENBLAS_CORETYPE`` says. On this project's machine ResNet-50 at one thread took 51 to 58 ms
   against numpy's 80 to 85 with Haswell OpenBLAS, and 51 to 55 against 53 to 57 with AVX-512
   OpenBLAS (``benchmarks/bench_simulator.py``, README). Creating the sessions costs compile
-  time, onnxruntime keeps its own packed copy of the weights, and on tiny layers the call
-  costs more than it saves.
+  time, onnxruntime keeps its own packed copy of the weights (it reads them from our array, an
+  external initializer, so there are two copies, not four), and on tiny layers the call costs
+  more than it saves.
 
 Chosen once per compile (``MrvlSimulator(gemm=...)``, ``HybridSession(..., gemm=...)``); a
 product object is bound to one weight and may be called from several threads at once.
@@ -74,12 +75,22 @@ class _NumpyProduct:
 
 
 class _OrtProduct:
-    """One onnxruntime session computing ``MatMul(a, W)`` with W a constant initializer."""
+    """One onnxruntime session computing ``MatMul(a, W)`` with W a constant initializer.
+
+    W is handed over as an external initializer that shares this object's array: a copy
+    serialized into the model would be held twice more by the session (ResNet-50 held 471 MiB
+    against 350 MiB so, ``benchmarks/bench_memory.py``). onnxruntime may read the array for as
+    long as the session lives, so the array lives as long as this object.
+    """
 
     def __init__(self, weight: np.ndarray, threads: int) -> None:
         import onnxruntime as ort  # only this engine needs it
 
-        self.session = ort.InferenceSession(_matmul_model(weight), _session_options(threads),
+        self.weight = weight
+        self._value = ort.OrtValue.ortvalue_from_numpy(weight)
+        options = _session_options(threads)
+        options.add_external_initializers(["w"], [self._value])
+        self.session = ort.InferenceSession(_matmul_model(weight), options,
                                             providers=["CPUExecutionProvider"])
 
     def __call__(self, a: np.ndarray) -> np.ndarray:
@@ -100,15 +111,21 @@ def _session_options(threads: int) -> Any:
 
 
 def _matmul_model(weight: np.ndarray) -> bytes:
-    """A serialized opset-13 model: input a [..., M, K], initializer w, output y = a @ w."""
-    from onnx import TensorProto, helper, numpy_helper
+    """A serialized opset-13 model: input a [..., M, K], initializer w, output y = a @ w.
+
+    w is declared with external data and no bytes: its values come from the session options.
+    """
+    from onnx import TensorProto, helper
 
     a_shape = list(weight.shape[:-2]) + ["M", weight.shape[-2]]
+    w = TensorProto(name="w", data_type=TensorProto.FLOAT, dims=weight.shape,
+                    data_location=TensorProto.EXTERNAL)
+    for key, value in (("location", "w.bin"), ("offset", "0"), ("length", str(weight.nbytes))):
+        w.external_data.add(key=key, value=value)
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["a", "w"], ["y"])], "mrvl_sim_matmul",
         [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_shape)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(weight, "w")])
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7  # what every onnxruntime this project supports accepts
     return model.SerializeToString()
