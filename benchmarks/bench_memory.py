@@ -6,14 +6,18 @@
 Each model is converted once, to a temporary directory. Then each way of running it gets a fresh
 Python process, which imports everything, reads its resident set size (the baseline), opens the
 session, runs it ``--runs`` times on one input and reads its RSS again ("after runs") and its
-peak RSS ("peak"). Figures are growth over the baseline, in MiB, so the interpreter and the
-imported libraries do not count; "ratio" is the hybrid's peak growth over onnxruntime fp32's,
-taken in the same run. "weights" is the model's float32 initializers, the floor for anything
-that holds them once. Linux only (``/proc/self/status``).
+peak RSS ("peak"). Then it asks glibc to hand freed heap memory back to the system
+(``malloc_trim``) and reads RSS once more ("trimmed"): what the session really holds, without
+the freed memory (e.g. of parsing a large JSON file) that the allocator keeps for reuse.
+Figures are growth over the baseline, in MiB, so the interpreter and the imported libraries do
+not count; "ratio" is the hybrid's peak growth over onnxruntime fp32's, taken in the same run.
+"weights" is the model's float32 initializers, the floor for anything that holds them once.
+Linux only (``/proc/self/status``; "trimmed" needs glibc).
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import json
 import os
 import subprocess
@@ -65,9 +69,12 @@ def child(engine: str, model_path: str, artifact: str, runs: int, threads: int) 
     for _ in range(runs):
         session.run(None, feed)
     after = status_mib()
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    trimmed = status_mib()
     print(json.dumps({"open": opened["VmRSS"] - base["VmRSS"],
                       "after": after["VmRSS"] - base["VmRSS"],
-                      "peak": after["VmHWM"] - base["VmRSS"]}))
+                      "peak": after["VmHWM"] - base["VmRSS"],
+                      "trimmed": trimmed["VmRSS"] - base["VmRSS"]}))
 
 
 def measure(engine: str, model_path: str, artifact: str, runs: int,
@@ -103,11 +110,12 @@ def bench_model(name: str, gemms: List[str], runs: int, threads: int) -> List[Di
 
 def format_table(rows: List[Dict[str, object]]) -> str:
     header = f"{'model':10s} {'engine':24s} {'weights':>8s} {'open':>8s} {'after runs':>10s} " \
-             f"{'peak':>8s} {'ratio':>6s}"
+             f"{'peak':>8s} {'ratio':>6s} {'trimmed':>8s}"
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(f"{r['model']:10s} {r['engine']:24s} {r['weights']:8.1f} {r['open']:8.1f} "
-                     f"{r['after']:10.1f} {r['peak']:8.1f} {r['ratio']:6.2f}")
+                     f"{r['after']:10.1f} {r['peak']:8.1f} {r['ratio']:6.2f} "
+                     f"{r['trimmed']:8.1f}")
     return "\n".join(lines)
 
 

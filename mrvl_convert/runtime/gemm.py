@@ -107,6 +107,9 @@ def _session_options(threads: int) -> Any:
     # Between two products the simulator's own numpy passes need the cores: idle workers of
     # the layer just run must sleep, not spin (a ResNet-50 has one such pool per layer).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    # Each session's arena would keep its largest output for good: 90 MiB over ResNet-50's 54
+    # sessions ("trimmed" in benchmarks/bench_memory.py), for no speed measured.
+    options.enable_cpu_mem_arena = False
     return options
 
 
