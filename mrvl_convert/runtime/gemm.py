@@ -11,8 +11,8 @@ then rounds to float16.
 * ``"onnxruntime"``: one single-MatMul onnxruntime session per layer, holding the weights as a
   constant initializer. onnxruntime's MLAS packs constant weights once, at session creation,
   where OpenBLAS packs them again on every call, and it picks AVX-512 kernels whatever
-  ``OPENBLAS_CORETYPE`` says. On this project's machine ResNet-50 at one thread took 51 to 58 ms
-  against numpy's 80 to 85 with Haswell OpenBLAS, and 51 to 55 against 53 to 57 with AVX-512
+  ``OPENBLAS_CORETYPE`` says. On this project's machine ResNet-50 at one thread took 50 to 56 ms
+  against numpy's 78 to 88 with Haswell OpenBLAS, and 49 to 53 against 53 to 56 with AVX-512
   OpenBLAS (``benchmarks/bench_simulator.py``, README). Creating the sessions costs compile
   time, onnxruntime keeps its own packed copy of the weights (it reads them from our array, an
   external initializer, so there are two copies, not four), and on tiny layers the call costs
