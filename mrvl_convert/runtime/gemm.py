@@ -78,9 +78,9 @@ class _OrtProduct:
     """One onnxruntime session computing ``MatMul(a, W)`` with W a constant initializer.
 
     W is handed over as an external initializer that shares this object's array: a copy
-    serialized into the model would be held twice more by the session (ResNet-50 held 471 MiB
-    against 350 MiB so, ``benchmarks/bench_memory.py``). onnxruntime may read the array for as
-    long as the session lives, so the array lives as long as this object.
+    serialized into the model would be held twice more by the session (the ResNet-50 hybrid
+    peaked at 471 MiB so, at 390 MiB this way: ``benchmarks/bench_memory.py``). onnxruntime may
+    read the array for as long as the session lives, so the array lives as long as this object.
     """
 
     def __init__(self, weight: np.ndarray, threads: int) -> None:
