@@ -54,7 +54,7 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     proto, label, raw, default_name, path = _read(model)
     _check_opsets(proto, label)
     _normalise_ir(proto)
-    original_names = _name_nodes(proto)
+    original_names = name_nodes(proto)
     _check_unique_tensors(proto, label)
     # Before the checker: it names the node and the tensor of a cycle or a missing initializer.
     _check_initializers(proto, label)
@@ -159,8 +159,10 @@ def _normalise_ir(proto: onnx.ModelProto) -> None:
         proto.ir_version = min(proto.ir_version, max(needed, MAX_RUNTIME_IR))
 
 
-def _name_nodes(proto: onnx.ModelProto) -> Dict[str, str]:
-    """Give every node a unique name so the report can speak about each one."""
+def name_nodes(proto: onnx.ModelProto) -> Dict[str, str]:
+    """Give every node a unique name so the report can speak about each one; returns
+    {our name: name in the file}. Deterministic: ``compare`` names the original model's nodes
+    the same way to find a layer's ``source_nodes``."""
     seen: set = set()
     original: Dict[str, str] = {}
     for index, node in enumerate(proto.graph.node):

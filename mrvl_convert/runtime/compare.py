@@ -1,7 +1,10 @@
 """Compare a converted artifact (hybrid fp16 run) with the original model on fp32 onnxruntime.
 
 Every tensor that crosses a stage boundary is compared, not only the final outputs, so a
-disagreement is located at the first stage that introduces it.
+disagreement is located at the first stage that introduces it. With ``layers=True`` every Mrvl
+layer inside a stage is compared too, against the tensor its last ONNX source node produces in
+the original model (NHWC turned back to NCHW), so it is located at the first layer. Layer rows
+are diagnostics: the verdict stays that of the boundary tensors and outputs.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import ModelLoadError
+from .layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
 from .session import DTYPES, HybridSession, TensorSpec
 from .simulator import Fp16RangeWarning
 from .tolerances import Tolerance, Tolerances
@@ -27,7 +31,7 @@ class Row:
     """The comparison of one tensor over all samples."""
 
     tensor: str
-    kind: str  # "boundary" | "output"
+    kind: str  # "boundary" | "output" | "layer" (diagnostic, not part of the verdict)
     shape: List[int]
     max_abs: Optional[float] = None
     max_rel: Optional[float] = None
@@ -46,7 +50,17 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return not self.range_events and all(row.passed for row in self.rows)
+        return not self.range_events and all(row.passed for row in self.judged_rows)
+
+    @property
+    def judged_rows(self) -> List[Row]:
+        """The rows the verdict is made of: boundary tensors and outputs, not layer rows."""
+        return [row for row in self.rows if row.kind != "layer"]
+
+    @property
+    def first_layer_over(self) -> Optional[Row]:
+        """The first layer row, in run order, outside its tolerance (None if none is)."""
+        return next((r for r in self.rows if r.kind == "layer" and not r.passed), None)
 
     def to_dict(self) -> Dict[str, Any]:
         return {"passed": self.passed, "samples": self.samples,
@@ -55,14 +69,15 @@ class Comparison:
     def summary_line(self) -> str:
         """One line for a batch log: the verdict and the worst figures over all tensors."""
         verdict = "PASS" if self.passed else "FAIL"
-        worst = max(self.rows, key=lambda r: r.max_rel or 0.0, default=None)
-        parts = [f"{verdict} over {self.samples} sample(s), {len(self.rows)} tensor(s)"]
+        rows = self.judged_rows
+        worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
+        parts = [f"{verdict} over {self.samples} sample(s), {len(rows)} tensor(s)"]
         if worst is not None and worst.max_rel is not None:
             parts.append(f"worst max_rel {worst.max_rel:.3g} ({worst.tensor})")
-        cosines = [r.cosine for r in self.rows if r.cosine is not None]
+        cosines = [r.cosine for r in rows if r.cosine is not None]
         if cosines:
             parts.append(f"min cosine {min(cosines):.6f}")
-        top1 = [r.top1 for r in self.rows if r.top1 is not None]
+        top1 = [r.top1 for r in rows if r.top1 is not None]
         if top1:
             parts.append(f"top-1 agreement {min(top1):.4f}")
         parts += [f"fp16 range: {e}" for e in self.range_events]
@@ -78,8 +93,14 @@ class Comparison:
         for event in self.range_events:
             text.append(f"fp16 range: {event}")
         verdict = "PASS" if self.passed else "FAIL"
-        text.append(f"{verdict}: {sum(r.passed for r in self.rows)}/{len(self.rows)} tensors "
+        rows = self.judged_rows
+        text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} tensors "
                     f"within tolerance over {self.samples} sample(s)")
+        if len(rows) < len(self.rows):
+            first = self.first_layer_over
+            text.append("layer rows are diagnostics, not part of the verdict; " + (
+                "every compared layer is within tolerance" if first is None else
+                f"the first layer outside tolerance is {first.tensor} ({first.note})"))
         return "\n".join(text)
 
 
@@ -87,11 +108,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             artifact_dir: "str | os.PathLike[str]",
             inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
-            samples: int = 1, gemm: str = "numpy") -> Comparison:
+            samples: int = 1, gemm: str = "numpy", layers: bool = False) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm``: the simulator's GEMM engine
-    (``HybridSession``)."""
+    (``HybridSession``). ``layers``: also compare every Mrvl layer (module docstring)."""
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
     session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm)
     feeds = _feeds(session, inputs, seed, samples)
@@ -100,16 +121,21 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     proto = _load(model)
     present = _tensor_names(proto)
     judged = [s for s in specs if s.name in present]
-    reference = _reference_session(proto, judged)
-    names = [s.name for s in judged]
+    plans = layer_plans(session, proto, {s.name for s in specs}) if layers else []
+    traced = [p for p in plans if not p.skip]
+    reference = _reference_session(proto, judged + [TensorSpec(p.tensor, (), "float32")
+                                                    for p in traced])
+    names = [s.name for s in judged] + [p.tensor for p in traced]
     got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     events: List[str] = []
     for feed in feeds:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Fp16RangeWarning)  # recorded below instead
-            _, env = session.run(None, feed, capture=True)
+            env, trace = session.run_layers(feed) if traced else \
+                (session.run(None, feed, capture=True)[1], [])
         events += [e.describe() for e in session.last_range_events]
+        env.update(layer_values(traced, trace))
         for name, value in zip(names, reference.run(names, feed)):
             want[name].append(np.asarray(value))
             got[name].append(env[name])
@@ -122,7 +148,25 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             continue
         rows.append(_row(spec, kind, got[spec.name], want[spec.name],
                          tols.for_tensor(spec.name)))
+    rows += [_layer_row(p, got.get(p.tensor), want.get(p.tensor), tols) for p in plans]
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)))
+
+
+def _layer_row(plan: LayerPlan, got: Optional[List[np.ndarray]],
+               want: Optional[List[np.ndarray]], tols: Tolerances) -> Row:
+    if plan.skip or got is None or want is None:
+        return Row(plan.tensor or plan.layer, "layer", plan.shape,
+                   note=f"{plan.note}: not compared: {plan.skip}")
+    if plan.layer_name in RESHAPE_LAYERS and got[0].size == want[0].size:
+        got = [g.reshape(w.shape) for g, w in zip(got, want)]  # in model order already
+    if any(g.shape != w.shape for g, w in zip(got, want)):
+        return Row(plan.tensor, "layer", plan.shape,
+                   note=f"{plan.note}: not compared: its layout gives {list(got[0].shape)}, "
+                        f"the model's tensor is {list(want[0].shape)}")
+    spec = TensorSpec(plan.tensor, tuple(want[0].shape), "float32")
+    row = _row(spec, "layer", got, want, tols.for_tensor(plan.tensor))
+    row.note = plan.note + (f"; {row.note}" if row.note else "")
+    return row
 
 
 def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int) -> List[Feed]:
@@ -209,7 +253,8 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
         row.passed, row.note = row.max_abs == 0, "non-float tensor: must match exactly"
         return row
     row.max_abs, row.max_rel, row.cosine = _errors(got, want)
-    row.top1 = _top1(got, want)
+    # Top-1 agreement means something for a classifier's output, not for a hidden layer's.
+    row.top1 = None if kind == "layer" else _top1(got, want)
     row.passed = bool(row.max_rel <= tol.max_rel and row.cosine >= tol.min_cosine
                       and (row.top1 is None or row.top1 >= tol.min_top1))
     if not all(np.isfinite(g).all() for g in got):
@@ -253,7 +298,10 @@ def _table_cells(row: Row) -> tuple:
     tol = row.tolerance
     tol_text = "-" if tol is None else \
         f"{tol['max_rel']:g}/{tol['min_cosine']:g}/{tol['min_top1']:g}"
-    ok = ("ok" if row.passed else "FAIL") if row.tolerance or not row.passed else "skip"
+    if row.kind == "layer":  # diagnostics: "over" tolerance, never a FAIL of the run
+        ok = ("ok" if row.passed else "over") if row.tolerance else "skip"
+    else:
+        ok = ("ok" if row.passed else "FAIL") if row.tolerance or not row.passed else "skip"
     return (row.tensor, row.kind, "x".join(map(str, row.shape)), _fmt(row.max_abs),
             _fmt(row.max_rel), _fmt(row.cosine, ".6f"), _fmt(row.top1, ".4f"), tol_text,
             ok + (f"  {row.note}" if row.note else ""))

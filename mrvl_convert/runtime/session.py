@@ -15,6 +15,7 @@ import numpy as np
 from ..errors import ArtifactError, InputFeedError
 from .artifact import read_json, require, shape_of
 from .gemm import GemmEngine
+from .layerspec import LayerSpec
 from .simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
 
 # manifest dtype -> (numpy dtype, onnxruntime type string)
@@ -40,6 +41,15 @@ class TensorSpec:
     name: str
     shape: Tuple[int, ...]
     dtype: str
+
+
+@dataclass(frozen=True)
+class LayerOutput:
+    """One Mrvl layer's fp16 output from one run, in the simulator's physical layout."""
+
+    stage: str
+    spec: LayerSpec
+    value: np.ndarray
 
 
 @dataclass
@@ -112,22 +122,40 @@ class HybridSession:
             if name not in known:
                 raise InputFeedError(f"{self.manifest_path}: requested output is neither a model "
                                      f"output nor a stage boundary tensor", tensor=name)
-        events: List[RangeEvent] = []
-        try:
-            for stage in self.stages:
-                env.update(self._run_stage(stage, env, events))
-        finally:
-            self.last_range_events = events
+        self._run_stages(env)
         outputs = [env[name] for name in names]
         return (outputs, env) if capture else outputs
 
+    def run_layers(self, input_feed: Mapping[str, Any]) -> Tuple[Dict[str, np.ndarray],
+                                                                 List[LayerOutput]]:
+        """One run that also keeps every Mrvl layer's fp16 output: ``(tensors, layers)``, with
+        ``tensors`` as ``run(..., capture=True)`` gives it and ``layers`` in run order (what
+        ``compare(..., layers=True)`` needs to find the first layer that loses accuracy)."""
+        env: Dict[str, np.ndarray] = dict(self._check_feed(input_feed))
+        trace: List[LayerOutput] = []
+        self._run_stages(env, trace)
+        return env, trace
+
     # --------------------------------------------------------- run helpers
-    def _run_stage(self, stage: Stage, env: Dict[str, np.ndarray],
-                   events: List[RangeEvent]) -> Dict[str, np.ndarray]:
+    def _run_stages(self, env: Dict[str, np.ndarray],
+                    trace: Optional[List[LayerOutput]] = None) -> None:
+        events: List[RangeEvent] = []
+        try:
+            for stage in self.stages:
+                env.update(self._run_stage(stage, env, events, trace))
+        finally:
+            self.last_range_events = events
+
+    def _run_stage(self, stage: Stage, env: Dict[str, np.ndarray], events: List[RangeEvent],
+                   trace: Optional[List[LayerOutput]] = None) -> Dict[str, np.ndarray]:
         feeds = [env[t.name] for t in stage.inputs]
         if stage.kind == "mrvl":
             runner: CompiledSubgraph = stage.runner
-            results = runner.execute(feeds, events)
+            layers: Optional[List[Tuple[LayerSpec, np.ndarray]]] = \
+                None if trace is None else []
+            results = runner.execute(feeds, events, trace=layers)
+            if trace is not None:
+                trace += [LayerOutput(stage.name, spec, value) for spec, value in layers]
         else:
             results = stage.runner.run([t.name for t in stage.outputs],
                                        {t.name: v for t, v in zip(stage.inputs, feeds)})

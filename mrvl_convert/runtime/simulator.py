@@ -95,8 +95,10 @@ class CompiledSubgraph:
             self.last_range_events = events
 
     def execute(self, inputs: Feed, events: List[RangeEvent], *,
-                on_range_error: Optional[str] = None) -> List[np.ndarray]:
-        """``run`` with this call's range events appended to ``events``, the caller's list.
+                on_range_error: Optional[str] = None,
+                trace: Optional[List[Tuple[LayerSpec, np.ndarray]]] = None) -> List[np.ndarray]:
+        """``run`` with this call's range events appended to ``events``, the caller's list, and
+        (if ``trace`` is a list) every layer's fp16 output appended to it with its LayerSpec.
 
         Nothing of a call is kept on the object, so calls may overlap in several threads (as
         onnxruntime's ``InferenceSession.run`` may): kernels hold only what compile built, and
@@ -114,6 +116,8 @@ class CompiledSubgraph:
                     if not in_range:
                         self._range_error(step.spec, out, policy, events)
                 values[step.node] = out
+                if trace is not None:  # no copy: no later step writes into an earlier output
+                    trace.append((step.spec, out))
                 for index in step.release:
                     del values[index]
         # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.

@@ -1,8 +1,10 @@
-"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz] [--gemm ENGINE]``.
+"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz] [--gemm ENGINE]
+[--layers]``.
 
 Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
-comparison table. Exit status: 0 every tensor within tolerance, 1 some tensor is not, 2 usage
-error or a MrvlConvertError (one line on stderr, no traceback).
+comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status: 0 every
+boundary tensor and output within tolerance, 1 some is not, 2 usage error or a
+MrvlConvertError (one line on stderr, no traceback). Layer rows never change the exit status.
 """
 from __future__ import annotations
 
@@ -36,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gemm", choices=GEMM_ENGINES, default="numpy",
                         help="library that runs the simulator's matrix products (same fp16 "
                              "number model; onnxruntime is faster on large layers)")
+    parser.add_argument("--layers", action="store_true",
+                        help="also compare every Mrvl layer's output with the tensor of the "
+                             "original model it computes, to find the first layer that loses "
+                             "accuracy (diagnostic rows: the exit status does not change)")
     return parser
 
 
@@ -54,7 +60,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             specs = HybridSession(args.artifact_dir).input_specs
             feeds = load_npz_feeds(args.inputs, specs, args.samples)
         result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
-                         samples=args.samples or 1, gemm=args.gemm)
+                         samples=args.samples or 1, gemm=args.gemm, layers=args.layers)
     except MrvlConvertError as exc:
         print(f"mrvl-verify: error: {exc}", file=sys.stderr)
         return 2
