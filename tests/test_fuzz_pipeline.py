@@ -3,7 +3,8 @@
 - the strategy itself makes valid models (checker, shape inference, onnxruntime);
 - convert() on them: only MrvlConvertError, schema-valid JSON, every node placed once,
   topological stages, hybrid run == fp32 onnxruntime within an fp16 tolerance, byte-identical
-  re-conversion, report/source_nodes agreement;
+  re-conversion, report/source_nodes agreement, and every Mrvl layer within the same tolerance
+  of the model tensor compare(..., layers=True) finds for it;
 - the same with valid user rule files overriding built-in composites.
 
 Quick profile by default (tests/conftest.py); ``--hypothesis-profile thorough`` for thousands.
@@ -257,6 +258,21 @@ def check_numerics(gm, out: Path) -> None:
                            f"(max|fp32| = {np.max(np.abs(r)):.4g})"
 
 
+def check_layers(gm, out: Path) -> None:
+    """Property 6: compare(..., layers=True) finds the model's tensor for every Mrvl layer with
+    source nodes, in the model's element order (NHWC back to NCHW, absorbed Transposes
+    replayed for reshapes), and each is as close to fp32 as the outputs must be."""
+    result = mrvl_convert.compare(gm.model, out, gm.feeds, layers=True)
+    for row in result.rows:
+        if row.kind != "layer":
+            continue
+        assert row.max_abs is not None, f"layer not compared: {row.note}"
+        scale = row.max_abs / row.max_rel if row.max_rel else 0.0  # max|fp32| of the tensor
+        assert row.max_abs <= 2e-2 * max(1.0, scale), \
+            f"layer {row.tensor}: max|hybrid - fp32| = {row.max_abs:.4g}, max|fp32| = " \
+            f"{scale:.4g}, cosine {row.cosine:.6f} ({row.note})"
+
+
 def convert_checked(gm, out: Path, policy: str):
     """Property 1: convert() succeeds or raises MrvlConvertError, never anything else."""
     try:
@@ -304,6 +320,7 @@ def test_convert_properties(gm, policy):
         check_schemas(a, files)                 # property 2
         check_placement_and_order(gm, a, files)  # property 3
         check_numerics(gm, a)                    # property 4
+        check_layers(gm, a)                      # property 6
         mrvl_convert.convert(gm.model, b, policy=policy, shapes=gm.shapes)
         again = _files(b)                        # property 5
         assert sorted(again) == sorted(files)

@@ -5,10 +5,10 @@ A layer's tensor is the output of the last of its ``source_nodes`` in the model'
 (the end of the fused chain), with the nodes named as the converter named them
 (``load.name_nodes``). Its value is the layer's fp16 output in the simulator's physical layout:
 4-D NHWC for most layers, which goes back to NCHW by one transpose. Reshape-family layers
-(``reshape``, ``nn.batch_flatten``, ``squeeze``) reshape their NHWC input as it is (FORMATS.md),
-so their element order is the model's only when the model itself transposed to NHWC first (a
-Keras-style Transpose the converter absorbed); their output is put in the model's order by
-replaying, on the NCHW form of their input, the Transposes that lead to the model's reshape.
+(``reshape``, ``nn.batch_flatten``, ``squeeze``) reshape their input as it is, NHWC or NCHW
+(FORMATS.md), and a Transpose in front of the model's reshape (Keras style) is absorbed by the
+converter; so their output is put in the model's order by replaying, on the NCHW form of their
+input, the absorbed Transposes that lead to the model's reshape.
 """
 from __future__ import annotations
 
@@ -72,23 +72,29 @@ def layer_plans(session: HybridSession, proto: onnx.ModelProto,
             if tensor in seen:
                 continue
             seen.add(tensor)
-            perms = _transposes_before(nodes[order[0]], producer) \
+            perms = _transposes_before(nodes[order[0]], producer,
+                                       {t.name for t in stage.inputs}) \
                 if spec.layer_name in RESHAPE_LAYERS else ()
             plans.append(replace(plan, tensor=tensor, perms=perms))
     return plans
 
 
-def _transposes_before(node: onnx.NodeProto,
-                       producer: Mapping[str, onnx.NodeProto]) -> Tuple[Tuple[int, ...], ...]:
-    """The perms of the Transpose chain that feeds ``node``, in the order they apply."""
+def _transposes_before(node: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto],
+                       stage_inputs: set) -> Tuple[Tuple[int, ...], ...]:
+    """The perms of the Transposes the converter absorbed in front of ``node``, in the order
+    they apply: the chain of Transposes feeding it, up to a stage input (a Transpose before
+    that ran on CPU, and its output is what the stage gets)."""
     perms: List[Tuple[int, ...]] = []
-    source = producer.get(node.input[0])
-    while source is not None and source.op_type == "Transpose":
+    tensor = node.input[0]
+    while tensor not in stage_inputs:
+        source = producer.get(tensor)
+        if source is None or source.op_type != "Transpose":
+            break
         perm = next((tuple(a.ints) for a in source.attribute if a.name == "perm"), None)
         if perm is None:
             break
         perms.insert(0, perm)
-        source = producer.get(source.input[0])
+        tensor = source.input[0]
     return tuple(perms)
 
 
@@ -104,12 +110,14 @@ def layer_values(plans: Sequence[LayerPlan],
 def _model_order(plan: LayerPlan, out: LayerOutput) -> np.ndarray:
     value, spec = out.value, out.spec
     if plan.layer_name in RESHAPE_LAYERS:
-        source = spec.input_shapes[0]
-        if len(source) != 4 or spec.string("data_layout", "NHWC") != "NHWC":
+        source, layout = spec.input_shapes[0], spec.string("data_layout", "NHWC")
+        if len(source) != 4 or layout not in ("NHWC", "NCHW"):
             return value
-        # Undo the reshape, go back to the model's NCHW, replay its Transposes: the elements
-        # in the order the model's reshape sees them (the caller reshapes to its shape).
-        value = value.reshape(source).transpose(0, 3, 1, 2)
+        # Undo the reshape, go back to the model's NCHW, replay the absorbed Transposes: the
+        # elements in the order the model's reshape sees them (the caller reshapes to its shape).
+        value = value.reshape(source)
+        if layout == "NHWC":
+            value = value.transpose(0, 3, 1, 2)
         for perm in plan.perms:
             value = value.transpose(perm)
         return value
