@@ -63,8 +63,11 @@ class Comparison:
         return next((r for r in self.rows if r.kind == "layer" and not r.passed), None)
 
     def to_dict(self) -> Dict[str, Any]:
+        first = self.first_layer_over
         return {"passed": self.passed, "samples": self.samples,
-                "range_events": list(self.range_events), "rows": [asdict(r) for r in self.rows]}
+                "range_events": list(self.range_events),
+                "first_layer_over": None if first is None else first.tensor,
+                "rows": [asdict(r) for r in self.rows]}
 
     def summary_line(self) -> str:
         """One line for a batch log: the verdict and the worst figures over all tensors."""

@@ -100,6 +100,7 @@ def test_a_layer_over_tolerance_does_not_fail_the_run(tmp_path):
     strict = {"overrides": {"r2": {"max_rel": 0.0, "reason": "test: no error allowed"}}}
     result = compare(model, str(tmp_path / "multi"), layers=True, tolerances=strict)
     assert result.first_layer_over.tensor == "r2"
+    assert result.to_dict()["first_layer_over"] == "r2"
     assert result.passed
     assert result.summary_line().startswith("PASS")
 
