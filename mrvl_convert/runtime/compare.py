@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import warnings
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -128,9 +128,12 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     traced = [p for p in plans if not p.skip]
     reference = _reference_session(proto, judged + [TensorSpec(p.tensor, (), "float32")
                                                     for p in traced])
-    names = [s.name for s in judged] + [p.tensor for p in traced]
+    names = [s.name for s in judged]
     got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
+    # Layer outputs are folded into running worst cases sample by sample: kept for every
+    # sample, a ResNet-50's would take some 40 MB per sample.
+    worst = {p.tensor: _Worst() for p in traced}
     events: List[str] = []
     for feed in feeds:
         with warnings.catch_warnings():
@@ -138,10 +141,14 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             env, trace = session.run_layers(feed) if traced else \
                 (session.run(None, feed, capture=True)[1], [])
         events += [e.describe() for e in session.last_range_events]
-        env.update(layer_values(traced, trace))
-        for name, value in zip(names, reference.run(names, feed)):
+        values = layer_values(traced, trace)
+        results = reference.run(names + [p.tensor for p in traced], feed)
+        for name, value in zip(names, results):
             want[name].append(np.asarray(value))
             got[name].append(env[name])
+        for plan, value in zip(traced, results[len(names):]):
+            worst[plan.tensor].add(values[plan.tensor], np.asarray(value),
+                                   reshape=plan.layer_name in RESHAPE_LAYERS)
     rows = []
     for spec in specs:
         kind = "output" if spec.name in outputs else "boundary"
@@ -151,24 +158,60 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             continue
         rows.append(_row(spec, kind, got[spec.name], want[spec.name],
                          tols.for_tensor(spec.name)))
-    rows += [_layer_row(p, got.get(p.tensor), want.get(p.tensor), tols) for p in plans]
+    rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)))
 
 
-def _layer_row(plan: LayerPlan, got: Optional[List[np.ndarray]],
-               want: Optional[List[np.ndarray]], tols: Tolerances) -> Row:
-    if plan.skip or got is None or want is None:
+@dataclass
+class _Worst:
+    """The worst case over samples of one float tensor's errors, folded in one sample at a
+    time: max abs error, max abs error / max|ref|, lowest cosine; a shape mismatch instead
+    when one is seen."""
+
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    cosine: float = 1.0
+    finite: bool = True
+    mismatch: Optional[Tuple[List[int], List[int]]] = None
+
+    def add(self, got: np.ndarray, want: np.ndarray, *, reshape: bool = False) -> None:
+        if reshape and got.size == want.size:
+            got = got.reshape(want.shape)  # already in the model's element order
+        if got.shape != want.shape:
+            self.mismatch = self.mismatch or (list(got.shape), list(want.shape))
+            return
+        g64, w64 = got.astype(np.float64).ravel(), want.astype(np.float64).ravel()
+        with np.errstate(invalid="ignore", over="ignore"):  # inf/NaN values: handled below
+            err = float(np.abs(g64 - w64).max(initial=0.0))
+            scale = float(np.abs(w64).max(initial=0.0))
+            rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
+            norms = float(np.linalg.norm(g64) * np.linalg.norm(w64))
+            if norms > 0:
+                cos = float(np.dot(g64, w64) / norms)
+            else:
+                cos = 1.0 if err == 0 else 0.0
+        if not np.isfinite(err):
+            rel, cos = float("inf"), float("nan")
+        self.max_abs, self.max_rel = max(self.max_abs, err), max(self.max_rel, rel)
+        self.cosine = min(self.cosine, cos) if np.isfinite(cos) else float("nan")
+        self.finite = self.finite and bool(np.isfinite(got).all())
+
+
+def _layer_row(plan: LayerPlan, worst: Optional[_Worst], tols: Tolerances) -> Row:
+    if plan.skip or worst is None:
         return Row(plan.tensor or plan.layer, "layer", plan.shape,
                    note=f"{plan.note}: not compared: {plan.skip}")
-    if plan.layer_name in RESHAPE_LAYERS and got[0].size == want[0].size:
-        got = [g.reshape(w.shape) for g, w in zip(got, want)]  # in model order already
-    if any(g.shape != w.shape for g, w in zip(got, want)):
+    if worst.mismatch:
         return Row(plan.tensor, "layer", plan.shape,
-                   note=f"{plan.note}: not compared: its layout gives {list(got[0].shape)}, "
-                        f"the model's tensor is {list(want[0].shape)}")
-    spec = TensorSpec(plan.tensor, tuple(want[0].shape), "float32")
-    row = _row(spec, "layer", got, want, tols.for_tensor(plan.tensor))
-    row.note = plan.note + (f"; {row.note}" if row.note else "")
+                   note=f"{plan.note}: not compared: its layout gives {worst.mismatch[0]}, "
+                        f"the model's tensor is {worst.mismatch[1]}")
+    tol = tols.for_tensor(plan.tensor)
+    row = Row(plan.tensor, "layer", plan.shape, worst.max_abs, worst.max_rel, worst.cosine,
+              tolerance=tol.to_dict(), note=plan.note)
+    # No top-1: agreement of argmaxes means something for a classifier's output, not here.
+    row.passed = bool(worst.max_rel <= tol.max_rel and worst.cosine >= tol.min_cosine)
+    if not worst.finite:
+        row.passed, row.note = False, plan.note + "; hybrid value holds inf/NaN (fp16 overflow)"
     return row
 
 
@@ -256,8 +299,7 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
         row.passed, row.note = row.max_abs == 0, "non-float tensor: must match exactly"
         return row
     row.max_abs, row.max_rel, row.cosine = _errors(got, want)
-    # Top-1 agreement means something for a classifier's output, not for a hidden layer's.
-    row.top1 = None if kind == "layer" else _top1(got, want)
+    row.top1 = _top1(got, want)
     row.passed = bool(row.max_rel <= tol.max_rel and row.cosine >= tol.min_cosine
                       and (row.top1 is None or row.top1 >= tol.min_top1))
     if not all(np.isfinite(g).all() for g in got):
@@ -267,22 +309,10 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
 
 def _errors(got: List[np.ndarray], want: List[np.ndarray]) -> tuple:
     """Worst case over samples of max abs error, max abs error / max|ref|, cosine."""
-    max_abs, max_rel, cosine = 0.0, 0.0, 1.0
+    worst = _Worst()
     for g, w in zip(got, want):
-        g64, w64 = g.astype(np.float64).ravel(), w.astype(np.float64).ravel()
-        err = float(np.abs(g64 - w64).max(initial=0.0))
-        scale = float(np.abs(w64).max(initial=0.0))
-        rel = err / scale if scale > 0 else (0.0 if err == 0 else float("inf"))
-        norms = float(np.linalg.norm(g64) * np.linalg.norm(w64))
-        if norms > 0:
-            cos = float(np.dot(g64, w64) / norms)
-        else:
-            cos = 1.0 if err == 0 else 0.0
-        if not np.isfinite(err):
-            rel, cos = float("inf"), float("nan")
-        max_abs, max_rel = max(max_abs, err), max(max_rel, rel)
-        cosine = min(cosine, cos) if np.isfinite(cos) else float("nan")
-    return max_abs, max_rel, cosine
+        worst.add(g, w)
+    return worst.max_abs, worst.max_rel, worst.cosine
 
 
 def _top1(got: List[np.ndarray], want: List[np.ndarray]) -> Optional[float]:

@@ -92,6 +92,30 @@ def test_the_first_layer_outside_tolerance_is_the_lossy_one(tmp_path, named):
     assert " over " in next(line for line in table.splitlines() if line.startswith("s "))
 
 
+def test_a_layer_that_overflows_float16_is_the_first_over(tmp_path):
+    """x * 100 * 1000 passes 65504 for |x| > 0.66: the second conv's row says inf/NaN, and it
+    is the first row over tolerance."""
+    def eye(scale: float) -> np.ndarray:
+        return np.eye(4, dtype=np.float32)[:, :, None, None] * np.float32(scale)
+
+    inits = [numpy_helper.from_array(eye(100.0), "w0"), numpy_helper.from_array(eye(1e3), "w1"),
+             numpy_helper.from_array(eye(1e-3), "w2")]
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["c0"], name="conv0"),
+             helper.make_node("Conv", ["c0", "w1"], ["c1"], name="conv1"),
+             helper.make_node("Conv", ["c1", "w2"], ["y"], name="conv2")]
+    graph = helper.make_graph(
+        nodes, "overflow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    convert(model, str(tmp_path / "overflow"))
+    result = compare(model, str(tmp_path / "overflow"), layers=True)
+    rows = {row.tensor: row for row in layer_rows(result)}
+    assert rows["c0"].passed
+    assert not rows["c1"].passed and "inf/NaN" in rows["c1"].note
+    assert result.first_layer_over is rows["c1"]
+    assert result.range_events and not result.passed
+
+
 def test_a_layer_over_tolerance_does_not_fail_the_run(tmp_path):
     """Layer rows are diagnostics: an override that no layer could meet changes the layer's
     row, not the verdict of the boundary tensors and outputs."""
