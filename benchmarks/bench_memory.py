@@ -33,7 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_simulator  # noqa: E402  (models)
 
 from mrvl_convert import convert  # noqa: E402
-from mrvl_convert.runtime.gemm import GEMM_ENGINES  # noqa: E402
 
 MIB = 1 << 20
 
@@ -121,26 +120,17 @@ def format_table(rows: List[Dict[str, object]]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mnist,resnet50",
-                        help=f"comma-separated, from {sorted(bench_simulator.MODELS)}")
+    bench_simulator.add_model_args(parser)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1,
                         help="onnxruntime intra-op threads (and the onnxruntime GEMM engine's)")
-    parser.add_argument("--gemm", default=",".join(GEMM_ENGINES),
-                        help=f"comma-separated simulator GEMM engines, from {GEMM_ENGINES}")
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "MODEL", "ARTIFACT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         child(*args.child, runs=args.runs, threads=args.threads)
         return 0
-    gemms = [g.strip() for g in args.gemm.split(",") if g.strip()]
-    if not gemms or set(gemms) - set(GEMM_ENGINES):
-        parser.error(f"--gemm takes names from {GEMM_ENGINES}")
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in names if m not in bench_simulator.MODELS]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}")
+    names, gemms = bench_simulator.model_args(parser, args)
     rows = [row for m in names for row in bench_model(m, gemms, args.runs, args.threads)]
     print(format_table(rows))
     print(f"MiB of resident memory over a fresh process's baseline after imports; one process "

@@ -29,7 +29,7 @@ import shlex
 import sys
 import tempfile
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -142,6 +142,27 @@ def bench_model(name: str, runs: int, warmup: int, threads: int, gemms: List[str
     return rows
 
 
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    """--models and --gemm, as this script and bench_memory.py take them."""
+    parser.add_argument("--models", default="mnist,resnet50",
+                        help=f"comma-separated, from {sorted(MODELS)}")
+    parser.add_argument("--gemm", default=",".join(GEMM_ENGINES),
+                        help=f"comma-separated simulator GEMM engines, from {GEMM_ENGINES}")
+
+
+def model_args(parser: argparse.ArgumentParser,
+               args: argparse.Namespace) -> Tuple[List[str], List[str]]:
+    """(model names, GEMM engines) from --models and --gemm; a usage error if one is unknown."""
+    gemms = [g.strip() for g in args.gemm.split(",") if g.strip()]
+    if not gemms or set(gemms) - set(GEMM_ENGINES):
+        parser.error(f"--gemm takes names from {GEMM_ENGINES}")
+    names = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in names if m not in MODELS]
+    if unknown:
+        parser.error(f"unknown model(s) {unknown}")
+    return names, gemms
+
+
 def format_table(rows: List[Dict[str, object]]) -> str:
     header = f"{'model':10s} {'stages':8s} {'gemm':12s} {'open s':>6s} {'ORT fp32 ms':>12s} " \
              f"{'hybrid ms':>10s} {'ratio':>6s} {'max_rel':>9s} {'top1 same':>9s}"
@@ -155,23 +176,14 @@ def format_table(rows: List[Dict[str, object]]) -> str:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="mnist,resnet50",
-                        help=f"comma-separated, from {sorted(MODELS)}")
+    add_model_args(parser)
     parser.add_argument("--runs", type=int, default=20, help="timed runs per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2,
                         help="onnxruntime intra-op threads and OpenBLAS threads")
-    parser.add_argument("--gemm", default=",".join(GEMM_ENGINES),
-                        help=f"comma-separated simulator GEMM engines, from {GEMM_ENGINES}")
     args = parser.parse_args(argv)
-    gemms = [g.strip() for g in args.gemm.split(",") if g.strip()]
-    if not gemms or set(gemms) - set(GEMM_ENGINES):
-        parser.error(f"--gemm takes names from {GEMM_ENGINES}")
-    names = [m.strip() for m in args.models.split(",") if m.strip()]
-    unknown = [m for m in names if m not in MODELS]
-    if unknown:
-        parser.error(f"unknown model(s) {unknown}")
+    names, gemms = model_args(parser, args)
     blas = blas_info(args.threads)
     rows = [row for m in names for row in bench_model(m, args.runs, args.warmup, args.threads,
                                                       gemms, args.rounds)]
