@@ -79,7 +79,7 @@ class _OrtProduct:
 
     W is handed over as an external initializer that shares this object's array: a copy
     serialized into the model would be held twice more by the session (the ResNet-50 hybrid
-    peaked at 471 MiB so, at 390 MiB this way: ``benchmarks/bench_memory.py``). onnxruntime may
+    peaked at 473 to 475 MiB so, at 392 MiB this way: ``benchmarks/bench_memory.py``). onnxruntime may
     read the array for as long as the session lives, so the array lives as long as this object.
     """
 
