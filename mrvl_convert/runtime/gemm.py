@@ -79,8 +79,9 @@ class _OrtProduct:
 
     W is handed over as an external initializer that shares this object's array: a copy
     serialized into the model would be held twice more by the session (the ResNet-50 hybrid
-    peaked at 473 to 475 MiB so, at 392 MiB this way: ``benchmarks/bench_memory.py``). onnxruntime may
-    read the array for as long as the session lives, so the array lives as long as this object.
+    peaked at 473 to 475 MiB so, at 392 MiB this way: ``benchmarks/bench_memory.py``).
+    onnxruntime may read the array for as long as the session lives, so the array lives as
+    long as this object.
     """
 
     def __init__(self, weight: np.ndarray, threads: int) -> None:
