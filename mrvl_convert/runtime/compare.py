@@ -24,6 +24,7 @@ from .simulator import Fp16RangeWarning
 from .tolerances import Tolerance, Tolerances
 
 Feed = Dict[str, np.ndarray]
+_OVERFLOW_NOTE = "hybrid value holds inf/NaN (fp16 overflow)"
 
 
 @dataclass
@@ -196,6 +197,10 @@ class _Worst:
         self.cosine = min(self.cosine, cos) if np.isfinite(cos) else float("nan")
         self.finite = self.finite and bool(np.isfinite(got).all())
 
+    def within(self, tol: Tolerance) -> bool:
+        """Finite, and within ``tol``'s bounds on max_rel and cosine (top-1 is the caller's)."""
+        return self.finite and self.max_rel <= tol.max_rel and self.cosine >= tol.min_cosine
+
 
 def _layer_row(plan: LayerPlan, worst: Optional[_Worst], tols: Tolerances) -> Row:
     if plan.skip or worst is None:
@@ -209,9 +214,9 @@ def _layer_row(plan: LayerPlan, worst: Optional[_Worst], tols: Tolerances) -> Ro
     row = Row(plan.tensor, "layer", plan.shape, worst.max_abs, worst.max_rel, worst.cosine,
               tolerance=tol.to_dict(), note=plan.note)
     # No top-1: agreement of argmaxes means something for a classifier's output, not here.
-    row.passed = bool(worst.max_rel <= tol.max_rel and worst.cosine >= tol.min_cosine)
+    row.passed = worst.within(tol)
     if not worst.finite:
-        row.passed, row.note = False, plan.note + "; hybrid value holds inf/NaN (fp16 overflow)"
+        row.note = f"{plan.note}; {_OVERFLOW_NOTE}"
     return row
 
 
@@ -298,21 +303,15 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
                                 for g, w in zip(got, want)))
         row.passed, row.note = row.max_abs == 0, "non-float tensor: must match exactly"
         return row
-    row.max_abs, row.max_rel, row.cosine = _errors(got, want)
-    row.top1 = _top1(got, want)
-    row.passed = bool(row.max_rel <= tol.max_rel and row.cosine >= tol.min_cosine
-                      and (row.top1 is None or row.top1 >= tol.min_top1))
-    if not all(np.isfinite(g).all() for g in got):
-        row.passed, row.note = False, "hybrid value holds inf/NaN (fp16 overflow)"
-    return row
-
-
-def _errors(got: List[np.ndarray], want: List[np.ndarray]) -> tuple:
-    """Worst case over samples of max abs error, max abs error / max|ref|, cosine."""
     worst = _Worst()
     for g, w in zip(got, want):
         worst.add(g, w)
-    return worst.max_abs, worst.max_rel, worst.cosine
+    row.max_abs, row.max_rel, row.cosine = worst.max_abs, worst.max_rel, worst.cosine
+    row.top1 = _top1(got, want)
+    row.passed = worst.within(tol) and (row.top1 is None or row.top1 >= tol.min_top1)
+    if not worst.finite:
+        row.note = _OVERFLOW_NOTE
+    return row
 
 
 def _top1(got: List[np.ndarray], want: List[np.ndarray]) -> Optional[float]:
