@@ -65,14 +65,21 @@ class Builder:
         y = self.op("MatMul", [x, self.weight(fin, fout)])
         return self.op("Add", [y, self.const(np.full(fout, 0.05, np.float32))])
 
-    def model(self, outputs: Sequence[str], *, ir_version: int = 8, name: str = "test_model"
-              ) -> onnx.ModelProto:
+    def model(self, outputs: Sequence[str], *, ir_version: int = 8, name: str = "test_model",
+              shapes: Optional[Dict[str, Sequence[int]]] = None) -> onnx.ModelProto:
+        """``shapes``: output shapes to declare where shape inference finds none (onnx before
+        1.17 does not follow a Shape -> Gather -> Concat target into a Reshape)."""
         graph = helper.make_graph(self.nodes, name, self.inputs, [], self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
                                   ir_version=ir_version)
         # Declare each output with the type and shape that inference finds for it.
         inferred = {v.name: v for v in onnx.shape_inference.infer_shapes(model).graph.value_info}
-        model.graph.output.extend(inferred[o] for o in outputs)
+        for o in outputs:
+            if o in (shapes or {}):
+                model.graph.output.append(
+                    helper.make_tensor_value_info(o, TensorProto.FLOAT, list(shapes[o])))
+            else:
+                model.graph.output.append(inferred[o])
         onnx.checker.check_model(model)
         return model
 

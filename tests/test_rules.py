@@ -150,6 +150,59 @@ def test_pools_are_taken(tmp_path, op, attrs, layer):
     assert layer in [l["attrs"]["layer_name"][0] for l in layers(result, tmp_path)]
 
 
+def _pool_node(op, in_hw, out_hw, **attrs):
+    """A lone pool node whose tensors carry the shapes given (as a model could state them)."""
+    import onnx_graphsurgeon as gs
+    x = gs.Variable("x", np.float32, [1, 4, *in_hw])
+    y = gs.Variable("y", np.float32, [1, 4, *out_hw])
+    return gs.Node(op, "pool", attrs, inputs=[x], outputs=[y])
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_shape_check_names_both_sizes(op):
+    """8 wide, 1-wide window, stride 3, ceil mode: windows start at 0, 3, 6, and at 9, which is
+    past the input and is dropped, so 3 columns; a model stating 4 is refused."""
+    attrs = {"kernel_shape": [1, 1], "strides": [1, 3], "ceil_mode": 1}
+    check = CHECKS["pool_shape"]
+    assert check(_pool_node(op, (8, 8), (8, 3), **attrs), {}, None) is None
+    details = check(_pool_node(op, (8, 8), (8, 4), **attrs), {}, None)
+    assert details["declared"] == [8, 4] and details["computed"] == [8, 3]
+    assert "ceil mode" in details["why"]
+    floor = {"kernel_shape": [2, 2], "strides": [2, 2], "pads": [0, 0, 1, 1]}
+    assert check(_pool_node(op, (8, 8), (4, 4), **floor), {}, None) is None
+    details = check(_pool_node(op, (8, 8), (5, 4), **floor), {}, None)
+    assert details["computed"] == [4, 4] and details["why"] == ""
+
+
+def test_ceil_mode_pool_keeps_the_shape_onnx_infers_or_stays_on_cpu(tmp_path):
+    """onnx's shape inference (1.17 to 1.23 at least) keeps a last ceil-mode window that starts
+    past the input; the Mrvl layer would drop it. Such a pool stays on CPU with the reason, and
+    the hybrid gives what onnxruntime gives on the original model."""
+    import onnx
+    import onnxruntime as ort
+    from mrvl_convert import HybridSession
+    from mrvl_convert.runtime import DEFAULT_TOLERANCE
+    model = _pool_model("MaxPool", kernel_shape=[1, 1], strides=[1, 3], ceil_mode=1)
+    inferred = onnx.shape_inference.infer_shapes(model).graph.output[0].type.tensor_type.shape
+    declared_w = inferred.dim[3].dim_value
+    places, result = place(model, tmp_path)
+    if declared_w == 3:  # this onnx counts as the layer does
+        assert places["pool"]["placement"] == "mrvl"
+    else:
+        assert places["pool"]["placement"] == "cpu"
+        assert "output of [8, 4] (H, W) but its window, strides and pads give [8, 3] (ceil " \
+            "mode" in places["pool"]["reason"]
+        assert places["act"]["placement"] == "mrvl"
+    if tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 21):
+        return  # older onnxruntime keeps that window too
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = HybridSession(result.out_dir).run(None, {"x": x})[0]
+    assert got.shape == want.shape == (1, 4, 8, 3)
+    assert np.abs(got - want).max() <= DEFAULT_TOLERANCE.max_rel * np.abs(want).max()
+
+
 def test_maxpool_with_used_indices_refused(tmp_path):
     b = Builder()
     x = b.input("x", [1, 4, 8, 8])

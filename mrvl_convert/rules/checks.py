@@ -11,8 +11,9 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import (activation_inputs, attr, const_value, dtype_name, is_const, pad_amounts,
-                      pad_value, present, static_shape, squeeze_axes)
+from .._graph import (activation_inputs, attr, const_value, conv_pads, dtype_name, is_const,
+                      pad_amounts, pad_value, present, static_shape, squeeze_axes)
+from .._pooling import pool_out_size
 
 Details = Optional[Dict[str, Any]]
 Check = Callable[[gs.Node, Mapping[str, Any], gs.Graph], Details]
@@ -214,6 +215,26 @@ def check_keeps_batch(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
     return None
 
 
+def check_pool_shape(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """The model's output size must be the one the layer computes (``_pooling.py``): a Nodes-JSON
+    stating another would be refused by the simulator, and computed differently by the device."""
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if src is None or dst is None or len(src) != 4 or len(dst) != 4:
+        return None  # the rank and static_shape constraints name these
+    kernel = [int(k) for k in attr(node, "kernel_shape", [1, 1])]
+    strides = [int(s) for s in attr(node, "strides", [1, 1])]
+    dilations = [int(d) for d in attr(node, "dilations", [1, 1])]
+    pads = conv_pads(node, src, kernel, strides, dilations, dst)
+    ceil_mode = bool(attr(node, "ceil_mode", 0))
+    computed = [pool_out_size(src[2 + a], pads[a], pads[2 + a], kernel[a], strides[a],
+                              dilations[a], ceil_mode) for a in range(2)]
+    if computed == dst[2:]:
+        return None
+    why = (" (ceil mode: onnx's shape inference counts a last window that starts past the input, "
+           "which onnxruntime 1.21+ and PyTorch drop)") if ceil_mode else ""
+    return {"declared": dst[2:], "computed": computed, "why": why}
+
+
 CHECKS: Dict[str, Check] = {
     "float32": check_float32,
     "rank": check_rank,
@@ -233,4 +254,5 @@ CHECKS: Dict[str, Check] = {
     "no_const_inputs": check_no_const_inputs,
     "channel_axis": check_channel_axis,
     "keeps_batch": check_keeps_batch,
+    "pool_shape": check_pool_shape,
 }

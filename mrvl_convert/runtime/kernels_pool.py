@@ -5,28 +5,15 @@ operations), never with a loop over pixels.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Optional
 
 import numpy as np
 
+from .._pooling import pool_out_size
 from .gemm import NUMPY_GEMM, GemmEngine
 from .kernel_base import Kernel
 from .kernels_conv import pad_nhwc
 from .layerspec import LayerSpec
-
-
-def pool_out_size(size: int, head: int, tail: int, kernel: int, stride: int, dilation: int,
-                  ceil_mode: bool) -> int:
-    """ONNX / onnxruntime output size; in ceil mode the last window must start inside the
-    input or its leading padding (otherwise it would only see the implicit ceil extension)."""
-    span = size + head + tail - dilation * (kernel - 1) - 1
-    if not ceil_mode:
-        return span // stride + 1
-    out = math.ceil(span / stride) + 1
-    if (out - 1) * stride >= size + head:
-        out -= 1
-    return out
 
 
 class _Pool2D(Kernel):

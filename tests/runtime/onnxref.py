@@ -1,7 +1,7 @@
 """fp32 onnxruntime references for single ONNX nodes (NCHW), for the simulator's kernel tests."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import onnx
@@ -10,6 +10,34 @@ from onnx import TensorProto, helper, numpy_helper
 
 #: float16 unit roundoff: one rounding moves a value by at most U * |value|.
 U = 2.0 ** -11
+
+#: onnxruntime before 1.21 pools in ceil mode as today's ONNX spec, onnxruntime 1.21+, PyTorch
+#: and the simulator do not: it keeps a last window that starts past the input, and with
+#: count_include_pad it counts the cells a window reaches past the explicit padding. Those
+#: versions cannot referee such a case.
+ORT_OLD_CEIL_POOLING = tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 21)
+
+
+def ceil_pool_quirks(sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+                     pads: Sequence[int], dilations: Sequence[int], ceil_mode: bool) -> Set[str]:
+    """Which ceil-mode cases this pool has: "late window" (ceil mode would add a window that
+    starts past the input and its head padding) and "past padding" (a window reaches beyond
+    the explicit padding)."""
+    found: Set[str] = set()
+    if not ceil_mode:
+        return found
+    rank = len(sizes)
+    for axis, size in enumerate(sizes):
+        head, tail = pads[axis], pads[rank + axis]
+        reach = dilations[axis] * (kernel[axis] - 1) + 1
+        span = size + head + tail - reach
+        last_start = -(-span // strides[axis]) * strides[axis]
+        if last_start >= size + head:
+            found.add("late window")
+            last_start -= strides[axis]
+        if last_start + reach > size + head + tail:
+            found.add("past padding")
+    return found
 
 
 def single_node_model(op: str, inputs: Dict[str, np.ndarray], output_rank: int,
