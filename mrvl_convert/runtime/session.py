@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from ..errors import ArtifactError, InputFeedError
+from ..errors import ArtifactError, InputFeedError, ShapeError
 from .artifact import read_json, require, shape_of
 from .gemm import GemmEngine
 from .layerspec import LayerSpec
@@ -59,6 +59,7 @@ class Stage:
     inputs: List[TensorSpec]
     outputs: List[TensorSpec]
     runner: Any  # CompiledSubgraph or onnxruntime.InferenceSession
+    file: str = ""  # the CPU stage's ONNX file, for errors
 
 
 class HybridSession:
@@ -83,6 +84,7 @@ class HybridSession:
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
         self.stages = [self._stage(k, s) for k, s in enumerate(stages)]
         self._check_wiring()
+        self._read_by_stages = {t.name for stage in self.stages for t in stage.inputs}
         self.last_range_events: List[RangeEvent] = []
 
     # ----------------------------------------------------------- public API
@@ -159,6 +161,7 @@ class HybridSession:
         else:
             results = stage.runner.run([t.name for t in stage.outputs],
                                        {t.name: v for t, v in zip(stage.inputs, feeds)})
+            _check_cpu_results(stage, results, self._read_by_stages)
         return {t.name: np.asarray(v) for t, v in zip(stage.outputs, results)}
 
     def _check_feed(self, feed: Mapping[str, Any]) -> Dict[str, np.ndarray]:
@@ -206,13 +209,14 @@ class HybridSession:
         inputs = self._tensors(doc, "inputs", f"stage {name}", "tensor")
         outputs = self._tensors(doc, "outputs", f"stage {name}", "tensor")
         if kind == "mrvl":
-            runner = self._compile_mrvl(doc, name, inputs, outputs)
-        elif kind == "cpu":
-            runner = self._open_cpu(doc, name, inputs, outputs)
-        else:
-            raise ArtifactError(f"{self.manifest_path}: {where} ({name}): kind {kind!r} is "
-                                f"neither 'mrvl' nor 'cpu'")
-        return Stage(kind, name, inputs, outputs, runner)
+            return Stage(kind, name, inputs, outputs,
+                         self._compile_mrvl(doc, name, inputs, outputs))
+        if kind == "cpu":
+            path = self._file(doc, "onnx", name)
+            return Stage(kind, name, inputs, outputs, self._open_cpu(path, name, inputs, outputs),
+                         path)
+        raise ArtifactError(f"{self.manifest_path}: {where} ({name}): kind {kind!r} is "
+                            f"neither 'mrvl' nor 'cpu'")
 
     def _file(self, doc: Dict[str, Any], key: str, stage: str) -> str:
         rel = require(doc, key, str, self.manifest_path, f"stage {stage}")
@@ -242,11 +246,10 @@ class HybridSession:
                                 f"do not match the Nodes-JSON heads {compiled.output_shapes}")
         return compiled
 
-    def _open_cpu(self, doc: Dict[str, Any], name: str, inputs: List[TensorSpec],
+    def _open_cpu(self, path: str, name: str, inputs: List[TensorSpec],
                   outputs: List[TensorSpec]) -> Any:
         import onnxruntime as ort  # imported here so the simulator alone does not need it
 
-        path = self._file(doc, "onnx", name)
         try:
             session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
@@ -296,6 +299,18 @@ def _check_against_onnx(spec: TensorSpec, arg: Any, path: str, stage: str) -> No
         raise ArtifactError(f"{path}: CPU stage {stage}: tensor {spec.name!r} is {arg.type} "
                             f"{arg.shape} in the ONNX file but the manifest says {type_str} "
                             f"{list(spec.shape)}")
+
+
+def _check_cpu_results(stage: Stage, results: Sequence[Any], read_later: Set[str]) -> None:
+    """A later stage was built for the manifest's shapes, and onnxruntime computes its own. A
+    model output is handed back as onnxruntime gives it, as ``InferenceSession`` would."""
+    for spec, value in zip(stage.outputs, results):
+        if spec.name in read_later and tuple(np.shape(value)) != spec.shape:
+            raise ShapeError(
+                f"{stage.file}: CPU stage {stage.name} gave shape {list(np.shape(value))} but the "
+                f"manifest, from onnx's shape inference of the model, says {list(spec.shape)}: "
+                "onnxruntime and onnx's shape inference disagree on this model (e.g. a ceil-mode "
+                "pool whose last window starts past the input)", tensor=spec.name)
 
 
 def _node_arg(spec: TensorSpec) -> NodeArg:

@@ -183,3 +183,44 @@ def test_verify_cli_exit_codes(artifact, tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "manifest not found" in err and "Traceback" not in err
     assert verify_main(["only-one-arg"]) == 2
+
+
+def _conv_latepool_conv():
+    """conv -> MaxPool (1x1 window, stride 3, ceil mode on 8 columns) -> conv. Windows start at
+    0, 3, 6 and 9; 9 is past the input, so the pool gives 3 columns (onnxruntime 1.21+, the
+    simulator) where onnx's shape inference (1.17 to 1.23 at least) says 4."""
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    weights = [numpy_helper.from_array(rng.standard_normal(s).astype(np.float32), n)
+               for n, s in (("w1", (4, 4, 3, 3)), ("w2", (4, 4, 1, 1)))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1", pads=[1, 1, 1, 1]),
+             helper.make_node("MaxPool", ["c"], ["p"], name="pool", kernel_shape=[1, 1],
+                              strides=[1, 3], ceil_mode=1),
+             helper.make_node("Conv", ["p", "w2"], ["y"], name="conv2")]
+    graph = helper.make_graph(
+        nodes, "latepool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", "c", "h", "w"])], weights)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_cpu_stage_giving_another_shape_than_the_manifest_is_named(tmp_path):
+    """When onnxruntime computes a CPU stage tensor in another shape than onnx's shape inference
+    gave the manifest, the Mrvl stage reading it was built for the wrong shape: the error names
+    the tensor, the CPU stage's file and both shapes."""
+    import onnxruntime as ort
+    from mrvl_convert.errors import ShapeError
+    result = convert(_conv_latepool_conv(), tmp_path / "o", policy="multi")
+    kinds = [stage["kind"] for stage in result.manifest["stages"]]
+    x = np.random.default_rng(1).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    session = HybridSession(result.out_dir)
+    if kinds == ["mrvl"]:  # this onnx infers the pool as the layer computes it: no CPU stage
+        assert session.run(None, {"x": x})[0].shape == (1, 4, 8, 3)
+        return
+    assert kinds == ["mrvl", "cpu", "mrvl"]
+    if tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 21):
+        pytest.skip("onnxruntime < 1.21 keeps the late window, as the manifest does")
+    with pytest.raises(ShapeError) as info:
+        session.run(None, {"x": x})
+    message = str(info.value)
+    assert "tensor 'p'" in message and "latepool_cpu_0.onnx: CPU stage latepool_cpu_0" in message
+    assert "gave shape [1, 4, 8, 3] but the manifest" in message and "says [1, 4, 8, 4]" in message
