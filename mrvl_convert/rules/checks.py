@@ -217,7 +217,8 @@ def check_keeps_batch(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
 
 def check_pool_shape(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """The model's output size must be the one the layer computes (``_pooling.py``): a Nodes-JSON
-    stating another would be refused by the simulator, and computed differently by the device."""
+    stating another would be refused by the simulator, and the layers after the pool were shaped
+    for the stated size."""
     src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
     if src is None or dst is None or len(src) != 4 or len(dst) != 4:
         return None  # the rank and static_shape constraints name these
