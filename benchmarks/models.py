@@ -77,12 +77,15 @@ class _Builder:
                          epsilon=BN_EPS, momentum=0.9)
 
 
-def _bottleneck(b: _Builder, x: str, cin: int, width: int, stride: int, name: str, scope: str) -> tuple[str, int]:
+def _bottleneck(b: _Builder, x: str, cin: int, width: int, stride: int, name: str, scope: str,
+                v1: bool = False) -> tuple[str, int]:
     cout = width * EXPANSION
-    y = b.conv(x, cin, width, 1, 1, f"{name}.conv1", f"{scope}/conv1")
+    # v1 (the ONNX model zoo's ResNet-50 v1) strides the first 1x1 conv; torchvision the 3x3
+    s1, s2 = (stride, 1) if v1 else (1, stride)
+    y = b.conv(x, cin, width, 1, s1, f"{name}.conv1", f"{scope}/conv1")
     y = b.bn(y, width, f"{name}.bn1", f"{scope}/bn1")
     y = b.node("Relu", f"{scope}/relu", [y])
-    y = b.conv(y, width, width, 3, stride, f"{name}.conv2", f"{scope}/conv2")
+    y = b.conv(y, width, width, 3, s2, f"{name}.conv2", f"{scope}/conv2")
     y = b.bn(y, width, f"{name}.bn2", f"{scope}/bn2")
     y = b.node("Relu", f"{scope}/relu_1", [y])
     y = b.conv(y, width, cout, 1, 1, f"{name}.conv3", f"{scope}/conv3", gain=1.0)
@@ -101,14 +104,15 @@ def _bottleneck(b: _Builder, x: str, cin: int, width: int, stride: int, name: st
 
 
 def resnet(depths=(3, 4, 6, 3), width: int = 64, batch: int = 1, image: int = 224,
-           num_classes: int = 1000, seed: int = 0) -> onnx.ModelProto:
+           num_classes: int = 1000, seed: int = 0, v1: bool = False) -> onnx.ModelProto:
     """ResNet-style bottleneck network (ResNet-50 for the defaults, ~25.56M params).
 
     Input ``input`` [batch, 3, image, image] float32, output ``logits``
     [batch, num_classes]. Stem: 7x7/2 conv + BN + ReLU + 3x3/2 max pool (pad 1);
     stages of bottleneck blocks (1x1, 3x3 with the stride, 1x1 x4 expansion;
     projection shortcut conv+BN where the shape changes); residual Add + ReLU;
-    GlobalAveragePool, Flatten, Gemm(transB=1).
+    GlobalAveragePool, Flatten, Gemm(transB=1). ``v1=True`` puts the stride on the first
+    1x1 conv of a block, as ResNet-50 v1 of the ONNX model zoo does (torchvision: on the 3x3).
     """
     b = _Builder(seed)
     x = b.conv("input", 3, width, 7, 2, "conv1", "/conv1")
@@ -122,7 +126,8 @@ def resnet(depths=(3, 4, 6, 3), width: int = 64, batch: int = 1, image: int = 22
         for bi in range(depth):
             stride = 2 if (si > 0 and bi == 0) else 1
             name = f"{layer}.{bi}"
-            x, cin = _bottleneck(b, x, cin, width * 2 ** si, stride, name, f"/{layer}/{name}")
+            x, cin = _bottleneck(b, x, cin, width * 2 ** si, stride, name, f"/{layer}/{name}",
+                                 v1=v1)
     x = b.node("GlobalAveragePool", "/avgpool", [x])
     x = b.node("Flatten", "", [x], axis=1)
     fc_w = b.init("fc.weight", b.rng.standard_normal((num_classes, cin), dtype=np.float32)

@@ -27,7 +27,7 @@ import bench_simulator  # noqa: E402  (benchmarks/bench_simulator.py: models)
 from mrvl_convert import convert  # noqa: E402
 from mrvl_convert.runtime.artifact import decode_consts, read_json  # noqa: E402
 from mrvl_convert.runtime.fp16 import round_to_fp16  # noqa: E402
-from mrvl_convert.runtime.kernels_conv import pad_nhwc, window_view  # noqa: E402
+from mrvl_convert.runtime.windows import pad_nhwc, window_view  # noqa: E402
 from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator  # noqa: E402
 
 

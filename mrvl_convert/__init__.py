@@ -8,8 +8,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import (ArtifactError, Fp16RangeError, InputFeedError, InvalidModelError,  # noqa: E402
-                     ModelLoadError, MrvlConvertError, OutputDirError, RuleFileError, ShapeError,
-                     UnsupportedModelError)
+                     ModelLoadError, MrvlConvertError, OptionError, OutputDirError, RuleFileError,
+                     ShapeError, UnsupportedModelError)
 from .convert import Result, convert  # noqa: E402
 
 _LAZY = {
@@ -30,5 +30,6 @@ def __getattr__(name: str):
 
 __all__ = ["convert", "convert_many", "HybridSession", "compare", "Result", "MrvlConvertError",
            "ModelLoadError", "InvalidModelError", "ShapeError", "UnsupportedModelError",
-           "RuleFileError", "ArtifactError", "OutputDirError", "InputFeedError", "Fp16RangeError",
+           "RuleFileError", "ArtifactError", "OptionError", "OutputDirError", "InputFeedError",
+           "Fp16RangeError",
            "__version__"]

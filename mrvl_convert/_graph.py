@@ -1,7 +1,7 @@
 """Small read-only helpers over graphsurgeon nodes and tensors, shared by rules and lowering."""
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -107,3 +107,46 @@ def conv_pads(node: gs.Node, in_shape: Sequence[int], kernel: Sequence[int],
         begins.append(big if auto_pad == "SAME_LOWER" else small)
         ends.append(small if auto_pad == "SAME_LOWER" else big)
     return [begins[0], begins[1], ends[0], ends[1]]
+
+
+def subgraphs(node: gs.Node) -> List[gs.Graph]:
+    """The graphs in a node's attributes (If branches, Loop and Scan bodies)."""
+    found: List[gs.Graph] = []
+    for value in node.attrs.values():
+        items = value if isinstance(value, (list, tuple)) else [value]
+        found.extend(v for v in items if isinstance(v, gs.Graph))
+    return found
+
+
+def outer_inputs(node: gs.Node) -> List[gs.Tensor]:
+    """Tensors of the enclosing scope that the node's subgraphs read (recursively): inputs of the
+    node as much as its listed ones, though ONNX does not list them."""
+    found: Dict[str, gs.Tensor] = {}
+    for sub in subgraphs(node):
+        local = {t.name for t in sub.inputs}
+        for inner in sub.nodes:
+            local.update(t.name for t in inner.outputs)
+        for inner in sub.nodes:
+            for tensor in list(inner.inputs) + outer_inputs(inner):
+                if tensor.name and tensor.name not in local and not isinstance(tensor, gs.Constant):
+                    found.setdefault(tensor.name, tensor)
+    return list(found.values())
+
+
+def all_inputs(node: gs.Node) -> List[gs.Tensor]:
+    """The node's listed inputs, then the outer-scope tensors its subgraphs read."""
+    return list(node.inputs) + outer_inputs(node)
+
+
+def nested_owners(graph: gs.Graph) -> Dict[int, gs.Node]:
+    """id(node inside a subgraph, at any depth) -> the top-level node that holds it: a tensor's
+    consumers list such inner nodes, which belong to their owner's stage."""
+    owners: Dict[int, gs.Node] = {}
+    for node in graph.nodes:
+        stack = subgraphs(node)
+        while stack:
+            sub = stack.pop()
+            for inner in sub.nodes:
+                owners[id(inner)] = node
+                stack.extend(subgraphs(inner))
+    return owners

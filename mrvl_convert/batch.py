@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import __version__
-from .errors import MrvlConvertError, OutputDirError
-from .load import safe_name
+from .errors import MrvlConvertError, OptionError, OutputDirError
+from .load import safe_name, shape_override
 
 PathLike = Union[str, os.PathLike]
 ProgressFn = Callable[["Outcome"], None]
 COUNT_KEYS = ("nodes", "mrvl_nodes", "cpu_nodes", "removed_nodes", "mrvl_subgraphs",
-              "cpu_subgraphs")
+              "cpu_subgraphs", "transitions")
 SUMMARY_FILE = "summary.json"
 
 
@@ -47,6 +47,11 @@ class Job:
     rules: Tuple[str, ...] = ()
     ignore_unknown_shapes: bool = False
     verify: bool = False
+    estimate: Optional[str] = None      # "builtin" or a hardware profile file: report.json estimate
+    draw: bool = False                  # also write <name>.html and <name>.placement.onnx
+    max_subgraphs: Optional[int] = None
+    deny: Tuple[str, ...] = ()
+    layer_set: str = "marvell"          # the layer kinds the target's backend compiler reads
 
 
 @dataclass(frozen=True)
@@ -64,6 +69,8 @@ class Outcome:
     ignored_shapes: Tuple[str, ...] = ()     # shape overrides this model had no input for
     verified: Optional[bool] = None
     verify_note: Optional[str] = None       # compare()'s one-line verdict when --verify passed
+    mrvl_mac_share: Optional[float] = None
+    cut_by: Tuple[Tuple[str, int], ...] = ()  # op types left on CPU, most nodes first
 
     @property
     def ok(self) -> bool:
@@ -120,25 +127,32 @@ def convert_one(job: Job) -> Outcome:
         if shapes and job.ignore_unknown_shapes:
             shapes, ignored = _shapes_for(job.model, shapes)
         result = convert(job.model, job.out_dir, shapes=shapes, policy=job.policy,
-                         rules=list(job.rules) or None, name=job.name)
+                         rules=list(job.rules) or None, name=job.name, draw=job.draw,
+                         estimate=(True if job.estimate == "builtin" else job.estimate),
+                         max_subgraphs=job.max_subgraphs, deny=list(job.deny),
+                         layer_set=job.layer_set)
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
+        fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
+                     "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"])}
         verify_note = _verify(job) if job.verify else None
     except VerifyError as exc:  # converted, but the comparison failed: the artifacts stay
-        return replace(_failed(job, start, exc, ignored=ignored), counts=counts, verified=False)
+        return replace(_failed(job, start, exc, ignored=ignored), counts=counts, verified=False,
+                       **fragments)
     except MrvlConvertError as exc:
         return _failed(job, start, exc, ignored=ignored)
     except Exception as exc:  # a bug: report it with its traceback, never swallow it
         return _failed(job, start, exc, ignored=ignored, trace=traceback.format_exc())
     return Outcome(job.model, job.name, "ok", job.out_dir, counts, time.perf_counter() - start,
                    ignored_shapes=ignored, verified=True if job.verify else None,
-                   verify_note=verify_note)
+                   verify_note=verify_note, **fragments)
 
 
 def _failed(job: Job, start: float, exc: BaseException, *, ignored: Tuple[str, ...] = (),
             trace: Optional[str] = None) -> Outcome:
     message = " ".join(str(exc).split()) or type(exc).__name__
     if trace is not None:
-        message = f"internal error {type(exc).__name__}: {message} (a bug in mrvl_convert)"
+        message = (f"internal error {type(exc).__name__}: {message} (a bug in mrvl_convert; "
+                   "please report it with the model at the project's issue tracker)")
     if job.model not in message:
         message = f"model {job.model}: {message}"
     return Outcome(job.model, job.name, "failed", job.out_dir, {}, time.perf_counter() - start,
@@ -177,16 +191,24 @@ def _shapes_for(model: str, shapes: Mapping[str, List[int]]
 
 def plan_jobs(models: Sequence[PathLike], out_dir: PathLike, *,
               shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
-              rules: Optional[Sequence[PathLike]] = None, verify: bool = False) -> List[Job]:
+              rules: Optional[Sequence[PathLike]] = None, verify: bool = False,
+              estimate: Optional[str] = None, draw: bool = False,
+              max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
+              layer_set: str = "marvell") -> List[Job]:
     """One Job per model with a unique, deterministic artifact directory name."""
     out = Path(os.path.abspath(out_dir))
-    shape_map = {k: [int(d) for d in v] for k, v in (shapes or {}).items()} or None
+    shape_map = {k: shape_override(k, v) for k, v in (shapes or {}).items()} or None
     rule_paths = tuple(os.path.abspath(r) for r in _as_list(rules))
     names = unique_names([Path(m) for m in models])
     return [Job(model=os.path.abspath(m), name=n, out_dir=str(out / n), shapes=shape_map,
                 policy=policy, rules=rule_paths, ignore_unknown_shapes=len(models) > 1,
-                verify=verify)
+                verify=verify, estimate=_abs_profile(estimate), draw=draw,
+                max_subgraphs=max_subgraphs, deny=tuple(deny), layer_set=layer_set)
             for m, n in zip(models, names)]
+
+
+def _abs_profile(estimate: Optional[str]) -> Optional[str]:
+    return estimate if estimate in (None, "builtin") else os.path.abspath(estimate)
 
 
 def unique_names(paths: Sequence[Path]) -> List[str]:
@@ -218,7 +240,9 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                  shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
                  rules: Optional[Union[PathLike, Sequence[PathLike]]] = None,
                  fail_fast: bool = False, progress: Optional[ProgressFn] = None,
-                 verify: bool = False) -> BatchResult:
+                 verify: bool = False, estimate: Optional[str] = None,
+                 draw: bool = False, max_subgraphs: Optional[int] = None,
+                 deny: Sequence[str] = (), layer_set: str = "marvell") -> BatchResult:
     """Convert every model into ``out_dir/<name>/`` and write ``out_dir/summary.json``.
 
     ``executor``: any ``concurrent.futures.Executor`` (used as is, not shut down). Without one,
@@ -226,13 +250,19 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     ``jobs or os.cpu_count()`` workers (forkserver/spawn, safe with onnxruntime's threads) is used.
     ``fail_fast``: after the first failure, models not yet started are ``skipped``.
     ``progress(outcome)`` is called in this thread as each model finishes.
+    ``estimate`` ("builtin" or a hardware profile file) and ``draw`` are passed to ``convert``;
+    so are ``max_subgraphs``, ``deny`` and ``layer_set``, for every model.
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
     guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """
     models = list(models)
+    if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
+        raise OptionError(f"jobs={jobs!r}: give a whole number of worker processes, at least 1 "
+                          "(or None for one per CPU)")
     start = time.perf_counter()
     job_list = plan_jobs(models, out_dir, shapes=shapes, policy=policy, rules=_as_list(rules),
-                         verify=verify)
+                         verify=verify, estimate=estimate, draw=draw,
+                         max_subgraphs=max_subgraphs, deny=deny, layer_set=layer_set)
     prepare_out_dir(out_dir)
     if executor is not None:
         outcomes = _run_on(executor, job_list, fail_fast, progress)
@@ -246,7 +276,9 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     result = BatchResult(outcomes)
     write_summary(result, out_dir, seconds=time.perf_counter() - start,
                   options={"policy": policy, "shapes": _jsonable_shapes(shapes),
-                           "rules": [str(r) for r in _as_list(rules)], "verify": verify})
+                           "rules": [str(r) for r in _as_list(rules)], "verify": verify,
+                           "max_subgraphs": max_subgraphs, "deny": list(deny),
+                           "layer_set": layer_set})
     return result
 
 
@@ -344,6 +376,7 @@ def summary_document(result: Sequence[Outcome], *, seconds: float,
         entry: Dict[str, Any] = {"model": o.model, "name": o.name, "status": o.status,
                                  "out_dir": o.name if written else None}
         entry.update({k: (o.counts.get(k) if written else None) for k in COUNT_KEYS})
+        entry["mrvl_mac_share"] = o.mrvl_mac_share if written else None
         entry.update(seconds=round(o.seconds, 3), error=o.error, error_type=o.error_type,
                      internal_error=o.internal, verified=o.verified,
                      ignored_shapes=list(o.ignored_shapes))
@@ -360,21 +393,26 @@ def summary_document(result: Sequence[Outcome], *, seconds: float,
 def write_summary(result: Sequence[Outcome], out_dir: PathLike, *, seconds: float,
                   options: Mapping[str, Any]) -> Path:
     """Validate and write out_dir/summary.json atomically (temp file + rename)."""
-    from .emit.publish import dumps
+    from .emit.publish import dumps, umask
     from .emit.validate import validate
     document = summary_document(result, seconds=seconds, options=options)
     validate(document, "summary", label=SUMMARY_FILE)
     out = prepare_out_dir(out_dir)
     target = out / SUMMARY_FILE
-    fd, tmp = tempfile.mkstemp(prefix=f".{SUMMARY_FILE}.tmp-", dir=out)
+    if target.is_dir() and not target.is_symlink():
+        raise OutputDirError(f"cannot write {target}: it is a directory")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{SUMMARY_FILE}.tmp-", dir=out)
         with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o666 & ~umask())  # mkstemp made it 0600
             handle.write(dumps(document))
         os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
+    except OSError as exc:
+        raise OutputDirError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
-        raise
     return target
 
 

@@ -3,11 +3,14 @@
 Requires: a ``LoadedModel`` (checked, shaped).
 Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
 constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
-compute), Identity and inference-mode Dropout are gone, and dead nodes are removed. Every node
-of the loaded model that is not in the result is listed in ``removed`` with the reason.
+compute), Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
+one form (``canonical_forms.py``), and dead nodes are removed. Every node of the loaded model
+that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
+node that now computes it.
 
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
-the original did. Fusions that change rounding (BatchNormalization into Conv) happen when a rule
+the original did; the one exception, ``Max(x, 0) -> Relu``, differs only in the sign of a zero
+(onnxruntime's Relu keeps -0, its Max gives +0). Fusions that change rounding (BatchNormalization into Conv) happen when a rule
 lowers a composite onto the accelerator, never on a CPU path.
 """
 from __future__ import annotations
@@ -19,7 +22,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from ._graph import static_shape
-
+from .canonical_forms import rewrite
 from .load import LoadedModel
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
@@ -30,6 +33,10 @@ class CanonicalGraph:
     graph: gs.Graph
     removed: Dict[str, str] = field(default_factory=dict)   # node name -> why it is gone
     op_types: Dict[str, str] = field(default_factory=dict)  # every loaded node -> op type
+    merged: Dict[str, str] = field(default_factory=dict)    # node name -> node computing it now
+    rewritten: Dict[str, str] = field(default_factory=dict)  # node name -> what it became
+    kept: Dict[str, str] = field(default_factory=dict)      # node name -> why not rewritten
+    derived: Dict[str, str] = field(default_factory=dict)   # added node -> loaded node it is from
 
 
 def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
@@ -47,23 +54,34 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
         reason = _REMOVABLE.get(node.op)
         if reason and _bypass(graph, node):
             removed[node.name] = f"removed by canonicalize: {reason}"
+    forms = rewrite(graph, _opset(loaded))
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
-    for name in before_cleanup - {n.name for n in graph.nodes}:
+    for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
-    return CanonicalGraph(graph=graph, removed=removed, op_types=op_types)
+    return CanonicalGraph(graph=graph, removed=removed, op_types=op_types, merged=forms.merged,
+                          rewritten=forms.rewritten, kept=forms.kept, derived=forms.derived)
+
+
+def _opset(loaded: LoadedModel) -> int:
+    return next(o.version for o in loaded.proto.opset_import if o.domain in ("", "ai.onnx"))
+
+
+# Fold every constant, however large: the same as graphsurgeon's size_threshold=None, without
+# its "foldable nodes that produce large outputs" warning.
+_NO_SIZE_LIMIT = 1 << 62
 
 
 def _fold_constants(graph: gs.Graph) -> None:
-    # graphsurgeon logs every node it could not fold at WARNING; that is expected here.
-    previous = gs.logger.G_LOGGER.severity
-    gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.ERROR
-    try:
-        graph.fold_constants(error_ok=True).cleanup(remove_unused_graph_inputs=False)
-    finally:
-        gs.logger.G_LOGGER.severity = previous
+    # graphsurgeon's logger is one process-wide object whose severity is a plain attribute:
+    # lowering it around this call would race with another thread's conversion. So the logger
+    # is left alone; the size limit keeps the one warning every large model would print, and
+    # graphsurgeon still prints a warning when onnxruntime cannot evaluate a constant subgraph
+    # (that subgraph then stays in the graph, and on CPU).
+    graph.fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT).cleanup(
+        remove_unused_graph_inputs=False)
 
 
 def _has_unknown_shapes(graph: gs.Graph) -> bool:

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, TextIO, Tuple
 
 from . import __version__
 from .errors import MrvlConvertError
+from .layers._kind import MARVELL, UPSTREAM
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 TABLE_COLUMNS = ("model", "status", "Mrvl nodes", "CPU nodes", "Mrvl subgraphs",
-                 "CPU subgraphs", "seconds", "error")
+                 "CPU subgraphs", "cuts", "MACs on Mrvl", "seconds", "error")
+# More Mrvl<->CPU transitions than this and the CLI names the op types that cut the model.
+FEW_CUTS = 3
 
 
 class UsageError(Exception):
@@ -58,18 +63,64 @@ def build_parser() -> argparse.ArgumentParser:
                         help="no progress and no table; errors only")
     parser.add_argument("--list-rules", action="store_true",
                         help="print the rule set (built-in plus --rules files) and exit")
+    # Partition control (issue 16).
+    parser.add_argument("--max-subgraphs", type=_non_negative_int, default=None, metavar="N",
+                        help="keep at most N Mrvl subgraphs, those with the most MACs; the rest "
+                             "runs on CPU")
+    parser.add_argument("--deny", action="append", default=[], metavar="OP_TYPE|NODE_NAME",
+                        help="keep this op type or node on CPU (repeatable)")
+    parser.add_argument("--layer-set", choices=(MARVELL, UPSTREAM), default=MARVELL,
+                        help="the Marvell layer kinds your backend compiler reads: the newer "
+                             "Marvell codegen's (default) or upstream TVM 0.19's 12 composites")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    _add_draw_estimate_args(parser)
     return parser
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+# ---- --draw / --estimate (issue 20): kept in one block ---------------------------------------
+
+def _add_draw_estimate_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--draw", action="store_true",
+                        help="also write <name>.html (the partition, coloured by stage) and "
+                             "<name>.placement.onnx (the model annotated for Netron)")
+    parser.add_argument("--estimate", action="store_true",
+                        help="add an accelerator cost ESTIMATE to report.json and print its "
+                             "table (a roofline model, not a measurement: docs/ESTIMATE.md)")
+    parser.add_argument("--hw-profile", metavar="FILE", default=None,
+                        help="hardware profile for --estimate (YAML/JSON; default: built-in "
+                             "cn10ka fp16, 8 tiles)")
+
+
+def _estimate_option(args: argparse.Namespace) -> Optional[str]:
+    if args.hw_profile and not args.estimate:
+        raise UsageError("--hw-profile needs --estimate")
+    if args.hw_profile:
+        from .estimate import load_profile
+        load_profile(args.hw_profile)   # a bad profile is reported once, not once per model
+        return args.hw_profile
+    return "builtin" if args.estimate else None
+
+
+def _print_estimates(result, quiet: bool) -> None:
+    from .estimate import format_table
+    for outcome in result.ok:
+        report = json.loads((Path(outcome.out_dir) / "report.json").read_text(encoding="utf-8"))
+        if "estimate" in report and not quiet:
+            sys.stdout.write(f"{outcome.name}: ")
+            sys.stdout.write(format_table(report["estimate"]))
+
+
+def _positive_int(text: str, minimum: int = 1) -> int:
+    if not re.fullmatch(r"-?[0-9]{1,10}", text):  # ASCII digits only (no "1_0")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    value = int(text)
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"must be at least {minimum}, not {value}")
     return value
+
+
+def _non_negative_int(text: str) -> int:
+    return _positive_int(text, minimum=0)
 
 
 def parse_shapes(specs: Sequence[str]) -> Dict[str, List[int]]:
@@ -80,11 +131,11 @@ def parse_shapes(specs: Sequence[str]) -> Dict[str, List[int]]:
         if not sep or not name:
             raise UsageError(f"--input-shape {spec!r}: expected NAME:D0,D1,... "
                              "(e.g. x:1,3,224,224)")
-        try:
-            sizes = [int(d) for d in dims.split(",")]
-        except ValueError:
+        parts = dims.split(",")
+        if not all(re.fullmatch(r"[0-9]{1,10}", d) for d in parts):  # no '1_0', no '١', no ' 1'
             raise UsageError(f"--input-shape {spec!r}: dimensions must be whole numbers "
-                             "separated by commas (e.g. x:1,3,224,224)") from None
+                             "separated by commas (e.g. x:1,3,224,224)")
+        sizes = [int(d) for d in parts]
         if any(d < 1 for d in sizes):
             raise UsageError(f"--input-shape {spec!r}: every dimension must be at least 1")
         if name in shapes and shapes[name] != sizes:
@@ -137,8 +188,35 @@ def _dedupe(paths: List[Path]) -> List[Path]:
     return unique
 
 
+REPORT_BUG = "please report it with the model at the project's issue tracker"
+
+
+def internal_error_line(exc: BaseException) -> str:
+    """What the user sees of a bug: one line that says so, and where to report it."""
+    text = " ".join(str(exc).split())[:300]
+    return (f"internal error {type(exc).__name__}: {text} (a bug in mrvl_convert, not a problem "
+            f"with your input; {REPORT_BUG})")
+
+
+def _guarded(entry, argv: Optional[Sequence[str]], prog: str) -> int:
+    """Run a command's body: an error of ours that escaped it, or a bug, is one line on stderr
+    and a non-zero exit, never a traceback."""
+    try:
+        return entry(argv)
+    except MrvlConvertError as exc:
+        _error(str(exc), prog)
+        return EXIT_FAILED
+    except Exception as exc:  # a bug: say so (no traceback for the user to decode)
+        _error(internal_error_line(exc), prog)
+        return EXIT_FAILED
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Entry point of ``mrvl-convert``; returns the exit code (never raises for user errors)."""
+    return _guarded(_main, argv, "mrvl-convert")
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exc:  # --help and --version print and exit 0
@@ -148,7 +226,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     try:
         if args.list_rules:
-            return _list_rules(args.rules)
+            return _list_rules(args.rules, args.layer_set)
         models, shapes = _check_args(args)
     except UsageError as exc:
         _error(f"usage error: {exc} (see mrvl-convert --help)")
@@ -172,6 +250,7 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, List[in
     for rule_file in args.rules:
         if not Path(rule_file).is_file():
             raise UsageError(f"--rules {rule_file}: no such file")
+    args.estimate_option = _estimate_option(args)
     models = find_models(args.models, exclude=Path(args.output))
     if not models:
         raise UsageError("no ONNX model found")
@@ -180,11 +259,11 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, List[in
     return models, shapes
 
 
-def _list_rules(rule_files: Sequence[str]) -> int:
+def _list_rules(rule_files: Sequence[str], layer_set: str) -> int:
     from .rules.docs import list_rules_text
     from .rules.loader import load_rules
     try:
-        text = list_rules_text(load_rules(list(rule_files)))
+        text = list_rules_text(load_rules(list(rule_files), layer_set=layer_set))
     except MrvlConvertError as exc:
         _error(str(exc))
         return EXIT_FAILED
@@ -197,7 +276,8 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, List[int]],
     from .batch import convert_many
     from .rules.loader import load_rules
     try:
-        load_rules(list(args.rules))   # a bad rule file is reported once, not once per model
+        # A bad rule file is reported once, not once per model.
+        load_rules(list(args.rules), layer_set=args.layer_set)
     except MrvlConvertError as exc:
         _error(str(exc))
         return EXIT_FAILED
@@ -205,12 +285,16 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, List[int]],
         try:
             result = convert_many(models, out, jobs=args.jobs, shapes=shapes, policy=args.policy,
                                   rules=list(args.rules), fail_fast=args.fail_fast,
-                                  progress=progress.update, verify=args.verify)
+                                  progress=progress.update, verify=args.verify,
+                                  estimate=args.estimate_option, draw=args.draw,
+                                  max_subgraphs=args.max_subgraphs, deny=list(args.deny),
+                                  layer_set=args.layer_set)
         except MrvlConvertError as exc:
             progress.close()
             _error(str(exc))
             return EXIT_FAILED
     _report(result, out, shapes, quiet=args.quiet)
+    _print_estimates(result, args.quiet)
     return EXIT_OK if result.all_ok else EXIT_FAILED
 
 
@@ -228,6 +312,10 @@ def _report(result, out: Path, shapes: Dict[str, List[int]], *, quiet: bool) -> 
             if outcome.verify_note:
                 sys.stdout.write(f"verify {outcome.name}: {outcome.verify_note}\n")
         sys.stdout.write(format_table(result))
+        for outcome in result:
+            line = cut_line(outcome, out)
+            if line:
+                sys.stdout.write(line + "\n")
         ok = len(result.ok)
         sys.stdout.write(f"{ok} of {len(result)} models converted into {out}; "
                          f"summary in {out / 'summary.json'}\n")
@@ -242,22 +330,33 @@ def format_table(result) -> str:
     rows = [list(TABLE_COLUMNS)]
     for o in result:
         counts = [str(o.counts.get(k, "")) if o.counts else "-" for k in
-                  ("mrvl_nodes", "cpu_nodes", "mrvl_subgraphs", "cpu_subgraphs")]
+                  ("mrvl_nodes", "cpu_nodes", "mrvl_subgraphs", "cpu_subgraphs", "transitions")]
+        share = "-" if o.mrvl_mac_share is None else f"{100 * o.mrvl_mac_share:.1f}%"
         error = "" if o.ok else _short(o.error_type or o.status)
-        rows.append([o.name, o.status, *counts, f"{o.seconds:.2f}", error])
+        rows.append([o.name, o.status, *counts, share, f"{o.seconds:.2f}", error])
     widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines) + "\n"
 
 
+def cut_line(outcome, out: Path) -> str:
+    """'name: 12 cuts: Sigmoid x80, Mul x74; see OUT/name/report.json', for a model cut more
+    than FEW_CUTS times; '' otherwise."""
+    cuts = outcome.counts.get("transitions", 0) if outcome.counts else 0
+    if cuts <= FEW_CUTS:
+        return ""
+    ops = ", ".join(f"{op} x{n}" for op, n in outcome.cut_by[:3])
+    return f"{outcome.name}: {cuts} cuts: {ops}; see {out / outcome.name / 'report.json'}"
+
+
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _error(message: str) -> None:
+def _error(message: str, prog: str = "mrvl-convert") -> None:
     line = " ".join(message.split())
-    sys.stderr.write(f"mrvl-convert: {line}\n")
+    sys.stderr.write(f"{prog}: {line}\n")
     sys.stderr.flush()
 
 
@@ -300,7 +399,7 @@ def verify_main(argv: Optional[Sequence[str]] = None) -> int:
     except ImportError as exc:
         _error(f"mrvl-verify is not available: {exc}")
         return EXIT_USAGE
-    return runtime_main(list(sys.argv[1:] if argv is None else argv))
+    return _guarded(runtime_main, list(sys.argv[1:] if argv is None else argv), "mrvl-verify")
 
 
 def _entry() -> None:  # pragma: no cover - `python -m mrvl_convert.cli`

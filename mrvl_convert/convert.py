@@ -2,21 +2,22 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx_graphsurgeon as gs
 
 from . import __version__
-from .canonicalize import canonicalize
+from .canonicalize import CanonicalGraph, canonicalize
 from .emit import cpu_onnx, documents, mrvl_json
 from .emit.publish import StagingDir
 from .errors import MrvlConvertError, UnsupportedModelError
-from .load import ModelLike, load_model
+from .load import LoadedModel, ModelLike, load_model
 from .lower import lower_stage
 from .partition import partition
-from .rules.loader import RuleSource, builtin_path, load_rules
+from .layers import MARVELL
+from .rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
 from .rules.matcher import match
 
 Rules = Optional[Union[RuleSource, Sequence[RuleSource]]]
@@ -30,9 +31,19 @@ class Result:
     files: tuple
     manifest: Dict[str, Any]
     report: Dict[str, Any]
+    graph: Dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def draw(self, path: Union[str, Path]) -> Path:
+        """Write the self-contained HTML page of the partition (``viz``) to ``path``."""
+        from .viz import render_page
+        path = Path(path)
+        path.write_text(render_page(self.graph), encoding="utf-8")
+        return path
 
     @property
-    def summary(self) -> Dict[str, int]:
+    def summary(self) -> Dict[str, Any]:
+        """Node and subgraph counts, ``transitions`` (Mrvl<->CPU changes in run order),
+        ``macs``, ``mrvl_macs`` and ``mrvl_mac_share`` (a fraction)."""
         return dict(self.report["summary"])
 
     @property
@@ -48,15 +59,29 @@ class Result:
 
 def convert(model: ModelLike, out_dir: Union[str, Path], *,
             shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
-            rules: Rules = None, name: Optional[str] = None) -> Result:
-    """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists)."""
-    rule_list = load_rules(rules)
+            rules: Rules = None, name: Optional[str] = None, layer_set: str = MARVELL,
+            max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
+            estimate: Any = None, draw: bool = False) -> Result:
+    """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
+
+    ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
+    (the newer codegen's set) or ``"upstream-0.19"`` (upstream TVM v0.19's twelve composites).
+    ``max_subgraphs``: keep at most this many Mrvl subgraphs, those with the most MACs; the
+    rest run on CPU. ``deny``: op types or node names (as in the model or in report.json) that
+    stay on CPU whatever the rules say.
+    ``estimate``: True (built-in hardware profile) or a profile file adds the accelerator cost
+    ESTIMATE to report.json (``estimate`` section). ``draw``: also write ``<name>.html`` (the
+    partition page) and ``<name>.placement.onnx`` (the model annotated for Netron).
+    """
+    rule_list = load_rules(rules, layer_set=layer_set)
+    deny = _check_deny(deny)
     loaded = load_model(model, shapes=shapes, name=name)
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
-        matches = match(canonical.graph, rule_list)
-        plan = partition(canonical.graph, matches, policy, loaded.name)
+        matches = match(canonical.graph, rule_list, deny=_denied(canonical, loaded, deny))
+        plan = partition(canonical.graph, matches, policy, loaded.name,
+                         max_subgraphs=max_subgraphs)
         subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
@@ -65,15 +90,21 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     if any(s.kind == "cpu" for s in plan.stages):
         canonical_proto = gs.export_onnx(canonical.graph, do_type_check=False)
         canonical_proto.ir_version = loaded.proto.ir_version
-    options = {"policy": policy,
+    options: Dict[str, Any] = {"policy": policy,
                "shapes": {k: list(v) for k, v in sorted(loaded.input_shapes.items())},
-               "rules": _rule_sources(rules)}
+               "rules": _rule_sources(rules, layer_set), "layer_set": layer_set}
+    if max_subgraphs is not None:
+        options["max_subgraphs"] = max_subgraphs
+    if deny:
+        options["deny"] = list(deny)
     out_dir = Path(out_dir)
     with StagingDir(out_dir, loaded.label) as staging:
         files: Dict[str, Dict[str, str]] = {}
+        nodes_docs: Dict[str, Any] = {}
         for stage in plan.stages:
             if stage.kind == "mrvl":
-                nodes_doc, consts_doc = mrvl_json.build(subgraphs[stage.name])
+                nodes_doc, consts_doc = mrvl_json.build(subgraphs[stage.name], layer_set)
+                nodes_docs[stage.name] = (nodes_doc, {k: c["shape"] for k, c in consts_doc.items()})
                 files[stage.name] = {"nodes_json": f"{stage.name}-nodes.json",
                                      "consts_json": f"{stage.name}-consts.json"}
                 staging.write_json(files[stage.name]["nodes_json"], nodes_doc, "nodes")
@@ -86,11 +117,59 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
                                    external=cpu_onnx.needs_external_data(cpu_model))
         manifest = documents.manifest(loaded, plan, subgraphs, files, options, __version__)
         report = documents.report(loaded, canonical, matches, plan, subgraphs)
+        if estimate is not None and estimate is not False:
+            report["estimate"] = _estimate(manifest, nodes_docs, estimate)
+        graph = _describe(loaded, report)
+        if draw:
+            _draw(staging, loaded, report, graph)
         staging.write_json("manifest.json", manifest, "manifest")
         staging.write_json("report.json", report, "report")
         staging.publish()
         written = tuple(sorted(out_dir / f for f in staging.files))
-    return Result(loaded.name, out_dir, written, manifest, report)
+    return Result(loaded.name, out_dir, written, manifest, report, graph)
+
+
+def _estimate(manifest: Dict[str, Any], nodes_docs: Dict[str, Any], profile: Any
+              ) -> Dict[str, Any]:
+    from .estimate import estimate_documents
+    return estimate_documents(manifest, lambda e: nodes_docs[e["name"]][0],
+                              None if profile is True else profile,
+                              const_shapes=lambda e: nodes_docs[e["name"]][1])
+
+
+def _describe(loaded, report: Dict[str, Any]) -> Dict[str, Any]:
+    from .viz import describe
+    return describe(loaded.proto, report, report.get("estimate"))
+
+
+def _draw(staging: StagingDir, loaded, report: Dict[str, Any], graph: Dict[str, Any]) -> None:
+    from .viz import annotate, render_page
+    staging.write_bytes(f"{loaded.name}.html", render_page(graph).encode("utf-8"))
+    annotated = annotate(loaded.proto, report, report.get("estimate"))
+    staging.write_onnx(f"{loaded.name}.placement.onnx", annotated,
+                       external=cpu_onnx.needs_external_data(annotated))
+
+
+def _check_deny(deny: Sequence[str]) -> List[str]:
+    if isinstance(deny, str) or not all(isinstance(d, str) and d for d in deny):
+        raise MrvlConvertError(f"deny must be a list of op types or node names, got {deny!r}")
+    return sorted(set(deny))
+
+
+def _denied(canonical: CanonicalGraph, loaded: LoadedModel, deny: Sequence[str]) -> Dict[str, str]:
+    """Canonical node name -> the deny entry naming it: by its op type (as in the model or
+    after canonicalize), its unique name, or its name in the model file; a node canonicalize
+    added answers to the names of the node it comes from."""
+    wanted = set(deny)
+    denied: Dict[str, str] = {}
+    for node in canonical.graph.nodes:
+        origin = canonical.derived.get(node.name, node.name)  # a Sum's partial Adds: the Sum
+        names = (node.op, canonical.op_types.get(origin, node.op), origin,
+                 loaded.original_names.get(origin, origin))
+        hit = next((n for n in names if n in wanted), None)
+        if hit is not None:
+            denied[node.name] = hit
+    return denied
 
 
 def _check_outputs(graph: gs.Graph, label: str) -> None:
@@ -100,12 +179,13 @@ def _check_outputs(graph: gs.Graph, label: str) -> None:
                                         model=label, tensor=tensor.name)
 
 
-def _rule_sources(rules: Rules) -> List[Dict[str, str]]:
+def _rule_sources(rules: Rules, layer_set: str) -> List[Dict[str, str]]:
     if rules is None:
         rules = []
     elif isinstance(rules, (str, Path)):
         rules = [rules]
-    sources = [{"name": "builtin", "sha256": _sha(builtin_path())}]
+    sources = [{"name": "builtin" if path == builtin_path() else f"builtin/{path.name}",
+                "sha256": _sha(path)} for path in builtin_paths(layer_set)]
     for path in rules:
         sources.append({"name": Path(path).name, "sha256": _sha(Path(path))})
     return sources

@@ -66,6 +66,10 @@ class OutputDirError(MrvlConvertError):
     """The output directory cannot be written, or holds something we must not overwrite."""
 
 
+class OptionError(MrvlConvertError):
+    """A keyword argument or command-line option out of its range (e.g. ``jobs=-1``)."""
+
+
 class InputFeedError(MrvlConvertError):
     """An input feed of the wrong name, shape or dtype handed to a session."""
 

@@ -12,14 +12,16 @@ Every tensor carries its logical (ONNX) shape and ``perm``: physical = logical.t
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from ._graph import static_shape
 from .errors import MrvlConvertError
-from .partition import Stage
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .partition import Stage
 
 NHWC = (0, 2, 3, 1)
 DEFAULT_LABELS = {1: "C", 2: "NC", 3: "NCW", 4: "NCHW", 5: "NCDHW"}
@@ -65,9 +67,10 @@ class TensorLayout:
 
 @dataclass
 class Layer:
+    """One Marvell layer, typed: attribute values are ints, tuples, strings and enums as the
+    layer kind declares them (``mrvl_convert/layers``); only the emitter writes strings."""
     kind: str                          # layer_name
-    composite: str
-    rule: str
+    rule: Optional[str]                # the rule that made it; None when the layout pass did
     source_nodes: List[str]
     inputs: List[int]                  # indices into MrvlSubgraph.values
     in_layouts: List[TensorLayout]
@@ -85,16 +88,11 @@ class MrvlSubgraph:
     heads: List[int]                   # value indices in stage output order
     output_tensors: List[gs.Tensor]
 
-    def value_layout(self, index: int) -> TensorLayout:
-        if index < len(self.input_layouts):
-            return self.input_layouts[index]
-        return self.layers[index - len(self.input_layouts)].out_layout
-
 
 class LayoutContext:
     """Tracks where each ONNX tensor's data lives while one stage is lowered."""
 
-    def __init__(self, stage: Stage) -> None:
+    def __init__(self, stage: "Stage") -> None:
         self.stage = stage
         self.layers: List[Layer] = []
         self.input_layouts: List[TensorLayout] = []
@@ -144,9 +142,9 @@ class LayoutContext:
         if key not in self._converted:
             # Upstream writes a layout_transform even where only size-1 axes move; so do we.
             self._converted[key] = self.emit(Layer(
-                kind="layout_transform", composite="mrvl.layout_transform", rule="layout",
-                source_nodes=[], inputs=[index], in_layouts=[layout], out_layout=target,
-                attrs={"src_layout": [layout.name], "dst_layout": [target.name]}), None)
+                kind="layout_transform", rule=None, source_nodes=[], inputs=[index],
+                in_layouts=[layout], out_layout=target,
+                attrs={"src_layout": layout.name, "dst_layout": target.name}), None)
         return self._converted[key], target
 
 
@@ -158,7 +156,7 @@ def shape_of(tensor: gs.Tensor) -> List[int]:
     return shape
 
 
-def _input_labels(tensor: gs.Tensor, stage: Stage) -> str:
+def _input_labels(tensor: gs.Tensor, stage: "Stage") -> str:
     rank = len(shape_of(tensor))
     inside = {n.name for n in stage.nodes}
     consumers = [c for c in tensor.outputs if c.name in inside]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import numbers
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,8 +19,9 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx
 from onnx import shape_inference
-from onnx.external_data_helper import load_external_data_for_model, uses_external_data
 
+from ._tensors import (all_tensors, check_sizes, external_files, is_external, load_external,
+                       model_dir)
 from .errors import (InvalidModelError, ModelLoadError, ShapeError,
                      UnsupportedModelError)
 
@@ -29,6 +31,11 @@ MAX_OPSET = onnx.defs.onnx_opset_version()
 MAX_RUNTIME_IR = 10
 # Domains onnxruntime can execute out of the box; anything else would leave a CPU stage nobody runs.
 KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
+
+# Element types with a plain numpy dtype (bfloat16, float8 and 4-bit types have none).
+NUMPY_ELEM_TYPES = tuple(getattr(onnx.TensorProto, n) for n in (
+    "FLOAT", "FLOAT16", "DOUBLE", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
+    "UINT64", "BOOL"))
 
 ModelLike = Union[str, os.PathLike, onnx.ModelProto]
 
@@ -62,9 +69,12 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     _check_domains(proto, label)
     fixed = _fix_input_shapes(proto, shapes or {}, label)
     proto = _infer_shapes(proto, label)
+    _check_dtypes(proto, label)
+    _check_negative_dims(proto, label)
     if path is not None:
         # Weights are read last: checks and shape inference stay cheap on a >2 GiB model.
-        _load_external(proto, path, label)
+        load_external(proto, model_dir(path), label)
+    check_sizes(proto, label)
     model_name = safe_name(name or default_name or proto.graph.name or "model")
     return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
                        proto=proto, original_names=original_names, input_shapes=fixed)
@@ -78,7 +88,7 @@ def _first_line(exc: BaseException) -> str:
 def _run_checker(proto: onnx.ModelProto, path: Optional[Path], label: str) -> None:
     # Given a ModelProto the checker looks for external data files in the working directory;
     # given the path it looks next to the model (and never reads the weights).
-    uses_external = path is not None and any(uses_external_data(t) for t in proto.graph.initializer)
+    uses_external = path is not None and any(is_external(t) for t, _ in all_tensors(proto))
     try:
         onnx.checker.check_model(str(path) if uses_external else proto)
     except onnx.checker.ValidationError as exc:
@@ -89,6 +99,7 @@ def _run_checker(proto: onnx.ModelProto, path: Optional[Path], label: str) -> No
 def _read(model: ModelLike):
     if isinstance(model, onnx.ModelProto):
         raw = model.SerializeToString(deterministic=True)
+        external_files(model, None, model.graph.name or "<ModelProto>")
         return (copy.deepcopy(model), (model.graph.name or "<ModelProto>"), raw, model.graph.name,
                 None)
     path = Path(model)
@@ -103,39 +114,16 @@ def _read(model: ModelLike):
                              model=label) from None
     if not proto.HasField("graph") and not proto.opset_import:
         raise ModelLoadError("is not an ONNX model (no graph in the protobuf)", model=label)
-    _check_external_files(proto, path, label)
+    external_files(proto, model_dir(path), label)  # before any check reads a byte of it
     return proto, label, raw, path.stem, path
-
-
-def _check_external_files(proto: onnx.ModelProto, path: Path, label: str) -> None:
-    base = path.parent.resolve()
-    for tensor in proto.graph.initializer:
-        if not uses_external_data(tensor):
-            continue
-        info = {e.key: e.value for e in tensor.external_data}
-        location = info.get("location", "")
-        target = (base / location).resolve()
-        if base not in target.parents and target != base:
-            raise ModelLoadError(f"external data location {location!r} points outside the model's "
-                                 "directory", model=label, tensor=tensor.name)
-        if not target.is_file():
-            raise ModelLoadError(f"external data file {location!r} is missing (looked in {base})",
-                                 model=label, tensor=tensor.name)
-
-
-def _load_external(proto: onnx.ModelProto, path: Path, label: str) -> None:
-    if not any(uses_external_data(t) for t in proto.graph.initializer):
-        return
-    base = path.parent.resolve()
-    try:
-        load_external_data_for_model(proto, str(base))
-    except Exception as exc:
-        raise ModelLoadError(f"cannot read external data: {_first_line(exc)}", model=label) from None
 
 
 def _check_opsets(proto: onnx.ModelProto, label: str) -> None:
     if not proto.graph.node:
         raise InvalidModelError("the graph is empty (no nodes)", model=label)
+    if not proto.graph.output:
+        raise InvalidModelError("the graph has no outputs: there is nothing to compute",
+                                model=label)
     default = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
     if not default:
         raise UnsupportedModelError("declares no default-domain opset", model=label)
@@ -249,7 +237,7 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
         dims = value.type.tensor_type.shape.dim
         wanted = shapes.get(name)
         if wanted is not None:
-            wanted = [int(d) for d in wanted]
+            wanted = shape_override(name, wanted, label)
             if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
                 raise ShapeError(f"has rank {len(dims)} but the given shape {wanted} has rank "
                                  f"{len(wanted)}", model=label, tensor=name)
@@ -257,7 +245,7 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
                 raise ShapeError(f"given shape {wanted} must have positive dims", model=label,
                                  tensor=name)
             for dim, size in zip(dims, wanted):
-                if dim.HasField("dim_value") and dim.dim_value != size:
+                if _static(dim) and dim.dim_value != size:
                     raise ShapeError(f"has static dim {dim.dim_value} where the given shape says "
                                      f"{size}", model=label, tensor=name)
             value.type.tensor_type.shape.Clear()
@@ -271,8 +259,9 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
                              tensor=name)
         sizes = []
         for axis, dim in enumerate(dims):
-            if not dim.HasField("dim_value") or dim.dim_value <= 0:
-                symbol = dim.dim_param or "?"
+            if not _static(dim):
+                symbol = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value")
+                                           else "?")
                 raise ShapeError(f"has dynamic dim {axis} ({symbol!r}); fix it with --input-shape "
                                  f"{name}:... (shapes={{{name!r}: [...]}})", model=label,
                                  tensor=name)
@@ -281,11 +270,68 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
     return fixed
 
 
+def _check_dtypes(proto: onnx.ModelProto, label: str) -> None:
+    """Tensors of the main graph must have a numpy dtype: any of them may become a stage
+    boundary, which the manifest, graphsurgeon and HybridSession describe by numpy dtype."""
+    graph = proto.graph
+    typed = [(v.name, v.type.tensor_type.elem_type) for v in
+             list(graph.input) + list(graph.output) + list(graph.value_info)
+             if v.type.HasField("tensor_type")]
+    typed += [(t.name, t.data_type) for t in graph.initializer]
+    for name, elem in typed:
+        if elem not in NUMPY_ELEM_TYPES:
+            kind = onnx.TensorProto.DataType.Name(elem) if elem in \
+                onnx.TensorProto.DataType.values() else str(elem)
+            raise UnsupportedModelError(
+                f"has element type {kind}; supported are "
+                f"{', '.join(onnx.TensorProto.DataType.Name(e) for e in NUMPY_ELEM_TYPES)}",
+                model=label, tensor=name)
+
+
+def shape_override(name: str, dims: object, label: Optional[str] = None) -> List[int]:
+    """A user-given shape (``shapes={name: dims}``) as a list of ints, or a ShapeError naming the
+    input: no strings, no floats (1.5 is not truncated to 1), no bools."""
+    ok = isinstance(dims, (list, tuple)) or (hasattr(dims, "__len__") and hasattr(dims, "dtype"))
+    values = list(dims) if ok else []
+    if not ok or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                         for d in values):
+        raise ShapeError(f"the given shape {dims!r} must be a list of whole numbers, e.g. "
+                         "[1, 3, 224, 224]", model=label, tensor=name)
+    return [int(d) for d in values]
+
+
+def _check_negative_dims(proto: onnx.ModelProto, label: str) -> None:
+    """A negative size from shape inference (a pool window larger than its padded input...)
+    is a model onnxruntime refuses: say so here, naming the node, not in a schema error later."""
+    graph = proto.graph
+    for value in list(graph.value_info) + list(graph.output):
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        if any(d < 0 for d in dims):
+            raise InvalidModelError(
+                f"shape inference gives it the negative shape {dims} (e.g. a window larger than "
+                "its padded input); onnxruntime refuses such a model",
+                model=label, node=_producer_of(proto, value.name), tensor=value.name)
+
+
+def _static(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """A dim with a size. Exporters write a dynamic dim as a dim_param, or (Paddle) as
+    ``dim_value: -1``; both are dynamic, and 0 is no size either."""
+    return dim.HasField("dim_value") and dim.dim_value > 0
+
+
 def _infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     # Value infos written by exporters can carry stale symbolic dims: infer from scratch.
     del proto.graph.value_info[:]
+    for output in proto.graph.output:
+        # A declared -1 would survive inference (and reach the manifest): make it unknown.
+        for dim in output.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value <= 0:
+                dim.Clear()
     try:
         return shape_inference.infer_shapes(proto, check_type=True, strict_mode=True,
                                             data_prop=True)
     except Exception as exc:
-        raise InvalidModelError(f"shape inference fails: {_first_line(exc)}", model=label) from None
+        text = _first_line(exc)
+        node = re.search(r"node name: ([^)]*)\)", text)
+        raise InvalidModelError(f"shape inference fails: {text}", model=label,
+                                node=node[1] if node else None) from None

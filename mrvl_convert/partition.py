@@ -9,6 +9,8 @@ every canonical node is in exactly one stage, and every composite sent back to C
   every unit it reads from, which keeps contracted regions acyclic by construction. A Mrvl stage
   with no compute-heavy layer (Conv2D, FC) is sent back to CPU, as upstream does, and the stages
   are recomputed until nothing changes.
+  With ``max_subgraphs=N`` the N Mrvl regions with the most MACs (``_macs.py``) stay, the others
+  go back to CPU, and the stages are recomputed until at most N remain.
 - ``single``: the RFC's first revision: one Mrvl stage holding the composites reachable from the
   model inputs through composites only, then one CPU stage with everything else.
 """
@@ -20,9 +22,11 @@ from typing import Dict, List, Optional, Sequence
 
 import onnx_graphsurgeon as gs
 
+from ._graph import all_inputs, nested_owners
+from ._macs import total_macs
 from .errors import MrvlConvertError
 from .rules.matcher import Composite, MatchPlan
-from .rules.model import COMPUTE_HEAVY
+from .layers import layer_kind
 
 POLICIES = ("single", "multi")
 
@@ -37,7 +41,7 @@ class Unit:
 
     @property
     def heavy(self) -> bool:
-        return self.composite is not None and self.composite.rule.layer in COMPUTE_HEAVY
+        return self.composite is not None and layer_kind(self.composite.rule.layer).compute_heavy
 
 
 @dataclass
@@ -63,9 +67,13 @@ class Plan:
         return {n.name: s for s in self.stages for n in s.nodes}
 
 
-def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str) -> Plan:
+def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str, *,
+              max_subgraphs: Optional[int] = None) -> Plan:
     if policy not in POLICIES:
         raise MrvlConvertError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
+    if max_subgraphs is not None and (isinstance(max_subgraphs, bool) or
+                                      not isinstance(max_subgraphs, int) or max_subgraphs < 0):
+        raise MrvlConvertError(f"max_subgraphs must be an integer >= 0, got {max_subgraphs!r}")
     units = _units(graph, matches)
     mrvl = {u.index for u in units if u.composite is not None}
     demoted: Dict[str, str] = {}
@@ -73,6 +81,8 @@ def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str)
         stages_of = _single(units, mrvl, demoted)
     else:
         stages_of = _multi(units, mrvl, demoted)
+    if max_subgraphs is not None:
+        stages_of = _keep_largest(units, mrvl, demoted, stages_of, max_subgraphs, policy)
     stages = _build_stages(graph, units, stages_of, mrvl, model_name)
     return Plan(policy, stages, demoted)
 
@@ -92,7 +102,7 @@ def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:
     preds: List[set] = [set() for _ in raw]
     for i, nodes in enumerate(raw):
         for node in nodes:
-            for tensor in node.inputs:
+            for tensor in all_inputs(node):
                 for producer in tensor.inputs:
                     j = unit_of[producer.name]
                     if j != i:
@@ -155,6 +165,33 @@ def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[in
                     "compute-heavy layer (Conv2D or FC), so it stays on CPU as upstream decides")
 
 
+def _keep_largest(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
+                  stage: Dict[int, int], limit: int, policy: str) -> Dict[int, int]:
+    """Send the Mrvl regions with the fewest MACs back to CPU until at most ``limit`` remain.
+    The stages are then recomputed (a region left without a compute-heavy layer goes to CPU
+    too, as in ``_multi``) and counted again."""
+    while True:
+        regions: Dict[int, List[Unit]] = {}
+        for unit in units:
+            if unit.index in mrvl:
+                regions.setdefault(stage[unit.index], []).append(unit)
+        if len(regions) <= limit:
+            return stage
+        # Most MACs first; an earlier region wins a tie: deterministic.
+        ranked = sorted(regions, key=lambda s: (-total_macs(n for u in regions[s]
+                                                            for n in u.nodes), s))
+        for s in ranked[limit:]:
+            for unit in regions[s]:
+                mrvl.discard(unit.index)
+                for node in unit.nodes:
+                    demoted[node.name] = (
+                        f"matched {unit.composite.rule.name}, but beyond max_subgraphs: its Mrvl "
+                        f"region is not among the {limit} with the most MACs")
+        if policy == "single":
+            return {u.index: (0 if u.index in mrvl else 1) for u in units}
+        stage = _multi(units, mrvl, demoted)
+
+
 def _single(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[int, int]:
     prefix = set()
     blocker: Dict[int, str] = {}
@@ -194,11 +231,12 @@ def _build_stages(graph: gs.Graph, units: Sequence[Unit], stage_of: Dict[int, in
         counters[kind] += 1
         stages.append(Stage(kind, name, members, [], []))
     node_stage = {n.name: st for st in stages for n in st.nodes}
+    owners = nested_owners(graph)
     for stage in stages:
         inside = {n.name for n in stage.nodes}
         seen_in, seen_out = set(), set()
         for node in stage.nodes:
-            for tensor in node.inputs:
+            for tensor in all_inputs(node):
                 if isinstance(tensor, gs.Constant) or not tensor.name or tensor.name in seen_in:
                     continue
                 if not tensor.inputs or tensor.inputs[0].name not in inside:
@@ -207,7 +245,8 @@ def _build_stages(graph: gs.Graph, units: Sequence[Unit], stage_of: Dict[int, in
             for tensor in node.outputs:
                 if not tensor.name or tensor.name in seen_out:
                     continue
-                outside = [c for c in tensor.outputs if node_stage[c.name] is not stage]
+                outside = [c for c in tensor.outputs
+                           if node_stage[owners.get(id(c), c).name] is not stage]
                 if outside or tensor.name in graph_outputs:
                     stage.outputs.append(tensor)
                     seen_out.add(tensor.name)

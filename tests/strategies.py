@@ -295,6 +295,26 @@ class ModelBuilder:
         return self._node("Clip", ins, self.shapes[x])
 
     @_op
+    def sum(self, xs: Sequence[str]) -> str:
+        """The n-ary Sum older exporters write for residual adds."""
+        out = list(np.broadcast_shapes(*(tuple(self.shapes[t]) for t in xs)))
+        return self._node("Sum", list(xs), out)
+
+    @_op
+    def minmax_const(self, x: str, op: str, value: float, const_first: bool = False) -> str:
+        """Max or Min of x and a scalar constant (Max(x, 0) is a Relu, Min(Relu(x), 6) a Relu6)."""
+        cname = self._const(op.lower(), np.array(value, np.float32))
+        return self._node(op, [cname, x] if const_first else [x, cname], self.shapes[x])
+
+    @_op
+    def arith_const(self, x: str, op: str, value: float, cshape: Sequence[int] = ()) -> str:
+        """Sub or Div of x by a constant filled with ``value`` (the normalisation exporters
+        write: x - mean, x / std)."""
+        cname = self._const(op.lower(), np.full(cshape, value, np.float32))
+        out = list(np.broadcast_shapes(tuple(self.shapes[x]), tuple(cshape)))
+        return self._node(op, [x, cname], out)
+
+    @_op
     def add(self, a: str, b: str) -> str:
         out = list(np.broadcast_shapes(tuple(self.shapes[a]), tuple(self.shapes[b])))
         return self._node("Add", [a, b], out)
@@ -412,12 +432,18 @@ class ModelBuilder:
                           lead + [out_f])
 
     # ---------------------------------------------------------------- finish
-    def build(self, outputs: Sequence[str], dynamic_batch: bool = False) -> onnx.ModelProto:
+    def build(self, outputs: Sequence[str], dynamic_batch: Any = False) -> onnx.ModelProto:
+        """``dynamic_batch``: True gives batched inputs a symbolic batch dim "N"; "-1" writes
+        it as Paddle does, ``dim_value: -1``, on the batched inputs and on every output."""
+        batch: Any = -1 if dynamic_batch == "-1" else "N"
         inputs = [helper.make_tensor_value_info(
             i, TensorProto.FLOAT,
-            ["N"] + self.shapes[i][1:] if dynamic_batch and i in self.batched else self.shapes[i])
+            [batch] + self.shapes[i][1:] if dynamic_batch and i in self.batched else self.shapes[i])
             for i in self.inputs]
-        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, self.shapes[o]) for o in outputs]
+        outs = [helper.make_tensor_value_info(
+            o, TensorProto.FLOAT,
+            [-1] + self.shapes[o][1:] if dynamic_batch == "-1" else self.shapes[o])
+            for o in outputs]
         graph = helper.make_graph(self.nodes, self.name, inputs, outs, initializer=self.inits)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)],
                                   ir_version=OPSET_IR[self.opset], producer_name="hypothesis")
@@ -434,7 +460,8 @@ def from_spec(spec: dict) -> GeneratedModel:
 
     spec: {"opset", "seed", "steps": [[builder method, args, kwargs], ...], "outputs"} and
     optionally "const_nodes" (weights as Constant nodes), "names" (naming style),
-    "dynamic_batch" (inputs get a symbolic batch dim "N"; GeneratedModel.shapes fixes it)."""
+    "dynamic_batch" (True: inputs get a symbolic batch dim "N"; "-1": inputs and outputs get
+    Paddle's ``dim_value: -1``; GeneratedModel.shapes fixes it)."""
     b = ModelBuilder(spec["opset"], spec["seed"], const_nodes=spec.get("const_nodes", False),
                      names=spec.get("names", "plain"))
     for method, args, kwargs in spec["steps"]:
@@ -442,11 +469,11 @@ def from_spec(spec: dict) -> GeneratedModel:
     return _finish(b, spec["outputs"], spec.get("dynamic_batch", False))
 
 
-def _finish(b: ModelBuilder, outputs: Sequence[str], dynamic_batch: bool = False) -> GeneratedModel:
+def _finish(b: ModelBuilder, outputs: Sequence[str], dynamic_batch: Any = False) -> GeneratedModel:
     spec = {"opset": b.opset, "seed": b.seed, "steps": b.steps, "outputs": list(outputs)}
     shapes = None
     if dynamic_batch and b.batched:
-        spec["dynamic_batch"] = True
+        spec["dynamic_batch"] = dynamic_batch
         shapes = {i: b.shape(i) for i in b.batched}
     if b.const_nodes:
         spec["const_nodes"] = True
@@ -455,8 +482,10 @@ def _finish(b: ModelBuilder, outputs: Sequence[str], dynamic_batch: bool = False
     desc = "\n".join([f"opset {b.opset}, seed {b.seed}, {b.names} names"
                       + (", weights as Constant nodes" if b.const_nodes else "")]
                      + b.lines + [f"outputs: {list(outputs)}"]
-                     + ([f"symbolic batch dim N on {sorted(shapes)}"] if shapes else []))
-    return GeneratedModel(b.build(outputs, bool(shapes)), b.feeds(), desc, spec, shapes)
+                     + ([f"dynamic batch dim {'-1' if dynamic_batch == '-1' else 'N'} on "
+                         f"{sorted(shapes)}"] if shapes else []))
+    return GeneratedModel(b.build(outputs, dynamic_batch if shapes else False), b.feeds(), desc,
+                          spec, shapes)
 
 
 # ==================================================================== strategies
@@ -531,15 +560,21 @@ def _conv_params(draw, b: ModelBuilder, x: str, *, same: bool = False,
 
 
 def _activation(draw, b: ModelBuilder, x: str, allow_cpu: bool) -> str:
-    opts = ["none", "relu", "relu", "relu6", "clip"] + (["leaky"] if allow_cpu else [])
+    opts = ["none", "relu", "relu", "relu6", "clip", "max0", "min_relu6"] + \
+        (["leaky"] if allow_cpu else [])
     act = draw(st.sampled_from(opts), label="activation")
     if act == "relu":
         return b.unary(x, "Relu")
     if act == "relu6":
         return b.clip(x, 0.0, 6.0)
+    if act == "max0":  # Relu as Max(x, 0)
+        return b.minmax_const(x, "Max", 0.0, const_first=draw(st.booleans(), label="0 first"))
+    if act == "min_relu6":  # Relu6 as Min(Relu(x), 6)
+        return b.minmax_const(b.unary(x, "Relu"), "Min", 6.0,
+                              const_first=draw(st.booleans(), label="6 first"))
     if act == "clip":
-        lo, hi = draw(st.sampled_from([(-1.0, 1.0), (0.0, None), (None, 2.0), (0.0, 1.0)]),
-                      label="clip bounds")
+        lo, hi = draw(st.sampled_from([(-1.0, 1.0), (0.0, None), (None, 2.0), (0.0, 1.0),
+                                       (0.0, float("inf"))]), label="clip bounds")
         return b.clip(x, lo, hi)
     if act == "leaky":
         return b.unary(x, "LeakyRelu")
@@ -692,7 +727,17 @@ def _fc(draw, b: ModelBuilder, x: str, allow_cpu: bool) -> str:
 
 BLOCK_KINDS = ["conv", "pad_conv", "pool", "bn", "act", "add_const", "residual", "branch_add",
                "branch_concat", "se", "cpu_op", "join_input", "tap", "identity", "broadcast_add",
-               "fc_unflatten"]
+               "fc_unflatten", "normalise"]
+
+
+def _add_spelling(draw, b: ModelBuilder, xs: Sequence[str]) -> str:
+    """Two or three same-shape tensors added: a chain of Add, or one Sum (older exporters)."""
+    if draw(st.booleans(), label="Sum, not Add"):
+        return b.sum(xs)
+    y = xs[0]
+    for t in xs[1:]:
+        y = b.add(y, t)
+    return y
 
 
 @st.composite
@@ -743,16 +788,23 @@ def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
         elif kind == "add_const":
             x = b.binary_const(x, "Add", _const_shape(draw, shp),
                                const_first=draw(st.booleans(), label="const first"))
+        elif kind == "normalise":  # x - mean, x / std: Sub, and Div by 2^k (exact) or not
+            x = b.arith_const(x, "Sub", draw(st.sampled_from([0.5, 0.485, -1.0]), label="mean"),
+                              _const_shape(draw, shp))
+            if cpu_ops:
+                x = b.arith_const(x, "Div", draw(st.sampled_from([0.5, 2.0, 0.229, 3.0]),
+                                                 label="std"), [])
         elif kind == "residual":
             y = _same_branch(draw, b, x, cpu_ops, out_ch=shp[1], stride=1)
-            x = b.add(x, y) if draw(st.booleans(), label="add order") else b.add(y, x)
+            x = _add_spelling(draw, b, [x, y] if draw(st.booleans(), label="add order") else [y, x])
             x = _activation(draw, b, x, cpu_ops)
         elif kind == "branch_add":
             s = draw(st.sampled_from([1, 1, 2]), label="branch stride")
             oc = draw(st.integers(1, 16), label="branch channels")
-            y1 = _same_branch(draw, b, x, cpu_ops, out_ch=oc, stride=s)
-            y2 = _same_branch(draw, b, x, cpu_ops, out_ch=oc, stride=s)
-            x = b.add(y1, y2) if y1 != y2 else y1
+            ys = [_same_branch(draw, b, x, cpu_ops, out_ch=oc, stride=s)
+                  for _ in range(draw(st.sampled_from([2, 2, 3]), label="branches to add"))]
+            ys = list(dict.fromkeys(ys))  # a branch may be x itself, twice
+            x = _add_spelling(draw, b, ys) if len(ys) > 1 else ys[0]
         elif kind == "branch_concat":
             s = draw(st.sampled_from([1, 1, 2]), label="branch stride")
             nb = draw(st.integers(2, 3), label="branches")
@@ -823,5 +875,5 @@ def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
     outputs = [x] + [t for t in taps if t != x]
     if len(outputs) > 1 and draw(st.booleans(), label="shuffle outputs"):
         outputs = outputs[1:] + outputs[:1]
-    return _finish(b, outputs, draw(st.sampled_from([False, False, False, False, True]),
-                                    label="symbolic batch dim"))
+    return _finish(b, outputs, draw(st.sampled_from([False, False, False, False, True, "-1"]),
+                                    label="dynamic batch dim"))

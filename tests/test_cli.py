@@ -178,11 +178,71 @@ def test_progress_bar_on_a_terminal() -> None:
 
 def test_table_lists_failures() -> None:
     rows = [Outcome("a.onnx", "a", "ok", "out/a", {"mrvl_nodes": 4, "cpu_nodes": 1,
-                                                   "mrvl_subgraphs": 1, "cpu_subgraphs": 1}, 1.5),
+                                                   "mrvl_subgraphs": 1, "cpu_subgraphs": 1,
+                                                   "transitions": 1}, 1.5, mrvl_mac_share=0.9876),
             Outcome("b.onnx", "b", "failed", "out/b", error="bad", error_type="ShapeError")]
     lines = format_table(rows).splitlines()
-    assert lines[2].split() == ["a", "ok", "4", "1", "1", "1", "1.50"]
-    assert lines[3].split() == ["b", "failed", "-", "-", "-", "-", "0.00", "ShapeError"]
+    assert lines[2].split() == ["a", "ok", "4", "1", "1", "1", "1", "98.8%", "1.50"]
+    assert lines[3].split() == ["b", "failed", "-", "-", "-", "-", "-", "-", "0.00", "ShapeError"]
+
+
+def _fragmented(path: Path, cuts: int) -> Path:
+    """Conv, then ``cuts // 2`` times (Sigmoid on CPU, Conv on Mrvl), then one more Sigmoid."""
+    from models import Builder
+    b = Builder()
+    y = b.input("x", [1, 3, 8, 8])
+    y = b.op("Relu", [b.conv(y, 3, 4, pads=[1, 1, 1, 1])], name="conv0")
+    for k in range(cuts // 2):
+        y = b.op("Sigmoid", [y], name=f"sig{k}")
+        y = b.op("Relu", [b.conv(y, 4, 4, pads=[1, 1, 1, 1])], name=f"conv{k + 1}")
+    y = b.op("Sigmoid", [y], name="last")
+    return bm.save(b.model([y]), path)
+
+
+def test_many_cuts_are_explained_in_one_line(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = run(str(_fragmented(tmp_path / "frag.onnx", 8)), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"frag: 9 cuts: Sigmoid x5; see {out / 'frag' / 'report.json'}" in done.stdout
+    report = json.loads((out / "frag" / "report.json").read_text())
+    assert report["summary"]["transitions"] == 9
+    assert report["cut_by"] == [{"op_type": "Sigmoid", "nodes": 5}]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["models"][0]["transitions"] == 9
+    assert summary["models"][0]["mrvl_mac_share"] == 1.0   # Sigmoid has no MACs
+
+
+def test_few_cuts_print_no_cut_line(tmp_path: Path) -> None:
+    done = run(str(_fragmented(tmp_path / "frag.onnx", 2)), "-o", str(tmp_path / "out"))
+    assert done.returncode == 0 and "cuts:" not in done.stdout
+
+
+def test_partition_control_flags(tmp_path: Path) -> None:
+    model = _fragmented(tmp_path / "frag.onnx", 8)
+    out = tmp_path / "out"
+    done = run(str(model), "-o", str(out), "--max-subgraphs", "2", "--deny", "conv0")
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "frag" / "report.json").read_text())
+    assert report["summary"]["mrvl_subgraphs"] == 2
+    placement = {e["name"]: e for e in report["nodes"]}
+    assert placement["conv0"]["reason"] == "denied by the user ('conv0')"
+    assert any("beyond max_subgraphs" in e.get("reason", "") for e in report["nodes"])
+    options = json.loads((out / "summary.json").read_text())["options"]
+    assert (options["max_subgraphs"], options["deny"]) == (2, ["conv0"])
+    bad = run(str(model), "-o", str(out), "--max-subgraphs", "-1")
+    assert bad.returncode == 2 and "must be at least 0" in bad.stderr
+
+
+def test_layer_set_flag_reaches_manifest_and_summary(good: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert main([str(good), "-o", str(out), "--layer-set", "upstream-0.19", "-q"]) == 0
+    manifest = json.loads((out / "cnn" / "manifest.json").read_text())
+    assert manifest["options"]["layer_set"] == "upstream-0.19"
+    summary = json.loads((out / "summary.json").read_text())
+    validate(summary, "summary", label="summary.json")
+    assert summary["options"]["layer_set"] == "upstream-0.19"
+    bad = run(str(good), "-o", str(out), "--layer-set", "tvm-0.18")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr
 
 
 def test_input_shape_not_matching_any_model_warns(tmp_path: Path, capsys) -> None:

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 import mrvl_convert
 from mrvl_convert.errors import ArtifactError, Fp16RangeError, MrvlConvertError, RuleFileError
 from mrvl_convert.rules.loader import builtin_path, load_rule_file
-from mrvl_convert.rules.model import LAYER_ROLES
+from mrvl_convert.layers import CATALOGUE
 from mrvl_convert.runtime.simulator import MrvlSimulator
 from strategies import ModelBuilder, _finish
 
@@ -138,8 +138,10 @@ def _rule_mutations(draw) -> Tuple[Any, List[str], str]:
         return data, [_field("composites", i, "pattern")], f"composites[{i}]: all steps optional"
     if kind == "wrong_layer":
         roles = {s["role"] for s in comp["pattern"]}
-        bad = [layer for layer, (req, opt) in sorted(LAYER_ROLES.items())
-               if not req <= roles or not roles <= req | opt]
+        bad = [name for name, kind in sorted(CATALOGUE.items())
+               if not kind.required_roles <= roles
+               or not roles <= kind.required_roles | kind.optional_roles | kind.one_of_roles
+               or kind.one_of_roles and not kind.one_of_roles & roles]
         comp["layer"] = draw(st.sampled_from(bad))
         return data, [_field("composites", i, "pattern"), comp["layer"]], \
             f"composites[{i}].layer = {comp['layer']}"
@@ -301,7 +303,8 @@ def _pair_model():
     g = b.global_pool(x, "avg")                                                 # GlobalAvgpool2D
     m = b.global_pool(x, "max")                                                 # GlobalMaxpool2D
     f = b.gemm(b.flatten(b.add(g, m)), 10)                                      # flatten + FC
-    t = b.reshape(b.transpose(x, [0, 2, 3, 1]), [1, -1])                        # NHWC reshape
+    # NHWC reshape (through 3-D: canonicalize makes a 4-D -> [N, features] Reshape a Flatten)
+    t = b.reshape(b.reshape(b.transpose(x, [0, 2, 3, 1]), [1, 16, -1]), [1, -1])
     return _finish(b, [f, b.matmul(t, 5), y])
 
 

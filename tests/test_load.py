@@ -117,3 +117,17 @@ def test_model_given_as_path_and_as_proto_agree(tmp_path):
     for x, y in zip(by_path.files, by_proto.files):
         if x.name != "manifest.json":  # the manifest records the file's own hash
             assert x.read_bytes() == y.read_bytes(), x.name
+
+
+def test_paddle_minus_one_batch_is_a_dynamic_dim(tmp_path):
+    """Paddle writes a dynamic batch as ``dim_value: -1`` on inputs and outputs alike."""
+    model = plain_cnn(13, batch_dim=-1)
+    with pytest.raises(mrvl_convert.ShapeError) as info:
+        mrvl_convert.convert(model, tmp_path / "o")
+    assert "dynamic dim 0 ('-1')" in str(info.value) and "--input-shape" in str(info.value)
+    result = mrvl_convert.convert(model, tmp_path / "o", shapes={"x": [2, 3, 8, 8]})
+    assert result.manifest["model"]["inputs"][0]["shape"] == [2, 3, 8, 8]
+    assert result.manifest["model"]["outputs"][0]["shape"] == [2, 10]
+    shapes = [b["shape"] for s in result.manifest["stages"] for b in s["inputs"] + s["outputs"]]
+    assert all(d > 0 for shape in shapes for d in shape)
+    assert result.summary["cpu_nodes"] == 0

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Mapping, Optional
 
-import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
+from .._graph import dtype_name
+from .._macs import total_macs
 from ..canonicalize import CanonicalGraph
 from ..layout import DEFAULT_LABELS, MrvlSubgraph
 from ..load import LoadedModel
@@ -14,10 +15,6 @@ from ..partition import Plan
 from ..rules.matcher import MatchPlan
 
 FORMAT_VERSION = "1"
-
-
-def _dtype(tensor: gs.Tensor) -> str:
-    return np.dtype(tensor.dtype).name if tensor.dtype is not None else "unknown"
 
 
 def _io(value: onnx.ValueInfoProto) -> Dict[str, Any]:
@@ -30,7 +27,7 @@ def _io(value: onnx.ValueInfoProto) -> Dict[str, Any]:
 
 def _boundary(tensor: gs.Tensor, layout: Optional[str] = None) -> Dict[str, Any]:
     shape = [int(d) for d in tensor.shape]
-    return {"tensor": tensor.name, "shape": shape, "dtype": _dtype(tensor),
+    return {"tensor": tensor.name, "shape": shape, "dtype": dtype_name(tensor),
             "layout": layout or DEFAULT_LABELS.get(len(shape), "")}
 
 
@@ -79,16 +76,43 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
         entry = _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of)
         counts[entry["placement"]] += 1
         entries.append(entry)
+    summary = {"nodes": len(entries), "mrvl_nodes": counts["mrvl"],
+               "cpu_nodes": counts["cpu"], "removed_nodes": counts["removed"],
+               "mrvl_subgraphs": sum(s.kind == "mrvl" for s in plan.stages),
+               "cpu_subgraphs": sum(s.kind == "cpu" for s in plan.stages)}
+    summary.update(_fragmentation(plan))
     return {
         "format_version": FORMAT_VERSION,
         "model": loaded.name,
         "policy": plan.policy,
-        "summary": {"nodes": len(entries), "mrvl_nodes": counts["mrvl"],
-                    "cpu_nodes": counts["cpu"], "removed_nodes": counts["removed"],
-                    "mrvl_subgraphs": sum(s.kind == "mrvl" for s in plan.stages),
-                    "cpu_subgraphs": sum(s.kind == "cpu" for s in plan.stages)},
+        "summary": summary,
+        "cut_by": _cut_by(entries, summary["mrvl_subgraphs"]),
         "nodes": entries,
     }
+
+
+def _fragmentation(plan: Plan) -> Dict[str, Any]:
+    """How often the run crosses between Mrvl and CPU, and how much of the work is on Mrvl."""
+    kinds = [s.kind for s in plan.stages]
+    macs = {kind: total_macs(n for s in plan.stages if s.kind == kind for n in s.nodes)
+            for kind in ("mrvl", "cpu")}
+    total = macs["mrvl"] + macs["cpu"]
+    return {"transitions": sum(a != b for a, b in zip(kinds, kinds[1:])),
+            "macs": total, "mrvl_macs": macs["mrvl"],
+            "mrvl_mac_share": round(macs["mrvl"] / total, 4) if total else 0.0}
+
+
+def _cut_by(entries: List[Dict[str, Any]], mrvl_subgraphs: int) -> List[Dict[str, Any]]:
+    """The op types (as the model writes them) left on CPU, most nodes first: what cuts the
+    accelerator's regions apart. Empty when nothing runs on Mrvl (nothing is cut)."""
+    if not mrvl_subgraphs:
+        return []
+    counts: Dict[str, int] = {}
+    for entry in entries:
+        if entry["placement"] == "cpu":
+            counts[entry["op_type"]] = counts.get(entry["op_type"], 0) + 1
+    return [{"op_type": op, "nodes": n}
+            for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of):
@@ -100,6 +124,12 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
     if name in canonical.removed:
         entry.update(placement="removed", reason=canonical.removed[name])
         return entry
+    # A node merged into another by a canonical rewrite goes wherever that one went.
+    name = canonical.merged.get(name, name)
+    if name != node.name:
+        entry["merged_into"] = name
+    if name in canonical.rewritten:
+        entry["canonical"] = canonical.rewritten[name]
     stage = stage_of[name]
     entry["stage"] = stage.name
     if stage.kind == "mrvl":
@@ -120,4 +150,6 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
                               "failed_on": list(miss.failed_nodes)}
     else:
         entry["reason"] = matches.unmatched_reason.get(name, "no rule matched")
+    if name in canonical.kept:
+        entry["canonical"] = canonical.kept[name]
     return entry

@@ -1,6 +1,8 @@
 """Nodes-JSON and Constants-JSON for one Mrvl subgraph, in the upstream TVM Marvell conventions.
 
-See docs/FORMATS.md. Beyond upstream, every layer carries ``source_nodes`` and ``rule``.
+See docs/FORMATS.md. Beyond upstream, every layer carries ``source_nodes`` and ``rule``. This is
+the one place where typed layer attributes become the lists of strings the format holds, through
+each layer kind's own declarations (``mrvl_convert/layers``).
 """
 from __future__ import annotations
 
@@ -9,11 +11,14 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from ..layers import MARVELL, LayerKind, layer_kind
+from ..layers._kind import r4_shape
 from ..layout import Layer, MrvlSubgraph
 
 _EMPTY_CONST_SLOTS = ("kernel_const", "bias_const", "beta_const", "gamma_const", "var_const",
                       "mean_const")
-_CONST_ATTR = {"kernel": "kernel", "bias": "bias", "operand": "input"}
+# The rule name written for a layer that the layout pass inserted.
+_LAYOUT_RULE = "layout"
 
 
 def _s(values) -> List[str]:
@@ -34,18 +39,41 @@ def encode_const(array: np.ndarray) -> Dict[str, Any]:
 
 def _func_suffix(layer: Layer) -> str:
     src, dst = layer.in_layouts[0].name, layer.out_layout.name
-    if layer.kind == "layout_transform":
-        return f"{layer.attrs['src_layout'][0]}2{layer.attrs['dst_layout'][0]}"
     return dst if src == dst else f"{src}2{dst}"
 
 
+def _kind_attrs(kind: LayerKind, layer: Layer) -> Dict[str, List[str]]:
+    """The layer's own attributes as strings, in the order its kind declares them."""
+    unknown = set(layer.attrs) - {a.name for a in kind.attrs}
+    if unknown:  # pragma: no cover - a lowering bug, never a user's
+        raise ValueError(f"layer {layer.kind} has undeclared attributes {sorted(unknown)}")
+    written = {}
+    for a in kind.attrs:
+        value = layer.attrs.get(a.name, a.fixed)
+        if value is not None:
+            written[a.name] = a.encode(value)
+    return written
+
+
+def _r4_attrs(layer: Layer) -> Dict[str, Any]:
+    """The layout attributes of a layer written R4: 4-D shapes, NHWC, one shape per input."""
+    attrs: Dict[str, Any] = {"data_layout": ["NHWC"], "out_layout": ["NHWC"],
+                             "data_layout_shape": _s(r4_shape(layer.in_layouts[0].physical_shape)),
+                             "out_layout_shape": _s(r4_shape(layer.out_layout.physical_shape))}
+    if len(layer.inputs) + len(layer.consts) > 1:
+        for i, layout in enumerate(layer.in_layouts):
+            attrs[f"data_layout_shape_{i}"] = _s(r4_shape(layout.physical_shape))
+    return attrs
+
+
 def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
-                consts: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
+                consts: Dict[str, Dict[str, Any]], layer_set: str) -> Dict[str, Any]:
     name = f"{sub.name}_{k}"
+    kind = layer_kind(layer.kind)
     first_in = layer.in_layouts[0]
     attrs: Dict[str, Any] = {
         "layer_name": [layer.kind],
-        "composite_name": [layer.composite],
+        "composite_name": [layer.rule or kind.composite],
         "func_name": [f"n{k}_{layer.kind}_{_func_suffix(layer)}"],
         "func_node_name": [sub.name],
         "num_inputs": str(len(layer.inputs) + len(layer.consts)),
@@ -59,25 +87,33 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
         "from_tuple_idx": ["-1"],
         "mrvl_nodes_idx": [node_index],
     }
+    r4 = layer_set in kind.r4
+    if r4:
+        attrs.update(_r4_attrs(layer))
     for slot in _EMPTY_CONST_SLOTS:
         attrs[slot] = {}
-    attrs.update(layer.attrs)
+    attrs.update(_kind_attrs(kind, layer))
     for i, (role, array) in enumerate(layer.consts):
         const_name = f"{name}_const_{i}"
         encoded = encode_const(array)
         consts[const_name] = encoded
-        prefix = _CONST_ATTR[role]
+        prefix = kind.const(role).prefix
         attrs[f"{prefix}_const_name"] = [const_name]
         attrs[f"{prefix}_const"] = {"dtype": "float32", "max": encoded["max"],
                                     "min": encoded["min"], "name": const_name,
                                     "shape": encoded["shape"]}
+        if r4 and prefix == "input":
+            attrs["input_const_shape"] = _s(r4_shape(encoded["shape"]))
     attrs["source_nodes"] = list(layer.source_nodes)
-    attrs["rule"] = [layer.rule]
+    attrs["rule"] = [layer.rule or _LAYOUT_RULE]
     return {"op": "tvm_op", "name": name,
             "inputs": [[int(i), 0, 0] for i in layer.inputs], "attrs": attrs}
 
 
-def build(sub: MrvlSubgraph) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
+def build(sub: MrvlSubgraph, layer_set: str = MARVELL
+          ) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
+    """The Nodes-JSON and Constants-JSON documents of one Mrvl subgraph, written as the
+    ``layer_set``'s codegen writes them."""
     nodes: List[Dict[str, Any]] = []
     shapes: List[List[int]] = []
     for k, (tensor, layout) in enumerate(zip(sub.input_tensors, sub.input_layouts)):
@@ -87,7 +123,7 @@ def build(sub: MrvlSubgraph) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]
         shapes.append(layout.physical_shape)
     consts: Dict[str, Dict[str, Any]] = {}
     for k, layer in enumerate(sub.layers):
-        nodes.append(_layer_node(sub, k, layer, len(nodes), consts))
+        nodes.append(_layer_node(sub, k, layer, len(nodes), consts, layer_set))
         shapes.append(layer.out_layout.physical_shape)
     batch = sub.input_layouts[0].shape[0] if sub.input_layouts and sub.input_layouts[0].shape \
         else 1

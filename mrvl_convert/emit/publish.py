@@ -1,14 +1,24 @@
 """Write an artifact directory all at once: into a hidden sibling first, renamed into place at the end.
 
 A failure anywhere leaves no partial directory behind, and never touches an existing directory
-that is not ours.
+that is not ours. SIGTERM (``timeout``, ``docker stop``, Kubernetes) during the write removes the
+staging directory, then ends the process as SIGTERM would have. A run killed outright (SIGKILL,
+power loss) leaves ``.<name>.tmp-<pid>-*``: the next run of the same model removes those whose
+process is gone (on this host: the PID is the owner).
+
+Test hook (private): ``_MRVL_CONVERT_TEST_WRITE_DELAY=<seconds>`` sleeps before each file is
+written, so a test can send a signal mid-write.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
+import signal
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, List, Optional
 
@@ -34,6 +44,7 @@ class StagingDir:
         self.label = label  # the model, named in every OutputDirError
         self.files: List[str] = []
         self.path: Optional[Path] = None
+        self._previous_sigterm: object = None
 
     def __enter__(self) -> "StagingDir":
         parent = self.out_dir.parent
@@ -45,15 +56,21 @@ class StagingDir:
         _check_replaceable(self.out_dir, self.label)
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            self.path = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.tmp-", dir=parent))
+            clean_stale(parent, self.out_dir.name)
+            self.path = Path(tempfile.mkdtemp(prefix=_prefix(self.out_dir.name, "tmp"),
+                                              dir=parent))
         except OSError as exc:
             raise OutputDirError(f"cannot write the output directory {self.out_dir}: "
                                  f"{exc.strerror or exc}", model=self.label) from None
+        self._previous_sigterm = _catch_sigterm()
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         if exc_type is not None and self.path is not None and self.path.exists():
             shutil.rmtree(self.path, ignore_errors=True)
+        _restore_sigterm(self._previous_sigterm)
+        if exc_type is _Terminated:  # cleaned up: now end as SIGTERM would have
+            os.kill(os.getpid(), signal.SIGTERM)
 
     def _target(self, name: str) -> Path:
         # File names come from our own sanitised model name; still, never leave the directory.
@@ -61,6 +78,9 @@ class StagingDir:
             raise OutputDirError(f"refusing to write {name!r}: not a plain file name",
                                  model=self.label)
         self.files.append(name)
+        delay = os.environ.get("_MRVL_CONVERT_TEST_WRITE_DELAY")
+        if delay:
+            time.sleep(float(delay))
         return self.path / name
 
     def write_json(self, name: str, document: Any, kind: str, *, compact: bool = False) -> None:
@@ -82,6 +102,9 @@ class StagingDir:
             raise OutputDirError(f"cannot write {name} in {self.out_dir}: "
                                  f"{exc.strerror or exc}", model=self.label) from None
 
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self._write(name, data)
+
     def write_onnx(self, name: str, model: onnx.ModelProto, *, external: bool) -> None:
         if not external:
             self._write(name, model.SerializeToString(deterministic=True))
@@ -96,9 +119,10 @@ class StagingDir:
         old = None
         try:
             if self.out_dir.exists():
-                old = Path(tempfile.mkdtemp(prefix=f".{self.out_dir.name}.old-",
+                old = Path(tempfile.mkdtemp(prefix=_prefix(self.out_dir.name, "old"),
                                             dir=self.out_dir.parent))
                 os.rename(self.out_dir, old / "previous")
+            os.chmod(self.path, 0o777 & ~umask())  # mkdtemp made it 0700
             os.rename(self.path, self.out_dir)
         except OSError as exc:
             raise OutputDirError(f"cannot publish {self.out_dir}: {exc.strerror or exc}",
@@ -115,3 +139,71 @@ def _check_replaceable(out_dir: Path, label: Optional[str] = None) -> None:
     if entries and not (out_dir / "manifest.json").is_file():
         raise OutputDirError(f"{out_dir} exists and is not an mrvl_convert artifact directory "
                              "(no manifest.json); refusing to replace it", model=label)
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived while a staging directory was open (a BaseException, like Ctrl-C)."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated()
+
+
+def _catch_sigterm() -> object:
+    """Turn SIGTERM into _Terminated while staging, unless someone else handles it already.
+    Only the main thread may set handlers; other threads keep the default."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous not in (signal.SIG_DFL, None):
+        return None
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    return previous
+
+
+def _restore_sigterm(previous: object) -> None:
+    if previous is not None:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _prefix(name: str, kind: str) -> str:
+    return f".{name}.{kind}-{os.getpid()}-"
+
+
+def clean_stale(parent: Path, name: str) -> List[Path]:
+    """Remove ``.<name>.tmp-<pid>-*`` / ``.<name>.old-<pid>-*`` left by processes that are gone
+    (killed mid-write). A live process's staging directory, another run's included, stays."""
+    pattern = re.compile(rf"\.{re.escape(name)}\.(?:tmp|old)-([0-9]{{1,10}})-")
+    removed = []
+    for entry in parent.iterdir():
+        found = pattern.match(entry.name)
+        if found and entry.is_dir() and not entry.is_symlink() and not _alive(int(found[1])):
+            shutil.rmtree(entry, ignore_errors=True)
+            removed.append(entry)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True  # another user's process (or a number we cannot ask about): keep it
+    return True
+
+
+def umask() -> int:
+    """The process umask, read without changing it (Linux), else by setting it back at once."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    current = os.umask(0o022)
+    os.umask(current)
+    return current

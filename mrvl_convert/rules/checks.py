@@ -69,12 +69,43 @@ def check_single_output(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
 
 
 def check_conv_groups(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Grouped convolution maps to Conv2D when the groups split the input and output channels
+    evenly (ordinary, depthwise, or block-diagonal for 1 < groups < channels)."""
     groups = int(attr(node, "group", 1))
-    shape = static_shape(node.inputs[0]) or [0, 0]
-    in_channels = shape[1]
-    if groups == 1 or groups == in_channels:
+    in_channels = (static_shape(node.inputs[0]) or [0, 0])[1]
+    weights = present(node, 1)
+    out_channels = const_value(weights).shape[0] if is_const(weights) else 0
+    if groups >= 1 and in_channels % groups == 0 and out_channels % groups == 0:
         return None
-    return {"groups": groups, "in_channels": in_channels}
+    return {"groups": groups, "in_channels": in_channels, "out_channels": out_channels}
+
+
+def check_channel_affine(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A standalone BatchNormalization (inference, constant statistics) or a Mul by a constant
+    that varies only along the channel axis of a 4-D tensor."""
+    if node.op == "BatchNormalization":
+        return check_bn_foldable(node, args, graph)
+    return check_per_channel_const(node, args, graph)
+
+
+def check_channel_shuffle(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Reshape [N, C, H, W] -> [N, g1, .., gk, H, W], Transpose permuting only the g axes,
+    Reshape back to [N, C, H, W]: a permutation of the channels."""
+    src, split = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if src is None or split is None or len(src) != 4 or len(split) < 5:
+        return {"detail": f"the first Reshape ({src} -> {split}) does not split the channel axis "
+                          "of a 4-D tensor"}
+    if split[0] != src[0] or split[-2:] != src[2:] or int(np.prod(split[1:-2])) != src[1]:
+        return {"detail": f"the first Reshape ({src} -> {split}) moves more than the channels"}
+    transpose = node.outputs[0].outputs[0] if len(node.outputs[0].outputs) == 1 else None
+    perm = list(attr(transpose, "perm", [])) if transpose is not None else []
+    rank = len(split)
+    if not perm or perm[0] != 0 or perm[-2:] != [rank - 2, rank - 1]:
+        return {"detail": f"the Transpose (perm {perm}) moves more than the channel groups"}
+    merge = transpose.outputs[0].outputs[0] if len(transpose.outputs[0].outputs) == 1 else None
+    if merge is None or static_shape(merge.outputs[0]) != src:
+        return {"detail": "the last Reshape does not restore the input shape"}
+    return None
 
 
 def check_pad_foldable(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
@@ -236,6 +267,70 @@ def check_pool_shape(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) ->
     return {"declared": dst[2:], "computed": computed, "why": why}
 
 
+# The largest stride, pad, dilation or window the checks let through to the accelerator: more
+# than any image side, and small enough that the simulator's buffers stay finite.
+MAX_SPATIAL = 65535
+
+
+def check_conv_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """The weight and bias agree with the input and the attributes, as the layer computes them
+    (a model onnxruntime would refuse must not reach the simulator)."""
+    src, weights = static_shape(node.inputs[0]), present(node, 1)
+    if src is None or len(src) != 4 or weights is None or not is_const(weights):
+        return None  # the rank, static_shape and const_input constraints name these
+    w_shape = list(const_value(weights).shape)
+    if len(w_shape) != 4:
+        return {"detail": f"the weight {weights.name} has shape {w_shape}, not rank 4 (OIHW)"}
+    group = int(attr(node, "group", 1))
+    out_channels, in_per_group, kh, kw = w_shape
+    if group < 1 or src[1] % group or out_channels % group:
+        return {"detail": f"group={group} does not divide the {src[1]} input and "
+                          f"{out_channels} output channels"}
+    if in_per_group * group != src[1]:
+        return {"detail": f"the weight {weights.name} {w_shape} takes {in_per_group} x "
+                          f"group {group} = {in_per_group * group} input channels, the input has "
+                          f"{src[1]}"}
+    kernel = attr(node, "kernel_shape", None)
+    if kernel is not None and [int(k) for k in kernel] != [kh, kw]:
+        return {"detail": f"kernel_shape={list(kernel)} contradicts the weight's {[kh, kw]}"}
+    bias = present(node, 2)
+    if bias is not None and is_const(bias) and list(const_value(bias).shape) != [out_channels]:
+        return {"detail": f"the bias {bias.name} has shape {list(const_value(bias).shape)}, not "
+                          f"[{out_channels}] (one per output channel)"}
+    return None
+
+
+def check_spatial_bounds(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Window, strides, pads and dilations within [0 or 1, MAX_SPATIAL] and the window inside
+    the padded input."""
+    values = {name: [int(v) for v in attr(node, name, []) or []]
+              for name in ("kernel_shape", "strides", "dilations", "pads")}
+    for name, items in values.items():
+        low = 0 if name == "pads" else 1
+        if any(not low <= v <= MAX_SPATIAL for v in items):
+            return {"detail": f"{name}={items} is outside [{low}, {MAX_SPATIAL}]"}
+    src = static_shape(node.inputs[0])
+    kernel = values["kernel_shape"] or _weight_window(node)
+    if src is None or len(src) != 4 or len(kernel) != 2:
+        return None
+    dilations = values["dilations"] or [1, 1]
+    pads = values["pads"] if len(values["pads"]) == 4 else [0, 0, 0, 0]
+    for axis in range(2):
+        window = (kernel[axis] - 1) * dilations[axis] + 1
+        room = src[2 + axis] + pads[axis] + pads[2 + axis]
+        if window > room:
+            return {"detail": f"the window ({window} with dilation) is larger than the padded "
+                              f"input ({room}) along axis {2 + axis}"}
+    return None
+
+
+def _weight_window(node: gs.Node) -> list:
+    weights = present(node, 1) if node.op == "Conv" else None
+    if weights is None or not is_const(weights) or const_value(weights).ndim != 4:
+        return []
+    return list(const_value(weights).shape[2:])
+
+
 CHECKS: Dict[str, Check] = {
     "float32": check_float32,
     "rank": check_rank,
@@ -245,6 +340,8 @@ CHECKS: Dict[str, Check] = {
     "attr_in": check_attr_in,
     "single_output": check_single_output,
     "conv_groups": check_conv_groups,
+    "channel_affine": check_channel_affine,
+    "channel_shuffle": check_channel_shuffle,
     "pad_foldable": check_pad_foldable,
     "per_channel_const": check_per_channel_const,
     "bn_foldable": check_bn_foldable,
@@ -256,4 +353,6 @@ CHECKS: Dict[str, Check] = {
     "channel_axis": check_channel_axis,
     "keeps_batch": check_keeps_batch,
     "pool_shape": check_pool_shape,
+    "conv_weights": check_conv_weights,
+    "spatial_bounds": check_spatial_bounds,
 }

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
-from .model import Rule
+from .model import Constraint, Rule
 
 
 def _chain(rule: Rule) -> str:
@@ -42,20 +42,48 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
     for rule in ordered:
         lines.append(f"| `{rule.name}` | `{rule.layer}` | {_chain(rule)} | {rule.summary} |")
     lines.append("")
+    generic = _generic_constraints(ordered)
+    if generic:
+        lines += ["## Generic constraints", "",
+                  "Checked on the first required step of every composite, before its own "
+                  "constraints (a composite that opts out of one says so below).", "",
+                  "| check | reason when it fails |", "|---|---|"]
+        lines += [f"| {_check(c)} | {_escape(c.reason)} |" for c in generic]
+        lines.append("")
     for rule in ordered:
         lines.append(f"## `{rule.name}`")
         lines.append("")
         lines.append(f"Pattern: {_chain(rule)} → `{rule.layer}`")
         lines.append("")
+        skipped = [c.check for c in generic
+                   if not any(o.generic and o.check == c.check for o in rule.constraints)]
+        if skipped:
+            lines += [f"Opts out of the generic constraints {', '.join(skipped)}.", ""]
         lines.append("| on | check | reason when it fails |")
         lines.append("|---|---|---|")
         for c in rule.constraints:
-            args = ", ".join(f"{k}={v}" for k, v in c.args.items())
-            check = f"`{c.check}({args})`" if args else f"`{c.check}`"
-            reason = c.reason.replace("|", "\\|")
-            lines.append(f"| {c.role} | {check} | {reason} |")
+            if not c.generic:
+                lines.append(f"| {c.role} | {_check(c)} | {_escape(c.reason)} |")
         lines.append("")
     return "\n".join(lines)
+
+
+def _generic_constraints(rules: Sequence[Rule]) -> List[Constraint]:
+    found: List[Constraint] = []
+    for rule in rules:
+        for c in rule.constraints:
+            if c.generic and all(f.check != c.check for f in found):
+                found.append(c)
+    return found
+
+
+def _check(c: Constraint) -> str:
+    args = ", ".join(f"{k}={v}" for k, v in c.args.items())
+    return f"`{c.check}({args})`" if args else f"`{c.check}`"
+
+
+def _escape(text: str) -> str:
+    return text.replace("|", "\\|")
 
 
 if __name__ == "__main__":  # pragma: no cover - documentation generator

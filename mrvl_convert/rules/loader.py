@@ -3,18 +3,25 @@ from __future__ import annotations
 
 import json
 import string
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Union
+from types import MappingProxyType
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import jsonschema
 import yaml
 
 from ..errors import RuleFileError
-from .model import LAYER_ROLES, Constraint, Rule, Step
+from ..layers import CATALOGUE, MARVELL, UPSTREAM
+from .model import Constraint, Rule, Step
 
-BUILTIN = "builtin"
+# Bounds on a rule file (user input): the built-in one is 11 KiB, 8 levels, about 1,500 nodes.
+MAX_RULE_FILE_BYTES = 1 << 20
+MAX_RULE_DEPTH = 32
+MAX_RULE_NODES = 100_000
 RuleSource = Union[str, Path]
+LAYER_SETS = (UPSTREAM, MARVELL)
 
 
 def _rules_schema() -> dict:
@@ -26,31 +33,109 @@ def builtin_path() -> Path:
     return Path(str(resources.files("mrvl_convert.rules").joinpath("builtin.yaml")))
 
 
-def load_rule_file(path: RuleSource) -> List[Rule]:
+def load_rule_file(path: RuleSource, inherited: Optional["Generic"] = None) -> List[Rule]:
     """Parse and validate one rule file; every problem is a RuleFileError naming the field."""
     path = Path(path)
     label = str(path)
+    data = parse_bounded_yaml(_read_text(path, label), label)
+    source = "builtin" if path.resolve() == builtin_path().resolve() else label
+    return parse_rules(data, source=source, label=label, inherited=inherited)
+
+
+def _read_text(path: Path, label: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_RULE_FILE_BYTES + 1)
+        if len(raw) > MAX_RULE_FILE_BYTES:
+            raise RuleFileError(f"rule file {label} is larger than {MAX_RULE_FILE_BYTES} bytes")
+        return raw.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise RuleFileError(f"rule file {label} cannot be read: {exc}") from None
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses deep nesting while composing (the composer recurses)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent, index):  # noqa: ANN001 - PyYAML's signature
+        self.depth += 1
+        if self.depth > MAX_RULE_DEPTH:
+            raise _TooLarge(f"nests deeper than {MAX_RULE_DEPTH} levels")
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+class _TooLarge(Exception):
+    """A bound of a rule file exceeded; becomes a RuleFileError naming the file."""
+
+
+def parse_bounded_yaml(text: str, label: str) -> object:
+    """YAML (or JSON) text to Python data, refusing what would exhaust memory or the stack:
+    nesting deeper than MAX_RULE_DEPTH and alias expansion beyond MAX_RULE_NODES nodes (a
+    "billion laughs" file is a few hundred bytes that expand to gigabytes)."""
+    loader = None
     try:
-        data = yaml.safe_load(text)
+        loader = _BoundedLoader(text)  # the reader checks the characters here already
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node, {})
+        if size > MAX_RULE_NODES:
+            raise _TooLarge(f"expands (aliases included) to {size} nodes, more than "
+                            f"{MAX_RULE_NODES}")
+        return loader.construct_document(node)
+    except _TooLarge as exc:
+        raise RuleFileError(f"rule file {label} is refused: it {exc}") from None
     except yaml.YAMLError as exc:
         raise RuleFileError(f"rule file {label} is not valid YAML/JSON: "
                             f"{str(exc).splitlines()[0]}") from None
-    source = "builtin" if path.resolve() == builtin_path().resolve() else label
-    return parse_rules(data, source=source, label=label)
+    except (ValueError, TypeError, RecursionError) as exc:  # e.g. a 5000-digit integer
+        raise RuleFileError(f"rule file {label} has a value that cannot be read: "
+                            f"{str(exc).splitlines()[0][:200]}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
 
 
-def parse_rules(data: object, *, source: str, label: str) -> List[Rule]:
+def _expanded_size(node: yaml.Node, memo: dict) -> int:
+    """Nodes the document has once every alias is expanded (memoised: linear in the file)."""
+    if id(node) in memo:
+        return memo[id(node)]
+    memo[id(node)] = MAX_RULE_NODES + 1  # a node reached again while inside itself: recursive
+    if isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(child, memo) for child in node.value)
+    elif isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
+
+
+@dataclass(frozen=True)
+class Generic:
+    """What a rule file says once for all its composites: named limits, generic constraints."""
+    limits: Mapping[str, int] = field(default_factory=dict)
+    defaults: Tuple[dict, ...] = ()
+
+
+def parse_rules(data: object, *, source: str, label: str,
+                inherited: Optional[Generic] = None) -> List[Rule]:
+    """Validate a rule document and build its rules. A file that states no ``defaults`` gets
+    ``inherited``'s (the built-in ones): the accelerator's limits hold for every composite."""
     validator = jsonschema.Draft202012Validator(_rules_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         error = errors[0]
         where = _field(error.absolute_path)
         raise RuleFileError(f"rule file {label}: field {where}: {error.message}")
-    rules = [_build_rule(entry, index, source, label)
+    generic = _generic(data, inherited or Generic())
+    rules = [_build_rule(entry, index, source, label, generic)
              for index, entry in enumerate(data["composites"])]
     names = [r.name for r in rules]
     for name in names:
@@ -66,7 +151,25 @@ def _field(path: Iterable) -> str:
     return "".join(parts) or "<top level>"
 
 
-def _build_rule(entry: dict, index: int, source: str, label: str) -> Rule:
+def _generic(data: dict, inherited: Generic) -> Generic:
+    limits = {**inherited.limits, **data.get("limits", {})}
+    defaults = tuple(data["defaults"]) if "defaults" in data else inherited.defaults
+    return Generic(MappingProxyType(limits), defaults)
+
+
+def _resolve_args(args: Mapping, limits: Mapping[str, int], where: str) -> Dict:
+    """Constraint args may name a limit (``max: max_batch``) instead of stating a number."""
+    resolved = dict(args)
+    for key, value in args.items():
+        if key == "max" and isinstance(value, str):
+            if value not in limits:
+                raise RuleFileError(f"{where}.args.{key}: no limit named {value!r} (known: "
+                                    f"{sorted(limits)})")
+            resolved[key] = limits[value]
+    return resolved
+
+
+def _build_rule(entry: dict, index: int, source: str, label: str, generic: Generic) -> Rule:
     where = f"rule file {label}: field composites[{index}]"
     steps = tuple(Step(role=s["role"], ops=tuple(s["op"]), optional=bool(s.get("optional", False)))
                   for s in entry["pattern"])
@@ -75,21 +178,36 @@ def _build_rule(entry: dict, index: int, source: str, label: str) -> Rule:
         raise RuleFileError(f"{where}.pattern: a role is used twice ({roles})")
     if all(s.optional for s in steps):
         raise RuleFileError(f"{where}.pattern: at least one step must be required")
-    required, optional = LAYER_ROLES[entry["layer"]]
+    kind = CATALOGUE[entry["layer"]]
+    required, optional = kind.required_roles, kind.optional_roles | kind.one_of_roles
     missing = required - set(roles)
     unknown = set(roles) - required - optional
     if missing or unknown:
         raise RuleFileError(
             f"{where}.pattern: layer {entry['layer']} needs roles {sorted(required)} and may use "
             f"{sorted(optional)}; missing {sorted(missing)}, unknown {sorted(unknown)}")
+    if kind.one_of_roles and not kind.one_of_roles & set(roles):
+        raise RuleFileError(f"{where}.pattern: layer {entry['layer']} needs one of the roles "
+                            f"{sorted(kind.one_of_roles)}")
+    anchor = next(s.role for s in steps if not s.optional)
+    opt_out = set(entry.get("opt_out", []))
     constraints = []
+    for g_index, g in enumerate(generic.defaults):
+        if g["check"] not in opt_out:
+            g_where = f"rule file {label}: field defaults[{g_index}]"
+            _check_reason(g["reason"], f"{g_where}.reason")
+            constraints.append(Constraint(role=anchor, check=g["check"], reason=g["reason"],
+                                          args=_resolve_args(g.get("args", {}), generic.limits,
+                                                             g_where), generic=True))
     for c_index, c in enumerate(entry.get("constraints", [])):
+        c_where = f"{where}.constraints[{c_index}]"
         if c["role"] not in roles:
-            raise RuleFileError(f"{where}.constraints[{c_index}].role: {c['role']!r} is not a role "
+            raise RuleFileError(f"{c_where}.role: {c['role']!r} is not a role "
                                 f"of the pattern ({roles})")
-        _check_reason(c["reason"], f"{where}.constraints[{c_index}].reason")
+        _check_reason(c["reason"], f"{c_where}.reason")
         constraints.append(Constraint(role=c["role"], check=c["check"], reason=c["reason"],
-                                      args=dict(c.get("args", {}))))
+                                      args=_resolve_args(c.get("args", {}), generic.limits,
+                                                         c_where)))
     return Rule(name=entry["name"], layer=entry["layer"], steps=steps,
                 constraints=tuple(constraints), priority=int(entry.get("priority", 100)),
                 summary=entry.get("summary", ""), source=source)
@@ -108,15 +226,43 @@ def _check_reason(reason: str, where: str) -> None:
                                 "{detail}, with no format spec or conversion")
 
 
+def builtin_paths(layer_set: str = MARVELL) -> List[Path]:
+    """The built-in rule files of a layer set: upstream v0.19's composites (builtin.yaml), and
+    for the newer Marvell set also every file in rules/marvell/, in name order."""
+    if layer_set not in LAYER_SETS:
+        raise RuleFileError(f"unknown layer set {layer_set!r}; choose one of "
+                            f"{', '.join(LAYER_SETS)}")
+    paths = [builtin_path()]
+    if layer_set == MARVELL:
+        folder = resources.files("mrvl_convert.rules").joinpath("marvell")
+        if folder.is_dir():
+            paths += sorted(Path(str(f)) for f in folder.iterdir() if f.name.endswith(".yaml"))
+    return paths
+
+
+def _builtin_generic() -> Generic:
+    label = str(builtin_path())
+    return _generic(parse_bounded_yaml(_read_text(builtin_path(), label), label), Generic())
+
+
 def load_rules(extra: Optional[Union[RuleSource, Sequence[RuleSource]]] = None,
-               *, include_builtin: bool = True) -> List[Rule]:
-    """The built-in rules plus user rule files. A user composite with a built-in's name replaces it."""
+               *, include_builtin: bool = True, layer_set: str = MARVELL) -> List[Rule]:
+    """The built-in rules of ``layer_set`` plus user rule files; a later composite with an
+    earlier one's name replaces it. Only composites whose layer kind is in the set are kept."""
     if extra is None:
         extra = []
     elif isinstance(extra, (str, Path)):
         extra = [extra]
-    rules: List[Rule] = load_rule_file(builtin_path()) if include_builtin else []
+    builtin = builtin_paths(layer_set)
+    generic = _builtin_generic()
+    rules: List[Rule] = []
+    for path in builtin if include_builtin else []:
+        rules += [r for r in load_rule_file(path, generic)
+                  if layer_set in CATALOGUE[r.layer].layer_sets]
     for path in extra:
-        for rule in load_rule_file(path):
+        for rule in load_rule_file(path, generic):
+            if layer_set not in CATALOGUE[rule.layer].layer_sets:
+                raise RuleFileError(f"rule file {path}: composite {rule.name!r} makes layer "
+                                    f"{rule.layer}, which is not in layer set {layer_set!r}")
             rules = [r for r in rules if r.name != rule.name] + [rule]
     return rules

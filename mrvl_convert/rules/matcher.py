@@ -9,7 +9,8 @@ reason of the constraint that failed) or the reason that no rule handles its op.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from types import MappingProxyType
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import onnx_graphsurgeon as gs
 
@@ -52,7 +53,7 @@ def evaluate(rule: Rule, binding: Binding, graph: gs.Graph) -> MatchResult:
             continue  # an optional step that is not in this match
         details = CHECKS[constraint.check](node, constraint.args, graph)
         if details is not None:
-            reason = constraint.reason.format_map(_Details(details))
+            reason = constraint.reason.format_map(_Details({"op": node.op, **details}))
             return MatchResult.fail(binding, reason, (node.name,))
     return MatchResult.success(binding)
 
@@ -86,10 +87,17 @@ def bindings(rule: Rule, start: gs.Node, claimed: Dict[str, int],
     yield from walk(0, start, ())
 
 
-def match(graph: gs.Graph, rules: Sequence[Rule]) -> MatchPlan:
+DENIED = "denied by the user"
+
+
+def match(graph: gs.Graph, rules: Sequence[Rule], *,
+          deny: Mapping[str, str] = MappingProxyType({})) -> MatchPlan:
+    """``deny``: node name -> the user's entry that names it; no composite takes such a node
+    (the rest of the chain it would have been fused into may still match without it)."""
     ordered = sorted(rules, key=lambda r: (-r.priority, r.name))
     graph_outputs = {t.name for t in graph.outputs}
-    claimed: Dict[str, int] = {}
+    # Claimed by no composite (-1): bindings() walks around them like around taken nodes.
+    claimed: Dict[str, int] = {name: -1 for name in deny}
     composites: List[Composite] = []
     near: Dict[str, Tuple[tuple, MatchResult]] = {}
     for node in graph.nodes:
@@ -115,7 +123,11 @@ def match(graph: gs.Graph, rules: Sequence[Rule]) -> MatchPlan:
             composites.append(Composite(binding.rule, binding))
             for bound in binding.nodes:
                 claimed[bound.name] = len(composites) - 1
-    plan = MatchPlan(composites, claimed, {k: v[1] for k, v in near.items()})
+    owner = {k: v for k, v in claimed.items() if v >= 0}
+    plan = MatchPlan(composites, owner, {k: v[1] for k, v in near.items()})
+    for name, entry in deny.items():
+        plan.near_miss.pop(name, None)
+        plan.unmatched_reason[name] = f"{DENIED} ({entry!r})"
     for node in graph.nodes:
         if node.name not in claimed and node.name not in plan.near_miss:
             plan.unmatched_reason[node.name] = _why_unmatched(node, ordered)

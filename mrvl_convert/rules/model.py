@@ -2,29 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import onnx_graphsurgeon as gs
-
-# Which roles each Marvell layer kind's lowering reads: required ones, and optional ones.
-LAYER_ROLES: Dict[str, Tuple[frozenset, frozenset]] = {
-    "Conv2D": (frozenset({"conv"}), frozenset({"pad", "bias", "bn", "act"})),
-    "FC": (frozenset({"fc"}), frozenset({"bias", "act"})),
-    "Maxpool2D": (frozenset({"pool"}), frozenset()),
-    "Avgpool2D": (frozenset({"pool"}), frozenset()),
-    "GlobalAvgpool2D": (frozenset({"pool"}), frozenset()),
-    "GlobalMaxpool2D": (frozenset({"pool"}), frozenset()),
-    "Sum2D": (frozenset({"add"}), frozenset({"act"})),
-    "Concat": (frozenset({"concat"}), frozenset()),
-    "reshape": (frozenset({"main"}), frozenset()),
-    "nn.batch_flatten": (frozenset({"main"}), frozenset()),
-    "squeeze": (frozenset({"main"}), frozenset()),
-    "layout_transform": (frozenset({"transpose"}), frozenset()),
-}
-
-# Layers that make a Mrvl region worth a trip to the accelerator (as upstream decides).
-COMPUTE_HEAVY = frozenset({"Conv2D", "FC"})
-
 
 @dataclass(frozen=True)
 class Step:
@@ -39,6 +19,7 @@ class Constraint:
     check: str
     reason: str
     args: Mapping[str, Any] = field(default_factory=dict)
+    generic: bool = False   # from the rule file's ``defaults``, not the composite's own list
 
     def describe(self) -> str:
         args = ", ".join(f"{k}={v}" for k, v in self.args.items())

@@ -4,32 +4,92 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import ArtifactError
 
 
-def read_json(path: "str | os.PathLike[str]", what: str) -> Any:
-    """Load one JSON artifact; a missing or unparsable file is an ArtifactError naming it."""
+# Bounds on what a JSON artifact may ask of the reader. A manifest or Nodes-JSON of a large model
+# is a few MiB; a Constants-JSON holds the weights (base64) and is bounded only by the disk.
+MAX_JSON_BYTES = 256 << 20
+MAX_JSON_DEPTH = 64              # the formats nest 6 deep at most
+MAX_INT_DIGITS = 19              # anything longer is not an int64
+MAX_DIM = (1 << 31) - 1          # one dimension of a shape
+MAX_ELEMENTS = 1 << 34           # elements of one tensor (64 GiB of float32)
+
+
+class _Refused(ValueError):
+    """Raised inside json's hooks; turned into an ArtifactError naming the file."""
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise _Refused(f"an integer of {len(text)} digits (at most {MAX_INT_DIGITS})")
+    return int(text)
+
+
+def _parse_constant(text: str) -> Any:
+    raise _Refused(f"{text} is not JSON")
+
+
+def read_json(path: "str | os.PathLike[str]", what: str, *,
+              max_bytes: Optional[int] = MAX_JSON_BYTES) -> Any:
+    """Load one JSON artifact, bounded in size (``max_bytes``, None: no limit), nesting depth and
+    integer length; anything else is an ArtifactError naming the file."""
     try:
         with open(path, "rb") as handle:
-            return json.loads(handle.read())
+            size = os.fstat(handle.fileno()).st_size
+            if max_bytes is not None and size > max_bytes:
+                raise ArtifactError(f"{path}: {what} is {size} bytes, more than the "
+                                    f"{max_bytes} a {what} may have")
+            doc = json.loads(handle.read(), parse_int=_parse_int,
+                             parse_constant=_parse_constant)
     except FileNotFoundError:
         raise ArtifactError(f"{path}: {what} not found") from None
+    except RecursionError:
+        raise ArtifactError(f"{path}: {what} nests deeper than JSON can be read") from None
+    except _Refused as exc:
+        raise ArtifactError(f"{path}: {what} is refused: {exc}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArtifactError(f"{path}: {what} is not readable JSON ({exc})") from None
+    if depth_exceeds(doc, MAX_JSON_DEPTH):
+        raise ArtifactError(f"{path}: {what} nests deeper than {MAX_JSON_DEPTH} levels")
+    return doc
+
+
+def depth_exceeds(doc: Any, limit: int) -> bool:
+    """True when lists/dicts nest more than ``limit`` deep (iterative: no recursion limit)."""
+    stack = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            value = list(value.values())
+        if isinstance(value, list):
+            if depth > limit:
+                return True
+            stack.extend((item, depth + 1) for item in value)
+    return False
 
 
 def shape_of(value: Any, path: str, field: str) -> Tuple[int, ...]:
-    """A shape: a list of non-negative integers (not bools, not strings)."""
+    """A shape: a list of non-negative integers (not bools, not strings), of bounded size."""
     if not isinstance(value, list) or not all(
             isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
         raise ArtifactError(f"{path}: field '{field}': expected a list of non-negative "
-                            f"integers, got {value!r}")
+                            f"integers, got {_short(value)}")
+    if len(value) > 8 or any(d > MAX_DIM for d in value) or math.prod(value) > MAX_ELEMENTS:
+        raise ArtifactError(f"{path}: field '{field}': shape {_short(value)} is beyond the "
+                            f"limits (rank 8, {MAX_DIM} per dimension, {MAX_ELEMENTS} elements)")
     return tuple(value)
+
+
+def _short(value: Any, limit: int = 120) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "..."
 
 
 def decode_consts(path: str, doc: Any) -> Dict[str, np.ndarray]:
@@ -58,7 +118,7 @@ def _decode_one(path: str, name: str, entry: Any) -> np.ndarray:
     except (binascii.Error, ValueError) as exc:
         raise ArtifactError(f"{path}: {where}: field 'data_base64' is not valid base64 "
                             f"({exc})") from None
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if len(raw) != 4 * count:
         raise ArtifactError(f"{path}: {where}: field 'data_base64' holds {len(raw)} bytes, but "
                             f"shape {list(shape)} of float32 needs {4 * count}")
@@ -91,3 +151,10 @@ def node_refs(value: Any, path: str, where: str, limit: int) -> List[int]:
                                 f"[index < {limit}, 0, 0])")
         refs.append(entry[0])
     return refs
+
+
+def first_value(value: Any) -> Any:
+    """The value of a one-element list attribute (``["relu"]`` -> ``"relu"``); None if empty."""
+    if isinstance(value, list):
+        return value[0] if value else None
+    return value

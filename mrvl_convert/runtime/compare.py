@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from ..errors import ModelLoadError
+from ..errors import ModelLoadError, ShapeError
 from .layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
 from .session import DTYPES, HybridSession, TensorSpec
 from .simulator import Fp16RangeWarning
@@ -123,6 +123,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     outputs = {t.name for t in session.output_specs}
     specs = _compared_tensors(session)
     proto = _load(model)
+    _check_model_inputs(proto, session, str(model) if not isinstance(model, onnx.ModelProto)
+                        else (model.graph.name or "<ModelProto>"))
     present = _tensor_names(proto)
     judged = [s for s in specs if s.name in present]
     plans = layer_plans(session, proto, {s.name for s in specs}) if layers else []
@@ -143,7 +145,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                 (session.run(None, feed, capture=True)[1], [])
         events += [e.describe() for e in session.last_range_events]
         values = layer_values(traced, trace)
-        results = reference.run(names + [p.tensor for p in traced], feed)
+        results = _run_reference(reference, names + [p.tensor for p in traced], feed, proto)
         for name, value in zip(names, results):
             want[name].append(np.asarray(value))
             got[name].append(env[name])
@@ -265,6 +267,39 @@ def _load(model: Any) -> onnx.ModelProto:
     except Exception as exc:  # onnx raises protobuf/OS errors of several kinds
         raise ModelLoadError(f"cannot load the original model: {exc}", model=str(model)) \
             from None
+
+
+def _check_model_inputs(proto: onnx.ModelProto, session: HybridSession, label: str) -> None:
+    """The original model must take the inputs the artifact was converted for (same names, and
+    no static dimension that disagrees), or onnxruntime refuses the feeds with its own error."""
+    inits = {t.name for t in proto.graph.initializer}
+    declared = {i.name: i for i in proto.graph.input if i.name not in inits}
+    for spec in session.input_specs:
+        value = declared.get(spec.name)
+        if value is None:
+            raise ShapeError(f"has no input of this name, but the artifact {session.artifact_dir} "
+                             "takes one: is it the model the artifact was converted from?",
+                             model=label, tensor=spec.name)
+        dims = value.type.tensor_type.shape.dim
+        # dim_value -1 or 0 is how some exporters write a dynamic dim (see load._static).
+        static = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
+                  for d in dims]
+        if len(static) != len(spec.shape) or any(
+                d is not None and d != want for d, want in zip(static, spec.shape)):
+            raise ShapeError(f"has shape {static} but the artifact {session.artifact_dir} was "
+                             f"converted for {list(spec.shape)}: is it the model the artifact was "
+                             "converted from?", model=label, tensor=spec.name)
+
+
+def _run_reference(reference: Any, names: List[str], feed: Feed, proto: onnx.ModelProto
+                   ) -> List[Any]:
+    try:
+        return reference.run(names, feed)
+    except Exception as exc:  # onnxruntime's untyped errors
+        text = str(exc).strip().splitlines()
+        raise ModelLoadError(f"onnxruntime fails on the original model: "
+                             f"{text[0][:400] if text else type(exc).__name__}",
+                             model=proto.graph.name or None) from None
 
 
 def _tensor_names(proto: onnx.ModelProto) -> set:

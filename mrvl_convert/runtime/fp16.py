@@ -35,12 +35,8 @@ import numpy as np
 
 from .ufuncs import CHUNK, chunks, filled
 
-#: Storage dtype of activations between layers (values restricted to the float16 grid).
-ACTIVATION_DTYPE = np.float32
 #: Largest finite float16 value.
 FP16_MAX = 65504.0
-#: Smallest magnitude that rounds to float16 infinity (half-way between 65504 and 2**16).
-FP16_OVERFLOW = 65520.0
 
 _EXP_MASK = np.uint32(0x7F800000)
 # Values with this exponent or above (|x| >= 2**15, inf, NaN) take the exact slow path: only

@@ -11,12 +11,10 @@ then rounds to float16.
 * ``"onnxruntime"``: one single-MatMul onnxruntime session per layer, holding the weights as a
   constant initializer. onnxruntime's MLAS packs constant weights once, at session creation,
   where OpenBLAS packs them again on every call, and it picks AVX-512 kernels whatever
-  ``OPENBLAS_CORETYPE`` says. On this project's machine ResNet-50 at one thread took 50 to 56 ms
-  against numpy's 78 to 88 with Haswell OpenBLAS, and 49 to 53 against 53 to 56 with AVX-512
-  OpenBLAS (``benchmarks/bench_simulator.py``, README). Creating the sessions costs compile
-  time, onnxruntime keeps its own packed copy of the weights (it reads them from our array, an
-  external initializer, so there are two copies, not four), and on tiny layers the call costs
-  more than it saves.
+  ``OPENBLAS_CORETYPE`` says (measured by ``benchmarks/bench_simulator.py``, figures in
+  docs/BENCHMARKS.md). Creating the sessions costs compile time, onnxruntime keeps its own packed
+  copy of the weights (it reads them from our array, an external initializer, so there are two
+  copies, not four), and on tiny layers the call costs more than it saves.
 
 Chosen once per compile (``MrvlSimulator(gemm=...)``, ``HybridSession(..., gemm=...)``); a
 product object is bound to one weight and may be called from several threads at once.
@@ -78,8 +76,8 @@ class _OrtProduct:
     """One onnxruntime session computing ``MatMul(a, W)`` with W a constant initializer.
 
     W is handed over as an external initializer that shares this object's array: a copy
-    serialized into the model would be held twice more by the session (the ResNet-50 hybrid
-    peaked at 473 to 475 MiB so, at 392 MiB this way: ``benchmarks/bench_memory.py``).
+    serialized into the model would be held twice more by the session
+    (``benchmarks/bench_memory.py`` measures both).
     onnxruntime may read the array for as long as the session lives, so the array lives as
     long as this object.
     """
@@ -108,8 +106,8 @@ def _session_options(threads: int) -> Any:
     # Between two products the simulator's own numpy passes need the cores: idle workers of
     # the layer just run must sleep, not spin (a ResNet-50 has one such pool per layer).
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    # Each session's arena would keep its largest output for good: 90 MiB over ResNet-50's 54
-    # sessions ("trimmed" in benchmarks/bench_memory.py), for no speed measured.
+    # Each session's arena would keep its largest output for good, over one session per layer
+    # ("trimmed" in benchmarks/bench_memory.py), for no speed measured.
     options.enable_cpu_mem_arena = False
     return options
 

@@ -54,9 +54,6 @@ class Kernel:
             raise self.spec.error("inputs", f"expected {self.num_inputs} activation input(s), "
                                             f"got {n}")
 
-    def _fp16_const(self, key: str, values: np.ndarray) -> np.ndarray:
-        return fp16_const(self.spec, key, values)
-
 
 def fp16_const(spec: LayerSpec, key: str, values: np.ndarray) -> np.ndarray:
     """Round a weight to float16 once; a weight beyond float16's range is an fp16 error."""
@@ -69,9 +66,13 @@ def fp16_const(spec: LayerSpec, key: str, values: np.ndarray) -> np.ndarray:
     return rounded
 
 
-def first_string(attrs: Mapping[str, Any], key: str, default: str = "") -> str:
-    """Lenient reader for capability checks (which must not raise)."""
-    value = attrs.get(key, default)
-    if isinstance(value, list):
-        value = value[0] if value else default
-    return str(value)
+def read_bias(spec: LayerSpec, consts: Mapping[str, np.ndarray], o: int) -> np.ndarray:
+    """The bias ([1,1,1,O] for Conv2D, [1,O] for FC) as a flat fp16-valued [O].
+
+    Required, as FORMATS.md says: a Nodes-JSON that lost it must not run with other numbers.
+    """
+    bias = spec.const("bias_const_name", consts)
+    if bias.size != o or max(bias.shape, default=1) != bias.size:
+        raise spec.error("attrs.bias_const_name", f"bias has shape {list(bias.shape)}, "
+                                                  f"expected {o} values along one axis")
+    return fp16_const(spec, "bias_const_name", bias.reshape(o))

@@ -18,10 +18,12 @@ from typing import Dict, List, Mapping, Sequence, Tuple
 import numpy as np
 import onnx
 
+from ..layers import CATALOGUE
 from ..load import name_nodes
 from .session import HybridSession, LayerOutput
 
-RESHAPE_LAYERS = ("reshape", "nn.batch_flatten", "squeeze")
+# Layers that only move bytes (the catalogue's reshape-like kinds).
+RESHAPE_LAYERS = frozenset(k.name for k in CATALOGUE.values() if k.reshape_like)
 
 
 @dataclass(frozen=True)

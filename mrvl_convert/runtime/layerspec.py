@@ -27,6 +27,11 @@ class LayerSpec:
     shape: Shape
     source_nodes: Tuple[str, ...]
     file: str
+    kind: Any = None   # the ``layers.LayerKind`` whose declarations ``value`` reads through
+
+    def value(self, name: str) -> Any:
+        """Attribute ``name``, typed and defaulted as the layer kind declares it."""
+        return self.kind.attr(name).read(self)
 
     # ----------------------------------------------------------------- errors
     def error(self, field: str, message: str) -> ArtifactError:
@@ -82,15 +87,6 @@ class LayerSpec:
             return False
         raise self.error(f"attrs.{key}", f"expected '0' or '1', got {value!r}")
 
-    def relu(self) -> bool:
-        """The optional fused activation; only relu exists in the contract."""
-        act = self.string("activation_type", "").strip().lower()
-        if act in ("", "none"):
-            return False
-        if act == "relu":
-            return True
-        raise self.error("attrs.activation_type", f"unsupported activation {act!r} (only 'relu')")
-
     def const(self, key: str, consts: Mapping[str, np.ndarray], *,
               optional: bool = False) -> Optional[np.ndarray]:
         """The constant named by attribute ``key`` (e.g. ``kernel_const_name``)."""
@@ -117,8 +113,3 @@ class LayerSpec:
             raise self.error("shape", f"is {list(self.shape)} but the inputs "
                                       f"{[list(s) for s in self.input_shapes]} and attributes "
                                       f"give {list(computed)}")
-
-    def expect_const_shape(self, key: str, array: np.ndarray, expected: Sequence[int]) -> None:
-        if tuple(array.shape) != tuple(expected):
-            raise self.error(f"attrs.{key}", f"constant {self.string(key)!r} has shape "
-                                             f"{list(array.shape)}, expected {list(expected)}")

@@ -3,15 +3,21 @@
 Stages run in manifest order: Mrvl stages on the fp16 simulator (compiled once, here), CPU stages
 on ``onnxruntime.InferenceSession`` (created once, here). Tensors flow between stages by their
 ONNX names through one environment dict.
+
+Threads: stages run one after another, so every CPU stage (and the onnxruntime GEMM engine) gets
+the same intra-op budget, ``threads``, and its idle workers sleep instead of spinning: a spinning
+pool left behind by one stage would take the cores from the simulator's numpy and from the next
+stage. (numpy's own BLAS threads are numpy's setting, e.g. ``OPENBLAS_NUM_THREADS``.)
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
+from .._paths import confined
 from ..errors import ArtifactError, InputFeedError, ShapeError
 from .artifact import read_json, require, shape_of
 from .gemm import GemmEngine
@@ -60,16 +66,29 @@ class Stage:
     outputs: List[TensorSpec]
     runner: Any  # CompiledSubgraph or onnxruntime.InferenceSession
     file: str = ""  # the CPU stage's ONNX file, for errors
+    # what a CPU stage asks onnxruntime for, in order: made once here, not at every run
+    output_names: Tuple[str, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output_names = tuple(t.name for t in self.outputs)
 
 
 class HybridSession:
     """Runs an artifact directory written by ``mrvl_convert.convert``."""
 
     def __init__(self, artifact_dir: "str | os.PathLike[str]", *,
-                 on_range_error: str = "raise", gemm: "str | GemmEngine" = "numpy") -> None:
+                 on_range_error: str = "raise", gemm: "str | GemmEngine" = "numpy",
+                 threads: int = 0) -> None:
         """``gemm``: which library runs the simulator's matrix products, ``"numpy"`` or
         ``"onnxruntime"`` (see ``mrvl_convert/runtime/gemm.py``); the fp16 number model is the
-        same with either."""
+        same with either. ``threads``: intra-op threads of every onnxruntime session this
+        session opens (CPU stages, and the GEMM engine when named by string); 0 is
+        onnxruntime's default, one per physical core."""
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+            raise ValueError(f"threads must be an integer >= 0, got {threads!r}")
+        self.threads = threads
+        if isinstance(gemm, str):
+            gemm = GemmEngine(gemm, threads)
         self.artifact_dir = str(artifact_dir)
         self.manifest_path = os.path.join(self.artifact_dir, "manifest.json")
         manifest = read_json(self.manifest_path, "manifest")
@@ -81,10 +100,12 @@ class HybridSession:
         self._inputs = self._tensors(model, "inputs", "model")
         self._outputs = self._tensors(model, "outputs", "model")
         self.simulator = MrvlSimulator(on_range_error, gemm=gemm)
+        self._cpu_options: Any = None  # made with the first CPU stage: onnxruntime is optional
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
         self.stages = [self._stage(k, s) for k, s in enumerate(stages)]
         self._check_wiring()
         self._read_by_stages = {t.name for stage in self.stages for t in stage.inputs}
+        self._known = {t.name for t in self._inputs} | {t.name for t in self.boundary_tensors}
         self.last_range_events: List[RangeEvent] = []
 
     # ----------------------------------------------------------- public API
@@ -113,15 +134,13 @@ class HybridSession:
         returns ``(outputs, tensors)``, ``tensors`` holding every model input and every
         stage-boundary tensor by name (what the comparison needs).
 
-        Several threads may call ``run`` at once, as with ``InferenceSession.run``. numpy
-        releases the GIL inside its calls, so two threads gave 1.6 to 1.9x the images per
-        second of one (``benchmarks/bench_threads.py``). ``last_range_events`` holds the fp16 range
-        events of the call that finished last."""
+        Several threads may call ``run`` at once, as with ``InferenceSession.run``; numpy
+        releases the GIL inside its calls, so they overlap (``benchmarks/bench_threads.py``).
+        ``last_range_events`` holds the fp16 range events of the call that finished last."""
         names = [t.name for t in self._outputs] if output_names is None else list(output_names)
         env: Dict[str, np.ndarray] = dict(self._check_feed(input_feed))
-        known = {t.name for t in self._inputs} | {t.name for t in self.boundary_tensors}
         for name in names:
-            if name not in known:
+            if name not in self._known:
                 raise InputFeedError(f"{self.manifest_path}: requested output is neither a model "
                                      f"output nor a stage boundary tensor", tensor=name)
         self._run_stages(env)
@@ -159,10 +178,14 @@ class HybridSession:
             if trace is not None:
                 trace += [LayerOutput(stage.name, spec, value) for spec, value in layers]
         else:
-            results = stage.runner.run([t.name for t in stage.outputs],
-                                       {t.name: v for t, v in zip(stage.inputs, feeds)})
+            try:
+                results = stage.runner.run(stage.output_names,
+                                           {t.name: v for t, v in zip(stage.inputs, feeds)})
+            except Exception as exc:  # onnxruntime's own untyped errors (a node it refuses)
+                raise ArtifactError(f"{stage.file}: onnxruntime fails on CPU stage {stage.name}: "
+                                    f"{_first_line(exc)}") from None
             _check_cpu_results(stage, results, self._read_by_stages)
-        return {t.name: np.asarray(v) for t, v in zip(stage.outputs, results)}
+        return {name: np.asarray(v) for name, v in zip(stage.output_names, results)}
 
     def _check_feed(self, feed: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         if not isinstance(feed, Mapping):
@@ -220,7 +243,8 @@ class HybridSession:
 
     def _file(self, doc: Dict[str, Any], key: str, stage: str) -> str:
         rel = require(doc, key, str, self.manifest_path, f"stage {stage}")
-        path = os.path.join(self.artifact_dir, rel)
+        path = str(confined(self.artifact_dir, rel, error=ArtifactError,
+                            what=f"{self.manifest_path}: stage {stage}: field '{key}'"))
         if not os.path.isfile(path):
             raise ArtifactError(f"{self.manifest_path}: stage {stage}: field '{key}' names "
                                 f"{rel!r}, which is not in {self.artifact_dir}")
@@ -250,8 +274,11 @@ class HybridSession:
                   outputs: List[TensorSpec]) -> Any:
         import onnxruntime as ort  # imported here so the simulator alone does not need it
 
+        if self._cpu_options is None:
+            self._cpu_options = _cpu_session_options(self.threads)
         try:
-            session = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+            session = ort.InferenceSession(path, self._cpu_options,
+                                           providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own untyped exceptions
             raise ArtifactError(f"{path}: onnxruntime cannot load CPU stage {name}: {exc}") \
                 from None
@@ -289,6 +316,21 @@ class HybridSession:
                                 f"{list(made.shape)}")
 
 
+def _cpu_session_options(threads: int) -> Any:
+    """One SessionOptions for every CPU stage: ``threads`` intra-op workers that sleep when
+    idle, no inter-op pool (a stage's nodes run in order)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return options
+
+
 def _check_against_onnx(spec: TensorSpec, arg: Any, path: str, stage: str) -> None:
     """The manifest's view of a CPU stage boundary must be the ONNX file's own."""
     type_str = DTYPES[spec.dtype][1]
@@ -311,6 +353,11 @@ def _check_cpu_results(stage: Stage, results: Sequence[Any], read_later: Set[str
                 f"manifest, from onnx's shape inference of the model, says {list(spec.shape)}: "
                 "onnxruntime and onnx's shape inference disagree on this model (e.g. a ceil-mode "
                 "pool whose last window starts past the input)", tensor=spec.name)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0][:400] if lines else type(exc).__name__
 
 
 def _node_arg(spec: TensorSpec) -> NodeArg:

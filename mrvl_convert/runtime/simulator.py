@@ -15,11 +15,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import ArtifactError, Fp16RangeError, InputFeedError
-from .artifact import decode_consts, node_refs, read_json, require, shape_of
+from .artifact import decode_consts, first_value, node_refs, read_json, require, shape_of
 from .fp16 import round_to_fp16
 from .gemm import GemmEngine
+from ..layers import CATALOGUE
+from ..layers._kind import r4_shape
 from .kernel_base import Kernel
-from .kernels import KERNELS
 from .layerspec import LayerSpec, Shape
 
 RANGE_POLICIES = ("raise", "warn")
@@ -188,12 +189,12 @@ class MrvlSimulator:
             if not isinstance(node, dict) or node.get("op") == "input":
                 continue
             attrs = node.get("attrs") if isinstance(node.get("attrs"), dict) else {}
-            layer_name = _first(attrs.get("layer_name"))
-            kernel = KERNELS.get(layer_name) if isinstance(layer_name, str) else None
-            if kernel is None:
+            layer_name = first_value(attrs.get("layer_name"))
+            kind = CATALOGUE.get(layer_name) if isinstance(layer_name, str) else None
+            if kind is None:
                 reason = f"no simulator kernel for layer_name {layer_name!r}"
             else:
-                reason = kernel.capability_issue(attrs)
+                reason = kind.capability_issue(attrs)
             rows.append({"index": index, "name": node.get("name"), "layer_name": layer_name,
                          "supported": reason is None, "reason": reason})
         return rows
@@ -203,7 +204,8 @@ class MrvlSimulator:
         """Read exactly these two files, validate them and build the kernels."""
         nodes_path, consts_path = str(nodes_json_path), str(consts_json_path)
         doc = read_json(nodes_path, "Nodes-JSON")
-        consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON"))
+        consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON",
+                                                      max_bytes=None))
         return _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
 
 
@@ -242,7 +244,7 @@ class _GraphBuilder:
         name = require(node, "name", str, self.path, where)
         attrs = require(node, "attrs", dict, self.path, where)
         shape = self._shape_attr(attrs, f"{where} ({name})")
-        dtype = _first(attrs.get("dtype", ["float32"]))
+        dtype = first_value(attrs.get("dtype", ["float32"]))
         if dtype != "float32":
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.dtype' is "
                                 f"{dtype!r}; only float32 inputs are defined")
@@ -258,25 +260,26 @@ class _GraphBuilder:
         attrs = require(node, "attrs", dict, self.path, f"{where} ({name})")
         refs = node_refs(require(node, "inputs", list, self.path, f"{where} ({name})"),
                          self.path, f"{where} ({name}), field 'inputs'", index)
-        layer_name = _first(attrs.get("layer_name"))
+        layer_name = first_value(attrs.get("layer_name"))
         # A JSON object or list here is malformed input, not a lookup key.
-        kernel_class = KERNELS.get(layer_name) if isinstance(layer_name, str) else None
-        if kernel_class is None:
+        kind = CATALOGUE.get(layer_name) if isinstance(layer_name, str) else None
+        if kind is None:
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.layer_name' is "
                                 f"{layer_name!r}, which has no simulator kernel (known: "
-                                f"{sorted(KERNELS)})", node=name)
+                                f"{sorted(CATALOGUE)})", node=name)
         sources = attrs.get("source_nodes", [])
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.source_nodes' "
                                 f"must be a list of strings", node=name)
         spec = LayerSpec(index, name, layer_name, attrs,
                          tuple(self.shapes[r] for r in refs),
-                         self._shape_attr(attrs, f"{where} ({name})"), tuple(sources), self.path)
+                         self._shape_attr(attrs, f"{where} ({name})"), tuple(sources), self.path,
+                         kind)
         self._check_layout_shapes(spec)
-        issue = kernel_class.capability_issue(attrs)
+        issue = kind.capability_issue(attrs)
         if issue:
             raise spec.error("attrs", f"not supported by the simulator: {issue}")
-        kernel = kernel_class(spec, self.consts, self.gemm)
+        kernel = kind.kernel(spec, self.consts, self.gemm)
         self.shapes[index] = spec.shape
         return _Step(index, spec, kernel, tuple(refs), ())
 
@@ -289,13 +292,14 @@ class _GraphBuilder:
 
     @staticmethod
     def _check_layout_shapes(spec: LayerSpec) -> None:
-        """data_layout_shape / out_layout_shape, when present, must agree with the graph."""
+        """data_layout_shape / out_layout_shape, when present, must agree with the graph, as
+        they are or padded to 4-D the way the newer codegen writes R4 layers."""
         checks = (("data_layout_shape", spec.input_shapes[0] if spec.input_shapes else None),
                   ("out_layout_shape", spec.shape))
         for key, actual in checks:
             if key in spec.attrs and actual is not None:
                 stated = spec.ints(key)
-                if stated != tuple(actual):
+                if stated not in (tuple(actual), tuple(r4_shape(list(actual)))):
                     raise spec.error(f"attrs.{key}", f"is {list(stated)} but the graph gives "
                                                      f"{list(actual)}")
 
@@ -332,12 +336,6 @@ def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
             released.setdefault(position, []).append(ref)
     return [_Step(s.node, s.spec, s.kernel, s.inputs, tuple(sorted(released.get(p, []))))
             for p, s in enumerate(steps)]
-
-
-def _first(value: Any) -> Any:
-    if isinstance(value, list):
-        return value[0] if value else None
-    return value
 
 
 def _check_policy(policy: str) -> str:

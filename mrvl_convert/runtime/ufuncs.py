@@ -1,10 +1,9 @@
 """Fast forms of the few numpy calls that the simulator makes on every layer output.
 
-numpy (checked on 2.4) runs a binary ufunc at full SIMD speed only when both operands are
-contiguous arrays of the same length. Against a Python or numpy scalar, ``np.maximum`` is about
-7x slower, and against a broadcast row (a bias ``[O]`` added to ``[M, O]``, or a ``[1024]`` row
-of one value) 2 to 2.6x slower (timeit, 64K-element float32 arrays). ReLU, the bias add and the
-fp16 rounding touch every element of every layer output, so they go through the helpers here,
+numpy runs a binary ufunc at full SIMD speed only when both operands are contiguous arrays of the
+same length; against a scalar or a broadcast row it is several times slower (docs/BENCHMARKS.md).
+ReLU, the bias add and the fp16 rounding touch every element of every layer output, so they go
+through the helpers here,
 which walk a C-contiguous array in chunks of ``CHUNK`` elements (256 KiB of float32: the chunk
 and its operand stay in the L2 cache) against a same-length constant operand built once. Results
 are identical to the plain numpy calls, NaN propagation included
@@ -69,3 +68,24 @@ class RowAdd:
         for part in chunks(y.reshape(-1), self.tiled.size):
             np.add(part, self.tiled[:part.size], out=part)
         return y
+
+
+def activate_inplace(y: np.ndarray, activation) -> np.ndarray:
+    """Apply a fused ``layers.Activation`` (or None) to a float32 array in place; returns y.
+
+    Computed in float32 on the fp16-valued sum, before the layer's output is rounded to fp16.
+    """
+    if activation is None:
+        return y
+    name = activation.value
+    if name == "relu":
+        return relu_inplace(y)
+    if name == "tanh":
+        return np.tanh(y, out=y)
+    if name == "sigmoid":
+        # 1 / (1 + exp(-y)); exp overflows to inf for y < -88, giving exactly 0 as it should.
+        np.negative(y, out=y)
+        np.exp(y, out=y)
+        y += np.float32(1.0)
+        return np.reciprocal(y, out=y)
+    raise ValueError(f"unknown activation {name!r}")

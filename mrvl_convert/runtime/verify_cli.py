@@ -66,8 +66,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     print(result.format_table())
     if args.json_path:
-        with open(args.json_path, "w", encoding="utf-8") as handle:
-            json.dump(result.to_dict(), handle, indent=1)
+        try:
+            with open(args.json_path, "w", encoding="utf-8") as handle:
+                json.dump(result.to_dict(), handle, indent=1)
+        except OSError as exc:
+            print(f"mrvl-verify: error: cannot write {args.json_path}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return 2
     return 0 if result.passed else 1
 
 

@@ -5,21 +5,16 @@ Why: these convolutions are 37% of ResNet-50's multiply-adds, and F(2x2, 3x3) co
 "Fast Algorithms for Convolutional Neural Networks", 2016). The price is three linear transforms
 (input tiles, weights, output tiles). The weights are transformed once at compile time; the
 input and output transforms, whose matrices hold only 0 and +-1, run as separable adds and
-subtracts on whole arrays (8 numpy calls each). Over ResNet-50 this was 1-2.5% faster than the
-same transforms as [16, 16] and [4, 16] matrix products with OpenBLAS's AVX-512 kernels, and
-0.4% with its Haswell ones (whole-network runs of both forms alternated in one process).
+subtracts on whole arrays (8 numpy calls each), which measured faster than the same transforms as
+matrix products (docs/BENCHMARKS.md).
 
 Numbers: the operands are still the fp16-valued inputs and weights, and everything is summed in
 float32, so the fp16 model of ``fp16.py`` is unchanged. What changes is float32 rounding inside
-the layer: the transforms add and subtract up to 16 terms. Inside ResNet-50
-(``python benchmarks/winograd_error.py``) the largest error against float64, relative to the
-layer's largest output, is 3.0e-7 to 6.6e-7 per layer, against 3.0e-7 to 5.1e-7 for im2col in
-float32: far below float16's step (4.9e-4). After the fp16 rounding of the output (bias added),
-0.07-0.17% of a layer's values land one fp16 step away from the rounding of the float64 result,
-against 0.12-0.18% for im2col: the same kind of difference that summing in another order makes.
-F(4x4, 3x3) would save more products, but its transforms multiply by up to 8 and divide by 24
-(ten times the error), and it was not faster here. ``tests/runtime/test_runtime_winograd.py``
-pins the error bound and where the algorithm is used.
+the layer: the transforms add and subtract up to 16 terms, an error far below float16's step
+(``python benchmarks/winograd_error.py`` measures it against float64 and im2col; figures in
+docs/BENCHMARKS.md). F(4x4, 3x3) would save more products, but its transforms multiply by up to 8
+and divide by 24 (ten times the error). ``tests/runtime/test_runtime_winograd.py`` pins the error
+bound and where the algorithm is used.
 """
 from __future__ import annotations
 
@@ -45,12 +40,9 @@ def applies(kernel_hw: Tuple[int, int], strides: Tuple[int, int], dilation: Tupl
     """Whether a conv is computed this way: dense 3x3, stride 1, dilation 1, and where it pays.
 
     The transforms cost in proportion to C + O per tile, the products to C * O, and the products
-    are 16 small GEMMs of one row per tile. Measured inside ResNet-50 (per-layer times as
-    ``benchmarks/profile_simulator.py`` prints them, with this test forced each way): Winograd
-    is faster at 28x28x128 and 14x14x256; at 56x56x64 it saves 1% of the network's time with
-    OpenBLAS's AVX-512 kernels and 4% with its Haswell ones (whole-network runs of both forms
-    alternated in one process); it is slower at 7x7x512 (16 tiles: GEMMs too short, and 16/9
-    the weight bytes to stream).
+    are 16 small GEMMs of one row per tile: too few tiles make the GEMMs too short, and the
+    transformed weights are 16/9 the bytes to stream. The thresholds come from per-layer times
+    inside ResNet-50 (``benchmarks/profile_simulator.py``, figures in docs/BENCHMARKS.md).
     """
     if not (kernel_hw == (3, 3) and strides == (1, 1) and dilation == (1, 1) and groups == 1):
         return False

@@ -223,3 +223,27 @@ def test_cpu_stage_giving_another_shape_than_the_manifest_is_named(tmp_path):
     message = str(info.value)
     assert "tensor 'p'" in message and "latepool_cpu_0.onnx: CPU stage latepool_cpu_0" in message
     assert "gave shape [1, 4, 8, 3] but the manifest" in message and "says [1, 4, 8, 4]" in message
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_one_thread_budget_and_no_spinning(artifact, threads):
+    """Every CPU stage's onnxruntime session gets the session's budget, with idle workers
+    asleep; the outputs do not depend on it."""
+    _, directory = artifact
+    session = HybridSession(directory, threads=threads, gemm="onnxruntime")
+    cpu = [s for s in session.stages if s.kind == "cpu"]
+    assert cpu
+    for stage in cpu:
+        options = stage.runner.get_session_options()
+        assert (options.intra_op_num_threads, options.inter_op_num_threads) == (threads, 1)
+        for pool in ("intra_op", "inter_op"):
+            assert options.get_session_config_entry(f"session.{pool}.allow_spinning") == "0"
+    assert session.simulator.gemm.threads == threads
+    x = feed()
+    np.testing.assert_array_equal(session.run(None, x)[0], HybridSession(directory).run(None, x)[0])
+
+
+@pytest.mark.parametrize("bad", [-1, 1.5, True, "2"])
+def test_bad_thread_budget(artifact, bad):
+    with pytest.raises(ValueError, match="threads"):
+        HybridSession(artifact[1], threads=bad)

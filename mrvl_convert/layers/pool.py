@@ -1,42 +1,70 @@
-"""Pooling layers (NHWC): windowed max / average, and their global forms.
+"""Pooling layers (NHWC): Maxpool2D, Avgpool2D and their global forms.
 
 Windows are handled one kernel tap at a time over the whole tensor (KH*KW vectorised numpy
-operations), never with a loop over pixels.
+operations), never with a loop over pixels. The contract is upstream TVM v0.19's
+``mrvl.maxpool2d_nhwc2nhwc``, ``mrvl.avgpool2d_nhwc2nhwc``, ``mrvl.globalavgpool2d_nhwc2nhwc`` and
+``mrvl.globalmaxpool2d_nhwc2nhwc`` (``src/relay/backend/contrib/mrvl/codegen.cc``).
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Dict, Mapping, Optional
 
 import numpy as np
 
+from .._graph import attr, conv_pads, static_shape
 from .._pooling import pool_out_size
-from .gemm import NUMPY_GEMM, GemmEngine
-from .kernel_base import Kernel
-from .kernels_conv import pad_nhwc
-from .layerspec import LayerSpec
+from ..layout import NHWC, LayoutContext
+from ..rules.matcher import Composite
+from ..runtime.gemm import NUMPY_GEMM, GemmEngine
+from ..runtime.kernel_base import Kernel
+from ..runtime.layerspec import LayerSpec
+from ..runtime.windows import pad_nhwc, tap, taps
+from ._kind import Attr, LayerKind, ints, roles, written
+from ._lowering import new_layer, spatial_out
+
+_LAYOUT = written("layout", "NHWC", "as upstream writes it")
+
+
+def _lower(kind: str) -> Callable[[Composite, LayoutContext], None]:
+    def lower(composite: Composite, ctx: LayoutContext) -> None:
+        pool = composite.binding.node("pool")
+        index, layout = ctx.require(pool.inputs[0], NHWC)
+        attrs: Dict[str, Any] = {}
+        if kind in ("Maxpool2D", "Avgpool2D"):
+            kernel = tuple(attr(pool, "kernel_shape"))
+            strides = attr(pool, "strides", [1, 1])
+            dilations = attr(pool, "dilations", [1, 1])
+            pads = conv_pads(pool, static_shape(pool.inputs[0]), kernel, strides, dilations,
+                             static_shape(pool.outputs[0]))
+            attrs.update({"pool_size": kernel, "kernel_layout_shape": kernel,
+                          "strides": tuple(strides), "padding": tuple(pads),
+                          "dilation": tuple(dilations), "ceil_mode": attr(pool, "ceil_mode", 0)})
+            if kind == "Avgpool2D":
+                attrs["count_include_pad"] = attr(pool, "count_include_pad", 0)
+        ctx.emit(new_layer(composite, kind, [index], [layout], spatial_out(composite), attrs),
+                 composite.output)
+    return lower
 
 
 class _Pool2D(Kernel):
     """Shared geometry: pool_size, strides, padding [t, l, b, r], dilation, ceil_mode."""
-
-    pad_value = 0.0
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
         n, h, w, c = spec.input_rank(0, 4)
         # The format states the window twice; two different windows is a broken artifact.
-        stated = {key: spec.ints(key, 2) for key in ("pool_size", "kernel_layout_shape")
+        stated = {key: spec.value(key) for key in ("pool_size", "kernel_layout_shape")
                   if key in spec.attrs}
         if len(set(stated.values())) > 1:
             layout, size = stated["kernel_layout_shape"], stated["pool_size"]
             raise spec.error("attrs.kernel_layout_shape",
                              f"is {list(layout)} but pool_size is {list(size)}")
-        self.kernel_hw = stated.get("pool_size") or spec.ints("kernel_layout_shape", 2)
-        self.strides = spec.ints("strides", 2, default=(1, 1))
-        pads = spec.ints("padding", 4, default=(0, 0, 0, 0))
-        self.dilation = spec.ints("dilation", 2, default=(1, 1))
-        ceil_mode = spec.flag("ceil_mode")
+        self.kernel_hw = stated.get("pool_size") or spec.value("kernel_layout_shape")
+        self.strides = spec.value("strides")
+        pads = spec.value("padding")
+        self.dilation = spec.value("dilation")
+        ceil_mode = spec.value("ceil_mode")
         if min(self.kernel_hw + self.strides + self.dilation) < 1 or min(pads) < 0:
             raise spec.error("attrs.pool_size", "pool size, strides and dilation must be >= 1, "
                                                 "padding >= 0")
@@ -70,17 +98,12 @@ class _Pool2D(Kernel):
         else:
             mask[:, top:top + h, left:left + w, :] = 1.0
         count = np.zeros((1,) + self.out_hw + (1,), dtype=np.float32)
-        for tap in self._taps(mask):
-            count += tap
+        for _, _, view in self._taps(mask):
+            count += view
         return count
 
     def _taps(self, xp: np.ndarray):
-        """Yield, per kernel tap, the [N, OH, OW, C] strided slice of the padded input."""
-        (oh, ow), (sh, sw), (dh, dw) = self.out_hw, self.strides, self.dilation
-        for i in range(self.kernel_hw[0]):
-            for j in range(self.kernel_hw[1]):
-                yield xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh,
-                         j * dw:j * dw + (ow - 1) * sw + 1:sw, :]
+        return taps(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation)
 
     @classmethod
     def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
@@ -89,7 +112,7 @@ class _Pool2D(Kernel):
         return None
 
 
-class Maxpool2D(_Pool2D):
+class Maxpool2DKernel(_Pool2D):
     """Max over each window; padding is -inf so it never wins.
 
     The output is a selection of input values, so it is already on the fp16 grid (``exact``)
@@ -107,30 +130,30 @@ class Maxpool2D(_Pool2D):
         # Separable, rows first: an H tap is a slice of whole padded rows (long contiguous runs,
         # numpy's fast case), and the W taps then run on the H-reduced array: KH + KW passes
         # instead of KH * KW. Max is exact in any order.
-        rows = np.array(xp[:, 0:(oh - 1) * sh + 1:sh], dtype=np.float32)
+        rows = np.array(xp[:, tap(0, oh, sh)], dtype=np.float32)
         for i in range(1, self.kernel_hw[0]):
-            np.maximum(rows, xp[:, i * dh:i * dh + (oh - 1) * sh + 1:sh], out=rows)
-        out = np.array(rows[:, :, 0:(ow - 1) * sw + 1:sw])
+            np.maximum(rows, xp[:, tap(i * dh, oh, sh)], out=rows)
+        out = np.array(rows[:, :, tap(0, ow, sw)])
         for j in range(1, self.kernel_hw[1]):
-            np.maximum(out, rows[:, :, j * dw:j * dw + (ow - 1) * sw + 1:sw], out=out)
+            np.maximum(out, rows[:, :, tap(j * dw, ow, sw)], out=out)
         return out
 
 
-class Avgpool2D(_Pool2D):
+class Avgpool2DKernel(_Pool2D):
     """Mean over each window; zero padding; the divisor counts the explicit pads only when
     count_include_pad is 1 (never the ceil-mode extension), as onnxruntime does."""
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
-        self.divisor = self._valid_taps(spec.flag("count_include_pad"))
+        self.divisor = self._valid_taps(spec.value("count_include_pad"))
 
     def run(self, x: np.ndarray) -> np.ndarray:
         xp = pad_nhwc(x, self.pads, 0.0)
-        taps = self._taps(xp)
-        acc = np.array(next(taps), dtype=np.float32)
-        for tap in taps:
-            acc += tap
+        views = (view for _, _, view in self._taps(xp))
+        acc = np.array(next(views), dtype=np.float32)
+        for view in views:
+            acc += view
         acc /= self.divisor
         return acc
 
@@ -145,17 +168,50 @@ class _GlobalPool2D(Kernel):
         spec.expect_shape((n, 1, 1, c))
 
 
-class GlobalAvgpool2D(_GlobalPool2D):
+class GlobalAvgpool2DKernel(_GlobalPool2D):
     """Mean over H and W, summed in float32."""
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return x.mean(axis=(1, 2), keepdims=True, dtype=np.float32)
 
 
-class GlobalMaxpool2D(_GlobalPool2D):
+class GlobalMaxpool2DKernel(_GlobalPool2D):
     """Max over H and W."""
 
     exact = True
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return x.max(axis=(1, 2), keepdims=True)
+
+
+_SOURCE = "apache/tvm v0.19 src/relay/backend/contrib/mrvl/codegen.cc"
+_WINDOW = (
+    _LAYOUT,
+    ints("pool_size", "[kh, kw]", 2),
+    ints("kernel_layout_shape", "[kh, kw] (the window again, as upstream writes it)", 2),
+    written("kernel_layout", "HW", "as upstream writes it"),
+    ints("strides", "[sh, sw]", 2, default=(1, 1)),
+    ints("padding", "[top, left, bottom, right]", 4, default=(0, 0, 0, 0)),
+    ints("dilation", "[dh, dw]", 2, default=(1, 1)),
+    Attr("ceil_mode", "flag", "1: the last window may run past the input", default=False),
+)
+
+MAXPOOL = LayerKind(
+    name="Maxpool2D", summary="max over each window; padding never wins (pads with -inf)",
+    kernel=Maxpool2DKernel, lower=_lower("Maxpool2D"), required_roles=roles("pool"),
+    attrs=_WINDOW, source=_SOURCE)
+AVGPOOL = LayerKind(
+    name="Avgpool2D", summary="mean over each window; pads with zeros, and the divisor counts "
+                              "pads only when count_include_pad is 1",
+    kernel=Avgpool2DKernel, lower=_lower("Avgpool2D"), required_roles=roles("pool"),
+    attrs=_WINDOW + (Attr("count_include_pad", "flag", "1: the divisor counts the pads",
+                          default=False),),
+    quantizable=True, source=_SOURCE)
+GLOBAL_AVGPOOL = LayerKind(
+    name="GlobalAvgpool2D", summary="mean over H and W: `[N, H, W, C]` -> `[N, 1, 1, C]`",
+    kernel=GlobalAvgpool2DKernel, lower=_lower("GlobalAvgpool2D"), required_roles=roles("pool"),
+    attrs=(_LAYOUT,), quantizable=True, source=_SOURCE)
+GLOBAL_MAXPOOL = LayerKind(
+    name="GlobalMaxpool2D", summary="max over H and W: `[N, H, W, C]` -> `[N, 1, 1, C]`",
+    kernel=GlobalMaxpool2DKernel, lower=_lower("GlobalMaxpool2D"), required_roles=roles("pool"),
+    attrs=(_LAYOUT,), source=_SOURCE)

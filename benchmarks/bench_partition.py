@@ -1,0 +1,142 @@
+"""How whole real networks stay on the accelerator, and what the hybrid costs. Not a test.
+
+    python benchmarks/bench_partition.py [--runs 5] [--threads 1 2] [--models resnet50 ...]
+
+The corpus is ``tests/corpus.py``: the onnx wheel's 9 light zoo models with seeded random
+weights, and small built models that use each canonical rewrite. For every model: whether it
+converts, the Mrvl / CPU stage counts, Mrvl<->CPU transitions, the share of nodes and of MACs on
+Mrvl, the hybrid's largest error against onnxruntime fp32 (absolute, and relative to the largest
+reference output), whether the top-1 class agrees, and the median latency of the hybrid
+(``HybridSession(threads=t)``, default numpy GEMM engine) and of onnxruntime
+(``intra_op_num_threads=t``) at each thread count. Prints a Markdown table.
+
+Each thread count runs in its own process with ``OPENBLAS_NUM_THREADS=t`` (numpy's BLAS reads
+it once, at import), so the simulator's numpy, the CPU stages and the onnxruntime reference all
+get the same budget.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+import corpus  # noqa: E402
+
+import mrvl_convert  # noqa: E402
+from mrvl_convert.runtime import HybridSession  # noqa: E402
+
+
+def median_ms(fn: Callable[[], object], runs: int) -> float:
+    fn()  # warm-up: first-call allocations, onnxruntime's lazy init
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return 1000.0 * float(np.median(times))
+
+
+def ort_session(model, threads: int):
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def measure(name: str, model, shapes: Optional[Dict[str, List[int]]], runs: int,
+            threads: List[int]) -> Dict[str, object]:
+    """One model's row, at every count in ``threads`` (this process's BLAS setting aside)."""
+    row: Dict[str, object] = {"model": name}
+    feed = corpus.feeds(model, shapes)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            result = mrvl_convert.convert(model, os.path.join(tmp, "art"), shapes=shapes)
+        except mrvl_convert.MrvlConvertError as exc:
+            row["converts"] = f"no: {str(exc).splitlines()[0][:80]}"
+            return row
+        s = result.summary
+        placed = s["nodes"] - s["removed_nodes"]
+        row.update(converts="yes", mrvl=s["mrvl_subgraphs"], cpu=s["cpu_subgraphs"],
+                   cuts=s["transitions"], node_share=s["mrvl_nodes"] / max(placed, 1),
+                   mac_share=s["mrvl_mac_share"],
+                   cut_by=", ".join(f"{c['op_type']} x{c['nodes']}"
+                                    for c in result.report["cut_by"][:2]))
+        [want] = ort_session(model, threads[0]).run(None, feed)
+        [got] = HybridSession(result.out_dir, threads=threads[0]).run(None, feed)
+        err = float(np.abs(got - want).max())
+        row.update(max_err=err, rel_err=err / max(float(np.abs(want).max()), 1e-30),
+                   top1=bool(np.array_equal(got.reshape(len(got), -1).argmax(-1),
+                                            want.reshape(len(want), -1).argmax(-1))))
+        for t in threads:
+            hybrid, ort = HybridSession(result.out_dir, threads=t), ort_session(model, t)
+            row[f"hyb_{t}"] = median_ms(lambda: hybrid.run(None, feed), runs)
+            row[f"ort_{t}"] = median_ms(lambda: ort.run(None, feed), runs)
+    return row
+
+
+def table(rows: List[Dict[str, object]], threads: List[int]) -> str:
+    head = ["model", "converts", "Mrvl", "CPU", "cuts", "nodes on Mrvl", "MACs on Mrvl",
+            "max err (rel)", "top-1"]
+    head += [f"hybrid / ort @{t}t (ms)" for t in threads] + ["left on CPU (most)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        if r.get("converts") != "yes":
+            lines.append(f"| {r['model']} | {r.get('converts')} |" + " |" * (len(head) - 2))
+            continue
+        cells = [r["model"], "yes", str(r["mrvl"]), str(r["cpu"]), str(r["cuts"]),
+                 f"{100 * r['node_share']:.0f}%", f"{100 * r['mac_share']:.1f}%",
+                 f"{r['max_err']:.2g} ({r['rel_err']:.1e})", "equal" if r["top1"] else "DIFFERS"]
+        for t in threads:
+            h, o = r[f"hyb_{t}"], r[f"ort_{t}"]
+            cells.append(f"{h:.1f} / {o:.1f} ({h / o:.1f}x)")
+        cells.append(r["cut_by"] or "-")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def child(names: List[str], runs: int, threads: int) -> None:
+    for name in names:
+        model = corpus.zoo(name) if name in corpus.ZOO else corpus.built(name)
+        row = measure(name, model, corpus.shapes_for(name), runs, [threads])
+        print(json.dumps(row), flush=True)
+        print(f"done {name} at {threads} thread(s)", file=sys.stderr, flush=True)
+
+
+def main(argv: Optional[List[str]] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--models", nargs="+", default=None,
+                        help=f"subset of {', '.join(corpus.ZOO + corpus.BUILT)}")
+    parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    names = args.models or list(corpus.zoo_names()) + list(corpus.BUILT)
+    if args.child is not None:
+        child(names, args.runs, args.child)
+        return
+    rows: Dict[str, Dict[str, object]] = {}
+    for t in args.threads:
+        env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(t),
+                               "--runs", str(args.runs), "--models", *names],
+                              env=env, stdout=subprocess.PIPE, text=True, check=True)
+        for line in done.stdout.splitlines():
+            row = json.loads(line)
+            rows.setdefault(row["model"], row).update(
+                {k: v for k, v in row.items() if k.startswith(("hyb_", "ort_"))})
+    sys.stdout.write(table([rows[n] for n in names], args.threads))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""The ESTIMATE of a whole artifact: every Mrvl stage, and every tensor crossing a Mrvl boundary."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Union
+
+from ..errors import ArtifactError
+from .cost import StageEstimate, boundary_cycles, estimate_stage
+from .profile import HardwareProfile, ProfileLike, load_profile
+
+NOTE = ("ESTIMATE from a roofline model of the MLIP (docs/ESTIMATE.md), calibrated on one public "
+        "figure (ResNet-50 v1, 8 tiles, fp16); not a measurement. CPU stages are not estimated.")
+HOST = "host"   # the application: it feeds the model's inputs and takes its outputs
+
+NodesLoader = Callable[[Mapping[str, Any]], Mapping[str, Any]]
+
+
+def estimate_documents(manifest: Mapping[str, Any], load_nodes: NodesLoader,
+                       profile: ProfileLike = None, *, tiles: Optional[int] = None,
+                       const_shapes: Optional[Callable[[Mapping[str, Any]], Mapping]] = None
+                       ) -> Dict[str, Any]:
+    """The report.json ``estimate`` section: per stage, per layer, per boundary tensor.
+
+    ``load_nodes(stage_entry)`` returns a Mrvl stage's Nodes-JSON document; ``const_shapes``
+    (optional) returns {constant name: shape} for a stage, read only if a layer needs it.
+    """
+    prof = load_profile(profile)
+    stages: List[Dict[str, Any]] = []
+    estimates: Dict[str, StageEstimate] = {}
+    for entry in manifest["stages"]:
+        if entry["kind"] != "mrvl":
+            stages.append({"name": entry["name"], "kind": "cpu", "cycles": None,
+                           "microseconds": None})
+            continue
+        doc = load_nodes(entry)
+        try:
+            est = estimate_stage(doc, prof, tiles=tiles, name=entry["name"])
+        except ArtifactError:
+            if const_shapes is None:
+                raise
+            est = estimate_stage(doc, prof, tiles=tiles, name=entry["name"],
+                                 const_shapes=const_shapes(entry))
+        estimates[entry["name"]] = est
+        stages.append(est.as_dict())
+    boundaries = _boundaries(manifest, prof)
+    mrvl = sum(e.cycles for e in estimates.values())
+    transfer = sum(b["cycles"] for b in boundaries)
+    us = 1e6 / prof.clock_hz
+    return {"note": NOTE, "profile": prof.as_dict(),
+            "tiles": tiles if tiles is not None else prof.tiles,
+            "mrvl_cycles": round(mrvl), "mrvl_microseconds": round(mrvl * us, 3),
+            "transfer_cycles": round(transfer), "transfer_microseconds": round(transfer * us, 3),
+            "total_microseconds": round((mrvl + transfer) * us, 3),
+            "matmul_macs": sum(e.macs for e in estimates.values()),
+            "stages": stages, "boundaries": boundaries}
+
+
+def _boundaries(manifest: Mapping[str, Any], prof: HardwareProfile) -> List[Dict[str, Any]]:
+    """Every tensor that enters or leaves a Mrvl stage from or to something that is not Mrvl."""
+    kind = {s["name"]: s["kind"] for s in manifest["stages"]}
+    producer = {o["tensor"]: s["name"] for s in manifest["stages"] for o in s["outputs"]}
+    crossings = []
+    for stage in manifest["stages"]:
+        for inp in stage["inputs"]:
+            crossings.append((producer.get(inp["tensor"], HOST), stage["name"], inp))
+    consumed = {i["tensor"] for s in manifest["stages"] for i in s["inputs"]}
+    model_outputs = {o["name"] for o in manifest["model"]["outputs"]}
+    for stage in manifest["stages"]:
+        for out in stage["outputs"]:
+            if out["tensor"] in model_outputs or out["tensor"] not in consumed:
+                crossings.append((stage["name"], HOST, out))
+    rows = []
+    us = 1e6 / prof.clock_hz
+    for src, dst, tensor in crossings:
+        kinds = {kind.get(src, HOST), kind.get(dst, HOST)}
+        if "mrvl" not in kinds or kinds == {"mrvl"}:
+            continue
+        elements = math.prod(int(d) for d in tensor["shape"])
+        cycles = boundary_cycles(elements, prof)
+        rows.append({"tensor": tensor["tensor"], "from": src, "to": dst,
+                     "cut": HOST not in (src, dst),
+                     "bytes": int(elements * prof.activation_bytes_per_element),
+                     "cycles": round(cycles), "microseconds": round(cycles * us, 3)})
+    return rows
+
+
+def estimate_artifact(artifact_dir: Union[str, Path], profile: ProfileLike = None, *,
+                      tiles: Optional[int] = None) -> Dict[str, Any]:
+    """Estimate an artifact directory written by ``convert`` (reads its JSON files only)."""
+    root = Path(artifact_dir)
+    manifest = _read_json(root / "manifest.json")
+    return estimate_documents(manifest, lambda e: _read_json(root / e["nodes_json"]), profile,
+                              tiles=tiles,
+                              const_shapes=lambda e: _const_shapes(root / e["consts_json"]))
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ArtifactError(f"{path} cannot be read as JSON: {exc}") from None
+
+
+def _const_shapes(path: Path) -> Dict[str, List[int]]:
+    return {name: list(c.get("shape", [])) for name, c in _read_json(path).items()}
+
+
+def format_table(estimate: Mapping[str, Any], *, layers: bool = True) -> str:
+    """The terminal table: one row per Mrvl layer (optional), stage and boundary tensor."""
+    lines = [f"ESTIMATE (not a measurement), profile {estimate['profile']['name']}, "
+             f"{estimate['tiles']} tiles"]
+    header = f"{'stage / layer':<34}{'kind':<18}{'MMACs':>10}{'weights KB':>12}" \
+             f"{'DDR KB':>10}{'est. us':>11}  bound"
+    lines += [header, "-" * len(header)]
+    for stage in estimate["stages"]:
+        if stage["kind"] != "mrvl":
+            lines.append(f"{stage['name']:<34}{'(CPU stage)':<18}{'':>10}{'':>12}{'':>10}"
+                         f"{'n/a':>11}")
+            continue
+        lines.append(f"{stage['name']:<34}{'Mrvl stage':<18}{stage['matmul_macs'] / 1e6:>10.1f}"
+                     f"{stage['weight_bytes'] / 1024:>12.0f}{stage['ddr_bytes'] / 1024:>10.0f}"
+                     f"{stage['microseconds']:>11.1f}")
+        for layer in stage["layers"] if layers else ():
+            lines.append(f"  {layer['layer']:<32}{layer['kind']:<18}{layer['macs'] / 1e6:>10.1f}"
+                         f"{layer['weight_bytes'] / 1024:>12.0f}{layer['ddr_bytes'] / 1024:>10.0f}"
+                         f"{layer['microseconds']:>11.1f}  {layer['bound']}")
+    for b in estimate["boundaries"]:
+        what = "cut" if b["cut"] else "host i/o"
+        lines.append(f"{what + ' ' + b['tensor']:<34}{b['from'] + '->' + b['to']:<18}"
+                     f"{'':>10}{'':>12}{b['bytes'] / 1024:>10.0f}{b['microseconds']:>11.1f}")
+    lines.append(f"estimated accelerator time {estimate['mrvl_microseconds']:.1f} us, transfers "
+                 f"{estimate['transfer_microseconds']:.1f} us, total "
+                 f"{estimate['total_microseconds']:.1f} us (CPU stages not estimated)")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,135 @@
+"""The hardware profile: every figure of the cost estimate, read from a data file (YAML or JSON).
+
+The built-in profile (``cn10ka_fp16.yaml``) ships with the package; a user passes their own with
+``--hw-profile FILE`` or ``load_profile(path)``. A profile file is read with bounds (size limit,
+``yaml.safe_load``) and validated against ``schemas/hwprofile.schema.json`` before use.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Dict, Mapping, Optional, Tuple, Union
+
+import jsonschema
+import yaml
+
+from ..errors import MrvlConvertError
+
+MAX_PROFILE_BYTES = 64 * 1024  # a profile is a few dozen lines; anything bigger is not one
+BUILTIN_PROFILE = "cn10ka_fp16.yaml"
+
+
+class HardwareProfileError(MrvlConvertError):
+    """A hardware profile file that cannot be read or does not validate."""
+
+
+@dataclass(frozen=True)
+class HardwareProfile:
+    """The figures of the roofline model (see docs/ESTIMATE.md); all per cycle of ``clock_hz``."""
+    name: str
+    source: str
+    clock_hz: float
+    tiles: int
+    max_tiles: int
+    macs_per_cycle_per_tile: float
+    vector_ops_per_cycle_per_tile: float
+    ocm_bytes_per_tile: float
+    ddr_bytes_per_cycle: float
+    weight_bytes_per_element: float
+    bias_bytes_per_element: float
+    activation_bytes_per_element: float
+    channel_granule: int
+    layer_overhead_cycles: float
+    boundary_fixed_cycles: float
+    boundary_bytes_per_cycle: float
+    efficiency: Tuple[Tuple[str, float], ...]
+    zero_cost_kinds: Tuple[str, ...]
+
+    def efficiency_of(self, kind: str) -> float:
+        table = dict(self.efficiency)
+        return table.get(kind, table["default_vector"])
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The figures as written into report.json, so every estimate says what it assumed."""
+        return {"name": self.name, "source": self.source, "clock_hz": self.clock_hz,
+                "max_tiles": self.max_tiles,
+                "macs_per_cycle_per_tile": self.macs_per_cycle_per_tile,
+                "vector_ops_per_cycle_per_tile": self.vector_ops_per_cycle_per_tile,
+                "ocm_bytes_per_tile": self.ocm_bytes_per_tile,
+                "ddr_bytes_per_cycle": self.ddr_bytes_per_cycle,
+                "weight_bytes_per_element": self.weight_bytes_per_element,
+                "bias_bytes_per_element": self.bias_bytes_per_element,
+                "activation_bytes_per_element": self.activation_bytes_per_element,
+                "channel_granule": self.channel_granule,
+                "layer_overhead_cycles": self.layer_overhead_cycles,
+                "boundary": {"fixed_cycles": self.boundary_fixed_cycles,
+                             "bytes_per_cycle": self.boundary_bytes_per_cycle},
+                "efficiency": dict(self.efficiency),
+                "zero_cost_kinds": list(self.zero_cost_kinds)}
+
+
+ProfileLike = Optional[Union[str, Path, HardwareProfile]]
+
+
+def load_profile(profile: ProfileLike = None) -> HardwareProfile:
+    """The built-in profile (``None``), a profile file (path), or a HardwareProfile as is."""
+    if isinstance(profile, HardwareProfile):
+        return profile
+    if profile is None:
+        text = resources.files("mrvl_convert.estimate").joinpath(BUILTIN_PROFILE).read_text()
+        return parse_profile(yaml.safe_load(text), label=f"built-in {BUILTIN_PROFILE}")
+    path = Path(profile)
+    try:
+        size = path.stat().st_size
+        if size > MAX_PROFILE_BYTES:
+            raise HardwareProfileError(f"hardware profile {path} is {size} bytes, more than the "
+                                       f"{MAX_PROFILE_BYTES} a profile may have")
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise HardwareProfileError(f"hardware profile {path} cannot be read: {exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise HardwareProfileError(f"hardware profile {path} is not valid YAML/JSON: "
+                                   f"{str(exc).splitlines()[0]}") from None
+    return parse_profile(data, label=str(path))
+
+
+def _schema() -> dict:
+    return json.loads(resources.files("mrvl_convert.schemas")
+                      .joinpath("hwprofile.schema.json").read_text())
+
+
+def parse_profile(data: Any, *, label: str) -> HardwareProfile:
+    """Validate a parsed profile document; a HardwareProfileError names the file and field."""
+    errors = sorted(jsonschema.Draft202012Validator(_schema()).iter_errors(data),
+                    key=lambda e: list(e.absolute_path))
+    if errors:
+        where = ".".join(str(p) for p in errors[0].absolute_path) or "<top level>"
+        raise HardwareProfileError(f"hardware profile {label}: field {where}: "
+                                   f"{errors[0].message}")
+    if data["tiles"] > data["max_tiles"]:
+        raise HardwareProfileError(f"hardware profile {label}: field tiles: {data['tiles']} is "
+                                   f"more than max_tiles {data['max_tiles']}")
+    return _build(data, label)
+
+
+def _build(data: Mapping[str, Any], label: str) -> HardwareProfile:
+    return HardwareProfile(
+        name=data["name"], source=label, clock_hz=float(data["clock_hz"]),
+        tiles=int(data["tiles"]), max_tiles=int(data["max_tiles"]),
+        macs_per_cycle_per_tile=float(data["macs_per_cycle_per_tile"]),
+        vector_ops_per_cycle_per_tile=float(data["vector_ops_per_cycle_per_tile"]),
+        ocm_bytes_per_tile=float(data["ocm_bytes_per_tile"]),
+        ddr_bytes_per_cycle=float(data["ddr_bytes_per_cycle"]),
+        weight_bytes_per_element=float(data["weight_bytes_per_element"]),
+        bias_bytes_per_element=float(data["bias_bytes_per_element"]),
+        activation_bytes_per_element=float(data["activation_bytes_per_element"]),
+        channel_granule=int(data["channel_granule"]),
+        layer_overhead_cycles=float(data["layer_overhead_cycles"]),
+        boundary_fixed_cycles=float(data["boundary"]["fixed_cycles"]),
+        boundary_bytes_per_cycle=float(data["boundary"]["bytes_per_cycle"]),
+        efficiency=tuple(sorted((str(k), float(v)) for k, v in data["efficiency"].items())),
+        zero_cost_kinds=tuple(data.get("zero_cost_kinds", ())))

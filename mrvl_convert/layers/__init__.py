@@ -1,0 +1,42 @@
+"""The layer catalogue: one module per Marvell layer kind, listed here explicitly.
+
+A kind's module holds everything about it: its attributes and constants (declared once, as the
+Nodes-JSON writes them), how a matched composite lowers to it, its simulator kernel, and its
+flags. Adding a kind is one new module, one line in ``_KINDS`` and one rule entry (README,
+"Adding a layer kind"); tests/test_catalogue.py fails when a schema or a doc lags behind.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Mapping
+
+from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
+from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
+                    LayerKind)
+
+_KINDS = (
+    conv2d.KIND,
+    fc.KIND,
+    pool.MAXPOOL,
+    pool.AVGPOOL,
+    pool.GLOBAL_AVGPOOL,
+    pool.GLOBAL_MAXPOOL,
+    sum2d.KIND,
+    concat.KIND,
+    reshape.RESHAPE,
+    reshape.BATCH_FLATTEN,
+    squeeze.KIND,
+    layout_transform.KIND,
+)
+
+#: layer_name -> LayerKind, read-only.
+CATALOGUE: Mapping[str, LayerKind] = MappingProxyType({k.name: k for k in _KINDS})
+
+
+def layer_kind(name: str) -> LayerKind:
+    """The kind of a ``layer_name``; KeyError for a name the catalogue does not hold."""
+    return CATALOGUE[name]
+
+
+__all__ = ["CATALOGUE", "Activation", "Attr", "BOTH", "Const", "FUSED_ACTIVATION",
+           "LayerKind", "MARVELL", "UPSTREAM", "layer_kind"]

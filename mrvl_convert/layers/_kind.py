@@ -1,0 +1,191 @@
+"""What a Marvell layer kind is: its attributes and constants, declared once.
+
+A ``LayerKind`` is plain frozen data. Lowering builds a typed ``Layer`` (ints, tuples, enums), the
+emitter turns its values into the strings the Nodes-JSON holds through the same ``Attr``
+declarations, and the simulator reads them back through them too, so a name, a type or a default
+is written in exactly one place.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import (TYPE_CHECKING, Any, Callable, FrozenSet, List, Mapping, Optional, Sequence,
+                    Tuple, Type)
+
+from ..runtime.artifact import first_value
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..layout import LayoutContext
+    from ..rules.matcher import Composite
+    from ..runtime.kernel_base import Kernel
+    from ..runtime.layerspec import LayerSpec
+
+# Marks an attribute that has no default: a Nodes-JSON without it is incomplete.
+REQUIRED = object()
+
+#: The layer sets a user's backend compiler may understand (``--layer-set``).
+UPSTREAM = "upstream-0.19"
+MARVELL = "marvell"
+BOTH: FrozenSet[str] = frozenset({UPSTREAM, MARVELL})
+
+
+class Activation(enum.Enum):
+    """A fused ``activation_type``, as the codegen spells it."""
+    RELU = "relu"
+    TANH = "tanh"
+    SIGMOID = "sigmoid"
+
+
+@dataclass(frozen=True)
+class Attr:
+    """One layer attribute as the Nodes-JSON writes it (a list of strings).
+
+    ``type``: ``ints`` (a tuple of ``count`` ints), ``int``, ``str``, ``flag`` (a bool written as
+    "0"/"1") or ``activation`` (an ``Activation`` out of ``choices``). ``fixed``: the value is
+    always this one (written by lowering, checked by the simulator). ``default``: what the
+    simulator assumes when the attribute is absent. ``checked``: whether the simulator refuses
+    a layer whose ``fixed`` attribute says otherwise (False for the codegen's informational
+    attributes, such as ``bias_layout``).
+    """
+    name: str
+    type: str
+    doc: str
+    count: Optional[int] = None
+    default: Any = REQUIRED
+    fixed: Any = None
+    choices: Tuple[str, ...] = ()
+    checked: bool = True
+
+    def encode(self, value: Any) -> List[str]:
+        if self.type == "ints":
+            return [str(int(v)) for v in value]
+        if self.type in ("int", "flag"):
+            return [str(int(value))]
+        if self.type == "activation":
+            return [Activation(value).value]
+        return [str(value)]
+
+    def read(self, spec: "LayerSpec") -> Any:
+        """The typed value of this attribute in a Nodes-JSON layer, strictly parsed."""
+        default = None if self.default is REQUIRED else self.default
+        if self.type == "ints":
+            return spec.ints(self.name, self.count, default)
+        if self.type == "int":
+            return spec.int1(self.name, default)
+        if self.type == "flag":
+            return spec.flag(self.name, bool(default))
+        if self.type == "activation":
+            issue = self.issue(spec.attrs)
+            if issue:
+                raise spec.error(f"attrs.{self.name}", issue)
+            text = spec.string(self.name, "").strip().lower()
+            return None if text in ("", "none") else Activation(text)
+        value = spec.string(self.name, default)
+        if self.fixed is not None and self.checked and value != self.fixed:
+            raise spec.error(f"attrs.{self.name}", f"is {value!r}; only {self.fixed!r} is defined")
+        return value
+
+    def issue(self, attrs: Mapping[str, Any]) -> Optional[str]:
+        """Why this attribute makes a layer unrunnable, judged leniently (never raises)."""
+        if self.name not in attrs:
+            return None
+        first = first_value(attrs[self.name])
+        text = "" if first is None else str(first).strip()
+        if self.type == "activation" and text.lower() not in ("", "none", *self.choices):
+            return f"only {', '.join(self.choices)} can be fused, not {text!r}"
+        if self.fixed is not None and self.checked and text != self.fixed:
+            return f"{self.name} must be {self.fixed}"
+        return None
+
+    @property
+    def json_type(self) -> str:
+        """How nodes.schema.json describes the value."""
+        return "intstrlist" if self.type in ("ints", "int", "flag") else "strlist"
+
+
+#: The optional fused activation of Conv2D, FC and Sum2D.
+FUSED_ACTIVATION = Attr("activation_type", "activation", "fused activation, applied last",
+                        default=None, choices=(Activation.RELU.value,))
+
+
+@dataclass(frozen=True)
+class Const:
+    """A constant a layer carries: written as ``<prefix>_const_name`` + ``<prefix>_const``."""
+    role: str
+    prefix: str
+    doc: str
+    required: bool = True
+
+    @property
+    def attr(self) -> str:
+        return f"{self.prefix}_const_name"
+
+
+Lower = Callable[["Composite", "LayoutContext"], None]
+
+
+@dataclass(frozen=True)
+class LayerKind:
+    """Everything the project knows about one Marvell ``layer_name``."""
+    name: str
+    summary: str                       # one line: the semantics, for docs/FORMATS.md
+    kernel: Type["Kernel"]
+    lower: Optional[Lower]             # None: inserted by the layout pass, never matched
+    required_roles: FrozenSet[str] = frozenset()
+    optional_roles: FrozenSet[str] = frozenset()
+    one_of_roles: FrozenSet[str] = frozenset()   # a rule's pattern must use at least one
+    attrs: Tuple[Attr, ...] = ()
+    consts: Tuple[Const, ...] = ()
+    compute_heavy: bool = False        # makes a Mrvl region worth the trip (as upstream decides)
+    reshape_like: bool = False         # moves bytes only; compared in the model's element order
+    quantizable: bool = False          # has an int8 form in the newer codegen
+    layer_sets: FrozenSet[str] = BOTH
+    r4: FrozenSet[str] = frozenset()   # the layer sets that write it R4 (4-D layout shapes, NHWC)
+    composite: str = ""                # composite_name of a layer no rule made
+    source: str = ""                   # where the layer's JSON contract was read
+    notes: Tuple[str, ...] = field(default=())
+
+    def attr(self, name: str) -> Attr:
+        for a in self.attrs:
+            if a.name == name:
+                return a
+        raise KeyError(f"layer {self.name} declares no attribute {name!r}")
+
+    def const(self, role: str) -> Const:
+        for c in self.consts:
+            if c.role == role:
+                return c
+        raise KeyError(f"layer {self.name} declares no constant {role!r}")
+
+    def capability_issue(self, attrs: Mapping[str, Any]) -> Optional[str]:
+        """Why a layer with these attributes cannot run, without raising (None: it can)."""
+        for a in self.attrs:
+            issue = a.issue(attrs)
+            if issue:
+                return issue
+        for c in self.consts:
+            if c.required and c.attr not in attrs:
+                return f"no {c.attr}"
+        return self.kernel.capability_issue(attrs)
+
+
+def roles(*names: str) -> FrozenSet[str]:
+    return frozenset(names)
+
+
+def ints(name: str, doc: str, count: Optional[int] = None,
+         default: Optional[Sequence[int]] = None) -> Attr:
+    return Attr(name, "ints", doc, count=count,
+                default=REQUIRED if default is None else tuple(default))
+
+
+def written(name: str, value: str, doc: str, *, checked: bool = False) -> Attr:
+    """An attribute whose value is always ``value`` (the codegen writes it for every layer)."""
+    return Attr(name, "str", doc, default=value, fixed=value, checked=checked)
+
+
+def r4_shape(shape: List[int]) -> List[int]:
+    """A layout shape padded to 4-D as the newer codegen writes R4 layers: trailing 1s, and a
+    2-D [N, C] as [N, 1, 1, C] (``resizeInputOutputLayoutTo4dim``)."""
+    padded = list(shape) + [1] * (4 - len(shape))
+    return [padded[0], padded[2], padded[3], padded[1]] if len(shape) == 2 else padded

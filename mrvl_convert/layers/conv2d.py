@@ -1,0 +1,306 @@
+"""Conv2D: NHWC convolution with OHWI weights, bias, and an optional fused activation.
+
+Matched from ``[Pad] Conv [Add bias] [BatchNormalization] [activation]``; the Pad, bias and
+BatchNormalization are folded into the layer's padding, kernel and bias when it is lowered.
+The contract is upstream TVM v0.19's ``mrvl.conv2d_nhwc2nhwc`` (``src/relay/backend/contrib/mrvl/
+codegen.cc``), as tests/test_golden_upstream.py checks against upstream's own output.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .._graph import attr, const_value, conv_pads, is_const, pad_amounts, present, static_shape
+from ..layout import NHWC, LayoutContext
+from ..rules.matcher import Composite
+from ..runtime.gemm import NUMPY_GEMM, GemmEngine
+from ..runtime.kernel_base import Kernel, fp16_const, read_bias
+from ..runtime.layerspec import LayerSpec
+from ..runtime.ufuncs import RowAdd, activate_inplace
+from ..runtime.winograd import Winograd3x3
+from ..runtime.winograd import applies as winograd_applies
+from ..runtime.windows import conv_out_size, pad_nhwc, taps, window_view
+from ._kind import FUSED_ACTIVATION, Attr, Const, LayerKind, ints, roles, written
+from ._lowering import activation, new_layer, spatial_out
+
+
+def lower(composite: Composite, ctx: LayoutContext) -> None:
+    """A composite is a convolution (role ``conv``), a per-channel affine (role ``scale``: a
+    standalone BatchNormalization or Mul by a per-channel constant, as a depthwise 1x1 layer), or
+    a channel shuffle (role ``shuffle``: a permutation of the channels, as a 1x1 layer)."""
+    binding = composite.binding
+    if binding.node("conv") is not None:
+        _lower_conv(composite, ctx)
+    elif binding.node("scale") is not None:
+        _lower_affine(composite, ctx)
+    else:
+        _lower_shuffle(composite, ctx)
+
+
+def _per_channel(tensor, channels: int) -> np.ndarray:
+    """A constant operand that varies at most along the channel axis, as [channels] float64."""
+    return np.broadcast_to(const_value(tensor).astype(np.float64).reshape(-1), (channels,))
+
+
+def _bn_affine(bn) -> "tuple[np.ndarray, np.ndarray]":
+    """BatchNormalization as y = x * scale + shift, in float64."""
+    gamma, beta, mean, var = (const_value(bn.inputs[i]).astype(np.float64) for i in (1, 2, 3, 4))
+    scale = gamma / np.sqrt(var + float(attr(bn, "epsilon", 1e-5)))
+    return scale, beta - mean * scale
+
+
+def _tail_affine(composite: Composite, channels: int) -> "tuple[np.ndarray, np.ndarray]":
+    """The per-channel ``scale`` (Mul) and ``shift`` (Add) steps after the anchor, folded into
+    one y = x * scale + shift (float64)."""
+    scale, shift = np.ones(channels), np.zeros(channels)
+    mul = composite.binding.node("scale")
+    if mul is not None and mul.op == "Mul":
+        scale = _per_channel([t for t in mul.inputs if is_const(t)][0], channels).copy()
+    add = composite.binding.node("shift")
+    if add is not None:
+        shift = _per_channel([t for t in add.inputs if is_const(t)][0], channels).copy()
+    return scale, shift
+
+
+def _emit(composite: Composite, ctx: LayoutContext, source, weights: np.ndarray,
+          bias: np.ndarray, geometry: dict) -> None:
+    """One Conv2D layer from OIHW float32 weights and a [O] bias."""
+    index, layout = ctx.require(source, NHWC)
+    out_channels, _, kh, kw = weights.shape
+    attrs = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+             **geometry, "channels": out_channels, "kernel_size": (kh, kw),
+             "activation_type": activation(composite)}
+    consts = [("kernel", np.ascontiguousarray(weights.transpose(0, 2, 3, 1), dtype=np.float32)),
+              ("bias", bias.astype(np.float32).reshape(1, 1, 1, out_channels))]
+    ctx.emit(new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
+                       consts), composite.output)
+
+
+def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
+    conv = composite.binding.node("conv")
+    pad = composite.binding.node("pad")
+    source = pad.inputs[0] if pad is not None else conv.inputs[0]
+    weights = const_value(conv.inputs[1]).astype(np.float32)
+    out_channels, _, kh, kw = weights.shape
+    bias = present(conv, 2)
+    bias = const_value(bias).astype(np.float32).reshape(-1) if bias is not None else \
+        np.zeros(out_channels, np.float32)
+    strides = attr(conv, "strides", [1, 1])
+    dilations = attr(conv, "dilations", [1, 1])
+    conv_in = static_shape(conv.inputs[0])
+    pads = conv_pads(conv, conv_in, [kh, kw], strides, dilations, static_shape(conv.outputs[0]))
+    if pad is not None:
+        extra = pad_amounts(pad)
+        pads = [pads[0] + extra[2], pads[1] + extra[3], pads[2] + extra[6], pads[3] + extra[7]]
+    add = composite.binding.node("bias")
+    if add is not None:
+        const = [t for t in add.inputs if is_const(t)][0]
+        bias = bias + np.broadcast_to(const_value(const).astype(np.float32).reshape(-1),
+                                      (out_channels,))
+    bn = composite.binding.node("bn")
+    if bn is not None:
+        scale, shift = _bn_affine(bn)
+        weights = (weights * scale[:, None, None, None]).astype(np.float32)
+        bias = ((bias - const_value(bn.inputs[3]).astype(np.float64)) * scale
+                + const_value(bn.inputs[2]).astype(np.float64)).astype(np.float32)
+    if composite.binding.node("scale") is not None or composite.binding.node("shift") is not None:
+        scale, shift = _tail_affine(composite, out_channels)
+        weights = (weights * scale[:, None, None, None]).astype(np.float32)
+        bias = (bias * scale + shift).astype(np.float32)
+    groups = int(attr(conv, "group", 1))
+    in_channels = conv_in[1]
+    if 1 < groups < in_channels:
+        # The accelerator's Conv2D is ordinary or depthwise: a grouped conv becomes one
+        # ordinary conv whose weight is block-diagonal (exact: the added taps are zeros).
+        weights, groups = _block_diagonal(weights, groups), 1
+    _emit(composite, ctx, source, weights, bias,
+          {"strides": tuple(strides), "padding": tuple(pads), "dilation": tuple(dilations),
+           "groups": groups})
+
+
+def _block_diagonal(weights: np.ndarray, groups: int) -> np.ndarray:
+    """[O, I/g, KH, KW] grouped weights as [O, I, KH, KW] with zeros outside each group."""
+    out_channels, per_group, kh, kw = weights.shape
+    full = np.zeros((out_channels, per_group * groups, kh, kw), np.float32)
+    per_out = out_channels // groups
+    for g in range(groups):
+        full[g * per_out:(g + 1) * per_out, g * per_group:(g + 1) * per_group] = \
+            weights[g * per_out:(g + 1) * per_out]
+    return full
+
+
+def _lower_affine(composite: Composite, ctx: LayoutContext) -> None:
+    """x * scale + shift per channel as a depthwise 1x1 Conv2D (weights = scale, bias = shift)."""
+    anchor = composite.binding.node("scale")
+    channels = static_shape(anchor.outputs[0])[1]
+    if anchor.op == "BatchNormalization":
+        scale, shift = _bn_affine(anchor)
+        add = composite.binding.node("shift")
+        if add is not None:
+            shift = shift + _per_channel([t for t in add.inputs if is_const(t)][0], channels)
+    else:
+        scale, shift = _tail_affine(composite, channels)
+    source = next(t for t in anchor.inputs if not is_const(t))
+    _emit(composite, ctx, source, scale.astype(np.float32).reshape(channels, 1, 1, 1),
+          shift.astype(np.float32), {"groups": channels})
+
+
+def _lower_shuffle(composite: Composite, ctx: LayoutContext) -> None:
+    """A channel shuffle (Reshape -> Transpose -> Reshape) as a 1x1 Conv2D whose weight is the
+    permutation matrix: every output is 1.0 times one input channel, exact in fp16."""
+    first = composite.binding.node("shuffle")
+    channels = static_shape(first.inputs[0])[1]
+    order = channel_shuffle_order(composite)
+    weights = np.zeros((channels, channels, 1, 1), np.float32)
+    weights[np.arange(channels), order, 0, 0] = 1.0
+    _emit(composite, ctx, first.inputs[0], weights, np.zeros(channels, np.float32), {})
+
+
+def channel_shuffle_order(composite: Composite) -> np.ndarray:
+    """Which input channel each output channel of a Reshape -> Transpose -> Reshape takes."""
+    first, transpose = composite.binding.node("shuffle"), composite.binding.node("transpose")
+    n, c, h, w = static_shape(first.inputs[0])
+    index = np.arange(c).reshape(static_shape(first.outputs[0])[1:-2])
+    perm = [p - 1 for p in attr(transpose, "perm")[1:-2]]
+    return np.ascontiguousarray(index.transpose(perm)).reshape(c)
+
+
+class Conv2DKernel(Kernel):
+    """NHWC convolution with OHWI weights, zero padding, bias, optional fused activation."""
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
+        n, h, w, c = spec.input_rank(0, 4)
+        self.strides = spec.value("strides")
+        self.pads = spec.value("padding")
+        self.dilation = spec.value("dilation")
+        self.groups = spec.value("groups")
+        kernel = spec.const("kernel_const_name", consts)
+        if kernel.ndim != 4:
+            raise spec.error("attrs.kernel_const_name", f"kernel must be OHWI (4-D), got shape "
+                                                        f"{list(kernel.shape)}")
+        o, kh, kw, ig = kernel.shape
+        self._check_geometry(c, o, kh, kw, ig)
+        self.kernel_hw = (kh, kw)
+        oh = conv_out_size(h, self.pads[0] + self.pads[2], kh, self.strides[0], self.dilation[0])
+        ow = conv_out_size(w, self.pads[1] + self.pads[3], kw, self.strides[1], self.dilation[1])
+        spec.expect_shape((n, oh, ow, o))
+        self.out_hw = (oh, ow)
+        self.out_channels = o
+        self.add_bias = RowAdd(read_bias(spec, consts, o))
+        self.activation = spec.value("activation_type")
+        self._prepare_weights(fp16_const(spec, "kernel_const_name", kernel), c)
+
+    def _check_geometry(self, c: int, o: int, kh: int, kw: int, ig: int) -> None:
+        spec, g = self.spec, self.groups
+        if g < 1 or c != ig * g or o % g:
+            raise spec.error("attrs.groups", f"groups={g} does not fit input channels {c}, "
+                                             f"kernel [O={o}, KH={kh}, KW={kw}, I/groups={ig}]")
+        if min(self.strides) < 1 or min(self.dilation) < 1 or min(self.pads) < 0:
+            raise spec.error("attrs.strides", "strides and dilation must be >= 1, padding >= 0")
+        if "channels" in spec.attrs and spec.value("channels") != o:
+            raise spec.error("attrs.channels", f"is {spec.value('channels')}, kernel has O={o}")
+        if "kernel_size" in spec.attrs and spec.value("kernel_size") != (kh, kw):
+            raise spec.error("attrs.kernel_size", f"is {list(spec.value('kernel_size'))}, "
+                                                  f"kernel has KH, KW = {kh}, {kw}")
+        spec.value("kernel_layout")
+
+    def _prepare_weights(self, kernel: np.ndarray, c: int) -> None:
+        """Re-lay the OHWI weights once into the form this conv's algorithm uses."""
+        o, kh, kw, ig = kernel.shape
+        g = self.groups
+        self.pointwise = (kh == kw == 1 and not any(self.pads))
+        if winograd_applies((kh, kw), self.strides, self.dilation, g, self.out_hw, c, o):
+            self.mode = "winograd"
+            self.winograd = Winograd3x3(kernel, self.pads, self.out_hw, self.gemm)
+        elif g == 1:
+            self.mode = "gemm"
+            # [KH*KW*I, O]: matches the (kh, kw, c) order of an NHWC window flattened.
+            self.product = self.gemm.bind(kernel.reshape(o, kh * kw * ig).T)
+        elif ig == 1 and o == c:
+            self.mode = "depthwise"
+            self.taps = np.ascontiguousarray(kernel.reshape(o, kh, kw).transpose(1, 2, 0))
+        else:
+            self.mode = "grouped"
+            og = o // g
+            # [G, KH*KW*I/G, O/G]: one product per group, batched.
+            self.product = self.gemm.bind(kernel.reshape(g, og, kh * kw * ig).transpose(0, 2, 1))
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        n = x.shape[0]
+        oh, ow = self.out_hw
+        if self.mode == "winograd":
+            y = self.winograd.run(x)
+        elif self.mode == "depthwise":
+            y = self._depthwise(x)
+        elif self.mode == "grouped":
+            y = self._grouped(x)
+        else:
+            y = self.product(self._columns(x))
+        y = self.add_bias(y.reshape(n, oh, ow, self.out_channels))
+        return activate_inplace(y, self.activation)
+
+    def _columns(self, x: np.ndarray) -> np.ndarray:
+        """im2col: the [N*OH*OW, KH*KW*C] patch matrix (a plain reshape for 1x1 convs)."""
+        n, c = x.shape[0], x.shape[3]
+        sh, sw = self.strides
+        if self.pointwise:
+            if sh != 1 or sw != 1:
+                x = x[:, ::sh, ::sw, :]
+            return np.ascontiguousarray(x).reshape(-1, c)
+        xp = pad_nhwc(x, self.pads)
+        view = window_view(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation)
+        return view.reshape(n * self.out_hw[0] * self.out_hw[1], -1)
+
+    def _grouped(self, x: np.ndarray) -> np.ndarray:
+        n, c = x.shape[0], x.shape[3]
+        g = self.groups
+        xp = pad_nhwc(x, self.pads)
+        view = window_view(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation)
+        m = n * self.out_hw[0] * self.out_hw[1]
+        kh, kw = self.kernel_hw
+        cols = view.reshape(m, kh, kw, g, c // g).transpose(3, 0, 1, 2, 4).reshape(g, m, -1)
+        y = self.product(cols)                      # [G, M, O/G]
+        return y.transpose(1, 0, 2).reshape(m, -1)  # group-major channel order, as ONNX
+
+    def _depthwise(self, x: np.ndarray) -> np.ndarray:
+        """One multiply-add per kernel tap over the whole tensor: no pixel loop, no im2col."""
+        xp = pad_nhwc(x, self.pads)
+        oh, ow = self.out_hw
+        acc = np.zeros((x.shape[0], oh, ow, x.shape[3]), dtype=np.float32)
+        tmp = np.empty_like(acc)
+        for i, j, view in taps(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation):
+            np.multiply(view, self.taps[i, j], out=tmp)
+            acc += tmp
+        return acc
+
+
+KIND = LayerKind(
+    name="Conv2D",
+    summary="NHWC convolution, zero padding; BatchNormalization already folded into kernel and "
+            "bias. Depthwise is `groups` == input channels.",
+    kernel=Conv2DKernel,
+    lower=lower,
+    one_of_roles=roles("conv", "scale", "shuffle"),
+    optional_roles=roles("pad", "conv", "bias", "bn", "scale", "shift", "act", "shuffle",
+                         "transpose", "merge"),
+    attrs=(
+        ints("strides", "[sh, sw]", 2, default=(1, 1)),
+        ints("padding", "[top, left, bottom, right]", 4, default=(0, 0, 0, 0)),
+        ints("dilation", "[dh, dw]", 2, default=(1, 1)),
+        Attr("groups", "int", "1, or the input channels (depthwise)", default=1),
+        Attr("channels", "int", "output channels O (= the kernel's O)"),
+        ints("kernel_size", "[kh, kw] (= the kernel's KH, KW)", 2),
+        written("kernel_layout", "OHWI", "the kernel constant's layout", checked=True),
+        written("bias_layout", "---O", "the bias constant's layout"),
+        written("out_dtype", "", "as upstream writes it"),
+        FUSED_ACTIVATION,
+    ),
+    consts=(Const("kernel", "kernel", "OHWI `[O, KH, KW, I/groups]`"),
+            Const("bias", "bias", "`[1, 1, 1, O]`; zeros when the model has no bias")),
+    compute_heavy=True,
+    quantizable=True,
+    source="apache/tvm v0.19 src/relay/backend/contrib/mrvl/codegen.cc",
+)

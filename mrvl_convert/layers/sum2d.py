@@ -1,0 +1,91 @@
+"""Sum2D: elementwise add of two activations of the same shape, or of one activation and a
+constant, with an optional fused activation.
+
+The contract is upstream TVM v0.19's ``mrvl.sum2d`` (``src/relay/backend/contrib/mrvl/
+codegen.cc``); a constant operand is written as ``input_const_name``.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import numpy as np
+
+from .._graph import const_value, is_const, static_shape
+from ..layout import LayoutContext, TensorLayout, native
+from ..rules.matcher import Composite
+from ..runtime.gemm import NUMPY_GEMM, GemmEngine
+from ..runtime.kernel_base import Kernel, fp16_const
+from ..runtime.layerspec import LayerSpec
+from ..runtime.ufuncs import activate_inplace
+from ._kind import FUSED_ACTIVATION, Const, LayerKind, roles
+from ._lowering import activation, new_layer
+
+
+def lower(composite: Composite, ctx: LayoutContext) -> None:
+    add = composite.binding.node("add")
+    rank = len(static_shape(add.outputs[0]))
+    perm = native(rank)
+    indices, layouts, consts = [], [], []
+    for tensor in add.inputs:
+        if is_const(tensor):
+            value = const_value(tensor).astype(np.float32)
+            value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(perm)
+            consts.append(("operand", np.ascontiguousarray(value)))
+            continue
+        index, layout = ctx.require(tensor, perm)
+        indices.append(index)
+        layouts.append(layout)
+    out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
+    ctx.emit(new_layer(composite, "Sum2D", indices, layouts, out,
+                       {"activation_type": activation(composite)}, consts), composite.output)
+
+
+class Sum2DKernel(Kernel):
+    """Elementwise add of two same-shape activations, or of one activation and a constant
+    (``input_const_name``, already in physical order, broadcastable); optional activation."""
+
+    num_inputs = None
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
+        shapes = spec.input_shapes
+        self.const = None
+        if len(shapes) == 1:
+            const = spec.const("input_const_name", consts)
+            try:
+                out = np.broadcast_shapes(shapes[0], const.shape)
+            except ValueError:
+                raise spec.error("attrs.input_const_name", f"constant shape {list(const.shape)}"
+                                 f" does not broadcast with input {list(shapes[0])}") from None
+            self.const = fp16_const(spec, "input_const_name", const)
+        elif len(shapes) == 2:
+            if shapes[0] != shapes[1]:
+                raise spec.error("inputs", f"Sum2D inputs must have the same physical shape, "
+                                           f"got {list(shapes[0])} and {list(shapes[1])}")
+            if "input_const_name" in spec.attrs:
+                raise spec.error("attrs.input_const_name", "given with two activation inputs")
+            out = shapes[0]
+        else:
+            raise spec.error("inputs", f"expected 1 input (+ constant) or 2, got {len(shapes)}")
+        spec.expect_shape(out)
+        self.activation = spec.value("activation_type")
+
+    def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
+        return activate_inplace(a + (self.const if b is None else b), self.activation)
+
+
+KIND = LayerKind(
+    name="Sum2D",
+    summary="elementwise add of two activation inputs of the same physical shape, or of one "
+            "activation and `input_const_name` (a constant already in physical order, "
+            "numpy-broadcastable to the output)",
+    kernel=Sum2DKernel,
+    lower=lower,
+    required_roles=roles("add"),
+    optional_roles=roles("act"),
+    attrs=(FUSED_ACTIVATION,),
+    consts=(Const("operand", "input", "the constant operand, if any", required=False),),
+    quantizable=True,
+    source="apache/tvm v0.19 src/relay/backend/contrib/mrvl/codegen.cc",
+)

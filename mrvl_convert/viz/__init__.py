@@ -1,0 +1,13 @@
+"""Pictures of the partition: an HTML page of the graph, and the model annotated for Netron.
+
+``describe(proto, report)`` turns the report's placements into a drawable graph,
+``render_page(description)`` makes the self-contained HTML page (ELK layout in the browser), and
+``annotate(proto, report)`` gives ``<model>.placement.onnx``.
+"""
+from __future__ import annotations
+
+from .graph import describe
+from .page import render_page
+from .placement import annotate
+
+__all__ = ["describe", "render_page", "annotate"]
