@@ -87,7 +87,7 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
         "from_tuple_idx": ["-1"],
         "mrvl_nodes_idx": [node_index],
     }
-    r4 = layer_set in kind.r4
+    r4 = layer_set in kind.r4 and not (kind.r4_keeps_2d and len(first_in.shape) == 2)
     if r4:
         attrs.update(_r4_attrs(layer))
     for slot in _EMPTY_CONST_SLOTS:

@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
+from . import clip, leaky_relu, mul2d, power, relu, rsqrt, sigmoid, softmax, sub, tanh
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -27,6 +28,16 @@ _KINDS = (
     reshape.BATCH_FLATTEN,
     squeeze.KIND,
     layout_transform.KIND,
+    mul2d.KIND,
+    sub.KIND,
+    relu.KIND,
+    leaky_relu.KIND,
+    clip.KIND,
+    sigmoid.KIND,
+    tanh.KIND,
+    softmax.KIND,
+    power.KIND,
+    rsqrt.KIND,
 )
 
 #: layer_name -> LayerKind, read-only.

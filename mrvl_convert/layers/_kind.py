@@ -41,7 +41,8 @@ class Attr:
     """One layer attribute as the Nodes-JSON writes it (a list of strings).
 
     ``type``: ``ints`` (a tuple of ``count`` ints), ``int``, ``str``, ``flag`` (a bool written as
-    "0"/"1") or ``activation`` (an ``Activation`` out of ``choices``). ``fixed``: the value is
+    "0"/"1"), ``decimal`` (a float written as C's ``std::to_string`` does: "%f", six decimals)
+    or ``activation`` (an ``Activation`` out of ``choices``). ``fixed``: the value is
     always this one (written by lowering, checked by the simulator). ``default``: what the
     simulator assumes when the attribute is absent. ``checked``: whether the simulator refuses
     a layer whose ``fixed`` attribute says otherwise (False for the codegen's informational
@@ -63,6 +64,8 @@ class Attr:
             return [str(int(value))]
         if self.type == "activation":
             return [Activation(value).value]
+        if self.type == "decimal":
+            return [decimal_text(value)]
         return [str(value)]
 
     def read(self, spec: "LayerSpec") -> Any:
@@ -80,6 +83,8 @@ class Attr:
                 raise spec.error(f"attrs.{self.name}", issue)
             text = spec.string(self.name, "").strip().lower()
             return None if text in ("", "none") else Activation(text)
+        if self.type == "decimal":
+            return _read_decimal(spec, self.name, default)
         value = spec.string(self.name, default)
         if self.fixed is not None and self.checked and value != self.fixed:
             raise spec.error(f"attrs.{self.name}", f"is {value!r}; only {self.fixed!r} is defined")
@@ -95,6 +100,8 @@ class Attr:
             return f"only {', '.join(self.choices)} can be fused, not {text!r}"
         if self.fixed is not None and self.checked and text != self.fixed:
             return f"{self.name} must be {self.fixed}"
+        if self.type == "decimal" and not _is_number(text):
+            return f"{self.name} is {text!r}, not a number"
         return None
 
     @property
@@ -103,9 +110,32 @@ class Attr:
         return "intstrlist" if self.type in ("ints", "int", "flag") else "strlist"
 
 
-#: The optional fused activation of Conv2D, FC and Sum2D.
+#: The optional fused activation of Conv2D, FC, Sum2D, Mul2D and Sub (upstream v0.19 fuses only
+#: relu; the newer codegen's ``setActivationFunction`` also tanh and sigmoid).
 FUSED_ACTIVATION = Attr("activation_type", "activation", "fused activation, applied last",
-                        default=None, choices=(Activation.RELU.value,))
+                        default=None, choices=tuple(a.value for a in Activation))
+
+
+def decimal_text(value: float) -> str:
+    """A float as the newer codegen writes ``alpha``, ``a_min``, ``exponent``...:
+    ``std::to_string``, i.e. printf's "%f" (six decimals; "inf" for infinity)."""
+    return f"{float(value):f}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _read_decimal(spec: "LayerSpec", name: str, default: Any) -> float:
+    text = spec.string(name, None if default is None else decimal_text(default))
+    try:
+        return float(text)
+    except ValueError:
+        raise spec.error(f"attrs.{name}", f"expected a number, got {text!r}") from None
 
 
 @dataclass(frozen=True)
@@ -141,6 +171,7 @@ class LayerKind:
     quantizable: bool = False          # has an int8 form in the newer codegen
     layer_sets: FrozenSet[str] = BOTH
     r4: FrozenSet[str] = frozenset()   # the layer sets that write it R4 (4-D layout shapes, NHWC)
+    r4_keeps_2d: bool = False          # R4 except a 2-D layer, written NC as it is (activations)
     composite: str = ""                # composite_name of a layer no rule made
     source: str = ""                   # where the layer's JSON contract was read
     notes: Tuple[str, ...] = field(default=())

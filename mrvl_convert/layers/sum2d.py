@@ -17,7 +17,7 @@ from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel, fp16_const
 from ..runtime.layerspec import LayerSpec
 from ..runtime.ufuncs import activate_inplace
-from ._kind import FUSED_ACTIVATION, Const, LayerKind, roles
+from ._kind import FUSED_ACTIVATION, MARVELL, Const, LayerKind, roles
 from ._lowering import activation, new_layer
 
 
@@ -87,5 +87,6 @@ KIND = LayerKind(
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),
     quantizable=True,
+    r4=frozenset({MARVELL}),   # the newer codegen's CreateCompositeMrvlSumLayer: R4
     source="apache/tvm v0.19 src/relay/backend/contrib/mrvl/codegen.cc",
 )

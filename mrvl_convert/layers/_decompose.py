@@ -1,0 +1,66 @@
+"""Lowerings that turn one ONNX node into a chain of layers of the newer set: the codegen has no
+HardSigmoid or HardSwish layer (princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3
+src/relay/backend/contrib/mrvl/codegen.cc), so
+
+- ``HardSigmoid(x) = max(0, min(1, alpha * x + beta))`` becomes Mul2D(x, alpha) -> Sum2D(+beta)
+  -> Clip(0, 1);
+- ``HardSwish(x) = x * HardSigmoid(x, 1/6, 1/2)`` becomes that chain, then Mul2D(x, gate).
+
+This is a lowering, not a canonical rewrite: the chain rounds differently from onnxruntime's
+HardSigmoid, so it only happens on the accelerator, whose fp16 arithmetic rounds anyway (alpha
+and beta become fp16 constants: relative error at most 2**-11 each, then one fp16 rounding per
+layer). The layers before the last name no source node, so the per-layer comparison
+(``compare(..., layers=True)``) compares only the last one, against the node's output.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .._graph import attr, static_shape
+from ..layout import LayoutContext, TensorLayout, native
+from ..rules.matcher import Composite
+from ._lowering import new_layer
+
+# ONNX HardSwish is HardSigmoid with these.
+HARDSWISH_ALPHA, HARDSWISH_BETA = 1.0 / 6.0, 0.5
+
+
+def _scalar(shape_rank: int, value: float) -> np.ndarray:
+    return np.full([1] * shape_rank, value, dtype=np.float32)
+
+
+def _affine_clip(composite: Composite, ctx: LayoutContext, source: gs.Tensor, alpha: float,
+                 beta: float, output: gs.Tensor, last: bool) -> int:
+    """Mul2D(x, alpha) -> Sum2D(+beta) -> Clip(0, 1) on ``source``; the index of the Clip."""
+    rank = len(static_shape(source))
+    index, layout = ctx.require(source, native(rank))
+    out = TensorLayout(layout.shape, layout.perm, layout.labels)
+    for kind, const in (("Mul2D", alpha), ("Sum2D", beta)):
+        layer = new_layer(composite, kind, [index], [out], out, {"activation_type": None},
+                          [("operand", _scalar(rank, const))])
+        layer.source_nodes = []
+        index = ctx.emit(layer, None)
+    attrs = {"a_min": 0.0, "a_max": 1.0}
+    layer = new_layer(composite, "Clip", [index], [out], out, attrs)
+    if not last:
+        layer.source_nodes = []
+    return ctx.emit(layer, output if last else None)
+
+
+def lower_hardsigmoid(composite: Composite, ctx: LayoutContext) -> None:
+    node = composite.binding.node("hardsigmoid")
+    alpha = float(np.float32(attr(node, "alpha", 0.2)))
+    beta = float(np.float32(attr(node, "beta", 0.5)))
+    _affine_clip(composite, ctx, node.inputs[0], alpha, beta, composite.output, last=True)
+
+
+def lower_hardswish(composite: Composite, ctx: LayoutContext) -> None:
+    node = composite.binding.node("hardswish")
+    source = node.inputs[0]
+    gate = _affine_clip(composite, ctx, source, HARDSWISH_ALPHA, HARDSWISH_BETA, None,
+                        last=False)
+    index, layout = ctx.require(source, native(len(static_shape(source))))
+    out = TensorLayout(tuple(static_shape(composite.output)), layout.perm, layout.labels)
+    ctx.emit(new_layer(composite, "Mul2D", [index, gate], [layout, layout], out,
+                       {"activation_type": None}), composite.output)

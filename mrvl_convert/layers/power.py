@@ -1,0 +1,49 @@
+"""Power: out = in ** exponent, for a scalar constant exponent (ONNX ``Pow(x, c)``).
+
+The newer codegen writes it in ``CreateCompositeMrvlActivationLayer`` (princekumar70/tvm
+@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc):
+``exponent`` as ``std::to_string`` prints the float, six decimals.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .._graph import const_value
+from ..runtime.gemm import NUMPY_GEMM, GemmEngine
+from ..runtime.layerspec import LayerSpec
+from ._kind import Attr, LayerKind, roles
+from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
+
+
+def _attrs(node: gs.Node) -> Dict[str, Any]:
+    return {"exponent": float(np.float32(const_value(node.inputs[1]).reshape(-1)[0]))}
+
+
+class PowerKernel(UnaryKernel):
+    """x ** exponent in float32 (a negative base with a fractional exponent gives NaN, as
+    onnxruntime's Pow does)."""
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
+        self.exponent = np.float32(spec.value("exponent"))
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.power(x, self.exponent)
+
+
+KIND = LayerKind(
+    name="Power",
+    summary="out = in ** exponent (a scalar)",
+    kernel=PowerKernel,
+    lower=lowering("Power", "pow", _attrs),
+    required_roles=roles("pow"),
+    attrs=(Attr("exponent", "decimal", "the scalar exponent, six decimals"),),
+    layer_sets=ONLY_MARVELL,
+    r4=ONLY_MARVELL,
+    r4_keeps_2d=True,
+    source=SOURCE,
+)

@@ -1,0 +1,39 @@
+"""Rsqrt: out = 1 / sqrt(in), from ONNX ``Reciprocal(Sqrt(x))``.
+
+The newer codegen writes it in ``CreateCompositeMrvlActivationLayer`` (princekumar70/tvm
+@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc), with no
+attribute of its own.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..layout import LayoutContext
+from ..rules.matcher import Composite
+from ._kind import LayerKind, roles
+from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, emit_unary
+
+
+def lower(composite: Composite, ctx: LayoutContext) -> None:
+    sqrt = composite.binding.node("sqrt")
+    emit_unary(composite, ctx, "Rsqrt", sqrt.inputs[0], {}, composite.output)
+
+
+class RsqrtKernel(UnaryKernel):
+    """1 / sqrt(x) in float32: inf at 0, NaN below, as Reciprocal(Sqrt(x)) gives."""
+
+    def compute(self, x: np.ndarray) -> np.ndarray:
+        return np.reciprocal(np.sqrt(x))
+
+
+KIND = LayerKind(
+    name="Rsqrt",
+    summary="out = 1 / sqrt(in)",
+    kernel=RsqrtKernel,
+    lower=lower,
+    required_roles=roles("sqrt", "reciprocal"),
+    layer_sets=ONLY_MARVELL,
+    r4=ONLY_MARVELL,
+    r4_keeps_2d=True,
+    source=SOURCE,
+)

@@ -1,0 +1,70 @@
+"""Sub: elementwise difference of two activations, the second broadcasting into the first, with an
+optional fused activation. (``x - c`` never gets here: canonicalize makes it ``Add(x, -c)``, a
+Sum2D; ``c - x`` stays on CPU, as the format does not say which operand a constant is.)
+
+The contract is the newer codegen's ``mrvl.subtract``: ``CreateCompositeMrvlSubtractLayer``
+(princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/
+codegen.cc), R4, ``activation_type`` by ``setActivationFunction``.
+"""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from .._graph import static_shape
+from ..layout import LayoutContext, TensorLayout, native
+from ..rules.matcher import Composite
+from ..runtime.gemm import NUMPY_GEMM, GemmEngine
+from ..runtime.kernel_base import Kernel
+from ..runtime.layerspec import LayerSpec
+from ..runtime.ufuncs import activate_inplace
+from ._kind import FUSED_ACTIVATION, LayerKind, roles
+from ._lowering import activation, new_layer
+from ._unary import ONLY_MARVELL
+from .mul2d import broadcast_operand
+
+SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
+          "src/relay/backend/contrib/mrvl/codegen.cc CreateCompositeMrvlSubtractLayer")
+
+
+def lower(composite: Composite, ctx: LayoutContext) -> None:
+    node = composite.binding.node("sub")
+    rank = len(static_shape(node.outputs[0]))
+    indices, layouts = [], []
+    for tensor in node.inputs:
+        index, layout = ctx.require(tensor, native(rank))
+        indices.append(index)
+        layouts.append(layout)
+    out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)
+    ctx.emit(new_layer(composite, "Sub", indices, layouts, out,
+                       {"activation_type": activation(composite)}), composite.output)
+
+
+class SubKernel(Kernel):
+    """a - b (b broadcast into a); optional fused activation."""
+
+    num_inputs = 2
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
+        broadcast_operand(spec, consts)
+        self.activation = spec.value("activation_type")
+
+    def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        return activate_inplace(a - b, self.activation)
+
+
+KIND = LayerKind(
+    name="Sub",
+    summary="elementwise a - b of two activations, b numpy-broadcasting into a",
+    kernel=SubKernel,
+    lower=lower,
+    required_roles=roles("sub"),
+    optional_roles=roles("act"),
+    attrs=(FUSED_ACTIVATION,),
+    layer_sets=ONLY_MARVELL,
+    r4=ONLY_MARVELL,
+    source=SOURCE,
+)
