@@ -19,6 +19,7 @@ from .partition import partition
 from .layers import MARVELL
 from .rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
 from .rules.matcher import match
+from .rules.other_sets import layer_set_hints
 
 Rules = Optional[Union[RuleSource, Sequence[RuleSource]]]
 
@@ -79,7 +80,9 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
-        matches = match(canonical.graph, rule_list, deny=_denied(canonical, loaded, deny))
+        denied = _denied(canonical, loaded, deny)
+        matches = match(canonical.graph, rule_list, deny=denied)
+        matches.elsewhere.update(layer_set_hints(canonical.graph, layer_set, matches, denied))
         plan = partition(canonical.graph, matches, policy, loaded.name,
                          max_subgraphs=max_subgraphs)
         subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}

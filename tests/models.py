@@ -86,13 +86,16 @@ class Builder:
 
 def small_cnn(*, sigmoid: bool = False, keras_transpose: bool = False, batch: int = 1,
               seed: int = 0) -> onnx.ModelProto:
-    """Conv-Relu-Pool, [Sigmoid], Conv-Relu-Pool, [Transpose], Flatten, Gemm-Relu, Gemm."""
+    """Conv-Relu-Pool, [Sin], Conv-Relu-Pool, [Transpose], Flatten, Gemm-Relu, Gemm.
+
+    ``sigmoid``: put an op in the middle that no layer set maps (Sin: Sigmoid, which this once
+    was, is a layer of the newer Marvell set), so the model is cut there."""
     b = Builder(seed)
     x = b.input("x", [batch, 3, 16, 16])
     y = b.op("Relu", [b.conv(x, 3, 8, pads=[1, 1, 1, 1])], name="relu1")
     y = b.op("MaxPool", [y], name="pool1", kernel_shape=[2, 2], strides=[2, 2])
     if sigmoid:
-        y = b.op("Sigmoid", [y], name="sig")
+        y = b.op("Sin", [y], name="sig")
     y = b.op("Relu", [b.conv(y, 8, 4, pads=[1, 1, 1, 1])], name="relu2")
     y = b.op("MaxPool", [y], name="pool2", kernel_shape=[2, 2], strides=[2, 2])
     if keras_transpose:

@@ -187,15 +187,15 @@ def test_table_lists_failures() -> None:
 
 
 def _fragmented(path: Path, cuts: int) -> Path:
-    """Conv, then ``cuts // 2`` times (Sigmoid on CPU, Conv on Mrvl), then one more Sigmoid."""
+    """Conv, then ``cuts // 2`` times (Sin on CPU, Conv on Mrvl), then one more Sin (no layer set maps Sin)."""
     from models import Builder
     b = Builder()
     y = b.input("x", [1, 3, 8, 8])
     y = b.op("Relu", [b.conv(y, 3, 4, pads=[1, 1, 1, 1])], name="conv0")
     for k in range(cuts // 2):
-        y = b.op("Sigmoid", [y], name=f"sig{k}")
+        y = b.op("Sin", [y], name=f"sig{k}")
         y = b.op("Relu", [b.conv(y, 4, 4, pads=[1, 1, 1, 1])], name=f"conv{k + 1}")
-    y = b.op("Sigmoid", [y], name="last")
+    y = b.op("Sin", [y], name="last")
     return bm.save(b.model([y]), path)
 
 
@@ -203,13 +203,13 @@ def test_many_cuts_are_explained_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "out"
     done = run(str(_fragmented(tmp_path / "frag.onnx", 8)), "-o", str(out))
     assert done.returncode == 0, done.stderr
-    assert f"frag: 9 cuts: Sigmoid x5; see {out / 'frag' / 'report.json'}" in done.stdout
+    assert f"frag: 9 cuts: Sin x5; see {out / 'frag' / 'report.json'}" in done.stdout
     report = json.loads((out / "frag" / "report.json").read_text())
     assert report["summary"]["transitions"] == 9
-    assert report["cut_by"] == [{"op_type": "Sigmoid", "nodes": 5}]
+    assert report["cut_by"] == [{"op_type": "Sin", "nodes": 5}]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["models"][0]["transitions"] == 9
-    assert summary["models"][0]["mrvl_mac_share"] == 1.0   # Sigmoid has no MACs
+    assert summary["models"][0]["mrvl_mac_share"] == 1.0   # Sin has no MACs
 
 
 def test_few_cuts_print_no_cut_line(tmp_path: Path) -> None:

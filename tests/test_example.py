@@ -10,6 +10,7 @@ import onnx
 import pytest
 
 import mrvl_convert
+from mrvl_convert.layers import UPSTREAM
 from models import run_ort
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "mnist_cnn"
@@ -50,12 +51,16 @@ def test_single_policy_reproduces_the_rfc(tmp_path):
 
 def test_sigmoid_in_the_middle(tmp_path, model):
     variant = _variants().sigmoid_variant(model)
-    single = mrvl_convert.convert(variant, tmp_path / "s", policy="single")
-    multi = mrvl_convert.convert(variant, tmp_path / "m", policy="multi")
+    # The RFC's scenario: upstream v0.19 has no Sigmoid layer (the newer Marvell set has one).
+    single = mrvl_convert.convert(variant, tmp_path / "s", policy="single", layer_set=UPSTREAM)
+    multi = mrvl_convert.convert(variant, tmp_path / "m", policy="multi", layer_set=UPSTREAM)
     assert [s["kind"] for s in single.manifest["stages"]] == ["mrvl", "cpu"]
     assert [s["kind"] for s in multi.manifest["stages"]] == ["mrvl", "cpu", "mrvl"]
     sigmoid = [e for e in multi.report["nodes"] if e["op_type"] == "Sigmoid"][0]
-    assert sigmoid["placement"] == "cpu" and sigmoid["reason"] == "no rule handles op type Sigmoid"
+    assert sigmoid["placement"] == "cpu" and sigmoid["reason"] == (
+        "no rule handles op type Sigmoid; layer set marvell would take it (mrvl.sigmoid)")
+    newer = mrvl_convert.convert(variant, tmp_path / "n", policy="multi")
+    assert [s["kind"] for s in newer.manifest["stages"]] == ["mrvl"]
 
 
 def test_nchw_flatten_variant_gives_the_same_numbers(tmp_path, model, images):

@@ -15,7 +15,7 @@ def _feeds(shape=(1, 3, 16, 16)):
 
 
 def _two_regions():
-    """Conv(3->8, 16x16) | Sigmoid on CPU | Conv(8->4, 8x8) + FC: the first region has more MACs."""
+    """Conv(3->8, 16x16) | Sin on CPU | Conv(8->4, 8x8) + FC: the first region has more MACs."""
     return small_cnn(sigmoid=True)
 
 
@@ -43,13 +43,13 @@ def test_max_subgraphs_zero_is_all_cpu(tmp_path):
 
 
 def test_max_subgraphs_regions_merge_once_the_cut_goes(tmp_path):
-    """Three regions, cut by two Sigmoids; the limit of 2 drops the smallest one."""
+    """Three regions, cut by two Sin nodes (no layer set maps Sin); the limit of 2 drops the smallest one."""
     b = Builder()
     x = b.input("x", [1, 3, 8, 8])
     y = b.op("Relu", [b.conv(x, 3, 16, pads=[1, 1, 1, 1])], name="big")
-    y = b.op("Sigmoid", [y], name="cut1")
+    y = b.op("Sin", [y], name="cut1")
     y = b.op("Relu", [b.conv(y, 16, 2, k=1)], name="small")
-    y = b.op("Sigmoid", [y], name="cut2")
+    y = b.op("Sin", [y], name="cut2")
     y = b.op("Relu", [b.conv(y, 2, 16, pads=[1, 1, 1, 1])], name="mid")
     model = b.model([y])
     result = mrvl_convert.convert(model, tmp_path / "o", max_subgraphs=2)
@@ -121,7 +121,7 @@ def test_fragmentation_summary_counts_transitions_and_macs(tmp_path):
     assert (cut.summary["transitions"], cut.summary["mrvl_macs"]) == (1, 55296)
     assert cut.summary["mrvl_mac_share"] == round(55296 / total, 4)
     assert [(c["op_type"], c["nodes"]) for c in cut.report["cut_by"]] == [
-        ("Gemm", 2), ("Relu", 2), ("Conv", 1), ("Flatten", 1), ("MaxPool", 1), ("Sigmoid", 1)]
+        ("Gemm", 2), ("Relu", 2), ("Conv", 1), ("Flatten", 1), ("MaxPool", 1), ("Sin", 1)]
 
 
 def test_concat_reason_does_not_contradict_itself(tmp_path):

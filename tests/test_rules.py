@@ -281,12 +281,13 @@ def test_transpose_other_than_layout_change_refused(tmp_path):
 def test_unknown_op_and_lonely_relu_explain_themselves(tmp_path):
     b = Builder()
     x = b.input("x", [1, 4, 8, 8])
-    y = b.op("Sigmoid", [b.conv(x, 4, 4)], name="sig")
+    y = b.op("Sin", [b.conv(x, 4, 4)], name="sig")
     y = b.op("Relu", [y], name="lonely")
-    places, _ = place(b.model([y]), tmp_path)
-    assert places["sig"]["reason"] == "no rule handles op type Sigmoid"
+    # Upstream v0.19 has no standalone Relu layer (the newer set has).
+    places, _ = place(b.model([y]), tmp_path, layer_set="upstream-0.19")
+    assert places["sig"]["reason"] == "no rule handles op type Sin"
     assert "only fused into a composite" in places["lonely"]["reason"]
-    assert "follows Sigmoid node 'sig'" in places["lonely"]["reason"]
+    assert "follows Sin node 'sig'" in places["lonely"]["reason"]
 
 
 def test_user_rule_file_adds_a_composite(tmp_path):
@@ -311,7 +312,7 @@ def test_user_rule_file_adds_a_composite(tmp_path):
     places, result = place(b.model([y]), tmp_path, rules=[rule])
     assert places["unsq"]["placement"] == "mrvl"
     assert places["unsq"]["rule"] == "user.unsqueeze"
-    assert result.manifest["options"]["rules"][1]["name"] == "unsqueeze.yaml"
+    assert result.manifest["options"]["rules"][-1]["name"] == "unsqueeze.yaml"
 
 
 @pytest.mark.parametrize("text,field", [

@@ -52,7 +52,7 @@ def test_placement_onnx_metadata(cut_model):
         assert meta.get("mrvl.stage") == entry.get("stage")
         assert meta.get("mrvl.layer") == entry.get("layer")
         assert (meta.get("mrvl.rule") or meta.get("mrvl.reason"))
-    sig = next(n for n in annotated.graph.node if n.op_type == "Sigmoid")
+    sig = next(n for n in annotated.graph.node if n.op_type == "Sin")
     assert {p.key: p.value for p in sig.metadata_props}["mrvl.placement"] == "cpu"
     model_meta = {p.key: p.value for p in annotated.metadata_props}
     assert "ESTIMATE" in model_meta["mrvl.estimate_us"]
@@ -73,7 +73,7 @@ def test_page_is_self_contained_and_carries_the_placements(cut_model):
     stage_of = {n["id"]: n["stage"] for n in data["nodes"]}
     crossing = [e for e in data["edges"]
                 if stage_of[e[0]] and stage_of[e[1]] and stage_of[e[0]] != stage_of[e[1]]]
-    assert len(crossing) == 2           # into the Sigmoid's CPU stage and out of it
+    assert len(crossing) == 2           # into the Sin's CPU stage and out of it
 
 
 def test_result_draw(tmp_path):

@@ -130,6 +130,8 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
         entry["merged_into"] = name
     if name in canonical.rewritten:
         entry["canonical"] = canonical.rewritten[name]
+    if name in canonical.kept:  # also on Mrvl, where a layer may compute what CPU could not
+        entry["canonical"] = canonical.kept[name]
     stage = stage_of[name]
     entry["stage"] = stage.name
     if stage.kind == "mrvl":
@@ -150,6 +152,6 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
                               "failed_on": list(miss.failed_nodes)}
     else:
         entry["reason"] = matches.unmatched_reason.get(name, "no rule matched")
-    if name in canonical.kept:
-        entry["canonical"] = canonical.kept[name]
+    if name in matches.elsewhere and name not in plan.demoted:
+        entry["reason"] += f"; {matches.elsewhere[name]}"
     return entry

@@ -43,6 +43,7 @@ class MatchPlan:
     owner: Dict[str, int]                                   # node name -> composite index
     near_miss: Dict[str, MatchResult] = field(default_factory=dict)
     unmatched_reason: Dict[str, str] = field(default_factory=dict)
+    elsewhere: Dict[str, str] = field(default_factory=dict)   # node -> another layer set's take
 
 
 def evaluate(rule: Rule, binding: Binding, graph: gs.Graph) -> MatchResult:

@@ -208,7 +208,7 @@ def test_mnist_example_top1_agrees_with_fp32(tmp_path, gemm):
 
 # --------------------------------------------------------------------- (iii) multi
 def mrvl_cpu_mrvl_model(seed: int = 0) -> onnx.ModelProto:
-    """conv-relu-pool | Sigmoid | conv-relu-flatten-gemm."""
+    """conv-relu-pool | Sin (no layer set maps it) | conv-relu-flatten-gemm."""
     rng = np.random.default_rng(seed)
 
     def init(name, shape, scale):
@@ -223,7 +223,7 @@ def mrvl_cpu_mrvl_model(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
         helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2],
                          strides=[2, 2]),
-        helper.make_node("Sigmoid", ["p1"], ["s1"], name="sigmoid"),
+        helper.make_node("Sin", ["p1"], ["s1"], name="sigmoid"),
         helper.make_node("Conv", ["s1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
         helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
         helper.make_node("Flatten", ["r2"], ["f"], name="flatten", axis=1),
