@@ -87,10 +87,14 @@ def test_mul_by_a_spatial_constant_is_not_an_affine(tmp_path):
     b = Builder(seed=4)
     x = b.input("x", [1, 2, 3, 3])
     y = b.op("Mul", [x, b.const(RNG.random((1, 1, 3, 3)).astype(np.float32))], name="spatial")
-    result = mrvl_convert.convert(b.model([b.conv(y, 2, 2, k=1)]), tmp_path / "out")
+    model = b.model([b.conv(y, 2, 2, k=1)])
+    result = mrvl_convert.convert(model, tmp_path / "out", layer_set="upstream-0.19")
     entry = result.placement("spatial")
     assert entry["placement"] == "cpu"
     assert "not a per-channel affine" in entry["reason"]
+    # The newer set has an elementwise product layer for it.
+    newer = mrvl_convert.convert(model, tmp_path / "newer").placement("spatial")
+    assert newer["placement"] == "mrvl" and newer["rule"] == "mrvl.mul"
 
 
 @pytest.mark.parametrize("groups", [2, 3])

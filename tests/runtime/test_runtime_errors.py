@@ -70,7 +70,7 @@ def test_unknown_layer_name(tmp_path):
     ("strides", ["1"], r"field 'attrs.strides'.*expected 2 integers"),
     ("groups", ["2"], r"field 'attrs.groups'"),
     ("channels", ["5"], r"field 'attrs.channels'"),
-    ("activation_type", ["tanh"], r"only relu can be fused"),
+    ("activation_type", ["gelu"], r"only relu, tanh, sigmoid can be fused"),
     ("data_layout_shape", ["1", "6", "6", "4"], r"data_layout_shape"),
 ])
 def test_inconsistent_layer_attributes(tmp_path, field, value, pattern):
@@ -203,11 +203,11 @@ def test_simulator_input_feed_errors_name_the_input(tmp_path, feed, pattern):
 def test_get_capability_reports_each_layer():
     nodes, _ = conv_pair()
     bad = copy.deepcopy(nodes)
-    conv_layer(bad)["attrs"]["layer_name"] = ["Softmax"]
+    conv_layer(bad)["attrs"]["layer_name"] = ["Gelu"]
     bad["nodes"][1]["attrs"]["dst_layout"] = ["NHW"]
     rows = MrvlSimulator().get_capability(bad)
     assert [r["index"] for r in rows] == [1, 2]
     assert not rows[0]["supported"] and "permutations" in rows[0]["reason"]
-    assert not rows[1]["supported"] and "Softmax" in rows[1]["reason"]
+    assert not rows[1]["supported"] and "Gelu" in rows[1]["reason"]
     assert all(r["supported"] for r in MrvlSimulator().get_capability(nodes))
     json.dumps(rows)  # plain data
