@@ -250,7 +250,10 @@ def check_source_nodes(out: Path, files: dict) -> None:
         for name, e in on_stage.items():
             if "layer" in e:
                 assert e["layer"] in layers, f"{name}: report names layer {e['layer']}, not in {s['name']}"
-                assert name in layers[e["layer"]], \
+                # A node canonicalize merged into another (the Relu of Min(Relu(x), 6)) is
+                # computed by the layer of the node that absorbed it.
+                computed_by = e.get("merged_into", name)
+                assert computed_by in layers[e["layer"]], \
                     f"{name}: report says layer {e['layer']}, whose source_nodes are {sorted(layers[e['layer']])}"
             else:
                 assert name not in sources, f"{name}: report gives no layer, but a layer names it"
