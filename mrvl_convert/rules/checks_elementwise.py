@@ -1,0 +1,112 @@
+"""Constraints of the newer layer set's elementwise kinds (rules/marvell/), part of the
+vocabulary of ``checks.CHECKS``: same signature, same contract (None, or the details that fill a
+reason's placeholders)."""
+from __future__ import annotations
+
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .._graph import attr, const_value, is_const, present, static_shape
+
+Details = Optional[Dict[str, Any]]
+
+def check_rank_in(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    shape = static_shape(node.outputs[0])
+    rank = len(shape) if shape is not None else "unknown"
+    return None if rank in args["ranks"] else {"rank": rank}
+
+
+def check_binary_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Two operands; one (the first, when ``ordered``) has the output's shape and the other
+    broadcasts into it without a new axis; a constant operand only when ``const`` is true."""
+    if len(node.inputs) != 2:
+        return {"detail": f"{node.op} has {len(node.inputs)} operands"}
+    out = static_shape(node.outputs[0])
+    consts = [t for t in node.inputs if is_const(t)]
+    if len(consts) == 2 or (consts and not args.get("const", True)):
+        return {"detail": f"operand {consts[0].name} is a constant; the layer takes activations"}
+    shapes = [list(const_value(t).shape) if is_const(t) else static_shape(t)
+              for t in node.inputs]
+    full = [k for k, shape in enumerate(shapes) if shape == out and not is_const(node.inputs[k])]
+    if not full or (args.get("ordered", False) and full[0] != 0):
+        return {"detail": f"operands {shapes[0]} and {shapes[1]}: the first must have the "
+                          f"output's shape {out}" if args.get("ordered", False) else
+                          f"operands {shapes[0]} and {shapes[1]}: neither activation has the "
+                          f"output's shape {out}"}
+    other = shapes[1 - full[0]]
+    if not is_const(node.inputs[1 - full[0]]) and len(other) != len(out):
+        return {"detail": f"operand {other} has another rank than {out}"}
+    return None
+
+
+def check_const_divisor(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Div(x, c): c constant, broadcasting into x, with a finite reciprocal that fp16 holds."""
+    divisor = present(node, 1)
+    if divisor is None or not is_const(divisor) or is_const(node.inputs[0]):
+        return {"detail": "only a division of an activation by a constant maps (to a product "
+                          "by its reciprocal)"}
+    if static_shape(node.inputs[0]) != static_shape(node.outputs[0]):
+        return {"detail": "the divisor broadcasts the activation to a larger shape"}
+    value = const_value(divisor).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        reciprocal = 1.0 / value
+    if not np.all(np.isfinite(reciprocal)) or np.any(np.abs(reciprocal) > 65504.0):
+        return {"detail": "a reciprocal of the divisor is infinite or beyond fp16's range"}
+    return None
+
+
+def _decimal_ok(value: float) -> bool:
+    """Whether "%f" (what the codegen writes) keeps ``value`` to half an fp16 step."""
+    if not np.isfinite(value):
+        return False
+    return abs(float(f"{value:f}") - value) <= abs(value) * 2.0 ** -12
+
+
+def check_decimal_exact(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """The attribute ``attr`` (or constant input ``index``, if present) survives being written
+    with six decimals, as the newer codegen writes alpha, a_min, a_max and exponent."""
+    if "attr" in args:
+        value = attr(node, args["attr"], args.get("default"))
+    else:
+        tensor = present(node, int(args["index"]))
+        if tensor is None or not is_const(tensor):
+            return None
+        value = const_value(tensor).reshape(-1)[0]
+    if value is None:
+        return None
+    value = float(np.float32(value))
+    return None if _decimal_ok(value) else {"value": value, "text": f"{value:f}"}
+
+
+def check_scalar_const_input(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    tensor = present(node, int(args["index"]))
+    if tensor is None or not is_const(tensor):
+        return {"detail": f"input {args['index']} is not a constant"}
+    size = const_value(tensor).size
+    return None if size == 1 else {"detail": f"input {tensor.name} has {size} values, not one"}
+
+
+def check_softmax_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Softmax over the features of a 2-D tensor or the channels of a 4-D one. Before opset 13
+    a 4-D Softmax on axis 1 runs over C*H*W at once: the channels only when H = W = 1."""
+    shape = static_shape(node.inputs[0]) or []
+    rank, opset = len(shape), int(getattr(graph, "opset", None) or 13)
+    axis = int(attr(node, "axis", -1 if opset >= 13 else 1))
+    axis = axis + rank if axis < 0 else axis
+    if rank == 2 and axis == 1:
+        return None
+    if rank == 4 and axis == 1 and (opset >= 13 or shape[2:] == [1, 1]):
+        return None
+    return {"axis": axis, "rank": rank, "opset": opset}
+
+
+ELEMENTWISE_CHECKS: Dict[str, Any] = {
+    "rank_in": check_rank_in,
+    "binary_operands": check_binary_operands,
+    "const_divisor": check_const_divisor,
+    "decimal_exact": check_decimal_exact,
+    "scalar_const_input": check_scalar_const_input,
+    "softmax_axis": check_softmax_axis,
+}
