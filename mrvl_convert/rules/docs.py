@@ -30,8 +30,9 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
     lines = [
         "# Supported ONNX ops",
         "",
-        "Generated from `mrvl_convert/rules/builtin.yaml` by "
-        "`python -m mrvl_convert.rules.docs > docs/SUPPORTED_OPS.md`; a test keeps it in sync.",
+        "Generated from `mrvl_convert/rules/builtin.yaml` and `rules/marvell/*.yaml` (layer set "
+        "marvell) by `python -m mrvl_convert.rules.docs > docs/SUPPORTED_OPS.md`; a test keeps it "
+        "in sync.",
         "Optional steps are in brackets. A node that fails a constraint stays on CPU, and",
         "`report.json` gives it the reason shown here.",
         "",
