@@ -255,3 +255,46 @@ def test_kernel_matches_onnxruntime(tmp_path, op, roundings, shape, seed):
         np.testing.assert_array_equal(got, want)
     else:
         assert_close_fp16(got, want, want, roundings)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_sub_of_a_broadcast_mean_matches_onnxruntime(tmp_path, seed):
+    """Sub(x, GlobalAveragePool(x)): the mean broadcasts into x (data_layout_shape_1 is
+    [1, 1, 1, C]); the fused Relu follows."""
+    shape = _random_shape(seed, 4)
+    model = chain(shape, lambda b, x: b.op("Relu", [b.op("Sub", [
+        x, b.op("GlobalAveragePool", [x])])]))
+    result, got, want = run_both(model, tmp_path / "o", shape, seed)
+    assert [a["layer_name"][0] for a in layers(result)].count("Sub") == 1
+    x = fp16_round(np.random.default_rng(seed).standard_normal(shape) * 3.0)
+    mean = np.abs(x).mean(axis=(2, 3), keepdims=True)
+    # The mean is rounded once, the difference once: each of a term of |x| + |mean|.
+    assert_close_fp16(got, want, np.abs(x) + mean, roundings=2)
+
+
+@pytest.mark.parametrize("op,reason", [
+    (lambda b, x: b.op("LeakyRelu", [x], name="op", alpha=1e-7),
+     "written with six decimals (0.000000) changes"),
+    (lambda b, x: b.op("Softmax", [x], name="op", axis=3), "on axis 3 of a 4-D tensor"),
+    (lambda b, x: b.op("Pow", [x, b.const(np.array([2, 3, 2], np.float32).reshape(1, 3, 1, 1))],
+                       name="op"), "one constant value"),
+    (lambda b, x: b.op("Sub", [b.op("GlobalAveragePool", [x]), x], name="op"),
+     "the first must have the output's shape"),
+    (lambda b, x: b.op("Sub", [b.const(np.ones([1, 3, 4, 5], np.float32)), x], name="op"),
+     "is a constant; the layer takes activations"),
+])
+def test_what_the_newer_layers_refuse_stays_on_cpu_with_why(tmp_path, op, reason):
+    entry = convert(chain([1, 3, 4, 5], op), tmp_path / "o").placement("op")
+    assert entry["placement"] == "cpu" and reason in entry["reason"], entry
+
+
+def test_softmax_before_opset_13_on_4d_runs_over_chw(tmp_path):
+    """Opset < 13 flattens a 4-D Softmax on axis 1 to [N, C*H*W]: a channel softmax only when
+    H = W = 1."""
+    spatial = chain([1, 3, 4, 5], lambda b, x: b.op("Softmax", [x], name="op", axis=1), opset=11)
+    assert convert(spatial, tmp_path / "s").placement("op")["placement"] == "cpu"
+    pooled = chain([1, 3, 4, 5], lambda b, x: b.op("Softmax", [b.op("GlobalAveragePool", [x])],
+                                                   name="op", axis=1), opset=11)
+    result, got, want = run_both(pooled, tmp_path / "p", [1, 3, 4, 5])
+    assert result.placement("op")["placement"] == "mrvl"
+    assert_close_fp16(got, want, want, roundings=3)
