@@ -219,7 +219,7 @@ class _Worst:
             else:
                 cos = 1.0 if err == 0 else 0.0
         if not np.isfinite(err):
-            rel, cos = float("inf"), float("nan")
+            err, rel, cos = float("inf"), float("inf"), float("nan")
         self.max_abs, self.max_rel = max(self.max_abs, err), max(self.max_rel, rel)
         self.samples.append((err, scale))
         self.cosine = min(self.cosine, cos) if np.isfinite(cos) else float("nan")
