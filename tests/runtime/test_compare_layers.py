@@ -155,10 +155,11 @@ def test_verify_cli_layers_flag(tmp_path, capsys):
     def layer_lines(out: str) -> list:
         return [line for line in out.splitlines() if line.split()[1:2] == ["layer"]]
 
-    assert verify_main([str(tmp_path / "lossy.onnx"), str(tmp_path / "lossy")]) == 1
+    assert verify_main([str(tmp_path / "lossy.onnx"), str(tmp_path / "lossy")]) == 3
     assert layer_lines(capsys.readouterr().out) == []
-    # The exit status is the verdict's: the output is wrong, so 1 with or without --layers.
-    assert verify_main([str(tmp_path / "lossy.onnx"), str(tmp_path / "lossy"), "--layers"]) == 1
+    # The exit status is the verdict's: the output is wrong, so 3 (verify failed) with or
+    # without --layers.
+    assert verify_main([str(tmp_path / "lossy.onnx"), str(tmp_path / "lossy"), "--layers"]) == 3
     out = capsys.readouterr().out
     assert "the first layer outside tolerance is s" in out
     assert [line.split()[0] for line in layer_lines(out)] == ["a", "b", "s"]
