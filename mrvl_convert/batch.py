@@ -43,6 +43,7 @@ __all__ = ["BatchResult", "Job", "Outcome", "VerifyError", "VerifyOptions", "con
            "summary_document", "unique_names", "write_summary", "SUMMARY_FILE", "COUNT_KEYS"]
 
 PathLike = Union[str, os.PathLike]
+POLL_SECONDS = 0.5   # how often a pool run looks for models a worker has started
 ProgressFn = Callable[["Outcome"], None]
 StageFn = Callable[[str, str], None]        # (model name, stage): "convert" or "verify"
 Shapes = Mapping[str, Union[Sequence[int], Mapping[str, Sequence[int]]]]
@@ -138,12 +139,15 @@ class BatchResult(List[Outcome]):
 _interrupted = False  # set in a pool worker of ours by Ctrl-C: the jobs it still holds are skipped
 
 
-def _init_worker() -> None:
+def _init_worker(log_severity: Optional[int] = None) -> None:
     def on_sigint(signum, frame):
         global _interrupted
         _interrupted = True
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, on_sigint)
+    if log_severity is not None:  # verify runs onnxruntime here: its process-wide log level too
+        import onnxruntime as ort
+        ort.set_default_logger_severity(log_severity)
 
 
 def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
@@ -405,14 +409,15 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                          verify_options=verify_options)
     prepare_out_dir(out_dir)
     if executor is not None:
-        outcomes = _run_on(executor, job_list, fail_fast, progress)
+        outcomes = _run_on(executor, job_list, fail_fast, progress, on_stage)
     elif jobs == 1 or len(job_list) <= 1:
         outcomes = _run_inline(job_list, fail_fast, progress, on_stage)
     else:
         workers = min(jobs or os.cpu_count() or 1, len(job_list))
+        severity = (verify_options or VerifyOptions()).log_severity if verify else None
         with cf.ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context(),
-                                    initializer=_init_worker) as pool:
-            outcomes = _run_on(pool, job_list, fail_fast, progress)
+                                    initializer=_init_worker, initargs=(severity,)) as pool:
+            outcomes = _run_on(pool, job_list, fail_fast, progress, on_stage)
     result = BatchResult(outcomes)
     write_summary(result, out_dir, seconds=time.perf_counter() - start,
                   options={"policy": policy, "shapes": _jsonable_shapes(shapes),
@@ -441,10 +446,10 @@ def _run_inline(jobs: List[Job], fail_fast: bool, progress: Optional[ProgressFn]
 
 
 def _run_on(executor: cf.Executor, jobs: List[Job], fail_fast: bool,
-            progress: Optional[ProgressFn]) -> List[Outcome]:
+            progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None) -> List[Outcome]:
     futures = {executor.submit(convert_one, job): i for i, job in enumerate(jobs)}
     try:
-        return _gather(futures, jobs, fail_fast, progress)
+        return _gather(futures, jobs, fail_fast, progress, on_stage)
     except BaseException:  # Ctrl-C: do not start the models still queued
         for future in futures:
             future.cancel()
@@ -452,21 +457,31 @@ def _run_on(executor: cf.Executor, jobs: List[Job], fail_fast: bool,
 
 
 def _gather(futures: Dict[cf.Future, int], jobs: List[Job], fail_fast: bool,
-            progress: Optional[ProgressFn]) -> List[Outcome]:
+            progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None
+            ) -> List[Outcome]:
     outcomes: List[Optional[Outcome]] = [None] * len(jobs)
     stopping = False
-    for future in cf.as_completed(futures):
-        index = futures[future]
-        if future.cancelled():
-            outcomes[index] = _skipped(jobs[index])
-            continue
-        outcome = _collect(future, jobs[index])
-        outcomes[index] = outcome
-        _report(progress, outcome)
-        if fail_fast and not outcome.ok and not stopping:
-            stopping = True
-            for other in futures:
-                other.cancel()  # only models not yet started are cancelled
+    pending, started = set(futures), set()
+    while pending:
+        # With on_stage, wake up now and then to name the models a worker has taken.
+        done, pending = cf.wait(pending, timeout=POLL_SECONDS if on_stage else None,
+                                return_when=cf.FIRST_COMPLETED)
+        for future in sorted(pending - started, key=futures.__getitem__):
+            if on_stage is not None and future.running():
+                started.add(future)
+                _stage(on_stage, jobs[futures[future]], "convert")
+        for future in sorted(done, key=futures.__getitem__):
+            index = futures[future]
+            if future.cancelled():
+                outcomes[index] = _skipped(jobs[index])
+                continue
+            outcome = _collect(future, jobs[index])
+            outcomes[index] = outcome
+            _report(progress, outcome)
+            if fail_fast and not outcome.ok and not stopping:
+                stopping = True
+                for other in futures:
+                    other.cancel()  # only models not yet started are cancelled
     return [o if o is not None else _skipped(j) for o, j in zip(outcomes, jobs)]
 
 

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import sys
+import threading
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, TextIO, Tuple
 
@@ -460,13 +461,26 @@ class _Progress:
     """A tqdm bar on a terminal, naming the model in work and its stage (convert, verify);
     otherwise one plain line per finished model on stdout."""
 
-    def __init__(self, total: int, *, quiet: bool, stream: Optional[TextIO] = None) -> None:
+    def __init__(self, total: int, *, quiet: bool, stream: Optional[TextIO] = None,
+                 tick_seconds: float = 1.0) -> None:
         self.stream = stream or sys.stdout
         self.quiet = quiet
         self.bar = None
+        self._stop = threading.Event()
+        self._ticker: Optional[threading.Thread] = None
         if not quiet and self.stream.isatty():
             from tqdm import tqdm
             self.bar = tqdm(total=total, unit="model", file=self.stream, dynamic_ncols=True)
+            # tqdm redraws only on updates: a long model would freeze the elapsed time.
+            self._ticker = threading.Thread(target=self._tick, args=(tick_seconds,),
+                                            daemon=True)
+            self._ticker.start()
+
+    def _tick(self, seconds: float) -> None:
+        while not self._stop.wait(seconds):
+            bar = self.bar
+            if bar is not None:
+                bar.refresh()
 
     def stage(self, name: str, stage: str) -> None:
         """A model of this process starts a stage: the bar says so at once."""
@@ -483,6 +497,10 @@ class _Progress:
             self.stream.flush()
 
     def close(self) -> None:
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
         if self.bar is not None:
             self.bar.close()
             self.bar = None

@@ -350,3 +350,48 @@ def test_progress_names_the_stage(tmp_path: Path) -> None:
     with _Progress(1, quiet=False, stream=stream) as progress:
         progress.stage("cnn", "verify")
         assert "cnn: verify..." in stream.getvalue() and "0/1" in stream.getvalue()
+
+
+def test_progress_keeps_the_elapsed_time_moving() -> None:
+    """A model that takes long still sees the bar redrawn (tqdm itself redraws on updates)."""
+    import time
+
+    class Tty(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+    stream = Tty()
+    with _Progress(1, quiet=False, stream=stream, tick_seconds=0.05) as progress:
+        progress.stage("cnn", "convert")
+        before = stream.getvalue().count("\r")
+        time.sleep(0.5)
+        assert stream.getvalue().count("\r") > before + 2
+        assert progress._ticker is not None
+    assert progress._ticker is None
+
+
+def test_pool_runs_name_the_models_in_work(tmp_path: Path) -> None:
+    """On an executor the models a worker has taken are named as they start (polled)."""
+    import time
+    from concurrent.futures import Executor, Future, ThreadPoolExecutor
+
+    class SlowStart(Executor):
+        """One worker thread; each job first waits longer than the poll interval."""
+        def __init__(self) -> None:
+            self.pool = ThreadPoolExecutor(max_workers=1)
+
+        def submit(self, fn, *args, **kwargs) -> Future:
+            def slow():
+                time.sleep(0.7)
+                return fn(*args, **kwargs)
+            return self.pool.submit(slow)
+
+    paths = [bm.save(bm.small_cnn(s), tmp_path / f"m{s}.onnx") for s in (1, 2, 3)]
+    seen: List[Tuple[str, str]] = []
+    executor = SlowStart()
+    try:
+        result = convert_many(paths, tmp_path / "out", executor=executor,
+                              on_stage=lambda name, stage: seen.append((name, stage)))
+    finally:
+        executor.pool.shutdown()
+    assert result.all_ok
+    assert seen == [("m1", "convert"), ("m2", "convert"), ("m3", "convert")]
