@@ -371,7 +371,7 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, Any],
             progress.close()
             _error(str(exc))
             return EXIT_FAILED
-    _report(result, out, shapes, quiet=args.quiet)
+    _report(result, out, shapes, quiet=args.quiet, verify_option=args.verify_option)
     _print_estimates(result, args.quiet)
     return exit_code(result)
 
@@ -384,7 +384,8 @@ def exit_code(result) -> int:
     return EXIT_VERIFY_FAILED if result.verify_failed else EXIT_OK
 
 
-def _report(result, out: Path, shapes: Dict[str, Any], *, quiet: bool) -> None:
+def _report(result, out: Path, shapes: Dict[str, Any], *, quiet: bool,
+            verify_option: Any = False) -> None:
     for outcome in result:
         if outcome.status in ("failed", "verify_failed"):
             _error(outcome.error or outcome.status)
@@ -394,6 +395,7 @@ def _report(result, out: Path, shapes: Dict[str, Any], *, quiet: bool) -> None:
               and all(n in o.ignored_shapes for o in result)]
     if unused:
         _error(f"warning: --input-shape {', '.join(unused)} matched no model's input")
+    _warn_unused_tolerances(result, verify_option)
     if not quiet:
         for outcome in result:
             if outcome.verify_note:
@@ -408,6 +410,20 @@ def _report(result, out: Path, shapes: Dict[str, Any], *, quiet: bool) -> None:
         verify_text = f" ({failed_verify} failed verify)" if failed_verify else ""
         sys.stdout.write(f"{converted} of {len(result)} models converted{verify_text} into "
                          f"{out}; summary in {out / 'summary.json'}\n")
+
+
+def _warn_unused_tolerances(result, verify_option: Any) -> None:
+    """An --atol/--rtol OUTPUT:VALUE naming no output of any verified model is a typo, most
+    likely: say so (a silent tolerance that checks nothing would be worse)."""
+    if not verify_option:
+        return
+    named = {*verify_option.atol, *verify_option.rtol}
+    seen = {row["tensor"] for o in result for row in (o.verify or {}).get("outputs", [])}
+    ran = any((o.verify or {}).get("outputs") for o in result)
+    unused = sorted(n for n in named if n is not None and n not in seen)
+    if ran and unused:
+        _error(f"warning: --atol/--rtol name {', '.join(map(repr, unused))}, which is no "
+               f"output of the verified models (outputs: {', '.join(sorted(seen)[:8])})")
 
 
 def _indent(text: str) -> str:

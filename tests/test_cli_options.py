@@ -395,3 +395,15 @@ def test_pool_runs_name_the_models_in_work(tmp_path: Path) -> None:
         executor.pool.shutdown()
     assert result.all_ok
     assert seen == [("m1", "convert"), ("m2", "convert"), ("m3", "convert")]
+
+
+def test_a_tolerance_for_no_output_is_reported(tmp_path: Path, capsys) -> None:
+    good = bm.save(bm.small_cnn(), tmp_path / "cnn.onnx")
+    out = tmp_path / "out"
+    assert main([str(good), "-o", str(out), "-q", "--verify", "--atol", "cnn:0"]) == 0
+    line = one_line(capsys.readouterr().err)
+    assert "warning" in line and "'cnn'" in line and "outputs: y" in line
+    from mrvl_convert.cli import verify_main
+    assert verify_main([str(good), str(out / "cnn"), "--rtol", "logits:0.1"]) == 2
+    line = one_line(capsys.readouterr().err)
+    assert "'logits', which is not an output of the model (outputs: y)" in line

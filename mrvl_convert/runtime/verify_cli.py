@@ -84,6 +84,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except MrvlConvertError as exc:
         print(f"mrvl-verify: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
+    unknown = _unknown_outputs([*tolerances.overrides], result)
+    if unknown:
+        print(f"mrvl-verify: error: --atol/--rtol name {', '.join(map(repr, unknown))}, which "
+              f"is not an output of the model (outputs: "
+              f"{', '.join(r.tensor for r in result.judged_rows)})", file=sys.stderr)
+        return EXIT_USAGE
     print(result.format_table())
     if args.json_path:
         try:
@@ -94,6 +100,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   file=sys.stderr)
             return 2
     return EXIT_PASSED if result.passed else EXIT_VERIFY_FAILED
+
+
+def _unknown_outputs(named: Sequence[str], result) -> List[str]:
+    """Tolerance names that are no output: a typo, which would otherwise check nothing."""
+    return sorted(set(named) - {row.tensor for row in result.judged_rows})
 
 
 def _check_artifact_dir(directory: str, model: str) -> None:
