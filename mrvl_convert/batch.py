@@ -31,8 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import __version__
-from .errors import MrvlConvertError, OptionError, OutputDirError
+from .errors import MrvlConvertError, OptionError
 from .load import safe_name, shape_override
 from .summary import (COUNT_KEYS, FAILED, OK, SKIPPED, SUMMARY_FILE, VERIFY_FAILED,
                       load_summary, prepare_out_dir, summary_document, verify_figures,
@@ -113,7 +112,7 @@ class BatchResult(List[Outcome]):
 
     @property
     def ok(self) -> List[Outcome]:
-        return [o for o in self if o.status == "ok"]
+        return [o for o in self if o.status == OK]
 
     @property
     def failed(self) -> List[Outcome]:
@@ -127,7 +126,7 @@ class BatchResult(List[Outcome]):
 
     @property
     def skipped(self) -> List[Outcome]:
-        return [o for o in self if o.status == "skipped"]
+        return [o for o in self if o.status == SKIPPED]
 
     @property
     def all_ok(self) -> bool:
@@ -203,7 +202,7 @@ def _failed(job: Job, start: float, exc: BaseException, *, ignored: Tuple[str, .
                    "please report it with the model at the project's issue tracker)")
     if job.model not in message:
         message = f"model {job.model}: {message}"
-    return Outcome(job.model, job.name, "failed", job.out_dir, {}, time.perf_counter() - start,
+    return Outcome(job.model, job.name, FAILED, job.out_dir, {}, time.perf_counter() - start,
                    error=message, error_type=type(exc).__name__, traceback=trace,
                    ignored_shapes=ignored)
 
@@ -498,7 +497,7 @@ def _collect(future: cf.Future, job: Job) -> Outcome:
 
 def _skipped(job: Job, why: str = "not converted: an earlier model failed (--fail-fast)"
              ) -> Outcome:
-    return Outcome(job.model, job.name, "skipped", job.out_dir, error=why)
+    return Outcome(job.model, job.name, SKIPPED, job.out_dir, error=why)
 
 
 def _report(progress: Optional[ProgressFn], outcome: Outcome) -> None:
