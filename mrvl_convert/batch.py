@@ -312,7 +312,13 @@ def shapes_per_model(shapes: Optional[Shapes], models: Sequence[Path]
     patterns: Dict[str, Dict[str, List[int]]] = {}
     for key, value in (shapes or {}).items():
         if isinstance(value, Mapping):
-            patterns[key] = {k: shape_override(k, v) for k, v in value.items()}
+            for name, dims in value.items():
+                _add_shapes(patterns.setdefault(key, {}), {name: shape_override(name, dims)},
+                            key, None)
+        elif "=" in key:  # "det*.onnx=images", as on the command line
+            pattern, name = key.split("=", 1)
+            _add_shapes(patterns.setdefault(pattern, {}), {name: shape_override(name, value)},
+                        key, None)
         else:
             common[key] = shape_override(key, value)
     per_model: List[Dict[str, List[int]]] = [{} for _ in models]
@@ -328,10 +334,11 @@ def shapes_per_model(shapes: Optional[Shapes], models: Sequence[Path]
 
 
 def _add_shapes(own: Dict[str, List[int]], given: Mapping[str, List[int]], pattern: str,
-                model: Path) -> None:
+                model: Optional[Path]) -> None:
     for name, dims in given.items():
         if name in own and own[name] != dims:
-            raise OptionError(f"input {name!r} of model {model} is given two different shapes "
+            where = f"of model {model}" if model is not None else f"of models {pattern!r}"
+            raise OptionError(f"input {name!r} {where} is given two different shapes "
                               f"({own[name]} and {dims}, the latter by {pattern!r})")
         own[name] = dims
 
@@ -385,12 +392,14 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     ``jobs == 1`` converts in this process and otherwise a ``ProcessPoolExecutor`` with
     ``jobs or os.cpu_count()`` workers (forkserver/spawn, safe with onnxruntime's threads) is used.
     ``shapes``: ``{"x": [1, 3, 224, 224]}`` for every model with an input ``x``, and
-    ``{"det*.onnx": {"images": [...]}}`` for the models a file name or glob matches.
+    ``{"det*.onnx": {"images": [...]}}`` (or ``{"det*.onnx=images": [...]}``, as on the
+    command line) for the models a file name, stem or glob matches.
     ``verify``: True, or a :class:`VerifyOptions` (real inputs, tolerances); a model whose
     outputs are outside tolerance is ``verify_failed``, its artifacts kept.
     ``fail_fast``: after the first failure, models not yet started are ``skipped``.
     ``progress(outcome)`` is called in this thread as each model finishes; ``on_stage(name,
-    stage)`` as a model converted in this process starts its conversion or its verification.
+    stage)`` as a model starts its conversion ("convert"; on an executor, as a worker takes
+    it) and, converted in this process, its verification ("verify").
     ``estimate`` ("builtin" or a hardware profile file) and ``draw`` are passed to ``convert``;
     so are ``max_subgraphs``, ``deny`` and ``layer_set``, for every model.
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``

@@ -215,8 +215,15 @@ def test_per_model_shapes_through_the_api(tmp_path: Path) -> None:
     shapes = {"m8.onnx": {"x": [1, 3, 8, 8]}, "m12": {"x": [1, 3, 12, 12]}}
     result = convert_many(paths, tmp_path / "out", jobs=1, shapes=shapes)
     assert result.all_ok, [o.error for o in result]
+    # The command line's spelling works too.
+    result = convert_many(paths, tmp_path / "out", jobs=1,
+                          shapes={"m8.onnx=x": [1, 3, 8, 8], "m12*=x": [1, 3, 12, 12]})
+    assert result.all_ok, [o.error for o in result]
     with pytest.raises(MrvlConvertError, match="no model matches"):
         convert_many(paths, tmp_path / "out2", shapes={"nothing*": {"x": [1, 3, 8, 8]}})
+    with pytest.raises(MrvlConvertError, match="two different shapes"):
+        convert_many(paths, tmp_path / "out2", shapes={"m8.onnx": {"x": [1, 3, 8, 8]},
+                                                       "m8.onnx=x": [1, 3, 9, 9]})
 
 
 def test_per_model_shape_errors(tmp_path: Path, capsys) -> None:
