@@ -30,7 +30,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrvl-verify",
         description="Compare a converted artifact directory (fp16 Mrvl simulator + onnxruntime) "
-                    "with the original ONNX model on fp32 onnxruntime.")
+                    "with the original ONNX model on fp32 onnxruntime. The verdict is the model "
+                    "outputs'; stage-boundary tensors and --layers rows are diagnostics.",
+        epilog="Exit codes: 0 every output within tolerance, 2 usage error (or a model or "
+               "artifact that cannot be read), 3 verify failed.")
     parser.add_argument("model", help="the original .onnx file")
     parser.add_argument("artifact_dir", help="the directory mrvl-convert wrote")
     parser.add_argument("--samples", type=int, default=None,
