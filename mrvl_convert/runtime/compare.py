@@ -198,9 +198,9 @@ class _Worst:
     cosine: float = 1.0
     finite: bool = True
     mismatch: Optional[Tuple[List[int], List[int]]] = None
-    # (max abs error, max |fp32|) of every sample: the bound max(atol, rtol * peak) is a
-    # sample's own, and folding errors and peaks apart would judge mixed pairs.
-    samples: List[Tuple[float, float]] = field(default_factory=list)
+    # (max abs error, max |fp32|, cosine) of every sample: the bound max(atol, rtol * peak) is
+    # a sample's own, and folding errors and peaks apart would judge mixed pairs.
+    samples: List[Tuple[float, float, float]] = field(default_factory=list)
 
     def add(self, got: np.ndarray, want: np.ndarray, *, reshape: bool = False) -> None:
         if reshape and got.size == want.size:
@@ -221,16 +221,15 @@ class _Worst:
         if not np.isfinite(err):
             err, rel, cos = float("inf"), float("inf"), float("nan")
         self.max_abs, self.max_rel = max(self.max_abs, err), max(self.max_rel, rel)
-        self.samples.append((err, scale))
+        self.samples.append((err, scale, cos))
         self.cosine = min(self.cosine, cos) if np.isfinite(cos) else float("nan")
         self.finite = self.finite and bool(np.isfinite(got).all())
 
     def within(self, tol: Tolerance) -> bool:
-        """Finite, every sample's error within max(atol, max_rel * peak), and the cosine bound
-        unless every error is below the absolute floor (top-1 is the caller's)."""
-        if not self.finite or not all(e <= tol.bound(s) for e, s in self.samples):
-            return False
-        return self.below_floor(tol) or self.cosine >= tol.min_cosine
+        """Finite, and in every sample the error within max(atol, max_rel * peak) and, unless
+        the error is below the absolute floor, the cosine bound (top-1 is the caller's)."""
+        return self.finite and all(e <= tol.bound(s) and (e <= tol.atol or c >= tol.min_cosine)
+                                   for e, s, c in self.samples)
 
     def below_floor(self, tol: Tolerance) -> bool:
         return self.max_abs <= tol.atol
