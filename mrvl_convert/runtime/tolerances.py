@@ -19,10 +19,12 @@ value is 0.009): the fp16 error it inherits from the layers before it does not s
 peak. An error of at most ``atol = 2**-12`` (~2.4e-4: what rounding a value in [0.5, 1), a
 probability or a normalised score, to float16 once may cost) always passes, whatever the
 tensor's scale: the device cannot hold such an output any closer. Cosine and top-1 are then not
-asked either. The floor is kept that low on purpose: a tensor of values around 1e-4 that fp16
-wipes out (a near cancellation) still fails. A tensor
-passes when ``max|hybrid - fp32| <= max(atol, max_rel * max|fp32|)`` (and, above the floor, the
-cosine and top-1 bounds hold). A ``Tolerance`` built by hand has no floor unless given one.
+asked either. The floor is kept that low on purpose: a tensor whose values reach 5e-4 and that
+fp16 wipes out (the near cancellation of tests/runtime/test_compare_layers.py) still fails.
+
+So in every sample a tensor passes when ``max|hybrid - fp32| <= max(atol, max_rel *
+max|fp32|)`` and, above the floor, the cosine and top-1 bounds hold. A ``Tolerance`` built by
+hand has no floor unless given one.
 """
 from __future__ import annotations
 
