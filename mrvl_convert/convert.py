@@ -1,6 +1,7 @@
 """The whole flow for one model: load, canonicalize, match, partition, layout, emit."""
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,7 +13,7 @@ from . import __version__
 from .canonicalize import CanonicalGraph, canonicalize
 from .emit import cpu_onnx, documents, mrvl_json
 from .emit.publish import StagingDir
-from .errors import MrvlConvertError, UnsupportedModelError
+from .errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
 from .load import LoadedModel, ModelLike, load_model
 from .lower import lower_stage
 from .partition import Ranking, partition
@@ -51,10 +52,18 @@ class Result:
         return list(self.report["nodes"])
 
     def placement(self, node_name: str) -> Dict[str, Any]:
+        """The report entry of a node, by its name in report.json or in the model file; a
+        NodeNotFoundError naming the closest names when there is no such node."""
         for entry in self.report["nodes"]:
             if entry["name"] == node_name or entry.get("name_in_model") == node_name:
                 return entry
-        raise KeyError(node_name)
+        names = sorted({n for e in self.report["nodes"]
+                        for n in (e["name"], e.get("name_in_model")) if n})
+        close = difflib.get_close_matches(node_name, names, n=5, cutoff=0.5)
+        hint = (f"closest: {', '.join(map(repr, close))}" if close else
+                f"it has {len(names)} nodes, e.g. {', '.join(map(repr, names[:5]))}")
+        raise NodeNotFoundError(f"no node named {node_name!r} in this model ({hint}); "
+                                "result.placements lists them all", model=self.model_name)
 
 
 def convert(model: ModelLike, out_dir: Union[str, Path], *,
