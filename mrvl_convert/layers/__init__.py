@@ -11,6 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
+from . import resize2d
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -27,6 +28,7 @@ _KINDS = (
     reshape.BATCH_FLATTEN,
     squeeze.KIND,
     layout_transform.KIND,
+    resize2d.KIND,
 )
 
 #: layer_name -> LayerKind, read-only.
