@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
-from . import resize2d
+from . import resize2d, split, strided_slice
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -29,6 +29,8 @@ _KINDS = (
     squeeze.KIND,
     layout_transform.KIND,
     resize2d.KIND,
+    split.KIND,
+    strided_slice.KIND,
 )
 
 #: layer_name -> LayerKind, read-only.

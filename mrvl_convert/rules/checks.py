@@ -357,4 +357,6 @@ CHECKS: Dict[str, Check] = {
     "conv_weights": check_conv_weights,
     "spatial_bounds": check_spatial_bounds,
     "resize_nearest": checks_shape.check_resize_nearest,
+    "split_static": checks_shape.check_split_static,
+    "slice_static": checks_shape.check_slice_static,
 }

@@ -50,3 +50,45 @@ def check_resize_nearest(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
         return {"detail": f"{src[2:]} -> {dst[2:]} is not an integer upscale"}
     issue = _resize_mode_issue(node, [dst[2] // src[2], dst[3] // src[3]])
     return None if issue is None else {"detail": issue}
+
+
+def _rank_2_or_4(node: gs.Node) -> Details:
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) not in (2, 4):
+        return {"detail": f"the input is {len(src) if src else 'unknown'}-D; the codegen lays "
+                          "out only 2-D (NC) and 4-D (NHWC) tensors here"}
+    return None
+
+
+def check_split_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 2-D or 4-D Split whose every output has a static shape (the pieces' sizes)."""
+    issue = _rank_2_or_4(node)
+    if issue:
+        return issue
+    for tensor in node.outputs:
+        if static_shape(tensor) is None:
+            return {"detail": f"output {tensor.name} has no static shape"}
+    return None
+
+
+def check_slice_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 2-D or 4-D Slice with constant starts, ends, axes and steps, all steps positive,
+    keeping the batch."""
+    issue = _rank_2_or_4(node)
+    if issue:
+        return issue
+    if "starts" in node.attrs:
+        return {"detail": "Slice before opset 10 (starts as an attribute) is not handled"}
+    for index, name in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")):
+        tensor = present(node, index)
+        if index < 3 and tensor is None:
+            return {"detail": f"{name} is missing"}
+        if tensor is not None and not is_const(tensor):
+            return {"detail": f"{name} ({tensor.name}) is computed at run time"}
+    steps = present(node, 4)
+    if steps is not None and np.any(const_value(steps) < 1):
+        return {"detail": f"steps {const_value(steps).tolist()} are not all positive"}
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if dst is None or dst[0] != src[0]:
+        return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}
+    return None
