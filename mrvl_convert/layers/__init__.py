@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
-from . import resize2d, split, strided_slice
+from . import reduce, resize2d, split, strided_slice, transpose
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -31,6 +31,9 @@ _KINDS = (
     resize2d.KIND,
     split.KIND,
     strided_slice.KIND,
+    transpose.KIND,
+    reduce.REDUCE_MEAN,
+    reduce.REDUCE_MAX,
 )
 
 #: layer_name -> LayerKind, read-only.

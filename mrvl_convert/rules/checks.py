@@ -359,4 +359,8 @@ CHECKS: Dict[str, Check] = {
     "resize_nearest": checks_shape.check_resize_nearest,
     "split_static": checks_shape.check_split_static,
     "slice_static": checks_shape.check_slice_static,
+    "reduce_mean_axis": checks_shape.check_reduce_mean_axis,
+    "reduce_max_axis": checks_shape.check_reduce_max_axis,
+    "reduce_global_pool": checks_shape.check_reduce_global_pool,
+    "transpose_rank": checks_shape.check_transpose_rank,
 }

@@ -92,3 +92,67 @@ def check_slice_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     if dst is None or dst[0] != src[0]:
         return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}
     return None
+
+
+def reduce_axes(node: gs.Node) -> Optional[List[int]]:
+    """The node's reduced axes, normalised and sorted (all axes when none are given), or None
+    when they are computed at run time."""
+    rank = len(static_shape(node.inputs[0]) or [])
+    if "axes" in node.attrs:
+        axes = [int(a) for a in attr(node, "axes")]
+    else:
+        tensor = present(node, 1)
+        if tensor is not None and not is_const(tensor):
+            return None
+        axes = [] if tensor is None else [int(a) for a in const_value(tensor).reshape(-1)]
+    if not axes and not int(attr(node, "noop_with_empty_axes", 0)):
+        axes = list(range(rank))
+    return sorted({a % rank for a in axes}) if rank else None
+
+
+def _one_axis(node: gs.Node, rank: int) -> "tuple[Optional[int], Details]":
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) != rank:
+        return None, {"detail": f"the input is {len(src) if src else 'unknown'}-D, not {rank}-D"}
+    axes = reduce_axes(node)
+    if axes is None:
+        return None, {"detail": "the axes are computed at run time"}
+    if len(axes) != 1:
+        return None, {"detail": f"it reduces axes {axes}; the layer reduces one axis"}
+    return axes[0], None
+
+
+def check_reduce_mean_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """4-D, one axis, NHWC axis 1 or 3 (the model's H or C)."""
+    axis, issue = _one_axis(node, 4)
+    if issue:
+        return issue
+    return None if axis in (1, 2) else {
+        "detail": f"it reduces axis {axis} (W); the layer reduces NHWC axis 1 (H) or 3 (C)"}
+
+
+def check_reduce_max_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """3-D, one axis."""
+    return _one_axis(node, 3)[1]
+
+
+def check_reduce_global_pool(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 4-D ReduceMean over H and W keeping the dims: a global average pool."""
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) != 4:
+        return {"detail": "the input is not 4-D"}
+    if reduce_axes(node) != [2, 3] or not int(attr(node, "keepdims", 1)):
+        return {"detail": f"axes {reduce_axes(node)} with keepdims "
+                          f"{attr(node, 'keepdims', 1)} is not a mean over H and W"}
+    return None
+
+
+def check_transpose_rank(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """3 or 4 axes, with an explicit perm."""
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) not in (3, 4):
+        return {"detail": f"it permutes {len(src) if src else 'unknown'} axes; the layer "
+                          "permutes 3 or 4"}
+    if "perm" not in node.attrs:
+        return {"detail": "no perm (a full reversal): write it out"}
+    return None
