@@ -215,3 +215,28 @@ def test_upstream_set_keeps_the_newer_kinds_off_the_accelerator(tmp_path):
                                   layer_set="upstream-0.19")
     assert placement(result, "the_op") == "cpu"
     assert not [n for n in layers(result) if n["attrs"]["layer_name"] == ["Resize2D"]]
+
+
+def test_conv2d_transpose_attributes_and_constants(tmp_path):
+    """codegen.cc CreateCompositeMrvlConv2DTransposeLayer: Conv2DTransposeAttrs, OHWI kernel,
+    bias ---O, fused relu."""
+    b = Builder(opset=13)
+    x = b.input("x", [1, 4, 5, 5])
+    y = b.conv(x, 4, 6, pads=[1, 1, 1, 1])
+    w = b.weight(6, 3, 3, 2)
+    y = b.op("ConvTranspose", [y, w, b.const(np.full(3, 0.1, np.float32))], name="up",
+             strides=[2, 2], pads=[1, 0, 0, 1], output_padding=[1, 0])
+    y = b.op("Relu", [y], name="up_relu")
+    result = convert_and_compare(b.model([b.conv(y, 3, 2)]), tmp_path)
+    layer = the_layer(result, "Conv2DTranspose")
+    attrs = layer["attrs"]
+    assert attrs["composite_name"] == ["mrvl.conv2d_transpose"]
+    assert attrs["strides"] == ["2", "2"] and attrs["padding"] == ["1", "0", "0", "1"]
+    assert attrs["output_padding"] == ["1", "0"] and attrs["dilation"] == ["1", "1"]
+    assert (attrs["groups"], attrs["channels"], attrs["kernel_size"]) == (["1"], ["3"],
+                                                                          ["3", "2"])
+    assert (attrs["kernel_layout"], attrs["bias_layout"]) == (["OHWI"], ["---O"])
+    assert attrs["activation_type"] == ["relu"]
+    assert attrs["kernel_const"]["shape"] == [3, 3, 2, 6]
+    assert attrs["bias_const"]["shape"] == [1, 1, 1, 3]
+    assert layer["attrs"]["source_nodes"] == ["up", "up_relu"]

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
-from . import reduce, resize2d, split, strided_slice, transpose
+from . import conv2d_transpose, reduce, resize2d, split, strided_slice, transpose
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -34,6 +34,7 @@ _KINDS = (
     transpose.KIND,
     reduce.REDUCE_MEAN,
     reduce.REDUCE_MAX,
+    conv2d_transpose.KIND,
 )
 
 #: layer_name -> LayerKind, read-only.

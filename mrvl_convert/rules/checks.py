@@ -363,4 +363,5 @@ CHECKS: Dict[str, Check] = {
     "reduce_max_axis": checks_shape.check_reduce_max_axis,
     "reduce_global_pool": checks_shape.check_reduce_global_pool,
     "transpose_rank": checks_shape.check_transpose_rank,
+    "conv_transpose": checks_shape.check_conv_transpose,
 }

@@ -156,3 +156,23 @@ def check_transpose_rank(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
     if "perm" not in node.attrs:
         return {"detail": "no perm (a full reversal): write it out"}
     return None
+
+
+def check_conv_transpose(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 2-D ConvTranspose, groups 1, constant weight (and bias), explicit pads."""
+    src, weights = static_shape(node.inputs[0]), present(node, 1)
+    if src is None or len(src) != 4:
+        return {"detail": "only 2-D transposed convolutions (4-D tensors) map"}
+    if weights is None or not is_const(weights) or const_value(weights).ndim != 4:
+        return {"detail": "the weight is not a constant [I, O, KH, KW]"}
+    bias = present(node, 2)
+    if bias is not None and not is_const(bias):
+        return {"detail": f"the bias ({bias.name}) is not constant"}
+    if int(attr(node, "group", 1)) != 1:
+        return {"detail": f"group={attr(node, 'group')}; the layer takes groups 1"}
+    if str(attr(node, "auto_pad", "NOTSET")) != "NOTSET" or "output_shape" in node.attrs:
+        return {"detail": "auto_pad or output_shape: write explicit pads"}
+    if const_value(weights).shape[0] != src[1]:
+        return {"detail": f"the weight's {const_value(weights).shape[0]} input channels do not "
+                          f"match the input's {src[1]}"}
+    return None

@@ -160,3 +160,38 @@ def test_resize2d_kernel_refuses_a_non_integer_scale():
     from mrvl_convert.errors import ArtifactError
     with pytest.raises(ArtifactError, match="scaled by integers"):
         kernel("Resize2D", {"size": (5, 4)}, [1, 2, 2, 3], [[1, 5, 4, 3]])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_conv2d_transpose_matches_onnxruntime(seed):
+    rng = np.random.default_rng(seed)
+    cin, cout = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+    h, w = int(rng.integers(1, 6)), int(rng.integers(1, 6))
+    kh, kw = int(rng.integers(1, 4)), int(rng.integers(1, 4))
+    strides = [int(rng.integers(1, 3)), int(rng.integers(1, 3))]
+    dilations = [int(rng.integers(1, 3)), int(rng.integers(1, 3))]
+    pads = [int(rng.integers(0, 2)) for _ in range(4)]
+    extra = [int(rng.integers(0, s)) for s in strides]
+    full = [(n - 1) * s + (k - 1) * d + 1 + e for n, s, k, d, e in
+            zip((h, w), strides, (kh, kw), dilations, extra)]
+    if full[0] - pads[0] - pads[2] < 1 or full[1] - pads[1] - pads[3] < 1:
+        pads = [0, 0, 0, 0]
+    x = random_input(rng, [1, cin, h, w])
+    weight = fp16_round(rng.standard_normal([cin, cout, kh, kw]).astype(np.float32))
+    bias = fp16_round(rng.standard_normal(cout).astype(np.float32))
+    attrs = dict(strides=strides, dilations=dilations, pads=pads, output_padding=extra)
+    want = run_node("ConvTranspose", {"x": x}, 4, {"w": weight, "b": bias}, **attrs)
+    magnitude = run_node("ConvTranspose", {"x": np.abs(x)}, 4,
+                         {"w": np.abs(weight), "b": np.abs(bias)}, **attrs)
+    spec_attrs = {"strides": strides, "dilation": dilations, "padding": pads,
+                  "output_padding": extra, "groups": 1, "channels": cout,
+                  "kernel_size": [kh, kw], "kernel_const_name": "k", "bias_const_name": "b"}
+    strs = {k: [str(v) for v in vs] if isinstance(vs, list) else [str(vs)]
+            for k, vs in spec_attrs.items()}
+    out = tuple(nhwc(want).shape)
+    spec = LayerSpec(1, "layer", "Conv2DTranspose", strs, ((1, h, w, cin),), out, (), "t.json",
+                     CATALOGUE["Conv2DTranspose"], (out,))
+    k = CATALOGUE["Conv2DTranspose"].kernel(
+        spec, {"k": np.ascontiguousarray(weight.transpose(1, 2, 3, 0)),
+               "b": bias.reshape(1, 1, 1, cout)})
+    assert_close_fp16(nchw(run(k, nhwc(x))), want, magnitude)
