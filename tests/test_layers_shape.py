@@ -240,3 +240,31 @@ def test_conv2d_transpose_attributes_and_constants(tmp_path):
     assert attrs["kernel_const"]["shape"] == [3, 3, 2, 6]
     assert attrs["bias_const"]["shape"] == [1, 1, 1, 3]
     assert layer["attrs"]["source_nodes"] == ["up", "up_relu"]
+
+
+def test_batch_matmul_with_a_constant_operand(tmp_path):
+    """codegen.cc CreateCompositeMrvlBatchMatmulLayer: NCHW, 4-D shapes with leading 1s,
+    input_const_name + input_const_shape for the constant second operand."""
+    b, y = sandwich("Reshape", lambda b: [b.const(np.array([1, 4, 36], np.int64))])
+    y = b.op("MatMul", [y, b.weight(36, 5)], name="bmm")
+    result = convert_and_compare(b.model([y]), tmp_path)
+    layer = the_layer(result, "BatchMatmul")
+    attrs = layer["attrs"]
+    assert attrs["composite_name"] == ["mrvl.batch_matmul"]
+    assert attrs["data_layout"] == attrs["out_layout"] == ["NCHW"]
+    assert attrs["data_layout_shape"] == ["1", "1", "4", "36"]
+    assert attrs["out_layout_shape"] == ["1", "1", "4", "5"]
+    assert attrs["input_const_shape"] == ["1", "1", "36", "5"]
+    assert attrs["input_const"]["shape"] == [36, 5] and attrs["num_inputs"] == "2"
+
+
+def test_batch_matmul_of_two_activations(tmp_path):
+    """Attention-like: x @ x^T of a 3-D activation, both operands from the model."""
+    b, y = sandwich("Reshape", lambda b: [b.const(np.array([1, 4, 36], np.int64))])
+    t = b.op("Transpose", [y], name="t", perm=[0, 2, 1])
+    y = b.op("MatMul", [y, t], name="bmm")
+    result = convert_and_compare(b.model([y]), tmp_path)
+    attrs = the_layer(result, "BatchMatmul")["attrs"]
+    assert attrs["data_layout_shape_0"] == ["1", "1", "4", "36"]
+    assert attrs["data_layout_shape_1"] == ["1", "1", "36", "4"]
+    assert "input_const_name" not in attrs

@@ -11,7 +11,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
-from . import conv2d_transpose, reduce, resize2d, split, strided_slice, transpose
+from . import batch_matmul, conv2d_transpose, reduce, resize2d, split, strided_slice, transpose
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -35,6 +35,7 @@ _KINDS = (
     reduce.REDUCE_MEAN,
     reduce.REDUCE_MAX,
     conv2d_transpose.KIND,
+    batch_matmul.KIND,
 )
 
 #: layer_name -> LayerKind, read-only.

@@ -364,4 +364,5 @@ CHECKS: Dict[str, Check] = {
     "reduce_global_pool": checks_shape.check_reduce_global_pool,
     "transpose_rank": checks_shape.check_transpose_rank,
     "conv_transpose": checks_shape.check_conv_transpose,
+    "batch_matmul": checks_shape.check_batch_matmul,
 }

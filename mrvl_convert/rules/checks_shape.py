@@ -176,3 +176,16 @@ def check_conv_transpose(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
         return {"detail": f"the weight's {const_value(weights).shape[0]} input channels do not "
                           f"match the input's {src[1]}"}
     return None
+
+
+def check_batch_matmul(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A MatMul whose first operand is a 3-D or 4-D activation and whose second is an
+    activation or a constant of rank 2 to 4."""
+    a, b = node.inputs[0], node.inputs[1]
+    if is_const(a):
+        return {"detail": "the first operand is a constant; the layer takes a constant second"}
+    ranks = [len(static_shape(t) or []) for t in (a, b)]
+    if ranks[0] not in (3, 4) or not 2 <= ranks[1] <= 4:
+        return {"detail": f"operands of rank {ranks[0]} and {ranks[1]}; the layer multiplies a "
+                          "3-D or 4-D activation by a 2-D to 4-D operand"}
+    return None

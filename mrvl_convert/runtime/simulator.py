@@ -322,13 +322,15 @@ class _GraphBuilder:
     @staticmethod
     def _check_layout_shapes(spec: LayerSpec) -> None:
         """data_layout_shape / out_layout_shape, when present, must agree with the graph, as
-        they are or padded to 4-D the way the newer codegen writes R4 layers."""
+        they are, padded to 4-D the way the newer codegen writes R4 layers, or padded in front
+        as it writes BatchMatmul."""
         checks = (("data_layout_shape", spec.input_shapes[0] if spec.input_shapes else None),
                   ("out_layout_shape", spec.shape))
         for key, actual in checks:
             if key in spec.attrs and actual is not None:
                 stated = spec.ints(key)
-                if stated not in (tuple(actual), tuple(r4_shape(list(actual)))):
+                lead = (1,) * (4 - len(actual)) + tuple(actual)  # BatchMatmul pads in front
+                if stated not in (tuple(actual), tuple(r4_shape(list(actual))), lead):
                     raise spec.error(f"attrs.{key}", f"is {list(stated)} but the graph gives "
                                                      f"{list(actual)}")
 

@@ -195,3 +195,26 @@ def test_conv2d_transpose_matches_onnxruntime(seed):
         spec, {"k": np.ascontiguousarray(weight.transpose(1, 2, 3, 0)),
                "b": bias.reshape(1, 1, 1, cout)})
     assert_close_fp16(nchw(run(k, nhwc(x))), want, magnitude)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_batch_matmul_matches_onnxruntime(seed):
+    rng = np.random.default_rng(seed)
+    lead = [int(rng.integers(1, 4)) for _ in range(1 + seed % 2)]
+    m, k_, n = (int(rng.integers(1, 9)) for _ in range(3))
+    a = random_input(rng, lead + [m, k_])
+    b = random_input(rng, ([] if seed % 3 == 0 else lead[-1:]) + [k_, n])
+    want = run_model(single_node_model("MatMul", {"a": a, "b": b}, len(lead) + 2), {"a": a, "b": b})[0]
+    magnitude = np.matmul(np.abs(a), np.abs(b))
+    if seed % 2:   # constant second operand
+        spec = LayerSpec(1, "l", "BatchMatmul", {"input_const_name": ["c"]}, (a.shape,),
+                         want.shape, (), "t.json", CATALOGUE["BatchMatmul"], (want.shape,))
+        k = CATALOGUE["BatchMatmul"].kernel(spec, {"c": b})
+        got = run(k, a)
+    else:
+        spec = LayerSpec(1, "l", "BatchMatmul", {}, (a.shape, b.shape), want.shape, (),
+                         "t.json", CATALOGUE["BatchMatmul"], (want.shape,))
+        k = CATALOGUE["BatchMatmul"].kernel(spec, {})
+        got = k.run(a, b)
+        got, _ = round_to_fp16(np.array(got, np.float32), inplace=True)
+    assert_close_fp16(got, want, magnitude, roundings=2)
