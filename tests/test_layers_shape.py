@@ -268,3 +268,20 @@ def test_batch_matmul_of_two_activations(tmp_path):
     assert attrs["data_layout_shape_0"] == ["1", "1", "4", "36"]
     assert attrs["data_layout_shape_1"] == ["1", "1", "36", "4"]
     assert "input_const_name" not in attrs
+
+
+def test_expand_dims_attributes_as_the_codegen_writes_them(tmp_path):
+    """codegen.cc CreateMrvlExpandDimsLayer: GENERIC layouts, no op attributes."""
+    b, y = sandwich("GlobalAveragePool", lambda b: [])
+    y = b.op("Flatten", [y], name="flat")
+    y = b.op("Unsqueeze", [y, b.const(np.array([2], np.int64))], name="unsq")
+    bad = b.op("Unsqueeze", [y, b.const(np.array([3, 4], np.int64))], name="unsq_rank5")
+    result = convert_and_compare(b.model([y, bad]), tmp_path)
+    attrs = the_layer(result, "expand_dims")["attrs"]
+    assert attrs["data_layout"] == attrs["out_layout"] == ["GENERIC"]
+    assert attrs["composite_name"] == ["mrvl.expand_dims"]
+    assert (attrs["data_layout_shape"], attrs["out_layout_shape"]) == (["1", "4"],
+                                                                       ["1", "4", "1"])
+    assert placement(result, "unsq_rank5") == "cpu"
+    assert "ranks 3 -> 5" in next(e for e in result.report["nodes"]
+                                  if e["name"] == "unsq_rank5")["reason"]

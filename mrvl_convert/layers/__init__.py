@@ -11,7 +11,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
-from . import batch_matmul, conv2d_transpose, reduce, resize2d, split, strided_slice, transpose
+from . import batch_matmul, conv2d_transpose, expand_dims, reduce, resize2d, split
+from . import strided_slice, transpose
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -36,6 +37,7 @@ _KINDS = (
     reduce.REDUCE_MAX,
     conv2d_transpose.KIND,
     batch_matmul.KIND,
+    expand_dims.KIND,
 )
 
 #: layer_name -> LayerKind, read-only.

@@ -365,4 +365,5 @@ CHECKS: Dict[str, Check] = {
     "transpose_rank": checks_shape.check_transpose_rank,
     "conv_transpose": checks_shape.check_conv_transpose,
     "batch_matmul": checks_shape.check_batch_matmul,
+    "ranks_2_to_4": checks_shape.check_ranks_2_to_4,
 }

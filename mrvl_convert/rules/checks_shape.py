@@ -189,3 +189,11 @@ def check_batch_matmul(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
         return {"detail": f"operands of rank {ranks[0]} and {ranks[1]}; the layer multiplies a "
                           "3-D or 4-D activation by a 2-D to 4-D operand"}
     return None
+
+
+def check_ranks_2_to_4(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Input and output of rank 2 to 4 (the codegen's reshape family)."""
+    ranks = [len(static_shape(t) or []) for t in (node.inputs[0], node.outputs[0])]
+    if all(2 <= r <= 4 for r in ranks):
+        return None
+    return {"detail": f"ranks {ranks[0]} -> {ranks[1]}; the layer takes ranks 2 to 4"}
