@@ -285,3 +285,56 @@ def test_expand_dims_attributes_as_the_codegen_writes_them(tmp_path):
     assert placement(result, "unsq_rank5") == "cpu"
     assert "ranks 3 -> 5" in next(e for e in result.report["nodes"]
                                   if e["name"] == "unsq_rank5")["reason"]
+
+
+@pytest.mark.parametrize("perm,count", [([0, 3, 2, 1], 1), ([0, 2, 1, 3], 1), ([0, 1, 3, 2], 1),
+                                        ([0, 3, 1, 2], 0)])
+def test_transpose_of_4_axes_matches_onnxruntime(tmp_path, perm, count):
+    b = Builder(opset=13)
+    x = b.input("x", [1, 4, 5, 6])
+    y = b.op("Transpose", [b.conv(x, 4, 4, pads=[1, 1, 1, 1])], name="tr", perm=perm)
+    channels = [4, 5, 6][perm[1] - 1]
+    result = convert_and_compare(b.model([b.conv(y, channels, 3)]), tmp_path)
+    assert placement(result, "tr") == "mrvl"
+    kinds = [n["attrs"]["layer_name"][0] for n in layers(result)]
+    # an NCHW<->NHWC perm is a free relabelling (mrvl.layout_transform), any other one layer
+    assert kinds.count("transpose") == count
+
+
+def test_upsample_of_opset_9_is_resize2d(tmp_path):
+    b = Builder(opset=9)
+    x = b.input("x", [1, 4, 5, 5])
+    y = b.conv(x, 4, 4, pads=[1, 1, 1, 1])
+    y = b.op("Upsample", [y, b.const(np.array([1, 1, 2, 2], np.float32))], name="up",
+             mode="nearest")
+    result = convert_and_compare(b.model([b.conv(y, 4, 4)]), tmp_path)
+    assert the_layer(result, "Resize2D")["attrs"]["size"] == ["10", "10"]
+
+
+def test_reduce_mean_over_w_and_2d_concat_say_why_they_stay_on_cpu(tmp_path):
+    b = Builder(opset=13)
+    x = b.input("x", [1, 4, 5, 6])
+    y = b.conv(x, 4, 4, pads=[1, 1, 1, 1])
+    w = b.op("ReduceMean", [y], name="mean_w", axes=[3], keepdims=1)
+    flat = b.op("Flatten", [b.op("GlobalAveragePool", [y])], name="flat")
+    cat = b.op("Concat", [flat, flat], name="cat2d", axis=1)
+    result = mrvl_convert.convert(b.model([w, cat]), tmp_path / "out")
+    reasons = {e["name"]: e.get("reason", "") for e in result.report["nodes"]}
+    assert "reduces axis 3 (W)" in reasons["mean_w"]
+    assert "4-D tensors only; this one is 2-D" in reasons["cat2d"]
+
+
+def test_simulator_refuses_a_reference_to_an_output_a_layer_does_not_have(tmp_path):
+    from mrvl_convert.errors import ArtifactError
+    from mrvl_convert.runtime import MrvlSimulator
+    b, y = sandwich("Split", lambda b: [b.const(np.array([2, 2], np.int64))], outputs=2, axis=1)
+    y = b.op("Concat", [y, "the_op_out1"], axis=1)
+    result = convert_and_compare(b.model([b.conv(y, 4, 4)]), tmp_path)
+    stage = next(s for s in result.manifest["stages"] if s["kind"] == "mrvl")
+    path = result.out_dir / stage["nodes_json"]
+    doc = json.loads(path.read_text())
+    concat = next(n for n in doc["nodes"] if n["attrs"].get("layer_name") == ["Concat"])
+    concat["inputs"][1][1] = 2
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ArtifactError, match="has 2 output"):
+        MrvlSimulator().compile(path, result.out_dir / stage["consts_json"])
