@@ -164,6 +164,7 @@ def test_transpose_attributes_and_the_free_layout_change(tmp_path):
     # NHWC in, NHWC out, H and W swapped: physical axes [0, 2, 1, 3]
     assert attrs["axes"] == ["0", "2", "1", "3"]
     assert (attrs["src_layout"], attrs["dst_layout"]) == (["NHWC"], ["NHWC"])
+    assert (attrs["data_layout"], attrs["out_layout"]) == (["NHWC"], ["NHWC"])
     assert attrs["composite_name"] == ["mrvl.transpose"]
 
 

@@ -81,6 +81,8 @@ KIND = LayerKind(
     lower=lower,
     required_roles=roles("transpose"),
     attrs=(ints("axes", "the permutation of the physical axes"),
+           written("data_layout", "NHWC", "as the codegen writes it for a bare transpose"),
+           written("out_layout", "NHWC", "as the codegen writes it for a bare transpose"),
            written("src_layout", "NHWC", "as the codegen writes it for a bare transpose"),
            written("dst_layout", "NHWC", "as the codegen writes it for a bare transpose")),
     layer_sets=frozenset({MARVELL}),
