@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="print the rule set (built-in plus --rules files) and exit")
     # Partition control (issue 16).
     parser.add_argument("--max-subgraphs", type=_non_negative_int, default=None, metavar="N",
-                        help="keep at most N Mrvl subgraphs, those with the most MACs; the rest "
-                             "runs on CPU")
+                        help="keep at most N Mrvl subgraphs, those with the most MACs (with "
+                             "--estimate: the most estimated accelerator time); the rest runs "
+                             "on CPU")
     parser.add_argument("--deny", action="append", default=[], metavar="OP_TYPE|NODE_NAME",
                         help="keep this op type or node on CPU (repeatable)")
     parser.add_argument("--layer-set", choices=(MARVELL, UPSTREAM), default=MARVELL,

@@ -15,7 +15,7 @@ from .emit.publish import StagingDir
 from .errors import MrvlConvertError, UnsupportedModelError
 from .load import LoadedModel, ModelLike, load_model
 from .lower import lower_stage
-from .partition import partition
+from .partition import Ranking, partition
 from .layers import MARVELL
 from .rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
 from .rules.matcher import match
@@ -66,8 +66,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
     (the newer codegen's set) or ``"upstream-0.19"`` (upstream TVM v0.19's twelve composites).
-    ``max_subgraphs``: keep at most this many Mrvl subgraphs, those with the most MACs; the
-    rest run on CPU. ``deny``: op types or node names (as in the model or in report.json) that
+    ``max_subgraphs``: keep at most this many Mrvl subgraphs, those with the most MACs (with
+    ``estimate``: the most estimated accelerator time); the rest run on CPU. ``deny``: op types or node names (as in the model or in report.json) that
     stay on CPU whatever the rules say.
     ``estimate``: True (built-in hardware profile) or a profile file adds the accelerator cost
     ESTIMATE to report.json (``estimate`` section). ``draw``: also write ``<name>.html`` (the
@@ -81,7 +81,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         _check_outputs(canonical.graph, loaded.label)
         matches = match(canonical.graph, rule_list, deny=_denied(canonical, loaded, deny))
         plan = partition(canonical.graph, matches, policy, loaded.name,
-                         max_subgraphs=max_subgraphs)
+                         max_subgraphs=max_subgraphs, rank=_ranking(estimate))
         subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
@@ -127,6 +127,15 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         staging.publish()
         written = tuple(sorted(out_dir / f for f in staging.files))
     return Result(loaded.name, out_dir, written, manifest, report, graph)
+
+
+def _ranking(estimate: Any) -> Optional[Ranking]:
+    if estimate is None or estimate is False:
+        return None
+    from .estimate import load_profile
+    from .estimate.region import region_weight
+    profile = load_profile(None if estimate is True else estimate)
+    return Ranking("estimated accelerator time", region_weight(profile))
 
 
 def _estimate(manifest: Dict[str, Any], nodes_docs: Dict[str, Any], profile: Any

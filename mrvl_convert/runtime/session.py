@@ -217,7 +217,7 @@ class HybridSession:
             name = require(entry, name_key, str, self.manifest_path, place)
             shape = shape_of(entry.get("shape"), self.manifest_path, f"{place}.shape")
             dtype = entry.get("dtype", "float32")
-            if dtype not in DTYPES:
+            if not isinstance(dtype, str) or dtype not in DTYPES:
                 raise ArtifactError(f"{self.manifest_path}: {place} ({name}): dtype {dtype!r} "
                                     f"is not one of {sorted(DTYPES)}")
             specs.append(TensorSpec(name, shape, dtype))

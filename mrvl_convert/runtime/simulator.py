@@ -344,7 +344,7 @@ class _GraphBuilder:
                 raise ArtifactError(f"{self.path}: field 'attrs.shape' must be ['list_shape', "
                                     f"[one shape per node ({len(nodes)})]]")
             for index, shape in enumerate(shapes):
-                if tuple(shape) != self.shapes[index][0]:
+                if not isinstance(shape, list) or tuple(shape) != self.shapes[index][0]:
                     raise ArtifactError(f"{self.path}: field 'attrs.shape'[{index}] is {shape}, "
                                         f"node {index} says {list(self.shapes[index][0])}")
         for key, count in (("num_subgraph_inputs", len(inputs)),
