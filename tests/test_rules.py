@@ -309,7 +309,7 @@ def test_user_rule_file_adds_a_composite(tmp_path):
     y = b.op("Unsqueeze", [y, b.const(np.array([2], np.int64))], name="unsq")
     # upstream v0.19's set: the newer one has its own expand_dims (tests/test_layers_shape.py)
     without, _ = place(b.model([y]), tmp_path, layer_set="upstream-0.19")
-    assert without["unsq"]["reason"] == "no rule handles op type Unsqueeze"
+    assert without["unsq"]["reason"].startswith("no rule handles op type Unsqueeze")
     places, result = place(b.model([y]), tmp_path, rules=[rule], layer_set="upstream-0.19")
     assert places["unsq"]["placement"] == "mrvl"
     assert places["unsq"]["rule"] == "user.unsqueeze"
