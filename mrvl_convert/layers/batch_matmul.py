@@ -71,15 +71,22 @@ class BatchMatmulKernel(Kernel):
             other = shapes[1]
         else:
             raise spec.error("inputs", f"expected 1 input (+ constant) or 2, got {len(shapes)}")
-        try:
-            out = np.matmul(np.empty(shapes[0], np.float32), np.empty(other, np.float32)).shape
-        except ValueError:
-            raise spec.error("inputs", f"{list(shapes[0])} and {list(other)} do not multiply "
-                                       f"as matrices") from None
-        spec.expect_shape(out)
+        spec.expect_shape(_product_shape(spec, tuple(shapes[0]), tuple(other)))
 
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         return np.matmul(a, self.const if b is None else b)
+
+
+def _product_shape(spec: LayerSpec, a: Sequence[int], b: Sequence[int]) -> Sequence[int]:
+    """np.matmul's output shape, or the layer's error (numpy broadcasting of leading axes)."""
+    problem = f"{list(a)} and {list(b)} do not multiply as matrices"
+    if len(a) < 2 or len(b) < 2 or a[-1] != b[-2]:
+        raise spec.error("inputs", problem)
+    try:
+        lead = np.broadcast_shapes(tuple(a[:-2]), tuple(b[:-2]))
+    except ValueError:
+        raise spec.error("inputs", problem) from None
+    return (*lead, a[-2], b[-1])
 
 
 def _shape_attr(name: str, doc: str) -> Attr:

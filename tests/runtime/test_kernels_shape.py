@@ -218,3 +218,11 @@ def test_batch_matmul_matches_onnxruntime(seed):
         got = k.run(a, b)
         got, _ = round_to_fp16(np.array(got, np.float32), inplace=True)
     assert_close_fp16(got, want, magnitude, roundings=2)
+
+
+def test_batch_matmul_kernel_refuses_operands_that_do_not_multiply():
+    from mrvl_convert.errors import ArtifactError
+    spec = LayerSpec(1, "l", "BatchMatmul", {}, ((2, 3, 4), (2, 5, 6)), (2, 3, 6), (), "t.json",
+                     CATALOGUE["BatchMatmul"], ((2, 3, 6),))
+    with pytest.raises(ArtifactError, match="do not multiply as matrices"):
+        CATALOGUE["BatchMatmul"].kernel(spec, {})
