@@ -339,3 +339,24 @@ def test_simulator_refuses_a_reference_to_an_output_a_layer_does_not_have(tmp_pa
     path.write_text(json.dumps(doc))
     with pytest.raises(ArtifactError, match="has 2 output"):
         MrvlSimulator().compile(path, result.out_dir / stage["consts_json"])
+
+
+def test_split_and_slice_of_2d_features(tmp_path):
+    """2-D (NC) Split and StridedSlice between FC layers: axis 1 is the physical axis 1."""
+    b = Builder(opset=13)
+    x = b.input("x", [1, 4, 6, 6])
+    y = b.op("Flatten", [b.op("GlobalAveragePool", [b.conv(x, 4, 8)])], name="flat")
+    y = b.gemm(y, 8, 8, transB=1)
+    first = b.op("Split", [y, b.const(np.array([3, 5], np.int64))], name="split2d", outputs=2,
+                 axis=1)
+    part = b.op("Slice", [y, b.const(np.array([1], np.int64)), b.const(np.array([7], np.int64)),
+                          b.const(np.array([1], np.int64)), b.const(np.array([2], np.int64))],
+                name="slice2d")
+    y = b.op("Concat", [b.gemm(first, 3, 2, transB=1), b.gemm("split2d_out1", 5, 2, transB=1),
+                        b.gemm(part, 3, 2, transB=1)], name="cat2d", axis=1)
+    result = convert_and_compare(b.model([y]), tmp_path)
+    assert placement(result, "split2d") == placement(result, "slice2d") == "mrvl"
+    assert the_layer(result, "Split")["attrs"]["axis"] == ["1"]
+    sliced = the_layer(result, "StridedSlice")["attrs"]
+    assert (sliced["begin"], sliced["end"], sliced["strides"]) == (["0", "1"], ["1", "7"],
+                                                                   ["1", "2"])
