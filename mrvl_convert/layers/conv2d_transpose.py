@@ -14,7 +14,7 @@ from typing import Mapping
 
 import numpy as np
 
-from .._graph import attr, const_value, is_const, present, static_shape
+from .._graph import attr, const_value, is_const, present
 from ..layout import NHWC, LayoutContext
 from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
