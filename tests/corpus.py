@@ -25,11 +25,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+import corpus_detect
 from models import Builder
 
 ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
        "shufflenet", "squeezenet", "vgg19", "zfnet512")
-BUILT = ("mobilenet_v2", "densenet_block", "shufflenet_unit", "paddle_cnn")
+BUILT = ("mobilenet_v2", "densenet_block", "shufflenet_unit", "paddle_cnn", "yolo_detect")
 PADDLE_SHAPES = {"image": [1, 3, 32, 32]}
 # Ops that pass a weight through unchanged in value: its role is its consumer's.
 _PASS_THROUGH = ("Unsqueeze", "Reshape", "Identity", "Squeeze", "Flatten", "Cast")
@@ -160,7 +161,8 @@ def _calibrate_batchnorm(model: onnx.ModelProto, feed: Dict[str, np.ndarray]) ->
 
 def built(name: str, seed: int = 0) -> onnx.ModelProto:
     return {"mobilenet_v2": mobilenet_v2, "densenet_block": densenet_block,
-            "shufflenet_unit": shufflenet_unit, "paddle_cnn": paddle_cnn}[name](seed)
+            "shufflenet_unit": shufflenet_unit, "paddle_cnn": paddle_cnn,
+            "yolo_detect": corpus_detect.yolo_detect}[name](seed)
 
 
 def shapes_for(name: str) -> Optional[Dict[str, List[int]]]:

@@ -11,6 +11,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
+from . import batch_matmul, conv2d_transpose, expand_dims, reduce, resize2d, split
+from . import strided_slice, transpose
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
@@ -27,6 +29,15 @@ _KINDS = (
     reshape.BATCH_FLATTEN,
     squeeze.KIND,
     layout_transform.KIND,
+    resize2d.KIND,
+    split.KIND,
+    strided_slice.KIND,
+    transpose.KIND,
+    reduce.REDUCE_MEAN,
+    reduce.REDUCE_MAX,
+    conv2d_transpose.KIND,
+    batch_matmul.KIND,
+    expand_dims.KIND,
 )
 
 #: layer_name -> LayerKind, read-only.
