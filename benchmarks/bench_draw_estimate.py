@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -31,17 +30,11 @@ from mrvl_convert.estimate import estimate_artifact
 from mrvl_convert.load import load_model
 from mrvl_convert.viz import annotate, describe, render_page
 
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_convert import median_time  # noqa: E402
+
 DENSENET = Path(onnx.__file__).parent / "backend/test/data/light/light_densenet121.onnx"
 FOCUS = "#node="   # the page opens with this node's details pinned
-
-
-def median_time(fn, repeat: int) -> float:
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def big_model(blocks: int = 600) -> onnx.ModelProto:

@@ -9,31 +9,44 @@ raises, so one bad model never stops the batch, and it works unchanged on a Dask
 
 Shape overrides (``shapes={"x": [1, 3, 224, 224]}``) apply to every model that has an input of that
 name; in a batch of several models they are ignored for models that do not have it (a single model
-given a name it lacks is an error, as in ``convert``).
+given a name it lacks is an error, as in ``convert``). An entry whose value is a mapping applies to
+the models its key matches (a file name, a stem or a glob: ``{"det*.onnx": {"images": [1, 3, 416,
+416]}}``), overrides the all-model entries, and must name an input of each model it matches.
+
+Statuses: ``ok``; ``verify_failed`` (converted and kept, but ``verify`` found an output outside
+its tolerance); ``failed`` (not converted, nothing written); ``skipped`` (``fail_fast``).
+``summary.json`` is merged with the one already in ``out_dir``: one row per model directory.
 """
 from __future__ import annotations
 
 import concurrent.futures as cf
+import fnmatch
 import json
 import multiprocessing
 import os
 import signal
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import __version__
-from .errors import MrvlConvertError, OptionError, OutputDirError
+from .errors import MrvlConvertError, OptionError
 from .load import safe_name, shape_override
+from .summary import (COUNT_KEYS, FAILED, OK, SKIPPED, SUMMARY_FILE, VERIFY_FAILED,
+                      load_summary, prepare_out_dir, summary_document, verify_figures,
+                      write_summary)
+
+__all__ = ["BatchResult", "Job", "Outcome", "VerifyError", "VerifyOptions", "convert_many",
+           "convert_one", "load_summary", "plan_jobs", "prepare_out_dir", "shapes_per_model",
+           "summary_document", "unique_names", "write_summary", "SUMMARY_FILE", "COUNT_KEYS"]
 
 PathLike = Union[str, os.PathLike]
+POLL_SECONDS = 0.5   # how often a pool run looks for models a worker has started
 ProgressFn = Callable[["Outcome"], None]
-COUNT_KEYS = ("nodes", "mrvl_nodes", "cpu_nodes", "removed_nodes", "mrvl_subgraphs",
-              "cpu_subgraphs", "transitions")
-SUMMARY_FILE = "summary.json"
+StageFn = Callable[[str, str], None]        # (model name, stage): "convert" or "verify"
+Shapes = Mapping[str, Union[Sequence[int], Mapping[str, Sequence[int]]]]
+
 
 
 @dataclass(frozen=True)
@@ -43,6 +56,7 @@ class Job:
     name: str                       # artifact directory name inside out_dir
     out_dir: str                    # absolute path of out_dir/<name>
     shapes: Optional[Dict[str, List[int]]] = None
+    model_shapes: Optional[Dict[str, List[int]]] = None   # this model's own: never ignored
     policy: str = "multi"
     rules: Tuple[str, ...] = ()
     ignore_unknown_shapes: bool = False
@@ -52,11 +66,16 @@ class Job:
     max_subgraphs: Optional[int] = None
     deny: Tuple[str, ...] = ()
     layer_set: str = "marvell"          # the layer kinds the target's backend compiler reads
+    verify_inputs: Optional[str] = None  # .npz of real inputs for verify (else random)
+    atol: Tuple[Tuple[Optional[str], float], ...] = ()   # (output name or None for all, value)
+    rtol: Tuple[Tuple[Optional[str], float], ...] = ()
+    log_severity: int = 3               # onnxruntime's log level in verify (2: warnings too)
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What happened to one model. ``status`` is ``ok``, ``failed`` or ``skipped`` (fail-fast)."""
+    """What happened to one model. ``status``: ``ok``, ``verify_failed`` (converted, verify
+    failed), ``failed`` (not converted) or ``skipped`` (fail-fast)."""
     model: str
     name: str
     status: str
@@ -68,13 +87,19 @@ class Outcome:
     traceback: Optional[str] = None          # only for internal errors (bugs), never user errors
     ignored_shapes: Tuple[str, ...] = ()     # shape overrides this model had no input for
     verified: Optional[bool] = None
-    verify_note: Optional[str] = None       # compare()'s one-line verdict when --verify passed
+    verify_note: Optional[str] = None       # compare()'s one-line verdict when verify ran
+    verify: Optional[Dict[str, Any]] = None  # verify's figures (summary.json "verify")
     mrvl_mac_share: Optional[float] = None
     cut_by: Tuple[Tuple[str, int], ...] = ()  # op types left on CPU, most nodes first
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == OK
+
+    @property
+    def converted(self) -> bool:
+        """The artifact directory was written (ok, or converted but verify failed)."""
+        return self.status in (OK, VERIFY_FAILED)
 
     @property
     def internal(self) -> bool:
@@ -87,15 +112,21 @@ class BatchResult(List[Outcome]):
 
     @property
     def ok(self) -> List[Outcome]:
-        return [o for o in self if o.status == "ok"]
+        return [o for o in self if o.status == OK]
 
     @property
     def failed(self) -> List[Outcome]:
-        return [o for o in self if o.status == "failed"]
+        """Models not converted (a verify failure is not one: see ``verify_failed``)."""
+        return [o for o in self if o.status == FAILED]
+
+    @property
+    def verify_failed(self) -> List[Outcome]:
+        """Models converted whose verify found an output outside its tolerance."""
+        return [o for o in self if o.status == VERIFY_FAILED]
 
     @property
     def skipped(self) -> List[Outcome]:
-        return [o for o in self if o.status == "skipped"]
+        return [o for o in self if o.status == SKIPPED]
 
     @property
     def all_ok(self) -> bool:
@@ -107,16 +138,21 @@ class BatchResult(List[Outcome]):
 _interrupted = False  # set in a pool worker of ours by Ctrl-C: the jobs it still holds are skipped
 
 
-def _init_worker() -> None:
+def _init_worker(log_severity: Optional[int] = None) -> None:
     def on_sigint(signum, frame):
         global _interrupted
         _interrupted = True
         raise KeyboardInterrupt
     signal.signal(signal.SIGINT, on_sigint)
+    if log_severity is not None:  # verify runs onnxruntime here: its process-wide log level too
+        import onnxruntime as ort
+        ort.set_default_logger_severity(log_severity)
 
 
-def convert_one(job: Job) -> Outcome:
-    """Convert one model; every exception becomes a failed Outcome (top level: picklable)."""
+def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
+    """Convert one model; every exception becomes a failed Outcome (top level: picklable).
+    ``on_stage(name, stage)`` is called as the conversion and the verification start (only
+    where it can be called: in this process)."""
     if _interrupted:
         return _skipped(job, "not converted: interrupted")
     start = time.perf_counter()
@@ -126,6 +162,9 @@ def convert_one(job: Job) -> Outcome:
         shapes = job.shapes
         if shapes and job.ignore_unknown_shapes:
             shapes, ignored = _shapes_for(job.model, shapes)
+        if job.model_shapes:
+            shapes = {**(shapes or {}), **job.model_shapes}
+        _stage(on_stage, job, "convert")
         result = convert(job.model, job.out_dir, shapes=shapes, policy=job.policy,
                          rules=list(job.rules) or None, name=job.name, draw=job.draw,
                          estimate=(True if job.estimate == "builtin" else job.estimate),
@@ -134,17 +173,25 @@ def convert_one(job: Job) -> Outcome:
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
                      "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"])}
-        verify_note = _verify(job) if job.verify else None
+        if job.verify:
+            _stage(on_stage, job, "verify")
+        figures = _verify(job) if job.verify else None
     except VerifyError as exc:  # converted, but the comparison failed: the artifacts stay
-        return replace(_failed(job, start, exc, ignored=ignored), counts=counts, verified=False,
-                       **fragments)
+        return replace(_failed(job, start, exc, ignored=ignored), status=VERIFY_FAILED,
+                       counts=counts, verified=False, verify=exc.figures,
+                       verify_note=exc.figures.get("line"), **fragments)
     except MrvlConvertError as exc:
         return _failed(job, start, exc, ignored=ignored)
     except Exception as exc:  # a bug: report it with its traceback, never swallow it
         return _failed(job, start, exc, ignored=ignored, trace=traceback.format_exc())
-    return Outcome(job.model, job.name, "ok", job.out_dir, counts, time.perf_counter() - start,
+    return Outcome(job.model, job.name, OK, job.out_dir, counts, time.perf_counter() - start,
                    ignored_shapes=ignored, verified=True if job.verify else None,
-                   verify_note=verify_note, **fragments)
+                   verify_note=figures and figures["line"], verify=figures, **fragments)
+
+
+def _stage(on_stage: Optional[StageFn], job: Job, stage: str) -> None:
+    if on_stage is not None:
+        on_stage(job.name, stage)
 
 
 def _failed(job: Job, start: float, exc: BaseException, *, ignored: Tuple[str, ...] = (),
@@ -155,23 +202,50 @@ def _failed(job: Job, start: float, exc: BaseException, *, ignored: Tuple[str, .
                    "please report it with the model at the project's issue tracker)")
     if job.model not in message:
         message = f"model {job.model}: {message}"
-    return Outcome(job.model, job.name, "failed", job.out_dir, {}, time.perf_counter() - start,
+    return Outcome(job.model, job.name, FAILED, job.out_dir, {}, time.perf_counter() - start,
                    error=message, error_type=type(exc).__name__, traceback=trace,
                    ignored_shapes=ignored)
 
 
 class VerifyError(MrvlConvertError):
-    """The converted model's outputs do not match onnxruntime's on the original model."""
+    """The converted model's outputs do not match onnxruntime's on the original model; or its
+    verify inputs do not fit it. ``figures``: what summary.json records of the comparison."""
+
+    def __init__(self, message: str, *, model: Optional[str] = None,
+                 figures: Optional[Dict[str, Any]] = None) -> None:
+        self.figures = dict(figures or {})
+        super().__init__(message, model=model)
 
 
-def _verify(job: Job) -> str:
-    """Run the hybrid artifact against onnxruntime on the original model (``--verify``)."""
+def _verify(job: Job) -> Dict[str, Any]:
+    """Run the hybrid artifact against onnxruntime on the original model (``verify``); the
+    figures of the comparison, or a VerifyError carrying them."""
     from .runtime.compare import compare  # imported lazily: onnxruntime sessions, simulator
-    report = compare(job.model, job.out_dir)
+    from .runtime.tolerances import Tolerances
+    tolerances = Tolerances().with_bounds(dict(job.atol), dict(job.rtol),
+                                          "given with --atol/--rtol")
+    try:
+        feeds = _verify_feeds(job)
+        report = compare(job.model, job.out_dir, feeds, tolerances=tolerances,
+                         log_severity=job.log_severity)
+    except MrvlConvertError as exc:  # e.g. inputs that do not fit: the artifacts stay valid
+        raise VerifyError(f"converted into {job.out_dir}, but verify could not run: "
+                          f"{exc}", model=job.model,
+                          figures={"passed": False, "error": str(exc), "line": str(exc)}) from None
+    figures = verify_figures(report, job.verify_inputs)
     if not report.passed:
-        raise VerifyError(f"outputs differ from onnxruntime on the original model: "
-                          f"{report.summary_line()[:400]}", model=job.model)
-    return report.summary_line()
+        raise VerifyError(f"converted into {job.out_dir}, but verify failed: "
+                          f"{report.summary_line()[:400]}", model=job.model, figures=figures)
+    return figures
+
+
+def _verify_feeds(job: Job) -> Optional[List[Dict[str, Any]]]:
+    if job.verify_inputs is None:
+        return None
+    from .runtime.session import HybridSession
+    from .runtime.verify_cli import load_npz_feeds
+    specs = HybridSession(job.out_dir).input_specs
+    return load_npz_feeds(job.verify_inputs, specs)
 
 
 def _shapes_for(model: str, shapes: Mapping[str, List[int]]
@@ -189,22 +263,90 @@ def _shapes_for(model: str, shapes: Mapping[str, List[int]]
 
 # ---- planning --------------------------------------------------------------------------------
 
+@dataclass(frozen=True)
+class VerifyOptions:
+    """How ``verify`` judges: real inputs (.npz) or random ones, and the tolerances
+    (``atol``/``rtol``: output name, or None for every output, to a value)."""
+    inputs: Optional[PathLike] = None
+    atol: Mapping[Optional[str], float] = field(default_factory=dict)
+    rtol: Mapping[Optional[str], float] = field(default_factory=dict)
+    log_severity: int = 3
+
+    def job_fields(self) -> Dict[str, Any]:
+        return {"verify_inputs": None if self.inputs is None else os.path.abspath(self.inputs),
+                "atol": _pairs(self.atol), "rtol": _pairs(self.rtol),
+                "log_severity": self.log_severity}
+
+
+def _pairs(values: Mapping[Optional[str], float]) -> Tuple[Tuple[Optional[str], float], ...]:
+    return tuple(sorted(values.items(), key=lambda kv: (kv[0] is not None, kv[0] or "")))
+
+
 def plan_jobs(models: Sequence[PathLike], out_dir: PathLike, *,
-              shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
+              shapes: Optional[Shapes] = None, policy: str = "multi",
               rules: Optional[Sequence[PathLike]] = None, verify: bool = False,
               estimate: Optional[str] = None, draw: bool = False,
               max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
-              layer_set: str = "marvell") -> List[Job]:
+              layer_set: str = "marvell",
+              verify_options: Optional[VerifyOptions] = None) -> List[Job]:
     """One Job per model with a unique, deterministic artifact directory name."""
     out = Path(os.path.abspath(out_dir))
-    shape_map = {k: shape_override(k, v) for k, v in (shapes or {}).items()} or None
+    common, per_model = shapes_per_model(shapes, [Path(m) for m in models])
     rule_paths = tuple(os.path.abspath(r) for r in _as_list(rules))
     names = unique_names([Path(m) for m in models])
-    return [Job(model=os.path.abspath(m), name=n, out_dir=str(out / n), shapes=shape_map,
-                policy=policy, rules=rule_paths, ignore_unknown_shapes=len(models) > 1,
+    extra = (verify_options or VerifyOptions()).job_fields()
+    return [Job(model=os.path.abspath(m), name=n, out_dir=str(out / n), shapes=common or None,
+                model_shapes=own or None, policy=policy, rules=rule_paths,
+                ignore_unknown_shapes=len(models) > 1,
                 verify=verify, estimate=_abs_profile(estimate), draw=draw,
-                max_subgraphs=max_subgraphs, deny=tuple(deny), layer_set=layer_set)
-            for m, n in zip(models, names)]
+                max_subgraphs=max_subgraphs, deny=tuple(deny), layer_set=layer_set, **extra)
+            for m, n, own in zip(models, names, per_model)]
+
+
+def shapes_per_model(shapes: Optional[Shapes], models: Sequence[Path]
+                     ) -> Tuple[Dict[str, List[int]], List[Dict[str, List[int]]]]:
+    """Split ``shapes`` into the all-model overrides and, per model, those of the patterns
+    matching it. An OptionError for a pattern that matches no model, or two patterns that
+    give one model's input two different shapes."""
+    common: Dict[str, List[int]] = {}
+    patterns: Dict[str, Dict[str, List[int]]] = {}
+    for key, value in (shapes or {}).items():
+        if isinstance(value, Mapping):
+            for name, dims in value.items():
+                _add_shapes(patterns.setdefault(key, {}), {name: shape_override(name, dims)},
+                            key, None)
+        elif "=" in key:  # "det*.onnx=images", as on the command line
+            pattern, name = key.split("=", 1)
+            _add_shapes(patterns.setdefault(pattern, {}), {name: shape_override(name, value)},
+                        key, None)
+        else:
+            common[key] = shape_override(key, value)
+    per_model: List[Dict[str, List[int]]] = [{} for _ in models]
+    for pattern, given in patterns.items():
+        hits = [k for k, m in enumerate(models) if model_matches(pattern, m)]
+        if not hits:
+            raise OptionError(f"input shapes for {pattern!r}: no model matches it (models: "
+                              f"{', '.join(m.name for m in models[:5])}"
+                              f"{', ...' if len(models) > 5 else ''})")
+        for k in hits:
+            _add_shapes(per_model[k], given, pattern, models[k])
+    return common, per_model
+
+
+def _add_shapes(own: Dict[str, List[int]], given: Mapping[str, List[int]], pattern: str,
+                model: Optional[Path]) -> None:
+    for name, dims in given.items():
+        if name in own and own[name] != dims:
+            where = f"of model {model}" if model is not None else f"of models {pattern!r}"
+            raise OptionError(f"input {name!r} {where} is given two different shapes "
+                              f"({own[name]} and {dims}, the latter by {pattern!r})")
+        own[name] = dims
+
+
+def model_matches(pattern: str, model: Path) -> bool:
+    """A model's file name, stem, or path (as given or absolute) matches the glob ``pattern``."""
+    candidates = (model.name, model.stem, model.as_posix(), Path(os.path.abspath(model)).as_posix())
+    return any(fnmatch.fnmatchcase(c, pattern) for c in candidates)
 
 
 def _abs_profile(estimate: Optional[str]) -> Optional[str]:
@@ -237,19 +379,27 @@ def _as_list(rules: Optional[Union[PathLike, Sequence[PathLike]]]) -> List[PathL
 
 def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optional[int] = None,
                  executor: Optional[cf.Executor] = None,
-                 shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
+                 shapes: Optional[Shapes] = None, policy: str = "multi",
                  rules: Optional[Union[PathLike, Sequence[PathLike]]] = None,
                  fail_fast: bool = False, progress: Optional[ProgressFn] = None,
-                 verify: bool = False, estimate: Optional[str] = None,
+                 verify: Union[bool, VerifyOptions] = False, estimate: Optional[str] = None,
                  draw: bool = False, max_subgraphs: Optional[int] = None,
-                 deny: Sequence[str] = (), layer_set: str = "marvell") -> BatchResult:
+                 deny: Sequence[str] = (), layer_set: str = "marvell",
+                 on_stage: Optional[StageFn] = None) -> BatchResult:
     """Convert every model into ``out_dir/<name>/`` and write ``out_dir/summary.json``.
 
     ``executor``: any ``concurrent.futures.Executor`` (used as is, not shut down). Without one,
     ``jobs == 1`` converts in this process and otherwise a ``ProcessPoolExecutor`` with
     ``jobs or os.cpu_count()`` workers (forkserver/spawn, safe with onnxruntime's threads) is used.
+    ``shapes``: ``{"x": [1, 3, 224, 224]}`` for every model with an input ``x``, and
+    ``{"det*.onnx": {"images": [...]}}`` (or ``{"det*.onnx=images": [...]}``, as on the
+    command line) for the models a file name, stem or glob matches.
+    ``verify``: True, or a :class:`VerifyOptions` (real inputs, tolerances); a model whose
+    outputs are outside tolerance is ``verify_failed``, its artifacts kept.
     ``fail_fast``: after the first failure, models not yet started are ``skipped``.
-    ``progress(outcome)`` is called in this thread as each model finishes.
+    ``progress(outcome)`` is called in this thread as each model finishes; ``on_stage(name,
+    stage)`` as a model starts its conversion ("convert"; on an executor, as a worker takes
+    it) and, converted in this process, its verification ("verify").
     ``estimate`` ("builtin" or a hardware profile file) and ``draw`` are passed to ``convert``;
     so are ``max_subgraphs``, ``deny`` and ``layer_set``, for every model.
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
@@ -260,23 +410,26 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
         raise OptionError(f"jobs={jobs!r}: give a whole number of worker processes, at least 1 "
                           "(or None for one per CPU)")
     start = time.perf_counter()
+    verify_options = verify if isinstance(verify, VerifyOptions) else None
     job_list = plan_jobs(models, out_dir, shapes=shapes, policy=policy, rules=_as_list(rules),
-                         verify=verify, estimate=estimate, draw=draw,
-                         max_subgraphs=max_subgraphs, deny=deny, layer_set=layer_set)
+                         verify=bool(verify), estimate=estimate, draw=draw,
+                         max_subgraphs=max_subgraphs, deny=deny, layer_set=layer_set,
+                         verify_options=verify_options)
     prepare_out_dir(out_dir)
     if executor is not None:
-        outcomes = _run_on(executor, job_list, fail_fast, progress)
+        outcomes = _run_on(executor, job_list, fail_fast, progress, on_stage)
     elif jobs == 1 or len(job_list) <= 1:
-        outcomes = _run_inline(job_list, fail_fast, progress)
+        outcomes = _run_inline(job_list, fail_fast, progress, on_stage)
     else:
         workers = min(jobs or os.cpu_count() or 1, len(job_list))
+        severity = (verify_options or VerifyOptions()).log_severity if verify else None
         with cf.ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context(),
-                                    initializer=_init_worker) as pool:
-            outcomes = _run_on(pool, job_list, fail_fast, progress)
+                                    initializer=_init_worker, initargs=(severity,)) as pool:
+            outcomes = _run_on(pool, job_list, fail_fast, progress, on_stage)
     result = BatchResult(outcomes)
     write_summary(result, out_dir, seconds=time.perf_counter() - start,
                   options={"policy": policy, "shapes": _jsonable_shapes(shapes),
-                           "rules": [str(r) for r in _as_list(rules)], "verify": verify,
+                           "rules": [str(r) for r in _as_list(rules)], "verify": bool(verify),
                            "max_subgraphs": max_subgraphs, "deny": list(deny),
                            "layer_set": layer_set})
     return result
@@ -287,23 +440,24 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def _run_inline(jobs: List[Job], fail_fast: bool, progress: Optional[ProgressFn]) -> List[Outcome]:
+def _run_inline(jobs: List[Job], fail_fast: bool, progress: Optional[ProgressFn],
+                on_stage: Optional[StageFn] = None) -> List[Outcome]:
     outcomes: List[Outcome] = []
     for job in jobs:
         if fail_fast and any(not o.ok for o in outcomes):
             outcomes.append(_skipped(job))
             continue
-        outcome = convert_one(job)
+        outcome = convert_one(job, on_stage)
         outcomes.append(outcome)
         _report(progress, outcome)
     return outcomes
 
 
 def _run_on(executor: cf.Executor, jobs: List[Job], fail_fast: bool,
-            progress: Optional[ProgressFn]) -> List[Outcome]:
+            progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None) -> List[Outcome]:
     futures = {executor.submit(convert_one, job): i for i, job in enumerate(jobs)}
     try:
-        return _gather(futures, jobs, fail_fast, progress)
+        return _gather(futures, jobs, fail_fast, progress, on_stage)
     except BaseException:  # Ctrl-C: do not start the models still queued
         for future in futures:
             future.cancel()
@@ -311,21 +465,31 @@ def _run_on(executor: cf.Executor, jobs: List[Job], fail_fast: bool,
 
 
 def _gather(futures: Dict[cf.Future, int], jobs: List[Job], fail_fast: bool,
-            progress: Optional[ProgressFn]) -> List[Outcome]:
+            progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None
+            ) -> List[Outcome]:
     outcomes: List[Optional[Outcome]] = [None] * len(jobs)
     stopping = False
-    for future in cf.as_completed(futures):
-        index = futures[future]
-        if future.cancelled():
-            outcomes[index] = _skipped(jobs[index])
-            continue
-        outcome = _collect(future, jobs[index])
-        outcomes[index] = outcome
-        _report(progress, outcome)
-        if fail_fast and not outcome.ok and not stopping:
-            stopping = True
-            for other in futures:
-                other.cancel()  # only models not yet started are cancelled
+    pending, started = set(futures), set()
+    while pending:
+        # With on_stage, wake up now and then to name the models a worker has taken.
+        done, pending = cf.wait(pending, timeout=POLL_SECONDS if on_stage else None,
+                                return_when=cf.FIRST_COMPLETED)
+        for future in sorted(pending - started, key=futures.__getitem__):
+            if on_stage is not None and future.running():
+                started.add(future)
+                _stage(on_stage, jobs[futures[future]], "convert")
+        for future in sorted(done, key=futures.__getitem__):
+            index = futures[future]
+            if future.cancelled():
+                outcomes[index] = _skipped(jobs[index])
+                continue
+            outcome = _collect(future, jobs[index])
+            outcomes[index] = outcome
+            _report(progress, outcome)
+            if fail_fast and not outcome.ok and not stopping:
+                stopping = True
+                for other in futures:
+                    other.cancel()  # only models not yet started are cancelled
     return [o if o is not None else _skipped(j) for o, j in zip(outcomes, jobs)]
 
 
@@ -342,7 +506,7 @@ def _collect(future: cf.Future, job: Job) -> Outcome:
 
 def _skipped(job: Job, why: str = "not converted: an earlier model failed (--fail-fast)"
              ) -> Outcome:
-    return Outcome(job.model, job.name, "skipped", job.out_dir, error=why)
+    return Outcome(job.model, job.name, SKIPPED, job.out_dir, error=why)
 
 
 def _report(progress: Optional[ProgressFn], outcome: Outcome) -> None:
@@ -350,75 +514,9 @@ def _report(progress: Optional[ProgressFn], outcome: Outcome) -> None:
         progress(outcome)
 
 
-# ---- summary.json ----------------------------------------------------------------------------
-
-def prepare_out_dir(out_dir: PathLike) -> Path:
-    """Create out_dir (and parents); an OutputDirError if that is impossible."""
-    out = Path(out_dir)
-    blocker = next((p for p in [out, *out.parents] if p.exists() and not p.is_dir()), None)
-    if blocker is not None:
-        raise OutputDirError(f"cannot write the output directory {out}: {blocker} is a file, "
-                             "not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputDirError(f"cannot write the output directory {out}: "
-                             f"{exc.strerror or exc}") from None
-    return out
-
-
-def summary_document(result: Sequence[Outcome], *, seconds: float,
-                     options: Mapping[str, Any]) -> Dict[str, Any]:
-    """summary.json's content (validated against schemas/summary.schema.json)."""
-    models = []
-    for o in result:
-        written = bool(o.counts)  # ok, or converted but failed --verify
-        entry: Dict[str, Any] = {"model": o.model, "name": o.name, "status": o.status,
-                                 "out_dir": o.name if written else None}
-        entry.update({k: (o.counts.get(k) if written else None) for k in COUNT_KEYS})
-        entry["mrvl_mac_share"] = o.mrvl_mac_share if written else None
-        entry.update(seconds=round(o.seconds, 3), error=o.error, error_type=o.error_type,
-                     internal_error=o.internal, verified=o.verified,
-                     ignored_shapes=list(o.ignored_shapes))
-        if o.traceback:
-            entry["traceback"] = o.traceback
-        models.append(entry)
-    totals = {"models": len(models), "ok": sum(o.status == "ok" for o in result),
-              "failed": sum(o.status == "failed" for o in result),
-              "skipped": sum(o.status == "skipped" for o in result)}
-    return {"format_version": "1", "tool_version": __version__, "options": dict(options),
-            "totals": totals, "seconds": round(seconds, 3), "models": models}
-
-
-def write_summary(result: Sequence[Outcome], out_dir: PathLike, *, seconds: float,
-                  options: Mapping[str, Any]) -> Path:
-    """Validate and write out_dir/summary.json atomically (temp file + rename)."""
-    from .emit.publish import dumps, umask
-    from .emit.validate import validate
-    document = summary_document(result, seconds=seconds, options=options)
-    validate(document, "summary", label=SUMMARY_FILE)
-    out = prepare_out_dir(out_dir)
-    target = out / SUMMARY_FILE
-    if target.is_dir() and not target.is_symlink():
-        raise OutputDirError(f"cannot write {target}: it is a directory")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{SUMMARY_FILE}.tmp-", dir=out)
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o666 & ~umask())  # mkstemp made it 0600
-            handle.write(dumps(document))
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise OutputDirError(f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
-def _jsonable_shapes(shapes: Optional[Mapping[str, Sequence[int]]]) -> Dict[str, List[int]]:
-    return {k: [int(d) for d in v] for k, v in sorted((shapes or {}).items())}
-
-
-def load_summary(out_dir: PathLike) -> Dict[str, Any]:
-    return json.loads((Path(out_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))
+def _jsonable_shapes(shapes: Optional[Shapes]) -> Dict[str, Any]:
+    def dims(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {k: [int(d) for d in v] for k, v in sorted(value.items())}
+        return [int(d) for d in value]
+    return {k: dims(v) for k, v in sorted((shapes or {}).items())}

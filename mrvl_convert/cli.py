@@ -2,9 +2,11 @@
 
 ``mrvl-convert MODEL [MODEL ...] -o OUT`` converts each model into ``OUT/<name>/`` and writes
 ``OUT/summary.json``. MODEL may be a file, a directory (every ``*.onnx`` below it, sorted) or a glob
-(expanded here, so a quoted glob works). Exit codes: 0 every model converted, 1 some failed,
-2 usage error. ``--input-shape NAME:1,3,224,224`` applies to every model with an input NAME; in a
-batch, models without that input ignore it.
+(expanded here, so a quoted glob works). Exit codes: 0 every model converted (and verified),
+1 some model failed to convert, 2 usage error, 3 every model converted but some failed
+``--verify``. ``--input-shape NAME:1,3,224,224`` applies to every model with an input NAME (in
+a batch, models without that input ignore it); ``--input-shape 'det*.onnx=images:1,3,416,416'``
+only to the models whose file name, stem or path matches the glob before ``=``.
 """
 from __future__ import annotations
 
@@ -15,17 +17,14 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
+from .cli_output import FEW_CUTS, TABLE_COLUMNS, _Progress, cut_line, format_table  # noqa: F401
 from .errors import MrvlConvertError
 from .layers._kind import MARVELL, UPSTREAM
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-TABLE_COLUMNS = ("model", "status", "Mrvl nodes", "CPU nodes", "Mrvl subgraphs",
-                 "CPU subgraphs", "cuts", "MACs on Mrvl", "seconds", "error")
-# More Mrvl<->CPU transitions than this and the CLI names the op types that cut the model.
-FEW_CUTS = 3
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_VERIFY_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 
 class UsageError(Exception):
@@ -41,14 +40,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="mrvl-convert", description=(
         "Convert ONNX CNNs for Marvell's MLIP accelerator. Each MODEL is converted into "
         "OUT/<model name>/ and OUT/summary.json lists every model."),
-        epilog=("--input-shape applies to every model that has an input of that name; in a batch "
-                "of several models it is ignored for models without that input. Exit codes: 0 all "
-                "converted, 1 some failed, 2 usage error."))
+        epilog=("--input-shape NAME:DIMS applies to every model that has an input of that name "
+                "(in a batch, models without it ignore it); MODEL_GLOB=NAME:DIMS only to the "
+                "models whose file name matches. Exit codes: 0 all converted (and verified), "
+                "1 some model failed to convert, 2 usage error, 3 all converted but some failed "
+                "--verify (their artifacts are kept)."))
     parser.add_argument("models", nargs="*", metavar="MODEL",
                         help="ONNX file, directory (all *.onnx below it) or glob")
     parser.add_argument("-o", "--output", metavar="OUT", help="output directory")
-    parser.add_argument("--input-shape", action="append", default=[], metavar="NAME:D0,D1,...",
-                        help="fix an input's shape, e.g. x:1,3,224,224 (repeatable)")
+    parser.add_argument("--input-shape", action="append", default=[],
+                        metavar="[MODEL_GLOB=]NAME:D0,D1,...",
+                        help="fix an input's shape, e.g. x:1,3,224,224, or for some models "
+                             "only: 'det*.onnx=images:1,3,416,416' (repeatable)")
     parser.add_argument("--policy", choices=("single", "multi"), default="multi",
                         help="partitioning policy (default: multi)")
     parser.add_argument("--rules", action="append", default=[], metavar="FILE",
@@ -57,16 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="parallel worker processes (default: number of CPUs)")
     parser.add_argument("--fail-fast", action="store_true",
                         help="stop starting new models after the first failure")
-    parser.add_argument("--verify", action="store_true",
-                        help="after each conversion, compare the hybrid run with onnxruntime")
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress and no table; errors only")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="also show onnxruntime's own warnings")
     parser.add_argument("--list-rules", action="store_true",
                         help="print the rule set (built-in plus --rules files) and exit")
     # Partition control (issue 16).
     parser.add_argument("--max-subgraphs", type=_non_negative_int, default=None, metavar="N",
-                        help="keep at most N Mrvl subgraphs, those with the most MACs; the rest "
-                             "runs on CPU")
+                        help="keep at most N Mrvl subgraphs, those with the most MACs (with "
+                             "--estimate: the most estimated accelerator time); the rest runs "
+                             "on CPU")
     parser.add_argument("--deny", action="append", default=[], metavar="OP_TYPE|NODE_NAME",
                         help="keep this op type or node on CPU (repeatable)")
     parser.add_argument("--layer-set", choices=(MARVELL, UPSTREAM), default=MARVELL,
@@ -74,7 +78,45 @@ def build_parser() -> argparse.ArgumentParser:
                              "Marvell codegen's (default) or upstream TVM 0.19's 12 composites")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_draw_estimate_args(parser)
+    _add_verify_args(parser)
     return parser
+
+
+def _add_verify_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--verify", action="store_true",
+                        help="after each conversion, compare the model outputs of the hybrid "
+                             "run with onnxruntime on the original model")
+    parser.add_argument("--atol", action="append", default=[], metavar="[OUTPUT:]VALUE",
+                        help="--verify: absolute error always accepted, for every output or one "
+                             "(default 2**-12 ~ 2.4e-4; repeatable)")
+    parser.add_argument("--rtol", action="append", default=[], metavar="[OUTPUT:]VALUE",
+                        help="--verify: error accepted relative to the output's largest value "
+                             "(default 0.01; repeatable)")
+    parser.add_argument("--verify-inputs", metavar="FILE.npz", default=None,
+                        help="--verify: real inputs, arrays named after the model inputs (one "
+                             "sample or a stack); default: seeded random inputs")
+
+
+def _verify_option(args: argparse.Namespace) -> Any:
+    """False, or the VerifyOptions of --verify and its tolerances and inputs."""
+    given = [o for o, v in (("--atol", args.atol), ("--rtol", args.rtol),
+                            ("--verify-inputs", args.verify_inputs)) if v]
+    if not args.verify:
+        if given:
+            raise UsageError(f"{given[0]} needs --verify")
+        return False
+    from .batch import VerifyOptions
+    from .runtime.session import QUIET, WARNINGS
+    from .runtime.tolerances import parse_tolerance_specs
+    if args.verify_inputs and not Path(args.verify_inputs).is_file():
+        raise UsageError(f"--verify-inputs {args.verify_inputs}: no such file")
+    try:
+        atol = parse_tolerance_specs(args.atol, "--atol")
+        rtol = parse_tolerance_specs(args.rtol, "--rtol")
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return VerifyOptions(inputs=args.verify_inputs, atol=atol, rtol=rtol,
+                         log_severity=WARNINGS if args.verbose else QUIET)
 
 
 # ---- --draw / --estimate (issue 20): kept in one block ---------------------------------------
@@ -123,25 +165,44 @@ def _non_negative_int(text: str) -> int:
     return _positive_int(text, minimum=0)
 
 
-def parse_shapes(specs: Sequence[str]) -> Dict[str, List[int]]:
-    """``["x:1,3,224,224", ...]`` to ``{"x": [1, 3, 224, 224]}``; a UsageError if malformed."""
-    shapes: Dict[str, List[int]] = {}
+def parse_shapes(specs: Sequence[str]) -> Dict[str, Any]:
+    """``["x:1,3,224,224", "det*.onnx=images:1,3,416,416"]`` to ``{"x": [1, 3, 224, 224],
+    "det*.onnx": {"images": [1, 3, 416, 416]}}`` (``convert_many``'s form); a UsageError if
+    malformed, or if one input is given two shapes for the same models."""
+    shapes: Dict[str, Any] = {}
     for spec in specs:
-        name, sep, dims = spec.rpartition(":")
-        if not sep or not name:
-            raise UsageError(f"--input-shape {spec!r}: expected NAME:D0,D1,... "
-                             "(e.g. x:1,3,224,224)")
-        parts = dims.split(",")
-        if not all(re.fullmatch(r"[0-9]{1,10}", d) for d in parts):  # no '1_0', no '١', no ' 1'
-            raise UsageError(f"--input-shape {spec!r}: dimensions must be whole numbers "
-                             "separated by commas (e.g. x:1,3,224,224)")
-        sizes = [int(d) for d in parts]
-        if any(d < 1 for d in sizes):
-            raise UsageError(f"--input-shape {spec!r}: every dimension must be at least 1")
-        if name in shapes and shapes[name] != sizes:
-            raise UsageError(f"--input-shape gives input {name!r} two different shapes")
-        shapes[name] = sizes
+        pattern, eq, rest = spec.partition("=")
+        if not eq:
+            pattern, rest = "", spec
+        elif not pattern:
+            raise UsageError(f"--input-shape {spec!r}: nothing before '='; expected "
+                             "MODEL_GLOB=NAME:D0,D1,... (e.g. 'det*.onnx=images:1,3,416,416')")
+        name, sizes = _parse_one_shape(spec, rest)
+        scope = shapes.setdefault(pattern, {}) if pattern else shapes
+        if not isinstance(scope, dict) or (not pattern and isinstance(shapes.get(name), dict)):
+            raise UsageError(f"--input-shape {spec!r}: {pattern or name!r} is used both as an "
+                             "input name and as a model pattern")
+        if name in scope and scope[name] != sizes:
+            where = f" for models {pattern!r}" if pattern else ""
+            raise UsageError(f"--input-shape gives input {name!r} two different shapes{where}")
+        scope[name] = sizes
     return shapes
+
+
+def _parse_one_shape(spec: str, text: str) -> Tuple[str, List[int]]:
+    """``NAME:D0,D1,...`` (the last colon splits: tensor names may hold colons)."""
+    name, sep, dims = text.rpartition(":")
+    if not sep or not name:
+        raise UsageError(f"--input-shape {spec!r}: expected NAME:D0,D1,... "
+                         "(e.g. x:1,3,224,224)")
+    parts = dims.split(",")
+    if not all(re.fullmatch(r"[0-9]{1,10}", d) for d in parts):  # no '1_0', no '١', no ' 1'
+        raise UsageError(f"--input-shape {spec!r}: dimensions must be whole numbers "
+                         "separated by commas (e.g. x:1,3,224,224)")
+    sizes = [int(d) for d in parts]
+    if any(d < 1 for d in sizes):
+        raise UsageError(f"--input-shape {spec!r}: every dimension must be at least 1")
+    return name, sizes
 
 
 def find_models(specs: Sequence[str], exclude: Optional[Path] = None) -> List[Path]:
@@ -231,9 +292,10 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     except UsageError as exc:
         _error(f"usage error: {exc} (see mrvl-convert --help)")
         return EXIT_USAGE
-    except MrvlConvertError as exc:
+    except MrvlConvertError as exc:  # a bad rule file or profile, an output dir we cannot make
         _error(str(exc))
         return EXIT_USAGE
+    _quiet_onnxruntime(args)
     try:
         return _convert(models, Path(args.output), shapes, args)
     except KeyboardInterrupt:
@@ -241,72 +303,95 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_INTERRUPTED
 
 
-def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, List[int]]]:
+def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, Any]]:
+    """Every mistake found before any model is converted (exit 2, OUT not created)."""
     if not args.models:
         raise UsageError("no MODEL given")
     if not args.output:
         raise UsageError("-o OUT is required")
     shapes = parse_shapes(args.input_shape)
-    for rule_file in args.rules:
-        if not Path(rule_file).is_file():
-            raise UsageError(f"--rules {rule_file}: no such file")
+    _check_rules(args.rules, args.layer_set)
     args.estimate_option = _estimate_option(args)
+    args.verify_option = _verify_option(args)
     models = find_models(args.models, exclude=Path(args.output))
     if not models:
         raise UsageError("no ONNX model found")
-    from .batch import prepare_out_dir
+    from .batch import prepare_out_dir, shapes_per_model
+    from .errors import OptionError
+    try:
+        shapes_per_model(shapes, models)
+    except OptionError as exc:
+        raise UsageError(f"--input-shape: {exc}") from None
     prepare_out_dir(args.output)
     return models, shapes
+
+
+def _check_rules(rule_files: Sequence[str], layer_set: str) -> None:
+    """A missing or bad rule file is a usage error, reported once, not once per model."""
+    for rule_file in rule_files:
+        if not Path(rule_file).is_file():
+            raise UsageError(f"--rules {rule_file}: no such file")
+    if rule_files:
+        from .rules.loader import load_rules
+        load_rules(list(rule_files), layer_set=layer_set)
 
 
 def _list_rules(rule_files: Sequence[str], layer_set: str) -> int:
     from .rules.docs import list_rules_text
     from .rules.loader import load_rules
-    try:
-        text = list_rules_text(load_rules(list(rule_files), layer_set=layer_set))
-    except MrvlConvertError as exc:
-        _error(str(exc))
-        return EXIT_FAILED
-    sys.stdout.write(text)
+    _check_rules(rule_files, layer_set)
+    sys.stdout.write(list_rules_text(load_rules(list(rule_files), layer_set=layer_set)))
     return EXIT_OK
 
 
-def _convert(models: List[Path], out: Path, shapes: Dict[str, List[int]],
+def _quiet_onnxruntime(args: argparse.Namespace) -> None:
+    """onnxruntime's process-wide logger at the level of our sessions: its warnings reach the
+    terminal only with -v. Only --verify runs onnxruntime, and only then is it imported."""
+    if args.verify_option:
+        import onnxruntime as ort
+        ort.set_default_logger_severity(args.verify_option.log_severity)
+
+
+def _convert(models: List[Path], out: Path, shapes: Dict[str, Any],
              args: argparse.Namespace) -> int:
     from .batch import convert_many
-    from .rules.loader import load_rules
-    try:
-        # A bad rule file is reported once, not once per model.
-        load_rules(list(args.rules), layer_set=args.layer_set)
-    except MrvlConvertError as exc:
-        _error(str(exc))
-        return EXIT_FAILED
     with _Progress(len(models), quiet=args.quiet) as progress:
         try:
             result = convert_many(models, out, jobs=args.jobs, shapes=shapes, policy=args.policy,
                                   rules=list(args.rules), fail_fast=args.fail_fast,
-                                  progress=progress.update, verify=args.verify,
+                                  progress=progress.update, verify=args.verify_option,
                                   estimate=args.estimate_option, draw=args.draw,
                                   max_subgraphs=args.max_subgraphs, deny=list(args.deny),
-                                  layer_set=args.layer_set)
+                                  layer_set=args.layer_set, on_stage=progress.stage)
         except MrvlConvertError as exc:
             progress.close()
             _error(str(exc))
             return EXIT_FAILED
-    _report(result, out, shapes, quiet=args.quiet)
+    _report(result, out, shapes, quiet=args.quiet, verify_option=args.verify_option)
     _print_estimates(result, args.quiet)
-    return EXIT_OK if result.all_ok else EXIT_FAILED
+    return exit_code(result)
 
 
-def _report(result, out: Path, shapes: Dict[str, List[int]], *, quiet: bool) -> None:
+def exit_code(result) -> int:
+    """0 all converted (and verified), 1 some model not converted, 3 all converted but some
+    failed verify."""
+    if result.failed or result.skipped:
+        return EXIT_FAILED
+    return EXIT_VERIFY_FAILED if result.verify_failed else EXIT_OK
+
+
+def _report(result, out: Path, shapes: Dict[str, Any], *, quiet: bool,
+            verify_option: Any = False) -> None:
     for outcome in result:
-        if outcome.status == "failed":
-            _error(outcome.error or "failed")
+        if outcome.status in ("failed", "verify_failed"):
+            _error(outcome.error or outcome.status)
             if outcome.traceback:
                 sys.stderr.write(_indent(outcome.traceback))
-    unused = [n for n in shapes if len(result) > 1 and all(n in o.ignored_shapes for o in result)]
+    unused = [n for n, v in shapes.items() if not isinstance(v, dict) and len(result) > 1
+              and all(n in o.ignored_shapes for o in result)]
     if unused:
         _error(f"warning: --input-shape {', '.join(unused)} matched no model's input")
+    _warn_unused_tolerances(result, verify_option)
     if not quiet:
         for outcome in result:
             if outcome.verify_note:
@@ -316,80 +401,35 @@ def _report(result, out: Path, shapes: Dict[str, List[int]], *, quiet: bool) -> 
             line = cut_line(outcome, out)
             if line:
                 sys.stdout.write(line + "\n")
-        ok = len(result.ok)
-        sys.stdout.write(f"{ok} of {len(result)} models converted into {out}; "
-                         f"summary in {out / 'summary.json'}\n")
+        converted = sum(o.converted for o in result)
+        failed_verify = len(result.verify_failed)
+        verify_text = f" ({failed_verify} failed verify)" if failed_verify else ""
+        sys.stdout.write(f"{converted} of {len(result)} models converted{verify_text} into "
+                         f"{out}; summary in {out / 'summary.json'}\n")
+
+
+def _warn_unused_tolerances(result, verify_option: Any) -> None:
+    """An --atol/--rtol OUTPUT:VALUE naming no output of any verified model is a typo, most
+    likely: say so (a silent tolerance that checks nothing would be worse)."""
+    if not verify_option:
+        return
+    named = {*verify_option.atol, *verify_option.rtol}
+    seen = {row["tensor"] for o in result for row in (o.verify or {}).get("outputs", [])}
+    ran = any((o.verify or {}).get("outputs") for o in result)
+    unused = sorted(n for n in named if n is not None and n not in seen)
+    if ran and unused:
+        _error(f"warning: --atol/--rtol name {', '.join(map(repr, unused))}, which is no "
+               f"output of the verified models (outputs: {', '.join(sorted(seen)[:8])})")
 
 
 def _indent(text: str) -> str:
     return "".join(f"    {line}\n" for line in text.rstrip("\n").splitlines())
 
 
-def format_table(result) -> str:
-    """The summary table: one row per model, columns as in TABLE_COLUMNS."""
-    rows = [list(TABLE_COLUMNS)]
-    for o in result:
-        counts = [str(o.counts.get(k, "")) if o.counts else "-" for k in
-                  ("mrvl_nodes", "cpu_nodes", "mrvl_subgraphs", "cpu_subgraphs", "transitions")]
-        share = "-" if o.mrvl_mac_share is None else f"{100 * o.mrvl_mac_share:.1f}%"
-        error = "" if o.ok else _short(o.error_type or o.status)
-        rows.append([o.name, o.status, *counts, share, f"{o.seconds:.2f}", error])
-    widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines) + "\n"
-
-
-def cut_line(outcome, out: Path) -> str:
-    """'name: 12 cuts: Sigmoid x80, Mul x74; see OUT/name/report.json', for a model cut more
-    than FEW_CUTS times; '' otherwise."""
-    cuts = outcome.counts.get("transitions", 0) if outcome.counts else 0
-    if cuts <= FEW_CUTS:
-        return ""
-    ops = ", ".join(f"{op} x{n}" for op, n in outcome.cut_by[:3])
-    return f"{outcome.name}: {cuts} cuts: {ops}; see {out / outcome.name / 'report.json'}"
-
-
-def _short(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _error(message: str, prog: str = "mrvl-convert") -> None:
     line = " ".join(message.split())
     sys.stderr.write(f"{prog}: {line}\n")
     sys.stderr.flush()
-
-
-class _Progress:
-    """A tqdm bar on a terminal; otherwise one plain line per finished model on stdout."""
-
-    def __init__(self, total: int, *, quiet: bool, stream: Optional[TextIO] = None) -> None:
-        self.stream = stream or sys.stdout
-        self.quiet = quiet
-        self.bar = None
-        if not quiet and self.stream.isatty():
-            from tqdm import tqdm
-            self.bar = tqdm(total=total, unit="model", file=self.stream, dynamic_ncols=True)
-
-    def update(self, outcome) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(f"{outcome.name}: {outcome.status}", refresh=False)
-            self.bar.update(1)
-        elif not self.quiet:
-            self.stream.write(f"{outcome.status:<6} {outcome.name}  {outcome.model}  "
-                              f"({outcome.seconds:.2f}s)\n")
-            self.stream.flush()
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-            self.bar = None
-
-    def __enter__(self) -> "_Progress":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def verify_main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1,6 +1,7 @@
 """The whole flow for one model: load, canonicalize, match, partition, layout, emit."""
 from __future__ import annotations
 
+import difflib
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -12,10 +13,10 @@ from . import __version__
 from .canonicalize import CanonicalGraph, canonicalize
 from .emit import cpu_onnx, documents, mrvl_json
 from .emit.publish import StagingDir
-from .errors import MrvlConvertError, UnsupportedModelError
+from .errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
 from .load import LoadedModel, ModelLike, load_model
 from .lower import lower_stage
-from .partition import partition
+from .partition import Ranking, partition
 from .layers import MARVELL
 from .rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
 from .rules.matcher import match
@@ -52,10 +53,18 @@ class Result:
         return list(self.report["nodes"])
 
     def placement(self, node_name: str) -> Dict[str, Any]:
+        """The report entry of a node, by its name in report.json or in the model file; a
+        NodeNotFoundError naming the closest names when there is no such node."""
         for entry in self.report["nodes"]:
             if entry["name"] == node_name or entry.get("name_in_model") == node_name:
                 return entry
-        raise KeyError(node_name)
+        names = sorted({n for e in self.report["nodes"]
+                        for n in (e["name"], e.get("name_in_model")) if n})
+        close = difflib.get_close_matches(node_name, names, n=5, cutoff=0.5)
+        hint = (f"closest: {', '.join(map(repr, close))}" if close else
+                f"it has {len(names)} nodes, e.g. {', '.join(map(repr, names[:5]))}")
+        raise NodeNotFoundError(f"no node named {node_name!r} in this model ({hint}); "
+                                "result.placements lists them all", model=self.model_name)
 
 
 def convert(model: ModelLike, out_dir: Union[str, Path], *,
@@ -67,8 +76,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
     (the newer codegen's set) or ``"upstream-0.19"`` (upstream TVM v0.19's twelve composites).
-    ``max_subgraphs``: keep at most this many Mrvl subgraphs, those with the most MACs; the
-    rest run on CPU. ``deny``: op types or node names (as in the model or in report.json) that
+    ``max_subgraphs``: keep at most this many Mrvl subgraphs, those with the most MACs (with
+    ``estimate``: the most estimated accelerator time); the rest run on CPU. ``deny``: op types or node names (as in the model or in report.json) that
     stay on CPU whatever the rules say.
     ``estimate``: True (built-in hardware profile) or a profile file adds the accelerator cost
     ESTIMATE to report.json (``estimate`` section). ``draw``: also write ``<name>.html`` (the
@@ -84,7 +93,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         matches = match(canonical.graph, rule_list, deny=denied)
         matches.elsewhere.update(layer_set_hints(canonical.graph, layer_set, matches, denied))
         plan = partition(canonical.graph, matches, policy, loaded.name,
-                         max_subgraphs=max_subgraphs)
+                         max_subgraphs=max_subgraphs, rank=_ranking(estimate))
         subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
@@ -130,6 +139,15 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         staging.publish()
         written = tuple(sorted(out_dir / f for f in staging.files))
     return Result(loaded.name, out_dir, written, manifest, report, graph)
+
+
+def _ranking(estimate: Any) -> Optional[Ranking]:
+    if estimate is None or estimate is False:
+        return None
+    from .estimate import load_profile
+    from .estimate.region import region_weight
+    profile = load_profile(None if estimate is True else estimate)
+    return Ranking("estimated accelerator time", region_weight(profile))
 
 
 def _estimate(manifest: Dict[str, Any], nodes_docs: Dict[str, Any], profile: Any

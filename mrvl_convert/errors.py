@@ -74,6 +74,14 @@ class InputFeedError(MrvlConvertError):
     """An input feed of the wrong name, shape or dtype handed to a session."""
 
 
+class NodeNotFoundError(MrvlConvertError, KeyError):
+    """A node name that is not in the model; the message lists the closest names. A KeyError
+    too, so code that looked a node up with ``except KeyError`` keeps working."""
+
+    def __str__(self) -> str:  # KeyError would quote the whole message
+        return str(self.args[0]) if self.args else ""
+
+
 class Fp16RangeError(MrvlConvertError):
     """A Mrvl layer's float16 output overflowed to inf or became NaN."""
 

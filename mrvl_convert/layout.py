@@ -65,6 +65,26 @@ class TensorLayout:
         return ours == theirs
 
 
+class OutputRef(int):
+    """A value index naming output ``slot`` of a multi-output layer (Split).
+
+    It is the layer's index as an int, so code that only counts, orders or stores value indices
+    keeps working; the emitter writes ``slot`` as the entry's output index (``[node, slot, 0]``)
+    and as ``from_tuple_idx``, as the newer codegen writes a TupleGetItem of a split.
+    """
+    slot: int
+
+    def __new__(cls, index: int, slot: int) -> "OutputRef":
+        ref = super().__new__(cls, index)
+        ref.slot = slot
+        return ref
+
+
+def slot_of(ref: int) -> int:
+    """The output slot a value index names: 0 unless it is an ``OutputRef``."""
+    return ref.slot if isinstance(ref, OutputRef) else 0
+
+
 @dataclass
 class Layer:
     """One Marvell layer, typed: attribute values are ints, tuples, strings and enums as the
@@ -77,6 +97,7 @@ class Layer:
     out_layout: TensorLayout
     attrs: Dict[str, Any] = field(default_factory=dict)
     consts: List[Tuple[str, np.ndarray]] = field(default_factory=list)  # (role, array)
+    extra_outputs: List[TensorLayout] = field(default_factory=list)  # outputs 1.. (Split)
 
 
 @dataclass
@@ -97,7 +118,7 @@ class LayoutContext:
         self.layers: List[Layer] = []
         self.input_layouts: List[TensorLayout] = []
         self.values: Dict[str, Tuple[int, TensorLayout]] = {}
-        self._converted: Dict[Tuple[int, Tuple[int, ...]], int] = {}
+        self._converted: Dict[Tuple[int, int, Tuple[int, ...]], int] = {}
         for i, tensor in enumerate(stage.inputs):
             layout = TensorLayout(tuple(shape_of(tensor)), identity(len(shape_of(tensor))),
                                   _input_labels(tensor, stage))
@@ -115,6 +136,16 @@ class LayoutContext:
         self.layers.append(layer)
         if output is not None:
             self.values[output.name] = (index, layer.out_layout)
+        return index
+
+    def emit_multi(self, layer: Layer, outputs: Sequence[gs.Tensor]) -> int:
+        """Emit a layer with one output per tensor of ``outputs``: layer.out_layout for the
+        first, layer.extra_outputs for the others; consumers refer to them by ``OutputRef``."""
+        index = self.next_index()
+        self.layers.append(layer)
+        layouts = [layer.out_layout] + list(layer.extra_outputs)
+        for slot, (tensor, layout) in enumerate(zip(outputs, layouts)):
+            self.values[tensor.name] = (OutputRef(index, slot), layout)
         return index
 
     def alias(self, output: gs.Tensor, source: gs.Tensor, layout: TensorLayout) -> None:
@@ -138,7 +169,7 @@ class LayoutContext:
         if layout.bytes_like(perm) and any_shape:
             return index, layout  # same bytes: the consumer reads them as they lie
         target = TensorLayout(layout.shape, perm, layout.labels)
-        key = (index, perm)
+        key = (int(index), slot_of(index), perm)
         if key not in self._converted:
             # Upstream writes a layout_transform even where only size-1 axes move; so do we.
             self._converted[key] = self.emit(Layer(

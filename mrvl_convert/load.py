@@ -262,12 +262,23 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
             if not _static(dim):
                 symbol = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value")
                                            else "?")
-                raise ShapeError(f"has dynamic dim {axis} ({symbol!r}); fix it with --input-shape "
-                                 f"{name}:... (shapes={{{name!r}: [...]}})", model=label,
-                                 tensor=name)
+                raise ShapeError(f"has dynamic dim {axis} ({symbol!r}); fix it with "
+                                 f"{_shape_hint(name, dims)}", model=label, tensor=name)
             sizes.append(dim.dim_value)
         fixed[name] = sizes
     return fixed
+
+
+def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
+    """``--input-shape x:1,3,320,320 (shapes={'x': [1, 3, 320, 320]})`` when only the batch is
+    unknown (batch 1); otherwise the unknown sizes as ``<symbol>`` placeholders."""
+    parts = [str(d.dim_value) if _static(d) else "1" if axis == 0 else f"<{d.dim_param or 'size'}>"
+             for axis, d in enumerate(dims)]
+    if all(p.isdigit() for p in parts):
+        return (f"--input-shape {name}:{','.join(parts)} "
+                f"(shapes={{{name!r}: [{', '.join(parts)}]}})")
+    return (f"--input-shape {name}:{','.join(parts)}, each <...> replaced by a size "
+            f"(shapes={{{name!r}: [...]}})")
 
 
 def _check_dtypes(proto: onnx.ModelProto, label: str) -> None:

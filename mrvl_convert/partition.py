@@ -9,8 +9,9 @@ every canonical node is in exactly one stage, and every composite sent back to C
   every unit it reads from, which keeps contracted regions acyclic by construction. A Mrvl stage
   with no compute-heavy layer (Conv2D, FC) is sent back to CPU, as upstream does, and the stages
   are recomputed until nothing changes.
-  With ``max_subgraphs=N`` the N Mrvl regions with the most MACs (``_macs.py``) stay, the others
-  go back to CPU, and the stages are recomputed until at most N remain.
+  With ``max_subgraphs=N`` the N heaviest Mrvl regions stay (by MACs, ``_macs.py``, or by the
+  ``rank`` given, e.g. estimated accelerator time), the others go back to CPU, and the stages are
+  recomputed until at most N remain.
 - ``single``: the RFC's first revision: one Mrvl stage holding the composites reachable from the
   model inputs through composites only, then one CPU stage with everything else.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 import onnx_graphsurgeon as gs
 
@@ -29,6 +30,12 @@ from .rules.matcher import Composite, MatchPlan
 from .layers import layer_kind
 
 POLICIES = ("single", "multi")
+
+
+class Ranking(NamedTuple):
+    """How ``max_subgraphs`` weighs a Mrvl region: ``what`` names it in the reason."""
+    what: str
+    weight: Callable[[Iterable[gs.Node]], float]
 
 
 @dataclass
@@ -68,7 +75,7 @@ class Plan:
 
 
 def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str, *,
-              max_subgraphs: Optional[int] = None) -> Plan:
+              max_subgraphs: Optional[int] = None, rank: Optional[Ranking] = None) -> Plan:
     if policy not in POLICIES:
         raise MrvlConvertError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
     if max_subgraphs is not None and (isinstance(max_subgraphs, bool) or
@@ -82,7 +89,8 @@ def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str,
     else:
         stages_of = _multi(units, mrvl, demoted)
     if max_subgraphs is not None:
-        stages_of = _keep_largest(units, mrvl, demoted, stages_of, max_subgraphs, policy)
+        stages_of = _keep_largest(units, mrvl, demoted, stages_of, max_subgraphs, policy,
+                                  rank or Ranking("MACs", total_macs))
     stages = _build_stages(graph, units, stages_of, mrvl, model_name)
     return Plan(policy, stages, demoted)
 
@@ -166,8 +174,10 @@ def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[in
 
 
 def _keep_largest(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
-                  stage: Dict[int, int], limit: int, policy: str) -> Dict[int, int]:
-    """Send the Mrvl regions with the fewest MACs back to CPU until at most ``limit`` remain.
+                  stage: Dict[int, int], limit: int, policy: str, rank: Ranking
+                  ) -> Dict[int, int]:
+    """Send the Mrvl regions that weigh least under ``rank`` back to CPU until at most ``limit``
+    remain.
     The stages are then recomputed (a region left without a compute-heavy layer goes to CPU
     too, as in ``_multi``) and counted again."""
     while True:
@@ -177,16 +187,16 @@ def _keep_largest(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
                 regions.setdefault(stage[unit.index], []).append(unit)
         if len(regions) <= limit:
             return stage
-        # Most MACs first; an earlier region wins a tie: deterministic.
-        ranked = sorted(regions, key=lambda s: (-total_macs(n for u in regions[s]
-                                                            for n in u.nodes), s))
+        # Heaviest first; an earlier region wins a tie: deterministic.
+        ranked = sorted(regions, key=lambda s: (-rank.weight([n for u in regions[s]
+                                                              for n in u.nodes]), s))
         for s in ranked[limit:]:
             for unit in regions[s]:
                 mrvl.discard(unit.index)
                 for node in unit.nodes:
                     demoted[node.name] = (
                         f"matched {unit.composite.rule.name}, but beyond max_subgraphs: its Mrvl "
-                        f"region is not among the {limit} with the most MACs")
+                        f"region is not among the {limit} with the most {rank.what}")
         if policy == "single":
             return {u.index: (0 if u.index in mrvl else 1) for u in units}
         stage = _multi(units, mrvl, demoted)

@@ -25,12 +25,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from corpus_mobile import mobilenet_v3_small
+import corpus_detect
+import corpus_mobile
 from models import Builder
 
 ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
        "shufflenet", "squeezenet", "vgg19", "zfnet512")
-BUILT = ("mobilenet_v2", "densenet_block", "shufflenet_unit", "paddle_cnn", "mobilenet_v3_small")
+BUILT = ("mobilenet_v2", "densenet_block", "shufflenet_unit", "paddle_cnn", "yolo_detect",
+         "mobilenet_v3_small")
 PADDLE_SHAPES = {"image": [1, 3, 32, 32]}
 # Ops that pass a weight through unchanged in value: its role is its consumer's.
 _PASS_THROUGH = ("Unsqueeze", "Reshape", "Identity", "Squeeze", "Flatten", "Cast")
@@ -162,7 +164,8 @@ def _calibrate_batchnorm(model: onnx.ModelProto, feed: Dict[str, np.ndarray]) ->
 def built(name: str, seed: int = 0) -> onnx.ModelProto:
     return {"mobilenet_v2": mobilenet_v2, "densenet_block": densenet_block,
             "shufflenet_unit": shufflenet_unit, "paddle_cnn": paddle_cnn,
-            "mobilenet_v3_small": mobilenet_v3_small}[name](seed)
+            "yolo_detect": corpus_detect.yolo_detect,
+            "mobilenet_v3_small": corpus_mobile.mobilenet_v3_small}[name](seed)
 
 
 def shapes_for(name: str) -> Optional[Dict[str, List[int]]]:

@@ -72,7 +72,8 @@ def test_mixed_directory_through_cli(mixed_dir: Path, tmp_path: Path, capsys) ->
     captured = capsys.readouterr()
     summary = json.loads((out / "summary.json").read_text())
     validate(summary, "summary", label="summary.json")
-    assert summary["totals"] == {"models": 6, "ok": 3, "failed": 3, "skipped": 0}
+    assert summary["totals"] == {"models": 6, "ok": 3, "failed": 3, "verify_failed": 0,
+                                 "skipped": 0}
     entries = {e["name"]: e for e in summary["models"]}
     for name, reason in BAD_REASONS.items():
         assert reason in entries[name]["error"]
@@ -213,9 +214,9 @@ def test_verify_fails_when_fp16_overflows(tmp_path: Path, capsys) -> None:
             init.CopyFrom(onnx.numpy_helper.from_array(array, init.name))
     model = bm.save(proto, tmp_path / "hot.onnx")
     out = tmp_path / "out"
-    assert cli_main([str(model), "-o", str(out), "--verify", "-q"]) == 1
+    assert cli_main([str(model), "-o", str(out), "--verify", "-q"]) == 3   # converted, not verified
     entry = json.loads((out / "summary.json").read_text())["models"][0]
-    assert entry["status"] == "failed" and entry["error_type"] == "VerifyError"
+    assert entry["status"] == "verify_failed" and entry["error_type"] == "VerifyError"
     assert "fp16 range" in entry["error"]
     assert entry["verified"] is False and entry["out_dir"] == "hot"   # kept for inspection
     assert (out / "hot" / "manifest.json").is_file()

@@ -35,7 +35,8 @@ def test_exit_0_and_summary_validates(good: Path, tmp_path: Path) -> None:
     assert done.stderr == ""
     summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
     validate(summary, "summary", label="summary.json")
-    assert summary["totals"] == {"models": 1, "ok": 1, "failed": 0, "skipped": 0}
+    assert summary["totals"] == {"models": 1, "ok": 1, "failed": 0, "verify_failed": 0,
+                                 "skipped": 0}
     entry = summary["models"][0]
     assert (entry["name"], entry["status"], entry["mrvl_nodes"], entry["cpu_nodes"]) == \
            ("cnn", "ok", 5, 0)
@@ -116,7 +117,7 @@ def test_list_rules_with_a_user_file(tmp_path: Path, capsys) -> None:
 def test_list_rules_with_a_bad_file(tmp_path: Path, capsys) -> None:
     rules = tmp_path / "bad.yaml"
     rules.write_text("composites: [unclosed")
-    assert main(["--list-rules", "--rules", str(rules)]) == 1
+    assert main(["--list-rules", "--rules", str(rules)]) == 2          # a usage error
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(rules) in err[0]
 

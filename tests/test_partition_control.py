@@ -3,6 +3,7 @@ op types or nodes on CPU; both stay sound (the hybrid still computes the model).
 from __future__ import annotations
 
 import numpy as np
+import onnx
 import pytest
 
 import mrvl_convert
@@ -144,3 +145,39 @@ def test_max_subgraphs_with_policy_single(tmp_path):
     assert stages(none) == ["cpu"]
     assert "beyond max_subgraphs" in none.placement("relu1")["reason"]
     check_sound(model, none, tmp_path / "b", _feeds())
+
+
+def _compute_vs_memory_regions():
+    """A Conv with many MACs and few weights, and (after a CPU Sin) an FC with fewer MACs but a
+    weight large enough that streaming it from DDR dominates: MACs and time rank them apart."""
+    b = Builder()
+    x = b.input("x", [1, 16, 32, 32])
+    v = b.input("v", [1, 1024])
+    y = b.op("Relu", [b.conv(x, 16, 16, pads=[1, 1, 1, 1])], name="conv_relu")
+    z = b.op("Relu", [b.gemm(b.op("Sin", [v], name="cut"), 1024, 1024)], name="fc_relu")
+    return b.model([y, z])
+
+
+def test_max_subgraphs_with_estimate_ranks_by_estimated_time(tmp_path):
+    from mrvl_convert._macs import node_macs
+    from mrvl_convert.estimate import load_profile
+    from mrvl_convert.estimate.region import node_cycles
+    import onnx_graphsurgeon as gs
+    model = _compute_vs_memory_regions()
+    graph = gs.import_onnx(onnx.shape_inference.infer_shapes(model))
+    conv = next(n for n in graph.nodes if n.op == "Conv")
+    gemm = next(n for n in graph.nodes if n.op == "Gemm")
+    profile = load_profile(None)
+    # The premise: the Conv has more MACs, the FC more estimated cycles.
+    assert node_macs(conv) > node_macs(gemm)
+    assert node_cycles(gemm, profile) > node_cycles(conv, profile)
+    by_macs = mrvl_convert.convert(model, tmp_path / "m", max_subgraphs=1)
+    assert by_macs.placement("conv_relu")["placement"] == "mrvl"
+    assert "the 1 with the most MACs" in by_macs.placement("fc_relu")["reason"]
+    by_time = mrvl_convert.convert(model, tmp_path / "t", max_subgraphs=1, estimate=True)
+    assert by_time.placement("fc_relu")["placement"] == "mrvl"
+    assert "the 1 with the most estimated accelerator time" in \
+        by_time.placement("conv_relu")["reason"]
+    feeds = {"x": _feeds((1, 16, 32, 32))["x"],
+             "v": np.random.default_rng(1).standard_normal((1, 1024)).astype(np.float32)}
+    check_sound(model, by_time, tmp_path / "t", feeds)

@@ -115,6 +115,14 @@ def _cut_by(entries: List[Dict[str, Any]], mrvl_subgraphs: int) -> List[Dict[str
             for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def _derived(name: str, stage_of: Mapping[str, Any], layer_of: Mapping[str, str]
+             ) -> Dict[str, Any]:
+    added: Dict[str, Any] = {"name": name, "stage": stage_of[name].name}
+    if name in layer_of:
+        added["layer"] = layer_of[name]
+    return added
+
+
 def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of):
     name = node.name
     entry: Dict[str, Any] = {"index": index, "name": name, "op_type": node.op_type}
@@ -130,6 +138,10 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
         entry["merged_into"] = name
     if name in canonical.rewritten:
         entry["canonical"] = canonical.rewritten[name]
+    derived = [_derived(added, stage_of, layer_of)
+               for added, origin in canonical.derived.items() if origin == name]
+    if derived:
+        entry["derived"] = derived
     if name in canonical.kept:  # also on Mrvl, where a layer may compute what CPU could not
         entry["canonical"] = canonical.kept[name]
     stage = stage_of[name]

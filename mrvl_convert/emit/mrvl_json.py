@@ -13,7 +13,7 @@ import numpy as np
 
 from ..layers import MARVELL, LayerKind, layer_kind
 from ..layers._kind import r4_shape
-from ..layout import Layer, MrvlSubgraph
+from ..layout import Layer, MrvlSubgraph, OutputRef, slot_of
 
 _EMPTY_CONST_SLOTS = ("kernel_const", "bias_const", "beta_const", "gamma_const", "var_const",
                       "mean_const")
@@ -77,16 +77,19 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
         "func_name": [f"n{k}_{layer.kind}_{_func_suffix(layer)}"],
         "func_node_name": [sub.name],
         "num_inputs": str(len(layer.inputs) + len(layer.consts)),
-        "num_outputs": "1",
-        "shape": [layer.out_layout.physical_shape],
+        "num_outputs": str(1 + len(layer.extra_outputs)),
+        "shape": [o.physical_shape for o in [layer.out_layout, *layer.extra_outputs]],
         "dtype": ["float32"],
         "data_layout": [first_in.name],
         "data_layout_shape": _s(first_in.physical_shape),
         "out_layout": [layer.out_layout.name],
         "out_layout_shape": _s(layer.out_layout.physical_shape),
-        "from_tuple_idx": ["-1"],
+        "from_tuple_idx": _tuple_idx(layer),
         "mrvl_nodes_idx": [node_index],
     }
+    if layer.extra_outputs:  # one shape per output, as the newer codegen writes a split
+        for i, out in enumerate([layer.out_layout, *layer.extra_outputs]):
+            attrs[f"out_layout_shape_{i}"] = _s(out.physical_shape)
     r4 = layer_set in kind.r4 and not (kind.r4_keeps_2d and len(first_in.shape) == 2)
     if r4:
         attrs.update(_r4_attrs(layer))
@@ -107,7 +110,15 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
     attrs["source_nodes"] = list(layer.source_nodes)
     attrs["rule"] = [layer.rule or _LAYOUT_RULE]
     return {"op": "tvm_op", "name": name,
-            "inputs": [[int(i), 0, 0] for i in layer.inputs], "attrs": attrs}
+            "inputs": [[int(i), slot_of(i), 0] for i in layer.inputs], "attrs": attrs}
+
+
+def _tuple_idx(layer: Layer) -> List[str]:
+    """``from_tuple_idx``: per input, the output of a multi-output layer it reads (-1: none);
+    one "-1" when no input comes from one, as upstream v0.19 writes it."""
+    if not any(isinstance(i, OutputRef) for i in layer.inputs):
+        return ["-1"]
+    return [str(i.slot) if isinstance(i, OutputRef) else "-1" for i in layer.inputs]
 
 
 def build(sub: MrvlSubgraph, layer_set: str = MARVELL
@@ -131,7 +142,7 @@ def build(sub: MrvlSubgraph, layer_set: str = MARVELL
         "symbol": sub.name,
         "nodes": nodes,
         "arg_nodes": list(range(len(sub.input_tensors))),
-        "heads": [[int(h), 0, 0] for h in sub.heads],
+        "heads": [[int(h), slot_of(h), 0] for h in sub.heads],
         "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", ["float32"] * len(nodes)]},
         "batch_size": str(batch),
         "num_subgraph_inputs": str(len(sub.input_tensors)),

@@ -1,7 +1,6 @@
 """The ESTIMATE of a whole artifact: every Mrvl stage, and every tensor crossing a Mrvl boundary."""
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
@@ -88,23 +87,33 @@ def _boundaries(manifest: Mapping[str, Any], prof: HardwareProfile) -> List[Dict
 
 def estimate_artifact(artifact_dir: Union[str, Path], profile: ProfileLike = None, *,
                       tiles: Optional[int] = None) -> Dict[str, Any]:
-    """Estimate an artifact directory written by ``convert`` (reads its JSON files only)."""
+    """Estimate an artifact directory written by ``convert`` (reads its JSON files only).
+
+    The files are read as ``HybridSession`` reads them: bounded, each checked against its schema,
+    and every file the manifest names resolved inside ``artifact_dir``.
+    """
     root = Path(artifact_dir)
-    manifest = _read_json(root / "manifest.json")
-    return estimate_documents(manifest, lambda e: _read_json(root / e["nodes_json"]), profile,
-                              tiles=tiles,
-                              const_shapes=lambda e: _const_shapes(root / e["consts_json"]))
+    manifest = _read(root, "manifest.json", "manifest", "manifest.json")
+    return estimate_documents(
+        manifest, lambda e: _read(root, e["nodes_json"], "nodes", "Nodes-JSON"), profile,
+        tiles=tiles, const_shapes=lambda e: _const_shapes(root, e["consts_json"]))
 
 
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ArtifactError(f"{path} cannot be read as JSON: {exc}") from None
+def _read(root: Path, relative: str, schema: str, what: str, **bounds: Any) -> Any:
+    from .._paths import confined
+    from ..emit.validate import validate
+    from ..runtime.artifact import read_json
+    path = confined(root, relative, what=f"{root / 'manifest.json'}: a {what} path",
+                    error=ArtifactError)
+    doc = read_json(path, what, **bounds)
+    validate(doc, schema, label=str(path))
+    return doc
 
 
-def _const_shapes(path: Path) -> Dict[str, List[int]]:
-    return {name: list(c.get("shape", [])) for name, c in _read_json(path).items()}
+def _const_shapes(root: Path, relative: str) -> Dict[str, List[int]]:
+    return {name: list(c["shape"]) for name, c in
+            # weights are as large as the model's: no size bound, as for the simulator
+            _read(root, relative, "consts", "Constants-JSON", max_bytes=None).items()}
 
 
 def format_table(estimate: Mapping[str, Any], *, layers: bool = True) -> str:

@@ -100,8 +100,15 @@ def estimate_stage(nodes_doc: Mapping[str, Any], profile: HardwareProfile, *,
     for index, node in enumerate(nodes):
         if node.get("op") != "tvm_op":
             continue
-        layers.append(_layer(node, index, nodes, shapes, heads, profile, tiles,
-                             const_shapes or {}, label))
+        try:
+            layers.append(_layer(node, index, nodes, shapes, heads, profile, tiles,
+                                 const_shapes or {}, label))
+        except (TypeError, ValueError, KeyError, IndexError, AttributeError,
+                ArithmeticError) as exc:
+            # A hand-edited or foreign Nodes-JSON: the schema leaves layer attributes open.
+            raise ArtifactError(f"Nodes-JSON of {label}: layer {node.get('name')!r} cannot be "
+                                f"estimated: an attribute has an unexpected value ({exc})"
+                                ) from None
     return StageEstimate(label, tiles, tuple(layers), profile.clock_hz)
 
 

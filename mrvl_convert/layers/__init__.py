@@ -11,6 +11,8 @@ from types import MappingProxyType
 from typing import Mapping
 
 from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
+from . import batch_matmul, conv2d_transpose, expand_dims, reduce, resize2d, split
+from . import strided_slice, transpose
 from . import clip, leaky_relu, mul2d, power, relu, rsqrt, sigmoid, softmax, sub, tanh
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
@@ -28,6 +30,15 @@ _KINDS = (
     reshape.BATCH_FLATTEN,
     squeeze.KIND,
     layout_transform.KIND,
+    resize2d.KIND,
+    split.KIND,
+    strided_slice.KIND,
+    transpose.KIND,
+    reduce.REDUCE_MEAN,
+    reduce.REDUCE_MAX,
+    conv2d_transpose.KIND,
+    batch_matmul.KIND,
+    expand_dims.KIND,
     mul2d.KIND,
     sub.KIND,
     relu.KIND,

@@ -14,6 +14,7 @@ import onnx_graphsurgeon as gs
 from .._graph import (activation_inputs, attr, const_value, conv_pads, dtype_name, is_const,
                       pad_amounts, pad_value, present, static_shape, squeeze_axes)
 from .._pooling import pool_out_size
+from . import checks_shape
 from .checks_elementwise import ELEMENTWISE_CHECKS
 
 Details = Optional[Dict[str, Any]]
@@ -356,5 +357,15 @@ CHECKS: Dict[str, Check] = {
     "pool_shape": check_pool_shape,
     "conv_weights": check_conv_weights,
     "spatial_bounds": check_spatial_bounds,
+    "resize_nearest": checks_shape.check_resize_nearest,
+    "split_static": checks_shape.check_split_static,
+    "slice_static": checks_shape.check_slice_static,
+    "reduce_mean_axis": checks_shape.check_reduce_mean_axis,
+    "reduce_max_axis": checks_shape.check_reduce_max_axis,
+    "reduce_global_pool": checks_shape.check_reduce_global_pool,
+    "transpose_rank": checks_shape.check_transpose_rank,
+    "conv_transpose": checks_shape.check_conv_transpose,
+    "batch_matmul": checks_shape.check_batch_matmul,
+    "ranks_2_to_4": checks_shape.check_ranks_2_to_4,
     **ELEMENTWISE_CHECKS,
 }

@@ -257,8 +257,9 @@ def load_rules(extra: Optional[Union[RuleSource, Sequence[RuleSource]]] = None,
     generic = _builtin_generic()
     rules: List[Rule] = []
     for path in builtin if include_builtin else []:
-        rules += [r for r in load_rule_file(path, generic)
-                  if layer_set in CATALOGUE[r.layer].layer_sets]
+        for rule in load_rule_file(path, generic):  # rules/marvell/ may replace a built-in
+            if layer_set in CATALOGUE[rule.layer].layer_sets:
+                rules = [r for r in rules if r.name != rule.name] + [rule]
     for path in extra:
         for rule in load_rule_file(path, generic):
             if layer_set not in CATALOGUE[rule.layer].layer_sets:

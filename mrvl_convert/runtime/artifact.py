@@ -153,6 +153,22 @@ def node_refs(value: Any, path: str, where: str, limit: int) -> List[int]:
     return refs
 
 
+def node_entries(value: Any, path: str, where: str, limit: int) -> List[Tuple[int, int]]:
+    """``[[idx, slot, 0], ...]`` references to outputs of earlier nodes: (node, output slot);
+    the slot is 0 except for a multi-output layer (Split)."""
+    if not isinstance(value, list):
+        raise ArtifactError(f"{path}: {where}: expected a list of [node, slot, 0] entries")
+    entries = []
+    for entry in value:
+        ok = (isinstance(entry, list) and len(entry) in (2, 3)
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in entry))
+        if not ok or not 0 <= entry[0] < limit or entry[1] < 0 or entry[2:] not in ([], [0]):
+            raise ArtifactError(f"{path}: {where}: bad node reference {entry!r} (expected "
+                                f"[index < {limit}, output slot, 0])")
+        entries.append((entry[0], entry[1]))
+    return entries
+
+
 def first_value(value: Any) -> Any:
     """The value of a one-element list attribute (``["relu"]`` -> ``"relu"``); None if empty."""
     if isinstance(value, list):

@@ -1,10 +1,12 @@
 """Compare a converted artifact (hybrid fp16 run) with the original model on fp32 onnxruntime.
 
-Every tensor that crosses a stage boundary is compared, not only the final outputs, so a
-disagreement is located at the first stage that introduces it. With ``layers=True`` every Mrvl
-layer inside a stage is compared too, against the tensor its last ONNX source node produces in
-the original model (NHWC turned back to NCHW), so it is located at the first layer. Layer rows
-are diagnostics: the verdict stays that of the boundary tensors and outputs.
+The verdict is that of the model's outputs, as Polygraphy gives it: a model whose outputs are
+within tolerance passes. Every tensor that crosses a stage boundary is compared too, as a
+diagnostic, so a disagreement is located at the first stage that introduces it. With
+``layers=True`` every Mrvl layer inside a stage is compared as well, against the tensor its last
+ONNX source node produces in the original model (NHWC turned back to NCHW), so it is located at
+the first layer. fp16 range events (inf/NaN inside a stage) are reported; they fail the verdict
+only through the outputs they spoil.
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import onnxruntime as ort
 
 from ..errors import ModelLoadError, ShapeError
 from .layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
-from .session import DTYPES, HybridSession, TensorSpec
+from .session import DTYPES, QUIET, HybridSession, TensorSpec, ort_options
 from .simulator import Fp16RangeWarning
 from .tolerances import Tolerance, Tolerances
 
@@ -32,7 +34,7 @@ class Row:
     """The comparison of one tensor over all samples."""
 
     tensor: str
-    kind: str  # "boundary" | "output" | "layer" (diagnostic, not part of the verdict)
+    kind: str  # "output" (the verdict) | "boundary" | "layer" (diagnostics)
     shape: List[int]
     max_abs: Optional[float] = None
     max_rel: Optional[float] = None
@@ -51,12 +53,17 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return not self.range_events and all(row.passed for row in self.judged_rows)
+        return all(row.passed for row in self.judged_rows)
 
     @property
     def judged_rows(self) -> List[Row]:
-        """The rows the verdict is made of: boundary tensors and outputs, not layer rows."""
-        return [row for row in self.rows if row.kind != "layer"]
+        """The rows the verdict is made of: the model's outputs."""
+        return [row for row in self.rows if row.kind == "output"]
+
+    @property
+    def boundaries_over(self) -> List[Row]:
+        """Boundary rows outside their tolerance (diagnostics), in run order."""
+        return [row for row in self.rows if row.kind == "boundary" and not row.passed]
 
     @property
     def first_layer_over(self) -> Optional[Row]:
@@ -75,21 +82,29 @@ class Comparison:
         verdict = "PASS" if self.passed else "FAIL"
         rows = self.judged_rows
         worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
-        parts = [f"{verdict} over {self.samples} sample(s), {len(rows)} tensor(s)"]
+        parts = [f"{verdict} over {self.samples} sample(s), {len(rows)} output(s)"]
         if worst is not None and worst.max_rel is not None:
-            parts.append(f"worst max_rel {worst.max_rel:.3g} ({worst.tensor})")
+            parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
+                         f"({worst.tensor})")
+        failing = [r.tensor for r in rows if not r.passed]
+        if failing:
+            parts.append(f"outside tolerance: {', '.join(failing[:5])}")
         cosines = [r.cosine for r in rows if r.cosine is not None]
         if cosines:
             parts.append(f"min cosine {min(cosines):.6f}")
         top1 = [r.top1 for r in rows if r.top1 is not None]
         if top1:
             parts.append(f"top-1 agreement {min(top1):.4f}")
+        over = self.boundaries_over
+        if over:
+            parts.append(f"{len(over)} stage-boundary tensor(s) over tolerance, first "
+                         f"{over[0].tensor} (diagnostic)")
         parts += [f"fp16 range: {e}" for e in self.range_events]
         return "; ".join(parts)
 
     def format_table(self) -> str:
         header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
-                  "tol rel/cos/top1", "ok")
+                  "tol atol/rel/cos/top1", "ok")
         lines = [header] + [_table_cells(row) for row in self.rows]
         widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
         text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
@@ -98,9 +113,12 @@ class Comparison:
             text.append(f"fp16 range: {event}")
         verdict = "PASS" if self.passed else "FAIL"
         rows = self.judged_rows
-        text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} tensors "
+        text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} outputs "
                     f"within tolerance over {self.samples} sample(s)")
-        if len(rows) < len(self.rows):
+        if self.boundaries_over:
+            text.append("boundary rows are diagnostics, not part of the verdict; the first "
+                        f"boundary tensor outside tolerance is {self.boundaries_over[0].tensor}")
+        if any(row.kind == "layer" for row in self.rows):
             first = self.first_layer_over
             text.append("layer rows are diagnostics, not part of the verdict; " + (
                 "every compared layer is within tolerance" if first is None else
@@ -112,13 +130,17 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             artifact_dir: "str | os.PathLike[str]",
             inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
-            samples: int = 1, gemm: str = "numpy", layers: bool = False) -> Comparison:
+            samples: int = 1, gemm: str = "numpy", layers: bool = False,
+            log_severity: int = QUIET) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm``: the simulator's GEMM engine
-    (``HybridSession``). ``layers``: also compare every Mrvl layer (module docstring)."""
+    (``HybridSession``). ``layers``: also compare every Mrvl layer (module docstring).
+    ``log_severity``: onnxruntime's log level for the sessions opened here (3: errors only,
+    2: warnings too)."""
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
-    session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm)
+    session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm,
+                            log_severity=log_severity)
     feeds = _feeds(session, inputs, seed, samples)
     outputs = {t.name for t in session.output_specs}
     specs = _compared_tensors(session)
@@ -130,7 +152,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     plans = layer_plans(session, proto, {s.name for s in specs}) if layers else []
     traced = [p for p in plans if not p.skip]
     reference = _reference_session(proto, judged + [TensorSpec(p.tensor, (), "float32")
-                                                    for p in traced])
+                                                    for p in traced], log_severity)
     names = [s.name for s in judged]
     got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
@@ -176,6 +198,9 @@ class _Worst:
     cosine: float = 1.0
     finite: bool = True
     mismatch: Optional[Tuple[List[int], List[int]]] = None
+    # (max abs error, max |fp32|, cosine) of every sample: the bound max(atol, rtol * peak) is
+    # a sample's own, and folding errors and peaks apart would judge mixed pairs.
+    samples: List[Tuple[float, float, float]] = field(default_factory=list)
 
     def add(self, got: np.ndarray, want: np.ndarray, *, reshape: bool = False) -> None:
         if reshape and got.size == want.size:
@@ -194,14 +219,20 @@ class _Worst:
             else:
                 cos = 1.0 if err == 0 else 0.0
         if not np.isfinite(err):
-            rel, cos = float("inf"), float("nan")
+            err, rel, cos = float("inf"), float("inf"), float("nan")
         self.max_abs, self.max_rel = max(self.max_abs, err), max(self.max_rel, rel)
+        self.samples.append((err, scale, cos))
         self.cosine = min(self.cosine, cos) if np.isfinite(cos) else float("nan")
         self.finite = self.finite and bool(np.isfinite(got).all())
 
     def within(self, tol: Tolerance) -> bool:
-        """Finite, and within ``tol``'s bounds on max_rel and cosine (top-1 is the caller's)."""
-        return self.finite and self.max_rel <= tol.max_rel and self.cosine >= tol.min_cosine
+        """Finite, and in every sample the error within max(atol, max_rel * peak) and, unless
+        the error is below the absolute floor, the cosine bound (top-1 is the caller's)."""
+        return self.finite and all(e <= tol.bound(s) and (e <= tol.atol or c >= tol.min_cosine)
+                                   for e, s, c in self.samples)
+
+    def below_floor(self, tol: Tolerance) -> bool:
+        return self.max_abs <= tol.atol
 
 
 def _layer_row(plan: LayerPlan, worst: Optional[_Worst], tols: Tolerances) -> Row:
@@ -310,7 +341,8 @@ def _tensor_names(proto: onnx.ModelProto) -> set:
     return names
 
 
-def _reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec]) -> Any:
+def _reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
+                       log_severity: int = QUIET) -> Any:
     """fp32 onnxruntime on the original model with every compared tensor as a graph output
     (declared by name and element type only: intermediate shapes need no value_info)."""
     existing = {o.name for o in proto.graph.output}
@@ -319,7 +351,7 @@ def _reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec]) -> A
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[spec.dtype][0]))
             proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
     try:
-        return ort.InferenceSession(proto.SerializeToString(),
+        return ort.InferenceSession(proto.SerializeToString(), ort_options(log_severity),
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise ModelLoadError(f"onnxruntime cannot run the original model: {exc}",
@@ -343,7 +375,8 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
         worst.add(g, w)
     row.max_abs, row.max_rel, row.cosine = worst.max_abs, worst.max_rel, worst.cosine
     row.top1 = _top1(got, want)
-    row.passed = worst.within(tol) and (row.top1 is None or row.top1 >= tol.min_top1)
+    row.passed = worst.within(tol) and (row.top1 is None or row.top1 >= tol.min_top1
+                                        or worst.below_floor(tol))
     if not worst.finite:
         row.note = _OVERFLOW_NOTE
     return row
@@ -364,7 +397,7 @@ def _fmt(value: Optional[float], spec: str = ".3g") -> str:
 def _table_cells(row: Row) -> tuple:
     tol = row.tolerance
     tol_text = "-" if tol is None else \
-        f"{tol['max_rel']:g}/{tol['min_cosine']:g}/{tol['min_top1']:g}"
+        f"{tol['atol']:g}/{tol['max_rel']:g}/{tol['min_cosine']:g}/{tol['min_top1']:g}"
     if row.kind == "layer":  # diagnostics: "over" tolerance, never a FAIL of the run
         ok = ("ok" if row.passed else "over") if row.tolerance else "skip"
     else:

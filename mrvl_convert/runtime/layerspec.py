@@ -28,6 +28,7 @@ class LayerSpec:
     source_nodes: Tuple[str, ...]
     file: str
     kind: Any = None   # the ``layers.LayerKind`` whose declarations ``value`` reads through
+    out_shapes: Tuple[Shape, ...] = ()   # every output's shape (a Split has several)
 
     def value(self, name: str) -> Any:
         """Attribute ``name``, typed and defaulted as the layer kind declares it."""

@@ -24,6 +24,9 @@ from .gemm import GemmEngine
 from .layerspec import LayerSpec
 from .simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
 
+# onnxruntime's log levels: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
+QUIET, WARNINGS = 3, 2
+
 # manifest dtype -> (numpy dtype, onnxruntime type string)
 DTYPES: Dict[str, Tuple[Any, str]] = {
     "float32": (np.float32, "tensor(float)"), "float16": (np.float16, "tensor(float16)"),
@@ -78,15 +81,17 @@ class HybridSession:
 
     def __init__(self, artifact_dir: "str | os.PathLike[str]", *,
                  on_range_error: str = "raise", gemm: "str | GemmEngine" = "numpy",
-                 threads: int = 0) -> None:
+                 threads: int = 0, log_severity: int = QUIET) -> None:
         """``gemm``: which library runs the simulator's matrix products, ``"numpy"`` or
         ``"onnxruntime"`` (see ``mrvl_convert/runtime/gemm.py``); the fp16 number model is the
         same with either. ``threads``: intra-op threads of every onnxruntime session this
         session opens (CPU stages, and the GEMM engine when named by string); 0 is
-        onnxruntime's default, one per physical core."""
+        onnxruntime's default, one per physical core. ``log_severity``: onnxruntime's log level
+        for the CPU stages' sessions (3: errors only, 2: warnings too)."""
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise ValueError(f"threads must be an integer >= 0, got {threads!r}")
         self.threads = threads
+        self.log_severity = log_severity
         if isinstance(gemm, str):
             gemm = GemmEngine(gemm, threads)
         self.artifact_dir = str(artifact_dir)
@@ -217,7 +222,7 @@ class HybridSession:
             name = require(entry, name_key, str, self.manifest_path, place)
             shape = shape_of(entry.get("shape"), self.manifest_path, f"{place}.shape")
             dtype = entry.get("dtype", "float32")
-            if dtype not in DTYPES:
+            if not isinstance(dtype, str) or dtype not in DTYPES:
                 raise ArtifactError(f"{self.manifest_path}: {place} ({name}): dtype {dtype!r} "
                                     f"is not one of {sorted(DTYPES)}")
             specs.append(TensorSpec(name, shape, dtype))
@@ -275,7 +280,7 @@ class HybridSession:
         import onnxruntime as ort  # imported here so the simulator alone does not need it
 
         if self._cpu_options is None:
-            self._cpu_options = _cpu_session_options(self.threads)
+            self._cpu_options = _cpu_session_options(self.threads, self.log_severity)
         try:
             session = ort.InferenceSession(path, self._cpu_options,
                                            providers=["CPUExecutionProvider"])
@@ -316,16 +321,26 @@ class HybridSession:
                                 f"{list(made.shape)}")
 
 
-def _cpu_session_options(threads: int) -> Any:
+def ort_options(log_severity: int = QUIET) -> Any:
+    """SessionOptions at this log level: every session the library opens takes its options
+    from here, so onnxruntime's warnings (``[W:onnxruntime:...]``) reach the terminal only when
+    asked for (``mrvl-convert -v``)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = log_severity
+    return options
+
+
+def _cpu_session_options(threads: int, log_severity: int = QUIET) -> Any:
     """One SessionOptions for every CPU stage: ``threads`` intra-op workers that sleep when
     idle, no inter-op pool (a stage's nodes run in order)."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
+    options = ort_options(log_severity)
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from ..errors import ArtifactError, Fp16RangeError, InputFeedError
-from .artifact import decode_consts, first_value, node_refs, read_json, require, shape_of
+from .artifact import decode_consts, first_value, node_entries, read_json, require, shape_of
 from .fp16 import round_to_fp16
 from .gemm import GemmEngine
 from ..layers import CATALOGUE
@@ -62,19 +62,22 @@ class _Step:
     kernel: Kernel
     inputs: Tuple[int, ...]
     release: Tuple[int, ...]  # values no later step needs: freed to keep the working set small
+    slots: Tuple[int, ...] = ()  # the output slot of each input (all 0 unless a Split feeds it)
 
 
 class CompiledSubgraph:
     """A compiled Mrvl subgraph; ``run`` may be called any number of times."""
 
     def __init__(self, symbol: str, file: str, inputs: List[InputNode], steps: List[_Step],
-                 heads: List[int], shapes: Dict[int, Shape], on_range_error: str) -> None:
+                 heads: List[Tuple[int, int]], shapes: Dict[int, Tuple[Shape, ...]],
+                 on_range_error: str) -> None:
         self.symbol = symbol
         self.file = file
         self.inputs = inputs
         self.steps = steps
-        self.heads = heads
-        self.output_shapes = [shapes[h] for h in heads]
+        self.heads = [h for h, _ in heads]
+        self.head_slots = [slot for _, slot in heads]
+        self.output_shapes = [shapes[h][slot] for h, slot in heads]
         self.on_range_error = on_range_error
         self.last_range_events: List[RangeEvent] = []
 
@@ -111,18 +114,20 @@ class CompiledSubgraph:
         # one errstate for the whole run, as entering it costs more than a small layer.
         with np.errstate(over="ignore", invalid="ignore"):
             for step in self.steps:
-                out = step.kernel.run(*(values[i] for i in step.inputs))
+                out = step.kernel.run(*(_pick(values[i], s) for i, s in
+                                        zip(step.inputs, step.slots or (0,) * len(step.inputs))))
                 if not step.kernel.exact:
                     out, in_range = round_to_fp16(out, inplace=True)
                     if not in_range:
                         self._range_error(step.spec, out, policy, events)
                 values[step.node] = out
                 if trace is not None:  # no copy: no later step writes into an earlier output
-                    trace.append((step.spec, out))
+                    trace.append((step.spec, _pick(out, 0)))
                 for index in step.release:
                     del values[index]
         # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.
-        return [np.array(values[h], dtype=np.float32, copy=True) for h in self.heads]
+        return [np.array(_pick(values[h], s), dtype=np.float32, copy=True)
+                for h, s in zip(self.heads, self.head_slots)]
 
     def _feed(self, inputs: Feed, policy: str,
               events: List[RangeEvent]) -> Dict[int, np.ndarray]:
@@ -217,7 +222,7 @@ class _GraphBuilder:
         if not isinstance(doc, dict):
             raise ArtifactError(f"{path}: a Nodes-JSON must be a JSON object")
         self.path, self.doc, self.consts, self.gemm = path, doc, consts, gemm
-        self.shapes: Dict[int, Shape] = {}
+        self.shapes: Dict[int, Tuple[Shape, ...]] = {}   # node -> the shape of each output
 
     def build(self, policy: str) -> CompiledSubgraph:
         nodes = require(self.doc, "nodes", list, self.path, "top level")
@@ -233,11 +238,12 @@ class _GraphBuilder:
         if arg_nodes != [node.index for node in inputs]:
             raise ArtifactError(f"{self.path}: field 'arg_nodes' is {arg_nodes}, but the input "
                                 f"nodes are {[node.index for node in inputs]}")
-        heads = node_refs(require(self.doc, "heads", list, self.path, "top level"), self.path,
-                          "field 'heads'", len(nodes))
+        heads = self._entries(require(self.doc, "heads", list, self.path, "top level"),
+                              "field 'heads'", len(nodes))
         self._check_summary(nodes, inputs, heads)
         return CompiledSubgraph(str(self.doc.get("symbol", "")), self.path, inputs,
-                                _with_release(steps, heads), heads, self.shapes, policy)
+                                _with_release(steps, [h for h, _ in heads]), heads, self.shapes,
+                                policy)
 
     def _input(self, index: int, node: Dict[str, Any]) -> InputNode:
         where = f"input node #{index}"
@@ -248,7 +254,7 @@ class _GraphBuilder:
         if dtype != "float32":
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.dtype' is "
                                 f"{dtype!r}; only float32 inputs are defined")
-        self.shapes[index] = shape
+        self.shapes[index] = (shape,)
         return InputNode(index, name, shape)
 
     def _layer(self, index: int, node: Dict[str, Any]) -> _Step:
@@ -258,8 +264,8 @@ class _GraphBuilder:
                                 f"expected 'input' or 'tvm_op'")
         name = require(node, "name", str, self.path, where)
         attrs = require(node, "attrs", dict, self.path, f"{where} ({name})")
-        refs = node_refs(require(node, "inputs", list, self.path, f"{where} ({name})"),
-                         self.path, f"{where} ({name}), field 'inputs'", index)
+        entries = self._entries(require(node, "inputs", list, self.path, f"{where} ({name})"),
+                                f"{where} ({name}), field 'inputs'", index)
         layer_name = first_value(attrs.get("layer_name"))
         # A JSON object or list here is malformed input, not a lookup key.
         kind = CATALOGUE.get(layer_name) if isinstance(layer_name, str) else None
@@ -271,17 +277,40 @@ class _GraphBuilder:
         if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.source_nodes' "
                                 f"must be a list of strings", node=name)
+        out_shapes = self._shape_attrs(attrs, f"{where} ({name})")
         spec = LayerSpec(index, name, layer_name, attrs,
-                         tuple(self.shapes[r] for r in refs),
-                         self._shape_attr(attrs, f"{where} ({name})"), tuple(sources), self.path,
-                         kind)
+                         tuple(self.shapes[r][s] for r, s in entries), out_shapes[0],
+                         tuple(sources), self.path, kind, out_shapes)
         self._check_layout_shapes(spec)
         issue = kind.capability_issue(attrs)
         if issue:
             raise spec.error("attrs", f"not supported by the simulator: {issue}")
         kernel = kind.kernel(spec, self.consts, self.gemm)
-        self.shapes[index] = spec.shape
-        return _Step(index, spec, kernel, tuple(refs), ())
+        self.shapes[index] = out_shapes
+        return _Step(index, spec, kernel, tuple(r for r, _ in entries), (),
+                     tuple(s for _, s in entries))
+
+    def _entries(self, value: Any, where: str, limit: int) -> List[Tuple[int, int]]:
+        """Node references whose output slot the referenced node has."""
+        entries = node_entries(value, self.path, where, limit)
+        for node, slot in entries:
+            count = len(self.shapes.get(node, ()))
+            if slot >= max(count, 1):
+                raise ArtifactError(f"{self.path}: {where}: node {node} has {count} output(s), "
+                                    f"no output {slot}")
+        return entries
+
+    def _shape_attrs(self, attrs: Dict[str, Any], where: str) -> Tuple[Shape, ...]:
+        """attrs.shape of a layer: one shape per output (``num_outputs``, 1 by default)."""
+        count = attrs.get("num_outputs", "1")
+        value = attrs.get("shape")
+        if str(count) == "1" or not isinstance(value, list) or len(value) < 2:
+            return (self._shape_attr(attrs, where),)
+        if str(count) != str(len(value)):
+            raise ArtifactError(f"{self.path}: {where}: field 'attrs.shape' holds {len(value)} "
+                                f"shapes, num_outputs is {count!r}")
+        return tuple(shape_of(v, self.path, f"{where}: attrs.shape[{k}]")
+                     for k, v in enumerate(value))
 
     def _shape_attr(self, attrs: Dict[str, Any], where: str) -> Shape:
         value = attrs.get("shape")
@@ -293,13 +322,15 @@ class _GraphBuilder:
     @staticmethod
     def _check_layout_shapes(spec: LayerSpec) -> None:
         """data_layout_shape / out_layout_shape, when present, must agree with the graph, as
-        they are or padded to 4-D the way the newer codegen writes R4 layers."""
+        they are, padded to 4-D the way the newer codegen writes R4 layers, or padded in front
+        as it writes BatchMatmul."""
         checks = (("data_layout_shape", spec.input_shapes[0] if spec.input_shapes else None),
                   ("out_layout_shape", spec.shape))
         for key, actual in checks:
             if key in spec.attrs and actual is not None:
                 stated = spec.ints(key)
-                if stated not in (tuple(actual), tuple(r4_shape(list(actual)))):
+                lead = (1,) * (4 - len(actual)) + tuple(actual)  # BatchMatmul pads in front
+                if stated not in (tuple(actual), tuple(r4_shape(list(actual))), lead):
                     raise spec.error(f"attrs.{key}", f"is {list(stated)} but the graph gives "
                                                      f"{list(actual)}")
 
@@ -313,9 +344,9 @@ class _GraphBuilder:
                 raise ArtifactError(f"{self.path}: field 'attrs.shape' must be ['list_shape', "
                                     f"[one shape per node ({len(nodes)})]]")
             for index, shape in enumerate(shapes):
-                if tuple(shape) != self.shapes[index]:
+                if not isinstance(shape, list) or tuple(shape) != self.shapes[index][0]:
                     raise ArtifactError(f"{self.path}: field 'attrs.shape'[{index}] is {shape}, "
-                                        f"node {index} says {list(self.shapes[index])}")
+                                        f"node {index} says {list(self.shapes[index][0])}")
         for key, count in (("num_subgraph_inputs", len(inputs)),
                            ("num_subgraph_outputs", len(heads))):
             if key in self.doc and str(self.doc[key]) != str(count):
@@ -334,8 +365,13 @@ def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
     for ref, position in last_use.items():
         if ref not in keep:
             released.setdefault(position, []).append(ref)
-    return [_Step(s.node, s.spec, s.kernel, s.inputs, tuple(sorted(released.get(p, []))))
-            for p, s in enumerate(steps)]
+    return [_Step(s.node, s.spec, s.kernel, s.inputs, tuple(sorted(released.get(p, []))),
+                  s.slots) for p, s in enumerate(steps)]
+
+
+def _pick(value: Any, slot: int) -> np.ndarray:
+    """Output ``slot`` of a node's value: a multi-output kernel returns a tuple of arrays."""
+    return value[slot] if isinstance(value, tuple) else value
 
 
 def _check_policy(policy: str) -> str:

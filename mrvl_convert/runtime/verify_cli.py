@@ -2,30 +2,38 @@
 [--layers]``.
 
 Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
-comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status: 0 every
-boundary tensor and output within tolerance, 1 some is not, 2 usage error or a
-MrvlConvertError (one line on stderr, no traceback). Layer rows never change the exit status.
+comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status, as
+``mrvl-convert``'s: 0 every model output within tolerance, 3 some is not (verify failed), 2 usage
+error or a MrvlConvertError (one line on stderr, no traceback). Boundary and layer rows are
+diagnostics: they never change the exit status.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from ..errors import InputFeedError, MrvlConvertError
+from ..errors import ArtifactError, InputFeedError, MrvlConvertError
 from .compare import compare
 from .gemm import GEMM_ENGINES
 from .session import DTYPES, HybridSession, TensorSpec
+from .tolerances import Tolerances, parse_tolerance_specs
+
+EXIT_PASSED, EXIT_USAGE, EXIT_VERIFY_FAILED = 0, 2, 3
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="mrvl-verify",
         description="Compare a converted artifact directory (fp16 Mrvl simulator + onnxruntime) "
-                    "with the original ONNX model on fp32 onnxruntime.")
+                    "with the original ONNX model on fp32 onnxruntime. The verdict is the model "
+                    "outputs'; stage-boundary tensors and --layers rows are diagnostics.",
+        epilog="Exit codes: 0 every output within tolerance, 2 usage error (or a model or "
+               "artifact that cannot be read), 3 verify failed.")
     parser.add_argument("model", help="the original .onnx file")
     parser.add_argument("artifact_dir", help="the directory mrvl-convert wrote")
     parser.add_argument("--samples", type=int, default=None,
@@ -42,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also compare every Mrvl layer's output with the tensor of the "
                              "original model it computes, to find the first layer that loses "
                              "accuracy (diagnostic rows: the exit status does not change)")
+    parser.add_argument("--atol", action="append", default=[], metavar="[OUTPUT:]VALUE",
+                        help="absolute error always accepted, for every output or one "
+                             "(default 2**-12 ~ 2.4e-4; repeatable)")
+    parser.add_argument("--rtol", action="append", default=[], metavar="[OUTPUT:]VALUE",
+                        help="error accepted relative to the output's largest value (default "
+                             "0.01; repeatable)")
     return parser
 
 
@@ -53,17 +67,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0)
     if args.samples is not None and args.samples < 1:
         print("mrvl-verify: error: --samples must be >= 1", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     try:
+        tolerances = Tolerances().with_bounds(parse_tolerance_specs(args.atol, "--atol"),
+                                              parse_tolerance_specs(args.rtol, "--rtol"),
+                                              "given with --atol/--rtol")
+    except ValueError as exc:
+        print(f"mrvl-verify: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        _check_artifact_dir(args.artifact_dir, args.model)
         feeds = None
         if args.inputs:
             specs = HybridSession(args.artifact_dir).input_specs
             feeds = load_npz_feeds(args.inputs, specs, args.samples)
         result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
-                         samples=args.samples or 1, gemm=args.gemm, layers=args.layers)
+                         samples=args.samples or 1, gemm=args.gemm, layers=args.layers,
+                         tolerances=tolerances)
     except MrvlConvertError as exc:
-        print(f"mrvl-verify: error: {exc}", file=sys.stderr)
-        return 2
+        print(f"mrvl-verify: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    unknown = _unknown_outputs([*tolerances.overrides], result)
+    if unknown:
+        print(f"mrvl-verify: error: --atol/--rtol name {', '.join(map(repr, unknown))}, which "
+              f"is not an output of the model (outputs: "
+              f"{', '.join(r.tensor for r in result.judged_rows)})", file=sys.stderr)
+        return EXIT_USAGE
     print(result.format_table())
     if args.json_path:
         try:
@@ -73,7 +102,31 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"mrvl-verify: error: cannot write {args.json_path}: {exc.strerror or exc}",
                   file=sys.stderr)
             return 2
-    return 0 if result.passed else 1
+    return EXIT_PASSED if result.passed else EXIT_VERIFY_FAILED
+
+
+def _unknown_outputs(named: Sequence[str], result) -> List[str]:
+    """Tolerance names that are no output: a typo, which would otherwise check nothing."""
+    return sorted(set(named) - {row.tensor for row in result.judged_rows})
+
+
+def _check_artifact_dir(directory: str, model: str) -> None:
+    """An ArtifactError for a directory without manifest.json, naming the artifact directory
+    meant when ``directory`` is mrvl-convert's OUT (it holds OUT/<model name>/manifest.json)."""
+    root = Path(directory)
+    if (root / "manifest.json").is_file():
+        return
+    from ..load import safe_name
+    candidates = [p.parent for p in sorted(root.glob("*/manifest.json"))]
+    meant = root / safe_name(Path(model).stem)
+    if meant in candidates:
+        hint = f"; {root} is mrvl-convert's output directory: did you mean {meant}?"
+    elif candidates:
+        hint = (f"; artifact directories in it: "
+                f"{', '.join(str(p) for p in candidates[:5])}")
+    else:
+        hint = ""
+    raise ArtifactError(f"{root / 'manifest.json'}: manifest not found{hint}")
 
 
 def load_npz_feeds(path: str, specs: Sequence[TensorSpec],

@@ -1,0 +1,199 @@
+"""Checks of the newer layer set's data-movement kinds (Resize2D, Split, StridedSlice,
+transpose, reduce, expand_dims, ...), kept apart from ``checks.py`` and listed in its table.
+
+Same contract as ``checks.py``: None when the node satisfies the check, else the details that
+fill the rule's reason.
+"""
+from __future__ import annotations
+
+from typing import Any, List, Mapping, Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .._graph import attr, const_value, is_const, present, static_shape
+
+Details = Optional[dict]
+
+# Coordinate modes under which nearest upsampling by an integer factor s reads input index
+# i // s for every rounding: the source coordinate is within (-0.5, 0.5) of i // s.
+_CENTRED = ("half_pixel", "pytorch_half_pixel")
+
+
+def _resize_mode_issue(node: gs.Node, factors: List[int]) -> Optional[str]:
+    mode = str(attr(node, "mode", "nearest"))
+    if mode != "nearest":
+        return f"mode is {mode!r}; only nearest resizing maps to Resize2D"
+    if node.op == "Upsample":
+        return None  # Upsample's nearest is floor(i / s)
+    coord = str(attr(node, "coordinate_transformation_mode", "half_pixel"))
+    rounding = str(attr(node, "nearest_mode", "round_prefer_floor"))
+    if coord in _CENTRED:
+        return None
+    if coord == "asymmetric":
+        # i / s = i // s + r / s: floor always gives i // s; round_prefer_floor only while
+        # r / s <= 0.5, i.e. for factors up to 2.
+        if rounding == "floor" or (rounding == "round_prefer_floor" and max(factors) <= 2):
+            return None
+    return (f"coordinate_transformation_mode {coord!r} with nearest_mode {rounding!r} does not "
+            f"read in[i // s] at factors {factors}")
+
+
+def check_resize_nearest(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """4-D, batch and channels kept, H and W scaled up by integers, nearest by ``i // s``."""
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if src is None or dst is None or len(src) != 4 or len(dst) != 4:
+        return {"detail": f"Resize2D takes 4-D tensors; this one maps {src} to {dst}"}
+    if src[:2] != dst[:2]:
+        return {"detail": f"the batch or channel axis changes ({src} -> {dst})"}
+    if 0 in src or dst[2] % src[2] or dst[3] % src[3]:
+        return {"detail": f"{src[2:]} -> {dst[2:]} is not an integer upscale"}
+    issue = _resize_mode_issue(node, [dst[2] // src[2], dst[3] // src[3]])
+    return None if issue is None else {"detail": issue}
+
+
+def _rank_2_or_4(node: gs.Node) -> Details:
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) not in (2, 4):
+        return {"detail": f"the input is {len(src) if src else 'unknown'}-D; the codegen lays "
+                          "out only 2-D (NC) and 4-D (NHWC) tensors here"}
+    return None
+
+
+def check_split_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 2-D or 4-D Split whose every output has a static shape (the pieces' sizes)."""
+    issue = _rank_2_or_4(node)
+    if issue:
+        return issue
+    for tensor in node.outputs:
+        if static_shape(tensor) is None:
+            return {"detail": f"output {tensor.name} has no static shape"}
+    return None
+
+
+def check_slice_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 2-D or 4-D Slice with constant starts, ends, axes and steps, all steps positive,
+    keeping the batch."""
+    issue = _rank_2_or_4(node)
+    if issue:
+        return issue
+    if "starts" in node.attrs:
+        return {"detail": "Slice before opset 10 (starts as an attribute) is not handled"}
+    for index, name in ((1, "starts"), (2, "ends"), (3, "axes"), (4, "steps")):
+        tensor = present(node, index)
+        if index < 3 and tensor is None:
+            return {"detail": f"{name} is missing"}
+        if tensor is not None and not is_const(tensor):
+            return {"detail": f"{name} ({tensor.name}) is computed at run time"}
+    steps = present(node, 4)
+    if steps is not None and np.any(const_value(steps) < 1):
+        return {"detail": f"steps {const_value(steps).tolist()} are not all positive"}
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if dst is None or dst[0] != src[0]:
+        return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}
+    return None
+
+
+def reduce_axes(node: gs.Node) -> Optional[List[int]]:
+    """The node's reduced axes, normalised and sorted (all axes when none are given), or None
+    when they are computed at run time."""
+    rank = len(static_shape(node.inputs[0]) or [])
+    if "axes" in node.attrs:
+        axes = [int(a) for a in attr(node, "axes")]
+    else:
+        tensor = present(node, 1)
+        if tensor is not None and not is_const(tensor):
+            return None
+        axes = [] if tensor is None else [int(a) for a in const_value(tensor).reshape(-1)]
+    if not axes and not int(attr(node, "noop_with_empty_axes", 0)):
+        axes = list(range(rank))
+    return sorted({a % rank for a in axes}) if rank else None
+
+
+def _one_axis(node: gs.Node, rank: int) -> "tuple[Optional[int], Details]":
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) != rank:
+        return None, {"detail": f"the input is {len(src) if src else 'unknown'}-D, not {rank}-D"}
+    axes = reduce_axes(node)
+    if axes is None:
+        return None, {"detail": "the axes are computed at run time"}
+    if len(axes) != 1:
+        return None, {"detail": f"it reduces axes {axes}; the layer reduces one axis"}
+    return axes[0], None
+
+
+def check_reduce_mean_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """4-D, one axis, NHWC axis 1 or 3 (the model's H or C)."""
+    axis, issue = _one_axis(node, 4)
+    if issue:
+        return issue
+    return None if axis in (1, 2) else {
+        "detail": f"it reduces axis {axis} (W); the layer reduces NHWC axis 1 (H) or 3 (C)"}
+
+
+def check_reduce_max_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """3-D, one axis."""
+    return _one_axis(node, 3)[1]
+
+
+def check_reduce_global_pool(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 4-D ReduceMean over H and W keeping the dims: a global average pool."""
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) != 4:
+        return {"detail": "the input is not 4-D"}
+    if reduce_axes(node) != [2, 3] or not int(attr(node, "keepdims", 1)):
+        return {"detail": f"axes {reduce_axes(node)} with keepdims "
+                          f"{attr(node, 'keepdims', 1)} is not a mean over H and W"}
+    return None
+
+
+def check_transpose_rank(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """3 or 4 axes, with an explicit perm."""
+    src = static_shape(node.inputs[0])
+    if src is None or len(src) not in (3, 4):
+        return {"detail": f"it permutes {len(src) if src else 'unknown'} axes; the layer "
+                          "permutes 3 or 4"}
+    if "perm" not in node.attrs:
+        return {"detail": "no perm (a full reversal): write it out"}
+    return None
+
+
+def check_conv_transpose(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A 2-D ConvTranspose, groups 1, constant weight (and bias), explicit pads."""
+    src, weights = static_shape(node.inputs[0]), present(node, 1)
+    if src is None or len(src) != 4:
+        return {"detail": "only 2-D transposed convolutions (4-D tensors) map"}
+    if weights is None or not is_const(weights) or const_value(weights).ndim != 4:
+        return {"detail": "the weight is not a constant [I, O, KH, KW]"}
+    bias = present(node, 2)
+    if bias is not None and not is_const(bias):
+        return {"detail": f"the bias ({bias.name}) is not constant"}
+    if int(attr(node, "group", 1)) != 1:
+        return {"detail": f"group={attr(node, 'group')}; the layer takes groups 1"}
+    if str(attr(node, "auto_pad", "NOTSET")) != "NOTSET" or "output_shape" in node.attrs:
+        return {"detail": "auto_pad or output_shape: write explicit pads"}
+    if const_value(weights).shape[0] != src[1]:
+        return {"detail": f"the weight's {const_value(weights).shape[0]} input channels do not "
+                          f"match the input's {src[1]}"}
+    return None
+
+
+def check_batch_matmul(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A MatMul whose first operand is a 3-D or 4-D activation and whose second is an
+    activation or a constant of rank 2 to 4."""
+    a, b = node.inputs[0], node.inputs[1]
+    if is_const(a):
+        return {"detail": "the first operand is a constant; the layer takes a constant second"}
+    ranks = [len(static_shape(t) or []) for t in (a, b)]
+    if ranks[0] not in (3, 4) or not 2 <= ranks[1] <= 4:
+        return {"detail": f"operands of rank {ranks[0]} and {ranks[1]}; the layer multiplies a "
+                          "3-D or 4-D activation by a 2-D to 4-D operand"}
+    return None
+
+
+def check_ranks_2_to_4(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Input and output of rank 2 to 4 (the codegen's reshape family)."""
+    ranks = [len(static_shape(t) or []) for t in (node.inputs[0], node.outputs[0])]
+    if all(2 <= r <= 4 for r in ranks):
+        return None
+    return {"detail": f"ranks {ranks[0]} -> {ranks[1]}; the layer takes ranks 2 to 4"}

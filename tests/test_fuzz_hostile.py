@@ -1,0 +1,162 @@
+"""Hostile documents, generated: any value anywhere in a real artifact's JSON files, or any spot of
+the built-in rule file, replaced by something an attacker or a broken tool would write (paths out
+of the directory, huge or odd numbers, deep nesting, YAML aliases, other dtypes).
+
+Whatever the change, every reader the library has for such a document (``HybridSession``,
+``estimate_artifact``, ``load_rule_file``) either works or raises the library's own error; it
+never raises anything else, never opens a file outside the directory it was given (an audit hook
+records every open), and never grows the process' peak memory by more than
+``hostile.RSS_LIMIT_MB``. The thorough profile runs many more examples
+(``pytest --hypothesis-profile thorough tests/test_fuzz_hostile.py``).
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, Iterator, List, Tuple
+
+import numpy as np
+import pytest
+from hypothesis import given, note
+from hypothesis import strategies as st
+
+import badmodels as bm
+import hostile
+from mrvl_convert import HybridSession, MrvlConvertError, convert
+from mrvl_convert.estimate import estimate_artifact
+from mrvl_convert.rules.loader import builtin_path, load_rule_file
+from test_adversarial import cnn_with_cpu_tail
+
+PLACEHOLDER = "__HOSTILE__"
+DOCUMENTS = ("manifest.json", "cnn_mrvl_0-nodes.json", "cnn_mrvl_0-consts.json")
+
+# Raw JSON text: what a value is replaced with ("{outside}" is the canary directory).
+HOSTILE_JSON = (
+    '"../outside/canary.json"', '"../../outside/canary.bin"', '"{outside}/canary.json"',
+    '"link.json"', '"x/../../outside/w.bin"', '"a\\u0000b"', '"C:\\\\outside\\\\canary.json"',
+    "9" * 5000, "-1", "0", "1e999", "-1e999", "NaN", "Infinity", "4294967296",
+    str(2 ** 63), "1.5", "true", "null", "[]", "{}", '""',
+    "[" * 3000 + "]" * 3000, '{"a":' * 2000 + "1" + "}" * 2000,
+    '"bfloat16"', '"float64"', '"int8"', '"int64"', '"string"',
+    "[4294967296, 4294967296]", "[[1]]", '["1", "x"]',
+)
+# YAML text inserted at a line boundary of the built-in rule file.
+HOSTILE_YAML = (
+    "bomb0: &b0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"bomb{i}: &b{i} [" + ", ".join([f"*b{i - 1}"] * 9) + "]\n" for i in range(1, 9)),
+    "deep: " + "[" * 2000 + "]" * 2000 + "\n",
+    "big: " + "9" * 20_000 + "\n",
+    "path: !!python/object/apply:os.system [echo]\n",
+    "file: !include ../outside/canary.json\n",
+    "limits: {max_batch: " + "9" * 400 + "}\n",
+    "anchor: &a {x: 1}\nmerge: {<<: *a}\n",
+    "\t- broken\n",
+)
+
+
+@pytest.fixture(scope="module")
+def artifact() -> Iterator[Path]:
+    tmp = Path(tempfile.mkdtemp(prefix="hostile_art_"))
+    convert(cnn_with_cpu_tail(), tmp / "cnn", name="cnn")
+    assert sorted(p.name for p in (tmp / "cnn").glob("*.json")) == sorted(
+        list(DOCUMENTS) + ["report.json"])
+    yield tmp / "cnn"
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _locations(doc: Any, path: Tuple = ()) -> List[Tuple]:
+    """Every place a value sits in doc, as key/index paths (the consts' payloads once each)."""
+    found = [path] if path else []
+    if isinstance(doc, dict):
+        for key, value in doc.items():
+            found += _locations(value, path + (key,))
+    elif isinstance(doc, list):
+        for index, value in enumerate(doc[:4]):   # long lists: their first items stand for all
+            found += _locations(value, path + (index,))
+    return found
+
+
+def _replace(doc: Any, path: Tuple) -> None:
+    for step in path[:-1]:
+        doc = doc[step]
+    doc[path[-1]] = PLACEHOLDER
+
+
+def _feed() -> dict:
+    return {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+
+
+def _read_everything(art: Path) -> None:
+    """Each reader separately: one refusing must not hide another misbehaving."""
+    for reader in (lambda: HybridSession(art).run(None, _feed()), lambda: estimate_artifact(art)):
+        try:
+            reader()
+        except MrvlConvertError as exc:
+            note(f"refused: {exc}")
+
+
+@given(data=st.data())
+def test_hostile_value_anywhere_in_an_artifact(artifact: Path, data) -> None:
+    name = data.draw(st.sampled_from(DOCUMENTS), label="document")
+    doc = json.loads((artifact / name).read_text())
+    path = data.draw(st.sampled_from(_locations(doc)), label="where")
+    raw = data.draw(st.sampled_from(HOSTILE_JSON), label="value")
+    with tempfile.TemporaryDirectory() as tmp:
+        outside = hostile.make_outside(Path(tmp))
+        art = Path(tmp) / "art"
+        shutil.copytree(artifact, art)
+        (art / "link.json").symlink_to(outside / "canary.json")
+        _replace(doc, path)
+        text = json.dumps(doc).replace(json.dumps(PLACEHOLDER), raw.replace("{outside}",
+                                                                             str(outside)))
+        (art / name).write_text(text)
+        before = hostile.peak_rss_mb()
+        with hostile.opened_files() as opened:
+            _read_everything(art)
+        hostile.assert_not_opened(opened, outside)
+        assert hostile.peak_rss_mb() - before < hostile.RSS_LIMIT_MB
+
+
+@given(data=st.data())
+def test_hostile_text_anywhere_in_a_rule_file(data) -> None:
+    lines = Path(builtin_path()).read_text(encoding="utf-8").splitlines(keepends=True)
+    at = data.draw(st.integers(0, len(lines)), label="line")
+    insert = data.draw(st.sampled_from(HOSTILE_YAML), label="text")
+    indent = data.draw(st.sampled_from(["", "  ", "    "]), label="indent")
+    with tempfile.TemporaryDirectory() as tmp:
+        outside = hostile.make_outside(Path(tmp))
+        path = Path(tmp) / "rules" / "mine.yaml"
+        path.parent.mkdir()
+        text = "".join(lines[:at]) + "".join(indent + line for line in
+                                             insert.splitlines(keepends=True)) + "".join(lines[at:])
+        path.write_text(text, encoding="utf-8")
+        before = hostile.peak_rss_mb()
+        with hostile.opened_files() as opened:
+            try:
+                load_rule_file(path)
+            except MrvlConvertError as exc:
+                note(f"refused: {exc}")
+                assert str(path) in str(exc)
+        hostile.assert_not_opened(opened, outside)
+        assert hostile.peak_rss_mb() - before < hostile.RSS_LIMIT_MB
+
+
+def test_readers_accept_the_untouched_artifact(artifact: Path) -> None:
+    """The property's baseline: with nothing changed, both readers work."""
+    assert HybridSession(artifact).run(None, _feed())[0].shape == (1, 10)
+    assert estimate_artifact(artifact)["stages"][0]["kind"] == "mrvl"
+
+
+def test_estimate_refuses_a_stage_file_outside_the_artifact(artifact: Path, tmp_path) -> None:
+    outside = hostile.make_outside(tmp_path)
+    art = tmp_path / "art"
+    shutil.copytree(artifact, art)
+    manifest = json.loads((art / "manifest.json").read_text())
+    manifest["stages"][0]["nodes_json"] = "link.json"   # the schema allows the name
+    (art / "link.json").symlink_to(outside / "canary.json")
+    (art / "manifest.json").write_text(json.dumps(manifest))
+    with hostile.opened_files() as opened, pytest.raises(MrvlConvertError, match="symlink"):
+        estimate_artifact(art)
+    hostile.assert_not_opened(opened, outside)
