@@ -44,7 +44,9 @@ __all__ = ["BatchResult", "Job", "Outcome", "VerifyError", "VerifyOptions", "con
 PathLike = Union[str, os.PathLike]
 POLL_SECONDS = 0.5   # how often a pool run looks for models a worker has started
 ProgressFn = Callable[["Outcome"], None]
-StageFn = Callable[[str, str], None]        # (model name, stage): "convert" or "verify"
+# (model name, stage): "convert", then convert's steps ("load", "match", "lower", "emit"),
+# then "verify"
+StageFn = Callable[[str, str], None]
 Shapes = Mapping[str, Union[Sequence[int], Mapping[str, Sequence[int]]]]
 
 
@@ -169,7 +171,8 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
                          rules=list(job.rules) or None, name=job.name, draw=job.draw,
                          estimate=(True if job.estimate == "builtin" else job.estimate),
                          max_subgraphs=job.max_subgraphs, deny=list(job.deny),
-                         layer_set=job.layer_set)
+                         layer_set=job.layer_set,
+                         on_stage=on_stage and (lambda stage: _stage(on_stage, job, stage)))
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
                      "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"])}

@@ -5,7 +5,7 @@ import difflib
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx_graphsurgeon as gs
 
@@ -71,29 +71,36 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
             rules: Rules = None, name: Optional[str] = None, layer_set: str = MARVELL,
             max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
-            estimate: Any = None, draw: bool = False) -> Result:
+            estimate: Any = None, draw: bool = False,
+            on_stage: Optional[Callable[[str], None]] = None) -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
     (the newer codegen's set) or ``"upstream-0.19"`` (upstream TVM v0.19's twelve composites).
     ``max_subgraphs``: keep at most this many Mrvl subgraphs, those with the most MACs (with
-    ``estimate``: the most estimated accelerator time); the rest run on CPU. ``deny``: op types or node names (as in the model or in report.json) that
-    stay on CPU whatever the rules say.
+    ``estimate``: the most estimated accelerator time); the rest run on CPU. ``deny``: op types
+    or node names (as in the model or in report.json) that stay on CPU whatever the rules say.
     ``estimate``: True (built-in hardware profile) or a profile file adds the accelerator cost
     ESTIMATE to report.json (``estimate`` section). ``draw``: also write ``<name>.html`` (the
     partition page) and ``<name>.placement.onnx`` (the model annotated for Netron).
+    ``on_stage(stage)`` is called as each step starts: "load", "match", "lower", "emit" (for a
+    progress display).
     """
+    step = on_stage or (lambda stage: None)
+    step("load")
     rule_list = load_rules(rules, layer_set=layer_set)
     deny = _check_deny(deny)
     loaded = load_model(model, shapes=shapes, name=name)
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
+        step("match")
         denied = _denied(canonical, loaded, deny)
         matches = match(canonical.graph, rule_list, deny=denied)
         matches.elsewhere.update(layer_set_hints(canonical.graph, layer_set, matches, denied))
         plan = partition(canonical.graph, matches, policy, loaded.name,
                          max_subgraphs=max_subgraphs, rank=_ranking(estimate))
+        step("lower")
         subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
@@ -110,6 +117,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     if deny:
         options["deny"] = list(deny)
     out_dir = Path(out_dir)
+    step("emit")
     with StagingDir(out_dir, loaded.label) as staging:
         files: Dict[str, Dict[str, str]] = {}
         nodes_docs: Dict[str, Any] = {}

@@ -312,7 +312,7 @@ def test_invalid_rule_file_cli(tmp_path: Path, capsys) -> None:
     rules.write_text(BAD_RULES["schema_violation"])
     path = bm.save(bm.small_cnn(), tmp_path / "cnn.onnx")
     out = tmp_path / "out"
-    assert cli_main([str(path), "-o", str(out), "--rules", str(rules)]) == 1
+    assert cli_main([str(path), "-o", str(out), "--rules", str(rules)]) == 2  # a bad rule file is a usage error
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and str(rules) in err[0] and "pattern" in err[0]
     assert_nothing_written(out)

@@ -348,7 +348,8 @@ def test_progress_names_the_stage(tmp_path: Path) -> None:
     model = bm.save(bm.small_cnn(), tmp_path / "cnn.onnx")
     convert_many([model], tmp_path / "out", verify=True,
                  on_stage=lambda name, stage: seen.append((name, stage)))
-    assert seen == [("cnn", "convert"), ("cnn", "verify")]
+    assert seen == [("cnn", stage) for stage in
+                    ("convert", "load", "match", "lower", "emit", "verify")]
 
     class Tty(io.StringIO):
         def isatty(self) -> bool:
