@@ -1,9 +1,8 @@
 """The YOLOv8n-shaped detector of the corpus (tests/corpus_detect.py) on the newer layer set.
 
-What passes today: its Resize, Split, 4-D Concats and DFL Transposes run on the accelerator and
-the hybrid agrees with onnxruntime within fp16 tolerance. The target of issue 17 (at most 4 Mrvl
-subgraphs) needs the SiLU pieces (Sigmoid, Mul) and Softmax on the accelerator too; it is marked
-xfail until those kinds land (issue 17a).
+Its Resize, Split, 4-D Concats and DFL Transposes run on the accelerator, and so do the SiLU
+pieces (Sigmoid, Mul) and the Softmax (issue 17a): the target of issue 17 is at most 4 Mrvl
+subgraphs; the hybrid agrees with onnxruntime within fp16 tolerance.
 """
 from __future__ import annotations
 
@@ -64,6 +63,5 @@ def test_upstream_set_keeps_resize_and_split_on_cpu(detector, tmp_path):
     assert set(_placements(result, "Split").values()) == {"cpu"}
 
 
-@pytest.mark.xfail(strict=False, reason="needs the activation kinds of issue-17a")
 def test_detector_is_at_most_4_mrvl_subgraphs(converted):
     assert converted.summary["mrvl_subgraphs"] <= 4
