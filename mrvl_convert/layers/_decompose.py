@@ -14,6 +14,8 @@ layer). The layers before the last name no source node, so the per-layer compari
 """
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
@@ -26,12 +28,13 @@ from ._lowering import new_layer
 HARDSWISH_ALPHA, HARDSWISH_BETA = 1.0 / 6.0, 0.5
 
 
-def _scalar(shape_rank: int, value: float) -> np.ndarray:
-    return np.full([1] * shape_rank, value, dtype=np.float32)
+def _scalar(rank: int, value: float) -> np.ndarray:
+    """A constant operand of one value, of the activation's rank (it broadcasts)."""
+    return np.full([1] * rank, value, dtype=np.float32)
 
 
 def _affine_clip(composite: Composite, ctx: LayoutContext, source: gs.Tensor, alpha: float,
-                 beta: float, output: gs.Tensor, last: bool) -> int:
+                 beta: float, output: Optional[gs.Tensor], last: bool) -> int:
     """Mul2D(x, alpha) -> Sum2D(+beta) -> Clip(0, 1) on ``source``; the index of the Clip."""
     rank = len(static_shape(source))
     index, layout = ctx.require(source, native(rank))
