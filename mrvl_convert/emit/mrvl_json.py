@@ -30,7 +30,17 @@ def format_float(value: float) -> str:
     return f"{float(value):.17g}"
 
 
+# Integer constants of the int8 layers, as the newer codegen writes them ("int" + bits).
+_INT_CONSTS = {np.dtype(np.int8): ("int8", "<i1"), np.dtype(np.int32): ("int32", "<i4")}
+
+
 def encode_const(array: np.ndarray) -> Dict[str, Any]:
+    if array.dtype in _INT_CONSTS:
+        # The codegen writes min and max "0" for integer constants (it only scans floats).
+        name, layout = _INT_CONSTS[array.dtype]
+        data = np.ascontiguousarray(array, dtype=layout)
+        return {"shape": [int(d) for d in data.shape], "dtype": name, "min": "0", "max": "0",
+                "data_base64": base64.b64encode(data.tobytes()).decode("ascii")}
     data = np.ascontiguousarray(array, dtype="<f4")
     return {"shape": [int(d) for d in data.shape], "dtype": "float32",
             "min": format_float(data.min()), "max": format_float(data.max()),
@@ -79,7 +89,7 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
         "num_inputs": str(len(layer.inputs) + len(layer.consts)),
         "num_outputs": "1",
         "shape": [layer.out_layout.physical_shape],
-        "dtype": ["float32"],
+        "dtype": [layer.dtype],
         "data_layout": [first_in.name],
         "data_layout_shape": _s(first_in.physical_shape),
         "out_layout": [layer.out_layout.name],
@@ -99,7 +109,7 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
         consts[const_name] = encoded
         prefix = kind.const(role).prefix
         attrs[f"{prefix}_const_name"] = [const_name]
-        attrs[f"{prefix}_const"] = {"dtype": "float32", "max": encoded["max"],
+        attrs[f"{prefix}_const"] = {"dtype": encoded["dtype"], "max": encoded["max"],
                                     "min": encoded["min"], "name": const_name,
                                     "shape": encoded["shape"]}
         if r4 and prefix == "input":
@@ -132,7 +142,8 @@ def build(sub: MrvlSubgraph, layer_set: str = MARVELL
         "nodes": nodes,
         "arg_nodes": list(range(len(sub.input_tensors))),
         "heads": [[int(h), 0, 0] for h in sub.heads],
-        "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", ["float32"] * len(nodes)]},
+        "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", ["float32"] * len(sub.input_tensors)
+                                                   + [layer.dtype for layer in sub.layers]]},
         "batch_size": str(batch),
         "num_subgraph_inputs": str(len(sub.input_tensors)),
         "num_subgraph_outputs": str(len(sub.heads)),

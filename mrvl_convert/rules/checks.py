@@ -14,6 +14,7 @@ import onnx_graphsurgeon as gs
 from .._graph import (activation_inputs, attr, const_value, conv_pads, dtype_name, is_const,
                       pad_amounts, pad_value, present, static_shape, squeeze_axes)
 from .._pooling import pool_out_size
+from .qnn_checks import QNN_CHECKS
 
 Details = Optional[Dict[str, Any]]
 Check = Callable[[gs.Node, Mapping[str, Any], gs.Graph], Details]
@@ -355,4 +356,5 @@ CHECKS: Dict[str, Check] = {
     "pool_shape": check_pool_shape,
     "conv_weights": check_conv_weights,
     "spatial_bounds": check_spatial_bounds,
+    **QNN_CHECKS,
 }

@@ -35,6 +35,9 @@ class Rule:
     priority: int = 100
     summary: str = ""
     source: str = "builtin"
+    # Op types whose nodes feeding the chain only are fused too (the int8 rules absorb the
+    # DequantizeLinear of their weights, biases and second operands).
+    absorb: Tuple[str, ...] = ()
 
     @property
     def ops(self) -> Tuple[str, ...]:

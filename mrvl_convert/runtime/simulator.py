@@ -7,6 +7,7 @@ number model of ``fp16.py``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ class InputNode:
     index: int
     name: str
     shape: Shape
+    # False when only quant layers read it: an int8 region quantizes the float32 input itself,
+    # as onnxruntime's QuantizeLinear does, without a float16 rounding first.
+    fp16: bool = True
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,8 @@ class CompiledSubgraph:
         if tuple(array.shape) != node.shape:
             raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
                                  f"{list(node.shape)}", tensor=node.name)
+        if not node.fp16:
+            return array.astype(np.float32)
         # Inputs go in as float16; astype copies, so rounding in place leaves the caller's data.
         rounded, in_range = round_to_fp16(array.astype(np.float32), inplace=True)
         if not in_range:
@@ -236,6 +242,7 @@ class _GraphBuilder:
         heads = node_refs(require(self.doc, "heads", list, self.path, "top level"), self.path,
                           "field 'heads'", len(nodes))
         self._check_summary(nodes, inputs, heads)
+        inputs = _quantized_inputs(inputs, steps)
         return CompiledSubgraph(str(self.doc.get("symbol", "")), self.path, inputs,
                                 _with_release(steps, heads), heads, self.shapes, policy)
 
@@ -279,7 +286,7 @@ class _GraphBuilder:
         issue = kind.capability_issue(attrs)
         if issue:
             raise spec.error("attrs", f"not supported by the simulator: {issue}")
-        kernel = kind.kernel(spec, self.consts, self.gemm)
+        kernel = kind.kernel_for(attrs)(spec, self.consts, self.gemm)
         self.shapes[index] = spec.shape
         return _Step(index, spec, kernel, tuple(refs), ())
 
@@ -321,6 +328,17 @@ class _GraphBuilder:
             if key in self.doc and str(self.doc[key]) != str(count):
                 raise ArtifactError(f"{self.path}: field '{key}' is {self.doc[key]!r}, the graph "
                                     f"has {count}")
+
+
+def _quantized_inputs(inputs: List[InputNode], steps: List[_Step]) -> List[InputNode]:
+    """The inputs, those that only quant layers read marked as not rounded to float16."""
+    readers: Dict[int, List[str]] = {}
+    for step in steps:
+        for ref in step.inputs:
+            readers.setdefault(ref, []).append(step.spec.layer_name)
+    return [dataclasses.replace(node, fp16=False)
+            if readers.get(node.index) and all(r == "quant" for r in readers[node.index])
+            else node for node in inputs]
 
 
 def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
