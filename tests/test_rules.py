@@ -311,7 +311,7 @@ def test_user_rule_file_adds_a_composite(tmp_path):
     places, result = place(b.model([y]), tmp_path, rules=[rule])
     assert places["unsq"]["placement"] == "mrvl"
     assert places["unsq"]["rule"] == "user.unsqueeze"
-    assert result.manifest["options"]["rules"][1]["name"] == "unsqueeze.yaml"
+    assert result.manifest["options"]["rules"][-1]["name"] == "unsqueeze.yaml"
 
 
 @pytest.mark.parametrize("text,field", [

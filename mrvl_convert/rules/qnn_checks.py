@@ -123,11 +123,18 @@ def check_fused_relu(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) ->
 
 
 def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Conv / MatMul / Gemm whose weight is an int8 constant dequantized per tensor and whose
-    bias (Conv, Gemm input 2) is an int32 constant in the scale input_scale x weight_scale."""
+    """Conv / MatMul / Gemm between symmetric per-tensor int8 QDQ pairs, whose weight is an
+    int8 constant dequantized per tensor and whose bias (Conv, Gemm input 2) is an int32
+    constant in the scale input_scale x weight_scale. (Checked on the op, so that the report
+    names the op when its int8 form fails.)"""
     data = producer(node.inputs[0])
     if data is None or data.op != "DequantizeLinear":
         return {"detail": f"its input {node.inputs[0].name} is not dequantized int8"}
+    consumers = node.outputs[0].outputs
+    issue = qdq_issue(data) or next((qdq_issue(c) for c in consumers
+                                     if c.op == "QuantizeLinear" and qdq_issue(c)), None)
+    if issue:
+        return {"detail": issue}
     issue = _dequantized_const(node.inputs[1], "int8")
     if issue:
         return {"detail": issue}
