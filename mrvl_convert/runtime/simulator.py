@@ -331,14 +331,27 @@ class _GraphBuilder:
 
 
 def _quantized_inputs(inputs: List[InputNode], steps: List[_Step]) -> List[InputNode]:
-    """The inputs, those that only quant layers read marked as not rounded to float16."""
-    readers: Dict[int, List[str]] = {}
+    """The inputs, those that reach only quant layers (through layers that only move bytes)
+    marked as not rounded to float16."""
+    readers: Dict[int, List[_Step]] = {}
     for step in steps:
         for ref in step.inputs:
-            readers.setdefault(ref, []).append(step.spec.layer_name)
-    return [dataclasses.replace(node, fp16=False)
-            if readers.get(node.index) and all(r == "quant" for r in readers[node.index])
-            else node for node in inputs]
+            readers.setdefault(ref, []).append(step)
+
+    def quantized_only(index: int) -> bool:
+        found = readers.get(index, [])
+        return bool(found) and all(
+            step.spec.layer_name == "quant" or (_moves_bytes(step) and quantized_only(step.node))
+            for step in found)
+
+    return [dataclasses.replace(node, fp16=False) if quantized_only(node.index) else node
+            for node in inputs]
+
+
+def _moves_bytes(step: _Step) -> bool:
+    kind = step.spec.kind
+    return step.kernel.exact and kind is not None and (
+        kind.reshape_like or kind.name == "layout_transform")
 
 
 def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
