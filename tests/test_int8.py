@@ -270,3 +270,20 @@ def test_int8_outside_the_format_stays_on_cpu_with_the_reason(tmp_path, recipe, 
     if result.manifest["stages"] and any(s["kind"] == "mrvl" for s in result.manifest["stages"]):
         got, want = run_both(qdq, result.out_dir, feeds)
         assert steps(got, want, output_scale(onnx.load(qdq))).max() <= 1
+
+
+def test_int8_tensors_may_cross_stage_boundaries(mnist_int8, tmp_path):
+    """With the region's edges kept on CPU, the Mrvl stage takes and gives int8 tensors (its
+    input node says int8); the hybrid still computes what onnxruntime does."""
+    qdq, _, images = mnist_int8
+    result = mrvl_convert.convert(qdq, tmp_path / "out",
+                                  deny=["input_QuantizeLinear", "logits_DequantizeLinear"])
+    kinds = [s["kind"] for s in result.manifest["stages"]]
+    assert kinds == ["cpu", "mrvl", "cpu"], kinds
+    mrvl = result.manifest["stages"][1]
+    assert [t["dtype"] for t in mrvl["inputs"] + mrvl["outputs"]] == ["int8", "int8"]
+    nodes = json.loads((result.out_dir / mrvl["nodes_json"]).read_text())["nodes"]
+    assert nodes[0]["attrs"]["dtype"] == ["int8"]
+    feeds = [{"input": images[i:i + 1]} for i in range(50)]
+    got, want = run_both(qdq, result.out_dir, feeds)
+    assert steps(got, want, output_scale(onnx.load(qdq))).max() == 0

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from .._graph import dtype_name
 from ..layers import MARVELL, LayerKind, layer_kind
 from ..layers._kind import r4_shape
 from ..layout import Layer, MrvlSubgraph
@@ -120,6 +121,11 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
             "inputs": [[int(i), 0, 0] for i in layer.inputs], "attrs": attrs}
 
 
+def _input_dtype(tensor) -> str:
+    """int8 for a tensor of an int8 region that crosses into the stage, float32 otherwise."""
+    return "int8" if dtype_name(tensor) == "int8" else "float32"
+
+
 def build(sub: MrvlSubgraph, layer_set: str = MARVELL
           ) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
     """The Nodes-JSON and Constants-JSON documents of one Mrvl subgraph, written as the
@@ -128,7 +134,7 @@ def build(sub: MrvlSubgraph, layer_set: str = MARVELL
     shapes: List[List[int]] = []
     for k, (tensor, layout) in enumerate(zip(sub.input_tensors, sub.input_layouts)):
         nodes.append({"op": "input", "name": tensor.name, "inputs": [], "input_id": [str(k)],
-                      "attrs": {"shape": [layout.physical_shape], "dtype": ["float32"],
+                      "attrs": {"shape": [layout.physical_shape], "dtype": [_input_dtype(tensor)],
                                 "layer_name": ["input"], "data_layout": [layout.name]}})
         shapes.append(layout.physical_shape)
     consts: Dict[str, Dict[str, Any]] = {}
@@ -142,7 +148,7 @@ def build(sub: MrvlSubgraph, layer_set: str = MARVELL
         "nodes": nodes,
         "arg_nodes": list(range(len(sub.input_tensors))),
         "heads": [[int(h), 0, 0] for h in sub.heads],
-        "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", ["float32"] * len(sub.input_tensors)
+        "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", [_input_dtype(t) for t in sub.input_tensors]
                                                    + [layer.dtype for layer in sub.layers]]},
         "batch_size": str(batch),
         "num_subgraph_inputs": str(len(sub.input_tensors)),

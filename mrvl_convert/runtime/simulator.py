@@ -252,9 +252,9 @@ class _GraphBuilder:
         attrs = require(node, "attrs", dict, self.path, where)
         shape = self._shape_attr(attrs, f"{where} ({name})")
         dtype = first_value(attrs.get("dtype", ["float32"]))
-        if dtype != "float32":
+        if dtype not in ("float32", "int8"):
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.dtype' is "
-                                f"{dtype!r}; only float32 inputs are defined")
+                                f"{dtype!r}; only float32 and int8 inputs are defined")
         self.shapes[index] = shape
         return InputNode(index, name, shape)
 
