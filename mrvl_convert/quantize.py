@@ -7,7 +7,9 @@ running it is the reference the int8 simulator is compared with.
 """
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Dict, Iterator, List, Mapping, Optional, Union
@@ -15,7 +17,8 @@ from typing import Dict, Iterator, List, Mapping, Optional, Union
 import numpy as np
 import onnx
 
-from .errors import InputFeedError, ModelLoadError
+from .errors import InputFeedError, ModelLoadError, OptionError
+from .layers import MARVELL
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -67,10 +70,28 @@ def quantized_copy(model: PathLike, calibration: PathLike, folder: PathLike) -> 
     return out
 
 
+def for_cli(models: List[Path], quantize: Optional[str], calibration: Optional[str],
+            layer_set: str) -> List[Path]:
+    """The models the CLI converts: as given, or with ``--quantize int8`` quantized with the
+    ``--calibration`` samples (the int8 layers are in the ``marvell`` layer set only)."""
+    if quantize is None:
+        if calibration is not None:
+            raise OptionError("--calibration is only used with --quantize int8")
+        return models
+    if calibration is None:
+        raise OptionError("--quantize int8 needs --calibration DATA.npz (samples per input)")
+    if layer_set != MARVELL:
+        raise OptionError(f"--quantize int8 makes int8 layers, which layer set {layer_set!r} "
+                          f"does not have; use --layer-set {MARVELL}")
+    if not Path(calibration).is_file():
+        raise OptionError(f"--calibration {calibration}: no such file")
+    return quantized_models(models, calibration)
+
+
 def quantized_models(models: List[Path], calibration: PathLike) -> List[Path]:
-    """Every model quantized (the CLI's ``--quantize int8``) into a fresh temporary folder,
-    which the caller's process owns until it exits."""
+    """Every model quantized into a fresh temporary folder, removed when the process exits."""
     folder = Path(tempfile.mkdtemp(prefix="mrvl_int8_"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
     quantized = []
     for i, model in enumerate(models):
         (folder / str(i)).mkdir()  # one folder each: two models may share a file name

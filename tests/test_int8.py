@@ -287,3 +287,39 @@ def test_int8_tensors_may_cross_stage_boundaries(mnist_int8, tmp_path):
     feeds = [{"input": images[i:i + 1]} for i in range(50)]
     got, want = run_both(qdq, result.out_dir, feeds)
     assert steps(got, want, output_scale(onnx.load(qdq))).max() == 0
+
+
+def test_cli_quantize_int8_with_calibration(tmp_path, capsys):
+    from mrvl_convert.cli import main
+
+    out = tmp_path / "out"
+    code = main([str(EXAMPLE / "mnist_cnn.onnx"), "-o", str(out), "--quantize", "int8",
+                 "--calibration", str(EXAMPLE / "heldout.npz"), "--quiet"])
+    assert code == 0, capsys.readouterr().err
+    manifest = json.loads((out / "mnist_cnn" / "manifest.json").read_text())
+    stage = manifest["stages"][0]
+    nodes = json.loads((out / "mnist_cnn" / stage["nodes_json"]).read_text())["nodes"]
+    assert {n["attrs"]["layer_name"][0] for n in nodes[1:]} >= {"quant", "Conv2D", "FC"}
+    assert any("weight_scale" in n["attrs"] for n in nodes)
+
+
+@pytest.mark.parametrize("extra, words", [
+    ([], "needs --calibration"),
+    (["--calibration", "missing.npz"], "no such file"),
+    (["--calibration", "x.npz", "--layer-set", "upstream-0.19"], "layer set"),
+])
+def test_cli_quantize_usage_errors_are_one_line(tmp_path, capsys, extra, words):
+    from mrvl_convert.cli import main
+
+    (tmp_path / "x.npz").write_bytes(b"")
+    code = main([str(EXAMPLE / "mnist_cnn.onnx"), "-o", str(tmp_path / "out"), "--quantize",
+                 "int8", *[str(tmp_path / e) if e.endswith(".npz") else e for e in extra]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and words in err and "\n" not in err, err
+
+
+def test_calibration_file_must_name_the_inputs(tmp_path):
+    np.savez(tmp_path / "two.npz", a=np.zeros((2, 1, 28, 28), np.float32),
+             b=np.zeros((2, 1, 28, 28), np.float32))
+    with pytest.raises(mrvl_convert.MrvlConvertError, match="needs an array per model input"):
+        load_calibration(tmp_path / "two.npz", EXAMPLE / "mnist_cnn.onnx")
