@@ -323,3 +323,15 @@ def test_calibration_file_must_name_the_inputs(tmp_path):
              b=np.zeros((2, 1, 28, 28), np.float32))
     with pytest.raises(mrvl_convert.MrvlConvertError, match="needs an array per model input"):
         load_calibration(tmp_path / "two.npz", EXAMPLE / "mnist_cnn.onnx")
+
+
+def test_compare_layers_on_an_int8_model(mnist_int8):
+    """Every int8 layer's output equals the int8 tensor onnxruntime computes for it (the
+    layer rows read int8 tensors of the QDQ model, in the model's element order)."""
+    qdq, result, images = mnist_int8
+    report = mrvl_convert.compare(qdq, result.out_dir, inputs={"input": images[:1]},
+                                  layers=True)
+    rows = [r for r in report.rows if r.kind == "layer"]
+    assert len(rows) >= 9
+    assert all(r.max_abs == 0 for r in rows), [(r.tensor, r.max_abs) for r in rows]
+    assert report.first_layer_over is None
