@@ -64,7 +64,7 @@ def float_model(nodes, inits: Dict[str, np.ndarray], x_shape, out_shape) -> onnx
     return model
 
 
-def quantized(tmp_path: Path, model: onnx.ModelProto, x_shape, seed: int = 0,
+def quantized(tmp_path: Path, model: onnx.ModelProto, x_shape, seed: int = 0, samples: int = 12,
               **recipe) -> Tuple[Path, List[Dict[str, np.ndarray]]]:
     """The model quantized with Marvell's recipe on seeded random calibration samples, and
     fresh seeded inputs to compare on."""
@@ -77,7 +77,7 @@ def quantized(tmp_path: Path, model: onnx.ModelProto, x_shape, seed: int = 0,
         _quantize_with(src, qdq, calibration, **recipe)
     else:
         quantize_int8(src, qdq, calibration)
-    feeds = [{"x": rng.standard_normal(x_shape).astype(np.float32)} for _ in range(12)]
+    feeds = [{"x": rng.standard_normal(x_shape).astype(np.float32)} for _ in range(samples)]
     return qdq, feeds
 
 
@@ -231,19 +231,21 @@ def test_int8_gemm_with_bias_and_flatten(tmp_path):
 
 
 def test_int8_pools_and_residual_add_within_one_step(tmp_path):
-    """Average pools and a residual Add run dequantized in float32 (onnxruntime's QLinear
-    kernels differ in rounding order): within one step."""
+    """A residual Add, an average pool and a global one: within one step of onnxruntime on
+    every element (on x86 onnxruntime's QLinearAveragePool rounds some near-ties the other way:
+    see qnn_kernels.Avgpool2DInt8Kernel)."""
     rng = np.random.default_rng(3)
-    inits = {"w": rng.standard_normal((4, 4, 3, 3)) * 0.3, "b": np.zeros(4)}
+    inits = {"w": rng.standard_normal((4, 4, 3, 3)) * 0.3, "b": np.zeros(4),
+             "w2": rng.standard_normal((4, 4, 3, 3)) * 0.3, "b2": rng.standard_normal(4) * 0.1}
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Conv", ["r", "w", "b"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+             helper.make_node("Conv", ["r", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
              helper.make_node("Add", ["c2", "r"], ["s"], name="add"),
              helper.make_node("AveragePool", ["s"], ["p"], name="avg", kernel_shape=[2, 2],
                               strides=[2, 2]),
              helper.make_node("GlobalAveragePool", ["p"], ["y"], name="gap")]
     model = float_model(nodes, inits, [1, 4, 8, 8], [1, 4, 1, 1])
-    qdq, feeds = quantized(tmp_path, model, [1, 4, 8, 8])
+    qdq, feeds = quantized(tmp_path, model, [1, 4, 8, 8], samples=200)
     result = mrvl_convert.convert(qdq, tmp_path / "out")
     places = placements(result)
     for name, rule in (("add", "mrvl.qnn_add"), ("avg", "mrvl.qnn_avg_pool2d"),
@@ -335,3 +337,19 @@ def test_compare_layers_on_an_int8_model(mnist_int8):
     assert len(rows) >= 9
     assert all(r.max_abs == 0 for r in rows), [(r.tensor, r.max_abs) for r in rows]
     assert report.first_layer_over is None
+
+
+def test_catalogue_declares_the_codegen_int8_attribute_names():
+    """Golden: the int8 attribute names of each kind, as the codegen's SetScaleAttr calls
+    spell them (CreateCompositeMrvlQnn*Layer, CreateMrvlQuantLayer)."""
+    from mrvl_convert.layers import CATALOGUE
+
+    def scales(kind):
+        return {a.name for a in CATALOGUE[kind].attrs if a.name.endswith("_scale")}
+
+    assert scales("Conv2D") == scales("FC") == {"input_scale", "weight_scale", "output_scale"}
+    assert scales("Sum2D") == {"lhs_input_scale", "rhs_input_scale", "output_scale"}
+    assert scales("Avgpool2D") == scales("GlobalAvgpool2D") == {"input_scale", "output_scale"}
+    assert scales("quant") == {"input_scale", "output_scale"}
+    assert not scales("Maxpool2D")  # the codegen writes no scale for max pooling
+    assert CATALOGUE["quant"].layer_sets == frozenset({"marvell"})

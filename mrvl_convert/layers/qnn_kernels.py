@@ -176,7 +176,10 @@ class Sum2DInt8Kernel(Kernel):
 
 
 class Avgpool2DInt8Kernel(Avgpool2DKernel):
-    """int8 average pooling: dequantized, averaged in float32, quantized to output_scale."""
+    """int8 average pooling: dequantized, summed window by window in float32, divided by the
+    count and quantized to output_scale (onnxruntime's QLinearAveragePool with its int8 zero
+    point 0; on x86 onnxruntime first turns int8 into uint8 and adds that zero point, 128, in
+    float32 before rounding, which settles some near-ties the other way: one step)."""
 
     exact = True
 
@@ -190,17 +193,23 @@ class Avgpool2DInt8Kernel(Avgpool2DKernel):
 
 
 class GlobalAvgpool2DInt8Kernel(GlobalAvgpool2DKernel):
-    """int8 global average pooling: dequantized, averaged in float32, quantized."""
+    """int8 global average pooling: the int32 sum over H and W requantized by
+    input_scale / (output_scale * H * W) (onnxruntime's QLinearGlobalAveragePool)."""
 
     exact = True
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
-        self.scales = (spec.value("input_scale"), spec.value("output_scale"))
+        _, h, w, _ = spec.input_shapes[0]
+        size = np.float32(spec.value("output_scale")) * np.float32(h * w)
+        self.multiplier = np.float32(np.float32(spec.value("input_scale")) / size)
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        return quantize(super().run(dequantize(x, self.scales[0])), self.scales[1])
+        y = x.sum(axis=(1, 2), keepdims=True, dtype=np.float64).astype(np.float32)
+        y *= self.multiplier
+        np.clip(y, INT8_MIN, INT8_MAX, out=y)
+        return np.rint(y, out=y)
 
 
 class QuantKernel(Kernel):
