@@ -27,7 +27,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr, const_value, conv_pads, present, static_shape
+from .._graph import attr, const_value, conv_pads, is_const, present, static_shape
 from ..layout import NHWC, Layer, LayoutContext, TensorLayout, native
 from ..rules.matcher import Composite
 from ..rules.qnn_checks import producer, scale_of
@@ -184,23 +184,23 @@ def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
     add = composite.binding.node("add")
     rank = len(static_shape(add.outputs[0]))
     perm = native(rank)
-    activations, consts = [], []
-    for tensor in add.inputs:
-        dq = producer(tensor)
-        if not dq.inputs[0].inputs:  # a constant: nothing computes it
+    dequantized = sorted((producer(t) for t in add.inputs), key=lambda dq: is_const(dq.inputs[0]))
+    indices, layouts, consts = [], [], []
+    for dq in dequantized:
+        if is_const(dq.inputs[0]):
             value = const_value(dq.inputs[0]).astype(np.int8)
             value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(perm)
-            consts.append((dq, np.ascontiguousarray(value)))
+            consts.append(("operand", np.ascontiguousarray(value)))
         else:
-            activations.append((dq, ) + ctx.require(dq.inputs[0], perm))
-    scales = [dq for dq, _, _ in activations] + [dq for dq, _ in consts]
+            index, layout = ctx.require(dq.inputs[0], perm)
+            indices.append(index)
+            layouts.append(layout)
     output_scale, activation = _output(composite)
-    attrs = {"activation_type": activation, "lhs_input_scale": scale_of(scales[0]),
-             "rhs_input_scale": scale_of(scales[1]), "output_scale": output_scale}
-    layouts = [layout for _, _, layout in activations]
+    attrs = {"activation_type": activation, "lhs_input_scale": scale_of(dequantized[0]),
+             "rhs_input_scale": scale_of(dequantized[1]), "output_scale": output_scale}
     out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
-    ctx.emit(new_layer(composite, "Sum2D", [index for _, index, _ in activations], layouts, out,
-                       attrs, [("operand", value) for _, value in consts]), composite.output)
+    ctx.emit(new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts),
+             composite.output)
 
 
 def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
