@@ -353,3 +353,30 @@ def test_catalogue_declares_the_codegen_int8_attribute_names():
     assert scales("quant") == {"input_scale", "output_scale"}
     assert not scales("Maxpool2D")  # the codegen writes no scale for max pooling
     assert CATALOGUE["quant"].layer_sets == frozenset({"marvell"})
+
+
+def test_int8_squeezenet_runs_on_the_accelerator_and_matches_onnxruntime(tmp_path):
+    """A real topology (the onnx wheel's light SqueezeNet, seeded weights: Fire modules,
+    Concat, MaxPool, GlobalAveragePool) through Marvell's recipe: every compute layer int8 on
+    the accelerator, and the hybrid's output equals onnxruntime's."""
+    import corpus
+
+    if "squeezenet" not in corpus.zoo_names():
+        pytest.skip("this onnx wheel has no light SqueezeNet")
+    model = corpus.zoo("squeezenet")
+    src = tmp_path / "squeezenet.onnx"
+    onnx.save(model, src)
+    name = model.graph.input[0].name
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(0)
+    qdq = quantize_int8(src, tmp_path / "q.onnx",
+                        {name: rng.standard_normal([4] + shape[1:]).astype(np.float32)})
+    result = mrvl_convert.convert(qdq, tmp_path / "out")
+    places = placements(result)
+    on_cpu = {p["op_type"] for p in places.values() if p["placement"] == "cpu"}
+    assert "Conv" not in on_cpu and result.summary["mrvl_mac_share"] == 1.0, on_cpu
+    assert sum(p.get("rule") == "mrvl.qnn_conv2d" for p in places.values()) > 20
+    feeds = [{name: rng.standard_normal(shape).astype(np.float32)} for _ in range(2)]
+    got, want = run_both(qdq, result.out_dir, feeds)
+    assert np.abs(got - want).max() <= 1e-6 * max(1.0, np.abs(want).max()), \
+        np.abs(got - want).max()
