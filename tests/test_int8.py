@@ -72,7 +72,7 @@ def quantized(tmp_path: Path, model: onnx.ModelProto, x_shape, seed: int = 0, sa
     src = tmp_path / "float.onnx"
     onnx.save(model, src)
     qdq = tmp_path / "qdq.onnx"
-    calibration = {"x": rng.standard_normal((16, *x_shape[1:])).astype(np.float32)}
+    calibration = {"x": rng.standard_normal((16 * x_shape[0], *x_shape[1:])).astype(np.float32)}
     if recipe:
         _quantize_with(src, qdq, calibration, **recipe)
     else:
@@ -184,10 +184,13 @@ def test_mnist_int8_layers_carry_the_codegen_attributes(mnist_int8):
 
 
 # ------------------------------------------------------------------- geometries and kinds
-def _conv(w_shape, x_shape, out_shape, **attrs):
+def _conv(w_shape, x_shape, out_shape, bias: bool = True, **attrs):
     rng = np.random.default_rng(1)
     inits = {"w": rng.standard_normal(w_shape) * 0.3, "b": rng.standard_normal(w_shape[0]) * 0.1}
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", **attrs),
+    if not bias:
+        del inits["b"]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"][:len(inits) + 1], ["c"], name="conv",
+                              **attrs),
              helper.make_node("Relu", ["c"], ["y"], name="relu")]
     return float_model(nodes, inits, x_shape, out_shape), x_shape
 
@@ -200,6 +203,7 @@ CASES = {
     "grouped": lambda: _conv([8, 2, 3, 3], [1, 4, 9, 9], [1, 8, 7, 7], group=2),
     "dilated_1x1_mix": lambda: _conv([5, 3, 3, 3], [1, 3, 13, 13], [1, 5, 9, 9],
                                      dilations=[2, 2]),
+    "no_bias_batch2": lambda: _conv([6, 3, 1, 1], [2, 3, 7, 7], [2, 6, 7, 7], bias=False),
 }
 
 
@@ -216,11 +220,13 @@ def test_int8_conv_geometries_equal_onnxruntime(tmp_path, case):
     assert steps(got, want, output_scale(onnx.load(qdq))).max() == 0
 
 
-def test_int8_gemm_with_bias_and_flatten(tmp_path):
+@pytest.mark.parametrize("trans_b", [0, 1])
+def test_int8_gemm_with_bias_and_flatten(tmp_path, trans_b):
     rng = np.random.default_rng(2)
-    inits = {"w": rng.standard_normal((10, 48)) * 0.2, "b": rng.standard_normal(10) * 0.1}
+    weight = rng.standard_normal((10, 48)) * 0.2
+    inits = {"w": weight if trans_b else weight.T, "b": rng.standard_normal(10) * 0.1}
     nodes = [helper.make_node("Flatten", ["x"], ["f"], name="flatten"),
-             helper.make_node("Gemm", ["f", "w", "b"], ["g"], name="gemm", transB=1),
+             helper.make_node("Gemm", ["f", "w", "b"], ["g"], name="gemm", transB=trans_b),
              helper.make_node("Relu", ["g"], ["y"], name="relu")]
     model = float_model(nodes, inits, [1, 3, 4, 4], [1, 10])
     qdq, feeds = quantized(tmp_path, model, [1, 3, 4, 4])
