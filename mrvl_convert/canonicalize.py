@@ -38,6 +38,7 @@ class CanonicalGraph:
     rewritten: Dict[str, str] = field(default_factory=dict)  # node name -> what it became
     kept: Dict[str, str] = field(default_factory=dict)      # node name -> why not rewritten
     derived: Dict[str, str] = field(default_factory=dict)   # added node -> loaded node it is from
+    copies: Dict[str, str] = field(default_factory=dict)    # DequantizeLinear copy -> its original
 
 
 def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
@@ -65,7 +66,7 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     return CanonicalGraph(graph=graph, removed=removed, op_types=op_types, merged=forms.merged,
                           rewritten=forms.rewritten, kept=forms.kept,
-                          derived={**forms.derived, **copies})
+                          derived={**forms.derived, **copies}, copies=copies)
 
 
 def _opset(loaded: LoadedModel) -> int:

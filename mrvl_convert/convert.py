@@ -82,7 +82,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         matches = match(canonical.graph, rule_list, deny=_denied(canonical, loaded, deny))
         plan = partition(canonical.graph, matches, policy, loaded.name,
                          max_subgraphs=max_subgraphs)
-        subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}
+        subgraphs = {s.name: lower_stage(s, canonical.copies) for s in plan.stages
+                     if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
     # Exporting copies every weight: only worth it when a CPU stage needs some of them.

@@ -259,6 +259,14 @@ def test_int8_pools_and_residual_add_within_one_step(tmp_path):
         assert places[name]["rule"] == rule, places[name]
     got, want = run_both(qdq, result.out_dir, feeds)
     assert steps(got, want, output_scale(onnx.load(qdq))).max() <= 1
+    # The residual's DequantizeLinear is copied per consumer; layers still name the model's.
+    stage = result.manifest["stages"][0]
+    nodes = json.loads((result.out_dir / stage["nodes_json"]).read_text())["nodes"]
+    sources = {s for n in nodes[1:] for s in n["attrs"]["source_nodes"]}
+    assert "r_DequantizeLinear" in sources and not any("_for_" in s for s in sources), sources
+    report = mrvl_convert.compare(qdq, result.out_dir, inputs=feeds[:2], layers=True)
+    rows = [r for r in report.rows if r.kind == "layer"]
+    assert len(rows) == 6 and all(r.max_abs is not None for r in rows), report.format_table()
 
 
 # ---------------------------------------------------------------------------- CPU fallback
