@@ -22,9 +22,11 @@ from .layers import MARVELL
 
 PathLike = Union[str, "os.PathLike[str]"]
 
-#: quantize_static's keyword arguments in Marvell's recipe (onnxruntime >= 1.18 names).
-RECIPE = {"per_channel": False, "extra_options": {"ActivationSymmetric": True,
-                                                   "WeightSymmetric": True}}
+def recipe() -> Dict[str, object]:
+    """quantize_static's keyword arguments in Marvell's recipe besides the format and types
+    (onnxruntime >= 1.18 names); a fresh dict each time, as quantize_static may keep it."""
+    return {"per_channel": False,
+            "extra_options": {"ActivationSymmetric": True, "WeightSymmetric": True}}
 
 
 def quantize_int8(model: PathLike, out: PathLike,
@@ -40,7 +42,7 @@ def quantize_int8(model: PathLike, out: PathLike,
     reader = _reader(proto, calibration, str(model))
     out = Path(out)
     quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8, **RECIPE)
+                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8, **recipe())
     return out
 
 

@@ -22,7 +22,8 @@ and saturated to [-128, 127]; Sum2D and pools dequantize to float32, compute, an
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Dict, List, Optional, Tuple
+from types import MappingProxyType
+from typing import Callable, List, Mapping, Optional, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -50,13 +51,13 @@ LHS_INPUT_SCALE = _scale("lhs_input_scale", "int8: scale of the first operand")
 RHS_INPUT_SCALE = _scale("rhs_input_scale", "int8: scale of the second operand (or constant)")
 
 # The int8 attributes and kernel each quantizable kind gains (``int8_form``).
-_INT8 = {
+_INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
     "Conv2D": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.Conv2DInt8Kernel),
     "FC": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.FCInt8Kernel),
     "Sum2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Sum2DInt8Kernel),
     "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Avgpool2DInt8Kernel),
     "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.GlobalAvgpool2DInt8Kernel),
-}
+})
 
 
 def int8_form(kind: LayerKind) -> LayerKind:
@@ -217,8 +218,8 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
     ctx.emit(layer, composite.output)
 
 
-_LOWER: Dict[str, Lower] = {"Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add,
-                            "quant": _lower_quant}
+_LOWER: Mapping[str, Lower] = MappingProxyType({
+    "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:

@@ -10,6 +10,7 @@ zero point must stay on CPU rather than be cut to its first value.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Dict, Mapping, Optional
 
 import numpy as np
@@ -191,7 +192,7 @@ def check_same_scale(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) ->
     return None
 
 
-QNN_CHECKS = {
+QNN_CHECKS = MappingProxyType({
     "int8_qdq": check_int8_qdq,
     "dequantizes_activation": check_dequantizes_activation,
     "region_edge": check_region_edge,
@@ -199,4 +200,4 @@ QNN_CHECKS = {
     "qdq_weights": check_qdq_weights,
     "qdq_operands": check_qdq_operands,
     "same_scale": check_same_scale,
-}
+})
