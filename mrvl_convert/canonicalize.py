@@ -24,6 +24,7 @@ import onnx_graphsurgeon as gs
 from ._graph import static_shape
 from .canonical_forms import rewrite
 from .load import LoadedModel
+from .qdq import dedicate_dequantize
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
 
@@ -37,6 +38,7 @@ class CanonicalGraph:
     rewritten: Dict[str, str] = field(default_factory=dict)  # node name -> what it became
     kept: Dict[str, str] = field(default_factory=dict)      # node name -> why not rewritten
     derived: Dict[str, str] = field(default_factory=dict)   # added node -> loaded node it is from
+    copies: Dict[str, str] = field(default_factory=dict)    # DequantizeLinear copy -> its original
 
 
 def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
@@ -55,6 +57,7 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
         if reason and _bypass(graph, node):
             removed[node.name] = f"removed by canonicalize: {reason}"
     forms = rewrite(graph, _opset(loaded))
+    copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if _has_unknown_shapes(graph):
@@ -62,7 +65,8 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     return CanonicalGraph(graph=graph, removed=removed, op_types=op_types, merged=forms.merged,
-                          rewritten=forms.rewritten, kept=forms.kept, derived=forms.derived)
+                          rewritten=forms.rewritten, kept=forms.kept,
+                          derived={**forms.derived, **copies}, copies=copies)
 
 
 def _opset(loaded: LoadedModel) -> int:

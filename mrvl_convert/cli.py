@@ -76,6 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--layer-set", choices=(MARVELL, UPSTREAM), default=MARVELL,
                         help="the Marvell layer kinds your backend compiler reads: the newer "
                              "Marvell codegen's (default) or upstream TVM 0.19's 12 composites")
+    parser.add_argument("--quantize", choices=("int8",), default=None,
+                        help="quantize each model first (onnxruntime quantize_static, QDQ, "
+                             "symmetric per-tensor int8: Marvell's recipe) and emit int8 layers")
+    parser.add_argument("--calibration", metavar="DATA.npz", default=None,
+                        help="calibration samples for --quantize: an array per model input")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     _add_draw_estimate_args(parser)
     _add_verify_args(parser)
@@ -322,6 +327,8 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, Any]]:
         shapes_per_model(shapes, models)
     except OptionError as exc:
         raise UsageError(f"--input-shape: {exc}") from None
+    from .quantize import for_cli
+    models = for_cli(models, args.quantize, args.calibration, args.layer_set)
     prepare_out_dir(args.output)
     return models, shapes
 

@@ -101,7 +101,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         plan = partition(canonical.graph, matches, policy, loaded.name,
                          max_subgraphs=max_subgraphs, rank=_ranking(estimate))
         step("lower")
-        subgraphs = {s.name: lower_stage(s) for s in plan.stages if s.kind == "mrvl"}
+        subgraphs = {s.name: lower_stage(s, canonical.copies) for s in plan.stages
+                     if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
     # Exporting copies every weight: only worth it when a CPU stage needs some of them.

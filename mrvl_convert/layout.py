@@ -98,6 +98,7 @@ class Layer:
     attrs: Dict[str, Any] = field(default_factory=dict)
     consts: List[Tuple[str, np.ndarray]] = field(default_factory=list)  # (role, array)
     extra_outputs: List[TensorLayout] = field(default_factory=list)  # outputs 1.. (Split)
+    dtype: str = "float32"             # of the output: "int8" inside an int8 region
 
 
 @dataclass
@@ -148,6 +149,11 @@ class LayoutContext:
             self.values[tensor.name] = (OutputRef(index, slot), layout)
         return index
 
+    def dtype_of(self, index: int) -> str:
+        """The element type of value ``index``: stage inputs are float32."""
+        position = int(index) - len(self.input_layouts)
+        return self.layers[position].dtype if position >= 0 else "float32"
+
     def alias(self, output: gs.Tensor, source: gs.Tensor, layout: TensorLayout) -> None:
         """``output`` is ``source``'s data seen with another logical shape or layout."""
         self.values[output.name] = (self.values[source.name][0], layout)
@@ -175,7 +181,8 @@ class LayoutContext:
             self._converted[key] = self.emit(Layer(
                 kind="layout_transform", rule=None, source_nodes=[], inputs=[index],
                 in_layouts=[layout], out_layout=target,
-                attrs={"src_layout": layout.name, "dst_layout": target.name}), None)
+                attrs={"src_layout": layout.name, "dst_layout": target.name},
+                dtype=self.dtype_of(index)), None)
         return self._converted[key], target
 
 

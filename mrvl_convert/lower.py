@@ -6,16 +6,27 @@ accelerator's layout (NHWC activations, OHWI kernels), each built by its layer k
 """
 from __future__ import annotations
 
-from .layers import layer_kind
+from typing import Mapping, Optional
+
+from .layers import layer_kind, qnn
 from .layout import LayoutContext, MrvlSubgraph, identity
 from .partition import Stage
 
 
-def lower_stage(stage: Stage) -> MrvlSubgraph:
-    """Lower every composite of a Mrvl stage, then hand its outputs back in ONNX layout."""
+def lower_stage(stage: Stage, copies: Optional[Mapping[str, str]] = None) -> MrvlSubgraph:
+    """Lower every composite of a Mrvl stage, then hand its outputs back in ONNX layout.
+
+    ``copies``: nodes canonicalize copied (a DequantizeLinear per consumer, ``qdq.py``) -> the
+    model's node; layers name the model's node among their ``source_nodes``."""
     ctx = LayoutContext(stage)
     for unit in stage.units:
-        layer_kind(unit.composite.rule.layer).lower(unit.composite, ctx)
+        kind = layer_kind(unit.composite.rule.layer)
+        if qnn.is_quantized(unit.composite):
+            qnn.lower(unit.composite, ctx, kind.lower)
+        else:
+            kind.lower(unit.composite, ctx)
+    for layer in ctx.layers:
+        layer.source_nodes = [(copies or {}).get(n, n) for n in layer.source_nodes]
     heads = [ctx.require(t, identity(len(ctx.layout(t).shape)))[0] for t in stage.outputs]
     return MrvlSubgraph(stage.name, list(stage.inputs), ctx.input_layouts, ctx.layers, heads,
                         list(stage.outputs))

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
+from .._graph import dtype_name
 from ..layers import MARVELL, LayerKind, layer_kind
 from ..layers._kind import r4_shape
 from ..layout import Layer, MrvlSubgraph, OutputRef, slot_of
@@ -30,7 +31,17 @@ def format_float(value: float) -> str:
     return f"{float(value):.17g}"
 
 
+# Integer constants of the int8 layers, as the newer codegen writes them ("int" + bits).
+_INT_CONSTS = {np.dtype(np.int8): ("int8", "<i1"), np.dtype(np.int32): ("int32", "<i4")}
+
+
 def encode_const(array: np.ndarray) -> Dict[str, Any]:
+    if array.dtype in _INT_CONSTS:
+        # The codegen writes min and max "0" for integer constants (it only scans floats).
+        name, layout = _INT_CONSTS[array.dtype]
+        data = np.ascontiguousarray(array, dtype=layout)
+        return {"shape": [int(d) for d in data.shape], "dtype": name, "min": "0", "max": "0",
+                "data_base64": base64.b64encode(data.tobytes()).decode("ascii")}
     data = np.ascontiguousarray(array, dtype="<f4")
     return {"shape": [int(d) for d in data.shape], "dtype": "float32",
             "min": format_float(data.min()), "max": format_float(data.max()),
@@ -79,7 +90,7 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
         "num_inputs": str(len(layer.inputs) + len(layer.consts)),
         "num_outputs": str(1 + len(layer.extra_outputs)),
         "shape": [o.physical_shape for o in [layer.out_layout, *layer.extra_outputs]],
-        "dtype": ["float32"],
+        "dtype": [layer.dtype],
         "data_layout": [first_in.name],
         "data_layout_shape": _s(first_in.physical_shape),
         "out_layout": [layer.out_layout.name],
@@ -102,7 +113,7 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
         consts[const_name] = encoded
         prefix = kind.const(role).prefix
         attrs[f"{prefix}_const_name"] = [const_name]
-        attrs[f"{prefix}_const"] = {"dtype": "float32", "max": encoded["max"],
+        attrs[f"{prefix}_const"] = {"dtype": encoded["dtype"], "max": encoded["max"],
                                     "min": encoded["min"], "name": const_name,
                                     "shape": encoded["shape"]}
         if r4 and prefix == "input":
@@ -121,6 +132,11 @@ def _tuple_idx(layer: Layer) -> List[str]:
     return [str(i.slot) if isinstance(i, OutputRef) else "-1" for i in layer.inputs]
 
 
+def _input_dtype(tensor) -> str:
+    """int8 for a tensor of an int8 region that crosses into the stage, float32 otherwise."""
+    return "int8" if dtype_name(tensor) == "int8" else "float32"
+
+
 def build(sub: MrvlSubgraph, layer_set: str = MARVELL
           ) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
     """The Nodes-JSON and Constants-JSON documents of one Mrvl subgraph, written as the
@@ -129,7 +145,7 @@ def build(sub: MrvlSubgraph, layer_set: str = MARVELL
     shapes: List[List[int]] = []
     for k, (tensor, layout) in enumerate(zip(sub.input_tensors, sub.input_layouts)):
         nodes.append({"op": "input", "name": tensor.name, "inputs": [], "input_id": [str(k)],
-                      "attrs": {"shape": [layout.physical_shape], "dtype": ["float32"],
+                      "attrs": {"shape": [layout.physical_shape], "dtype": [_input_dtype(tensor)],
                                 "layer_name": ["input"], "data_layout": [layout.name]}})
         shapes.append(layout.physical_shape)
     consts: Dict[str, Dict[str, Any]] = {}
@@ -143,7 +159,9 @@ def build(sub: MrvlSubgraph, layer_set: str = MARVELL
         "nodes": nodes,
         "arg_nodes": list(range(len(sub.input_tensors))),
         "heads": [[int(h), slot_of(h), 0] for h in sub.heads],
-        "attrs": {"shape": ["list_shape", shapes], "dltype": ["list_str", ["float32"] * len(nodes)]},
+        "attrs": {"shape": ["list_shape", shapes],
+                  "dltype": ["list_str", [_input_dtype(t) for t in sub.input_tensors]
+                             + [layer.dtype for layer in sub.layers]]},
         "batch_size": str(batch),
         "num_subgraph_inputs": str(len(sub.input_tensors)),
         "num_subgraph_outputs": str(len(sub.heads)),

@@ -10,21 +10,22 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
+from . import concat, conv2d, fc, layout_transform, pool, qnn, reshape, squeeze, sum2d
 from . import batch_matmul, conv2d_transpose, expand_dims, reduce, resize2d, split
 from . import strided_slice, transpose
 from . import clip, leaky_relu, mul2d, power, relu, rsqrt, sigmoid, softmax, sub, tanh
 from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
                     LayerKind)
 
+# qnn.int8_form: the kind with its int8 attributes and kernel (QDQ models, layers/qnn.py).
 _KINDS = (
-    conv2d.KIND,
-    fc.KIND,
+    qnn.int8_form(conv2d.KIND),
+    qnn.int8_form(fc.KIND),
     pool.MAXPOOL,
-    pool.AVGPOOL,
-    pool.GLOBAL_AVGPOOL,
+    qnn.int8_form(pool.AVGPOOL),
+    qnn.int8_form(pool.GLOBAL_AVGPOOL),
     pool.GLOBAL_MAXPOOL,
-    sum2d.KIND,
+    qnn.int8_form(sum2d.KIND),
     concat.KIND,
     reshape.RESHAPE,
     reshape.BATCH_FLATTEN,
@@ -39,6 +40,7 @@ _KINDS = (
     conv2d_transpose.KIND,
     batch_matmul.KIND,
     expand_dims.KIND,
+    qnn.QUANT,
     mul2d.KIND,
     sub.KIND,
     relu.KIND,

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import (TYPE_CHECKING, Any, Callable, FrozenSet, List, Mapping, Optional, Sequence,
                     Tuple, Type)
 
+import numpy as np
+
 from ..runtime.artifact import first_value
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,6 +30,10 @@ UPSTREAM = "upstream-0.19"
 MARVELL = "marvell"
 BOTH: FrozenSet[str] = frozenset({UPSTREAM, MARVELL})
 
+#: Roles every kind's rules may use around its op in an int8 (QDQ) chain: the dequantize of the
+#: data input, the quantize of the output, and a fused DequantizeLinear -> Relu -> QuantizeLinear.
+QDQ_ROLES: FrozenSet[str] = frozenset({"in_dq", "out_q", "act_dq", "act_q"})
+
 
 class Activation(enum.Enum):
     """A fused ``activation_type``, as the codegen spells it."""
@@ -40,9 +46,10 @@ class Activation(enum.Enum):
 class Attr:
     """One layer attribute as the Nodes-JSON writes it (a list of strings).
 
-    ``type``: ``ints`` (a tuple of ``count`` ints), ``int``, ``str``, ``flag`` (a bool written as
-    "0"/"1"), ``decimal`` (a float written as C's ``std::to_string`` does: "%f", six decimals)
-    or ``activation`` (an ``Activation`` out of ``choices``). ``fixed``: the value is
+    ``type``: ``ints`` (a tuple of ``count`` ints), ``int``, ``float`` (one float32, written with
+    17 significant digits so it reads back to the same float32), ``decimal`` (a float written as
+    C's ``std::to_string`` does: "%f", six decimals), ``str``, ``flag`` (a bool written as
+    "0"/"1") or ``activation`` (an ``Activation`` out of ``choices``). ``fixed``: the value is
     always this one (written by lowering, checked by the simulator). ``default``: what the
     simulator assumes when the attribute is absent. ``checked``: whether the simulator refuses
     a layer whose ``fixed`` attribute says otherwise (False for the codegen's informational
@@ -64,6 +71,8 @@ class Attr:
             return [str(int(value))]
         if self.type == "activation":
             return [Activation(value).value]
+        if self.type == "float":
+            return [f"{float(np.float32(value)):.17g}"]
         if self.type == "decimal":
             return [decimal_text(value)]
         return [str(value)]
@@ -77,6 +86,8 @@ class Attr:
             return spec.int1(self.name, default)
         if self.type == "flag":
             return spec.flag(self.name, bool(default))
+        if self.type == "float":
+            return spec.float1(self.name, default)
         if self.type == "activation":
             issue = self.issue(spec.attrs)
             if issue:
@@ -107,6 +118,8 @@ class Attr:
     @property
     def json_type(self) -> str:
         """How nodes.schema.json describes the value."""
+        if self.type == "float":
+            return "floatstrlist"
         return "intstrlist" if self.type in ("ints", "int", "flag") else "strlist"
 
 
@@ -170,6 +183,7 @@ class LayerKind:
     reshape_like: bool = False         # moves bytes only; compared in the model's element order
     quantizable: bool = False          # has an int8 form in the newer codegen
     layer_sets: FrozenSet[str] = BOTH
+    int8_kernel: Optional[Type["Kernel"]] = None   # runs the layer when it carries int8 scales
     r4: FrozenSet[str] = frozenset()   # the layer sets that write it R4 (4-D layout shapes, NHWC)
     r4_keeps_2d: bool = False          # R4 except a 2-D layer, written NC as it is (activations)
     composite: str = ""                # composite_name of a layer no rule made
@@ -188,6 +202,13 @@ class LayerKind:
                 return c
         raise KeyError(f"layer {self.name} declares no constant {role!r}")
 
+    def kernel_for(self, attrs: Mapping[str, Any]) -> Type["Kernel"]:
+        """The kernel of a layer with these attributes: the int8 one when it has an
+        ``output_scale`` (every int8 form of a quantizable kind writes one)."""
+        if self.int8_kernel is not None and "output_scale" in attrs:
+            return self.int8_kernel
+        return self.kernel
+
     def capability_issue(self, attrs: Mapping[str, Any]) -> Optional[str]:
         """Why a layer with these attributes cannot run, without raising (None: it can)."""
         for a in self.attrs:
@@ -197,7 +218,7 @@ class LayerKind:
         for c in self.consts:
             if c.required and c.attr not in attrs:
                 return f"no {c.attr}"
-        return self.kernel.capability_issue(attrs)
+        return self.kernel_for(attrs).capability_issue(attrs)
 
 
 def roles(*names: str) -> FrozenSet[str]:

@@ -15,6 +15,7 @@ from .._graph import (activation_inputs, attr, const_value, conv_pads, dtype_nam
                       pad_amounts, pad_value, present, static_shape, squeeze_axes)
 from .._pooling import pool_out_size
 from . import checks_shape
+from .qnn_checks import QNN_CHECKS
 from .checks_elementwise import ELEMENTWISE_CHECKS
 
 Details = Optional[Dict[str, Any]]
@@ -367,5 +368,6 @@ CHECKS: Dict[str, Check] = {
     "conv_transpose": checks_shape.check_conv_transpose,
     "batch_matmul": checks_shape.check_batch_matmul,
     "ranks_2_to_4": checks_shape.check_ranks_2_to_4,
+    **QNN_CHECKS,
     **ELEMENTWISE_CHECKS,
 }

@@ -14,6 +14,7 @@ import yaml
 
 from ..errors import RuleFileError
 from ..layers import CATALOGUE, MARVELL, UPSTREAM
+from ..layers._kind import QDQ_ROLES
 from .model import Constraint, Rule, Step
 
 # Bounds on a rule file (user input): the built-in one is 11 KiB, 8 levels, about 1,500 nodes.
@@ -179,7 +180,8 @@ def _build_rule(entry: dict, index: int, source: str, label: str, generic: Gener
     if all(s.optional for s in steps):
         raise RuleFileError(f"{where}.pattern: at least one step must be required")
     kind = CATALOGUE[entry["layer"]]
-    required, optional = kind.required_roles, kind.optional_roles | kind.one_of_roles
+    required = kind.required_roles
+    optional = kind.optional_roles | kind.one_of_roles | QDQ_ROLES
     missing = required - set(roles)
     unknown = set(roles) - required - optional
     if missing or unknown:
@@ -210,7 +212,8 @@ def _build_rule(entry: dict, index: int, source: str, label: str, generic: Gener
                                                          c_where)))
     return Rule(name=entry["name"], layer=entry["layer"], steps=steps,
                 constraints=tuple(constraints), priority=int(entry.get("priority", 100)),
-                summary=entry.get("summary", ""), source=source)
+                summary=entry.get("summary", ""), source=source,
+                absorb=tuple(entry.get("absorb", ())))
 
 
 def _check_reason(reason: str, where: str) -> None:

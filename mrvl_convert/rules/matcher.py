@@ -88,6 +88,29 @@ def bindings(rule: Rule, start: gs.Node, claimed: Dict[str, int],
     yield from walk(0, start, ())
 
 
+def _absorb(binding: Binding, claimed: Dict[str, int], graph_outputs: set) -> Binding:
+    """The binding with the producers its rule absorbs (role ``operand``): nodes of the rule's
+    ``absorb`` op types, not yet claimed, whose every output feeds the chain only."""
+    ops = binding.rule.absorb
+    if not ops:
+        return binding
+    inside = {n.name for n in binding.nodes}
+    extra: List[gs.Node] = []
+    for node in binding.nodes:
+        for tensor in node.inputs:
+            for source in tensor.inputs:
+                if (source.op in ops and source.name not in inside
+                        and source.name not in claimed
+                        and all(t.name not in graph_outputs and t.outputs
+                                and all(c.name in inside for c in t.outputs)
+                                for t in source.outputs)):
+                    extra.append(source)
+                    inside.add(source.name)
+    if not extra:
+        return binding
+    return Binding(binding.rule, tuple(("operand", n) for n in extra) + binding.roles)
+
+
 DENIED = "denied by the user"
 
 
@@ -120,7 +143,7 @@ def match(graph: gs.Graph, rules: Sequence[Rule], *,
                     if bound.name not in near or score > near[bound.name][0]:
                         near[bound.name] = (score, result)
         if best is not None:
-            binding = best[1]
+            binding = _absorb(best[1], claimed, graph_outputs)
             composites.append(Composite(binding.rule, binding))
             for bound in binding.nodes:
                 claimed[bound.name] = len(composites) - 1

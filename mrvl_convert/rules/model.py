@@ -6,6 +6,9 @@ from typing import Any, List, Mapping, Optional, Tuple
 
 import onnx_graphsurgeon as gs
 
+_QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
+
+
 @dataclass(frozen=True)
 class Step:
     role: str
@@ -35,6 +38,9 @@ class Rule:
     priority: int = 100
     summary: str = ""
     source: str = "builtin"
+    # Op types whose nodes feeding the chain only are fused too (the int8 rules absorb the
+    # DequantizeLinear of their weights, biases and second operands).
+    absorb: Tuple[str, ...] = ()
 
     @property
     def ops(self) -> Tuple[str, ...]:
@@ -60,8 +66,10 @@ class Binding:
     @property
     def anchor(self) -> gs.Node:
         """The node of the first required step: what the rule is about."""
-        required = {s.role for s in self.rule.steps if not s.optional}
-        return next(node for role, node in self.roles if role in required)
+        required = [node for role, node in self.roles
+                    if role in {s.role for s in self.rule.steps if not s.optional}]
+        # An int8 chain is about its op, not the DequantizeLinear / QuantizeLinear around it.
+        return next((n for n in required if n.op not in _QDQ_OPS), required[0])
 
 
 @dataclass(frozen=True)

@@ -92,8 +92,12 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+# Constant dtypes and their little-endian layouts: float32, and the int8 layers' weights and biases.
+_CONST_DTYPES = {"float32": "<f4", "int8": "<i1", "int32": "<i4"}
+
+
 def decode_consts(path: str, doc: Any) -> Dict[str, np.ndarray]:
-    """Decode every entry of a Constants-JSON into a read-only float32 array of its shape."""
+    """Decode every entry of a Constants-JSON into a read-only array of its shape and dtype."""
     if not isinstance(doc, dict):
         raise ArtifactError(f"{path}: a Constants-JSON must be an object of named constants")
     return {name: _decode_one(path, name, entry) for name, entry in doc.items()}
@@ -107,9 +111,10 @@ def _decode_one(path: str, name: str, entry: Any) -> np.ndarray:
         if key not in entry:
             raise ArtifactError(f"{path}: {where}: field '{key}' is missing")
     shape = shape_of(entry["shape"], path, f"{name}.shape")
-    if entry["dtype"] != "float32":
+    if entry["dtype"] not in _CONST_DTYPES:
         raise ArtifactError(f"{path}: {where}: field 'dtype' is {entry['dtype']!r}; only "
-                            f"'float32' is defined")
+                            f"{', '.join(map(repr, _CONST_DTYPES))} are defined")
+    layout = _CONST_DTYPES[entry["dtype"]]
     text = entry["data_base64"]
     if not isinstance(text, str):
         raise ArtifactError(f"{path}: {where}: field 'data_base64' must be a string")
@@ -119,10 +124,11 @@ def _decode_one(path: str, name: str, entry: Any) -> np.ndarray:
         raise ArtifactError(f"{path}: {where}: field 'data_base64' is not valid base64 "
                             f"({exc})") from None
     count = math.prod(shape)
-    if len(raw) != 4 * count:
+    size = np.dtype(layout).itemsize
+    if len(raw) != size * count:
         raise ArtifactError(f"{path}: {where}: field 'data_base64' holds {len(raw)} bytes, but "
-                            f"shape {list(shape)} of float32 needs {4 * count}")
-    array = np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
+                            f"shape {list(shape)} of {entry['dtype']} needs {size * count}")
+    array = np.frombuffer(raw, dtype=layout).reshape(shape).astype(np.dtype(layout).type)
     array.setflags(write=False)
     return array
 

@@ -151,8 +151,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     judged = [s for s in specs if s.name in present]
     plans = layer_plans(session, proto, {s.name for s in specs}) if layers else []
     traced = [p for p in plans if not p.skip]
-    reference = _reference_session(proto, judged + [TensorSpec(p.tensor, (), "float32")
-                                                    for p in traced], log_severity)
+    types = _element_types(proto) if traced else {}
+    reference = _reference_session(proto, judged + [
+        TensorSpec(p.tensor, (), types.get(p.tensor, "float32")) for p in traced], log_severity)
     names = [s.name for s in judged]
     got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
@@ -339,6 +340,24 @@ def _tensor_names(proto: onnx.ModelProto) -> set:
     for node in graph.node:
         names.update(o for o in node.output if o)
     return names
+
+
+def _element_types(proto: onnx.ModelProto) -> Dict[str, str]:
+    """The element type of every tensor shape inference can type (int8 inside a QDQ model's
+    int8 regions), by the manifest's dtype names."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # the layer rows then assume float32, as for any untyped tensor
+        return {}
+    names = {np.dtype(v[0]).name: k for k, v in DTYPES.items()}
+    types = {}
+    for info in list(inferred.graph.value_info) + list(inferred.graph.output):
+        elem = info.type.tensor_type.elem_type
+        if elem:
+            name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).name
+            if name in names:
+                types[info.name] = names[name]
+    return types
 
 
 def _reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],

@@ -22,6 +22,8 @@ from ..layers import CATALOGUE
 from ..load import name_nodes
 from .session import HybridSession, LayerOutput
 
+# Elementwise nodes of a QDQ model, seen through on the way back to an absorbed Transpose.
+_ELEMENTWISE_QDQ = ("QuantizeLinear", "DequantizeLinear")
 # Layers that only move bytes (the catalogue's reshape-like kinds).
 RESHAPE_LAYERS = frozenset(k.name for k in CATALOGUE.values() if k.reshape_like)
 
@@ -90,6 +92,9 @@ def _transposes_before(node: onnx.NodeProto, producer: Mapping[str, onnx.NodePro
     tensor = node.input[0]
     while tensor not in stage_inputs:
         source = producer.get(tensor)
+        if source is not None and source.op_type in _ELEMENTWISE_QDQ:
+            tensor = source.input[0]  # an int8 region's edges keep the layout
+            continue
         if source is None or source.op_type != "Transpose":
             break
         perm = next((tuple(a.ints) for a in source.attribute if a.name == "perm"), None)

@@ -80,6 +80,17 @@ class LayerSpec:
             raise self.error(f"attrs.{key}", f"expected one string, got {raw!r}")
         return raw[0]
 
+    def float1(self, key: str, default: Optional[float] = None) -> float:
+        """One finite positive float32 (a scale), exactly as written."""
+        text = self.string(key, None if default is None else repr(default))
+        try:
+            value = np.float32(float(text.strip()))
+        except ValueError:
+            raise self.error(f"attrs.{key}", f"expected a number, got {text!r}") from None
+        if not np.isfinite(value) or value <= 0:
+            raise self.error(f"attrs.{key}", f"must be a finite positive number, got {text!r}")
+        return float(value)
+
     def flag(self, key: str, default: bool = False) -> bool:
         value = self.string(key, "1" if default else "0").strip().lower()
         if value in ("1", "true"):

@@ -36,6 +36,10 @@ DTYPES: Dict[str, Tuple[Any, str]] = {
 }
 
 
+# What a Mrvl stage may take and give at its boundary.
+MRVL_DTYPES = ("float32", "int8")
+
+
 @dataclass(frozen=True)
 class NodeArg:
     """Like onnxruntime.NodeArg: name, shape, type ('tensor(float)')."""
@@ -180,6 +184,8 @@ class HybridSession:
             layers: Optional[List[Tuple[LayerSpec, np.ndarray]]] = \
                 None if trace is None else []
             results = runner.execute(feeds, events, trace=layers)
+            results = [r if t.dtype == "float32" else r.astype(DTYPES[t.dtype][0])
+                       for t, r in zip(stage.outputs, results)]
             if trace is not None:
                 trace += [LayerOutput(stage.name, spec, value) for spec, value in layers]
         else:
@@ -260,10 +266,12 @@ class HybridSession:
         compiled = self.simulator.compile(self._file(doc, "nodes_json", name),
                                           self._file(doc, "consts_json", name))
         for spec in inputs + outputs:
-            if spec.dtype != "float32":  # a Nodes-JSON computes float32 tensors only
+            # A Nodes-JSON computes float32 tensors, and int8 ones inside an int8 region (as
+            # float32 arrays of integers), which may cross a stage boundary.
+            if spec.dtype not in MRVL_DTYPES:
                 raise ArtifactError(f"{self.manifest_path}: stage {name}: tensor {spec.name!r} "
                                     f"is declared {spec.dtype}, but Mrvl stages take and give "
-                                    "float32")
+                                    "float32 (or int8 in an int8 region)")
         stated = [(t.name, t.shape) for t in inputs]
         actual = [(n.name, n.shape) for n in compiled.inputs]
         if stated != actual:

@@ -7,6 +7,7 @@ number model of ``fp16.py``.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from dataclasses import dataclass
@@ -53,6 +54,9 @@ class InputNode:
     index: int
     name: str
     shape: Shape
+    # False when only quant layers read it: an int8 region quantizes the float32 input itself,
+    # as onnxruntime's QuantizeLinear does, without a float16 rounding first.
+    fp16: bool = True
 
 
 @dataclass(frozen=True)
@@ -158,6 +162,8 @@ class CompiledSubgraph:
         if tuple(array.shape) != node.shape:
             raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
                                  f"{list(node.shape)}", tensor=node.name)
+        if not node.fp16:
+            return array.astype(np.float32)
         # Inputs go in as float16; astype copies, so rounding in place leaves the caller's data.
         rounded, in_range = round_to_fp16(array.astype(np.float32), inplace=True)
         if not in_range:
@@ -241,6 +247,7 @@ class _GraphBuilder:
         heads = self._entries(require(self.doc, "heads", list, self.path, "top level"),
                               "field 'heads'", len(nodes))
         self._check_summary(nodes, inputs, heads)
+        inputs = _quantized_inputs(inputs, steps)
         return CompiledSubgraph(str(self.doc.get("symbol", "")), self.path, inputs,
                                 _with_release(steps, [h for h, _ in heads]), heads, self.shapes,
                                 policy)
@@ -251,9 +258,9 @@ class _GraphBuilder:
         attrs = require(node, "attrs", dict, self.path, where)
         shape = self._shape_attr(attrs, f"{where} ({name})")
         dtype = first_value(attrs.get("dtype", ["float32"]))
-        if dtype != "float32":
+        if dtype not in ("float32", "int8"):
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.dtype' is "
-                                f"{dtype!r}; only float32 inputs are defined")
+                                f"{dtype!r}; only float32 and int8 inputs are defined")
         self.shapes[index] = (shape,)
         return InputNode(index, name, shape)
 
@@ -285,7 +292,7 @@ class _GraphBuilder:
         issue = kind.capability_issue(attrs)
         if issue:
             raise spec.error("attrs", f"not supported by the simulator: {issue}")
-        kernel = kind.kernel(spec, self.consts, self.gemm)
+        kernel = kind.kernel_for(attrs)(spec, self.consts, self.gemm)
         self.shapes[index] = out_shapes
         return _Step(index, spec, kernel, tuple(r for r, _ in entries), (),
                      tuple(s for _, s in entries))
@@ -352,6 +359,30 @@ class _GraphBuilder:
             if key in self.doc and str(self.doc[key]) != str(count):
                 raise ArtifactError(f"{self.path}: field '{key}' is {self.doc[key]!r}, the graph "
                                     f"has {count}")
+
+
+def _quantized_inputs(inputs: List[InputNode], steps: List[_Step]) -> List[InputNode]:
+    """The inputs, those that reach only quant layers (through layers that only move bytes)
+    marked as not rounded to float16."""
+    readers: Dict[int, List[_Step]] = {}
+    for step in steps:
+        for ref in step.inputs:
+            readers.setdefault(ref, []).append(step)
+
+    def quantized_only(index: int) -> bool:
+        found = readers.get(index, [])
+        return bool(found) and all(
+            step.spec.layer_name == "quant" or (_moves_bytes(step) and quantized_only(step.node))
+            for step in found)
+
+    return [dataclasses.replace(node, fp16=False) if quantized_only(node.index) else node
+            for node in inputs]
+
+
+def _moves_bytes(step: _Step) -> bool:
+    kind = step.spec.kind
+    return step.kernel.exact and kind is not None and (
+        kind.reshape_like or kind.name == "layout_transform")
 
 
 def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:

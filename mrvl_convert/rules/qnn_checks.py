@@ -1,0 +1,203 @@
+"""Constraints of the int8 composites (``rules/marvell/qnn.yaml``): QDQ regions as
+onnxruntime's ``quantize_static`` writes them, checked against what the newer Marvell codegen can
+write: symmetric (zero point 0) int8, one scale per tensor, int32 biases in the product scale.
+
+Each check returns None when the node satisfies it, or the details of the reason (see
+``checks.py``). The codegen writes every scale as one float and no zero point
+(princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3
+src/relay/backend/contrib/mrvl/codegen.cc ``SetScaleAttr``), so a per-channel scale or a non-zero
+zero point must stay on CPU rather than be cut to its first value.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from .._graph import const_value, dtype_name, is_const, present, static_shape
+
+Details = Optional[Dict[str, Any]]
+
+# Relative difference allowed between a bias scale and input_scale x weight_scale: the two are
+# computed in float32 in different orders by quantizers.
+_BIAS_SCALE_RTOL = 1e-5
+
+
+def qdq_issue(node: gs.Node, dtype: str = "int8") -> Optional[str]:
+    """Why a QuantizeLinear / DequantizeLinear is not symmetric per-tensor ``dtype`` (None: it is)."""
+    scale = present(node, 1)
+    if scale is None or not is_const(scale):
+        return f"{node.op} {node.name!r} has a scale computed at run time"
+    size = const_value(scale).size
+    if size != 1:
+        return (f"{node.op} {node.name!r} has a per-channel scale ({size} values); the "
+                f"Marvell int8 layers take one scale per tensor")
+    zero = present(node, 2)
+    quantized = node.outputs[0] if node.op == "QuantizeLinear" else node.inputs[0]
+    actual = dtype_name(zero) if zero is not None else dtype_name(quantized)
+    if zero is None and node.op == "QuantizeLinear":
+        actual = "uint8"  # ONNX: no zero point means uint8
+    if actual != dtype:
+        return f"{node.op} {node.name!r} is {actual}, not {dtype}"
+    if zero is not None:
+        if not is_const(zero):
+            return f"{node.op} {node.name!r} has a zero point computed at run time"
+        values = const_value(zero).reshape(-1)
+        if values.size and np.any(values != 0):
+            return (f"{node.op} {node.name!r} has zero point {values.tolist()[:4]}; the "
+                    f"Marvell int8 layers are symmetric (zero point 0)")
+    return None
+
+
+def scale_of(node: gs.Node) -> float:
+    """The one float32 scale of a symmetric per-tensor Q/DQ node (``qdq_issue`` passed)."""
+    return float(np.float32(const_value(node.inputs[1]).reshape(-1)[0]))
+
+
+def producer(tensor: gs.Tensor) -> Optional[gs.Node]:
+    return tensor.inputs[0] if tensor.inputs else None
+
+
+def _dequantized_const(tensor: gs.Tensor, dtype: str) -> Optional[str]:
+    """Why ``tensor`` is not DequantizeLinear of a constant symmetric per-tensor ``dtype``."""
+    node = producer(tensor)
+    if node is None or node.op != "DequantizeLinear":
+        return f"{tensor.name} is not dequantized from {dtype}"
+    if not is_const(node.inputs[0]):
+        return f"{tensor.name} is dequantized from a tensor computed at run time"
+    return qdq_issue(node, dtype)
+
+
+def check_int8_qdq(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A QuantizeLinear / DequantizeLinear that is symmetric per-tensor int8."""
+    issue = qdq_issue(node)
+    return None if issue is None else {"detail": issue}
+
+
+def check_dequantizes_activation(node: gs.Node, args: Mapping[str, Any],
+                                 graph: gs.Graph) -> Details:
+    """A DequantizeLinear of an activation (not of a constant) that feeds input ``index`` (if
+    given) of its consumer: the data input of the composite it starts."""
+    if is_const(node.inputs[0]):
+        return {"detail": f"it dequantizes the constant {node.inputs[0].name}"}
+    index = args.get("index")
+    out = node.outputs[0]
+    if index is not None and any(present(c, int(index)) is not out for c in out.outputs):
+        return {"detail": f"it feeds another input than input {index} of its consumer"}
+    issue = qdq_issue(node)
+    return None if issue is None else {"detail": issue}
+
+
+def check_region_edge(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A QuantizeLinear of a float32 activation, or a DequantizeLinear of an int8 activation,
+    symmetric per-tensor int8: where an int8 region starts or ends."""
+    if node.op == "QuantizeLinear" and dtype_name(node.inputs[0]) != "float32":
+        return {"detail": f"its input is {dtype_name(node.inputs[0])}, not float32"}
+    if node.op == "DequantizeLinear" and is_const(node.inputs[0]):
+        return {"detail": f"it dequantizes the constant {node.inputs[0].name}"}
+    issue = qdq_issue(node)
+    return None if issue is None else {"detail": issue}
+
+
+def check_fused_relu(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A DequantizeLinear -> Relu -> QuantizeLinear after the layer's own QuantizeLinear, all
+    with one scale and zero point 0: then the Relu is max(q, 0) on the int8 output, exact."""
+    quantize = producer(node.inputs[0])
+    relu = node.outputs[0].outputs[0] if len(node.outputs[0].outputs) == 1 else None
+    if relu is None or relu.op != "Relu":
+        return {"detail": "it does not feed a Relu only"}
+    outputs = {t.name for t in graph.outputs}
+    after = relu.outputs[0].outputs
+    if relu.outputs[0].name in outputs or len(after) != 1 or after[0].op != "QuantizeLinear":
+        return {"detail": f"Relu {relu.name!r} is not quantized again"}
+    nodes = [n for n in (quantize, node, after[0]) if n is not None]
+    issue = next((qdq_issue(n) for n in nodes if qdq_issue(n)), None)
+    if issue:
+        return {"detail": issue}
+    scales = {scale_of(n) for n in nodes}
+    if len(scales) > 1:
+        return {"detail": f"Relu {relu.name!r} changes the scale ({sorted(scales)}): a "
+                          f"requantization the layer cannot fuse"}
+    return None
+
+
+def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Conv / MatMul / Gemm between symmetric per-tensor int8 QDQ pairs, whose weight is an
+    int8 constant dequantized per tensor and whose bias (Conv, Gemm input 2) is an int32
+    constant in the scale input_scale x weight_scale. (Checked on the op, so that the report
+    names the op when its int8 form fails.)"""
+    data = producer(node.inputs[0])
+    if data is None or data.op != "DequantizeLinear":
+        return {"detail": f"its input {node.inputs[0].name} is not dequantized int8"}
+    consumers = node.outputs[0].outputs
+    issue = qdq_issue(data) or next((qdq_issue(c) for c in consumers
+                                     if c.op == "QuantizeLinear" and qdq_issue(c)), None)
+    if issue:
+        return {"detail": issue}
+    issue = _dequantized_const(node.inputs[1], "int8")
+    if issue:
+        return {"detail": issue}
+    bias = present(node, 2) if node.op in ("Conv", "Gemm") else None
+    if bias is None:
+        return None
+    issue = _dequantized_const(bias, "int32")
+    if issue:
+        return {"detail": issue}
+    product = np.float32(scale_of(data)) * np.float32(scale_of(producer(node.inputs[1])))
+    bias_scale = scale_of(producer(bias))
+    if abs(bias_scale - float(product)) > _BIAS_SCALE_RTOL * float(product):
+        return {"detail": f"the bias scale {bias_scale!r} is not input_scale x weight_scale "
+                          f"({float(product)!r})"}
+    return None
+
+
+def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Both operands of an Add are dequantized symmetric per-tensor int8: two activations of
+    the output's shape, or one and a constant that broadcasts to it without enlarging it."""
+    if len(node.inputs) != 2:
+        return {"detail": f"it has {len(node.inputs)} operands"}
+    consts = 0
+    for tensor in node.inputs:
+        source = producer(tensor)
+        if source is None or source.op != "DequantizeLinear":
+            return {"detail": f"operand {tensor.name} is not dequantized int8"}
+        issue = qdq_issue(source)
+        if issue:
+            return {"detail": issue}
+        if is_const(source.inputs[0]):
+            consts += 1
+        elif static_shape(tensor) != static_shape(node.outputs[0]):
+            return {"detail": f"operand {tensor.name} {static_shape(tensor)} is broadcast to "
+                              f"{static_shape(node.outputs[0])}"}
+    if consts > 1:
+        return {"detail": "both operands are constants"}
+    return None
+
+
+def check_same_scale(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A QuantizeLinear whose scale is the one its producer's input was dequantized with: the op
+    between them (MaxPool, Relu, Transpose, ...) runs on the int8 values as they are."""
+    op = producer(node.inputs[0])
+    dq = producer(op.inputs[0]) if op is not None and op.inputs else None
+    if dq is None or dq.op != "DequantizeLinear":
+        return {"detail": "its input is not an op on dequantized int8"}
+    issue = qdq_issue(dq) or qdq_issue(node)
+    if issue:
+        return {"detail": issue}
+    if scale_of(dq) != scale_of(node):
+        return {"detail": f"{op.op} {op.name!r} changes the scale from {scale_of(dq)!r} to "
+                          f"{scale_of(node)!r} (a requantization the layer cannot fuse)"}
+    return None
+
+
+QNN_CHECKS = MappingProxyType({
+    "int8_qdq": check_int8_qdq,
+    "dequantizes_activation": check_dequantizes_activation,
+    "region_edge": check_region_edge,
+    "fused_relu": check_fused_relu,
+    "qdq_weights": check_qdq_weights,
+    "qdq_operands": check_qdq_operands,
+    "same_scale": check_same_scale,
+})
