@@ -298,3 +298,18 @@ def test_softmax_before_opset_13_on_4d_runs_over_chw(tmp_path):
     result, got, want = run_both(pooled, tmp_path / "p", [1, 3, 4, 5])
     assert result.placement("op")["placement"] == "mrvl"
     assert_close_fp16(got, want, want, roundings=3)
+
+
+def test_float_layers_stay_out_of_an_int8_region(tmp_path):
+    """A Softmax between DequantizeLinear and QuantizeLinear (a QDQ model's tail) stays on CPU:
+    the set has no int8 Softmax, and an fp16 one would not compute what the int8 model does."""
+    b = Builder()
+    x = b.input("x", [1, 10])
+    scale, zero = b.const(np.array(0.05, np.float32)), b.const(np.array(0, np.int8))
+    y = b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, scale, zero]), scale, zero])
+    y = b.op("Softmax", [y], name="op", axis=1)
+    out = b.const(np.array(1 / 127, np.float32))
+    y = b.op("DequantizeLinear", [b.op("QuantizeLinear", [y, out, zero]), out, zero])
+    entry = convert(b.model([y]), tmp_path / "q").placement("op")
+    assert entry["placement"] == "cpu"
+    assert "in an int8 (QDQ) region (its input" in entry["reason"]

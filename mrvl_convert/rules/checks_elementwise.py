@@ -102,6 +102,19 @@ def check_softmax_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     return {"axis": axis, "rank": rank, "opset": opset}
 
 
+def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Not inside an int8 (QDQ) region: no activation input comes from a DequantizeLinear and
+    the output feeds no QuantizeLinear. There the int8 model's result is onnxruntime's float op
+    between the two; an fp16 layer would round it differently (and the set has no int8 form)."""
+    for tensor in node.inputs:
+        if not is_const(tensor) and tensor.inputs and tensor.inputs[0].op == "DequantizeLinear":
+            return {"detail": f"its input {tensor.name} is dequantized int8"}
+    for consumer in node.outputs[0].outputs:
+        if consumer.op == "QuantizeLinear":
+            return {"detail": f"its output is quantized to int8 by {consumer.name}"}
+    return None
+
+
 ELEMENTWISE_CHECKS: Dict[str, Any] = {
     "rank_in": check_rank_in,
     "binary_operands": check_binary_operands,
@@ -109,4 +122,5 @@ ELEMENTWISE_CHECKS: Dict[str, Any] = {
     "decimal_exact": check_decimal_exact,
     "scalar_const_input": check_scalar_const_input,
     "softmax_axis": check_softmax_axis,
+    "float_region": check_float_region,
 }
