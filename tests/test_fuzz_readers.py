@@ -391,7 +391,7 @@ def _artifact_mutations(draw, pair):
                                      "const_ref_type", "shape", "shape_wrong", "inputs", "op",
                                      "name", "drop", "source_nodes", "activation"]))
         if what == "layer_name":
-            attrs["layer_name"] = [draw(st.sampled_from(["Conv3D", "conv2d", "Softmax", "", "FC2"]))]
+            attrs["layer_name"] = [draw(st.sampled_from(["Conv3D", "conv2d", "Softmax3D", "", "FC2"]))]
             return nodes, consts, [name, "layer_name"], True, f"{name}.layer_name = {attrs['layer_name']}"
         if what == "layer_name_type":
             attrs["layer_name"] = draw(st.sampled_from([5, None, [], [5], [None], {"x": 1},
