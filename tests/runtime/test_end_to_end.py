@@ -30,7 +30,11 @@ from onnxref import ORT_OLD_CEIL_POOLING, ceil_pool_quirks, run_model
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Gemm", "MatMul",
        "Add", "Concat", "Reshape", "Flatten", "Squeeze", "Relu", "Transpose",
-       "BatchNormalization"}
+       "BatchNormalization",
+       # the newer layer set's (issue 17)
+       "Sigmoid", "Tanh", "LeakyRelu", "Clip", "Softmax", "Pow", "Mul", "Sub", "Div",
+       "HardSigmoid", "HardSwish", "Resize", "Upsample", "Split", "Slice", "ReduceMean",
+       "ReduceMax", "ConvTranspose", "Unsqueeze", "Sqrt", "Reciprocal"}
 WEIGHTED = {"Conv", "Gemm", "MatMul", "BatchNormalization"}
 CONV_POOL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 
@@ -47,10 +51,18 @@ def backend_cases() -> Dict[str, object]:
     def float32(values) -> bool:
         return all(v.type.tensor_type.elem_type == TensorProto.FLOAT for v in values)
 
+    def nearest(model) -> bool:
+        # The accelerator resizes by nearest neighbour only; onnxruntime itself departs from
+        # the cases' expected outputs on some cubic and linear ones.
+        return all(helper.get_attribute_value(a) in (b"nearest", "nearest")
+                   for n in model.graph.node if n.op_type in ("Resize", "Upsample")
+                   for a in n.attribute if a.name == "mode")
+
     selected = {c.name: c for c in cases
                 if c.kind == "node" and c.model is not None
                 and {n.op_type for n in c.model.graph.node} <= OPS
-                and float32(c.model.graph.input) and float32(c.model.graph.output)}
+                and float32(c.model.graph.input) and float32(c.model.graph.output)
+                and nearest(c.model)}
     return {name: _at_least_min_opset(case) for name, case in selected.items()}
 
 
