@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import fnmatch
-import json
 import multiprocessing
 import os
 import signal

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
-from .cli_output import FEW_CUTS, TABLE_COLUMNS, _Progress, cut_line, format_table  # noqa: F401
+from .cli_output import _Progress, cut_line, format_table  # noqa: F401 (re-exported for tests)
 from .errors import MrvlConvertError
 from .layers._kind import MARVELL, UPSTREAM
 

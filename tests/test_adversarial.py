@@ -16,7 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict
+from typing import Any, Callable
 
 import numpy as np
 import onnx

@@ -123,7 +123,7 @@ def test_channel_shuffle_alone_is_bit_exact(tmp_path):
     y = b.op("Transpose", [y], perm=[0, 2, 1, 3, 4])
     y = b.op("Reshape", [y, b.const(np.array([1, 6, 3, 3], np.int64))])
     model = b.model([y])
-    result = mrvl_convert.convert(model, tmp_path / "out")
+    mrvl_convert.convert(model, tmp_path / "out")
     session = mrvl_convert.HybridSession(str(tmp_path / "out"))
     xv = RNG.standard_normal((1, 6, 3, 3)).astype(np.float32)
     _, layers = session.run_layers({"x": xv})

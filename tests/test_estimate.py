@@ -1,7 +1,6 @@
 """The accelerator cost ESTIMATE: MAC counts, the public ResNet-50 anchor, monotonic sanity, profiles."""
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import json
 from pathlib import Path

@@ -22,7 +22,6 @@ import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-import badmodels as bm
 import hostile
 from mrvl_convert import HybridSession, MrvlConvertError, convert
 from mrvl_convert.estimate import estimate_artifact

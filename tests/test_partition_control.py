@@ -7,7 +7,7 @@ import onnx
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort, small_cnn
+from models import Builder, small_cnn
 from test_partition import check_sound, stages
 
 

@@ -172,12 +172,26 @@ class Conv2DKernel(Kernel):
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
-        n, h, w, c = spec.input_rank(0, 4)
+        c = self._read_geometry()
+        kernel = spec.const("kernel_const_name", consts)
+        o = self._take_kernel(kernel, c)
+        self.add_bias = RowAdd(read_bias(spec, consts, o))
+        self.activation = spec.value("activation_type")
+        self._prepare_weights(fp16_const(spec, "kernel_const_name", kernel), c)
+
+    def _read_geometry(self) -> int:
+        """Strides, pads, dilation and groups from the layer; returns the input channels."""
+        spec = self.spec
         self.strides = spec.value("strides")
         self.pads = spec.value("padding")
         self.dilation = spec.value("dilation")
         self.groups = spec.value("groups")
-        kernel = spec.const("kernel_const_name", consts)
+        return spec.input_rank(0, 4)[3]
+
+    def _take_kernel(self, kernel: np.ndarray, c: int) -> int:
+        """Check an OHWI kernel against the input and the stated output; returns O."""
+        spec = self.spec
+        n, h, w, _ = spec.input_shapes[0]
         if kernel.ndim != 4:
             raise spec.error("attrs.kernel_const_name", f"kernel must be OHWI (4-D), got shape "
                                                         f"{list(kernel.shape)}")
@@ -187,11 +201,8 @@ class Conv2DKernel(Kernel):
         oh = conv_out_size(h, self.pads[0] + self.pads[2], kh, self.strides[0], self.dilation[0])
         ow = conv_out_size(w, self.pads[1] + self.pads[3], kw, self.strides[1], self.dilation[1])
         spec.expect_shape((n, oh, ow, o))
-        self.out_hw = (oh, ow)
-        self.out_channels = o
-        self.add_bias = RowAdd(read_bias(spec, consts, o))
-        self.activation = spec.value("activation_type")
-        self._prepare_weights(fp16_const(spec, "kernel_const_name", kernel), c)
+        self.out_hw, self.out_channels = (oh, ow), o
+        return o
 
     def _check_geometry(self, c: int, o: int, kh: int, kw: int, ig: int) -> None:
         spec, g = self.spec, self.groups

@@ -21,7 +21,6 @@ import numpy as np
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
-from ..runtime.windows import conv_out_size
 from ._kind import Activation
 from .conv2d import Conv2DKernel
 from .pool import Avgpool2DKernel, GlobalAvgpool2DKernel
@@ -80,25 +79,13 @@ class Conv2DInt8Kernel(Conv2DKernel):
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         Kernel.__init__(self, spec, consts, gemm)
-        n, h, w, c = spec.input_rank(0, 4)
-        self.strides = spec.value("strides")
-        self.pads = spec.value("padding")
-        self.dilation = spec.value("dilation")
-        self.groups = spec.value("groups")
+        c = self._read_geometry()
         if self.groups != 1:
             raise spec.error("attrs.groups", "an int8 Conv2D is an ordinary convolution "
                                              "(depthwise and grouped kernels are expanded)")
         kernel = _int_const(spec, "kernel_const_name", consts, np.int8)
-        if kernel.ndim != 4:
-            raise spec.error("attrs.kernel_const_name", f"kernel must be OHWI (4-D), got shape "
-                                                        f"{list(kernel.shape)}")
-        o, kh, kw, ig = kernel.shape
-        self._check_geometry(c, o, kh, kw, ig)
-        self.kernel_hw = (kh, kw)
-        oh = conv_out_size(h, self.pads[0] + self.pads[2], kh, self.strides[0], self.dilation[0])
-        ow = conv_out_size(w, self.pads[1] + self.pads[3], kw, self.strides[1], self.dilation[1])
-        spec.expect_shape((n, oh, ow, o))
-        self.out_hw, self.out_channels = (oh, ow), o
+        o = self._take_kernel(kernel, c)
+        kh, kw = self.kernel_hw
         self.pointwise = (kh == kw == 1 and not any(self.pads))
         # [KH*KW*I, O]: the (kh, kw, c) order of an NHWC window flattened (as Conv2DKernel).
         self.weights = kernel.reshape(o, -1).T.astype(np.float64)
