@@ -159,3 +159,19 @@ def test_estimate_refuses_a_stage_file_outside_the_artifact(artifact: Path, tmp_
     with hostile.opened_files() as opened, pytest.raises(MrvlConvertError, match="symlink"):
         estimate_artifact(art)
     hostile.assert_not_opened(opened, outside)
+
+
+# Found by the thorough profile (fixed): a list where a constant's dtype goes raised TypeError
+# in the simulator; an int8 input node feeding a float32 layer compiled and ran.
+@pytest.mark.parametrize("document,path,raw", [
+    ("cnn_mrvl_0-consts.json", None, "[4294967296, 4294967296]"),
+    ("cnn_mrvl_0-nodes.json", ("nodes", 0, "attrs", "dtype"), '["int8"]'),
+])
+def test_found_by_the_thorough_profile(artifact: Path, tmp_path: Path, document, path, raw) -> None:
+    art = tmp_path / "art"
+    shutil.copytree(artifact, art)
+    doc = json.loads((art / document).read_text())
+    _replace(doc, path or (next(iter(doc)), "dtype"))
+    (art / document).write_text(json.dumps(doc).replace(json.dumps(PLACEHOLDER), raw))
+    with pytest.raises(MrvlConvertError, match="dtype"):
+        HybridSession(art).run(None, _feed())

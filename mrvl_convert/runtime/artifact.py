@@ -111,7 +111,7 @@ def _decode_one(path: str, name: str, entry: Any) -> np.ndarray:
         if key not in entry:
             raise ArtifactError(f"{path}: {where}: field '{key}' is missing")
     shape = shape_of(entry["shape"], path, f"{name}.shape")
-    if entry["dtype"] not in _CONST_DTYPES:
+    if not isinstance(entry["dtype"], str) or entry["dtype"] not in _CONST_DTYPES:
         raise ArtifactError(f"{path}: {where}: field 'dtype' is {entry['dtype']!r}; only "
                             f"{', '.join(map(repr, _CONST_DTYPES))} are defined")
     layout = _CONST_DTYPES[entry["dtype"]]

@@ -229,6 +229,7 @@ class _GraphBuilder:
             raise ArtifactError(f"{path}: a Nodes-JSON must be a JSON object")
         self.path, self.doc, self.consts, self.gemm = path, doc, consts, gemm
         self.shapes: Dict[int, Tuple[Shape, ...]] = {}   # node -> the shape of each output
+        self.dtypes: Dict[int, str] = {}                 # node -> its element type
 
     def build(self, policy: str) -> CompiledSubgraph:
         nodes = require(self.doc, "nodes", list, self.path, "top level")
@@ -262,6 +263,7 @@ class _GraphBuilder:
             raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.dtype' is "
                                 f"{dtype!r}; only float32 and int8 inputs are defined")
         self.shapes[index] = (shape,)
+        self.dtypes[index] = dtype
         return InputNode(index, name, shape)
 
     def _layer(self, index: int, node: Dict[str, Any]) -> _Step:
@@ -289,6 +291,7 @@ class _GraphBuilder:
                          tuple(self.shapes[r][s] for r, s in entries), out_shapes[0],
                          tuple(sources), self.path, kind, out_shapes)
         self._check_layout_shapes(spec)
+        self._check_dtypes(spec, attrs, [r for r, _ in entries])
         issue = kind.capability_issue(attrs)
         if issue:
             raise spec.error("attrs", f"not supported by the simulator: {issue}")
@@ -340,6 +343,19 @@ class _GraphBuilder:
                 if stated not in (tuple(actual), tuple(r4_shape(list(actual))), lead):
                     raise spec.error(f"attrs.{key}", f"is {list(stated)} but the graph gives "
                                                      f"{list(actual)}")
+
+    def _check_dtypes(self, spec: LayerSpec, attrs: Dict[str, Any], inputs: List[int]) -> None:
+        """A layer computes in one element type, its inputs' (only ``quant`` converts)."""
+        dtype = first_value(attrs.get("dtype", ["float32"]))
+        if dtype not in ("float32", "int8"):
+            raise spec.error("attrs.dtype", f"is {dtype!r}; only float32 and int8 are defined")
+        if spec.layer_name != "quant":
+            for ref in inputs:
+                if self.dtypes[ref] != dtype:
+                    raise spec.error("inputs", f"node {ref} has dtype {self.dtypes[ref]} but the "
+                                               f"layer computes in {dtype}; only a quant layer "
+                                               "converts")
+        self.dtypes[spec.index] = dtype
 
     def _check_summary(self, nodes: list, inputs: List[InputNode], heads: List[int]) -> None:
         """Top-level attrs.shape and the num_subgraph_* strings must agree with the nodes."""
