@@ -437,7 +437,7 @@ def _artifact_mutations(draw, pair):
             return nodes, consts, [name, "source_nodes"], True, f"{name}.source_nodes = {attrs['source_nodes']!r}"
         if what == "activation":
             assume(_layer_name(node) in ("Conv2D", "FC", "Sum2D"))
-            attrs["activation_type"] = draw(st.sampled_from([["gelu"], ["sigmoid"], [5]]))
+            attrs["activation_type"] = draw(st.sampled_from([["gelu"], ["swish"], [5]]))
             return nodes, consts, [name, "activation_type"], True, \
                 f"{name}.activation_type = {attrs['activation_type']!r}"
         # activation_type and count_include_pad are optional by contract (their absence is a
