@@ -91,12 +91,8 @@ def _add_verify_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="after each conversion, compare the model outputs of the hybrid "
                              "run with onnxruntime on the original model")
-    parser.add_argument("--atol", action="append", default=[], metavar="[OUTPUT:]VALUE",
-                        help="--verify: absolute error always accepted, for every output or one "
-                             "(default 2**-12 ~ 2.4e-4; repeatable)")
-    parser.add_argument("--rtol", action="append", default=[], metavar="[OUTPUT:]VALUE",
-                        help="--verify: error accepted relative to the output's largest value "
-                             "(default 0.01; repeatable)")
+    from .runtime.tolerances import add_tolerance_args
+    add_tolerance_args(parser, "--verify: ")
     parser.add_argument("--verify-inputs", metavar="FILE.npz", default=None,
                         help="--verify: real inputs, arrays named after the model inputs (one "
                              "sample or a stack); default: seeded random inputs")

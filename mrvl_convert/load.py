@@ -245,7 +245,7 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
                 raise ShapeError(f"given shape {wanted} must have positive dims", model=label,
                                  tensor=name)
             for dim, size in zip(dims, wanted):
-                if _static(dim) and dim.dim_value != size:
+                if static_dim(dim) and dim.dim_value != size:
                     raise ShapeError(f"has static dim {dim.dim_value} where the given shape says "
                                      f"{size}", model=label, tensor=name)
             value.type.tensor_type.shape.Clear()
@@ -259,7 +259,7 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
                              tensor=name)
         sizes = []
         for axis, dim in enumerate(dims):
-            if not _static(dim):
+            if not static_dim(dim):
                 symbol = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value")
                                            else "?")
                 raise ShapeError(f"has dynamic dim {axis} ({symbol!r}); fix it with "
@@ -272,7 +272,8 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
 def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
     """``--input-shape x:1,3,320,320 (shapes={'x': [1, 3, 320, 320]})`` when only the batch is
     unknown (batch 1); otherwise the unknown sizes as ``<symbol>`` placeholders."""
-    parts = [str(d.dim_value) if _static(d) else "1" if axis == 0 else f"<{d.dim_param or 'size'}>"
+    parts = [str(d.dim_value) if static_dim(d)
+             else "1" if axis == 0 else f"<{d.dim_param or 'size'}>"
              for axis, d in enumerate(dims)]
     if all(p.isdigit() for p in parts):
         return (f"--input-shape {name}:{','.join(parts)} "
@@ -324,7 +325,7 @@ def _check_negative_dims(proto: onnx.ModelProto, label: str) -> None:
                 model=label, node=_producer_of(proto, value.name), tensor=value.name)
 
 
-def _static(dim: onnx.TensorShapeProto.Dimension) -> bool:
+def static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
     """A dim with a size. Exporters write a dynamic dim as a dim_param, or (Paddle) as
     ``dim_value: -1``; both are dynamic, and 0 is no size either."""
     return dim.HasField("dim_value") and dim.dim_value > 0

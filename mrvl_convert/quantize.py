@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from .errors import InputFeedError, ModelLoadError, OptionError
+from .load import static_dim
 from .layers import MARVELL
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -120,7 +121,7 @@ def _reader(proto: onnx.ModelProto, calibration: Mapping[str, np.ndarray], label
                                  tensor=tensor.name)
         samples = np.asarray(calibration[tensor.name], dtype=np.float32)
         dims = tensor.type.tensor_type.shape.dim
-        batch = dims[0].dim_value if dims and dims[0].dim_value > 0 else 1
+        batch = dims[0].dim_value if dims and static_dim(dims[0]) else 1
         if samples.ndim != len(dims) or samples.shape[0] < batch:
             raise InputFeedError(f"{label}: calibration samples of shape {list(samples.shape)} "
                                  f"do not stack inputs of rank {len(dims)}", tensor=tensor.name)

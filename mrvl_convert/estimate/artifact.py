@@ -5,7 +5,10 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
+from .._paths import confined
+from ..emit.validate import validate
 from ..errors import ArtifactError
+from ..runtime.artifact import read_json
 from .cost import StageEstimate, boundary_cycles, estimate_stage
 from .profile import HardwareProfile, ProfileLike, load_profile
 
@@ -100,9 +103,6 @@ def estimate_artifact(artifact_dir: Union[str, Path], profile: ProfileLike = Non
 
 
 def _read(root: Path, relative: str, schema: str, what: str, **bounds: Any) -> Any:
-    from .._paths import confined
-    from ..emit.validate import validate
-    from ..runtime.artifact import read_json
     path = confined(root, relative, what=f"{root / 'manifest.json'}: a {what} path",
                     error=ArtifactError)
     doc = read_json(path, what, **bounds)

@@ -19,7 +19,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
+from ..runtime.kernel_base import Kernel, const_broadcast_shape
 from ..runtime.layerspec import LayerSpec
 from ._kind import Activation
 from .conv2d import Conv2DKernel
@@ -139,11 +139,7 @@ class Sum2DInt8Kernel(Kernel):
         self.const: Optional[np.ndarray] = None
         if len(shapes) == 1:
             const = _int_const(spec, "input_const_name", consts, np.int8)
-            try:
-                out = np.broadcast_shapes(shapes[0], const.shape)
-            except ValueError:
-                raise spec.error("attrs.input_const_name", f"constant shape {list(const.shape)}"
-                                 f" does not broadcast with input {list(shapes[0])}") from None
+            out = const_broadcast_shape(spec, const)
             self.const = const.astype(np.float32)
         elif len(shapes) == 2 and shapes[0] == shapes[1]:
             out = shapes[0]

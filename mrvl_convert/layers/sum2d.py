@@ -14,7 +14,7 @@ from .._graph import const_value, is_const, static_shape
 from ..layout import LayoutContext, TensorLayout, native
 from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel, fp16_const
+from ..runtime.kernel_base import Kernel, const_broadcast_shape, fp16_const
 from ..runtime.layerspec import LayerSpec
 from ..runtime.ufuncs import activate_inplace
 from ._kind import FUSED_ACTIVATION, MARVELL, Const, LayerKind, roles
@@ -53,11 +53,7 @@ class Sum2DKernel(Kernel):
         self.const = None
         if len(shapes) == 1:
             const = spec.const("input_const_name", consts)
-            try:
-                out = np.broadcast_shapes(shapes[0], const.shape)
-            except ValueError:
-                raise spec.error("attrs.input_const_name", f"constant shape {list(const.shape)}"
-                                 f" does not broadcast with input {list(shapes[0])}") from None
+            out = const_broadcast_shape(spec, const)
             self.const = fp16_const(spec, "input_const_name", const)
         elif len(shapes) == 2:
             if shapes[0] != shapes[1]:

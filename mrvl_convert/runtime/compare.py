@@ -20,6 +20,7 @@ import onnx
 import onnxruntime as ort
 
 from ..errors import ModelLoadError, ShapeError
+from ..load import static_dim
 from .layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
 from .session import DTYPES, QUIET, HybridSession, TensorSpec, ort_options
 from .simulator import Fp16RangeWarning
@@ -313,9 +314,7 @@ def _check_model_inputs(proto: onnx.ModelProto, session: HybridSession, label: s
                              "takes one: is it the model the artifact was converted from?",
                              model=label, tensor=spec.name)
         dims = value.type.tensor_type.shape.dim
-        # dim_value -1 or 0 is how some exporters write a dynamic dim (see load._static).
-        static = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None
-                  for d in dims]
+        static = [d.dim_value if static_dim(d) else None for d in dims]
         if len(static) != len(spec.shape) or any(
                 d is not None and d != want for d, want in zip(static, spec.shape)):
             raise ShapeError(f"has shape {static} but the artifact {session.artifact_dir} was "

@@ -10,7 +10,7 @@ the simulator was asked to use; other kernels ignore it.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Optional
+from typing import Any, ClassVar, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -53,6 +53,17 @@ class Kernel:
         elif n != self.num_inputs:
             raise self.spec.error("inputs", f"expected {self.num_inputs} activation input(s), "
                                             f"got {n}")
+
+
+def const_broadcast_shape(spec: LayerSpec, const: np.ndarray) -> Tuple[int, ...]:
+    """The output shape of input 0 combined elementwise with the constant
+    ``input_const_name``, or the layer's error if the two do not broadcast."""
+    shape = spec.input_shapes[0]
+    try:
+        return tuple(np.broadcast_shapes(shape, const.shape))
+    except ValueError:
+        raise spec.error("attrs.input_const_name", f"constant shape {list(const.shape)}"
+                         f" does not broadcast with input {list(shape)}") from None
 
 
 def fp16_const(spec: LayerSpec, key: str, values: np.ndarray) -> np.ndarray:

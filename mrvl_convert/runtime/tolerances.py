@@ -133,3 +133,14 @@ def parse_tolerance_specs(specs: Sequence[str], option: str) -> Dict[Optional[st
                              "two different values")
         values[key] = value
     return values
+
+
+def add_tolerance_args(parser: Any, applies: str = "") -> None:
+    """``--atol`` and ``--rtol`` as ``mrvl-convert --verify`` and ``mrvl-verify`` both take them
+    (``applies`` prefixes the help, e.g. "--verify: ")."""
+    parser.add_argument("--atol", action="append", default=[], metavar="[OUTPUT:]VALUE",
+                        help=f"{applies}absolute error always accepted, for every output or one "
+                             "(default 2**-12 ~ 2.4e-4; repeatable)")
+    parser.add_argument("--rtol", action="append", default=[], metavar="[OUTPUT:]VALUE",
+                        help=f"{applies}error accepted relative to the output's largest value "
+                             "(default 0.01; repeatable)")

@@ -21,7 +21,7 @@ from ..errors import ArtifactError, InputFeedError, MrvlConvertError
 from .compare import compare
 from .gemm import GEMM_ENGINES
 from .session import DTYPES, HybridSession, TensorSpec
-from .tolerances import Tolerances, parse_tolerance_specs
+from .tolerances import Tolerances, add_tolerance_args, parse_tolerance_specs
 
 EXIT_PASSED, EXIT_USAGE, EXIT_VERIFY_FAILED = 0, 2, 3
 
@@ -50,12 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also compare every Mrvl layer's output with the tensor of the "
                              "original model it computes, to find the first layer that loses "
                              "accuracy (diagnostic rows: the exit status does not change)")
-    parser.add_argument("--atol", action="append", default=[], metavar="[OUTPUT:]VALUE",
-                        help="absolute error always accepted, for every output or one "
-                             "(default 2**-12 ~ 2.4e-4; repeatable)")
-    parser.add_argument("--rtol", action="append", default=[], metavar="[OUTPUT:]VALUE",
-                        help="error accepted relative to the output's largest value (default "
-                             "0.01; repeatable)")
+    add_tolerance_args(parser)
     return parser
 
 
