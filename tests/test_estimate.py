@@ -160,6 +160,20 @@ def test_profile_size_is_bounded(tmp_path):
         load_profile(path)
 
 
+def test_profile_alias_bomb_and_nesting_are_bounded(tmp_path):
+    """A profile is a user's document: a few hundred bytes of aliases must not expand to
+    gigabytes, nor deep nesting exhaust the stack (the rule files' bounded reader)."""
+    bomb = ['a0: &a0 ["x","x","x","x","x","x","x","x","x"]']
+    bomb += [f"a{i}: &a{i} [" + ",".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)]
+    for name, text, needle in (("bomb.yaml", "\n".join(bomb) + "\n", "aliases"),
+                               ("deep.yaml", "[" * 5000 + "]" * 5000, "nests deeper")):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(HardwareProfileError, match=needle) as info:
+            load_profile(path)
+        assert str(path) in str(info.value)
+
+
 def test_profile_tiles_above_max(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(_profile_text().replace("tiles: 8 ", "tiles: 16 "))

@@ -1,8 +1,8 @@
 """The hardware profile: every figure of the cost estimate, read from a data file (YAML or JSON).
 
 The built-in profile (``cn10ka_fp16.yaml``) ships with the package; a user passes their own with
-``--hw-profile FILE`` or ``load_profile(path)``. A profile file is read with bounds (size limit,
-``yaml.safe_load``) and validated against ``schemas/hwprofile.schema.json`` before use.
+``--hw-profile FILE`` or ``load_profile(path)``. A profile file is read with bounds (size, and
+nesting and aliases as for a rule file) and validated against ``schemas/hwprofile.schema.json`` before use.
 """
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import jsonschema
 import yaml
 
 from ..errors import MrvlConvertError
+from ..rules.loader import parse_bounded_yaml
 
 MAX_PROFILE_BYTES = 64 * 1024  # a profile is a few dozen lines; anything bigger is not one
 BUILTIN_PROFILE = "cn10ka_fp16.yaml"
@@ -89,11 +90,9 @@ def load_profile(profile: ProfileLike = None) -> HardwareProfile:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise HardwareProfileError(f"hardware profile {path} cannot be read: {exc}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise HardwareProfileError(f"hardware profile {path} is not valid YAML/JSON: "
-                                   f"{str(exc).splitlines()[0]}") from None
+    # A profile file is a user's document: nesting and aliases bounded as for a rule file.
+    data = parse_bounded_yaml(text, str(path), what="hardware profile",
+                              error=HardwareProfileError)
     return parse_profile(data, label=str(path))
 
 

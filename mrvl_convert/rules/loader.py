@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from types import MappingProxyType
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Type, Union
 
 import jsonschema
 import yaml
 
-from ..errors import RuleFileError
+from ..errors import MrvlConvertError, RuleFileError
 from ..layers import CATALOGUE, MARVELL, UPSTREAM
 from ..layers._kind import QDQ_ROLES
 from .model import Constraint, Rule, Step
@@ -75,10 +75,12 @@ class _TooLarge(Exception):
     """A bound of a rule file exceeded; becomes a RuleFileError naming the file."""
 
 
-def parse_bounded_yaml(text: str, label: str) -> object:
+def parse_bounded_yaml(text: str, label: str, *, what: str = "rule file",
+                       error: Type[MrvlConvertError] = RuleFileError) -> object:
     """YAML (or JSON) text to Python data, refusing what would exhaust memory or the stack:
     nesting deeper than MAX_RULE_DEPTH and alias expansion beyond MAX_RULE_NODES nodes (a
-    "billion laughs" file is a few hundred bytes that expand to gigabytes)."""
+    "billion laughs" file is a few hundred bytes that expand to gigabytes). Any other document
+    a user hands in (``what``, refused with ``error``) is read the same way."""
     loader = None
     try:
         loader = _BoundedLoader(text)  # the reader checks the characters here already
@@ -91,13 +93,13 @@ def parse_bounded_yaml(text: str, label: str) -> object:
                             f"{MAX_RULE_NODES}")
         return loader.construct_document(node)
     except _TooLarge as exc:
-        raise RuleFileError(f"rule file {label} is refused: it {exc}") from None
+        raise error(f"{what} {label} is refused: it {exc}") from None
     except yaml.YAMLError as exc:
-        raise RuleFileError(f"rule file {label} is not valid YAML/JSON: "
-                            f"{str(exc).splitlines()[0]}") from None
+        raise error(f"{what} {label} is not valid YAML/JSON: "
+                    f"{str(exc).splitlines()[0]}") from None
     except (ValueError, TypeError, RecursionError) as exc:  # e.g. a 5000-digit integer
-        raise RuleFileError(f"rule file {label} has a value that cannot be read: "
-                            f"{str(exc).splitlines()[0][:200]}") from None
+        raise error(f"{what} {label} has a value that cannot be read: "
+                    f"{str(exc).splitlines()[0][:200]}") from None
     finally:
         if loader is not None:
             loader.dispose()
