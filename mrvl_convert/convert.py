@@ -89,6 +89,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     step = on_stage or (lambda stage: None)
     step("load")
     rule_list = load_rules(rules, layer_set=layer_set)
+    profile = _profile(estimate)
     deny = _check_deny(deny)
     loaded = load_model(model, shapes=shapes, name=name)
     try:
@@ -99,7 +100,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         matches = match(canonical.graph, rule_list, deny=denied)
         matches.elsewhere.update(layer_set_hints(canonical.graph, layer_set, matches, denied))
         plan = partition(canonical.graph, matches, policy, loaded.name,
-                         max_subgraphs=max_subgraphs, rank=_ranking(estimate))
+                         max_subgraphs=max_subgraphs,
+                         rank=_ranking(profile) if max_subgraphs is not None else None)
         step("lower")
         subgraphs = {s.name: lower_stage(s, canonical.copies) for s in plan.stages
                      if s.kind == "mrvl"}
@@ -138,8 +140,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
                                    external=cpu_onnx.needs_external_data(cpu_model))
         manifest = documents.manifest(loaded, plan, subgraphs, files, options, __version__)
         report = documents.report(loaded, canonical, matches, plan, subgraphs)
-        if estimate is not None and estimate is not False:
-            report["estimate"] = _estimate(manifest, nodes_docs, estimate)
+        if profile is not None:
+            report["estimate"] = _estimate(manifest, nodes_docs, profile)
         graph = _describe(loaded, report)
         if draw:
             _draw(staging, loaded, report, graph)
@@ -150,20 +152,25 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     return Result(loaded.name, out_dir, written, manifest, report, graph)
 
 
-def _ranking(estimate: Any) -> Optional[Ranking]:
+def _profile(estimate: Any) -> Any:
+    """The hardware profile ``estimate`` asks for (read once per conversion), or None."""
     if estimate is None or estimate is False:
         return None
     from .estimate import load_profile
+    return load_profile(None if estimate is True else estimate)
+
+
+def _ranking(profile: Any) -> Optional[Ranking]:
+    if profile is None:
+        return None
     from .estimate.region import region_weight
-    profile = load_profile(None if estimate is True else estimate)
     return Ranking("estimated accelerator time", region_weight(profile))
 
 
 def _estimate(manifest: Dict[str, Any], nodes_docs: Dict[str, Any], profile: Any
               ) -> Dict[str, Any]:
     from .estimate import estimate_documents
-    return estimate_documents(manifest, lambda e: nodes_docs[e["name"]][0],
-                              None if profile is True else profile,
+    return estimate_documents(manifest, lambda e: nodes_docs[e["name"]][0], profile,
                               const_shapes=lambda e: nodes_docs[e["name"]][1])
 
 
