@@ -66,6 +66,7 @@ class Job:
     draw: bool = False                  # also write <name>.html and <name>.placement.onnx
     max_subgraphs: Optional[int] = None
     deny: Tuple[str, ...] = ()
+    min_compute_layers: int = 1         # a Mrvl region with fewer Conv2D/FC layers runs on CPU
     layer_set: str = "marvell"          # the layer kinds the target's backend compiler reads
     verify_inputs: Optional[str] = None  # .npz of real inputs for verify (else random)
     atol: Tuple[Tuple[Optional[str], float], ...] = ()   # (output name or None for all, value)
@@ -170,7 +171,7 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
                          rules=list(job.rules) or None, name=job.name, draw=job.draw,
                          estimate=(True if job.estimate == "builtin" else job.estimate),
                          max_subgraphs=job.max_subgraphs, deny=list(job.deny),
-                         layer_set=job.layer_set,
+                         min_compute_layers=job.min_compute_layers, layer_set=job.layer_set,
                          on_stage=on_stage and (lambda stage: _stage(on_stage, job, stage)))
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
@@ -289,7 +290,7 @@ def plan_jobs(models: Sequence[PathLike], out_dir: PathLike, *,
               rules: Optional[Sequence[PathLike]] = None, verify: bool = False,
               estimate: Optional[str] = None, draw: bool = False,
               max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
-              layer_set: str = "marvell",
+              layer_set: str = "marvell", min_compute_layers: int = 1,
               verify_options: Optional[VerifyOptions] = None) -> List[Job]:
     """One Job per model with a unique, deterministic artifact directory name."""
     out = Path(os.path.abspath(out_dir))
@@ -301,7 +302,8 @@ def plan_jobs(models: Sequence[PathLike], out_dir: PathLike, *,
                 model_shapes=own or None, policy=policy, rules=rule_paths,
                 ignore_unknown_shapes=len(models) > 1,
                 verify=verify, estimate=_abs_profile(estimate), draw=draw,
-                max_subgraphs=max_subgraphs, deny=tuple(deny), layer_set=layer_set, **extra)
+                max_subgraphs=max_subgraphs, deny=tuple(deny), layer_set=layer_set,
+                min_compute_layers=min_compute_layers, **extra)
             for m, n, own in zip(models, names, per_model)]
 
 
@@ -387,6 +389,7 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                  verify: Union[bool, VerifyOptions] = False, estimate: Optional[str] = None,
                  draw: bool = False, max_subgraphs: Optional[int] = None,
                  deny: Sequence[str] = (), layer_set: str = "marvell",
+                 min_compute_layers: int = 1,
                  on_stage: Optional[StageFn] = None) -> BatchResult:
     """Convert every model into ``out_dir/<name>/`` and write ``out_dir/summary.json``.
 
@@ -403,7 +406,7 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     stage)`` as a model starts its conversion ("convert"; on an executor, as a worker takes
     it) and, converted in this process, its verification ("verify").
     ``estimate`` ("builtin" or a hardware profile file) and ``draw`` are passed to ``convert``;
-    so are ``max_subgraphs``, ``deny`` and ``layer_set``, for every model.
+    so are ``max_subgraphs``, ``deny``, ``min_compute_layers`` and ``layer_set``, for every model.
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
     guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """
@@ -416,7 +419,7 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     job_list = plan_jobs(models, out_dir, shapes=shapes, policy=policy, rules=_as_list(rules),
                          verify=bool(verify), estimate=estimate, draw=draw,
                          max_subgraphs=max_subgraphs, deny=deny, layer_set=layer_set,
-                         verify_options=verify_options)
+                         min_compute_layers=min_compute_layers, verify_options=verify_options)
     prepare_out_dir(out_dir)
     if executor is not None:
         outcomes = _run_on(executor, job_list, fail_fast, progress, on_stage)
@@ -433,7 +436,9 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                   options={"policy": policy, "shapes": _jsonable_shapes(shapes),
                            "rules": [str(r) for r in _as_list(rules)], "verify": bool(verify),
                            "max_subgraphs": max_subgraphs, "deny": list(deny),
-                           "layer_set": layer_set})
+                           "layer_set": layer_set,
+                           **({} if min_compute_layers == 1
+                              else {"min_compute_layers": min_compute_layers})})
     return result
 
 

@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                              "on CPU")
     parser.add_argument("--deny", action="append", default=[], metavar="OP_TYPE|NODE_NAME",
                         help="keep this op type or node on CPU (repeatable)")
+    parser.add_argument("--min-compute-layers", type=_non_negative_int, default=1, metavar="N",
+                        help="a Mrvl region with fewer than N Conv/FC layers runs on CPU "
+                             "(default 1, upstream's rule; 0: any matched region runs on Mrvl)")
     parser.add_argument("--layer-set", choices=(MARVELL, UPSTREAM), default=MARVELL,
                         help="the Marvell layer kinds your backend compiler reads: the newer "
                              "Marvell codegen's (default) or upstream TVM 0.19's 12 composites")
@@ -365,6 +368,7 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, Any],
                                   progress=progress.update, verify=args.verify_option,
                                   estimate=args.estimate_option, draw=args.draw,
                                   max_subgraphs=args.max_subgraphs, deny=list(args.deny),
+                                  min_compute_layers=args.min_compute_layers,
                                   layer_set=args.layer_set, on_stage=progress.stage)
         except MrvlConvertError as exc:
             progress.close()

@@ -71,7 +71,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
             rules: Rules = None, name: Optional[str] = None, layer_set: str = MARVELL,
             max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
-            estimate: Any = None, draw: bool = False,
+            min_compute_layers: int = 1, estimate: Any = None, draw: bool = False,
             on_stage: Optional[Callable[[str], None]] = None) -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
@@ -80,6 +80,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     ``max_subgraphs``: keep at most this many Mrvl subgraphs, those with the most MACs (with
     ``estimate``: the most estimated accelerator time); the rest run on CPU. ``deny``: op types
     or node names (as in the model or in report.json) that stay on CPU whatever the rules say.
+    ``min_compute_layers``: a Mrvl region with fewer compute-heavy layers (Conv2D, FC...) goes
+    back to CPU; 1 (default) is upstream's rule, 0 lets any matched region run on Mrvl.
     ``estimate``: True (built-in hardware profile) or a profile file adds the accelerator cost
     ESTIMATE to report.json (``estimate`` section). ``draw``: also write ``<name>.html`` (the
     partition page) and ``<name>.placement.onnx`` (the model annotated for Netron).
@@ -100,7 +102,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         matches = match(canonical.graph, rule_list, deny=denied)
         matches.elsewhere.update(layer_set_hints(canonical.graph, layer_set, matches, denied))
         plan = partition(canonical.graph, matches, policy, loaded.name,
-                         max_subgraphs=max_subgraphs,
+                         max_subgraphs=max_subgraphs, min_compute_layers=min_compute_layers,
                          rank=_ranking(profile) if max_subgraphs is not None else None)
         step("lower")
         subgraphs = {s.name: lower_stage(s, canonical.copies) for s in plan.stages
@@ -119,6 +121,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         options["max_subgraphs"] = max_subgraphs
     if deny:
         options["deny"] = list(deny)
+    if min_compute_layers != 1:  # upstream's rule is not written: the manifest stays as it was
+        options["min_compute_layers"] = min_compute_layers
     out_dir = Path(out_dir)
     step("emit")
     with StagingDir(out_dir, loaded.label) as staging:

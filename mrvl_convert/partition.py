@@ -7,13 +7,15 @@ every canonical node is in exactly one stage, and every composite sent back to C
 
 - ``multi``: stages alternate; a unit goes to the earliest stage of its colour that comes after
   every unit it reads from, which keeps contracted regions acyclic by construction. A Mrvl stage
-  with no compute-heavy layer (Conv2D, FC) is sent back to CPU, as upstream does, and the stages
-  are recomputed until nothing changes.
+  with fewer than ``min_compute_layers`` compute-heavy layers (Conv2D, FC...; default 1: none at
+  all, as upstream decides) is sent back to CPU, and the stages are recomputed until nothing
+  changes. ``min_compute_layers=0`` lifts the rule: any matched region runs on Mrvl.
   With ``max_subgraphs=N`` the N heaviest Mrvl regions stay (by MACs, ``_macs.py``, or by the
   ``rank`` given, e.g. estimated accelerator time), the others go back to CPU, and the stages are
   recomputed until at most N remain.
 - ``single``: the RFC's first revision: one Mrvl stage holding the composites reachable from the
-  model inputs through composites only, then one CPU stage with everything else.
+  model inputs through composites only, then one CPU stage with everything else (the prefix
+  too must hold ``min_compute_layers`` compute-heavy layers).
 """
 from __future__ import annotations
 
@@ -36,6 +38,17 @@ class Ranking(NamedTuple):
     """How ``max_subgraphs`` weighs a Mrvl region: ``what`` names it in the reason."""
     what: str
     weight: Callable[[Iterable[gs.Node]], float]
+
+
+def _light_reason(minimum: int) -> str:
+    """Why a region with too few compute-heavy layers is not worth the trip to the accelerator."""
+    if minimum == 1:
+        return "no compute-heavy layer (Conv2D or FC)"
+    return f"fewer than {minimum} compute-heavy layers (Conv2D or FC; min_compute_layers)"
+
+
+def _too_light(units: Iterable["Unit"], minimum: int) -> bool:
+    return sum(1 for u in units if u.heavy) < minimum
 
 
 @dataclass
@@ -75,24 +88,31 @@ class Plan:
 
 
 def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str, *,
-              max_subgraphs: Optional[int] = None, rank: Optional[Ranking] = None) -> Plan:
+              max_subgraphs: Optional[int] = None, rank: Optional[Ranking] = None,
+              min_compute_layers: int = 1) -> Plan:
     if policy not in POLICIES:
         raise MrvlConvertError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    if max_subgraphs is not None and (isinstance(max_subgraphs, bool) or
-                                      not isinstance(max_subgraphs, int) or max_subgraphs < 0):
+    if max_subgraphs is not None and not _count(max_subgraphs):
         raise MrvlConvertError(f"max_subgraphs must be an integer >= 0, got {max_subgraphs!r}")
+    if not _count(min_compute_layers):
+        raise MrvlConvertError(
+            f"min_compute_layers must be an integer >= 0, got {min_compute_layers!r}")
     units = _units(graph, matches)
     mrvl = {u.index for u in units if u.composite is not None}
     demoted: Dict[str, str] = {}
     if policy == "single":
-        stages_of = _single(units, mrvl, demoted)
+        stages_of = _single(units, mrvl, demoted, min_compute_layers)
     else:
-        stages_of = _multi(units, mrvl, demoted)
+        stages_of = _multi(units, mrvl, demoted, min_compute_layers)
     if max_subgraphs is not None:
         stages_of = _keep_largest(units, mrvl, demoted, stages_of, max_subgraphs, policy,
-                                  rank or Ranking("MACs", total_macs))
+                                  rank or Ranking("MACs", total_macs), min_compute_layers)
     stages = _build_stages(graph, units, stages_of, mrvl, model_name)
     return Plan(policy, stages, demoted)
+
+
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:
@@ -154,13 +174,14 @@ def _assign(units: Sequence[Unit], mrvl: set) -> Dict[int, int]:
     return stage
 
 
-def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[int, int]:
+def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
+           minimum: int = 1) -> Dict[int, int]:
     while True:
         stage = _assign(units, mrvl)
         light = []
         for s in sorted({stage[i] for i in mrvl}):
             members = [u for u in units if u.index in mrvl and stage[u.index] == s]
-            if not any(u.heavy for u in members):
+            if _too_light(members, minimum):
                 light.extend(members)
         if not light:
             return stage
@@ -169,17 +190,17 @@ def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[in
             layers = unit.composite.rule.layer
             for node in unit.nodes:
                 demoted[node.name] = (
-                    f"matched {unit.composite.rule.name} ({layers}), but its Mrvl region has no "
-                    "compute-heavy layer (Conv2D or FC), so it stays on CPU as upstream decides")
+                    f"matched {unit.composite.rule.name} ({layers}), but its Mrvl region has "
+                    f"{_light_reason(minimum)}, so it stays on CPU as upstream decides")
 
 
 def _keep_largest(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
-                  stage: Dict[int, int], limit: int, policy: str, rank: Ranking
-                  ) -> Dict[int, int]:
+                  stage: Dict[int, int], limit: int, policy: str, rank: Ranking,
+                  minimum: int) -> Dict[int, int]:
     """Send the Mrvl regions that weigh least under ``rank`` back to CPU until at most ``limit``
     remain.
-    The stages are then recomputed (a region left without a compute-heavy layer goes to CPU
-    too, as in ``_multi``) and counted again."""
+    The stages are then recomputed (a region left with too few compute-heavy layers goes to
+    CPU too, as in ``_multi``) and counted again."""
     while True:
         regions: Dict[int, List[Unit]] = {}
         for unit in units:
@@ -199,10 +220,11 @@ def _keep_largest(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
                         f"region is not among the {limit} with the most {rank.what}")
         if policy == "single":
             return {u.index: (0 if u.index in mrvl else 1) for u in units}
-        stage = _multi(units, mrvl, demoted)
+        stage = _multi(units, mrvl, demoted, minimum)
 
 
-def _single(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[int, int]:
+def _single(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
+            minimum: int = 1) -> Dict[int, int]:
     prefix = set()
     blocker: Dict[int, str] = {}
     for unit in units:
@@ -211,14 +233,14 @@ def _single(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str]) -> Dict[i
             prefix.add(unit.index)
         elif unit.index in mrvl:
             blocker[unit.index] = units[cpu_preds[0]].nodes[-1].name
-    if not any(units[i].heavy for i in prefix):
+    if _too_light((units[i] for i in prefix), minimum):
         for i in prefix:
             blocker[i] = ""
         prefix = set()
     for i in sorted(mrvl - prefix):
         unit = units[i]
         why = (f"it reads from {blocker[i]!r}, which runs on CPU" if blocker.get(i)
-               else "the Mrvl prefix of the model has no compute-heavy layer (Conv2D or FC)")
+               else f"the Mrvl prefix of the model has {_light_reason(minimum)}")
         for node in unit.nodes:
             demoted[node.name] = (f"matched {unit.composite.rule.name}, but policy 'single' allows "
                                   f"one Mrvl subgraph fed only by model inputs and {why}")
