@@ -97,6 +97,26 @@ def test_resize_not_integer_or_not_nearest_stays_on_cpu_with_the_reason(tmp_path
     assert "does not read in[i // s]" in reasons["three"]
 
 
+@pytest.mark.parametrize("rounding,on_mrvl", [("ceil", False), ("floor", False),
+                                              ("round_prefer_ceil", True)])
+def test_half_pixel_resize_maps_only_with_rounding_to_nearest(tmp_path, rounding, on_mrvl):
+    """half_pixel at factor 2 puts output 1 at 0.25: ceil reads input 1, not 1 // 2 (found by
+    the backend case test_resize_upsample_sizes_nearest_ceil_half_pixel)."""
+    b, y = sandwich("Resize", lambda b: ["", b.const(np.array([1, 1, 2, 2], np.float32))],
+                    mode="nearest", coordinate_transformation_mode="half_pixel",
+                    nearest_mode=rounding)
+    model = b.model([b.conv(y, 4, 4, pads=[1, 1, 1, 1])])
+    if on_mrvl:
+        result = convert_and_compare(model, tmp_path)
+        assert placement(result, "the_op") == "mrvl"
+        return
+    result = mrvl_convert.convert(model, tmp_path / "out")
+    entry = next(e for e in result.report["nodes"] if e["name"] == "the_op")
+    assert entry["placement"] == "cpu"
+    assert f"'half_pixel' with nearest_mode {rounding!r} does not read in[i // s]" in \
+        entry["reason"]
+
+
 def test_split_is_one_layer_with_an_output_per_piece(tmp_path):
     """codegen.cc CreateMrvlSplitLayer: `axis`, num_outputs, out_layout_shape_<i>; consumers
     read [split, i, 0] with from_tuple_idx i."""

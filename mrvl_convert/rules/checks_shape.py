@@ -15,9 +15,12 @@ from .._graph import attr, const_value, is_const, present, static_shape
 
 Details = Optional[dict]
 
-# Coordinate modes under which nearest upsampling by an integer factor s reads input index
-# i // s for every rounding: the source coordinate is within (-0.5, 0.5) of i // s.
+# Coordinate modes under which nearest upsampling by an integer factor s puts the source
+# coordinate of output i at i // s + (r + 0.5) / s - 0.5, strictly within (-0.5, 0.5) of i // s
+# (r = i % s): rounding to the nearest reads i // s; floor and ceil do not (half_pixel, s = 2,
+# i = 1: 0.25, ceil reads 1).
 _CENTRED = ("half_pixel", "pytorch_half_pixel")
+_TO_NEAREST = ("round_prefer_floor", "round_prefer_ceil")
 
 
 def _resize_mode_issue(node: gs.Node, factors: List[int]) -> Optional[str]:
@@ -28,7 +31,7 @@ def _resize_mode_issue(node: gs.Node, factors: List[int]) -> Optional[str]:
         return None  # Upsample's nearest is floor(i / s)
     coord = str(attr(node, "coordinate_transformation_mode", "half_pixel"))
     rounding = str(attr(node, "nearest_mode", "round_prefer_floor"))
-    if coord in _CENTRED:
+    if coord in _CENTRED and (rounding in _TO_NEAREST or max(factors) == 1):
         return None
     if coord == "asymmetric":
         # i / s = i // s + r / s: floor always gives i // s; round_prefer_floor only while
