@@ -1,9 +1,12 @@
 """Which other built-in layer set would take a node that the chosen one leaves on CPU.
 
-A backend compiler that reads only upstream TVM v0.19's composites keeps on CPU what the newer
-Marvell codegen runs (a Sigmoid, a Mul, a Clip...). The report says so, per node: the graph is
-matched once more with the other set's built-in rules, and a node only that match claims gets
-the hint "layer set marvell would take it (mrvl.sigmoid)".
+The two sets differ both ways: upstream TVM v0.19's composites keep on CPU what the newer
+Marvell codegen runs (a Sigmoid, a Mul of two activations, a Clip...), and the newer set has
+limits upstream's rule lacks (its Concat takes 4-D batch-1 tensors only, upstream's a 2-D one
+too). The report says so, per node: the graph is matched once more with the other set's
+built-in rules, and a node only that match claims gets the hint "layer set marvell would take it
+(mrvl.sigmoid)", whether the chosen set has no rule for its op type or a rule that refused it on
+a constraint.
 """
 from __future__ import annotations
 
@@ -11,7 +14,6 @@ from typing import Dict, Mapping
 
 import onnx_graphsurgeon as gs
 
-from ..layers import MARVELL
 from .loader import LAYER_SETS, load_rules
 from .matcher import MatchPlan, match
 
@@ -21,14 +23,15 @@ def layer_set_hints(graph: gs.Graph, layer_set: str, plan: MatchPlan,
     """Node name -> "layer set <other> would take it (<rule>)", for every node that no composite
     of ``plan`` (made with ``layer_set``) takes and the user did not deny."""
     hints: Dict[str, str] = {}
-    if layer_set == MARVELL:
-        return hints  # its built-in rules hold every upstream composite (or a wider one)
+    left = {n.name for n in graph.nodes if n.name not in plan.owner and n.name not in deny}
+    if not left:
+        return hints  # nothing to explain: spare the second match
     for other in LAYER_SETS:
         if other == layer_set:
             continue
         elsewhere = match(graph, load_rules(layer_set=other), deny=deny)
         for name, index in elsewhere.owner.items():
-            if name not in plan.owner and name not in hints:
+            if name in left and name not in hints:
                 rule = elsewhere.composites[index].rule.name
                 hints[name] = f"layer set {other} would take it ({rule})"
     return hints
