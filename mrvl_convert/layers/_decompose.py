@@ -4,7 +4,13 @@ src/relay/backend/contrib/mrvl/codegen.cc), so
 
 - ``HardSigmoid(x) = max(0, min(1, alpha * x + beta))`` becomes Mul2D(x, alpha) -> Sum2D(+beta)
   -> Clip(0, 1);
-- ``HardSwish(x) = x * HardSigmoid(x, 1/6, 1/2)`` becomes that chain, then Mul2D(x, gate).
+- ``HardSwish(x) = x * HardSigmoid(x, 1/6, 1/2)`` becomes that chain, then Mul2D(x, gate);
+- ``PRelu(x, slope) = Relu(x) - slope * Relu(-x)`` (the codegen has no PRelu layer, and its
+  LeakyRelu takes one alpha) becomes Relu(x), Mul2D(x, -1) with Relu fused, Mul2D(slope) and
+  Sub. Bound: for x >= 0 every step is exact (x - 0); for x < 0 the result is
+  fp16(fp16(slope) * x): at most about 2**-10 relative from slope * x (two roundings, after
+  the input's own). Four elementwise layers keep the region whole, where PRelu on CPU would
+  cut it twice.
 
 This is a lowering, not a canonical rewrite: the chain rounds differently from onnxruntime's
 HardSigmoid, so it only happens on the accelerator, whose fp16 arithmetic rounds anyway (alpha
@@ -19,9 +25,10 @@ from typing import Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr, static_shape
+from .._graph import attr, const_value, static_shape
 from ..layout import LayoutContext, TensorLayout, native
 from ..rules.matcher import Composite
+from ._kind import Activation
 from ._lowering import new_layer
 
 # ONNX HardSwish is HardSigmoid with these.
@@ -31,6 +38,13 @@ HARDSWISH_ALPHA, HARDSWISH_BETA = 1.0 / 6.0, 0.5
 def _scalar(rank: int, value: float) -> np.ndarray:
     """A constant operand of one value, of the activation's rank (it broadcasts)."""
     return np.full([1] * rank, value, dtype=np.float32)
+
+
+def physical_const(value: np.ndarray, rank: int) -> np.ndarray:
+    """A constant operand padded to the output's rank and put in its physical order."""
+    value = value.astype(np.float32)
+    value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(native(rank))
+    return np.ascontiguousarray(value)
 
 
 def _affine_clip(composite: Composite, ctx: LayoutContext, source: gs.Tensor, alpha: float,
@@ -66,4 +80,28 @@ def lower_hardswish(composite: Composite, ctx: LayoutContext) -> None:
     index, layout = ctx.require(source, native(len(static_shape(source))))
     out = TensorLayout(tuple(static_shape(composite.output)), layout.perm, layout.labels)
     ctx.emit(new_layer(composite, "Mul2D", [index, gate], [layout, layout], out,
+                       {"activation_type": None}), composite.output)
+
+
+def lower_prelu(composite: Composite, ctx: LayoutContext) -> None:
+    """Relu(x) - slope * Relu(-x): Relu, Mul2D(x, -1) + Relu, Mul2D(slope), Sub."""
+    node = composite.binding.node("prelu")
+    source = node.inputs[0]
+    rank = len(static_shape(source))
+    index, layout = ctx.require(source, native(rank))
+    out = TensorLayout(layout.shape, layout.perm, layout.labels)
+    steps = (("Relu", [index], {}, []),
+             ("Mul2D", [index], {"activation_type": Activation.RELU},
+              [("operand", _scalar(rank, -1.0))]))
+    made = []
+    for kind, inputs, attrs, consts in steps:
+        layer = new_layer(composite, kind, inputs, [out], out, attrs, consts)
+        layer.source_nodes = []   # partial results: the per-layer comparison skips them
+        made.append(ctx.emit(layer, None))
+    slope = physical_const(const_value(node.inputs[1]), rank)
+    layer = new_layer(composite, "Mul2D", [made[1]], [out], out, {"activation_type": None},
+                      [("operand", slope)])
+    layer.source_nodes = []
+    scaled = ctx.emit(layer, None)
+    ctx.emit(new_layer(composite, "Sub", [made[0], scaled], [out, out], out,
                        {"activation_type": None}), composite.output)

@@ -26,20 +26,13 @@ from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel, fp16_const
 from ..runtime.layerspec import LayerSpec
 from ..runtime.ufuncs import activate_inplace
-from ._decompose import lower_hardswish
+from ._decompose import lower_hardswish, physical_const
 from ._kind import FUSED_ACTIVATION, Const, LayerKind, roles
 from ._lowering import activation, new_layer
 from ._unary import ONLY_MARVELL
 
 SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
           "src/relay/backend/contrib/mrvl/codegen.cc CreateCompositeMrvlMulLayer")
-
-
-def physical_const(value: np.ndarray, rank: int) -> np.ndarray:
-    """A constant operand padded to the output's rank and put in its physical order."""
-    value = value.astype(np.float32)
-    value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(native(rank))
-    return np.ascontiguousarray(value)
 
 
 def operands(node: gs.Node, ctx: LayoutContext, rank: int

@@ -4,7 +4,8 @@ Sum2D; ``c - x`` stays on CPU, as the format does not say which operand a consta
 
 The contract is the newer codegen's ``mrvl.subtract``: ``CreateCompositeMrvlSubtractLayer``
 (princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/
-codegen.cc), R4, ``activation_type`` by ``setActivationFunction``.
+codegen.cc), R4, ``activation_type`` by ``setActivationFunction``. Also the last layer of a
+PRelu (``_decompose.py``: Relu(x) - slope * Relu(-x)).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
 from ..runtime.ufuncs import activate_inplace
+from ._decompose import lower_prelu
 from ._kind import FUSED_ACTIVATION, LayerKind, roles
 from ._lowering import activation, new_layer
 from ._unary import ONLY_MARVELL
@@ -29,6 +31,9 @@ SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:
+    if composite.binding.node("prelu") is not None:
+        lower_prelu(composite, ctx)
+        return
     node = composite.binding.node("sub")
     rank = len(static_shape(node.outputs[0]))
     indices, layouts = [], []
@@ -61,7 +66,7 @@ KIND = LayerKind(
     summary="elementwise a - b of two activations, b numpy-broadcasting into a",
     kernel=SubKernel,
     lower=lower,
-    required_roles=roles("sub"),
+    one_of_roles=roles("sub", "prelu"),
     optional_roles=roles("act"),
     attrs=(FUSED_ACTIVATION,),
     layer_sets=ONLY_MARVELL,
