@@ -1,7 +1,16 @@
 """Conv2DTranspose: NHWC transposed convolution (groups 1) with OHWI weights, bias, optional
 fused Relu.
 
-Matched from ONNX ``ConvTranspose [Add bias] [Relu]`` with explicit pads. The contract is the
+Matched from ONNX ``ConvTranspose [Add bias] [Relu]`` with explicit pads. A grouped one
+(``group`` g > 1, weight ``[I, O/g, KH, KW]``) is written as groups 1 with a block-diagonal
+kernel: group k's input channels feed only its O/g output channels, the other weights are 0, so
+the result is exact (each output adds only zero products beyond the grouped ones) at g times
+the MACs. Not as the codegen does: for ``channels == groups`` it names the layer ``Conv2D`` (a
+forward convolution, another function), and otherwise writes Relay's ``[O/g, KH, KW, I]``
+kernel with ``groups`` g, a form no public source says the backend reads; groups 1 is the form
+it does read. The expanded kernel is bounded (rules/checks_shape.py).
+
+The contract is the
 newer Marvell codegen's ``mrvl.conv2d_transpose``: princekumar70/tvm
 @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc
 ``CreateCompositeMrvlConv2DTransposeLayer`` (Relay's ``Conv2DTransposeAttrs`` as
@@ -28,7 +37,8 @@ from ._lowering import activation, new_layer, spatial_out
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     conv = composite.binding.node("conv")
     index, layout = ctx.require(conv.inputs[0], NHWC)
-    weights = const_value(conv.inputs[1]).astype(np.float32)      # [I, O, KH, KW]
+    weights = block_diagonal(const_value(conv.inputs[1]).astype(np.float32),
+                             int(attr(conv, "group", 1)))         # [I, O, KH, KW]
     _, out_channels, kh, kw = weights.shape
     bias = present(conv, 2)
     bias = const_value(bias).astype(np.float32).reshape(-1) if bias is not None else \
@@ -48,6 +58,20 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
               ("bias", bias.astype(np.float32).reshape(1, 1, 1, out_channels))]
     ctx.emit(new_layer(composite, "Conv2DTranspose", [index], [layout], spatial_out(composite),
                        attrs, consts), composite.output)
+
+
+def block_diagonal(weights: np.ndarray, groups: int) -> np.ndarray:
+    """ONNX's grouped ``[I, O/g, KH, KW]`` as the equal groups-1 ``[I, O, KH, KW]``: input
+    channel c of group k = c // (I/g) feeds outputs k*(O/g) ... (k+1)*(O/g) - 1 only."""
+    if groups == 1:
+        return weights
+    cin, per_group, kh, kw = weights.shape
+    dense = np.zeros((cin, per_group * groups, kh, kw), np.float32)
+    step = cin // groups
+    for k in range(groups):
+        dense[k * step:(k + 1) * step, k * per_group:(k + 1) * per_group] = \
+            weights[k * step:(k + 1) * step]
+    return dense
 
 
 class Conv2DTransposeKernel(Kernel):

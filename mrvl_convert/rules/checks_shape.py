@@ -162,7 +162,8 @@ def check_transpose_rank(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
 
 
 def check_conv_transpose(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """A 2-D ConvTranspose, groups 1, constant weight (and bias), explicit pads."""
+    """A 2-D ConvTranspose, constant weight (and bias), explicit pads; groups that divide the
+    input channels, as long as the block-diagonal kernel stays bounded."""
     src, weights = static_shape(node.inputs[0]), present(node, 1)
     if src is None or len(src) != 4:
         return {"detail": "only 2-D transposed convolutions (4-D tensors) map"}
@@ -171,13 +172,27 @@ def check_conv_transpose(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
     bias = present(node, 2)
     if bias is not None and not is_const(bias):
         return {"detail": f"the bias ({bias.name}) is not constant"}
-    if int(attr(node, "group", 1)) != 1:
-        return {"detail": f"group={attr(node, 'group')}; the layer takes groups 1"}
     if str(attr(node, "auto_pad", "NOTSET")) != "NOTSET" or "output_shape" in node.attrs:
         return {"detail": "auto_pad or output_shape: write explicit pads"}
-    if const_value(weights).shape[0] != src[1]:
-        return {"detail": f"the weight's {const_value(weights).shape[0]} input channels do not "
-                          f"match the input's {src[1]}"}
+    shape = const_value(weights).shape
+    if shape[0] != src[1]:
+        return {"detail": f"the weight's {shape[0]} input channels do not match the input's "
+                          f"{src[1]}"}
+    return _transpose_groups(int(attr(node, "group", 1)), shape)
+
+
+# A grouped ConvTranspose is lowered with a block-diagonal groups-1 kernel (layers/
+# conv2d_transpose.py); this bounds the kernel that expansion writes (64 MiB of float32).
+MAX_DENSE_TRANSPOSE_KERNEL = 1 << 24
+
+
+def _transpose_groups(groups: int, shape: tuple) -> Details:
+    if groups < 1 or shape[0] % groups:
+        return {"detail": f"group={groups} does not divide the {shape[0]} input channels"}
+    dense = int(np.prod(shape, dtype=np.int64)) * groups
+    if dense > MAX_DENSE_TRANSPOSE_KERNEL:
+        return {"detail": f"group={groups}: the block-diagonal groups-1 kernel would hold {dense} "
+                          f"values, above {MAX_DENSE_TRANSPOSE_KERNEL}"}
     return None
 
 
