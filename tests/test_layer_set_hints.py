@@ -7,7 +7,8 @@ import pytest
 
 import mrvl_convert
 from mrvl_convert.layers import MARVELL, UPSTREAM
-from models import Builder
+from models import Builder, run_ort
+from mrvl_convert.runtime import HybridSession
 from test_partition import check_sound
 
 
@@ -75,3 +76,36 @@ def test_no_hint_where_no_set_takes_the_node_or_the_user_denied_it(tmp_path, lay
     result = mrvl_convert.convert(model, tmp_path / "o", layer_set=layer_set, deny=["sig"])
     assert result.placement("sin")["reason"] == "no rule handles op type Sin"
     assert result.placement("sig")["reason"] == "denied by the user ('sig')"
+
+
+@pytest.mark.parametrize("layer_set", [UPSTREAM, MARVELL])
+@pytest.mark.parametrize("op", ["ArgMax", "TopK"])
+def test_argmax_and_topk_stay_on_cpu_saying_why(tmp_path, layer_set, op):
+    """The codegen's form (2-D, axis 1, k <= 16) still runs on CPU: its int64 indices have no
+    carrier here; the hybrid computes them exactly (onnxruntime)."""
+    b = Builder()
+    x = b.input("x", [1, 3, 4, 4])
+    y = b.gemm(b.op("Flatten", [b.conv(x, 3, 4, pads=[1, 1, 1, 1])], axis=1), 64, 10, transB=1)
+    if op == "ArgMax":
+        outputs = [b.op("ArgMax", [y], name="pick", axis=1, keepdims=1)]
+    else:
+        values = b.op("TopK", [y, b.const(np.array([5], np.int64))], name="pick", outputs=2,
+                      axis=1)
+        outputs = [values, "pick_out1"]
+    model = b.model(outputs)
+    result = mrvl_convert.convert(model, tmp_path / "o", layer_set=layer_set)
+    entry = result.placement("pick")
+    assert entry["placement"] == "cpu"
+    rule = "mrvl.argmax (Argmax)" if op == "ArgMax" else "mrvl.topk (TopK)"
+    assert entry["reason"] == (
+        f"no rule handles op type {op}; the newer codegen's {rule} is not mapped: ONNX's int64 "
+        "indices have no carrier in the artifact (the simulator and Nodes-JSON hold float32 and "
+        "int8 tensors; the codegen takes Relay's int32 indices and writes no axis for a 4-D "
+        "input)")
+    feed = {"x": np.random.default_rng(2).standard_normal([1, 3, 4, 4]).astype(np.float32)}
+    got = HybridSession(result.out_dir, threads=1).run(None, feed)
+    want = list(run_ort(model, feed).values())
+    indices = got[0] if op == "ArgMax" else got[1]
+    assert indices.dtype == np.int64
+    np.testing.assert_array_equal(indices, want[0] if op == "ArgMax" else want[1])
+

@@ -6,16 +6,28 @@ limits upstream's rule lacks (its Concat takes 4-D batch-1 tensors only, upstrea
 too). The report says so, per node: the graph is matched once more with the other set's
 built-in rules, and a node only that match claims gets the hint "layer set marvell would take it
 (mrvl.sigmoid)", whether the chosen set has no rule for its op type or a rule that refused it on
-a constraint.
+a constraint. A node of an op the newer codegen has a layer for but no set here maps (ArgMax,
+TopK) gets why instead.
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Dict, Mapping
 
 import onnx_graphsurgeon as gs
 
 from .loader import LAYER_SETS, load_rules
 from .matcher import MatchPlan, match
+
+_INDICES = ("ONNX's int64 indices have no carrier in the artifact (the simulator and Nodes-JSON "
+            "hold float32 and int8 tensors; the codegen takes Relay's int32 indices and writes "
+            "no axis for a 4-D input)")
+# Op type -> why the newer codegen's layer for it is not used (princekumar70/tvm@9446d803
+# codegen.cc CreateCompositeMrvlTopKArgmaxLayer).
+NOT_MAPPED: Mapping[str, str] = MappingProxyType({
+    "ArgMax": f"the newer codegen's mrvl.argmax (Argmax) is not mapped: {_INDICES}",
+    "TopK": f"the newer codegen's mrvl.topk (TopK) is not mapped: {_INDICES}",
+})
 
 
 def layer_set_hints(graph: gs.Graph, layer_set: str, plan: MatchPlan,
@@ -34,4 +46,7 @@ def layer_set_hints(graph: gs.Graph, layer_set: str, plan: MatchPlan,
             if name in left and name not in hints:
                 rule = elsewhere.composites[index].rule.name
                 hints[name] = f"layer set {other} would take it ({rule})"
+    for node in graph.nodes:
+        if node.name in left and node.name not in hints and node.op in NOT_MAPPED:
+            hints[node.name] = NOT_MAPPED[node.op]
     return hints
