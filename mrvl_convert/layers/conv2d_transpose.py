@@ -32,13 +32,16 @@ from ..runtime.layerspec import LayerSpec
 from ..runtime.ufuncs import activate_inplace
 from ._kind import FUSED_ACTIVATION, MARVELL, Attr, Const, LayerKind, ints, roles, written
 from ._lowering import activation, new_layer, spatial_out
+from .conv2d import _block_diagonal
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     conv = composite.binding.node("conv")
     index, layout = ctx.require(conv.inputs[0], NHWC)
-    weights = block_diagonal(const_value(conv.inputs[1]).astype(np.float32),
-                             int(attr(conv, "group", 1)))         # [I, O, KH, KW]
+    weights = const_value(conv.inputs[1]).astype(np.float32)      # [I, O/g, KH, KW]
+    groups = int(attr(conv, "group", 1))
+    if groups > 1:  # a grouped Conv's expansion, on the [I, O/g] axes: -> [I, O, KH, KW]
+        weights = _block_diagonal(weights, groups)
     _, out_channels, kh, kw = weights.shape
     bias = present(conv, 2)
     bias = const_value(bias).astype(np.float32).reshape(-1) if bias is not None else \
@@ -58,20 +61,6 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
               ("bias", bias.astype(np.float32).reshape(1, 1, 1, out_channels))]
     ctx.emit(new_layer(composite, "Conv2DTranspose", [index], [layout], spatial_out(composite),
                        attrs, consts), composite.output)
-
-
-def block_diagonal(weights: np.ndarray, groups: int) -> np.ndarray:
-    """ONNX's grouped ``[I, O/g, KH, KW]`` as the equal groups-1 ``[I, O, KH, KW]``: input
-    channel c of group k = c // (I/g) feeds outputs k*(O/g) ... (k+1)*(O/g) - 1 only."""
-    if groups == 1:
-        return weights
-    cin, per_group, kh, kw = weights.shape
-    dense = np.zeros((cin, per_group * groups, kh, kw), np.float32)
-    step = cin // groups
-    for k in range(groups):
-        dense[k * step:(k + 1) * step, k * per_group:(k + 1) * per_group] = \
-            weights[k * step:(k + 1) * step]
-    return dense
 
 
 class Conv2DTransposeKernel(Kernel):

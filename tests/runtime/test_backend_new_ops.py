@@ -13,17 +13,17 @@ from __future__ import annotations
 import collections
 import functools
 import os
-import warnings
 from typing import Dict, List, Tuple
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from mrvl_convert import HybridSession, convert
 from onnxref import run_model
-from test_end_to_end import OPS, _at_least_min_opset, assert_fp16_close
+from test_end_to_end import (OPS, _at_least_min_opset, all_node_cases, assert_fp16_close,
+                             float32, nearest)
 
 # The ops issue 17 added to the catalogue (as ONNX spells them).
 NEW_OPS = frozenset({
@@ -41,27 +41,13 @@ def new_op_cases() -> Dict[str, object]:
     """Backend node cases made of supported ops, with at least one issue-17 op, a float32 first
     input, float32 outputs and no zero-size input (other inputs: any type; they become
     constants in one variant)."""
-    import onnx.backend.test.case.node as node_cases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the generators' own numpy overflow warnings
-        cases = node_cases.collect_testcases(None)
-
-    def float32(values) -> bool:
-        return all(v.type.tensor_type.elem_type == TensorProto.FLOAT for v in values)
-
     def empty(model) -> bool:
         # A zero-size input: the loader refuses it (nothing to run on any device).
         return any(d.HasField("dim_value") and d.dim_value == 0 for i in model.graph.input
                    for d in i.type.tensor_type.shape.dim)
 
-    def nearest(model) -> bool:
-        return all(helper.get_attribute_value(a) in (b"nearest", "nearest")
-                   for n in model.graph.node if n.op_type in ("Resize", "Upsample")
-                   for a in n.attribute if a.name == "mode")
-
     selected = {}
-    for case in cases:
+    for case in all_node_cases():
         if case.kind != "node" or case.model is None:
             continue
         ops = {n.op_type for n in case.model.graph.node}

@@ -39,25 +39,32 @@ WEIGHTED = {"Conv", "Gemm", "MatMul", "BatchNormalization"}
 CONV_POOL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
 
 
+def float32(values) -> bool:
+    return all(v.type.tensor_type.elem_type == TensorProto.FLOAT for v in values)
+
+
+def nearest(model) -> bool:
+    # The accelerator resizes by nearest neighbour only; onnxruntime itself departs from the
+    # cases' expected outputs on some cubic and linear ones.
+    return all(helper.get_attribute_value(a) in (b"nearest", "nearest")
+               for n in model.graph.node if n.op_type in ("Resize", "Upsample")
+               for a in n.attribute if a.name == "mode")
+
+
 @functools.lru_cache(maxsize=1)
-def backend_cases() -> Dict[str, object]:
+def all_node_cases() -> tuple:
+    """Every backend node case, generated once per process (no download)."""
     import onnx.backend.test.case.node as node_cases
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the generators' own numpy overflow warnings
         # None: every op; onnx before 1.18 has no default for the argument.
-        cases = node_cases.collect_testcases(None)
+        return tuple(node_cases.collect_testcases(None))
 
-    def float32(values) -> bool:
-        return all(v.type.tensor_type.elem_type == TensorProto.FLOAT for v in values)
 
-    def nearest(model) -> bool:
-        # The accelerator resizes by nearest neighbour only; onnxruntime itself departs from
-        # the cases' expected outputs on some cubic and linear ones.
-        return all(helper.get_attribute_value(a) in (b"nearest", "nearest")
-                   for n in model.graph.node if n.op_type in ("Resize", "Upsample")
-                   for a in n.attribute if a.name == "mode")
-
+@functools.lru_cache(maxsize=1)
+def backend_cases() -> Dict[str, object]:
+    cases = all_node_cases()
     selected = {c.name: c for c in cases
                 if c.kind == "node" and c.model is not None
                 and {n.op_type for n in c.model.graph.node} <= OPS
