@@ -44,7 +44,7 @@ def _light_reason(minimum: int) -> str:
     """Why a region with too few compute-heavy layers is not worth the trip to the accelerator."""
     if minimum == 1:
         return "no compute-heavy layer (Conv2D or FC)"
-    return f"fewer than {minimum} compute-heavy layers (Conv2D or FC; min_compute_layers)"
+    return f"fewer than {minimum} compute-heavy layers (Conv2D or FC)"
 
 
 def _too_light(units: Iterable["Unit"], minimum: int) -> bool:
@@ -185,13 +185,14 @@ def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
                 light.extend(members)
         if not light:
             return stage
+        who = "as upstream decides" if minimum == 1 else f"(min_compute_layers={minimum})"
         for unit in light:
             mrvl.discard(unit.index)
             layers = unit.composite.rule.layer
             for node in unit.nodes:
                 demoted[node.name] = (
                     f"matched {unit.composite.rule.name} ({layers}), but its Mrvl region has "
-                    f"{_light_reason(minimum)}, so it stays on CPU as upstream decides")
+                    f"{_light_reason(minimum)}, so it stays on CPU {who}")
 
 
 def _keep_largest(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
