@@ -1,8 +1,8 @@
 """mrvl_convert: prepare ONNX CNNs for Marvell's MLIP accelerator (OCTEON 10).
 
 Public surface: ``convert``, ``convert_many``, ``HybridSession``, ``compare``,
-``analyze_quantization``, ``Result`` and the
-``MrvlConvertError`` family. Everything else is private and may change.
+``analyze_quantization``, ``Result`` and the ``MrvlConvertError`` family. Everything else is
+private and may change.
 """
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'mrvl_convert' has no attribute {name!r}")
 
 
-__all__ = ["convert", "convert_many", "HybridSession", "compare", "analyze_quantization", "Result", "MrvlConvertError",
+__all__ = ["convert", "convert_many", "HybridSession", "compare", "analyze_quantization", "Result",
+           "MrvlConvertError",
            "ModelLoadError", "InvalidModelError", "ShapeError", "UnsupportedModelError",
            "RuleFileError", "ArtifactError", "OptionError", "OutputDirError", "InputFeedError",
            "Fp16RangeError",
