@@ -205,6 +205,36 @@ def test_keep_fp16_named_node_becomes_an_fp16_layer(tmp_path):
     assert analysis.row_for("conv3").dtype == "int8"
 
 
+def test_keep_fp16_gemm_becomes_an_fp16_fc_layer_at_a_quant_boundary(tmp_path):
+    """Flatten -> Gemm -> Relu -> Gemm with the first Gemm kept: a float FC (its Relu fused)
+    in the same stage as the int8 FC, a quant layer between them."""
+    rng = np.random.default_rng(2)
+    inits = {"w": rng.standard_normal((10, 48)) * 0.2, "b": rng.standard_normal(10) * 0.1,
+             "w2": rng.standard_normal((5, 10)) * 0.3, "b2": np.zeros(5)}
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "w", "b"], ["g"], name="gemm", transB=1),
+             helper.make_node("Relu", ["g"], ["r"], name="relu"),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["y"], name="gemm2", transB=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 5])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    src = tmp_path / "fc.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                ir_version=10), src)
+    x = rng.standard_normal((8, 3, 4, 4)).astype(np.float32)
+    result = quantize_keep_fp16(src, tmp_path / "q.onnx", {"x": x}, ["gemm", "relu"])
+    converted = mrvl_convert.convert(result.model, tmp_path / "out")
+    places = {n["name"]: n for n in converted.report["nodes"]}
+    assert places["gemm"]["rule"] == places["relu"]["rule"] == "mrvl.fc_ni2no"
+    assert places["gemm2"]["rule"] == "mrvl.qnn_fc_ni2no"
+    assert len(converted.manifest["stages"]) == 1
+    analysis = mrvl_convert.analyze_quantization(src, tmp_path / "out", feeds(x[:3]))
+    kinds = [(r.layer_name, r.dtype) for r in analysis.rows]
+    assert kinds[1:4] == [("FC", "float32"), ("quant", "int8"), ("FC", "int8")], kinds
+    assert analysis.first_below is None
+
+
 def test_keep_fp16_names_unnamed_nodes_as_the_converter_does(tmp_path):
     """Nodes without names get the converter's names (report.json's), which --keep-fp16 takes;
     naming them changes no value (onnxruntime on both quantized models: equal outputs)."""
