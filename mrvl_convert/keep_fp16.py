@@ -25,6 +25,7 @@ from typing import Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import onnx
 
+from ._tensors import load_external, model_dir
 from .errors import OptionError
 from .load import name_nodes
 from .quantize import _load, _reader, quantize_int8
@@ -101,8 +102,10 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
 
 
 def _named_copy(model: PathLike, path: Path) -> Dict[str, str]:
-    """Save ``model`` with every node named as the converter names it; returns the names."""
-    proto = onnx.load(str(model))
+    """Save ``model`` with every node named as the converter names it; returns the names.
+    External data is read only from files inside the model's directory (``_tensors``)."""
+    proto = _load(model)
+    load_external(proto, model_dir(model), str(model))
     names = name_nodes(proto)
     onnx.save(proto, str(path))
     return names

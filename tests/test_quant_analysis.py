@@ -303,3 +303,30 @@ def test_mrvl_verify_quant_analysis(bad, tmp_path, capsys):
     assert code == 0 and "isol. SNR dB" in printed and "conv1/relu1" in printed
     doc = json.loads((tmp_path / "qa.json").read_text())
     assert doc["below_isolated"] == [doc["first_below"]]
+
+
+def test_keep_fp16_refuses_external_data_outside_the_model_directory(tmp_path):
+    """The named copy reads external data as the converter does: never from outside the
+    model's directory (a hostile model's ``../`` location)."""
+    model = three_convs(outlier=False)
+    weight = next(t for t in model.graph.initializer if t.name == "w1")
+    weight.ClearField("raw_data")
+    weight.data_location = onnx.TensorProto.EXTERNAL
+    entry = weight.external_data.add()
+    entry.key, entry.value = "location", "../outside.bin"
+    (tmp_path / "outside.bin").write_bytes(bytes(8 * 3 * 3 * 3 * 4))
+    (tmp_path / "m").mkdir()
+    onnx.save(model, tmp_path / "m" / "m.onnx")
+    with pytest.raises(mrvl_convert.MrvlConvertError, match="w1"):
+        quantize_keep_fp16(tmp_path / "m" / "m.onnx", tmp_path / "q.onnx",
+                           {"x": samples(4, 1)}, ["conv2"])
+
+
+def test_analysis_of_a_model_the_artifact_was_not_made_from_names_the_input(bad, tmp_path):
+    *_, tmp = bad
+    other = three_convs(outlier=False)
+    other.graph.input[0].type.tensor_type.shape.dim[2].dim_value = 9
+    other.graph.input[0].type.tensor_type.shape.dim[3].dim_value = 9
+    onnx.save(other, tmp_path / "other.onnx")
+    with pytest.raises(mrvl_convert.ShapeError, match="x"):
+        mrvl_convert.analyze_quantization(tmp_path / "other.onnx", tmp / "out")

@@ -37,7 +37,8 @@ import onnx
 from ..layers.qnn_kernels import dequantize, quantize
 from ..load import name_nodes
 from .artifact import first_value
-from .compare import _feeds, _load, _reference_session, _run_reference
+from .compare import (_check_model_inputs, _feeds, _load, _reference_session,
+                      _run_reference)
 from .fp16 import round_to_fp16
 from .layer_compare import RESHAPE_LAYERS
 from .session import HybridSession, TensorSpec
@@ -220,6 +221,8 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     feeds."""
     session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm)
     proto = _load(float_model)
+    _check_model_inputs(proto, session, str(float_model) if not isinstance(
+        float_model, onnx.ModelProto) else (float_model.graph.name or "<ModelProto>"))
     name_nodes(proto)  # as the converter named the QDQ model's nodes, so names meet
     feeds = _feeds(session, inputs, seed, samples)
     layers, unmapped = _plan(session, proto)
