@@ -330,3 +330,19 @@ def test_analysis_of_a_model_the_artifact_was_not_made_from_names_the_input(bad,
     onnx.save(other, tmp_path / "other.onnx")
     with pytest.raises(mrvl_convert.ShapeError, match="x"):
         mrvl_convert.analyze_quantization(tmp_path / "other.onnx", tmp / "out")
+
+
+def test_fp16_overflow_in_a_kept_layer_is_reported_not_raised(tmp_path):
+    """An input past float16's range reaching an fp16 layer: the analysis records the range
+    event and writes strict JSON (no NaN or infinity)."""
+    src = tmp_path / "m.onnx"
+    onnx.save(three_convs(outlier=False), src)
+    result = quantize_keep_fp16(src, tmp_path / "q.onnx", {"x": samples(8, 1)},
+                                ["conv1", "relu1"])
+    mrvl_convert.convert(result.model, tmp_path / "out")
+    analysis = mrvl_convert.analyze_quantization(src, tmp_path / "out",
+                                                 {"x": samples(1, 2) * 1e6})
+    assert analysis.range_events and "fp16 range" in analysis.format_table()
+    assert analysis.row_for("conv1").snr_db == -math.inf
+    doc = json.loads(json.dumps(analysis.to_dict(), allow_nan=False))
+    assert doc["rows"][0]["snr_db"] is None and doc["rows"][0]["exact"] is False

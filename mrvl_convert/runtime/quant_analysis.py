@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -42,6 +43,7 @@ from .compare import (_check_model_inputs, _feeds, _load, _reference_session,
 from .fp16 import round_to_fp16
 from .layer_compare import RESHAPE_LAYERS
 from .session import HybridSession, TensorSpec
+from .simulator import Fp16RangeWarning
 
 DEFAULT_THRESHOLD_DB = 20.0
 # Layers whose int8 result a quantizer can give back to float (their op nodes can be excluded
@@ -112,6 +114,7 @@ class QuantAnalysis:
     samples: int
     threshold_db: float = DEFAULT_THRESHOLD_DB
     unmapped: List[str] = field(default_factory=list)
+    range_events: List[str] = field(default_factory=list)  # fp16 layers' inf/NaN outputs
 
     @property
     def first_below(self) -> Optional[LayerQuality]:
@@ -139,7 +142,7 @@ class QuantAnalysis:
         return {"threshold_db": self.threshold_db, "samples": self.samples,
                 "first_below": None if first is None else first.layer,
                 "below_isolated": [r.layer for r in self.below_isolated],
-                "unmapped": list(self.unmapped),
+                "unmapped": list(self.unmapped), "range_events": list(self.range_events),
                 # JSON has no infinity: an exact layer's SNR is written as null, "exact": true
                 "rows": [_json_row(r) for r in self.rows]}
 
@@ -167,6 +170,7 @@ class QuantAnalysis:
                       f"{r.isolated_snr_db:.1f} dB)" for r in below[:8]) if below else "none"))
         if self.unmapped:
             words.append(f"not mapped to the float model: {', '.join(self.unmapped[:8])}")
+        words += [f"fp16 range: {event}" for event in self.range_events]
         return "\n".join(words)
 
 
@@ -195,6 +199,9 @@ def _json_row(row: LayerQuality) -> Dict[str, Any]:
         if value is not None and not math.isfinite(value):
             out[key] = None
             out[key.replace("snr_db", "exact")] = value > 0
+    for key in ("cosine", "isolated_cosine"):  # NaN: an inf/NaN output (range_events)
+        if out[key] is not None and not math.isfinite(out[key]):
+            out[key] = None
     return out
 
 
@@ -231,9 +238,10 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     model_inputs = {i.name for i in proto.graph.input}
     wanted = sorted((set(tensors) | (inputs_of & _tensor_names(proto))) - model_inputs)
     reference = _reference_session(proto, [TensorSpec(t, (), "float32") for t in wanted], 3)
+    events: List[str] = []
     for feed in feeds:
         refs = dict(zip(wanted, _run_reference(reference, wanted, feed, proto)))
-        _fold(session, layers, feed, {**feed, **refs})
+        _fold(session, layers, feed, {**feed, **refs}, events)
     rows = []
     for lay in layers:
         if lay.row is None:
@@ -246,7 +254,7 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
         elif lay.iso_issue and not row.note:
             row.note = f"isolated: {lay.iso_issue}"
         rows.append(row)
-    return QuantAnalysis(rows, len(feeds), threshold_db, unmapped)
+    return QuantAnalysis(rows, len(feeds), threshold_db, unmapped, list(dict.fromkeys(events)))
 
 
 def _tensor_names(proto: onnx.ModelProto) -> set:
@@ -301,9 +309,12 @@ def _scale_attr(spec: Any, key: str) -> Optional[float]:
 
 
 def _fold(session: HybridSession, layers: List[_Layer], feed: Feed,
-          refs: Dict[str, np.ndarray]) -> None:
+          refs: Dict[str, np.ndarray], events: List[str]) -> None:
     """One sample: the hybrid's trace and every layer run alone, folded into the sums."""
-    _, trace = session.run_layers(feed)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Fp16RangeWarning)  # recorded instead
+        _, trace = session.run_layers(feed)
+    events += [e.describe() for e in session.last_range_events]
     traced = {(t.stage, t.spec.index): t.value for t in trace}
     ref: Dict[Key, Optional[np.ndarray]] = {}     # fp32 reference, physical layout
     scale: Dict[Key, Optional[float]] = {}        # int8 scale of the layer's output
@@ -317,7 +328,10 @@ def _fold(session: HybridSession, layers: List[_Layer], feed: Feed,
             scale[(stage.name, node.index)] = None
     for lay in layers:
         stage, spec = lay.key[0], lay.step.spec
-        ins = [(stage, i) for i in lay.step.inputs]
+        # Only a layer's first output has a reference (the trace keeps only that one), so an
+        # input read from another output of a Split-like layer has none.
+        slots = lay.step.slots or (0,) * len(lay.step.inputs)
+        ins = [(stage, i) if slot == 0 else (stage, -1) for i, slot in zip(lay.step.inputs, slots)]
         out_scale = _output_scale(spec, [scale.get(k) for k in ins])
         scale[lay.key] = out_scale
         ref[lay.key] = _reference(lay, [ref.get(k) for k in ins], refs)
