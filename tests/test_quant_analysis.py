@@ -346,3 +346,18 @@ def test_fp16_overflow_in_a_kept_layer_is_reported_not_raised(tmp_path):
     assert analysis.row_for("conv1").snr_db == -math.inf
     doc = json.loads(json.dumps(analysis.to_dict(), allow_nan=False))
     assert doc["rows"][0]["snr_db"] is None and doc["rows"][0]["exact"] is False
+
+
+def test_layers_of_every_mrvl_stage_are_analysed(bad, tmp_path):
+    """conv2 denied: Mrvl, CPU, Mrvl stages; the second Mrvl stage's layers take their fp32
+    reference from the float model's tensor at the boundary (r2), so they get both figures."""
+    src, _, test, _, tmp = bad
+    result = mrvl_convert.convert(tmp / "q.onnx", tmp_path / "out", deny=["conv2"])
+    assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl", "cpu", "mrvl"]
+    analysis = mrvl_convert.analyze_quantization(src, tmp_path / "out", test)
+    stages = {r.stage for r in analysis.rows}
+    assert len(stages) == 2
+    assert all(r.snr_db is not None and r.isolated_snr_db is not None for r in analysis.rows)
+    assert analysis.row_for("conv2") is None                   # on CPU: no Mrvl layer
+    assert analysis.below_isolated == [analysis.row_for("conv1")]
+    assert analysis.row_for("conv3").isolated_snr_db > THRESHOLD > analysis.row_for("conv3").snr_db
