@@ -378,3 +378,15 @@ def test_layers_of_every_mrvl_stage_are_analysed(bad, tmp_path):
     assert analysis.row_for("conv2") is None                   # on CPU: no Mrvl layer
     assert analysis.below_isolated == [analysis.row_for("conv1")]
     assert analysis.row_for("conv3").isolated_snr_db > THRESHOLD > analysis.row_for("conv3").snr_db
+
+
+def test_cli_keep_fp16_unknown_node_is_one_line(tmp_path, capsys):
+    from mrvl_convert.cli import main
+
+    src = tmp_path / "m.onnx"
+    onnx.save(three_convs(outlier=False), src)
+    np.savez(tmp_path / "cal.npz", x=samples(4, 1))
+    code = main([str(src), "-o", str(tmp_path / "out"), "--quantize", "int8", "--calibration",
+                 str(tmp_path / "cal.npz"), "--keep-fp16", "conv9"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--keep-fp16 conv9" in err and "conv1" in err and "\n" not in err, err
