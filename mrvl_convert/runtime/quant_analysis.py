@@ -375,7 +375,11 @@ def _reference(lay: _Layer, inputs: List[Optional[np.ndarray]],
     layout = spec.attrs.get("out_layout", spec.attrs.get("dst_layout", ["NHWC"]))
     if value.ndim == 4 and first_value(layout) == "NHWC":
         value = value.transpose(0, 2, 3, 1)
-    return np.ascontiguousarray(value) if value.shape == tuple(spec.shape) else None
+    if value.shape != tuple(spec.shape):
+        lay.row.note = (f"not compared: the float tensor is {list(refs[lay.row.tensor].shape)}, "
+                        f"the layer gives {list(spec.shape)}")
+        return None
+    return np.ascontiguousarray(value)
 
 
 def _isolated(lay: _Layer, inputs: List[Tuple[Optional[np.ndarray], Optional[float]]]
