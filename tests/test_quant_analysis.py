@@ -390,3 +390,20 @@ def test_cli_keep_fp16_unknown_node_is_one_line(tmp_path, capsys):
                  str(tmp_path / "cal.npz"), "--keep-fp16", "conv9"])
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--keep-fp16 conv9" in err and "conv1" in err and "\n" not in err, err
+
+
+def test_an_int8_stage_input_takes_the_float_tensor_and_its_readers_scale(bad, tmp_path):
+    """The region's edges denied: the Mrvl stage takes x_QuantizeLinear_Output (int8). Its
+    reference is the float x (quantize_static's naming), its scale conv1's input_scale, so
+    conv1 is measured alone too, and equals its accumulated figure (the same int8 input)."""
+    src, _, test, _, tmp = bad
+    result = mrvl_convert.convert(tmp / "q.onnx", tmp_path / "out",
+                                  deny=["x_QuantizeLinear", "y_DequantizeLinear"])
+    mrvl = next(s for s in result.manifest["stages"] if s["kind"] == "mrvl")
+    assert [(t["tensor"], t["dtype"]) for t in mrvl["inputs"]] == \
+        [("x_QuantizeLinear_Output", "int8")]
+    analysis = mrvl_convert.analyze_quantization(src, tmp_path / "out", test)
+    conv1 = analysis.row_for("conv1")
+    assert conv1.isolated_snr_db == pytest.approx(conv1.snr_db, abs=1e-9)
+    assert all(r.isolated_snr_db is not None for r in analysis.rows), analysis.format_table()
+    assert analysis.below_isolated == [conv1]

@@ -234,9 +234,11 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     feeds = _feeds(session, inputs, seed, samples)
     layers, unmapped = _plan(session, proto)
     tensors = sorted({r.tensor for lay in layers for r in [lay.row] if r and r.tensor})
-    inputs_of = {t.name for s in session.stages if s.kind == "mrvl" for t in s.inputs}
+    names = _tensor_names(proto)
+    inputs_of = {_boundary_tensor(t.name, names) for s in session.stages if s.kind == "mrvl"
+                 for t in s.inputs}
     model_inputs = {i.name for i in proto.graph.input}
-    wanted = sorted((set(tensors) | (inputs_of & _tensor_names(proto))) - model_inputs)
+    wanted = sorted((set(tensors) | (inputs_of & names)) - model_inputs)
     reference = _reference_session(proto, [TensorSpec(t, (), "float32") for t in wanted], 3)
     events: List[str] = []
     for feed in feeds:
@@ -299,6 +301,37 @@ def _qdq_tensor(sources: Sequence[str], tensors: set) -> str:
     return ""
 
 
+def _boundary_tensor(name: str, tensors: Any) -> str:
+    """The float tensor a stage-boundary tensor of the QDQ model is: itself, or the tensor a
+    QuantizeLinear / DequantizeLinear output is named after (``<tensor>_QuantizeLinear_Output``,
+    ``quantize_static``'s naming)."""
+    if name in tensors:
+        return name
+    for suffix in _QDQ_OPS:
+        base = name[:-len(suffix + "_Output")] if name.endswith(suffix + "_Output") else ""
+        if base in tensors:
+            return base
+    return name
+
+
+def _consumer_scale(steps: Sequence[Any], index: int) -> Optional[float]:
+    """The int8 scale of a stage's int8 input, as the first layer that reads it states it
+    (through layers that move or select values, which state none)."""
+    for step in steps:
+        if index not in step.inputs:
+            continue
+        spec = step.spec
+        key = "input_scale"
+        if spec.layer_name == "Sum2D":
+            key = "lhs_input_scale" if step.inputs.index(index) == 0 else "rhs_input_scale"
+        value = _scale_attr(spec, key)
+        if value is None and spec.layer_name in _BYTE_MOVERS | {"Maxpool2D"}:
+            value = _consumer_scale(steps, step.node)
+        if value is not None:
+            return value
+    return None
+
+
 def _dtype(spec: Any) -> str:
     return str(first_value(spec.attrs.get("dtype", ["float32"])))
 
@@ -322,10 +355,11 @@ def _fold(session: HybridSession, layers: List[_Layer], feed: Feed,
         if stage.kind != "mrvl":
             continue
         for node in stage.runner.inputs:
-            spec = next(t for t in stage.inputs if t.name == node.name)
-            ref[(stage.name, node.index)] = refs.get(node.name) if spec.dtype == "float32" \
-                else None
-            scale[(stage.name, node.index)] = None
+            key = (stage.name, node.index)
+            int8 = next(t for t in stage.inputs if t.name == node.name).dtype == "int8"
+            scale[key] = _consumer_scale(stage.runner.steps, node.index) if int8 else None
+            ref[key] = refs.get(_boundary_tensor(node.name, refs)) \
+                if scale[key] is not None or not int8 else None
     for lay in layers:
         stage, spec = lay.key[0], lay.step.spec
         # Only a layer's first output has a reference (the trace keeps only that one), so an
