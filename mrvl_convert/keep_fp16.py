@@ -1,8 +1,8 @@
 """Mixed precision: int8 with the layers that quantize worst kept in fp16 (``--keep-fp16``).
 
 The named float-model nodes (or, with ``auto``, the op nodes of the layers whose isolated SNR
-is below the threshold, worst first, one layer a round for a bounded number of rounds) are left
-out of quantization (``quantize_static``'s ``nodes_to_exclude``). The QDQ model then has a
+is below the threshold, worst first, one Conv2D or FC layer a round for a bounded number of
+rounds) are left out of quantization (``quantize_static``'s ``nodes_to_exclude``). The QDQ model then has a
 float op between a DequantizeLinear and a QuantizeLinear: the converter makes it an fp16 Mrvl
 layer with ``quant`` layers at the region boundary (int8 -> float32 in front, float32 -> int8
 after), in the same accelerator stage. The float rules of Conv, Gemm and MatMul take a
@@ -117,7 +117,7 @@ def _auto(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndar
     """Convert, analyse, give the worst compute layer below the threshold back to float,
     quantize again; at most ``max_rounds`` times. The last analysis is the final model's."""
     from .convert import convert
-    from .runtime.quant_analysis import COMPUTE_LAYERS, analyze_quantization
+    from .runtime.quant_analysis import KEEPABLE_LAYERS, analyze_quantization
 
     for k in range(max_rounds + 1):
         artifact = tmp / f"round{k}"
@@ -126,7 +126,7 @@ def _auto(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndar
         if k == max_rounds:
             break
         worst = next((r for r in result.analysis.below_isolated
-                      if r.layer_name in COMPUTE_LAYERS and r.dtype == "int8" and r.op_nodes
+                      if r.layer_name in KEEPABLE_LAYERS and r.dtype == "int8" and r.op_nodes
                       and not set(r.op_nodes) <= set(result.kept)), None)
         if worst is None:
             break

@@ -407,3 +407,27 @@ def test_an_int8_stage_input_takes_the_float_tensor_and_its_readers_scale(bad, t
     assert conv1.isolated_snr_db == pytest.approx(conv1.snr_db, abs=1e-9)
     assert all(r.isolated_snr_db is not None for r in analysis.rows), analysis.format_table()
     assert analysis.below_isolated == [conv1]
+
+
+def test_keeping_an_add_between_quantized_layers_leaves_it_int8(tmp_path):
+    """Why auto picks Conv2D and FC only: an Add excluded from quantization still reads and
+    writes tensors its quantized neighbours quantize, so it stays an int8 Sum2D."""
+    rng = np.random.default_rng(3)
+    inits = {"w": rng.standard_normal((4, 4, 3, 3)) * 0.3, "b": np.zeros(4),
+             "w2": rng.standard_normal((4, 4, 3, 3)) * 0.3, "b2": np.zeros(4)}
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1] * 4),
+             helper.make_node("Conv", ["c", "w2", "b2"], ["c2"], name="conv2", pads=[1] * 4),
+             helper.make_node("Add", ["c2", "c"], ["s"], name="add"),
+             helper.make_node("GlobalAveragePool", ["s"], ["y"], name="gap")]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 1, 1])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    src = tmp_path / "add.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                                ir_version=10), src)
+    x = rng.standard_normal((8, 4, 8, 8)).astype(np.float32)
+    result = quantize_keep_fp16(src, tmp_path / "q.onnx", {"x": x}, ["add"])
+    converted = mrvl_convert.convert(result.model, tmp_path / "out")
+    places = {n["name"]: n for n in converted.report["nodes"]}
+    assert places["add"]["rule"] == "mrvl.qnn_add"

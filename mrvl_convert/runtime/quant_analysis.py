@@ -46,9 +46,10 @@ from .session import HybridSession, TensorSpec
 from .simulator import Fp16RangeWarning
 
 DEFAULT_THRESHOLD_DB = 20.0
-# Layers whose int8 result a quantizer can give back to float (their op nodes can be excluded
-# from quantization): the candidates of ``--keep-fp16 auto``.
-COMPUTE_LAYERS = frozenset({"Conv2D", "FC", "Sum2D", "Avgpool2D", "GlobalAvgpool2D"})
+# Layers that excluding their op node from quantization gives back to float: the candidates of
+# ``--keep-fp16 auto``. Their weights stay float; an excluded Add or pool still sits between
+# the DequantizeLinear and QuantizeLinear its quantized neighbours put there, so it stays int8.
+KEEPABLE_LAYERS = frozenset({"Conv2D", "FC"})
 _BYTE_MOVERS = RESHAPE_LAYERS | {"layout_transform"}
 _QDQ_OPS = ("_QuantizeLinear", "_DequantizeLinear")
 Key = Tuple[str, int]  # (stage name, node index in its Nodes-JSON)
