@@ -71,7 +71,7 @@ def analysis_feeds(model: PathLike, calibration: Mapping[str, np.ndarray],
 
 
 def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str, np.ndarray],
-                       keep_fp16: Sequence[str], *, inputs: Optional[Sequence[Dict]] = None,
+                       keep_fp16: Union[str, Sequence[str]], *, inputs: Optional[Sequence[Dict]] = None,
                        threshold_db: Optional[float] = None, max_rounds: int = DEFAULT_ROUNDS,
                        convert_options: Optional[Mapping] = None) -> KeepFp16Result:
     """``model`` quantized to ``out`` as ``quantize_int8`` does, but the nodes ``keep_fp16``
@@ -80,6 +80,10 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
     samples); ``convert_options``: keyword arguments of ``convert`` for its conversions."""
     from .runtime.quant_analysis import DEFAULT_THRESHOLD_DB
 
+    if isinstance(keep_fp16, str):
+        keep_fp16 = [keep_fp16]  # one name, not its letters
+    if max_rounds < 0:
+        raise OptionError(f"max_rounds must be >= 0, got {max_rounds}")
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="mrvl_keep_fp16_") as tmp:
         named = Path(tmp) / Path(model).name

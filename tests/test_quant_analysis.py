@@ -211,7 +211,7 @@ def test_keep_fp16_model_runs_end_to_end_and_is_closer_to_fp32(bad, kept):
 def test_keep_fp16_named_node_becomes_an_fp16_layer(tmp_path):
     src = tmp_path / "m.onnx"
     onnx.save(three_convs(outlier=False), src)
-    result = quantize_keep_fp16(src, tmp_path / "q.onnx", {"x": samples(8, 1)}, ["conv2"])
+    result = quantize_keep_fp16(src, tmp_path / "q.onnx", {"x": samples(8, 1)}, "conv2")
     assert result.kept == ["conv2"] and not result.rounds
     converted = mrvl_convert.convert(result.model, tmp_path / "out")
     places = {n["name"]: n for n in converted.report["nodes"]}
