@@ -35,6 +35,7 @@ from ..rules.qnn_checks import producer, scale_of
 from . import qnn_kernels
 from ._kind import MARVELL, Activation, Attr, LayerKind, roles
 from ._lowering import new_layer, spatial_out
+from .qnn_requant import emit_requant
 
 _SOURCE = ("princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
            "src/relay/backend/contrib/mrvl/codegen.cc")
@@ -102,9 +103,23 @@ def _add_pool_scales(composite: Composite, layers: List[Layer]) -> None:
 
 def _output(composite: Composite) -> Tuple[float, Optional[Activation]]:
     """The output scale and fused activation of a chain ending ``out_q [act_dq act act_q]``
-    (the rules let Relu in only where it keeps the scale, so max(q, 0) is exact)."""
+    (the rules let in a Relu, or a Clip that is one at the output scale: max(q, 0) in the
+    layer's own output scale is exact, a requant follows where the Relu has another scale)."""
     act = composite.binding.node("act")
     return scale_of(composite.binding.node("out_q")), (Activation.RELU if act else None)
+
+
+def _emit(composite: Composite, ctx: LayoutContext, layer: Layer) -> None:
+    """Emit ``layer`` for the composite's output, or, where its fused Relu is quantized with a
+    scale of its own (onnxruntime 1.18), as an intermediate value followed by a requant."""
+    act_q = composite.binding.node("act_q")
+    if act_q is None or scale_of(act_q) == layer.attrs["output_scale"]:
+        ctx.emit(layer, composite.output)
+        return
+    layer.source_nodes = []
+    index = ctx.emit(layer, None)
+    emit_requant(composite, ctx, index, layer.out_layout,
+                 (layer.attrs["output_scale"], scale_of(act_q)), composite.output)
 
 
 def _int_const(tensor: gs.Tensor, dtype: type) -> np.ndarray:
@@ -146,8 +161,8 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
              "weight_scale": scale_of(producer(conv.inputs[1])), "output_scale": output_scale}
     consts = [("kernel", np.ascontiguousarray(weights.transpose(0, 2, 3, 1))),
               ("bias", bias.reshape(1, 1, 1, out_channels))]
-    ctx.emit(new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
-                       consts), composite.output)
+    _emit(composite, ctx, new_layer(composite, "Conv2D", [index], [layout],
+                                    spatial_out(composite), attrs, consts))
 
 
 def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
@@ -177,7 +192,7 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
     consts = [("kernel", np.ascontiguousarray(weights)),
               ("bias", np.ascontiguousarray(bias, dtype=np.int32).reshape(1, out_features))]
     out = TensorLayout(tuple(static_shape(composite.output)), (0, 1), "NC")
-    ctx.emit(new_layer(composite, "FC", [index], [layout], out, attrs, consts), composite.output)
+    _emit(composite, ctx, new_layer(composite, "FC", [index], [layout], out, attrs, consts))
 
 
 def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
@@ -200,8 +215,7 @@ def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
     attrs = {"activation_type": activation, "lhs_input_scale": scale_of(dequantized[0]),
              "rhs_input_scale": scale_of(dequantized[1]), "output_scale": output_scale}
     out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
-    ctx.emit(new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts),
-             composite.output)
+    _emit(composite, ctx, new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts))
 
 
 def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
