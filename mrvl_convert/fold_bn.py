@@ -19,11 +19,20 @@ computations (``tests/test_int8_corpus.py`` checks it on onnxruntime).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Union
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
+
+
+def without_batchnorm(path: str, model: onnx.ModelProto) -> Union[str, onnx.ModelProto]:
+    """What to hand quantize_static for the model at ``path`` (loaded as ``model`` without its
+    external data): the folded model, or the path itself for a model whose weights live in
+    external files (left unfolded: quantize_static reads those relative to the path)."""
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        return str(path)
+    return fold_batchnorm(model)
 
 
 def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -97,4 +106,4 @@ def _fold(conv: onnx.NodeProto, bn: onnx.NodeProto, inits: Dict[str, onnx.Tensor
     conv.input.extend(names)
 
 
-__all__ = ["fold_batchnorm"]
+__all__ = ["fold_batchnorm", "without_batchnorm"]
