@@ -19,20 +19,29 @@ computations (``tests/test_int8_corpus.py`` checks it on onnxruntime).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Union
+import contextlib
+import os
+import tempfile
+from typing import Dict, Iterator, List, Optional
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 
-def without_batchnorm(path: str, model: onnx.ModelProto) -> Union[str, onnx.ModelProto]:
-    """What to hand quantize_static for the model at ``path`` (loaded as ``model`` without its
-    external data): the folded model, or the path itself for a model whose weights live in
-    external files (left unfolded: quantize_static reads those relative to the path)."""
+@contextlib.contextmanager
+def without_batchnorm(path: str, model: onnx.ModelProto) -> Iterator[str]:
+    """The file to hand quantize_static for the model at ``path`` (loaded as ``model`` without
+    its external data): the folded model in a temporary file removed afterwards (onnxruntime
+    1.18's quantize_static cannot take a ModelProto), or the path itself for a model whose
+    weights live in external files (left unfolded: quantize_static reads those next to it)."""
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
-        return str(path)
-    return fold_batchnorm(model)
+        yield str(path)
+        return
+    with tempfile.TemporaryDirectory(prefix="mrvl_fold_bn_") as folder:
+        folded = os.path.join(folder, os.path.basename(str(path)))
+        onnx.save(fold_batchnorm(model), folded)
+        yield folded
 
 
 def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:

@@ -43,9 +43,9 @@ def quantize_int8(model: PathLike, out: PathLike,
     proto = _load(model)
     reader = _reader(proto, calibration, str(model))
     out = Path(out)
-    quantize_static(without_batchnorm(str(model), proto), str(out), reader,
-                    quant_format=QuantFormat.QDQ,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8, **recipe())
+    with without_batchnorm(str(model), proto) as source:
+        quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QInt8, **recipe())
     return out
 
 

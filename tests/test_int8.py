@@ -28,8 +28,8 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
 
 def _quantizer_folds_relu() -> bool:
     """Whether this onnxruntime's quantize_static gives a Relu after a Conv the Conv's output
-    scale (newer versions: the Relu fuses into the int8 Conv2D) or a scale of its own (1.18). The converter has no int8 layer for the latter yet (a requantizing
-    Relu), so that Relu stays on CPU and the tests that expect whole int8 regions do not apply."""
+    scale (newer versions: the Relu fuses into the int8 Conv2D) or a scale of its own (1.18:
+    the Relu still fuses, and a requant layer follows to the Relu's scale)."""
     import tempfile
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
@@ -49,11 +49,6 @@ def _quantizer_folds_relu() -> bool:
     before = next(n for n in quantized.node if relu.input[0] in n.output)
     after = next(n for n in quantized.node if relu.output[0] in n.input)
     return scales[before.input[1]] == scales[after.input[1]]
-
-
-needs_folded_relu = pytest.mark.skipif(
-    not _quantizer_folds_relu(), reason="this onnxruntime's quantize_static gives a Relu its own "
-    "scale; the converter has no requantizing int8 Relu layer yet, so it stays on CPU")
 
 
 # ------------------------------------------------------------------------------------ helpers
@@ -156,7 +151,6 @@ def mnist_int8(tmp_path_factory):
     return qdq, result, images
 
 
-@needs_folded_relu
 def test_mnist_int8_runs_whole_on_the_accelerator(mnist_int8):
     _, result, _ = mnist_int8
     places = placements(result)
@@ -178,7 +172,6 @@ def test_mnist_int8_hybrid_matches_onnxruntime_within_one_step(mnist_int8):
     assert diff.max() == 0, np.bincount(diff.astype(int).ravel())
 
 
-@needs_folded_relu
 def test_mnist_int8_layers_carry_the_codegen_attributes(mnist_int8):
     """Golden names: per-tensor scales as the newer codegen writes its qnn composites, int8
     kernels and int32 biases with min/max "0", every scale the model's own float32."""
@@ -189,13 +182,16 @@ def test_mnist_int8_layers_carry_the_codegen_attributes(mnist_int8):
     consts = json.loads((out / stage["consts_json"]).read_text())
     layers = [n["attrs"] for n in nodes if n["op"] == "tvm_op"]
     names = [a["layer_name"][0] for a in layers]
-    assert names == ["quant", "layout_transform", "Conv2D", "Maxpool2D", "Conv2D", "Maxpool2D", "nn.batch_flatten",
-                     "FC", "Sum2D", "FC", "Sum2D", "quant"], names
+    relu_scale = [] if _quantizer_folds_relu() else ["requant"]
+    assert names == ["quant", "layout_transform", "Conv2D", *relu_scale, "Maxpool2D", "Conv2D",
+                     *relu_scale, "Maxpool2D", "nn.batch_flatten", "FC", "Sum2D", *relu_scale,
+                     "FC", "Sum2D", "quant"], names
     model_scales = {float(np.float32(numpy_helper.to_array(i).reshape(-1)[0]))
                     for i in onnx.load(qdq).graph.initializer if i.name.endswith("scale")}
     expected = {"Conv2D": {"input_scale", "weight_scale", "output_scale"},
                 "FC": {"input_scale", "weight_scale", "output_scale"},
-                "Sum2D": {"lhs_input_scale", "rhs_input_scale", "output_scale"}}
+                "Sum2D": {"lhs_input_scale", "rhs_input_scale", "output_scale"},
+                "requant": {"input_scale", "output_scale"}}
     for attrs in layers:
         scales = {k for k in attrs if k.endswith("_scale")}
         name = attrs["layer_name"][0]
@@ -281,7 +277,6 @@ def test_int8_gemm_with_bias_and_flatten(tmp_path, trans_b):
     assert steps(got, want, output_scale(onnx.load(qdq))).max() == 0
 
 
-@needs_folded_relu
 def test_int8_pools_and_residual_add_within_one_step(tmp_path):
     """A residual Add, an average pool and a global one: within one step of onnxruntime on
     every element (on x86 onnxruntime's QLinearAveragePool rounds some near-ties the other way:
@@ -334,7 +329,6 @@ def test_int8_outside_the_format_stays_on_cpu_with_the_reason(tmp_path, recipe, 
         assert steps(got, want, output_scale(onnx.load(qdq))).max() <= 1
 
 
-@needs_folded_relu
 def test_int8_tensors_may_cross_stage_boundaries(mnist_int8, tmp_path):
     """With the region's edges kept on CPU, the Mrvl stage takes and gives int8 tensors (its
     input node says int8); the hybrid still computes what onnxruntime does."""
@@ -352,7 +346,6 @@ def test_int8_tensors_may_cross_stage_boundaries(mnist_int8, tmp_path):
     assert steps(got, want, output_scale(onnx.load(qdq))).max() == 0
 
 
-@needs_folded_relu
 def test_cli_quantize_int8_with_calibration(tmp_path, capsys):
     from mrvl_convert.cli import main
 
@@ -417,7 +410,6 @@ def test_catalogue_declares_the_codegen_int8_attribute_names():
     assert CATALOGUE["quant"].layer_sets == frozenset({"marvell"})
 
 
-@needs_folded_relu
 def test_int8_squeezenet_runs_on_the_accelerator_and_matches_onnxruntime(tmp_path):
     """A real topology (the onnx wheel's light SqueezeNet, seeded weights: Fire modules,
     Concat, MaxPool, GlobalAveragePool) through Marvell's recipe: every compute layer int8 on
