@@ -32,10 +32,10 @@ from .._graph import attr, const_value, conv_pads, is_const, present, static_sha
 from ..layout import NHWC, Layer, LayoutContext, TensorLayout, native
 from ..rules.matcher import Composite
 from ..rules.qnn_checks import producer, scale_of
-from . import qnn_kernels
+from . import qnn_concat, qnn_kernels, qnn_mul
 from ._kind import MARVELL, Activation, Attr, LayerKind, roles
 from ._lowering import new_layer, spatial_out
-from .qnn_requant import emit_requant
+from .qnn_requant import emit_with_requant
 
 _SOURCE = ("princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
            "src/relay/backend/contrib/mrvl/codegen.cc")
@@ -58,6 +58,7 @@ _INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
     "Sum2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Sum2DInt8Kernel),
     "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Avgpool2DInt8Kernel),
     "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.GlobalAvgpool2DInt8Kernel),
+    "Mul2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_mul.Mul2DInt8Kernel),
 })
 
 
@@ -109,19 +110,6 @@ def _output(composite: Composite) -> Tuple[float, Optional[Activation]]:
     return scale_of(composite.binding.node("out_q")), (Activation.RELU if act else None)
 
 
-def _emit(composite: Composite, ctx: LayoutContext, layer: Layer) -> None:
-    """Emit ``layer`` for the composite's output, or, where its fused Relu is quantized with a
-    scale of its own (onnxruntime 1.18), as an intermediate value followed by a requant."""
-    act_q = composite.binding.node("act_q")
-    if act_q is None or scale_of(act_q) == layer.attrs["output_scale"]:
-        ctx.emit(layer, composite.output)
-        return
-    layer.source_nodes = []
-    index = ctx.emit(layer, None)
-    emit_requant(composite, ctx, index, layer.out_layout,
-                 (layer.attrs["output_scale"], scale_of(act_q)), composite.output)
-
-
 def _int_const(tensor: gs.Tensor, dtype: type) -> np.ndarray:
     """The integer constant a DequantizeLinear reads (rules checked it is one)."""
     return const_value(producer(tensor).inputs[0]).astype(dtype)
@@ -161,8 +149,9 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
              "weight_scale": scale_of(producer(conv.inputs[1])), "output_scale": output_scale}
     consts = [("kernel", np.ascontiguousarray(weights.transpose(0, 2, 3, 1))),
               ("bias", bias.reshape(1, 1, 1, out_channels))]
-    _emit(composite, ctx, new_layer(composite, "Conv2D", [index], [layout],
-                                    spatial_out(composite), attrs, consts))
+    layer = new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
+                      consts)
+    emit_with_requant(composite, ctx, layer)
 
 
 def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
@@ -192,7 +181,8 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
     consts = [("kernel", np.ascontiguousarray(weights)),
               ("bias", np.ascontiguousarray(bias, dtype=np.int32).reshape(1, out_features))]
     out = TensorLayout(tuple(static_shape(composite.output)), (0, 1), "NC")
-    _emit(composite, ctx, new_layer(composite, "FC", [index], [layout], out, attrs, consts))
+    layer = new_layer(composite, "FC", [index], [layout], out, attrs, consts)
+    emit_with_requant(composite, ctx, layer)
 
 
 def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
@@ -215,7 +205,8 @@ def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
     attrs = {"activation_type": activation, "lhs_input_scale": scale_of(dequantized[0]),
              "rhs_input_scale": scale_of(dequantized[1]), "output_scale": output_scale}
     out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
-    _emit(composite, ctx, new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts))
+    layer = new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts)
+    emit_with_requant(composite, ctx, layer)
 
 
 def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
@@ -233,7 +224,8 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
 
 
 _LOWER: Mapping[str, Lower] = MappingProxyType({
-    "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant})
+    "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
+    "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:

@@ -55,7 +55,7 @@ class Requantize:
         return np.rint(y, out=y)
 
 
-def _int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
+def int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
                dtype: type) -> np.ndarray:
     value = spec.const(key, consts)
     if value.dtype != dtype:
@@ -65,7 +65,7 @@ def _int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
 
 
 def _bias(spec: LayerSpec, consts: Mapping[str, np.ndarray], o: int) -> np.ndarray:
-    bias = _int_const(spec, "bias_const_name", consts, np.int32)
+    bias = int_const(spec, "bias_const_name", consts, np.int32)
     if bias.size != o:
         raise spec.error("attrs.bias_const_name", f"bias has {bias.size} values, expected {o}")
     return bias.reshape(o).astype(np.float64)
@@ -83,7 +83,7 @@ class Conv2DInt8Kernel(Conv2DKernel):
         if self.groups != 1:
             raise spec.error("attrs.groups", "an int8 Conv2D is an ordinary convolution "
                                              "(depthwise and grouped kernels are expanded)")
-        kernel = _int_const(spec, "kernel_const_name", consts, np.int8)
+        kernel = int_const(spec, "kernel_const_name", consts, np.int8)
         o = self._take_kernel(kernel, c)
         kh, kw = self.kernel_hw
         self.pointwise = (kh == kw == 1 and not any(self.pads))
@@ -108,7 +108,7 @@ class FCInt8Kernel(Kernel):
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
         n, i = spec.input_rank(0, 2)
-        weight = _int_const(spec, "kernel_const_name", consts, np.int8)
+        weight = int_const(spec, "kernel_const_name", consts, np.int8)
         if weight.ndim != 2 or weight.shape[1] != i:
             raise spec.error("attrs.kernel_const_name", f"kernel has shape {list(weight.shape)}"
                                                         f", expected [O, {i}] (OI)")
@@ -138,7 +138,7 @@ class Sum2DInt8Kernel(Kernel):
         shapes = spec.input_shapes
         self.const: Optional[np.ndarray] = None
         if len(shapes) == 1:
-            const = _int_const(spec, "input_const_name", consts, np.int8)
+            const = int_const(spec, "input_const_name", consts, np.int8)
             out = const_broadcast_shape(spec, const)
             self.const = const.astype(np.float32)
         elif len(shapes) == 2 and shapes[0] == shapes[1]:

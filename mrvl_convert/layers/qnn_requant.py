@@ -26,8 +26,9 @@ from typing import Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from ..layout import LayoutContext, TensorLayout
+from ..layout import Layer, LayoutContext, TensorLayout
 from ..rules.matcher import Composite
+from ..rules.qnn_checks import scale_of
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
@@ -68,10 +69,22 @@ def emit_requant(composite: Composite, ctx: LayoutContext, index: int, layout: T
     return ctx.emit(layer, output)
 
 
+def emit_with_requant(composite: Composite, ctx: LayoutContext, layer: Layer) -> None:
+    """Emit ``layer`` for the composite's output, or, where its fused Relu is quantized with a
+    scale of its own (``act_q``, onnxruntime 1.18), as an intermediate value and a requant."""
+    act_q = composite.binding.node("act_q")
+    if act_q is None or scale_of(act_q) == layer.attrs["output_scale"]:
+        ctx.emit(layer, composite.output)
+        return
+    layer.source_nodes = []
+    index = ctx.emit(layer, None)
+    emit_requant(composite, ctx, index, layer.out_layout,
+                 (layer.attrs["output_scale"], scale_of(act_q)), composite.output)
+
+
 def _lower_alone(composite: Composite, ctx: LayoutContext) -> None:
     """``DequantizeLinear -> Min(x, c) -> QuantizeLinear`` whose clamp the output range already
     makes (rules: ``vacuous_clamp``): a requant of the dequantized input."""
-    from ..rules.qnn_checks import scale_of  # the rules import the catalogue
     in_dq, out_q = composite.binding.node("in_dq"), composite.binding.node("out_q")
     index, layout = ctx.values[in_dq.inputs[0].name]
     emit_requant(composite, ctx, index, layout, (scale_of(in_dq), scale_of(out_q)),

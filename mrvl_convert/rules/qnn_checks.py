@@ -209,11 +209,13 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
 
 
 def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Both operands of an Add are dequantized symmetric per-tensor int8: two activations of
-    the output's shape, or one and a constant that broadcasts to it without enlarging it."""
+    """Both operands of an Add (Mul) are dequantized symmetric per-tensor int8: two activations
+    of the output's shape (with ``broadcast``: the second may broadcast into the first), or one
+    and a constant that broadcasts to it without enlarging it."""
     if len(node.inputs) != 2:
         return {"detail": f"it has {len(node.inputs)} operands"}
-    consts = 0
+    out_shape = static_shape(node.outputs[0])
+    consts, full = 0, 0
     for tensor in node.inputs:
         source = producer(tensor)
         if source is None or source.op != "DequantizeLinear":
@@ -223,11 +225,27 @@ def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
             return {"detail": issue}
         if is_const(source.inputs[0]):
             consts += 1
-        elif static_shape(tensor) != static_shape(node.outputs[0]):
+        elif static_shape(tensor) == out_shape:
+            full += 1
+        elif not args.get("broadcast"):
             return {"detail": f"operand {tensor.name} {static_shape(tensor)} is broadcast to "
-                              f"{static_shape(node.outputs[0])}"}
+                              f"{out_shape}"}
     if consts > 1:
         return {"detail": "both operands are constants"}
+    if full == 0:
+        return {"detail": f"no operand has the output's shape {out_shape}"}
+    return None
+
+
+def check_qdq_inputs(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Every input is a symmetric per-tensor int8 activation, dequantized (a Concat's)."""
+    for tensor in node.inputs:
+        source = producer(tensor)
+        if source is None or source.op != "DequantizeLinear" or is_const(source.inputs[0]):
+            return {"detail": f"input {tensor.name} is not a dequantized int8 activation"}
+        issue = qdq_issue(source)
+        if issue:
+            return {"detail": issue}
     return None
 
 
@@ -255,5 +273,6 @@ QNN_CHECKS = MappingProxyType({
     "vacuous_clamp": check_vacuous_clamp,
     "qdq_weights": check_qdq_weights,
     "qdq_operands": check_qdq_operands,
+    "qdq_inputs": check_qdq_inputs,
     "same_scale": check_same_scale,
 })
