@@ -10,7 +10,9 @@ src/relay/backend/contrib/mrvl/codegen.cc ``CreateCompositeMrvlQnnConv2DLayer``,
 ``output_scale``; Sum2D ``lhs_input_scale``, ``rhs_input_scale``, ``output_scale``; pools
 ``input_scale``, ``output_scale``; one float each, no zero point; int8 weights and int32 biases.
 Region edges become ``quant`` layers: ``output_scale`` quantizes float32 to int8, ``input_scale``
-dequantizes int8 to float32. Max pooling and layers that only move bytes run on the int8 values
+dequantizes int8 to float32. The other int8 kinds have homes of their own: ``qnn_mul.py`` (Mul2D),
+``qnn_activations.py`` (QnnSigmoid, QnnTanh), ``qnn_concat.py`` (Concat of int8 values) and
+``qnn_requant.py`` (requant: another scale, e.g. after a fused Relu that has its own). Max pooling and layers that only move bytes run on the int8 values
 as they are, as in the codegen, which writes no scale for them.
 
 The number model (``kernels``: onnxruntime's, so that the simulator reproduces its execution of
