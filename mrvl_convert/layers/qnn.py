@@ -30,8 +30,8 @@ from typing import Callable, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr, const_value, conv_pads, is_const, present, static_shape
-from ..layout import NHWC, Layer, LayoutContext, TensorLayout, native
+from .._graph import attr, const_value, conv_pads, present, static_shape
+from ..layout import NHWC, Layer, LayoutContext, TensorLayout
 from ..rules.matcher import Composite
 from ..rules.qnn_checks import producer, scale_of
 from . import qnn_concat, qnn_kernels, qnn_mul
@@ -190,23 +190,11 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
 def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
     """Two int8 activations, or one and an int8 constant (always the rhs: the sum commutes)."""
     add = composite.binding.node("add")
-    rank = len(static_shape(add.outputs[0]))
-    perm = native(rank)
-    dequantized = sorted((producer(t) for t in add.inputs), key=lambda dq: is_const(dq.inputs[0]))
-    indices, layouts, consts = [], [], []
-    for dq in dequantized:
-        if is_const(dq.inputs[0]):
-            value = const_value(dq.inputs[0]).astype(np.int8)
-            value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(perm)
-            consts.append(("operand", np.ascontiguousarray(value)))
-        else:
-            index, layout = ctx.require(dq.inputs[0], perm)
-            indices.append(index)
-            layouts.append(layout)
+    dequantized, indices, layouts, consts = qnn_mul.int8_operands(add, ctx)
     output_scale, activation = _output(composite)
     attrs = {"activation_type": activation, "lhs_input_scale": scale_of(dequantized[0]),
              "rhs_input_scale": scale_of(dequantized[1]), "output_scale": output_scale}
-    out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
+    out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)
     layer = new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts)
     emit_with_requant(composite, ctx, layer)
 

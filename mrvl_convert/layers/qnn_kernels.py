@@ -14,7 +14,7 @@ src/relay/backend/contrib/mrvl/codegen.cc ``SetScaleAttr``) carries only these p
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -125,12 +125,14 @@ class FCInt8Kernel(Kernel):
         return self.requantize(acc)
 
 
-class Sum2DInt8Kernel(Kernel):
-    """int8 elementwise add of two activations, or of one and an int8 constant (the rhs):
-    dequantized, added and quantized in float32 (onnxruntime's Add between QDQ pairs)."""
+class BinaryInt8Kernel(Kernel):
+    """int8 a (op) b of two activations, or of one and an int8 constant (``input_const_name``):
+    both dequantized, combined in float32 and quantized (onnxruntime's op between QDQ pairs);
+    optional fused relu. ``broadcast``: the second operand may broadcast into the first."""
 
     num_inputs = None
     exact = True
+    broadcast = False
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
@@ -141,21 +143,42 @@ class Sum2DInt8Kernel(Kernel):
             const = int_const(spec, "input_const_name", consts, np.int8)
             out = const_broadcast_shape(spec, const)
             self.const = const.astype(np.float32)
-        elif len(shapes) == 2 and shapes[0] == shapes[1]:
+        elif len(shapes) == 2 and (shapes[0] == shapes[1] or self.broadcast):
             out = shapes[0]
         else:
             raise spec.error("inputs", f"expected 1 input and a constant, or 2 inputs of one "
                                        f"shape, got {[list(s) for s in shapes]}")
+        if self.broadcast and _broadcast(out, shapes[1] if len(shapes) == 2 else out) != out:
+            raise spec.error("inputs", f"the second operand {list(shapes[1])} does not "
+                                       f"broadcast into the first input {list(out)}")
         spec.expect_shape(out)
         self.lhs, self.rhs = spec.value("lhs_input_scale"), spec.value("rhs_input_scale")
         self.out = spec.value("output_scale")
         self.relu = spec.value("activation_type") is Activation.RELU
 
+    def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
-        total = dequantize(a, self.lhs)
-        total += dequantize(self.const if b is None else b, self.rhs)
+        total = self.combine(dequantize(a, self.lhs),
+                             dequantize(self.const if b is None else b, self.rhs))
         q = quantize(total, self.out)
         return np.maximum(q, 0.0, out=q) if self.relu else q
+
+
+def _broadcast(a: Tuple[int, ...], b: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        return None
+
+
+class Sum2DInt8Kernel(BinaryInt8Kernel):
+    """int8 elementwise add of two activations of one shape, or of one and an int8 constant."""
+
+    def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a += b
+        return a
 
 
 class Avgpool2DInt8Kernel(Avgpool2DKernel):
