@@ -31,7 +31,7 @@ from ..runtime.layerspec import LayerSpec
 from ..runtime.ufuncs import activate_inplace
 from ._kind import Activation, Attr, LayerKind, roles
 from ._unary import ONLY_MARVELL, SOURCE, emit_unary
-from .qnn_kernels import INT8_MIN, dequantize, quantize
+from .qnn_kernels import INT8_MAX, INT8_MIN, dequantize, quantize
 
 _ATTRS = (Attr("input_scale", "float", "int8: scale of the input"),
           Attr("output_scale", "float", "int8: scale of the output"))
@@ -52,7 +52,9 @@ class _TableKernel(Kernel):
         self.table = quantize(type(self).function(inputs), spec.value("output_scale"))
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        return self.table[(x - INT8_MIN).astype(np.intp)]
+        # The input is int8 already; clipping only keeps a crafted float input in the table.
+        index = np.clip(np.nan_to_num(x), INT8_MIN, INT8_MAX) - INT8_MIN
+        return self.table[np.rint(index).astype(np.intp)]
 
 
 class QnnSigmoidKernel(_TableKernel):

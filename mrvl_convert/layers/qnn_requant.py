@@ -21,7 +21,7 @@ calibration's annotation, never for a QDQ model.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -49,8 +49,17 @@ class RequantKernel(Kernel):
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
+        issue = self.capability_issue(spec.attrs)
+        if issue:
+            raise spec.error("attrs", issue)
         spec.expect_shape(spec.input_shapes[0])
         self.scales = (spec.value("input_scale"), spec.value("output_scale"))
+
+    @classmethod
+    def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
+        if attrs.get("src_layout") != attrs.get("dst_layout"):
+            return "a requant layer that also changes the layout is not supported"
+        return None
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return qnn_kernels.quantize(qnn_kernels.dequantize(x, self.scales[0]), self.scales[1])
