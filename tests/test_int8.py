@@ -1,5 +1,6 @@
 """int8: QDQ models (Marvell's quantize_static recipe) in, int8 Mrvl layers out, simulated to the
-integer and compared with onnxruntime running the same QDQ model.
+integer and compared with onnxruntime running the same QDQ model (op by op as the model writes
+it: ``reference_session``).
 
 The attribute names are the newer Marvell codegen's (princekumar70/tvm
 @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc

@@ -218,14 +218,12 @@ class GlobalAvgpool2DInt8Kernel(GlobalAvgpool2DKernel):
         return np.rint(y, out=y)
 
 
-class QuantKernel(Kernel):
-    """A region edge: ``output_scale`` quantizes float32 to int8, ``input_scale`` dequantizes.
-
-    ``exact``: the int8 values are exact in float16, and a dequantized output is handed on in
-    float32, as onnxruntime's DequantizeLinear gives it.
-    """
+class ElementwiseEdgeKernel(Kernel):
+    """A one-input elementwise int8 layer that keeps its layout (``src_layout`` =
+    ``dst_layout``): checks its attributes (``capability_issue``) and its shape."""
 
     exact = True
+    layer = "quant"
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
@@ -234,6 +232,24 @@ class QuantKernel(Kernel):
         if issue:
             raise spec.error("attrs", issue)
         spec.expect_shape(spec.input_shapes[0])
+
+    @classmethod
+    def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
+        if attrs.get("src_layout") != attrs.get("dst_layout"):
+            return f"a {cls.layer} layer that also changes the layout is not supported"
+        return None
+
+
+class QuantKernel(ElementwiseEdgeKernel):
+    """A region edge: ``output_scale`` quantizes float32 to int8, ``input_scale`` dequantizes.
+
+    ``exact``: the int8 values are exact in float16, and a dequantized output is handed on in
+    float32, as onnxruntime's DequantizeLinear gives it.
+    """
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         self.to_int8 = "output_scale" in spec.attrs
         self.scale = spec.value("output_scale" if self.to_int8 else "input_scale")
 
@@ -242,9 +258,7 @@ class QuantKernel(Kernel):
         if ("output_scale" in attrs) == ("input_scale" in attrs):
             return "a quant layer has exactly one of output_scale (quantize) and input_scale " \
                    "(dequantize)"
-        if attrs.get("src_layout") != attrs.get("dst_layout"):
-            return "a quant layer that also changes the layout is not supported"
-        return None
+        return super().capability_issue(attrs)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return quantize(x, self.scale) if self.to_int8 else dequantize(x, self.scale)

@@ -21,7 +21,7 @@ calibration's annotation, never for a QDQ model.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Mapping, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -30,7 +30,6 @@ from ..layout import Layer, LayoutContext, TensorLayout
 from ..rules.matcher import Composite
 from ..rules.qnn_checks import scale_of
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
 from . import qnn_kernels
 from ._kind import MARVELL, Attr, LayerKind, roles
@@ -40,26 +39,16 @@ SOURCE = ("princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
           "src/relay/backend/contrib/mrvl/codegen.cc CreateMrvlQuantLayer (qnn.requantize)")
 
 
-class RequantKernel(Kernel):
+class RequantKernel(qnn_kernels.ElementwiseEdgeKernel):
     """int8 values re-expressed in output_scale (onnxruntime's DequantizeLinear then
     QuantizeLinear, both in float32)."""
 
-    exact = True
+    layer = "requant"
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
-        issue = self.capability_issue(spec.attrs)
-        if issue:
-            raise spec.error("attrs", issue)
-        spec.expect_shape(spec.input_shapes[0])
         self.scales = (spec.value("input_scale"), spec.value("output_scale"))
-
-    @classmethod
-    def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
-        if attrs.get("src_layout") != attrs.get("dst_layout"):
-            return "a requant layer that also changes the layout is not supported"
-        return None
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return qnn_kernels.quantize(qnn_kernels.dequantize(x, self.scales[0]), self.scales[1])
