@@ -18,6 +18,7 @@ import numpy as np
 import onnx
 
 from .errors import InputFeedError, ModelLoadError, OptionError
+from .fold_bn import without_batchnorm
 from .load import static_dim
 from .layers import MARVELL
 
@@ -43,9 +44,10 @@ def quantize_int8(model: PathLike, out: PathLike,
     proto = _load(model)
     reader = _reader(proto, calibration, str(model))
     out = Path(out)
-    quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
-                    nodes_to_exclude=list(exclude), **recipe())
+    with without_batchnorm(str(model), proto) as source:
+        quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                        nodes_to_exclude=list(exclude), **recipe())
     return out
 
 
