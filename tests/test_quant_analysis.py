@@ -17,15 +17,13 @@ import mrvl_convert
 from mrvl_convert.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.quantize import quantize_int8
 from mrvl_convert.runtime.quant_analysis import _Sums, cosine, snr_db
-from test_int8 import needs_folded_relu
 
 THRESHOLD = 20.0
 
 
 def three_convs(outlier: bool, names: bool = True, relu: bool = False) -> onnx.ModelProto:
     """conv1 -> conv2 -> conv3 (with ``relu``, a Relu after conv1 and conv2: onnxruntime
-    before 1.19 gives it a scale of its own and the converter leaves it on CPU, see
-    test_int8.needs_folded_relu). With ``outlier``, one weight of conv1 is 50
+    before 1.19 gives it a scale of its own, which becomes a requant layer). With ``outlier``, one weight of conv1 is 50
     (reading input channel 2, which the data keeps ~0.01): the per-tensor weight scale it
     forces (50/127) rounds every other conv1 weight (~0.3) to 0 or one step, an error conv1
     adds itself; its output range stays ordinary, so the later layers quantize well."""
@@ -108,7 +106,6 @@ def test_every_layer_maps_to_the_float_tensor_it_computes(bad):
     assert all(r.snr_db is not None and r.isolated_snr_db is not None for r in analysis.rows)
 
 
-@needs_folded_relu
 def test_a_conv_with_its_relu_fused_maps_to_the_relu_output(tmp_path):
     src = tmp_path / "relu.onnx"
     onnx.save(three_convs(outlier=False, relu=True), src)
