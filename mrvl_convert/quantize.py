@@ -12,12 +12,13 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
 
 from .errors import InputFeedError, ModelLoadError, OptionError
+from .fold_bn import without_batchnorm
 from .load import static_dim
 from .layers import MARVELL
 
@@ -31,19 +32,22 @@ def recipe() -> Dict[str, object]:
 
 
 def quantize_int8(model: PathLike, out: PathLike,
-                  calibration: Mapping[str, np.ndarray]) -> Path:
+                  calibration: Mapping[str, np.ndarray], exclude: Sequence[str] = ()) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
-    batches of the input's static batch size). Returns ``out``.
+    batches of the input's static batch size). ``exclude``: names of nodes left in float
+    (``keep_fp16.py``). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     proto = _load(model)
     reader = _reader(proto, calibration, str(model))
     out = Path(out)
-    quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8, **recipe())
+    with without_batchnorm(str(model), proto) as source:
+        quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                        nodes_to_exclude=list(exclude), **recipe())
     return out
 
 
