@@ -9,8 +9,8 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 from .errors import (ArtifactError, Fp16RangeError, InputFeedError, InvalidModelError,  # noqa: E402
-                     ModelLoadError, MrvlConvertError, OptionError, OutputDirError, RuleFileError,
-                     ShapeError, UnsupportedModelError)
+                     ModelLoadError, MrvlConvertError, NodeNotFoundError, OptionError,
+                     OutputDirError, RuleFileError, ShapeError, UnsupportedModelError)
 from .convert import Result, convert  # noqa: E402
 
 _LAZY = {
@@ -34,5 +34,5 @@ __all__ = ["convert", "convert_many", "HybridSession", "compare", "analyze_quant
            "MrvlConvertError",
            "ModelLoadError", "InvalidModelError", "ShapeError", "UnsupportedModelError",
            "RuleFileError", "ArtifactError", "OptionError", "OutputDirError", "InputFeedError",
-           "Fp16RangeError",
+           "Fp16RangeError", "NodeNotFoundError",
            "__version__"]

@@ -21,6 +21,7 @@ from mrvl_convert import MrvlConvertError, convert, convert_many
 from mrvl_convert.batch import VerifyOptions
 from mrvl_convert.cli import _Progress, main, parse_shapes, UsageError
 from mrvl_convert.emit.validate import validate
+import mrvl_convert
 from mrvl_convert.errors import NodeNotFoundError, ShapeError
 from mrvl_convert.runtime.tolerances import DEFAULT_TOLERANCE
 
@@ -288,7 +289,8 @@ def test_placement_of_an_unknown_node_names_the_closest(tmp_path: Path) -> None:
     text = str(info.value)
     assert "no node named 'Conv_3'" in text and "closest: 'conv'" in text
     assert isinstance(info.value, KeyError) and isinstance(info.value, MrvlConvertError)
-    with pytest.raises(NodeNotFoundError, match="e.g. 'conv', 'fc'"):
+    assert "NodeNotFoundError" in mrvl_convert.__all__   # catchable without a private import
+    with pytest.raises(mrvl_convert.NodeNotFoundError, match="e.g. 'conv', 'fc'"):
         result.placement("zzzzzz")
 
 
