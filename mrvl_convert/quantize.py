@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 
 from .calibration import read_calibration
-from .errors import InputFeedError, ModelLoadError, OptionError
+from .errors import InputFeedError, ModelLoadError, OptionError, UnsupportedModelError
 from .load import safe_name, static_dim
 from .layers import MARVELL
 
@@ -49,9 +49,14 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration", *,
     proto = _load(model)
     reader = calibration_reader(proto, calibration, str(model))
     out = Path(out)
-    quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
-                    weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
-                    calibrate_method=calibrate_method(method), **recipe())
+    try:
+        quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
+                        weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                        calibrate_method=calibrate_method(method), **recipe())
+    except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
+        raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
+                                    f"calibration method {method}: {exc}",
+                                    model=str(model)) from None
     return out
 
 
