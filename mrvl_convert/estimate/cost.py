@@ -34,7 +34,7 @@ class LayerEstimate:
     memory_cycles: float
     cycles: float
     bound: str                # "compute", "memory", "overhead", or "none" (a view: no cost)
-    dtype: str = "float16"    # the layer's number format: "int8" layers are costed at int8 rates
+    dtype: str = "float32"    # the layer's number format: "int8" layers are costed at int8 rates
 
     def as_dict(self, clock_hz: float) -> Dict[str, Any]:
         return {"layer": self.name, "kind": self.kind, "source_nodes": list(self.source_nodes),
@@ -149,7 +149,7 @@ def _layer(node, index, nodes, shapes, heads, profile, tiles, const_shapes, labe
     kind = _first(attrs, "layer_name", "unknown")
     inputs = [int(i[0]) for i in node.get("inputs", [])]
     out = math.prod(shapes[index])
-    dtype = _first(attrs, "dtype", "float16")
+    dtype = _first(attrs, "dtype", "float32")
     figures = profile.precision(dtype)  # int8 layers: the int8 rates and element sizes
     act = figures.activation_bytes_per_element
     in_elems = [math.prod(shapes[i]) for i in inputs]
