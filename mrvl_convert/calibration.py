@@ -22,6 +22,7 @@ import os
 import re
 import zipfile
 from pathlib import Path
+from types import MappingProxyType
 from typing import Dict, List, Sequence, Union
 
 import numpy as np
@@ -35,8 +36,9 @@ PathLike = Union[str, "os.PathLike[str]"]
 MAX_FILE_BYTES = 1 << 30      # one calibration file (or one .npz member, uncompressed)
 MAX_TOTAL_BYTES = 4 << 30     # everything read from one source
 MAX_FILES = 10_000            # files in one directory source, all sets together
-_FLOAT_TYPES = {onnx.TensorProto.FLOAT: np.float32, onnx.TensorProto.FLOAT16: np.float16,
-                onnx.TensorProto.DOUBLE: np.float64}
+_FLOAT_TYPES = MappingProxyType({onnx.TensorProto.FLOAT: np.float32,
+                                 onnx.TensorProto.FLOAT16: np.float16,
+                                 onnx.TensorProto.DOUBLE: np.float64})
 
 
 def read_calibration(path: PathLike, inputs: Sequence[str]) -> Dict[str, np.ndarray]:

@@ -95,7 +95,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     step("load")
     kept = None
     if quantize is not None:
-        model, name, kept = quantized_model(model, quantize, name)
+        model, name, kept = quantized_model(model, quantize, name, layer_set)
     rule_list = load_rules(rules, layer_set=layer_set)
     profile = _profile(estimate)
     deny = _check_deny(deny)

@@ -84,11 +84,14 @@ class Quantization:
                 "source_sha256": source_sha256}
 
 
-def quantized_model(model: Any, quantization: Quantization, name: Optional[str]
-                    ) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
+def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
+                    layer_set: str = MARVELL) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
     """``model`` (a path or ModelProto) quantized: the QDQ model, the artifact's model name
     (``name``, else the file's stem or the graph's name) and the manifest's ``quantization``
     section, with the QDQ file's bytes under ``"data"`` (for the artifact directory)."""
+    if layer_set != MARVELL:
+        raise OptionError(f"quantize makes int8 layers, which layer set {layer_set!r} does not "
+                          f"have; use layer_set={MARVELL!r}")
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as tmp:
         if isinstance(model, onnx.ModelProto):
             source = Path(tmp) / "float.onnx"

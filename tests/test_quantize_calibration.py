@@ -297,3 +297,10 @@ def test_loose_file_next_to_sample_sets_is_refused(tmp_path, images):
     np.save(folder / "set_0" / "input.npy", images[:1])
     np.save(folder / "input.npy", images[:1])
     _refused(folder, "input.npy", "next to sample-set directories")
+
+
+def test_quantize_with_the_upstream_layer_set_is_an_option_error(tmp_path, images):
+    with pytest.raises(OptionError, match="layer set 'upstream-0.19'"):
+        mrvl_convert.convert(MODEL, tmp_path / "out", layer_set="upstream-0.19",
+                             quantize=Quantization({"input": images}))
+    assert not (tmp_path / "out").exists()

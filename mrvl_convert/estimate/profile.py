@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import jsonschema
@@ -40,8 +41,8 @@ class Precision:
 
 
 # int8 element sizes when a profile has no int8 section: int8 values, int32 biases.
-_INT8_BYTES = {"weight_bytes_per_element": 1.0, "bias_bytes_per_element": 4.0,
-               "activation_bytes_per_element": 1.0}
+_INT8_BYTES = MappingProxyType({"weight_bytes_per_element": 1.0, "bias_bytes_per_element": 4.0,
+                                "activation_bytes_per_element": 1.0})
 
 
 @dataclass(frozen=True)
