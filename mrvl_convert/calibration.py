@@ -153,6 +153,8 @@ def _read_set(folder: Path, base: Path, inputs: Sequence[str], budget: _Budget
         if entry.is_dir() or entry.suffix not in (".npy", ".pb") or \
                 entry.name.startswith("output_"):
             continue
+        if not entry.is_file():  # a FIFO or device would block or never end
+            raise InputFeedError(f"calibration file {entry}: not a regular file")
         array, tensor_name = _read_file(entry, budget)
         name = _input_for(entry, tensor_name, inputs)
         if name in found:

@@ -304,3 +304,9 @@ def test_quantize_with_the_upstream_layer_set_is_an_option_error(tmp_path, image
         mrvl_convert.convert(MODEL, tmp_path / "out", layer_set="upstream-0.19",
                              quantize=Quantization({"input": images}))
     assert not (tmp_path / "out").exists()
+
+
+def test_fifo_is_refused_without_blocking(tmp_path):
+    folder = _dir(tmp_path)
+    os.mkfifo(folder / "input.npy")
+    _refused(folder, "input.npy", "not a regular file")
