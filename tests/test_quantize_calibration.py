@@ -310,3 +310,24 @@ def test_fifo_is_refused_without_blocking(tmp_path):
     folder = _dir(tmp_path)
     os.mkfifo(folder / "input.npy")
     _refused(folder, "input.npy", "not a regular file")
+
+
+def test_convert_many_quantizes_in_the_workers_and_verifies_against_the_qdq_model(
+        tmp_path, images):
+    """A path travels to the worker; verify compares the hybrid with the kept QDQ model (not
+    with the float model: int8 is judged against what it computes)."""
+    from mrvl_convert.batch import _reference, plan_jobs
+
+    np.savez(tmp_path / "cal.npz", input=images)
+    quantize = Quantization(str(tmp_path / "cal.npz"), "percentile")
+    result = mrvl_convert.convert_many([MODEL], tmp_path / "out", jobs=1, quantize=quantize)
+    assert result.all_ok, [o.error for o in result]
+    [job] = plan_jobs([MODEL], tmp_path / "out", quantize=quantize)
+    assert job.quantize == (str(tmp_path / "cal.npz"), "percentile")
+    assert _reference(job) == str(tmp_path / "out" / "mnist_cnn" / "mnist_cnn.int8.onnx")
+
+
+def test_convert_many_refuses_a_reader(tmp_path, images):
+    with pytest.raises(OptionError, match="must be a file or directory path"):
+        mrvl_convert.convert_many([MODEL], tmp_path / "out",
+                                  quantize=Quantization({"input": images}))
