@@ -7,7 +7,10 @@ running it is the reference the int8 simulator is compared with.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
+import logging
 import os
 import tempfile
 from dataclasses import dataclass
@@ -50,14 +53,39 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration", *,
     reader = calibration_reader(proto, calibration, str(model))
     out = Path(out)
     try:
-        quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
-                        weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
-                        calibrate_method=calibrate_method(method), **recipe())
+        with _quantizer_quiet():
+            quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
+                            weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                            calibrate_method=calibrate_method(method), **recipe())
     except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
         raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
                                     f"calibration method {method}: {exc}",
                                     model=str(model)) from None
     return out
+
+
+class _DropQuantizerRecords(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "quantization" not in Path(record.pathname).parts
+
+
+@contextlib.contextmanager
+def _quantizer_quiet() -> Iterator[None]:
+    """quantize_static prints its histogram progress and logs advice ("consider
+    pre-processing") through the root logger for every model: neither is the user's business
+    here, and a batch would repeat them per model. Errors still raise."""
+    root = logging.getLogger()
+    # its own records on the root logger; a module logger's reach the root's handlers
+    listeners = [root, *root.handlers]
+    drop = _DropQuantizerRecords()
+    for listener in listeners:
+        listener.addFilter(drop)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for listener in listeners:
+            listener.removeFilter(drop)
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:

@@ -331,3 +331,13 @@ def test_convert_many_refuses_a_reader(tmp_path, images):
     with pytest.raises(OptionError, match="must be a file or directory path"):
         mrvl_convert.convert_many([MODEL], tmp_path / "out",
                                   quantize=Quantization({"input": images}))
+
+
+def test_quantizer_chatter_is_kept_off_the_terminal(tmp_path, images, capsys, caplog):
+    import logging
+
+    quantize_int8(MODEL, tmp_path / "q.onnx", {"input": images}, method="percentile")
+    out, err = capsys.readouterr()
+    assert "histogram" not in out.lower() and "pre-processing" not in err + caplog.text
+    logging.getLogger().warning("the user's own warning")
+    assert "the user's own warning" in caplog.text  # the filter is gone again
