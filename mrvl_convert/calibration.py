@@ -18,12 +18,13 @@ refusal is an :class:`InputFeedError` naming the file.
 """
 from __future__ import annotations
 
+import io
 import os
 import re
 import zipfile
 from pathlib import Path
 from types import MappingProxyType
-from typing import Dict, List, Sequence, Union
+from typing import IO, Dict, List, Sequence, Union
 
 import numpy as np
 import onnx
@@ -70,18 +71,46 @@ def read_npz(path: Path, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
 
 
 def _check_npz_sizes(path: Path) -> None:
+    """Every member's declared size bounded (zipfile never inflates past it) and its .npy
+    header's shape within that size, before numpy allocates what the header asks for."""
     try:
         with zipfile.ZipFile(path) as archive:
             members = archive.infolist()
-    except (OSError, zipfile.BadZipFile) as exc:
+            big = next((m for m in members if m.file_size > MAX_FILE_BYTES), None)
+            if big is not None:
+                raise InputFeedError(f"calibration file {path}: member {big.filename} inflates "
+                                     f"to {big.file_size} bytes, over the limit of "
+                                     f"{MAX_FILE_BYTES}")
+            if sum(m.file_size for m in members) > MAX_TOTAL_BYTES:
+                raise InputFeedError(f"calibration file {path}: inflates to more than "
+                                     f"{MAX_TOTAL_BYTES} bytes")
+            for member in members:
+                with archive.open(member) as stream:
+                    _check_npy_header(stream, member.file_size, f"{path}: member "
+                                                                f"{member.filename}")
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
         raise InputFeedError(f"calibration file {path}: not a readable .npz ({exc})") from None
-    big = next((m for m in members if m.file_size > MAX_FILE_BYTES), None)
-    if big is not None:
-        raise InputFeedError(f"calibration file {path}: member {big.filename} inflates to "
-                             f"{big.file_size} bytes, over the limit of {MAX_FILE_BYTES}")
-    if sum(m.file_size for m in members) > MAX_TOTAL_BYTES:
-        raise InputFeedError(f"calibration file {path}: inflates to more than "
-                             f"{MAX_TOTAL_BYTES} bytes")
+
+
+def _check_npy_header(stream: IO[bytes], size: int, label: str) -> None:
+    """The .npy header of ``stream`` (``size`` bytes in all) declares no more data than there
+    is, and no Python objects (which only pickle could read)."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f".npy format version {version[0]}.{version[1]} is not read here")
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(stream)
+    except ValueError as exc:
+        raise InputFeedError(f"calibration file {label}: not a readable .npy ({exc})") from None
+    if dtype.hasobject:
+        raise InputFeedError(f"calibration file {label}: holds Python objects (pickle), not "
+                             "floating-point samples")
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need > size:
+        raise InputFeedError(f"calibration file {label}: declares shape {list(shape)} "
+                             f"({need} bytes) but holds {size} bytes")
 
 
 # ---- a directory of .npy / .pb -----------------------------------------------------------------
@@ -193,7 +222,7 @@ def _read_file(path: Path, budget: _Budget) -> "tuple[np.ndarray, str]":
 
 
 def _npy(path: Path, data: bytes) -> np.ndarray:
-    import io
+    _check_npy_header(io.BytesIO(data), len(data), str(path))
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:

@@ -241,7 +241,7 @@ def test_npz_member_inflating_over_the_limit_is_refused(tmp_path, monkeypatch):
 def test_pickled_npy_is_refused(tmp_path):
     folder = _dir(tmp_path)
     np.save(folder / "input.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-    _refused(folder, "input.npy", "not a readable .npy")
+    _refused(folder, "input.npy", "holds Python objects (pickle)")
 
 
 def test_integer_npy_is_refused(tmp_path):
@@ -341,3 +341,31 @@ def test_quantizer_chatter_is_kept_off_the_terminal(tmp_path, images, capsys, ca
     assert "histogram" not in out.lower() and "pre-processing" not in err + caplog.text
     logging.getLogger().warning("the user's own warning")
     assert "the user's own warning" in caplog.text  # the filter is gone again
+
+
+def _npy_bytes(shape_text: str) -> bytes:
+    """A .npy (format 1.0) whose header declares ``shape_text`` over 16 bytes of data."""
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {shape_text}, }}"
+    header += " " * (63 - (10 + len(header)) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode() + bytes(16)
+
+
+def test_npy_declaring_a_huge_shape_is_refused_before_allocating(tmp_path):
+    folder = _dir(tmp_path)
+    (folder / "input.npy").write_bytes(_npy_bytes("(1000000000000, 1, 28, 28)"))
+    _refused(folder, "input.npy", "declares shape", "holds")
+
+
+def test_npz_member_declaring_a_huge_shape_is_refused(tmp_path):
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "big.npz", "w") as archive:
+        archive.writestr("input.npy", _npy_bytes("(1000000000000, 1, 28, 28)"))
+    with pytest.raises(InputFeedError, match="member input.npy: declares shape"):
+        load_calibration(tmp_path / "big.npz", MODEL)
+
+
+def test_npy_header_check_passes_real_files(tmp_path, images):
+    folder = _dir(tmp_path)
+    np.save(folder / "input.npy", images)
+    np.testing.assert_array_equal(load_calibration(folder, MODEL)["input"], images)
