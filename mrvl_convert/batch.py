@@ -43,8 +43,8 @@ __all__ = ["BatchResult", "Job", "Outcome", "VerifyError", "VerifyOptions", "con
 PathLike = Union[str, os.PathLike]
 POLL_SECONDS = 0.5   # how often a pool run looks for models a worker has started
 ProgressFn = Callable[["Outcome"], None]
-# (model name, stage): "convert", then convert's steps ("load", "match", "lower", "emit"),
-# then "verify"
+# (model name, stage): "convert", then convert's steps ("quantize" with quantize=, "load",
+# "match", "lower", "emit"), then "verify"
 StageFn = Callable[[str, str], None]
 Shapes = Mapping[str, Union[Sequence[int], Mapping[str, Sequence[int]]]]
 

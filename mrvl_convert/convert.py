@@ -85,17 +85,18 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     ``estimate``: True (built-in hardware profile) or a profile file adds the accelerator cost
     ESTIMATE to report.json (``estimate`` section). ``draw``: also write ``<name>.html`` (the
     partition page) and ``<name>.placement.onnx`` (the model annotated for Netron).
-    ``on_stage(stage)`` is called as each step starts: "load", "match", "lower", "emit" (for a
-    progress display).
+    ``on_stage(stage)`` is called as each step starts: ("quantize",) "load", "match", "lower",
+    "emit" (for a progress display).
     ``quantize``: a :class:`~mrvl_convert.quantize.Quantization` quantizes the model first
     (Marvell's int8 recipe) and converts the QDQ model, which is kept in ``out_dir`` as
     ``<name>.int8.onnx`` (the manifest's ``quantization`` section).
     """
     step = on_stage or (lambda stage: None)
-    step("load")
     kept = None
     if quantize is not None:
+        step("quantize")
         model, name, kept = quantized_model(model, quantize, name, layer_set)
+    step("load")
     rule_list = load_rules(rules, layer_set=layer_set)
     profile = _profile(estimate)
     deny = _check_deny(deny)

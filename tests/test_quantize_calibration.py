@@ -77,7 +77,10 @@ def test_a_calibration_data_reader_is_used_as_it_is(tmp_path, images, npz_qdq):
         def get_next(self):
             return next(self.it, None)
 
-    result = mrvl_convert.convert(MODEL, tmp_path / "out", quantize=Quantization(Reader()))
+    stages = []
+    result = mrvl_convert.convert(MODEL, tmp_path / "out", quantize=Quantization(Reader()),
+                                  on_stage=stages.append)
+    assert stages[:2] == ["quantize", "load"], stages
     kept = result.out_dir / result.manifest["quantization"]["file"]
     assert kept.read_bytes() == npz_qdq
 
