@@ -1,7 +1,8 @@
 """mrvl_convert: prepare ONNX CNNs for Marvell's MLIP accelerator (OCTEON 10).
 
-Public surface: ``convert``, ``convert_many``, ``HybridSession``, ``compare``, ``Result`` and the
-``MrvlConvertError`` family. Everything else is private and may change.
+Public surface: ``convert``, ``convert_many``, ``HybridSession``, ``compare``,
+``analyze_quantization``, ``Result`` and the ``MrvlConvertError`` family. Everything else is
+private and may change.
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ _LAZY = {
     "HybridSession": ("mrvl_convert.runtime.session", "HybridSession"),
     "compare": ("mrvl_convert.runtime.compare", "compare"),
     "convert_many": ("mrvl_convert.batch", "convert_many"),
+    "analyze_quantization": ("mrvl_convert.runtime.quant_analysis", "analyze_quantization"),
 }
 
 
@@ -28,7 +30,8 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'mrvl_convert' has no attribute {name!r}")
 
 
-__all__ = ["convert", "convert_many", "HybridSession", "compare", "Result", "MrvlConvertError",
+__all__ = ["convert", "convert_many", "HybridSession", "compare", "analyze_quantization", "Result",
+           "MrvlConvertError",
            "ModelLoadError", "InvalidModelError", "ShapeError", "UnsupportedModelError",
            "RuleFileError", "ArtifactError", "OptionError", "OutputDirError", "InputFeedError",
            "Fp16RangeError",

@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __version__
 from .cli_output import _Progress, cut_line, format_table  # noqa: F401 (re-exported for tests)
+from .cli_quant import add_quant_args, quantized_models, write_analyses
 from .errors import MrvlConvertError
 from .layers._kind import MARVELL, UPSTREAM
 
@@ -87,6 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
                         default=None, help="--quantize: how activation ranges are taken from "
                                            "the samples (default: minmax)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    add_quant_args(parser)
     _add_draw_estimate_args(parser)
     _add_verify_args(parser)
     return parser
@@ -328,9 +330,7 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, Any]]:
         shapes_per_model(shapes, models)
     except OptionError as exc:
         raise UsageError(f"--input-shape: {exc}") from None
-    from .quantize import for_cli
-    args.quantization = for_cli(args.quantize, args.calibration, args.calibration_method,
-                                args.layer_set)
+    models = quantized_models(models, args)
     prepare_out_dir(args.output)
     return models, shapes
 
@@ -379,6 +379,7 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, Any],
             return EXIT_FAILED
     _report(result, out, shapes, quiet=args.quiet, verify_option=args.verify_option)
     _print_estimates(result, args.quiet)
+    write_analyses(result, args)
     return exit_code(result)
 
 

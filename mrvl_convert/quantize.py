@@ -15,13 +15,14 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
 
 from .calibration import read_calibration
 from .errors import InputFeedError, ModelLoadError, OptionError, UnsupportedModelError
+from .fold_bn import without_batchnorm
 from .load import safe_name, static_dim
 from .layers import MARVELL
 
@@ -37,15 +38,15 @@ def recipe() -> Dict[str, object]:
             "extra_options": {"ActivationSymmetric": True, "WeightSymmetric": True}}
 
 
-def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration", *,
-                  method: str = "minmax") -> Path:
+def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
+                  exclude: Sequence[str] = (), *, method: str = "minmax") -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
     batches of the input's static batch size), an ``.npz`` or a directory of ``.npy``/``.pb``
     files (``mrvl_convert.calibration``), or an onnxruntime ``CalibrationDataReader``.
-    ``method``: how activation ranges are taken from the samples, one of
-    ``CALIBRATION_METHODS``. Returns ``out``.
+    ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
+    ranges are taken from the samples, one of ``CALIBRATION_METHODS``. Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
@@ -53,9 +54,10 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration", *,
     reader = calibration_reader(proto, calibration, str(model))
     out = Path(out)
     try:
-        with _quantizer_quiet():
-            quantize_static(str(model), str(out), reader, quant_format=QuantFormat.QDQ,
+        with _quantizer_quiet(), without_batchnorm(str(model), proto) as source:
+            quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
                             weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                            nodes_to_exclude=list(exclude),
                             calibrate_method=calibrate_method(method), **recipe())
     except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
         raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "

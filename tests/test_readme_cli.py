@@ -74,7 +74,7 @@ def test_command_line_examples_run_as_written(tmp_path: Path) -> None:
 
 def test_every_option_the_section_names_exists() -> None:
     text = section("Command line")
-    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", text)) | \
+    named = set(re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)", text)) | \
         set(re.findall(r"(?<![\w-])(-[a-z])\b", text))
     known = set()
     for parser in (build_parser(), build_verify_parser()):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import concat, conv2d, fc, layout_transform, pool, qnn, reshape, squeeze, sum2d
+from . import concat, conv2d, fc, layout_transform, pool, qnn, qnn_requant, reshape, squeeze, sum2d
+from . import qnn_activations
 from . import batch_matmul, conv2d_transpose, expand_dims, reduce, resize2d, split
 from . import strided_slice, transpose
 from . import clip, leaky_relu, mul2d, power, relu, rsqrt, sigmoid, softmax, sub, tanh
@@ -41,13 +42,16 @@ _KINDS = (
     batch_matmul.KIND,
     expand_dims.KIND,
     qnn.QUANT,
-    mul2d.KIND,
+    qnn_requant.KIND,
+    qnn.int8_form(mul2d.KIND),
     sub.KIND,
     relu.KIND,
     leaky_relu.KIND,
     clip.KIND,
     sigmoid.KIND,
     tanh.KIND,
+    qnn_activations.QNN_SIGMOID,
+    qnn_activations.QNN_TANH,
     softmax.KIND,
     power.KIND,
     rsqrt.KIND,

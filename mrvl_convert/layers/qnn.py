@@ -10,7 +10,9 @@ src/relay/backend/contrib/mrvl/codegen.cc ``CreateCompositeMrvlQnnConv2DLayer``,
 ``output_scale``; Sum2D ``lhs_input_scale``, ``rhs_input_scale``, ``output_scale``; pools
 ``input_scale``, ``output_scale``; one float each, no zero point; int8 weights and int32 biases.
 Region edges become ``quant`` layers: ``output_scale`` quantizes float32 to int8, ``input_scale``
-dequantizes int8 to float32. Max pooling and layers that only move bytes run on the int8 values
+dequantizes int8 to float32. The other int8 kinds have homes of their own: ``qnn_mul.py`` (Mul2D),
+``qnn_activations.py`` (QnnSigmoid, QnnTanh), ``qnn_concat.py`` (Concat of int8 values) and
+``qnn_requant.py`` (requant: another scale, e.g. after a fused Relu that has its own). Max pooling and layers that only move bytes run on the int8 values
 as they are, as in the codegen, which writes no scale for them.
 
 The number model (``kernels``: onnxruntime's, so that the simulator reproduces its execution of
@@ -28,13 +30,14 @@ from typing import Callable, List, Mapping, Optional, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr, const_value, conv_pads, is_const, present, static_shape
-from ..layout import NHWC, Layer, LayoutContext, TensorLayout, native
+from .._graph import attr, const_value, conv_pads, present, static_shape
+from ..layout import NHWC, Layer, LayoutContext, TensorLayout
 from ..rules.matcher import Composite
 from ..rules.qnn_checks import producer, scale_of
-from . import qnn_kernels
+from . import qnn_concat, qnn_kernels, qnn_mul
 from ._kind import MARVELL, Activation, Attr, LayerKind, roles
 from ._lowering import new_layer, spatial_out
+from .qnn_requant import emit_with_requant
 
 _SOURCE = ("princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
            "src/relay/backend/contrib/mrvl/codegen.cc")
@@ -57,6 +60,7 @@ _INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
     "Sum2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Sum2DInt8Kernel),
     "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Avgpool2DInt8Kernel),
     "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.GlobalAvgpool2DInt8Kernel),
+    "Mul2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_mul.Mul2DInt8Kernel),
 })
 
 
@@ -102,7 +106,8 @@ def _add_pool_scales(composite: Composite, layers: List[Layer]) -> None:
 
 def _output(composite: Composite) -> Tuple[float, Optional[Activation]]:
     """The output scale and fused activation of a chain ending ``out_q [act_dq act act_q]``
-    (the rules let Relu in only where it keeps the scale, so max(q, 0) is exact)."""
+    (the rules let in a Relu, or a Clip that is one at the output scale: max(q, 0) in the
+    layer's own output scale is exact, a requant follows where the Relu has another scale)."""
     act = composite.binding.node("act")
     return scale_of(composite.binding.node("out_q")), (Activation.RELU if act else None)
 
@@ -146,8 +151,9 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
              "weight_scale": scale_of(producer(conv.inputs[1])), "output_scale": output_scale}
     consts = [("kernel", np.ascontiguousarray(weights.transpose(0, 2, 3, 1))),
               ("bias", bias.reshape(1, 1, 1, out_channels))]
-    ctx.emit(new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
-                       consts), composite.output)
+    layer = new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
+                      consts)
+    emit_with_requant(composite, ctx, layer)
 
 
 def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
@@ -177,31 +183,20 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
     consts = [("kernel", np.ascontiguousarray(weights)),
               ("bias", np.ascontiguousarray(bias, dtype=np.int32).reshape(1, out_features))]
     out = TensorLayout(tuple(static_shape(composite.output)), (0, 1), "NC")
-    ctx.emit(new_layer(composite, "FC", [index], [layout], out, attrs, consts), composite.output)
+    layer = new_layer(composite, "FC", [index], [layout], out, attrs, consts)
+    emit_with_requant(composite, ctx, layer)
 
 
 def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
     """Two int8 activations, or one and an int8 constant (always the rhs: the sum commutes)."""
     add = composite.binding.node("add")
-    rank = len(static_shape(add.outputs[0]))
-    perm = native(rank)
-    dequantized = sorted((producer(t) for t in add.inputs), key=lambda dq: is_const(dq.inputs[0]))
-    indices, layouts, consts = [], [], []
-    for dq in dequantized:
-        if is_const(dq.inputs[0]):
-            value = const_value(dq.inputs[0]).astype(np.int8)
-            value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(perm)
-            consts.append(("operand", np.ascontiguousarray(value)))
-        else:
-            index, layout = ctx.require(dq.inputs[0], perm)
-            indices.append(index)
-            layouts.append(layout)
+    dequantized, indices, layouts, consts = qnn_mul.int8_operands(add, ctx)
     output_scale, activation = _output(composite)
     attrs = {"activation_type": activation, "lhs_input_scale": scale_of(dequantized[0]),
              "rhs_input_scale": scale_of(dequantized[1]), "output_scale": output_scale}
-    out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
-    ctx.emit(new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts),
-             composite.output)
+    out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)
+    layer = new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts)
+    emit_with_requant(composite, ctx, layer)
 
 
 def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
@@ -219,7 +214,8 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
 
 
 _LOWER: Mapping[str, Lower] = MappingProxyType({
-    "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant})
+    "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
+    "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:

@@ -14,7 +14,7 @@ src/relay/backend/contrib/mrvl/codegen.cc ``SetScaleAttr``) carries only these p
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -55,7 +55,7 @@ class Requantize:
         return np.rint(y, out=y)
 
 
-def _int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
+def int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
                dtype: type) -> np.ndarray:
     value = spec.const(key, consts)
     if value.dtype != dtype:
@@ -65,7 +65,7 @@ def _int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
 
 
 def _bias(spec: LayerSpec, consts: Mapping[str, np.ndarray], o: int) -> np.ndarray:
-    bias = _int_const(spec, "bias_const_name", consts, np.int32)
+    bias = int_const(spec, "bias_const_name", consts, np.int32)
     if bias.size != o:
         raise spec.error("attrs.bias_const_name", f"bias has {bias.size} values, expected {o}")
     return bias.reshape(o).astype(np.float64)
@@ -83,7 +83,7 @@ class Conv2DInt8Kernel(Conv2DKernel):
         if self.groups != 1:
             raise spec.error("attrs.groups", "an int8 Conv2D is an ordinary convolution "
                                              "(depthwise and grouped kernels are expanded)")
-        kernel = _int_const(spec, "kernel_const_name", consts, np.int8)
+        kernel = int_const(spec, "kernel_const_name", consts, np.int8)
         o = self._take_kernel(kernel, c)
         kh, kw = self.kernel_hw
         self.pointwise = (kh == kw == 1 and not any(self.pads))
@@ -108,7 +108,7 @@ class FCInt8Kernel(Kernel):
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
         n, i = spec.input_rank(0, 2)
-        weight = _int_const(spec, "kernel_const_name", consts, np.int8)
+        weight = int_const(spec, "kernel_const_name", consts, np.int8)
         if weight.ndim != 2 or weight.shape[1] != i:
             raise spec.error("attrs.kernel_const_name", f"kernel has shape {list(weight.shape)}"
                                                         f", expected [O, {i}] (OI)")
@@ -125,12 +125,14 @@ class FCInt8Kernel(Kernel):
         return self.requantize(acc)
 
 
-class Sum2DInt8Kernel(Kernel):
-    """int8 elementwise add of two activations, or of one and an int8 constant (the rhs):
-    dequantized, added and quantized in float32 (onnxruntime's Add between QDQ pairs)."""
+class BinaryInt8Kernel(Kernel):
+    """int8 a (op) b of two activations, or of one and an int8 constant (``input_const_name``):
+    both dequantized, combined in float32 and quantized (onnxruntime's op between QDQ pairs);
+    optional fused relu. ``broadcast``: the second operand may broadcast into the first."""
 
     num_inputs = None
     exact = True
+    broadcast = False
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
@@ -138,24 +140,45 @@ class Sum2DInt8Kernel(Kernel):
         shapes = spec.input_shapes
         self.const: Optional[np.ndarray] = None
         if len(shapes) == 1:
-            const = _int_const(spec, "input_const_name", consts, np.int8)
+            const = int_const(spec, "input_const_name", consts, np.int8)
             out = const_broadcast_shape(spec, const)
             self.const = const.astype(np.float32)
-        elif len(shapes) == 2 and shapes[0] == shapes[1]:
+        elif len(shapes) == 2 and (shapes[0] == shapes[1] or self.broadcast):
             out = shapes[0]
         else:
             raise spec.error("inputs", f"expected 1 input and a constant, or 2 inputs of one "
                                        f"shape, got {[list(s) for s in shapes]}")
+        if self.broadcast and _broadcast(out, shapes[1] if len(shapes) == 2 else out) != out:
+            raise spec.error("inputs", f"the second operand {list(shapes[1])} does not "
+                                       f"broadcast into the first input {list(out)}")
         spec.expect_shape(out)
         self.lhs, self.rhs = spec.value("lhs_input_scale"), spec.value("rhs_input_scale")
         self.out = spec.value("output_scale")
         self.relu = spec.value("activation_type") is Activation.RELU
 
+    def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover
+        raise NotImplementedError
+
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
-        total = dequantize(a, self.lhs)
-        total += dequantize(self.const if b is None else b, self.rhs)
+        total = self.combine(dequantize(a, self.lhs),
+                             dequantize(self.const if b is None else b, self.rhs))
         q = quantize(total, self.out)
         return np.maximum(q, 0.0, out=q) if self.relu else q
+
+
+def _broadcast(a: Tuple[int, ...], b: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
+    try:
+        return tuple(np.broadcast_shapes(a, b))
+    except ValueError:
+        return None
+
+
+class Sum2DInt8Kernel(BinaryInt8Kernel):
+    """int8 elementwise add of two activations of one shape, or of one and an int8 constant."""
+
+    def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a += b
+        return a
 
 
 class Avgpool2DInt8Kernel(Avgpool2DKernel):
@@ -195,14 +218,12 @@ class GlobalAvgpool2DInt8Kernel(GlobalAvgpool2DKernel):
         return np.rint(y, out=y)
 
 
-class QuantKernel(Kernel):
-    """A region edge: ``output_scale`` quantizes float32 to int8, ``input_scale`` dequantizes.
-
-    ``exact``: the int8 values are exact in float16, and a dequantized output is handed on in
-    float32, as onnxruntime's DequantizeLinear gives it.
-    """
+class ElementwiseEdgeKernel(Kernel):
+    """A one-input elementwise int8 layer that keeps its layout (``src_layout`` =
+    ``dst_layout``): checks its attributes (``capability_issue``) and its shape."""
 
     exact = True
+    layer = "quant"
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
@@ -211,6 +232,24 @@ class QuantKernel(Kernel):
         if issue:
             raise spec.error("attrs", issue)
         spec.expect_shape(spec.input_shapes[0])
+
+    @classmethod
+    def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
+        if attrs.get("src_layout") != attrs.get("dst_layout"):
+            return f"a {cls.layer} layer that also changes the layout is not supported"
+        return None
+
+
+class QuantKernel(ElementwiseEdgeKernel):
+    """A region edge: ``output_scale`` quantizes float32 to int8, ``input_scale`` dequantizes.
+
+    ``exact``: the int8 values are exact in float16, and a dequantized output is handed on in
+    float32, as onnxruntime's DequantizeLinear gives it.
+    """
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
         self.to_int8 = "output_scale" in spec.attrs
         self.scale = spec.value("output_scale" if self.to_int8 else "input_scale")
 
@@ -219,9 +258,7 @@ class QuantKernel(Kernel):
         if ("output_scale" in attrs) == ("input_scale" in attrs):
             return "a quant layer has exactly one of output_scale (quantize) and input_scale " \
                    "(dequantize)"
-        if attrs.get("src_layout") != attrs.get("dst_layout"):
-            return "a quant layer that also changes the layout is not supported"
-        return None
+        return super().capability_issue(attrs)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return quantize(x, self.scale) if self.to_int8 else dequantize(x, self.scale)

@@ -101,25 +101,80 @@ def check_region_edge(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
     return None if issue is None else {"detail": issue}
 
 
+def quantized_value(value: float, scale: float) -> float:
+    """onnxruntime's QuantizeLinear of one float to int8, zero point 0."""
+    q = np.float32(value) / np.float32(scale) if np.isfinite(value) else np.float32(value)
+    return float(np.clip(np.rint(q), -128.0, 127.0))
+
+
+def clamp_bounds(node: gs.Node) -> Optional[tuple]:
+    """(low, high) of a Relu, Clip, Min or Max against constants; None: not such a clamp."""
+    if node.op == "Relu":
+        return 0.0, float("inf")
+    if node.op == "Clip":
+        bounds = [float(node.attrs.get("min", -np.inf)), float(node.attrs.get("max", np.inf))]
+        for i in (1, 2):
+            tensor = present(node, i)
+            if tensor is not None:
+                if not is_const(tensor) or const_value(tensor).size != 1:
+                    return None
+                bounds[i - 1] = float(const_value(tensor).reshape(-1)[0])
+        return bounds[0], bounds[1]
+    if node.op in ("Min", "Max") and len(node.inputs) == 2 and is_const(node.inputs[1]) \
+            and const_value(node.inputs[1]).size == 1:
+        value = float(const_value(node.inputs[1]).reshape(-1)[0])
+        return (-np.inf, value) if node.op == "Min" else (value, np.inf)
+    return None
+
+
+def _quantized_bounds(clamp: gs.Node, quantize: gs.Node) -> Optional[tuple]:
+    bounds = clamp_bounds(clamp)
+    if bounds is None:
+        return None
+    return tuple(quantized_value(b, scale_of(quantize)) for b in bounds)
+
+
 def check_fused_relu(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """A DequantizeLinear -> Relu -> QuantizeLinear after the layer's own QuantizeLinear, all
-    with one scale and zero point 0: then the Relu is max(q, 0) on the int8 output, exact."""
+    """A DequantizeLinear -> Relu (or a Clip that is a Relu at the output scale: its bounds
+    quantize to 0 and to at least 127) -> QuantizeLinear after the layer's own QuantizeLinear,
+    all symmetric per-tensor int8. quantize(clip(x, lo, hi)) = clip(quantize(x), quantize(lo),
+    quantize(hi)) as quantize is monotone, so the layer applies max(q, 0) in its own output scale
+    and, where the Relu's scale is another one, a requant layer follows (exact either way)."""
     quantize = producer(node.inputs[0])
     relu = node.outputs[0].outputs[0] if len(node.outputs[0].outputs) == 1 else None
-    if relu is None or relu.op != "Relu":
-        return {"detail": "it does not feed a Relu only"}
+    if relu is None or relu.op not in ("Relu", "Clip"):
+        return {"detail": "it does not feed a Relu or Clip only"}
     outputs = {t.name for t in graph.outputs}
     after = relu.outputs[0].outputs
     if relu.outputs[0].name in outputs or len(after) != 1 or after[0].op != "QuantizeLinear":
-        return {"detail": f"Relu {relu.name!r} is not quantized again"}
+        return {"detail": f"{relu.op} {relu.name!r} is not quantized again"}
     nodes = [n for n in (quantize, node, after[0]) if n is not None]
     issue = next((qdq_issue(n) for n in nodes if qdq_issue(n)), None)
     if issue:
         return {"detail": issue}
-    scales = {scale_of(n) for n in nodes}
-    if len(scales) > 1:
-        return {"detail": f"Relu {relu.name!r} changes the scale ({sorted(scales)}): a "
-                          f"requantization the layer cannot fuse"}
+    if quantize is not None and scale_of(quantize) != scale_of(node):
+        return {"detail": f"{node.name!r} dequantizes with another scale than it was quantized"}
+    bounds = _quantized_bounds(relu, after[0])
+    if bounds is None or bounds[0] != 0.0 or bounds[1] < 127.0:
+        return {"detail": f"{relu.op} {relu.name!r} is not a Relu at the output scale "
+                          f"(its bounds quantize to {bounds})"}
+    return None
+
+
+def check_vacuous_clamp(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A QuantizeLinear after a Min/Max/Clip against constants whose bounds quantize to the
+    int8 limits or beyond: the clamp is the QuantizeLinear's own saturation, and the chain is a
+    requantization (MobileNet's Relu6 written Min(Relu(x), 6), quantized to 6/127)."""
+    clamp = producer(node.inputs[0])
+    issue = qdq_issue(node)
+    if issue:
+        return {"detail": issue}
+    bounds = _quantized_bounds(clamp, node) if clamp is not None else None
+    if bounds is None or clamp.op == "Relu":
+        return {"detail": f"{clamp.op if clamp else 'its input'} is not a clamp against constants"}
+    if bounds[0] > -128.0 or bounds[1] < 127.0:
+        return {"detail": f"{clamp.op} {clamp.name!r} clamps inside the int8 range at the output "
+                          f"scale (to {bounds})"}
     return None
 
 
@@ -154,11 +209,13 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
 
 
 def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Both operands of an Add are dequantized symmetric per-tensor int8: two activations of
-    the output's shape, or one and a constant that broadcasts to it without enlarging it."""
+    """Both operands of an Add (Mul) are dequantized symmetric per-tensor int8: two activations
+    of the output's shape (with ``broadcast``: the second may broadcast into the first), or one
+    and a constant that broadcasts to it without enlarging it."""
     if len(node.inputs) != 2:
         return {"detail": f"it has {len(node.inputs)} operands"}
-    consts = 0
+    out_shape = static_shape(node.outputs[0])
+    consts, full = 0, 0
     for tensor in node.inputs:
         source = producer(tensor)
         if source is None or source.op != "DequantizeLinear":
@@ -168,11 +225,27 @@ def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
             return {"detail": issue}
         if is_const(source.inputs[0]):
             consts += 1
-        elif static_shape(tensor) != static_shape(node.outputs[0]):
+        elif static_shape(tensor) == out_shape:
+            full += 1
+        elif not args.get("broadcast"):
             return {"detail": f"operand {tensor.name} {static_shape(tensor)} is broadcast to "
-                              f"{static_shape(node.outputs[0])}"}
+                              f"{out_shape}"}
     if consts > 1:
         return {"detail": "both operands are constants"}
+    if full == 0:
+        return {"detail": f"no operand has the output's shape {out_shape}"}
+    return None
+
+
+def check_qdq_inputs(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Every input is a symmetric per-tensor int8 activation, dequantized (a Concat's)."""
+    for tensor in node.inputs:
+        source = producer(tensor)
+        if source is None or source.op != "DequantizeLinear" or is_const(source.inputs[0]):
+            return {"detail": f"input {tensor.name} is not a dequantized int8 activation"}
+        issue = qdq_issue(source)
+        if issue:
+            return {"detail": issue}
     return None
 
 
@@ -197,7 +270,9 @@ QNN_CHECKS = MappingProxyType({
     "dequantizes_activation": check_dequantizes_activation,
     "region_edge": check_region_edge,
     "fused_relu": check_fused_relu,
+    "vacuous_clamp": check_vacuous_clamp,
     "qdq_weights": check_qdq_weights,
     "qdq_operands": check_qdq_operands,
+    "qdq_inputs": check_qdq_inputs,
     "same_scale": check_same_scale,
 })

@@ -1,5 +1,5 @@
 """``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz] [--gemm ENGINE]
-[--layers]``.
+[--layers] [--quant-analysis [--snr-threshold DB]]``.
 
 Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
 comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status, as
@@ -50,6 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also compare every Mrvl layer's output with the tensor of the "
                              "original model it computes, to find the first layer that loses "
                              "accuracy (diagnostic rows: the exit status does not change)")
+    parser.add_argument("--quant-analysis", action="store_true",
+                        help="instead of the comparison: every Mrvl layer of an int8 artifact "
+                             "against the float MODEL it was quantized from, SNR (dB) and "
+                             "cosine, accumulated and isolated (diagnostic: exit status 0)")
+    parser.add_argument("--snr-threshold", type=float, default=20.0, metavar="DB",
+                        help="--quant-analysis: name the layers below this SNR (default 20)")
     add_tolerance_args(parser)
     return parser
 
@@ -76,6 +82,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if args.inputs:
             specs = HybridSession(args.artifact_dir).input_specs
             feeds = load_npz_feeds(args.inputs, specs, args.samples)
+        if args.quant_analysis:
+            return _quant_analysis(args, feeds)
         result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
                          samples=args.samples or 1, gemm=args.gemm, layers=args.layers,
                          tolerances=tolerances)
@@ -89,15 +97,32 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"{', '.join(r.tensor for r in result.judged_rows)})", file=sys.stderr)
         return EXIT_USAGE
     print(result.format_table())
-    if args.json_path:
-        try:
-            with open(args.json_path, "w", encoding="utf-8") as handle:
-                json.dump(result.to_dict(), handle, indent=1)
-        except OSError as exc:
-            print(f"mrvl-verify: error: cannot write {args.json_path}: {exc.strerror or exc}",
-                  file=sys.stderr)
-            return 2
+    if _write_json(args.json_path, result.to_dict()) != EXIT_PASSED:
+        return EXIT_USAGE
     return EXIT_PASSED if result.passed else EXIT_VERIFY_FAILED
+
+
+def _quant_analysis(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.ndarray]]]
+                    ) -> int:
+    from .quant_analysis import analyze_quantization
+
+    analysis = analyze_quantization(args.model, args.artifact_dir, feeds, seed=args.seed,
+                                    samples=args.samples or 1, gemm=args.gemm,
+                                    threshold_db=args.snr_threshold)
+    print(analysis.format_table())
+    return _write_json(args.json_path, analysis.to_dict())
+
+
+def _write_json(path: Optional[str], doc: Dict) -> int:
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(doc, handle, indent=1)
+        except OSError as exc:
+            print(f"mrvl-verify: error: cannot write {path}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    return EXIT_PASSED
 
 
 def _unknown_outputs(named: Sequence[str], result) -> List[str]:
