@@ -43,8 +43,8 @@ __all__ = ["BatchResult", "Job", "Outcome", "VerifyError", "VerifyOptions", "con
 PathLike = Union[str, os.PathLike]
 POLL_SECONDS = 0.5   # how often a pool run looks for models a worker has started
 ProgressFn = Callable[["Outcome"], None]
-# (model name, stage): "convert", then convert's steps ("load", "match", "lower", "emit"),
-# then "verify"
+# (model name, stage): "convert", then convert's steps ("quantize" with quantize=, "load",
+# "match", "lower", "emit"), then "verify"
 StageFn = Callable[[str, str], None]
 Shapes = Mapping[str, Union[Sequence[int], Mapping[str, Sequence[int]]]]
 
@@ -72,6 +72,7 @@ class Job:
     atol: Tuple[Tuple[Optional[str], float], ...] = ()   # (output name or None for all, value)
     rtol: Tuple[Tuple[Optional[str], float], ...] = ()
     log_severity: int = 3               # onnxruntime's log level in verify (2: warnings too)
+    quantize: Optional[Tuple[str, str]] = None   # (calibration path, method): --quantize int8
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
                          estimate=(True if job.estimate == "builtin" else job.estimate),
                          max_subgraphs=job.max_subgraphs, deny=list(job.deny),
                          min_compute_layers=job.min_compute_layers, layer_set=job.layer_set,
+                         quantize=_quantization(job),
                          on_stage=on_stage and (lambda stage: _stage(on_stage, job, stage)))
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
@@ -190,6 +192,23 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
     return Outcome(job.model, job.name, OK, job.out_dir, counts, time.perf_counter() - start,
                    ignored_shapes=ignored, verified=True if job.verify else None,
                    verify_note=figures and figures["line"], verify=figures, **fragments)
+
+
+def _quantization(job: Job) -> Any:
+    if job.quantize is None:
+        return None
+    from .quantize import Quantization
+    return Quantization(*job.quantize)
+
+
+def _reference(job: Job) -> str:
+    """The model verify compares with: the QDQ model kept in the artifact when the converter
+    quantized (int8 is judged against onnxruntime running it), else the model converted."""
+    if job.quantize is None:
+        return job.model
+    from .runtime.artifact import read_json
+    manifest = read_json(Path(job.out_dir) / "manifest.json", "manifest")
+    return str(Path(job.out_dir) / manifest["quantization"]["file"])
 
 
 def _stage(on_stage: Optional[StageFn], job: Job, stage: str) -> None:
@@ -229,7 +248,7 @@ def _verify(job: Job) -> Dict[str, Any]:
                                           "given with --atol/--rtol")
     try:
         feeds = _verify_feeds(job)
-        report = compare(job.model, job.out_dir, feeds, tolerances=tolerances,
+        report = compare(_reference(job), job.out_dir, feeds, tolerances=tolerances,
                          log_severity=job.log_severity)
     except MrvlConvertError as exc:  # e.g. inputs that do not fit: the artifacts stay valid
         raise VerifyError(f"converted into {job.out_dir}, but verify could not run: "
@@ -291,7 +310,8 @@ def plan_jobs(models: Sequence[PathLike], out_dir: PathLike, *,
               estimate: Optional[str] = None, draw: bool = False,
               max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
               layer_set: str = "marvell", min_compute_layers: int = 1,
-              verify_options: Optional[VerifyOptions] = None) -> List[Job]:
+              verify_options: Optional[VerifyOptions] = None,
+              quantize: Optional[Any] = None) -> List[Job]:
     """One Job per model with a unique, deterministic artifact directory name."""
     out = Path(os.path.abspath(out_dir))
     common, per_model = shapes_per_model(shapes, [Path(m) for m in models])
@@ -303,8 +323,19 @@ def plan_jobs(models: Sequence[PathLike], out_dir: PathLike, *,
                 ignore_unknown_shapes=len(models) > 1,
                 verify=verify, estimate=_abs_profile(estimate), draw=draw,
                 max_subgraphs=max_subgraphs, deny=tuple(deny), layer_set=layer_set,
-                min_compute_layers=min_compute_layers, **extra)
+                min_compute_layers=min_compute_layers, quantize=_quantize_field(quantize),
+                **extra)
             for m, n, own in zip(models, names, per_model)]
+
+
+def _quantize_field(quantize: Optional[Any]) -> Optional[Tuple[str, str]]:
+    """A Quantization as the plain strings a Job carries (its calibration must be a path)."""
+    if quantize is None:
+        return None
+    if not isinstance(quantize.calibration, (str, os.PathLike)):
+        raise OptionError("convert_many(quantize=...): the calibration must be a file or "
+                          "directory path (a reader or arrays cannot go to worker processes)")
+    return (os.path.abspath(quantize.calibration), quantize.method)
 
 
 def shapes_per_model(shapes: Optional[Shapes], models: Sequence[Path]
@@ -390,7 +421,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                  draw: bool = False, max_subgraphs: Optional[int] = None,
                  deny: Sequence[str] = (), layer_set: str = "marvell",
                  min_compute_layers: int = 1,
-                 on_stage: Optional[StageFn] = None) -> BatchResult:
+                 on_stage: Optional[StageFn] = None,
+                 quantize: Optional[Any] = None) -> BatchResult:
     """Convert every model into ``out_dir/<name>/`` and write ``out_dir/summary.json``.
 
     ``executor``: any ``concurrent.futures.Executor`` (used as is, not shut down). Without one,
@@ -406,7 +438,9 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     stage)`` as a model starts its conversion ("convert"; on an executor, as a worker takes
     it) and, converted in this process, its verification ("verify").
     ``estimate`` ("builtin" or a hardware profile file) and ``draw`` are passed to ``convert``;
-    so are ``max_subgraphs``, ``deny``, ``min_compute_layers`` and ``layer_set``, for every model.
+    so are ``max_subgraphs``, ``deny``, ``min_compute_layers`` and ``layer_set``, for every
+    model, and ``quantize`` (a ``Quantization`` whose calibration is a path); verify then
+    compares with the QDQ model.
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
     guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """
@@ -419,7 +453,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     job_list = plan_jobs(models, out_dir, shapes=shapes, policy=policy, rules=_as_list(rules),
                          verify=bool(verify), estimate=estimate, draw=draw,
                          max_subgraphs=max_subgraphs, deny=deny, layer_set=layer_set,
-                         min_compute_layers=min_compute_layers, verify_options=verify_options)
+                         min_compute_layers=min_compute_layers, verify_options=verify_options,
+                         quantize=quantize)
     prepare_out_dir(out_dir)
     if executor is not None:
         outcomes = _run_on(executor, job_list, fail_fast, progress, on_stage)

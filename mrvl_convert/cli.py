@@ -83,8 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quantize", choices=("int8",), default=None,
                         help="quantize each model first (onnxruntime quantize_static, QDQ, "
                              "symmetric per-tensor int8: Marvell's recipe) and emit int8 layers")
-    parser.add_argument("--calibration", metavar="DATA.npz", default=None,
-                        help="calibration samples for --quantize: an array per model input")
+    parser.add_argument("--calibration", metavar="DATA", default=None,
+                        help="calibration samples for --quantize: an .npz with an array per "
+                             "model input, or a directory of .npy/.pb files (input_0.pb, ... "
+                             "or one sub-directory per sample set)")
+    parser.add_argument("--calibration-method", choices=("minmax", "entropy", "percentile"),
+                        default=None, help="--quantize: how activation ranges are taken from "
+                                           "the samples (default: minmax)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_quant_args(parser)
     _add_draw_estimate_args(parser)
@@ -370,7 +375,8 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, Any],
                                   estimate=args.estimate_option, draw=args.draw,
                                   max_subgraphs=args.max_subgraphs, deny=list(args.deny),
                                   min_compute_layers=args.min_compute_layers,
-                                  layer_set=args.layer_set, on_stage=progress.stage)
+                                  layer_set=args.layer_set, on_stage=progress.stage,
+                                  quantize=args.quantization)
         except MrvlConvertError as exc:
             progress.close()
             _error(str(exc))

@@ -32,19 +32,22 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
 
 
 def quantized_models(models: List[Path], args: argparse.Namespace) -> List[Path]:
-    """The models to convert (``quantize.for_cli``, or with ``--keep-fp16`` quantized keeping
-    those nodes in float); ``args.float_models`` maps each back to its float model."""
+    """The models to convert and ``args.quantization`` (``quantize.for_cli``: each worker
+    quantizes its model and keeps the QDQ model in the artifact); with ``--keep-fp16`` the
+    models quantized here keeping those nodes in float (``args.quantization`` None).
+    ``args.float_models`` maps each model converted back to its float model."""
     given = [flag for flag, value in (("--keep-fp16", args.keep_fp16),
                                       ("--quant-analysis", args.quant_analysis),
                                       ("--snr-threshold", args.snr_threshold is not None)) if value]
     if given and args.quantize is None:
         raise OptionError(f"{given[0]} is only used with --quantize int8")
     from .quantize import for_cli as quantize_for_cli
-    if not args.keep_fp16:
-        quantized = quantize_for_cli(models, args.quantize, args.calibration, args.layer_set)
-    else:
-        quantize_for_cli([], args.quantize, args.calibration, args.layer_set)  # checks only
+    args.quantization = quantize_for_cli(args.quantize, args.calibration,
+                                         args.calibration_method, args.layer_set)
+    quantized = models
+    if args.keep_fp16:
         quantized = [_keep_fp16(model, args) for model in models]
+        args.quantization = None
     args.float_models = {str(q.resolve()): m for q, m in zip(quantized, models)}
     return quantized
 

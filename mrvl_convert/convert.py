@@ -17,6 +17,7 @@ from .errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
 from .load import LoadedModel, ModelLike, load_model
 from .lower import lower_stage
 from .partition import Ranking, partition
+from .quantize import Quantization, quantized_model
 from .layers import MARVELL
 from .rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
 from .rules.matcher import match
@@ -72,7 +73,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             rules: Rules = None, name: Optional[str] = None, layer_set: str = MARVELL,
             max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
             min_compute_layers: int = 1, estimate: Any = None, draw: bool = False,
-            on_stage: Optional[Callable[[str], None]] = None) -> Result:
+            on_stage: Optional[Callable[[str], None]] = None,
+            quantize: Optional[Quantization] = None) -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
@@ -85,10 +87,17 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     ``estimate``: True (built-in hardware profile) or a profile file adds the accelerator cost
     ESTIMATE to report.json (``estimate`` section). ``draw``: also write ``<name>.html`` (the
     partition page) and ``<name>.placement.onnx`` (the model annotated for Netron).
-    ``on_stage(stage)`` is called as each step starts: "load", "match", "lower", "emit" (for a
-    progress display).
+    ``on_stage(stage)`` is called as each step starts: ("quantize",) "load", "match", "lower",
+    "emit" (for a progress display).
+    ``quantize``: a :class:`~mrvl_convert.quantize.Quantization` quantizes the model first
+    (Marvell's int8 recipe) and converts the QDQ model, which is kept in ``out_dir`` as
+    ``<name>.int8.onnx`` (the manifest's ``quantization`` section).
     """
     step = on_stage or (lambda stage: None)
+    kept = None
+    if quantize is not None:
+        step("quantize")
+        model, name, kept = quantized_model(model, quantize, name, layer_set)
     step("load")
     rule_list = load_rules(rules, layer_set=layer_set)
     profile = _profile(estimate)
@@ -149,6 +158,9 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
         graph = _describe(loaded, report)
         if draw:
             _draw(staging, loaded, report, graph)
+        if kept is not None:
+            staging.write_bytes(kept["file"], kept.pop("data"))
+            manifest["quantization"] = kept
         staging.write_json("manifest.json", manifest, "manifest")
         staging.write_json("report.json", report, "report")
         staging.publish()

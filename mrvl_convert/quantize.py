@@ -7,22 +7,29 @@ running it is the reference the int8 simulator is compared with.
 """
 from __future__ import annotations
 
-import atexit
+import contextlib
+import hashlib
+import io
+import logging
 import os
-import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
 
-from .errors import InputFeedError, ModelLoadError, OptionError
+from .calibration import read_calibration
+from .errors import InputFeedError, ModelLoadError, OptionError, UnsupportedModelError
 from .fold_bn import without_batchnorm
-from .load import static_dim
+from .load import safe_name, static_dim
 from .layers import MARVELL
 
 PathLike = Union[str, "os.PathLike[str]"]
+# samples per input name, an .npz or directory of them, or a CalibrationDataReader
+Calibration = Union[Mapping[str, np.ndarray], PathLike, Any]
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
 
 def recipe() -> Dict[str, object]:
     """quantize_static's keyword arguments in Marvell's recipe besides the format and types
@@ -31,79 +38,156 @@ def recipe() -> Dict[str, object]:
             "extra_options": {"ActivationSymmetric": True, "WeightSymmetric": True}}
 
 
-def quantize_int8(model: PathLike, out: PathLike,
-                  calibration: Mapping[str, np.ndarray], exclude: Sequence[str] = ()) -> Path:
+def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
+                  exclude: Sequence[str] = (), *, method: str = "minmax") -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
-    batches of the input's static batch size). ``exclude``: names of nodes left in float
-    (``keep_fp16.py``). Returns ``out``.
+    batches of the input's static batch size), an ``.npz`` or a directory of ``.npy``/``.pb``
+    files (``mrvl_convert.calibration``), or an onnxruntime ``CalibrationDataReader``.
+    ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
+    ranges are taken from the samples, one of ``CALIBRATION_METHODS``. Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     proto = _load(model)
-    reader = _reader(proto, calibration, str(model))
+    reader = calibration_reader(proto, calibration, str(model))
     out = Path(out)
-    with without_batchnorm(str(model), proto) as source:
-        quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
-                        weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
-                        nodes_to_exclude=list(exclude), **recipe())
+    try:
+        with _quantizer_quiet(), without_batchnorm(str(model), proto) as source:
+            quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
+                            weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                            nodes_to_exclude=list(exclude),
+                            calibrate_method=calibrate_method(method), **recipe())
+    except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
+        raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
+                                    f"calibration method {method}: {exc}",
+                                    model=str(model)) from None
     return out
+
+
+class _DropQuantizerRecords(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "quantization" not in Path(record.pathname).parts
+
+
+@contextlib.contextmanager
+def _quantizer_quiet() -> Iterator[None]:
+    """quantize_static prints its histogram progress and logs advice ("consider
+    pre-processing") through the root logger for every model: neither is the user's business
+    here, and a batch would repeat them per model. Errors still raise."""
+    root = logging.getLogger()
+    # its own records on the root logger; a module logger's reach the root's handlers
+    listeners = [root, *root.handlers]
+    drop = _DropQuantizerRecords()
+    for listener in listeners:
+        listener.addFilter(drop)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for listener in listeners:
+            listener.removeFilter(drop)
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:
-    """The calibration samples of a ``.npz`` for ``model``: the arrays named as its inputs, or,
-    for a one-input model, the file's only floating-point array."""
-    names = [i.name for i in _load(model).graph.input]
-    try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {key: data[key] for key in data.files}
-    except (OSError, ValueError) as exc:
-        raise InputFeedError(f"calibration file {path}: not a readable .npz ({exc})") from None
-    if all(name in arrays for name in names):
-        return {name: arrays[name] for name in names}
-    floats = [key for key, value in arrays.items() if value.dtype.kind == "f"]
-    if len(names) == 1 and len(floats) == 1:
-        return {names[0]: arrays[floats[0]]}
-    raise InputFeedError(f"calibration file {path}: needs an array per model input "
-                         f"({names}); it holds {sorted(arrays)}")
+    """The calibration samples of an ``.npz`` or a directory of ``.npy``/``.pb`` files for
+    ``model``, per input name (``mrvl_convert.calibration``)."""
+    return read_calibration(path, _input_names(_load(model)))
 
 
-def quantized_copy(model: PathLike, calibration: PathLike, folder: PathLike) -> Path:
-    """``model`` quantized with the samples of the ``.npz`` ``calibration`` into ``folder``,
-    under the model's own file name (so the artifact keeps the model's name)."""
-    out = Path(folder) / Path(model).name
-    quantize_int8(model, out, load_calibration(calibration, model))
-    return out
+@dataclass(frozen=True)
+class Quantization:
+    """What ``convert(..., quantize=...)`` quantizes with: ``calibration`` (see
+    :func:`quantize_int8`; only a path or a mapping can travel to a worker process) and
+    ``method`` (one of ``CALIBRATION_METHODS``)."""
+    calibration: Any
+    method: str = "minmax"
+
+    def __post_init__(self) -> None:
+        calibrate_method(self.method)
+
+    def manifest_entry(self, file_name: str, data: bytes, source_sha256: str) -> Dict[str, Any]:
+        """The manifest's ``quantization`` section for the QDQ model kept as ``file_name``."""
+        return {"type": "int8", "format": "QDQ", "recipe": "marvell", "method": self.method,
+                "file": file_name, "sha256": hashlib.sha256(data).hexdigest(),
+                "source_sha256": source_sha256}
 
 
-def for_cli(models: List[Path], quantize: Optional[str], calibration: Optional[str],
-            layer_set: str) -> List[Path]:
-    """The models the CLI converts: as given, or with ``--quantize int8`` quantized with the
-    ``--calibration`` samples (the int8 layers are in the ``marvell`` layer set only)."""
+def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
+                    layer_set: str = MARVELL) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
+    """``model`` (a path or ModelProto) quantized: the QDQ model, the artifact's model name
+    (``name``, else the file's stem or the graph's name) and the manifest's ``quantization``
+    section, with the QDQ file's bytes under ``"data"`` (for the artifact directory)."""
+    if layer_set != MARVELL:
+        raise OptionError(f"quantize makes int8 layers, which layer set {layer_set!r} does not "
+                          f"have; use layer_set={MARVELL!r}")
+    with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as tmp:
+        if isinstance(model, onnx.ModelProto):
+            source = Path(tmp) / "float.onnx"
+            onnx.save(model, str(source))
+            default = model.graph.name
+        else:
+            source, default = Path(model), Path(model).stem
+        name = safe_name(name or default or "model")
+        out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
+                            method=quantization.method)
+        data = out.read_bytes()
+        source_sha = hashlib.sha256(source.read_bytes()).hexdigest()
+    entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
+    entry["data"] = data
+    return onnx.load_from_string(data), name, entry
+
+
+def calibrate_method(method: str) -> Any:
+    """onnxruntime's CalibrationMethod for one of ``CALIBRATION_METHODS``."""
+    from onnxruntime.quantization import CalibrationMethod
+    if method not in CALIBRATION_METHODS:
+        raise OptionError(f"calibration method {method!r}: choose one of "
+                          f"{', '.join(CALIBRATION_METHODS)}")
+    return {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile}[method]
+
+
+def for_cli(quantize: Optional[str], calibration: Optional[str], method: Optional[str],
+            layer_set: str) -> Optional[Quantization]:
+    """What ``--quantize int8 --calibration DATA [--calibration-method M]`` asks for (None
+    without --quantize); every mistake an OptionError before any model is converted (the
+    int8 layers are in the ``marvell`` layer set only)."""
     if quantize is None:
-        if calibration is not None:
-            raise OptionError("--calibration is only used with --quantize int8")
-        return models
+        given = "--calibration" if calibration is not None else (
+            "--calibration-method" if method is not None else None)
+        if given:
+            raise OptionError(f"{given} is only used with --quantize int8")
+        return None
     if calibration is None:
-        raise OptionError("--quantize int8 needs --calibration DATA.npz (samples per input)")
+        raise OptionError("--quantize int8 needs --calibration DATA (an .npz, or a directory "
+                          "of .npy/.pb files: samples per input)")
     if layer_set != MARVELL:
         raise OptionError(f"--quantize int8 makes int8 layers, which layer set {layer_set!r} "
                           f"does not have; use --layer-set {MARVELL}")
-    if not Path(calibration).is_file():
-        raise OptionError(f"--calibration {calibration}: no such file")
-    return quantized_models(models, calibration)
+    if not Path(calibration).exists():
+        raise OptionError(f"--calibration {calibration}: no such file or directory")
+    return Quantization(os.path.abspath(calibration), method or "minmax")
 
 
-def quantized_models(models: List[Path], calibration: PathLike) -> List[Path]:
-    """Every model quantized into a fresh temporary folder, removed when the process exits."""
-    folder = Path(tempfile.mkdtemp(prefix="mrvl_int8_"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    quantized = []
-    for i, model in enumerate(models):
-        (folder / str(i)).mkdir()  # one folder each: two models may share a file name
-        quantized.append(quantized_copy(model, calibration, folder / str(i)))
-    return quantized
+def _input_names(proto: onnx.ModelProto) -> List[str]:
+    inits = {i.name for i in proto.graph.initializer}
+    return [i.name for i in proto.graph.input if i.name not in inits]
+
+
+def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: str) -> Any:
+    """A CalibrationDataReader over ``calibration`` (one given is used as it is)."""
+    from onnxruntime.quantization import CalibrationDataReader
+    if isinstance(calibration, CalibrationDataReader):
+        return calibration
+    if isinstance(calibration, (str, os.PathLike)):
+        calibration = read_calibration(calibration, _input_names(proto))
+    elif not isinstance(calibration, Mapping):
+        raise OptionError(f"{label}: calibration must be samples per input name, an .npz or a "
+                          "directory of .npy/.pb files, or a CalibrationDataReader; got "
+                          f"{type(calibration).__name__}")
+    return _reader(proto, calibration, label)
 
 
 def _load(model: PathLike) -> onnx.ModelProto:

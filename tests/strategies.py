@@ -24,6 +24,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
     "OPSET_IR", "GeneratedModel", "ModelBuilder", "from_spec", "cnn_models", "policies",
+    "qdq_models", "quantized",
 ]
 
 #: opset -> IR version written with it (onnxruntime 1.31 refuses IR > 13; onnx 1.23 writes 14).
@@ -466,7 +467,8 @@ def from_spec(spec: dict) -> GeneratedModel:
                      names=spec.get("names", "plain"))
     for method, args, kwargs in spec["steps"]:
         getattr(b, method)(*args, **kwargs)
-    return _finish(b, spec["outputs"], spec.get("dynamic_batch", False))
+    gm = _finish(b, spec["outputs"], spec.get("dynamic_batch", False))
+    return quantized(gm, **spec["quantize"]) if "quantize" in spec else gm
 
 
 def _finish(b: ModelBuilder, outputs: Sequence[str], dynamic_batch: Any = False) -> GeneratedModel:
@@ -877,3 +879,48 @@ def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
         outputs = outputs[1:] + outputs[:1]
     return _finish(b, outputs, draw(st.sampled_from([False, False, False, False, True, "-1"]),
                                     label="dynamic batch dim"))
+
+
+# ==================================================================== QDQ (int8) models
+
+def quantized(gm: GeneratedModel, samples: int = 4, method: str = "minmax") -> GeneratedModel:
+    """``gm`` quantized with Marvell's recipe (mrvl_convert.quantize.quantize_int8) on seeded
+    calibration data: ``samples`` random batches per input (seed from the spec), plus the
+    model's own feeds so they fall inside the calibrated ranges. The spec records it
+    (``"quantize"``), so ``from_spec`` rebuilds the QDQ model."""
+    import tempfile
+    from pathlib import Path
+
+    from mrvl_convert.quantize import quantize_int8
+
+    rng = np.random.default_rng(gm.spec["seed"] + 2)
+    calibration = {name: np.concatenate([feed] + [
+        (rng.standard_normal(feed.shape) * float(np.std(feed) or 1.0)).astype(np.float32)
+        for _ in range(samples)]) for name, feed in gm.feeds.items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx.save(gm.model, str(Path(tmp) / "float.onnx"))
+        qdq = quantize_int8(Path(tmp) / "float.onnx", Path(tmp) / "int8.onnx", calibration,
+                            method=method)
+        model = onnx.load(str(qdq))
+    spec = {**gm.spec, "quantize": {"samples": samples, "method": method}}
+    return GeneratedModel(model, gm.feeds, f"{gm.description}\nquantized: int8 QDQ, "
+                          f"{method}, {samples} seeded calibration batches", spec)
+
+
+@st.composite
+def qdq_models(draw, max_blocks: int = 4) -> GeneratedModel:
+    """Random CNNs (``cnn_models`` without CPU-only ops, extra inputs or a dynamic batch,
+    opset 13+) quantized by ``quantized``: QDQ models as Marvell's recipe writes them."""
+    gm = draw(cnn_models(max_blocks=max_blocks, opsets=(13, 17), multi_io=False,
+                         cpu_ops=False).filter(lambda g: g.shapes is None))
+    from hypothesis import assume
+
+    from mrvl_convert import MrvlConvertError
+
+    method = draw(st.sampled_from(["minmax", "minmax", "percentile"]), label="calibration")
+    try:
+        return quantized(gm, samples=draw(st.integers(1, 4), label="calibration batches"),
+                         method=method)
+    except MrvlConvertError:  # quantize_static refuses it (e.g. percentile, nothing to quantize)
+        assume(False)
+        raise

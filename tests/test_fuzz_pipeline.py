@@ -29,7 +29,7 @@ import mrvl_convert
 from mrvl_convert import MrvlConvertError
 from mrvl_convert.load import name_nodes
 from mrvl_convert.rules.loader import builtin_path
-from strategies import cnn_models, from_spec, policies
+from strategies import cnn_models, from_spec, policies, qdq_models
 
 
 def ort_run(model: onnx.ModelProto, feeds):
@@ -382,6 +382,94 @@ def test_convert_properties(gm, policy):
             with pytest.raises(mrvl_convert.ShapeError) as info:
                 mrvl_convert.convert(gm.model, Path(tmp) / "c" / "fuzz", policy=policy)
             assert any(name in str(info.value) for name in gm.shapes), str(info.value)
+
+
+# ============================================================================ int8 (QDQ) models
+
+def ort_qdq_runs(model: onnx.ModelProto, feeds):
+    """onnxruntime on the QDQ model twice: with graph optimizations off (each DequantizeLinear ->
+    float op -> QuantizeLinear evaluated as the ONNX spec defines it) and on (fused int8
+    kernels). onnxruntime 1.32 gives the two answers many int8 steps apart on some models (a
+    generated MatMul chain: 36 steps; the example's logits: up to 12); the simulator follows the
+    first, CPU stages run with the second."""
+    runs = []
+    for level in (ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                  ort.GraphOptimizationLevel.ORT_ENABLE_ALL):
+        so = ort.SessionOptions()
+        so.graph_optimization_level = level
+        so.intra_op_num_threads = 1
+        so.log_severity_level = 3
+        sess = ort.InferenceSession(model.SerializeToString(), so,
+                                    providers=["CPUExecutionProvider"])
+        names = [o.name for o in sess.get_outputs()]
+        runs.append(sess.run(names, feeds))
+    return names, list(zip(*runs))
+
+
+def output_step(model: onnx.ModelProto, output: str):
+    """One int8 step of an output written by a DequantizeLinear (through the ops that only move
+    int8 values), or None for an output computed in float."""
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    producer = {o: n for n in model.graph.node for o in n.output}
+    node = producer.get(output)
+    while node is not None and node.op_type in ("Reshape", "Flatten", "Transpose", "MaxPool",
+                                                  "Squeeze", "Unsqueeze", "Identity"):
+        node = producer.get(node.input[0])
+    if node is None or node.op_type != "DequantizeLinear" or node.input[1] not in inits:
+        return None
+    return float(inits[node.input[1]].reshape(-1)[0])
+
+
+def check_int8_numerics(gm, out: Path) -> None:
+    """The int8 hybrid within 2 quantization steps of onnxruntime on the QDQ model, run with
+    graph optimizations off or on (``ort_qdq_runs``); an output computed in float: within the
+    fp16 tolerance."""
+    names, refs = ort_qdq_runs(gm.model, gm.feeds)
+    got_names, got = _hybrid_run(out, gm.feeds)
+    assert got_names == names
+    for name, g, pair in zip(names, got, refs):
+        step = output_step(gm.model, name)
+        errs = [float(np.max(np.abs(np.asarray(g, np.float64) - r), initial=0.0)) for r in pair]
+        bound = 2 * step * (1 + 1e-6) if step is not None else tolerance(pair[0])
+        event("int8 output" if step is not None else "float output")
+        if errs[0] != errs[1]:
+            event("onnxruntime with and without graph optimizations disagree")
+        assert min(errs) <= bound, \
+            f"output {name}: max|hybrid - onnxruntime| = {errs[0]:.4g} (optimizations off), " \
+            f"{errs[1]:.4g} (on) > {bound:.4g} " \
+            f"({'2 steps of ' + format(step, '.4g') if step else 'fp16'})"
+
+
+def check_reasons(files: dict) -> None:
+    """Every node is placed; one left on CPU says why."""
+    report = json.loads(files["report.json"])
+    for entry in report["nodes"]:
+        assert entry["placement"] in ("mrvl", "cpu", "removed"), entry
+        if entry["placement"] == "cpu":
+            assert entry.get("reason"), f"{entry['name']} on CPU without a reason"
+
+
+@settings(max_examples=max(3, settings.default.max_examples // 6))
+@given(gm=qdq_models(), policy=policies())
+def test_convert_properties_of_qdq_models(gm, policy):
+    """QDQ models (a generated CNN through Marvell's quantize_static recipe): convert, schema-valid
+    files, every node placed once (on CPU with a reason), int8 hybrid within 2 steps of
+    onnxruntime, int8 layers where the format carries them, byte-identical re-conversion."""
+    note(gm.description)
+    with tempfile.TemporaryDirectory() as tmp:
+        a, b = Path(tmp) / "a" / "fuzz", Path(tmp) / "b" / "fuzz"
+        mrvl_convert.convert(gm.model, a, policy=policy)
+        files = _files(a)
+        check_schemas(a, files)
+        check_placement_and_order(gm, a, files)
+        check_reasons(files)
+        report = json.loads(files["report.json"])
+        int8 = sum(str(e.get("rule", "")).startswith("mrvl.qnn") for e in report["nodes"])
+        event(f"{policy}: int8 composites {'>0' if int8 else '0'}")
+        check_int8_numerics(gm, a)
+        mrvl_convert.convert(gm.model, b, policy=policy)
+        again = _files(b)
+        assert {f: again[f] == files[f] for f in files} == {f: True for f in again}
 
 
 # ============================================================================ user rule files

@@ -80,10 +80,11 @@ def _boundaries(manifest: Mapping[str, Any], prof: HardwareProfile) -> List[Dict
         if "mrvl" not in kinds or kinds == {"mrvl"}:
             continue
         elements = math.prod(int(d) for d in tensor["shape"])
-        cycles = boundary_cycles(elements, prof)
+        dtype = str(tensor.get("dtype", "float16"))
+        cycles = boundary_cycles(elements, prof, dtype)
         rows.append({"tensor": tensor["tensor"], "from": src, "to": dst,
                      "cut": HOST not in (src, dst),
-                     "bytes": int(elements * prof.activation_bytes_per_element),
+                     "bytes": int(elements * prof.precision(dtype).activation_bytes_per_element),
                      "cycles": round(cycles), "microseconds": round(cycles * us, 3)})
     return rows
 

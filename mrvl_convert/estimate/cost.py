@@ -34,6 +34,7 @@ class LayerEstimate:
     memory_cycles: float
     cycles: float
     bound: str                # "compute", "memory", "overhead", or "none" (a view: no cost)
+    dtype: str = "float32"    # the layer's number format: "int8" layers are costed at int8 rates
 
     def as_dict(self, clock_hz: float) -> Dict[str, Any]:
         return {"layer": self.name, "kind": self.kind, "source_nodes": list(self.source_nodes),
@@ -41,7 +42,8 @@ class LayerEstimate:
                 "activation_bytes": self.activation_bytes, "ddr_bytes": self.ddr_bytes,
                 "compute_cycles": round(self.compute_cycles), "memory_cycles":
                 round(self.memory_cycles), "cycles": round(self.cycles),
-                "microseconds": round(self.cycles / clock_hz * 1e6, 3), "bound": self.bound}
+                "microseconds": round(self.cycles / clock_hz * 1e6, 3), "bound": self.bound,
+                "dtype": self.dtype}
 
 
 @dataclass(frozen=True)
@@ -112,9 +114,10 @@ def estimate_stage(nodes_doc: Mapping[str, Any], profile: HardwareProfile, *,
     return StageEstimate(label, tiles, tuple(layers), profile.clock_hz)
 
 
-def boundary_cycles(elements: int, profile: HardwareProfile) -> float:
-    """The estimated cost of one tensor crossing between a Mrvl stage and a CPU stage."""
-    data = elements * profile.activation_bytes_per_element
+def boundary_cycles(elements: int, profile: HardwareProfile, dtype: str = "float16") -> float:
+    """The estimated cost of one tensor crossing between a Mrvl stage and a CPU stage
+    (``dtype``: the tensor's, as the manifest gives it; an int8 tensor moves 1-byte elements)."""
+    data = elements * profile.precision(dtype).activation_bytes_per_element
     return profile.boundary_fixed_cycles + data / profile.boundary_bytes_per_cycle
 
 
@@ -146,19 +149,21 @@ def _layer(node, index, nodes, shapes, heads, profile, tiles, const_shapes, labe
     kind = _first(attrs, "layer_name", "unknown")
     inputs = [int(i[0]) for i in node.get("inputs", [])]
     out = math.prod(shapes[index])
-    act = profile.activation_bytes_per_element
+    dtype = _first(attrs, "dtype", "float32")
+    figures = profile.precision(dtype)  # int8 layers: the int8 rates and element sizes
+    act = figures.activation_bytes_per_element
     in_elems = [math.prod(shapes[i]) for i in inputs]
     weight_elems, bias_elems = _const_elements(attrs, const_shapes, node.get("name"), label)
-    weight_bytes = int(weight_elems * profile.weight_bytes_per_element
-                       + bias_elems * profile.bias_bytes_per_element)
+    weight_bytes = int(weight_elems * figures.weight_bytes_per_element
+                       + bias_elems * figures.bias_bytes_per_element)
     activation_bytes = int((sum(in_elems) + out) * act)
     macs, padded = _work(kind, attrs, shapes[index], in_elems, out, profile)
     if kind in profile.zero_cost_kinds:
         compute = 0.0
     elif kind in MATMUL_KINDS:
-        compute = padded / (profile.macs_per_cycle_per_tile * tiles * profile.efficiency_of(kind))
+        compute = padded / (figures.macs_per_cycle_per_tile * tiles * profile.efficiency_of(kind))
     else:
-        compute = padded / (profile.vector_ops_per_cycle_per_tile * tiles
+        compute = padded / (figures.vector_ops_per_cycle_per_tile * tiles
                             * profile.efficiency_of(kind))
     # Stage inputs arrive from DDR and stage outputs leave for it (the notebook's DMA figures).
     edge_bytes = (sum(e for i, e in zip(inputs, in_elems) if nodes[i].get("op") == "input")
@@ -171,7 +176,7 @@ def _layer(node, index, nodes, shapes, heads, profile, tiles, const_shapes, labe
              else "compute" if compute >= memory else "memory")
     return LayerEstimate(str(node.get("name")), kind, tuple(attrs.get("source_nodes", [])),
                          int(macs), weight_bytes, activation_bytes, int(ddr), compute, memory,
-                         cycles, bound)
+                         cycles, bound, dtype)
 
 
 def _const_elements(attrs, const_shapes, layer, label):

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Dict, Mapping, Optional, Tuple, Union
 
 import jsonschema
@@ -24,6 +25,24 @@ BUILTIN_PROFILE = "cn10ka_fp16.yaml"
 
 class HardwareProfileError(MrvlConvertError):
     """A hardware profile file that cannot be read or does not validate."""
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The figures that depend on a layer's number format (fp16, or int8 layers)."""
+    macs_per_cycle_per_tile: float
+    vector_ops_per_cycle_per_tile: float
+    weight_bytes_per_element: float
+    bias_bytes_per_element: float
+    activation_bytes_per_element: float
+
+    def as_dict(self) -> Dict[str, float]:
+        return dict(self.__dict__)
+
+
+# int8 element sizes when a profile has no int8 section: int8 values, int32 biases.
+_INT8_BYTES = MappingProxyType({"weight_bytes_per_element": 1.0, "bias_bytes_per_element": 4.0,
+                                "activation_bytes_per_element": 1.0})
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,18 @@ class HardwareProfile:
     boundary_bytes_per_cycle: float
     efficiency: Tuple[Tuple[str, float], ...]
     zero_cost_kinds: Tuple[str, ...]
+    int8: Optional[Precision] = None   # the profile's int8 section, if it has one
+
+    def precision(self, dtype: str) -> Precision:
+        """The figures for a layer of ``dtype`` (its Nodes-JSON ``dtype``): the int8 section
+        for int8 layers (without one: the fp16 rates at int8 element sizes), else fp16's."""
+        fp16 = Precision(self.macs_per_cycle_per_tile, self.vector_ops_per_cycle_per_tile,
+                         self.weight_bytes_per_element, self.bias_bytes_per_element,
+                         self.activation_bytes_per_element)
+        if dtype != "int8":
+            return fp16
+        return self.int8 or Precision(fp16.macs_per_cycle_per_tile,
+                                      fp16.vector_ops_per_cycle_per_tile, **_INT8_BYTES)
 
     def efficiency_of(self, kind: str) -> float:
         table = dict(self.efficiency)
@@ -68,7 +99,8 @@ class HardwareProfile:
                 "boundary": {"fixed_cycles": self.boundary_fixed_cycles,
                              "bytes_per_cycle": self.boundary_bytes_per_cycle},
                 "efficiency": dict(self.efficiency),
-                "zero_cost_kinds": list(self.zero_cost_kinds)}
+                "zero_cost_kinds": list(self.zero_cost_kinds),
+                "int8": self.precision("int8").as_dict()}
 
 
 ProfileLike = Optional[Union[str, Path, HardwareProfile]]
@@ -131,4 +163,6 @@ def _build(data: Mapping[str, Any], label: str) -> HardwareProfile:
         boundary_fixed_cycles=float(data["boundary"]["fixed_cycles"]),
         boundary_bytes_per_cycle=float(data["boundary"]["bytes_per_cycle"]),
         efficiency=tuple(sorted((str(k), float(v)) for k, v in data["efficiency"].items())),
-        zero_cost_kinds=tuple(data.get("zero_cost_kinds", ())))
+        zero_cost_kinds=tuple(data.get("zero_cost_kinds", ())),
+        int8=Precision(**{k: float(v) for k, v in data["int8"].items()}) if "int8" in data
+        else None)
