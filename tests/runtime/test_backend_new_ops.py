@@ -86,6 +86,40 @@ def _params() -> List[Tuple[str, str]]:
     return params
 
 
+# The default run converts one case per op that reaches Mrvl (those below), and the first case
+# of every other op; all cases run with -m slow (about 160 conversions, minutes on 2 cores).
+REACHES_MRVL = {
+    "Clip": ("test_clip_default_max", "const_operands"),
+    "ConvTranspose": ("test_convtranspose_group_2", "const_operands"),
+    "LeakyRelu": ("test_leakyrelu", "as_is"),
+    "ReduceMax": ("test_reduce_max_keepdims_example", "const_operands"),
+    "Resize": ("test_resize_upsample_scales_nearest", "as_is"),
+    "Sigmoid": ("test_sigmoid", "as_is"),
+    "Softmax": ("test_softmax_example", "as_is"),
+    "Split": ("test_split_equal_parts_2d", "as_is"),
+    "Sub": ("test_sub", "const_operands"),
+    "Tanh": ("test_tanh", "as_is"),
+    "Unsqueeze": ("test_unsqueeze_axis_1", "const_operands"),
+    "Upsample": ("test_upsample_nearest", "as_is"),
+}
+
+
+def _default_params() -> List[Tuple[str, str]]:
+    chosen = set(REACHES_MRVL.values())
+    seen = {op for op in REACHES_MRVL}
+    for name, variant in _params():
+        ops = {n.op_type for n in new_op_cases()[name].model.graph.node} & NEW_OPS
+        if ops - seen:
+            chosen.add((name, variant))
+            seen |= ops
+    return [p for p in _params() if p in chosen]
+
+
+def _marked_params():
+    default = set(_default_params())
+    return [pytest.param(*p, marks=() if p in default else pytest.mark.slow) for p in _params()]
+
+
 @functools.lru_cache(maxsize=None)
 def _convert(name: str, variant: str, out_root: str):
     model, feeds = _variant(new_op_cases()[name], variant)
@@ -101,7 +135,7 @@ def out_root(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("new_op_cases"))
 
 
-@pytest.mark.parametrize("name,variant", _params())
+@pytest.mark.parametrize("name,variant", _marked_params())
 def test_new_op_case_on_mrvl_or_cpu_for_a_real_constraint(name, variant, out_root):
     case = new_op_cases()[name]
     out_dir, model, feeds, placed = _convert(name, variant, out_root)
@@ -131,15 +165,28 @@ def _expected_from_fp16_inputs(model, feed, expected):
     return reference
 
 
-def test_new_op_cases_per_op_reach_mrvl(out_root):
-    """Counts per op of the cases whose op node lands on Mrvl; the floor is what the layer set
-    can take from these cases (the rest are 1-D, batch 3, 3-D Softmax... see the reasons)."""
+def _reached(params, out_root):
     reached, total = collections.Counter(), collections.Counter()
-    for name, variant in _params():
+    for name, variant in params:
         placed = _convert(name, variant, out_root)[3]
         for op in {p[1] for p in placed}:
             total[op] += 1
             reached[op] += any(p[1] == op and p[2] == "mrvl" for p in placed)
+    return reached, total
+
+
+def test_each_reaching_case_lands_its_op_on_mrvl(out_root):
+    """The default run's representatives do what they represent (min_compute_layers=0)."""
+    for op, (name, variant) in REACHES_MRVL.items():
+        placed = _convert(name, variant, out_root)[3]
+        assert any(p[1] == op and p[2] == "mrvl" for p in placed), (op, name, variant, placed)
+
+
+@pytest.mark.slow
+def test_new_op_cases_per_op_reach_mrvl(out_root):
+    """Counts per op of the cases whose op node lands on Mrvl; the floor is what the layer set
+    can take from these cases (the rest are 1-D, batch 3, 3-D Softmax... see the reasons)."""
+    reached, total = _reached(_params(), out_root)
     print("\nbackend cases per op (case variants on Mrvl / converted): " +
           ", ".join(f"{op} {reached[op]}/{total[op]}" for op in sorted(total)))
     for op in ("Sigmoid", "Tanh", "LeakyRelu", "Clip", "Softmax", "Sub", "Resize", "Upsample",
