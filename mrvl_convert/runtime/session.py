@@ -85,13 +85,16 @@ class HybridSession:
 
     def __init__(self, artifact_dir: "str | os.PathLike[str]", *,
                  on_range_error: str = "raise", gemm: "str | GemmEngine" = "numpy",
-                 threads: int = 0, log_severity: int = QUIET) -> None:
+                 threads: int = 0, log_severity: int = QUIET, engine: str = "graph") -> None:
         """``gemm``: which library runs the simulator's matrix products, ``"numpy"`` or
         ``"onnxruntime"`` (see ``mrvl_convert/runtime/gemm.py``); the fp16 number model is the
         same with either. ``threads``: intra-op threads of every onnxruntime session this
         session opens (CPU stages, and the GEMM engine when named by string); 0 is
         onnxruntime's default, one per physical core. ``log_severity``: onnxruntime's log level
-        for the CPU stages' sessions (3: errors only, 2: warnings too)."""
+        for the CPU stages' sessions (3: errors only, 2: warnings too). ``engine``: how the
+        simulator runs the Mrvl stages, "graph" (runs of layers as onnxruntime sessions, with
+        ``threads`` too) or "layers" (numpy, one layer at a time: the specification; ``gemm``
+        applies to it); see ``MrvlSimulator``."""
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise ValueError(f"threads must be an integer >= 0, got {threads!r}")
         self.threads = threads
@@ -108,7 +111,7 @@ class HybridSession:
         self.model_name = str(model.get("name", ""))
         self._inputs = self._tensors(model, "inputs", "model")
         self._outputs = self._tensors(model, "outputs", "model")
-        self.simulator = MrvlSimulator(on_range_error, gemm=gemm)
+        self.simulator = MrvlSimulator(on_range_error, gemm=gemm, engine=engine, threads=threads)
         self._cpu_options: Any = None  # made with the first CPU stage: onnxruntime is optional
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
         self.stages = [self._stage(k, s) for k, s in enumerate(stages)]

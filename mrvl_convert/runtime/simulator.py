@@ -19,6 +19,7 @@ from ..errors import ArtifactError, Fp16RangeError, InputFeedError
 from .artifact import decode_consts, first_value, node_entries, read_json, require, shape_of
 from .fp16 import round_to_fp16
 from .gemm import GemmEngine
+from . import graph_engine
 from ..layers import CATALOGUE
 from ..layers._kind import r4_shape
 from .kernel_base import Kernel
@@ -84,6 +85,19 @@ class CompiledSubgraph:
         self.output_shapes = [shapes[h][slot] for h, slot in heads]
         self.on_range_error = on_range_error
         self.last_range_events: List[RangeEvent] = []
+        # The graph engine's plan (graph_engine.py): numpy steps and onnxruntime segments, with
+        # the values each part releases; None runs every layer in numpy.
+        self.parts: Optional[List[Any]] = None
+        self.part_release: List[Tuple[int, ...]] = []
+
+    def use_graph_engine(self, consts: Dict[str, np.ndarray], threads: int) -> None:
+        """Compile the runs of layers that have an ONNX form into onnxruntime sessions."""
+        parts = graph_engine.plan(self.steps, self.heads)
+        for part in parts:
+            if isinstance(part, graph_engine.Segment):
+                graph_engine.compile_segment(part, consts, threads, self.file)
+        self.parts = parts
+        self.part_release = graph_engine.released_after(parts, self.heads)
 
     @property
     def input_names(self) -> List[str]:
@@ -117,21 +131,43 @@ class CompiledSubgraph:
         # Overflow and NaN are the simulator's to report, with source_nodes (_range_error);
         # one errstate for the whole run, as entering it costs more than a small layer.
         with np.errstate(over="ignore", invalid="ignore"):
-            for step in self.steps:
-                out = step.kernel.run(*(_pick(values[i], s) for i, s in
-                                        zip(step.inputs, step.slots or (0,) * len(step.inputs))))
-                if not step.kernel.exact:
-                    out, in_range = round_to_fp16(out, inplace=True)
-                    if not in_range:
-                        self._range_error(step.spec, out, policy, events)
-                values[step.node] = out
-                if trace is not None:  # no copy: no later step writes into an earlier output
-                    trace.append((step.spec, _pick(out, 0)))
-                for index in step.release:
-                    del values[index]
+            # A trace needs every layer's output: the per-layer path gives them. A range hit
+            # in a segment is named by running the call again per layer (graph_engine.py).
+            if self.parts is None or trace is not None or not self._run_parts(dict(values),
+                                                                              values):
+                for step in self.steps:
+                    self._run_step(step, values, policy, events, trace)
         # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.
         return [np.array(_pick(values[h], s), dtype=np.float32, copy=True)
                 for h, s in zip(self.heads, self.head_slots)]
+
+    def _run_step(self, step: _Step, values: Dict[int, Any], policy: str,
+                  events: List[RangeEvent],
+                  trace: Optional[List[Tuple[LayerSpec, np.ndarray]]] = None) -> None:
+        out, in_range = _compute(step, values)
+        if not in_range:
+            self._range_error(step.spec, out, policy, events)
+        values[step.node] = out
+        if trace is not None:  # no copy: no later step writes into an earlier output
+            trace.append((step.spec, _pick(out, 0)))
+        for index in step.release:
+            del values[index]
+
+    def _run_parts(self, values: Dict[int, Any], fed: Dict[int, Any]) -> bool:
+        """Run the graph engine's plan on ``values``; the outputs land in ``fed`` (the caller's
+        dict). False, leaving ``fed`` as it was, when a segment went out of the fp16 range."""
+        for part, release in zip(self.parts, self.part_release):
+            if isinstance(part, graph_engine.Segment):
+                if not graph_engine.run_segment(part, values, _pick):
+                    return False
+            else:
+                values[part.node], in_range = _compute(part, values)
+                if not in_range:  # the per-layer rerun reports it
+                    return False
+            for index in release:
+                values.pop(index, None)
+        fed.update(values)
+        return True
 
     def _feed(self, inputs: Feed, policy: str,
               events: List[RangeEvent]) -> Dict[int, np.ndarray]:
@@ -187,11 +223,18 @@ class MrvlSimulator:
     """Execution-provider-like front end of the simulator."""
 
     def __init__(self, on_range_error: str = "raise", *,
-                 gemm: "str | GemmEngine" = "numpy") -> None:
-        """``gemm``: which library runs the Conv2D / FC matrix products (gemm.py), by name or
-        as a ``GemmEngine`` with an onnxruntime thread count."""
+                 gemm: "str | GemmEngine" = "numpy", engine: str = "graph",
+                 threads: int = 0) -> None:
+        """``gemm``: which library runs the Conv2D / FC matrix products of the per-layer path
+        (gemm.py), by name or as a ``GemmEngine`` with an onnxruntime thread count.
+        ``engine``: "graph" (default) runs each run of layers that have an ONNX form as one
+        onnxruntime session with ``threads`` intra-op threads (graph_engine.py); "layers" runs
+        every layer in numpy, one kernel at a time (the specification). The fp16 number model
+        is the same; the two agree to one float16 ulp per layer."""
         self.on_range_error = _check_policy(on_range_error)
         self.gemm = GemmEngine.of(gemm)
+        self.engine = graph_engine.check_engine(engine)
+        self.threads = threads
 
     def get_capability(self, nodes_json: Dict[str, Any]) -> List[Dict[str, Any]]:
         """Per layer node: index, name, layer_name, supported and (if not) the reason."""
@@ -217,7 +260,10 @@ class MrvlSimulator:
         doc = read_json(nodes_path, "Nodes-JSON")
         consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON",
                                                       max_bytes=None))
-        return _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
+        compiled = _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
+        if self.engine == "graph":
+            compiled.use_graph_engine(consts, self.threads)
+        return compiled
 
 
 class _GraphBuilder:
@@ -414,6 +460,16 @@ def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
             released.setdefault(position, []).append(ref)
     return [_Step(s.node, s.spec, s.kernel, s.inputs, tuple(sorted(released.get(p, []))),
                   s.slots) for p, s in enumerate(steps)]
+
+
+def _compute(step: _Step, values: Dict[int, Any]) -> Tuple[Any, bool]:
+    """One layer in numpy, its output rounded to float16 unless the kernel is exact; and
+    whether it stayed in float16's range."""
+    out = step.kernel.run(*(_pick(values[i], s) for i, s in
+                            zip(step.inputs, step.slots or (0,) * len(step.inputs))))
+    if step.kernel.exact:
+        return out, True
+    return round_to_fp16(out, inplace=True)
 
 
 def _pick(value: Any, slot: int) -> np.ndarray:
