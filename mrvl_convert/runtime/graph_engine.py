@@ -27,12 +27,13 @@ the policy) exactly as before.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Sequence, Set, Tuple
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
 from ..errors import ArtifactError
+from .fp16 import round_to_fp16
 from .kernel_base import Kernel
 from .onnx_form import OnnxBuilder
 
@@ -58,7 +59,7 @@ class Segment:
 
     steps: List[Any]                     # simulator._Step, in order
     inputs: List[ValueKey]               # values read from outside, in session-input order
-    outputs: List[Tuple[int, int]]       # (node, number of slots) handed out after the run
+    outputs: List[Tuple[int, int]] = field(default_factory=list)  # (node, slots) handed out
     session: Any = None
     keep: Any = None                     # arrays onnxruntime reads as external initializers
     checks_range: bool = False
@@ -68,73 +69,127 @@ def value_name(key: ValueKey) -> str:
     return f"v{key[0]}_{key[1]}"
 
 
-def plan(steps: Sequence[Any], heads: Sequence[int]) -> List[Any]:
-    """The steps grouped: each element is a numpy step or a ``Segment`` (not yet compiled)."""
-    parts: List[Any] = []
-    run: List[Any] = []
-    for step in steps:
-        if has_onnx_form(step.kernel):
-            run.append(step)
-            continue
-        if run:
-            parts.append(run)
-            run = []
-        parts.append(step)
-    if run:
-        parts.append(run)
-    return [_segment(part, parts, heads) if isinstance(part, list) else part for part in parts]
+class _Emitter:
+    """A segment being built: steps are added while their kernels give an ONNX form."""
+
+    def __init__(self, consts: Dict[str, np.ndarray], rounded_inputs: Set[int]) -> None:
+        self.builder = OnnxBuilder(consts)
+        self.rounded_inputs = rounded_inputs
+        self.names: Dict[ValueKey, str] = {}
+        self.sums: List[str] = []
+        self.segment = Segment([], [])
+
+    def add(self, step: Any) -> bool:
+        """Emit ``step``; False (and nothing emitted) when its kernel has no ONNX form here."""
+        if not has_onnx_form(step.kernel):
+            return False
+        b, seg = self.builder, self.segment
+        mark = (len(b.nodes), len(b.initializers), len(b.external), len(self.sums),
+                len(seg.inputs), dict(self.names))
+        keys = list(zip(step.inputs, step.slots or (0,) * len(step.inputs)))
+        outs = step.kernel.to_onnx(b, [self._name(key) for key in keys])
+        if outs is None:  # undo the input names this step made
+            del b.nodes[mark[0]:], b.initializers[mark[1]:], b.external[mark[2]:]
+            del self.sums[mark[3]:], seg.inputs[mark[4]:]
+            self.names = mark[5]
+            return False
+        for slot, out in enumerate(outs):
+            self.names[(step.node, slot)] = out if step.kernel.exact else \
+                _rounded(b, out, self.sums)
+        seg.steps.append(step)
+        return True
+
+    def _name(self, key: ValueKey) -> str:
+        """The tensor holding value ``key``: a segment input the first time it is read
+        (rounded to float16 here if it is a subgraph input that goes in as float16)."""
+        if key not in self.names:
+            self.segment.inputs.append(key)
+            self.names[key] = _rounded(self.builder, value_name(key), self.sums) \
+                if key[0] in self.rounded_inputs else value_name(key)
+        return self.names[key]
 
 
-def _segment(steps: List[Any], parts: List[Any], heads: Sequence[int]) -> Segment:
-    inside = {step.node for step in steps}
-    inputs: List[ValueKey] = []
-    for step in steps:
-        for ref, slot in zip(step.inputs, step.slots or (0,) * len(step.inputs)):
-            if ref not in inside and (ref, slot) not in inputs:
-                inputs.append((ref, slot))
-    needed = _read_after(steps, parts) | set(heads)
-    outputs = [(step.node, len(step.spec.out_shapes or (step.spec.shape,)))
-               for step in steps if step.node in needed]
-    return Segment(steps, inputs, outputs)
+class GraphPlan:
+    """A subgraph's steps as numpy steps and compiled segments, in run order."""
+
+    def __init__(self, steps: Sequence[Any], heads: Sequence[int], rounded_inputs: Set[int],
+                 consts: Dict[str, np.ndarray], threads: int, file: str) -> None:
+        """``rounded_inputs``: the subgraph input nodes that go in as float16 (the others feed
+        only int8 layers); a segment rounds those it reads itself."""
+        parts: List[Any] = []
+        current: Optional[_Emitter] = None
+        for step in steps:
+            emitter = current or _Emitter(consts, rounded_inputs)
+            if emitter.add(step):
+                current = emitter
+                continue
+            if current is not None:
+                parts.append(current)
+                current = None
+            parts.append(step)
+        if current is not None:
+            parts.append(current)
+        self.parts = [_finish(p, parts, heads, threads, file) if isinstance(p, _Emitter)
+                      else p for p in parts]
+        self.release = released_after(self.parts, heads)
+        read_by_numpy = {ref for part in self.parts if not isinstance(part, Segment)
+                         for ref in part.inputs}
+        self.numpy_rounded = sorted(rounded_inputs & read_by_numpy)
+
+    def run(self, values: Dict[int, Any], compute: Callable[[Any, Dict[int, Any]], Any],
+            pick: Callable[[Any, int], np.ndarray]) -> Optional[Dict[int, Any]]:
+        """Run on the checked inputs ``values`` (node -> array); the values at the end (heads
+        included), or None as soon as a layer or an input leaves the float16 range.
+        ``compute(step, values)`` runs a numpy step: ``(output, in_range)``."""
+        for index, value in values.items():
+            values[index] = np.asarray(value, dtype=np.float32)
+        for index in self.numpy_rounded:  # a copy: the caller's array stays as it was
+            values[index], in_range = round_to_fp16(np.array(values[index]), inplace=True)
+            if not in_range:
+                return None
+        for part, release in zip(self.parts, self.release):
+            if isinstance(part, Segment):
+                if not run_segment(part, values, pick):
+                    return None
+            else:
+                with np.errstate(over="ignore", invalid="ignore"):  # reported by the rerun
+                    values[part.node], in_range = compute(part, values)
+                if not in_range:
+                    return None
+            for index in release:
+                values.pop(index, None)
+        return values
 
 
-def _read_after(steps: List[Any], parts: List[Any]) -> Set[int]:
-    """Nodes read by steps outside ``steps`` (the other parts)."""
-    read: Set[int] = set()
-    for part in parts:
-        if part is steps:
-            continue
-        for step in part if isinstance(part, list) else [part]:
-            read.update(step.inputs)
-    return read
-
-
-def compile_segment(segment: Segment, consts: Dict[str, np.ndarray], threads: int,
-                    file: str) -> None:
-    """Build the segment's model from its kernels' ONNX forms and open its session."""
+def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: int,
+            file: str) -> Segment:
+    """The emitted segment with its outputs (what later parts and the heads read), opened."""
     import onnxruntime as ort
 
-    builder = OnnxBuilder(consts)
-    names: Dict[ValueKey, str] = {key: value_name(key) for key in segment.inputs}
-    sums: List[str] = []
-    for step in segment.steps:
-        slots = step.slots or (0,) * len(step.inputs)
-        outs = step.kernel.to_onnx(builder, [names[(r, s)] for r, s in zip(step.inputs, slots)])
-        if outs is None:
-            raise ArtifactError(f"{file}: layer {step.spec.name}: its kernel declined an ONNX "
-                                "form after offering one")  # a kernel bug, not user input
-        for slot, out in enumerate(outs):
-            if not step.kernel.exact:
-                out = _rounded(builder, out, sums)
-            names[(step.node, slot)] = out
-    model = _model(segment, builder, names, sums)
+    segment, builder = emitter.segment, emitter.builder
+    read_later: Set[int] = set(heads)
+    for part in parts:
+        if part is not emitter:
+            for step in part.segment.steps if isinstance(part, _Emitter) else [part]:
+                read_later.update(step.inputs)
+    segment.outputs = [(step.node, len(step.spec.out_shapes or (step.spec.shape,)))
+                       for step in segment.steps if step.node in read_later]
+    model = _model(segment, builder, emitter.names, emitter.sums)
     options = session_options(threads)
     if builder.external:
         values = [ort.OrtValue.ortvalue_from_numpy(a) for _, a in builder.external]
         options.add_external_initializers([n for n, _ in builder.external], values)
         segment.keep = (builder.external, values)
-    segment.session = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
-    segment.checks_range = bool(sums)
+    try:
+        segment.session = ort.InferenceSession(model, options,
+                                               providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own untyped errors: a kernel's form is wrong
+        first, last = segment.steps[0].spec.name, segment.steps[-1].spec.name
+        raise ArtifactError(f"{file}: onnxruntime refuses the graph engine's segment of layers "
+                            f"{first} .. {last}: {str(exc).splitlines()[0]}; "
+                            "engine='layers' runs them in numpy") from None
+    segment.checks_range = bool(emitter.sums)
+    return segment
 
 
 def _rounded(builder: OnnxBuilder, out: str, sums: List[str]) -> str:

@@ -85,19 +85,14 @@ class CompiledSubgraph:
         self.output_shapes = [shapes[h][slot] for h, slot in heads]
         self.on_range_error = on_range_error
         self.last_range_events: List[RangeEvent] = []
-        # The graph engine's plan (graph_engine.py): numpy steps and onnxruntime segments, with
-        # the values each part releases; None runs every layer in numpy.
-        self.parts: Optional[List[Any]] = None
-        self.part_release: List[Tuple[int, ...]] = []
+        # The graph engine's plan (graph_engine.py); None runs every layer in numpy.
+        self.graph: Optional[graph_engine.GraphPlan] = None
 
     def use_graph_engine(self, consts: Dict[str, np.ndarray], threads: int) -> None:
         """Compile the runs of layers that have an ONNX form into onnxruntime sessions."""
-        parts = graph_engine.plan(self.steps, self.heads)
-        for part in parts:
-            if isinstance(part, graph_engine.Segment):
-                graph_engine.compile_segment(part, consts, threads, self.file)
-        self.parts = parts
-        self.part_release = graph_engine.released_after(parts, self.heads)
+        rounded = {node.index for node in self.inputs if node.fp16}
+        self.graph = graph_engine.GraphPlan(self.steps, self.heads, rounded, consts, threads,
+                                            self.file)
 
     @property
     def input_names(self) -> List[str]:
@@ -127,16 +122,21 @@ class CompiledSubgraph:
         numpy's errstate is per thread.
         """
         policy = _check_policy(on_range_error or self.on_range_error)
+        # A trace needs every layer's output: the per-layer path gives them. A range hit in
+        # the graph engine is named by running the call again per layer (graph_engine.py).
+        if self.graph is not None and trace is None:
+            arrays = {node.index: self._checked(node, a) for node, a in
+                      zip(self.inputs, self._arrays(inputs))}
+            values = self.graph.run(arrays, _compute, _pick)
+            if values is not None:
+                return [np.array(_pick(values[h], s), dtype=np.float32, copy=True)
+                        for h, s in zip(self.heads, self.head_slots)]
         values = self._feed(inputs, policy, events)
         # Overflow and NaN are the simulator's to report, with source_nodes (_range_error);
         # one errstate for the whole run, as entering it costs more than a small layer.
         with np.errstate(over="ignore", invalid="ignore"):
-            # A trace needs every layer's output: the per-layer path gives them. A range hit
-            # in a segment is named by running the call again per layer (graph_engine.py).
-            if self.parts is None or trace is not None or not self._run_parts(dict(values),
-                                                                              values):
-                for step in self.steps:
-                    self._run_step(step, values, policy, events, trace)
+            for step in self.steps:
+                self._run_step(step, values, policy, events, trace)
         # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.
         return [np.array(_pick(values[h], s), dtype=np.float32, copy=True)
                 for h, s in zip(self.heads, self.head_slots)]
@@ -153,24 +153,13 @@ class CompiledSubgraph:
         for index in step.release:
             del values[index]
 
-    def _run_parts(self, values: Dict[int, Any], fed: Dict[int, Any]) -> bool:
-        """Run the graph engine's plan on ``values``; the outputs land in ``fed`` (the caller's
-        dict). False, leaving ``fed`` as it was, when a segment went out of the fp16 range."""
-        for part, release in zip(self.parts, self.part_release):
-            if isinstance(part, graph_engine.Segment):
-                if not graph_engine.run_segment(part, values, _pick):
-                    return False
-            else:
-                values[part.node], in_range = _compute(part, values)
-                if not in_range:  # the per-layer rerun reports it
-                    return False
-            for index in release:
-                values.pop(index, None)
-        fed.update(values)
-        return True
-
     def _feed(self, inputs: Feed, policy: str,
               events: List[RangeEvent]) -> Dict[int, np.ndarray]:
+        return {node.index: self._one_input(node, a, policy, events)
+                for node, a in zip(self.inputs, self._arrays(inputs))}
+
+    def _arrays(self, inputs: Feed) -> List[Any]:
+        """The fed values in input-node order (not yet checked)."""
         if isinstance(inputs, Mapping):
             unknown = sorted(set(inputs) - set(self.input_names))
             if unknown:
@@ -186,18 +175,11 @@ class CompiledSubgraph:
             if len(arrays) != len(self.inputs):
                 raise InputFeedError(f"{self.file}: got {len(arrays)} inputs, expected "
                                      f"{len(self.inputs)} ({self.input_names})")
-        return {node.index: self._one_input(node, a, policy, events)
-                for node, a in zip(self.inputs, arrays)}
+        return arrays
 
     def _one_input(self, node: InputNode, value: Any, policy: str,
                    events: List[RangeEvent]) -> np.ndarray:
-        array = np.asarray(value)
-        if array.dtype.kind not in "fiu":
-            raise InputFeedError(f"{self.file}: dtype {array.dtype} is not numeric; expected "
-                                 f"float32 of shape {list(node.shape)}", tensor=node.name)
-        if tuple(array.shape) != node.shape:
-            raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
-                                 f"{list(node.shape)}", tensor=node.name)
+        array = self._checked(node, value)
         if not node.fp16:
             return array.astype(np.float32)
         # Inputs go in as float16; astype copies, so rounding in place leaves the caller's data.
@@ -206,6 +188,17 @@ class CompiledSubgraph:
             spec = LayerSpec(node.index, node.name, "input", {}, (), node.shape, (), self.file)
             self._range_error(spec, rounded, policy, events)
         return rounded
+
+    def _checked(self, node: InputNode, value: Any) -> np.ndarray:
+        """A fed value as an array, its dtype numeric and its shape the node's."""
+        array = np.asarray(value)
+        if array.dtype.kind not in "fiu":
+            raise InputFeedError(f"{self.file}: dtype {array.dtype} is not numeric; expected "
+                                 f"float32 of shape {list(node.shape)}", tensor=node.name)
+        if tuple(array.shape) != node.shape:
+            raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
+                                 f"{list(node.shape)}", tensor=node.name)
+        return array
 
     def _range_error(self, spec: LayerSpec, out: np.ndarray, policy: str,
                      events: List[RangeEvent]) -> None:
