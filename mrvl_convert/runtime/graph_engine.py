@@ -44,10 +44,10 @@ RANGE_OUTPUT = "mrvl_range"
 ValueKey = Tuple[int, int]
 
 
-def has_onnx_form(kernel: Kernel) -> bool:
-    """Whether ``kernel.to_onnx`` describes the ``run`` in use: the class that defines the form
-    must be the one defining ``run`` (or ``compute``), or a subclass of it."""
-    mro = type(kernel).__mro__
+def has_onnx_form(kernel_class: type) -> bool:
+    """Whether ``to_onnx`` describes the ``run`` this kernel class uses: the class that defines
+    the form must be the one defining ``run`` (or ``compute``), or a subclass of it."""
+    mro = kernel_class.__mro__
     owner = next(k for k in mro if "to_onnx" in vars(k))
     runner = next(k for k in mro if "run" in vars(k) or "compute" in vars(k))
     return owner is not Kernel and issubclass(owner, runner)
@@ -81,7 +81,7 @@ class _Emitter:
 
     def add(self, step: Any) -> bool:
         """Emit ``step``; False (and nothing emitted) when its kernel has no ONNX form here."""
-        if not has_onnx_form(step.kernel):
+        if not has_onnx_form(type(step.kernel)):
             return False
         b, seg = self.builder, self.segment
         mark = (len(b.nodes), len(b.initializers), len(b.external), len(self.sums),
