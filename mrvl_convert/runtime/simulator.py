@@ -3,7 +3,9 @@
 ``MrvlSimulator.get_capability`` says which layers it can run, ``compile`` reads exactly the two
 JSON files (nothing else: if they are not enough to run a layer, the artifact is incomplete) and
 builds one kernel per layer, ``CompiledSubgraph.run`` executes them in order with the fp16
-number model of ``fp16.py``.
+number model of ``fp16.py``. With ``engine="graph"`` (the default) compile also groups the runs
+of layers that have an ONNX form into onnxruntime sessions (``graph_engine.py``), which ``run``
+uses unless every layer's output is asked for (``trace``) or a layer leaves the float16 range.
 """
 from __future__ import annotations
 
