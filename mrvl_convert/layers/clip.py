@@ -59,7 +59,9 @@ class ClipKernel(UnaryKernel):
             raise spec.error("attrs.a_min", f"a_min {self.low} is above a_max {self.high}")
         # With both bounds on the float16 grid the output is an input value or a bound: already
         # rounded, so the simulator need not round it (as for Relu).
-        self.exact = bool(np.float16(self.low) == self.low and np.float16(self.high) == self.high)
+        with np.errstate(over="ignore"):   # float32's largest value is an unset bound
+            self.exact = bool(np.float16(self.low) == self.low
+                              and np.float16(self.high) == self.high)
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return np.minimum(np.maximum(x, self.low), self.high)

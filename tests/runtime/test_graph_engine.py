@@ -119,15 +119,15 @@ def test_default_engine_matches_the_per_layer_path_end_to_end(name, tmp_path):
     assert float(np.abs(graph - layers).max()) <= DEFAULT_TOLERANCE.max_rel * scale
 
 
-def _conv_then_clip(scale: float):
-    """Conv2D (source nodes Conv_7) then Clip(0, 6): the clip hides an overflow to inf."""
+def _conv_then_clip(scale: float, a_max: str = "6.000000"):
+    """Conv2D (source nodes Conv_7) then Clip(0, a_max): the clip hides an overflow to inf."""
     rng = np.random.default_rng(0)
     b = SubgraphBuilder()
     x = b.input("x", (1, 3, 6, 6))
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * scale
     y = conv2d(b, to_nhwc(b, x), w, np.zeros(4, np.float32), (4, 4), relu=False,
                source_nodes=["Conv_7"])
-    z = b.layer("Clip", [y], b.shapes[y], {"a_min": ["0.000000"], "a_max": ["6.000000"]},
+    z = b.layer("Clip", [y], b.shapes[y], {"a_min": ["0.000000"], "a_max": [a_max]},
                 source_nodes=["Clip_8"])
     return b.docs([z])
 
@@ -193,3 +193,11 @@ def test_int8_kernels_do_not_inherit_a_float_onnx_form():
 def test_unknown_engine_is_refused(tmp_path):
     with pytest.raises(ValueError, match="engine must be one of"):
         MrvlSimulator(engine="fast")
+
+
+@pytest.mark.parametrize("a_max,exact", [("6.000000", True), ("0.100000", False)])
+def test_clip_with_bounds_on_the_fp16_grid_needs_no_rounding(tmp_path, a_max, exact):
+    """Its output is then an input value or a bound, already on the grid (as for Relu)."""
+    compiled = MrvlSimulator(engine="layers").compile(
+        *write_pair(str(tmp_path), "t", *_conv_then_clip(1.0, a_max)))
+    assert compiled.steps[-1].kernel.exact is exact
