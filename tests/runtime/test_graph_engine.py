@@ -29,7 +29,7 @@ from mrvl_convert.layers.conv2d import Conv2DKernel
 from mrvl_convert.runtime import Fp16RangeWarning, HybridSession, MrvlSimulator
 from mrvl_convert.runtime import graph_engine
 from mrvl_convert.runtime.artifact import decode_consts, read_json
-from mrvl_convert.runtime.fp16 import round_to_fp16
+from mrvl_convert.runtime.fp16 import is_fp16_valued, round_to_fp16
 from mrvl_convert.runtime.tolerances import DEFAULT_TOLERANCE
 
 # Kinds whose ONNX form is the numpy kernel's float32 operation itself: identical results.
@@ -96,6 +96,7 @@ def test_every_layer_within_one_fp16_ulp_of_the_per_layer_path(name, tmp_path):
             got = _one_layer(step, consts, {i: values[i] for i in step.inputs})
             want = values[step.node]
             where = f"{step.spec.layer_name} {step.spec.name}"
+            assert is_fp16_valued(got), where   # the Cast pair survived onnxruntime's rewrites
             if _one_float32_operation(step.spec):
                 np.testing.assert_array_equal(got, want, err_msg=where)
             else:
@@ -113,7 +114,10 @@ def test_default_engine_matches_the_per_layer_path_end_to_end(name, tmp_path):
     session = HybridSession(out_dir, threads=1)
     assert session.simulator.engine == "graph"
     assert all(stage.runner.graph is not None for stage in session.stages if stage.kind == "mrvl")
-    [graph] = session.run(None, feed)
+    [graph], env = session.run(None, feed, capture=True)
+    for stage in session.stages:
+        if stage.kind == "mrvl":
+            assert all(is_fp16_valued(env[t.name]) for t in stage.outputs)
     [layers] = HybridSession(out_dir, threads=1, engine="layers").run(None, feed)
     scale = float(np.abs(layers).max())
     assert float(np.abs(graph - layers).max()) <= DEFAULT_TOLERANCE.max_rel * scale
