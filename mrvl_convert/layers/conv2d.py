@@ -292,8 +292,14 @@ class Conv2DKernel(Kernel):
         """ONNX Conv (NCHW, OIHW weights, any groups) with the fused activation; the numpy
         modes (im2col, Winograd, depthwise, grouped) all compute this convolution."""
         spec = self.spec
-        weight = builder.fp16_weight(spec, "kernel_const_name", perm=(0, 3, 1, 2))  # OIHW
         bias = builder.float_constant(read_bias(spec, builder.consts, self.out_channels))
+        if self.mode == "depthwise" and self.pointwise and self.strides == (1, 1):
+            # A per-channel affine (a folded BatchNormalization): x * w + b as this kernel
+            # computes it, in NHWC; onnxruntime's grouped Conv would run O one-channel products.
+            scale = builder.fp16_weight(spec, "kernel_const_name", perm=(1, 2, 3, 0))
+            y = builder.op("Add", [builder.op("Mul", [inputs[0], scale]), bias])
+            return [builder.activation(y, self.activation)]
+        weight = builder.fp16_weight(spec, "kernel_const_name", perm=(0, 3, 1, 2))  # OIHW
         y = builder.op("Conv", [builder.to_nchw(inputs[0]), weight, bias],
                        kernel_shape=list(self.kernel_hw), strides=list(self.strides),
                        pads=list(self.pads), dilations=list(self.dilation), group=self.groups)
