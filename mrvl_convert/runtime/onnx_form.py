@@ -8,8 +8,8 @@ float32 initializers holding the fp16-rounded values the numpy kernel uses.
 
 Layout-sensitive ONNX operators (Conv, pools) take NCHW: a kernel wraps them in a Transpose pair
 (``to_nchw`` / ``to_nhwc``), and onnxruntime's transpose optimizer cancels the pairs between
-consecutive layers at session creation (``tests/runtime/test_graph_engine.py`` checks that few
-are left).
+consecutive layers at session creation (it pushes a Transpose through the Cast, ReduceSum and
+elementwise nodes between them).
 """
 from __future__ import annotations
 
