@@ -241,15 +241,17 @@ def _input_shape(segment: Segment, key: ValueKey) -> Tuple[int, ...]:
     raise AssertionError(key)  # pragma: no cover - every input is read by some step
 
 
-def session_options(threads: int) -> Any:
-    """One intra-op budget, idle workers asleep (as the CPU stages), no inter-op pool."""
+def session_options(threads: int, log_severity: int = 3) -> Any:
+    """The options of every session the hybrid runs (segments and CPU stages): ``threads``
+    intra-op workers that sleep when idle (a spinning pool left behind by one session would take
+    the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = 3
+    options.log_severity_level = log_severity
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options

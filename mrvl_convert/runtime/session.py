@@ -22,6 +22,7 @@ from ..errors import ArtifactError, InputFeedError, ShapeError
 from .artifact import read_json, require, shape_of
 from .gemm import GemmEngine
 from .layerspec import LayerSpec
+from .graph_engine import session_options
 from .simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
 
 # onnxruntime's log levels: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
@@ -344,17 +345,8 @@ def ort_options(log_severity: int = QUIET) -> Any:
 
 
 def _cpu_session_options(threads: int, log_severity: int = QUIET) -> Any:
-    """One SessionOptions for every CPU stage: ``threads`` intra-op workers that sleep when
-    idle, no inter-op pool (a stage's nodes run in order)."""
-    import onnxruntime as ort
-
-    options = ort_options(log_severity)
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    return options
+    """One SessionOptions for every CPU stage, as for the graph engine's segments."""
+    return session_options(threads, log_severity)
 
 
 def _check_against_onnx(spec: TensorSpec, arg: Any, path: str, stage: str) -> None:
