@@ -1,13 +1,15 @@
 """How whole real networks stay on the accelerator, and what the hybrid costs. Not a test.
 
     python benchmarks/bench_partition.py [--runs 5] [--threads 1 2] [--models resnet50 ...]
+                                         [--engine graph|layers]
 
 The corpus is ``tests/corpus.py``: the onnx wheel's 9 light zoo models with seeded random
 weights, and small built models that use each canonical rewrite. For every model: whether it
 converts, the Mrvl / CPU stage counts, Mrvl<->CPU transitions, the share of nodes and of MACs on
 Mrvl, the hybrid's largest error against onnxruntime fp32 (absolute, and relative to the largest
 reference output), whether the top-1 class agrees, and the median latency of the hybrid
-(``HybridSession(threads=t)``, default numpy GEMM engine) and of onnxruntime
+(``HybridSession(threads=t, engine=...)``: the default graph engine, or ``--engine layers``
+for the per-layer numpy simulator with its default numpy GEMM) and of onnxruntime
 (``intra_op_num_threads=t``) at each thread count. Prints a Markdown table.
 
 Each thread count runs in its own process with ``OPENBLAS_NUM_THREADS=t`` (numpy's BLAS reads
@@ -55,7 +57,7 @@ def ort_session(model, threads: int):
 
 
 def measure(name: str, model, shapes: Optional[Dict[str, List[int]]], runs: int,
-            threads: List[int]) -> Dict[str, object]:
+            threads: List[int], engine: str = "graph") -> Dict[str, object]:
     """One model's row, at every count in ``threads`` (this process's BLAS setting aside)."""
     row: Dict[str, object] = {"model": name}
     feed = corpus.feeds(model, shapes)
@@ -73,13 +75,14 @@ def measure(name: str, model, shapes: Optional[Dict[str, List[int]]], runs: int,
                    cut_by=", ".join(f"{c['op_type']} x{c['nodes']}"
                                     for c in result.report["cut_by"][:2]))
         [want] = ort_session(model, threads[0]).run(None, feed)
-        [got] = HybridSession(result.out_dir, threads=threads[0]).run(None, feed)
+        [got] = HybridSession(result.out_dir, threads=threads[0], engine=engine).run(None, feed)
         err = float(np.abs(got - want).max())
         row.update(max_err=err, rel_err=err / max(float(np.abs(want).max()), 1e-30),
                    top1=bool(np.array_equal(got.reshape(len(got), -1).argmax(-1),
                                             want.reshape(len(want), -1).argmax(-1))))
         for t in threads:
-            hybrid, ort = HybridSession(result.out_dir, threads=t), ort_session(model, t)
+            hybrid = HybridSession(result.out_dir, threads=t, engine=engine)
+            ort = ort_session(model, t)
             row[f"hyb_{t}"] = median_ms(lambda: hybrid.run(None, feed), runs)
             row[f"ort_{t}"] = median_ms(lambda: ort.run(None, feed), runs)
     return row
@@ -105,10 +108,10 @@ def table(rows: List[Dict[str, object]], threads: List[int]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def child(names: List[str], runs: int, threads: int) -> None:
+def child(names: List[str], runs: int, threads: int, engine: str) -> None:
     for name in names:
         model = corpus.zoo(name) if name in corpus.ZOO else corpus.built(name)
-        row = measure(name, model, corpus.shapes_for(name), runs, [threads])
+        row = measure(name, model, corpus.shapes_for(name), runs, [threads], engine)
         print(json.dumps(row), flush=True)
         print(f"done {name} at {threads} thread(s)", file=sys.stderr, flush=True)
 
@@ -119,17 +122,20 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--models", nargs="+", default=None,
                         help=f"subset of {', '.join(corpus.ZOO + corpus.BUILT)}")
+    parser.add_argument("--engine", choices=("graph", "layers"), default="graph",
+                        help="the simulator's engine (HybridSession(engine=...))")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     names = args.models or list(corpus.zoo_names()) + list(corpus.BUILT)
     if args.child is not None:
-        child(names, args.runs, args.child)
+        child(names, args.runs, args.child, args.engine)
         return
     rows: Dict[str, Dict[str, object]] = {}
     for t in args.threads:
         env = dict(os.environ, OPENBLAS_NUM_THREADS=str(t), OMP_NUM_THREADS=str(t))
         done = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(t),
-                               "--runs", str(args.runs), "--models", *names],
+                               "--runs", str(args.runs), "--engine", args.engine,
+                               "--models", *names],
                               env=env, stdout=subprocess.PIPE, text=True, check=True)
         for line in done.stdout.splitlines():
             row = json.loads(line)

@@ -2,7 +2,8 @@
 
 - the strategy itself makes valid models (checker, shape inference, onnxruntime);
 - convert() on them: only MrvlConvertError, schema-valid JSON, every node placed once,
-  topological stages, hybrid run == fp32 onnxruntime within an fp16 tolerance, byte-identical
+  topological stages, hybrid run (default graph engine) == fp32 onnxruntime, and == the
+  per-layer numpy engine, within an fp16 tolerance, byte-identical
   re-conversion, report/source_nodes agreement, and every Mrvl layer within the same tolerance
   of the model tensor compare(..., layers=True) finds for it;
 - the same with valid user rule files overriding built-in composites.
@@ -263,15 +264,16 @@ def check_source_nodes(out: Path, files: dict) -> None:
                 assert name not in sources, f"{name}: report gives no layer, but a layer names it"
 
 
-def _hybrid_run(out: Path, feeds):
-    sess = mrvl_convert.HybridSession(out)
+def _hybrid_run(out: Path, feeds, engine: str = "graph"):
+    sess = mrvl_convert.HybridSession(out, engine=engine)
     return [o.name for o in sess.get_outputs()], sess.run(None, feeds)
 
 
 def check_numerics(gm, out: Path) -> None:
     names, refs = ort_run(gm.model, gm.feeds)
     try:
-        got_names, got = _hybrid_run(out, gm.feeds)
+        got_names, got = _hybrid_run(out, gm.feeds)   # the default engine, "graph"
+        _, spec = _hybrid_run(out, gm.feeds, engine="layers")
         error = None
     except Exception as exc:  # noqa: BLE001 - re-raised below without the session's frames
         error = f"HybridSession failed: {type(exc).__name__}: {exc}"
@@ -289,6 +291,10 @@ def check_numerics(gm, out: Path) -> None:
         tol = tolerance(r)
         assert err <= tol, f"output {name}: max|hybrid - fp32| = {err:.4g} > {tol:.4g} " \
                            f"(max|fp32| = {np.max(np.abs(r)):.4g})"
+    for name, g, s in zip(names, got, spec):
+        # The engines share the fp16 number model; they differ by float32 summation order.
+        err = float(np.max(np.abs(np.asarray(g, np.float64) - s), initial=0.0))
+        assert err <= tolerance(s), f"output {name}: graph vs layers engine differ by {err:.4g}"
 
 
 def check_layers(gm, out: Path) -> None:

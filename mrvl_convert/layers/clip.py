@@ -8,7 +8,7 @@ float32's lowest or largest value, as TVM's ONNX front end fills it in.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -18,6 +18,7 @@ from ..layout import LayoutContext
 from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._decompose import lower_hardsigmoid
 from ._kind import Attr, LayerKind, roles
 from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, emit_unary
@@ -56,9 +57,20 @@ class ClipKernel(UnaryKernel):
         self.high = np.float32(spec.value("a_max"))
         if self.low > self.high:
             raise spec.error("attrs.a_min", f"a_min {self.low} is above a_max {self.high}")
+        # With both bounds on the float16 grid the output is an input value or a bound: already
+        # rounded, so the simulator need not round it (as for Relu).
+        with np.errstate(over="ignore"):   # float32's largest value is an unset bound
+            self.exact = bool(np.float16(self.low) == self.low
+                              and np.float16(self.high) == self.high)
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return np.minimum(np.maximum(x, self.low), self.high)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """max then min, as ``compute`` (ONNX Clip is the same two comparisons)."""
+        low = builder.float_constant(self.low)
+        high = builder.float_constant(self.high)
+        return [builder.op("Min", [builder.op("Max", [inputs[0], low]), high])]
 
 
 KIND = LayerKind(

@@ -4,7 +4,7 @@ The contract is upstream TVM v0.19's ``mrvl.concat`` (``src/relay/backend/contri
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -14,6 +14,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import Attr, LayerKind, roles
 from ._lowering import new_layer
 
@@ -56,6 +57,9 @@ class ConcatKernel(Kernel):
 
     def run(self, *xs: np.ndarray) -> np.ndarray:
         return np.concatenate(xs, axis=self.axis)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("Concat", list(inputs), axis=self.axis)]
 
 
 KIND = LayerKind(

@@ -7,7 +7,7 @@ codegen.cc``), as tests/test_golden_upstream.py checks against upstream's own ou
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel, fp16_const, read_bias
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import RowAdd, activate_inplace
 from ..runtime.winograd import Winograd3x3
 from ..runtime.winograd import applies as winograd_applies
@@ -286,6 +287,23 @@ class Conv2DKernel(Kernel):
             np.multiply(view, self.taps[i, j], out=tmp)
             acc += tmp
         return acc
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Conv (NCHW, OIHW weights, any groups) with the fused activation; the numpy
+        modes (im2col, Winograd, depthwise, grouped) all compute this convolution."""
+        spec = self.spec
+        bias = builder.float_constant(read_bias(spec, builder.consts, self.out_channels))
+        if self.mode == "depthwise" and self.pointwise and self.strides == (1, 1):
+            # A per-channel affine (a folded BatchNormalization): x * w + b as this kernel
+            # computes it, in NHWC; onnxruntime's grouped Conv would run O one-channel products.
+            scale = builder.fp16_weight(spec, "kernel_const_name", perm=(1, 2, 3, 0))
+            y = builder.op("Add", [builder.op("Mul", [inputs[0], scale]), bias])
+            return [builder.activation(y, self.activation)]
+        weight = builder.fp16_weight(spec, "kernel_const_name", perm=(0, 3, 1, 2))  # OIHW
+        y = builder.op("Conv", [builder.to_nchw(inputs[0]), weight, bias],
+                       kernel_shape=list(self.kernel_hw), strides=list(self.strides),
+                       pads=list(self.pads), dilations=list(self.dilation), group=self.groups)
+        return [builder.to_nhwc(builder.activation(y, self.activation))]
 
 
 KIND = LayerKind(

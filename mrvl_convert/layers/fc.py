@@ -7,7 +7,7 @@ TVM v0.19's ``mrvl.fc_ni2no`` (``src/relay/backend/contrib/mrvl/codegen.cc``).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel, fp16_const, read_bias
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import RowAdd, activate_inplace
 from ._kind import FUSED_ACTIVATION, Const, LayerKind, roles, written
 from ._lowering import activation, new_layer
@@ -81,6 +82,14 @@ class FCKernel(Kernel):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return activate_inplace(self.add_bias(self.product(x)), self.activation)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Gemm with the OI weight (transB) and the bias, then the fused activation."""
+        spec = self.spec
+        weight = builder.fp16_weight(spec, "kernel_const_name")
+        bias = builder.float_constant(self.add_bias.row)
+        y = builder.op("Gemm", [inputs[0], weight, bias], transB=1)
+        return [builder.activation(y, self.activation)]
 
 
 KIND = LayerKind(

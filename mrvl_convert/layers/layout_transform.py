@@ -7,7 +7,7 @@ contract is upstream TVM v0.19's ``layout_transform`` (``src/relay/backend/contr
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..runtime.artifact import first_value
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import Attr, LayerKind, roles
 
 
@@ -56,6 +57,9 @@ class LayoutTransformKernel(Kernel):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x.transpose(self.perm))
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("Transpose", [inputs[0]], perm=list(self.perm))]
 
     @classmethod
     def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:

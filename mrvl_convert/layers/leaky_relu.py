@@ -7,7 +7,7 @@ would change beyond fp16's precision).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -15,6 +15,7 @@ import onnx_graphsurgeon as gs
 from .._graph import attr
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import Attr, LayerKind, roles
 from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
@@ -34,6 +35,9 @@ class LeakyReluKernel(UnaryKernel):
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return np.where(x >= 0, x, x * self.alpha).astype(np.float32, copy=False)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("LeakyRelu", [inputs[0]], alpha=float(self.alpha))]
 
 
 KIND = LayerKind(

@@ -14,7 +14,7 @@ then rounds the product to fp16: at most about 2**-10 relative from x / c in flo
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -25,6 +25,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel, fp16_const
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import activate_inplace
 from ._decompose import lower_hardswish, physical_const
 from ._kind import FUSED_ACTIVATION, Const, LayerKind, roles
@@ -110,6 +111,11 @@ class Mul2DKernel(Kernel):
 
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         return activate_inplace(a * (self.const if b is None else b), self.activation)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Mul (the constant fp16-rounded, broadcast as numpy does), then the activation."""
+        other = builder.float_constant(self.const) if len(inputs) == 1 else inputs[1]
+        return [builder.activation(builder.op("Mul", [inputs[0], other]), self.activation)]
 
 
 KIND = LayerKind(

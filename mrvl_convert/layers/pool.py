@@ -7,7 +7,7 @@ operations), never with a loop over pixels. The contract is upstream TVM v0.19's
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -18,6 +18,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.windows import pad_nhwc, tap, taps
 from ._kind import Attr, LayerKind, ints, roles, written
 from ._lowering import new_layer, spatial_out
@@ -105,6 +106,13 @@ class _Pool2D(Kernel):
     def _taps(self, xp: np.ndarray):
         return taps(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation)
 
+    def _onnx_window(self) -> Dict[str, Any]:
+        """The window as ONNX MaxPool / AveragePool attributes (the explicit pads: ONNX's
+        ceil_mode extends the last window itself)."""
+        return {"kernel_shape": list(self.kernel_hw), "strides": list(self.strides),
+                "pads": list(self.explicit_pads), "ceil_mode": int(self.spec.value("ceil_mode")),
+                **({"dilations": list(self.dilation)} if self.dilation != (1, 1) else {})}
+
     @classmethod
     def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:
         if "pool_size" not in attrs and "kernel_layout_shape" not in attrs:
@@ -138,6 +146,13 @@ class Maxpool2DKernel(_Pool2D):
             np.maximum(out, rows[:, :, tap(j * dw, ow, sw)], out=out)
         return out
 
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX MaxPool (NCHW); none where a window holds padding only (-inf here, not there)."""
+        if not self.exact:
+            return None
+        return [builder.to_nhwc(builder.op("MaxPool", [builder.to_nchw(inputs[0])],
+                                           **self._onnx_window()))]
+
 
 class Avgpool2DKernel(_Pool2D):
     """Mean over each window; zero padding; the divisor counts the explicit pads only when
@@ -157,6 +172,15 @@ class Avgpool2DKernel(_Pool2D):
         acc /= self.divisor
         return acc
 
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX AveragePool (NCHW), whose divisor rule is this kernel's; none when dilated
+        (AveragePool takes dilations only from opset 19)."""
+        if self.dilation != (1, 1):
+            return None
+        pool = builder.op("AveragePool", [builder.to_nchw(inputs[0])], **self._onnx_window(),
+                          count_include_pad=int(self.spec.value("count_include_pad")))
+        return [builder.to_nhwc(pool)]
+
 
 class _GlobalPool2D(Kernel):
     """Shared shape check: [N, H, W, C] -> [N, 1, 1, C]."""
@@ -174,6 +198,9 @@ class GlobalAvgpool2DKernel(_GlobalPool2D):
     def run(self, x: np.ndarray) -> np.ndarray:
         return x.mean(axis=(1, 2), keepdims=True, dtype=np.float32)
 
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("ReduceMean", [inputs[0]], axes=[1, 2], keepdims=1)]
+
 
 class GlobalMaxpool2DKernel(_GlobalPool2D):
     """Max over H and W."""
@@ -182,6 +209,9 @@ class GlobalMaxpool2DKernel(_GlobalPool2D):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return x.max(axis=(1, 2), keepdims=True)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("ReduceMax", [inputs[0]], axes=[1, 2], keepdims=1)]
 
 
 _SOURCE = "apache/tvm v0.19 src/relay/backend/contrib/mrvl/codegen.cc"

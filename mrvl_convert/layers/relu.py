@@ -7,8 +7,11 @@ The newer codegen writes it in ``CreateCompositeMrvlActivationLayer`` (princekum
 """
 from __future__ import annotations
 
+from typing import List, Optional, Sequence
+
 import numpy as np
 
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import LayerKind, roles, written
 from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
@@ -20,6 +23,9 @@ class ReluKernel(UnaryKernel):
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return np.maximum(x, np.float32(0.0))
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("Relu", [inputs[0]])]
 
 
 KIND = LayerKind(

@@ -7,7 +7,7 @@ FC layers keeps the NHWC order instead (see ``fc.py``). The contract is upstream
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Mapping
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -18,6 +18,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import LayerKind, roles
 from ._lowering import new_layer
 
@@ -79,6 +80,9 @@ class ReshapeKernel(Kernel):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.out_shape)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("Reshape", [inputs[0], builder.shape(self.out_shape)])]
 
 
 _SOURCE = "apache/tvm v0.19 src/relay/backend/contrib/mrvl/codegen.cc"

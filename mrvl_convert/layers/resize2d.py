@@ -10,7 +10,7 @@ attributes are Relay's ``Resize2DAttrs`` as ``SetCallNodeAttribute`` writes them
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -20,6 +20,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import MARVELL, Attr, LayerKind, ints, roles, written
 from ._lowering import new_layer, spatial_out
 
@@ -73,6 +74,13 @@ class Resize2DKernel(Kernel):
     def run(self, x: np.ndarray) -> np.ndarray:
         sh, sw = self.factors
         return np.ascontiguousarray(np.repeat(np.repeat(x, sh, axis=1), sw, axis=2))
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Resize, nearest, asymmetric, floor: in[h // sh, w // sw] on NHWC's H and W."""
+        sh, sw = self.factors
+        scales = builder.float_constant(np.array([1, sh, sw, 1], np.float32))
+        return [builder.op("Resize", [inputs[0], "", scales], mode="nearest",
+                           coordinate_transformation_mode="asymmetric", nearest_mode="floor")]
 
 
 KIND = LayerKind(

@@ -7,8 +7,11 @@ attribute of its own.
 """
 from __future__ import annotations
 
+from typing import List, Optional, Sequence
+
 import numpy as np
 
+from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import activate_inplace
 from ._kind import Activation, LayerKind, roles
 from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
@@ -19,6 +22,9 @@ class SigmoidKernel(UnaryKernel):
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return activate_inplace(np.array(x, dtype=np.float32), Activation.SIGMOID)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.activation(inputs[0], Activation.SIGMOID)]
 
 
 KIND = LayerKind(

@@ -7,12 +7,13 @@ The newer codegen writes it in ``CreateCompositeMrvlActivationLayer`` (princekum
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import LayerKind, roles
 from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
@@ -31,6 +32,10 @@ class SoftmaxKernel(UnaryKernel):
         e = np.exp(x - x.max(axis=-1, keepdims=True))
         e /= e.sum(axis=-1, keepdims=True, dtype=np.float32)
         return e
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Softmax over the last axis (opset 13: that axis alone, as ``compute``)."""
+        return [builder.op("Softmax", [inputs[0]], axis=-1)]
 
 
 KIND = LayerKind(

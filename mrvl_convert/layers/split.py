@@ -9,7 +9,7 @@ output, which give the sizes of the pieces. A consumer reads output ``i`` as the
 """
 from __future__ import annotations
 
-from typing import Mapping, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import MARVELL, Attr, LayerKind, roles
 from ._lowering import new_layer
 
@@ -62,6 +63,10 @@ class SplitKernel(Kernel):
 
     def run(self, x: np.ndarray) -> Tuple[np.ndarray, ...]:
         return tuple(np.ascontiguousarray(p) for p in np.split(x, self.bounds, axis=self.axis))
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        sizes = [s[self.axis] for s in (self.spec.out_shapes or (self.spec.shape,))]
+        return builder.ops("Split", [inputs[0], builder.shape(sizes)], len(sizes), axis=self.axis)
 
 
 KIND = LayerKind(

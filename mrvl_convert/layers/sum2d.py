@@ -6,7 +6,7 @@ codegen.cc``); a constant operand is written as ``input_const_name``.
 """
 from __future__ import annotations
 
-from typing import Mapping, Optional
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -16,6 +16,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel, const_broadcast_shape, fp16_const
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import activate_inplace
 from ._kind import FUSED_ACTIVATION, MARVELL, Const, LayerKind, roles
 from ._lowering import activation, new_layer
@@ -69,6 +70,11 @@ class Sum2DKernel(Kernel):
 
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         return activate_inplace(a + (self.const if b is None else b), self.activation)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Add (the constant fp16-rounded, broadcast as numpy does), then the activation."""
+        other = builder.float_constant(self.const) if len(inputs) == 1 else inputs[1]
+        return [builder.activation(builder.op("Add", [inputs[0], other]), self.activation)]
 
 
 KIND = LayerKind(

@@ -7,8 +7,11 @@ attribute of its own.
 """
 from __future__ import annotations
 
+from typing import List, Optional, Sequence
+
 import numpy as np
 
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import LayerKind, roles
 from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
@@ -16,6 +19,9 @@ from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 class TanhKernel(UnaryKernel):
     def compute(self, x: np.ndarray) -> np.ndarray:
         return np.tanh(x)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("Tanh", [inputs[0]])]
 
 
 KIND = LayerKind(

@@ -12,7 +12,7 @@ src/relay/backend/contrib/mrvl/codegen.cc ``CreateMrvlLayer4OpNode`` (Relay's
 """
 from __future__ import annotations
 
-from typing import Mapping, Sequence, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ._kind import MARVELL, LayerKind, ints, roles, written
 from ._lowering import new_layer
 
@@ -72,6 +73,9 @@ class TransposeKernel(Kernel):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         return np.ascontiguousarray(x.transpose(self.axes))
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        return [builder.op("Transpose", [inputs[0]], perm=list(self.axes))]
 
 
 KIND = LayerKind(

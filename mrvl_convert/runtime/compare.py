@@ -132,16 +132,16 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
             samples: int = 1, gemm: str = "numpy", layers: bool = False,
-            log_severity: int = QUIET) -> Comparison:
+            log_severity: int = QUIET, engine: str = "graph") -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
-    seeded random feeds of the manifest's shapes. ``gemm``: the simulator's GEMM engine
-    (``HybridSession``). ``layers``: also compare every Mrvl layer (module docstring).
+    seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
+    runs (``HybridSession``; the per-layer comparison always runs layer by layer). ``layers``: also compare every Mrvl layer (module docstring).
     ``log_severity``: onnxruntime's log level for the sessions opened here (3: errors only,
     2: warnings too)."""
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
     session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm,
-                            log_severity=log_severity)
+                            log_severity=log_severity, engine=engine)
     feeds = _feeds(session, inputs, seed, samples)
     outputs = {t.name for t in session.output_specs}
     specs = _compared_tensors(session)

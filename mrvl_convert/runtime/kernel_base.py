@@ -10,7 +10,7 @@ the simulator was asked to use; other kernels ignore it.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, ClassVar, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -18,6 +18,9 @@ from ..errors import Fp16RangeError
 from .fp16 import const_to_fp16
 from .gemm import NUMPY_GEMM, GemmEngine
 from .layerspec import LayerSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .onnx_form import OnnxBuilder
 
 
 class Kernel:
@@ -38,6 +41,14 @@ class Kernel:
 
     def run(self, *inputs: np.ndarray) -> np.ndarray:
         raise NotImplementedError
+
+    def to_onnx(self, builder: "OnnxBuilder", inputs: Sequence[str]) -> Optional[List[str]]:
+        """The layer as ONNX nodes emitted into ``builder`` (onnx_form.py): the names of its
+        outputs before fp16 rounding, or None (emitting nothing) when it has no ONNX form and
+        runs in numpy. The graph engine uses a form only if the class defining it also defines
+        (or inherits below it) the ``run`` in use, so a subclass with another ``run`` (the int8
+        kernels) never inherits a float form."""
+        return None
 
     @classmethod
     def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:

@@ -22,6 +22,7 @@ from ..errors import ArtifactError, InputFeedError, ShapeError
 from .artifact import read_json, require, shape_of
 from .gemm import GemmEngine
 from .layerspec import LayerSpec
+from .graph_engine import session_options
 from .simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
 
 # onnxruntime's log levels: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
@@ -85,13 +86,16 @@ class HybridSession:
 
     def __init__(self, artifact_dir: "str | os.PathLike[str]", *,
                  on_range_error: str = "raise", gemm: "str | GemmEngine" = "numpy",
-                 threads: int = 0, log_severity: int = QUIET) -> None:
+                 threads: int = 0, log_severity: int = QUIET, engine: str = "graph") -> None:
         """``gemm``: which library runs the simulator's matrix products, ``"numpy"`` or
         ``"onnxruntime"`` (see ``mrvl_convert/runtime/gemm.py``); the fp16 number model is the
         same with either. ``threads``: intra-op threads of every onnxruntime session this
         session opens (CPU stages, and the GEMM engine when named by string); 0 is
         onnxruntime's default, one per physical core. ``log_severity``: onnxruntime's log level
-        for the CPU stages' sessions (3: errors only, 2: warnings too)."""
+        for the CPU stages' sessions (3: errors only, 2: warnings too). ``engine``: how the
+        simulator runs the Mrvl stages, "graph" (runs of layers as onnxruntime sessions, with
+        ``threads`` too) or "layers" (numpy, one layer at a time: the specification; ``gemm``
+        applies to it); see ``MrvlSimulator``."""
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
             raise ValueError(f"threads must be an integer >= 0, got {threads!r}")
         self.threads = threads
@@ -108,7 +112,7 @@ class HybridSession:
         self.model_name = str(model.get("name", ""))
         self._inputs = self._tensors(model, "inputs", "model")
         self._outputs = self._tensors(model, "outputs", "model")
-        self.simulator = MrvlSimulator(on_range_error, gemm=gemm)
+        self.simulator = MrvlSimulator(on_range_error, gemm=gemm, engine=engine, threads=threads)
         self._cpu_options: Any = None  # made with the first CPU stage: onnxruntime is optional
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
         self.stages = [self._stage(k, s) for k, s in enumerate(stages)]
@@ -341,17 +345,8 @@ def ort_options(log_severity: int = QUIET) -> Any:
 
 
 def _cpu_session_options(threads: int, log_severity: int = QUIET) -> Any:
-    """One SessionOptions for every CPU stage: ``threads`` intra-op workers that sleep when
-    idle, no inter-op pool (a stage's nodes run in order)."""
-    import onnxruntime as ort
-
-    options = ort_options(log_severity)
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    return options
+    """One SessionOptions for every CPU stage, as for the graph engine's segments."""
+    return session_options(threads, log_severity)
 
 
 def _check_against_onnx(spec: TensorSpec, arg: Any, path: str, stage: str) -> None:

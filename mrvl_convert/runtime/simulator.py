@@ -3,7 +3,9 @@
 ``MrvlSimulator.get_capability`` says which layers it can run, ``compile`` reads exactly the two
 JSON files (nothing else: if they are not enough to run a layer, the artifact is incomplete) and
 builds one kernel per layer, ``CompiledSubgraph.run`` executes them in order with the fp16
-number model of ``fp16.py``.
+number model of ``fp16.py``. With ``engine="graph"`` (the default) compile also groups the runs
+of layers that have an ONNX form into onnxruntime sessions (``graph_engine.py``), which ``run``
+uses unless every layer's output is asked for (``trace``) or a layer leaves the float16 range.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from ..errors import ArtifactError, Fp16RangeError, InputFeedError
 from .artifact import decode_consts, first_value, node_entries, read_json, require, shape_of
 from .fp16 import round_to_fp16
 from .gemm import GemmEngine
+from . import graph_engine
 from ..layers import CATALOGUE
 from ..layers._kind import r4_shape
 from .kernel_base import Kernel
@@ -84,6 +87,14 @@ class CompiledSubgraph:
         self.output_shapes = [shapes[h][slot] for h, slot in heads]
         self.on_range_error = on_range_error
         self.last_range_events: List[RangeEvent] = []
+        # The graph engine's plan (graph_engine.py); None runs every layer in numpy.
+        self.graph: Optional[graph_engine.GraphPlan] = None
+
+    def use_graph_engine(self, consts: Dict[str, np.ndarray], threads: int) -> None:
+        """Compile the runs of layers that have an ONNX form into onnxruntime sessions."""
+        rounded = {node.index for node in self.inputs if node.fp16}
+        self.graph = graph_engine.GraphPlan(self.steps, self.heads, rounded, consts, threads,
+                                            self.file)
 
     @property
     def input_names(self) -> List[str]:
@@ -113,28 +124,44 @@ class CompiledSubgraph:
         numpy's errstate is per thread.
         """
         policy = _check_policy(on_range_error or self.on_range_error)
+        # A trace needs every layer's output: the per-layer path gives them. A range hit in
+        # the graph engine is named by running the call again per layer (graph_engine.py).
+        if self.graph is not None and trace is None:
+            arrays = {node.index: self._checked(node, a) for node, a in
+                      zip(self.inputs, self._arrays(inputs))}
+            values = self.graph.run(arrays, _compute, _pick)
+            if values is not None:
+                return [np.array(_pick(values[h], s), dtype=np.float32, copy=True)
+                        for h, s in zip(self.heads, self.head_slots)]
         values = self._feed(inputs, policy, events)
         # Overflow and NaN are the simulator's to report, with source_nodes (_range_error);
         # one errstate for the whole run, as entering it costs more than a small layer.
         with np.errstate(over="ignore", invalid="ignore"):
             for step in self.steps:
-                out = step.kernel.run(*(_pick(values[i], s) for i, s in
-                                        zip(step.inputs, step.slots or (0,) * len(step.inputs))))
-                if not step.kernel.exact:
-                    out, in_range = round_to_fp16(out, inplace=True)
-                    if not in_range:
-                        self._range_error(step.spec, out, policy, events)
-                values[step.node] = out
-                if trace is not None:  # no copy: no later step writes into an earlier output
-                    trace.append((step.spec, _pick(out, 0)))
-                for index in step.release:
-                    del values[index]
+                self._run_step(step, values, policy, events, trace)
         # Activations are already fp16-valued float32 (fp16.py): hand back float32 copies.
         return [np.array(_pick(values[h], s), dtype=np.float32, copy=True)
                 for h, s in zip(self.heads, self.head_slots)]
 
+    def _run_step(self, step: _Step, values: Dict[int, Any], policy: str,
+                  events: List[RangeEvent],
+                  trace: Optional[List[Tuple[LayerSpec, np.ndarray]]] = None) -> None:
+        out, in_range = _compute(step, values)
+        if not in_range:
+            self._range_error(step.spec, out, policy, events)
+        values[step.node] = out
+        if trace is not None:  # no copy: no later step writes into an earlier output
+            trace.append((step.spec, _pick(out, 0)))
+        for index in step.release:
+            del values[index]
+
     def _feed(self, inputs: Feed, policy: str,
               events: List[RangeEvent]) -> Dict[int, np.ndarray]:
+        return {node.index: self._one_input(node, a, policy, events)
+                for node, a in zip(self.inputs, self._arrays(inputs))}
+
+    def _arrays(self, inputs: Feed) -> List[Any]:
+        """The fed values in input-node order (not yet checked)."""
         if isinstance(inputs, Mapping):
             unknown = sorted(set(inputs) - set(self.input_names))
             if unknown:
@@ -150,18 +177,11 @@ class CompiledSubgraph:
             if len(arrays) != len(self.inputs):
                 raise InputFeedError(f"{self.file}: got {len(arrays)} inputs, expected "
                                      f"{len(self.inputs)} ({self.input_names})")
-        return {node.index: self._one_input(node, a, policy, events)
-                for node, a in zip(self.inputs, arrays)}
+        return arrays
 
     def _one_input(self, node: InputNode, value: Any, policy: str,
                    events: List[RangeEvent]) -> np.ndarray:
-        array = np.asarray(value)
-        if array.dtype.kind not in "fiu":
-            raise InputFeedError(f"{self.file}: dtype {array.dtype} is not numeric; expected "
-                                 f"float32 of shape {list(node.shape)}", tensor=node.name)
-        if tuple(array.shape) != node.shape:
-            raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
-                                 f"{list(node.shape)}", tensor=node.name)
+        array = self._checked(node, value)
         if not node.fp16:
             return array.astype(np.float32)
         # Inputs go in as float16; astype copies, so rounding in place leaves the caller's data.
@@ -170,6 +190,17 @@ class CompiledSubgraph:
             spec = LayerSpec(node.index, node.name, "input", {}, (), node.shape, (), self.file)
             self._range_error(spec, rounded, policy, events)
         return rounded
+
+    def _checked(self, node: InputNode, value: Any) -> np.ndarray:
+        """A fed value as an array, its dtype numeric and its shape the node's."""
+        array = np.asarray(value)
+        if array.dtype.kind not in "fiu":
+            raise InputFeedError(f"{self.file}: dtype {array.dtype} is not numeric; expected "
+                                 f"float32 of shape {list(node.shape)}", tensor=node.name)
+        if tuple(array.shape) != node.shape:
+            raise InputFeedError(f"{self.file}: shape {list(array.shape)}, expected "
+                                 f"{list(node.shape)}", tensor=node.name)
+        return array
 
     def _range_error(self, spec: LayerSpec, out: np.ndarray, policy: str,
                      events: List[RangeEvent]) -> None:
@@ -180,18 +211,26 @@ class CompiledSubgraph:
         if policy == "raise":
             raise Fp16RangeError(f"{self.file}: {event.describe()}", layer=spec.name,
                                  source_nodes=spec.source_nodes)
-        warnings.warn(Fp16RangeWarning(f"{self.file}: {event.describe()}"), stacklevel=3)
+        warnings.warn(Fp16RangeWarning(f"{self.file}: {event.describe()}"), stacklevel=4)
 
 
 class MrvlSimulator:
     """Execution-provider-like front end of the simulator."""
 
     def __init__(self, on_range_error: str = "raise", *,
-                 gemm: "str | GemmEngine" = "numpy") -> None:
-        """``gemm``: which library runs the Conv2D / FC matrix products (gemm.py), by name or
-        as a ``GemmEngine`` with an onnxruntime thread count."""
+                 gemm: "str | GemmEngine" = "numpy", engine: str = "graph",
+                 threads: int = 0) -> None:
+        """``gemm``: which library runs the Conv2D / FC matrix products of the per-layer path
+        (gemm.py), by name or as a ``GemmEngine`` with an onnxruntime thread count.
+        ``engine``: "graph" (default) runs each run of layers that have an ONNX form as one
+        onnxruntime session with ``threads`` intra-op threads (graph_engine.py); "layers" runs
+        every layer in numpy, one kernel at a time (the specification). The fp16 number model
+        is the same; per layer the two agree to one float16 ulp (to float32's own error where
+        a sum cancels to far below the layer's scale: tests/runtime/test_graph_engine.py)."""
         self.on_range_error = _check_policy(on_range_error)
         self.gemm = GemmEngine.of(gemm)
+        self.engine = graph_engine.check_engine(engine)
+        self.threads = threads
 
     def get_capability(self, nodes_json: Dict[str, Any]) -> List[Dict[str, Any]]:
         """Per layer node: index, name, layer_name, supported and (if not) the reason."""
@@ -217,7 +256,10 @@ class MrvlSimulator:
         doc = read_json(nodes_path, "Nodes-JSON")
         consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON",
                                                       max_bytes=None))
-        return _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
+        compiled = _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
+        if self.engine == "graph":
+            compiled.use_graph_engine(consts, self.threads)
+        return compiled
 
 
 class _GraphBuilder:
@@ -414,6 +456,16 @@ def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
             released.setdefault(position, []).append(ref)
     return [_Step(s.node, s.spec, s.kernel, s.inputs, tuple(sorted(released.get(p, []))),
                   s.slots) for p, s in enumerate(steps)]
+
+
+def _compute(step: _Step, values: Dict[int, Any]) -> Tuple[Any, bool]:
+    """One layer in numpy, its output rounded to float16 unless the kernel is exact; and
+    whether it stayed in float16's range."""
+    out = step.kernel.run(*(_pick(values[i], s) for i, s in
+                            zip(step.inputs, step.slots or (0,) * len(step.inputs))))
+    if step.kernel.exact:
+        return out, True
+    return round_to_fp16(out, inplace=True)
 
 
 def _pick(value: Any, slot: int) -> np.ndarray:

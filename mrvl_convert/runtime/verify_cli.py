@@ -1,5 +1,5 @@
 """``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz] [--gemm ENGINE]
-[--layers] [--quant-analysis [--snr-threshold DB]]``.
+[--engine graph|layers] [--layers] [--quant-analysis [--snr-threshold DB]]``.
 
 Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
 comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status, as
@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import ArtifactError, InputFeedError, MrvlConvertError
 from .compare import compare
 from .gemm import GEMM_ENGINES
+from .graph_engine import ENGINES
 from .session import DTYPES, HybridSession, TensorSpec
 from .tolerances import Tolerances, add_tolerance_args, parse_tolerance_specs
 
@@ -46,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--gemm", choices=GEMM_ENGINES, default="numpy",
                         help="library that runs the simulator's matrix products (same fp16 "
                              "number model; onnxruntime is faster on large layers)")
+    parser.add_argument("--engine", choices=ENGINES, default="graph",
+                        help="how the simulator runs: 'graph' (runs of layers as onnxruntime "
+                             "sessions) or 'layers' (numpy, one layer at a time: the "
+                             "specification); same fp16 number model")
     parser.add_argument("--layers", action="store_true",
                         help="also compare every Mrvl layer's output with the tensor of the "
                              "original model it computes, to find the first layer that loses "
@@ -80,13 +85,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         _check_artifact_dir(args.artifact_dir, args.model)
         feeds = None
         if args.inputs:
-            specs = HybridSession(args.artifact_dir).input_specs
+            specs = HybridSession(args.artifact_dir, engine="layers").input_specs
             feeds = load_npz_feeds(args.inputs, specs, args.samples)
         if args.quant_analysis:
             return _quant_analysis(args, feeds)
         result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
                          samples=args.samples or 1, gemm=args.gemm, layers=args.layers,
-                         tolerances=tolerances)
+                         tolerances=tolerances, engine=args.engine)
     except MrvlConvertError as exc:
         print(f"mrvl-verify: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE

@@ -178,6 +178,10 @@ def test_verify_cli_exit_codes(artifact, tmp_path, capsys):
     assert verify_main([model_path, directory, "--gemm", "onnxruntime"]) == 0
     assert verify_main([model_path, other, "--gemm", "onnxruntime"]) == 3
     assert verify_main([model_path, directory, "--gemm", "blas"]) == 2
+    # Both simulator engines compute the same verdicts.
+    assert verify_main([model_path, directory, "--engine", "layers"]) == 0
+    assert verify_main([model_path, other, "--engine", "layers"]) == 3
+    assert verify_main([model_path, directory, "--engine", "fast"]) == 2
     capsys.readouterr()
     assert verify_main([model_path, str(tmp_path / "nowhere")]) == 2
     err = capsys.readouterr().err

@@ -1,0 +1,292 @@
+"""The graph engine: runs of layers of a compiled Mrvl subgraph as one onnxruntime session each.
+
+Why: the per-layer simulator makes a few numpy calls per layer, and on a small network that
+Python overhead, not arithmetic, is the time. Here every maximal run of consecutive layers whose
+kernels have an ONNX form (``Kernel.to_onnx``) becomes ONE ``InferenceSession`` ("segment"),
+built in memory at compile time from what the kernels read from the Nodes-JSON and
+Constants-JSON; layers without a form (the int8 kernels, anything exotic) run in numpy between
+segments, exactly as in the per-layer path.
+
+Numbers: the fp16 model of ``fp16.py`` holds by construction. Weights are the kernels'
+fp16-rounded constants, stored as float32; every layer that is not ``exact`` is followed by
+``Cast(to=FLOAT16) -> Cast(to=FLOAT)``, which rounds to nearest even exactly as the per-layer
+path's rounding does (fp16.py uses the same Cast pair); ``exact`` layers (selections and
+rearrangements) are not rounded there either. Products are still summed in float32, but by
+onnxruntime's kernels (MLAS Conv / Gemm, its own exp and tanh) in their own order: a layer's
+float32 result can differ from numpy's in the last bits, which after rounding to float16 gives
+the same value or its neighbour (one fp16 ulp). Layers that are one float32 operation per
+element (Add, Mul, Relu, Clip, max/min, copies) give identical values.
+``tests/runtime/test_graph_engine.py`` checks both, layer by layer.
+
+Range check: each rounded layer output also feeds a ``ReduceSum``; the segment's extra output
+"range" is the sum of those sums. A sum of float16-range values is finite exactly when every
+value is (fp16.py's argument), so one float32 scalar per segment says whether any layer
+overflowed to inf or made a NaN. Only then does the engine look further: it runs the call again
+on the per-layer path, which names the layer and its ``source_nodes`` (and warns or raises by
+the policy) exactly as before.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+
+from ..errors import ArtifactError
+from .fp16 import round_to_fp16
+from .kernel_base import Kernel
+from .onnx_form import OnnxBuilder
+
+ENGINES = ("graph", "layers")
+RANGE_OUTPUT = "mrvl_range"
+
+#: (producing node index, output slot) of one activation value.
+ValueKey = Tuple[int, int]
+
+
+def has_onnx_form(kernel_class: type) -> bool:
+    """Whether ``to_onnx`` describes the ``run`` this kernel class uses: the class that defines
+    the form must be the one defining ``run`` (or ``compute``), or a subclass of it."""
+    mro = kernel_class.__mro__
+    owner = next(k for k in mro if "to_onnx" in vars(k))
+    runner = next(k for k in mro if "run" in vars(k) or "compute" in vars(k))
+    return owner is not Kernel and issubclass(owner, runner)
+
+
+@dataclass
+class Segment:
+    """Consecutive steps run as one onnxruntime session."""
+
+    steps: List[Any]                     # simulator._Step, in order
+    inputs: List[ValueKey]               # values read from outside, in session-input order
+    outputs: List[Tuple[int, int]] = field(default_factory=list)  # (node, slots) handed out
+    session: Any = None
+    keep: Any = None                     # arrays onnxruntime reads as external initializers
+    checks_range: bool = False
+
+
+def value_name(key: ValueKey) -> str:
+    return f"v{key[0]}_{key[1]}"
+
+
+class _Emitter:
+    """A segment being built: steps are added while their kernels give an ONNX form."""
+
+    def __init__(self, consts: Dict[str, np.ndarray], rounded_inputs: Set[int]) -> None:
+        self.builder = OnnxBuilder(consts)
+        self.rounded_inputs = rounded_inputs
+        self.names: Dict[ValueKey, str] = {}
+        self.sums: List[str] = []
+        self.segment = Segment([], [])
+
+    def add(self, step: Any) -> bool:
+        """Emit ``step``; False (and nothing emitted) when its kernel has no ONNX form here."""
+        if not has_onnx_form(type(step.kernel)):
+            return False
+        b, seg = self.builder, self.segment
+        mark = (len(b.nodes), len(b.initializers), len(b.external), len(self.sums),
+                len(seg.inputs), dict(self.names))
+        keys = list(zip(step.inputs, step.slots or (0,) * len(step.inputs)))
+        outs = step.kernel.to_onnx(b, [self._name(key) for key in keys])
+        if outs is None:  # undo the input names this step made
+            del b.nodes[mark[0]:], b.initializers[mark[1]:], b.external[mark[2]:]
+            del self.sums[mark[3]:], seg.inputs[mark[4]:]
+            self.names = mark[5]
+            return False
+        for slot, out in enumerate(outs):
+            self.names[(step.node, slot)] = out if step.kernel.exact else \
+                _rounded(b, out, self.sums)
+        seg.steps.append(step)
+        return True
+
+    def _name(self, key: ValueKey) -> str:
+        """The tensor holding value ``key``: a segment input the first time it is read
+        (rounded to float16 here if it is a subgraph input that goes in as float16)."""
+        if key not in self.names:
+            self.segment.inputs.append(key)
+            self.names[key] = _rounded(self.builder, value_name(key), self.sums) \
+                if key[0] in self.rounded_inputs else value_name(key)
+        return self.names[key]
+
+
+class GraphPlan:
+    """A subgraph's steps as numpy steps and compiled segments, in run order."""
+
+    def __init__(self, steps: Sequence[Any], heads: Sequence[int], rounded_inputs: Set[int],
+                 consts: Dict[str, np.ndarray], threads: int, file: str) -> None:
+        """``rounded_inputs``: the subgraph input nodes that go in as float16 (the others feed
+        only int8 layers); a segment rounds those it reads itself."""
+        parts: List[Any] = []
+        current: Optional[_Emitter] = None
+        for step in steps:
+            emitter = current or _Emitter(consts, rounded_inputs)
+            if emitter.add(step):
+                current = emitter
+                continue
+            if current is not None:
+                parts.append(current)
+                current = None
+            parts.append(step)
+        if current is not None:
+            parts.append(current)
+        self.parts = [_finish(p, parts, heads, threads, file) if isinstance(p, _Emitter)
+                      else p for p in parts]
+        self.release = released_after(self.parts, heads)
+        read_by_numpy = {ref for part in self.parts if not isinstance(part, Segment)
+                         for ref in part.inputs}
+        self.numpy_rounded = sorted(rounded_inputs & read_by_numpy)
+
+    def run(self, values: Dict[int, Any], compute: Callable[[Any, Dict[int, Any]], Any],
+            pick: Callable[[Any, int], np.ndarray]) -> Optional[Dict[int, Any]]:
+        """Run on the checked inputs ``values`` (node -> array); the values at the end (heads
+        included), or None as soon as a layer or an input leaves the float16 range.
+        ``compute(step, values)`` runs a numpy step: ``(output, in_range)``."""
+        for index, value in values.items():
+            values[index] = np.asarray(value, dtype=np.float32)
+        for index in self.numpy_rounded:  # a copy: the caller's array stays as it was
+            values[index], in_range = round_to_fp16(np.array(values[index]), inplace=True)
+            if not in_range:
+                return None
+        for part, release in zip(self.parts, self.release):
+            if isinstance(part, Segment):
+                if not run_segment(part, values, pick):
+                    return None
+            else:
+                with np.errstate(over="ignore", invalid="ignore"):  # reported by the rerun
+                    values[part.node], in_range = compute(part, values)
+                if not in_range:
+                    return None
+            for index in release:
+                values.pop(index, None)
+        return values
+
+
+def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: int,
+            file: str) -> Segment:
+    """The emitted segment with its outputs (what later parts and the heads read), opened."""
+    import onnxruntime as ort
+
+    segment, builder = emitter.segment, emitter.builder
+    read_later: Set[int] = set(heads)
+    for part in parts:
+        if part is not emitter:
+            for step in part.segment.steps if isinstance(part, _Emitter) else [part]:
+                read_later.update(step.inputs)
+    segment.outputs = [(step.node, len(step.spec.out_shapes or (step.spec.shape,)))
+                       for step in segment.steps if step.node in read_later]
+    model = _model(segment, builder, emitter.names, emitter.sums)
+    options = session_options(threads)
+    if builder.external:
+        values = [ort.OrtValue.ortvalue_from_numpy(a) for _, a in builder.external]
+        options.add_external_initializers([n for n, _ in builder.external], values)
+        segment.keep = (builder.external, values)
+    try:
+        segment.session = ort.InferenceSession(model, options,
+                                               providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's own untyped errors: a kernel's form is wrong
+        first, last = segment.steps[0].spec.name, segment.steps[-1].spec.name
+        raise ArtifactError(f"{file}: onnxruntime refuses the graph engine's segment of layers "
+                            f"{first} .. {last}: {str(exc).splitlines()[0]}; "
+                            "engine='layers' runs them in numpy") from None
+    segment.checks_range = bool(emitter.sums)
+    return segment
+
+
+def _rounded(builder: OnnxBuilder, out: str, sums: List[str]) -> str:
+    """``out`` rounded to float16 and back, its ReduceSum appended to ``sums``."""
+    from onnx import TensorProto
+
+    half = builder.op("Cast", [out], to=TensorProto.FLOAT16)
+    back = builder.op("Cast", [half], to=TensorProto.FLOAT)
+    sums.append(builder.op("ReduceSum", [back], keepdims=0))
+    return back
+
+
+def _model(segment: Segment, builder: OnnxBuilder, names: Dict[ValueKey, str],
+           sums: List[str]) -> bytes:
+    from onnx import TensorProto, helper
+
+    shapes = {}
+    for step in segment.steps:
+        for slot, shape in enumerate(step.spec.out_shapes or (step.spec.shape,)):
+            shapes[(step.node, slot)] = shape
+    graph_inputs = [helper.make_tensor_value_info(value_name(k), TensorProto.FLOAT,
+                                                  list(_input_shape(segment, k)))
+                    for k in segment.inputs]
+    outputs = []
+    for node, count in segment.outputs:
+        for slot in range(count):
+            # Name the output as the value it is: an Identity when the producer's name differs.
+            builder.nodes.append(helper.make_node("Identity", [names[(node, slot)]],
+                                                  [value_name((node, slot))]))
+            outputs.append(helper.make_tensor_value_info(value_name((node, slot)),
+                                                         TensorProto.FLOAT,
+                                                         list(shapes[(node, slot)])))
+    if sums:
+        builder.nodes.append(helper.make_node("Sum", sums, [RANGE_OUTPUT]))
+        outputs.append(helper.make_tensor_value_info(RANGE_OUTPUT, TensorProto.FLOAT, []))
+    graph = helper.make_graph(builder.nodes, "mrvl_sim_segment", graph_inputs, outputs,
+                              builder.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7  # what every onnxruntime this project supports accepts
+    return model.SerializeToString()
+
+
+def _input_shape(segment: Segment, key: ValueKey) -> Tuple[int, ...]:
+    for step in segment.steps:
+        for (ref, slot), shape in zip(zip(step.inputs, step.slots or (0,) * len(step.inputs)),
+                                      step.spec.input_shapes):
+            if (ref, slot) == key:
+                return shape
+    raise AssertionError(key)  # pragma: no cover - every input is read by some step
+
+
+def session_options(threads: int, log_severity: int = 3) -> Any:
+    """The options of every session the hybrid runs (segments and CPU stages): ``threads``
+    intra-op workers that sleep when idle (a spinning pool left behind by one session would take
+    the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = log_severity
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return options
+
+
+def run_segment(segment: Segment, values: Dict[int, Any],
+                pick: Callable[[Any, int], np.ndarray]) -> bool:
+    """Run one segment on ``values`` (node -> array, or tuple for several outputs), storing its
+    outputs there; False when some layer went out of the float16 range."""
+    feed = {value_name(k): pick(values[k[0]], k[1]) for k in segment.inputs}
+    results = segment.session.run(None, feed)
+    position = 0
+    for node, count in segment.outputs:
+        got = results[position:position + count]
+        values[node] = got[0] if count == 1 else tuple(got)
+        position += count
+    return not segment.checks_range or bool(np.isfinite(results[-1]))
+
+
+def check_engine(engine: str) -> str:
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+    return engine
+
+
+def released_after(parts: Sequence[Any], heads: Sequence[int]) -> List[Tuple[int, ...]]:
+    """Per part, the values no later part reads (never the subgraph outputs)."""
+    last: Dict[int, int] = {}
+    for position, part in enumerate(parts):
+        for step in part.steps if isinstance(part, Segment) else [part]:
+            for ref in step.inputs:
+                last[ref] = position
+    keep = set(heads)
+    out: List[List[int]] = [[] for _ in parts]
+    for ref, position in last.items():
+        if ref not in keep:
+            out[position].append(ref)
+    return [tuple(sorted(r)) for r in out]
