@@ -22,7 +22,7 @@ import onnxruntime as ort
 from ..errors import ModelLoadError, ShapeError
 from ..load import static_dim
 from .layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
-from .session import DTYPES, QUIET, HybridSession, TensorSpec, ort_options
+from .session import DTYPES, QUIET, HybridSession, TensorSpec, ort_options, qdq_as_written
 from .simulator import Fp16RangeWarning
 from .tolerances import Tolerance, Tolerances
 
@@ -362,14 +362,16 @@ def _element_types(proto: onnx.ModelProto) -> Dict[str, str]:
 def _reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
                        log_severity: int = QUIET) -> Any:
     """fp32 onnxruntime on the original model with every compared tensor as a graph output
-    (declared by name and element type only: intermediate shapes need no value_info)."""
+    (declared by name and element type only: intermediate shapes need no value_info); a QDQ
+    model runs as written (``qdq_as_written``), the semantics the int8 layers simulate."""
     existing = {o.name for o in proto.graph.output}
     for spec in specs:
         if spec.name not in existing:
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[spec.dtype][0]))
             proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
     try:
-        return ort.InferenceSession(proto.SerializeToString(), ort_options(log_severity),
+        return ort.InferenceSession(proto.SerializeToString(),
+                                    qdq_as_written(ort_options(log_severity)),
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:
         raise ModelLoadError(f"onnxruntime cannot run the original model: {exc}",

@@ -345,8 +345,19 @@ def ort_options(log_severity: int = QUIET) -> Any:
 
 
 def _cpu_session_options(threads: int, log_severity: int = QUIET) -> Any:
-    """One SessionOptions for every CPU stage, as for the graph engine's segments."""
-    return session_options(threads, log_severity)
+    """One SessionOptions for every CPU stage, as for the graph engine's segments, running
+    QDQ models as they are written (``qdq_as_written``)."""
+    return qdq_as_written(session_options(threads, log_severity))
+
+
+def qdq_as_written(options: Any) -> Any:
+    """``options`` with onnxruntime's QDQ fusion off: DequantizeLinear, the float op and
+    QuantizeLinear run as the model writes them. Why: the fused int8 kernels onnxruntime picks
+    instead (QLinearConv, ...) equal that on ARM (the OCTEON's cores) and on x86 with VNNI, but
+    on x86 with AVX2 only they sum pairs of products in saturating int16 (``vpmaddubsw``) and
+    land many int8 steps away; a model without Q/DQ nodes is not affected."""
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    return options
 
 
 def _check_against_onnx(spec: TensorSpec, arg: Any, path: str, stage: str) -> None:
