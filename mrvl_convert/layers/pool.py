@@ -106,11 +106,18 @@ class _Pool2D(Kernel):
     def _taps(self, xp: np.ndarray):
         return taps(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation)
 
+    def _ceil_extends(self) -> bool:
+        """Whether ceil mode gives another output size than floor mode: onnxruntime before 1.21
+        sizes and fills such windows by an older rule, so no ONNX form is given for them."""
+        (h, w), pads = self.input_hw, self.explicit_pads
+        floor = (self._out(h, pads[0], pads[2], 0, False), self._out(w, pads[1], pads[3], 1, False))
+        return tuple(self.pads) != tuple(pads) or floor != tuple(self.out_hw)
+
     def _onnx_window(self) -> Dict[str, Any]:
-        """The window as ONNX MaxPool / AveragePool attributes (the explicit pads: ONNX's
-        ceil_mode extends the last window itself)."""
+        """The window as ONNX MaxPool / AveragePool attributes, in floor mode: a form is given
+        only where ceil mode changes nothing (``_ceil_extends``)."""
         return {"kernel_shape": list(self.kernel_hw), "strides": list(self.strides),
-                "pads": list(self.explicit_pads), "ceil_mode": int(self.spec.value("ceil_mode")),
+                "pads": list(self.explicit_pads), "ceil_mode": 0,
                 **({"dilations": list(self.dilation)} if self.dilation != (1, 1) else {})}
 
     @classmethod
@@ -148,7 +155,7 @@ class Maxpool2DKernel(_Pool2D):
 
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
         """ONNX MaxPool (NCHW); none where a window holds padding only (-inf here, not there)."""
-        if not self.exact:
+        if not self.exact or self._ceil_extends():
             return None
         return [builder.to_nhwc(builder.op("MaxPool", [builder.to_nchw(inputs[0])],
                                            **self._onnx_window()))]
@@ -175,7 +182,7 @@ class Avgpool2DKernel(_Pool2D):
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
         """ONNX AveragePool (NCHW), whose divisor rule is this kernel's; none when dilated
         (AveragePool takes dilations only from opset 19)."""
-        if self.dilation != (1, 1):
+        if self.dilation != (1, 1) or self._ceil_extends():
             return None
         pool = builder.op("AveragePool", [builder.to_nchw(inputs[0])], **self._onnx_window(),
                           count_include_pad=int(self.spec.value("count_include_pad")))

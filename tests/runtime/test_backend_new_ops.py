@@ -177,7 +177,9 @@ def _reached(params, out_root):
 
 def test_each_reaching_case_lands_its_op_on_mrvl(out_root):
     """The default run's representatives do what they represent (min_compute_layers=0)."""
-    for op, (name, variant) in REACHES_MRVL.items():
+    present = {op: case for op, case in REACHES_MRVL.items() if case[0] in new_op_cases()}
+    assert len(present) >= len(REACHES_MRVL) - 2, "older onnx ships fewer cases, not this few"
+    for op, (name, variant) in present.items():
         placed = _convert(name, variant, out_root)[3]
         assert any(p[1] == op and p[2] == "mrvl" for p in placed), (op, name, variant, placed)
 
