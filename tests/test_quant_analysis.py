@@ -14,6 +14,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import mrvl_convert
+from test_int8 import needs_relu_sharing_scale
 from mrvl_convert.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.quantize import quantize_int8
 from mrvl_convert.runtime.quant_analysis import _Sums, cosine, snr_db
@@ -106,12 +107,7 @@ def test_every_layer_maps_to_the_float_tensor_it_computes(bad):
     assert all(r.snr_db is not None and r.isolated_snr_db is not None for r in analysis.rows)
 
 
-# onnxruntime before 1.19 quantizes a Relu with its own scale: the int8 Conv2D is followed by a
-# requant that carries the composite's source_nodes, and the Conv2D itself maps to no tensor.
-RELU_OWN_SCALE = tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 19)
-
-
-@pytest.mark.skipif(RELU_OWN_SCALE, reason="Conv2D before a requant names no source node")
+@needs_relu_sharing_scale
 def test_a_conv_with_its_relu_fused_maps_to_the_relu_output(tmp_path):
     src = tmp_path / "relu.onnx"
     onnx.save(three_convs(outlier=False, relu=True), src)

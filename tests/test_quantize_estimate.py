@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import onnxruntime as ort
 import pytest
 import yaml
 
 import mrvl_convert
+from test_int8 import needs_relu_sharing_scale
 from mrvl_convert.estimate import estimate_artifact, load_profile
 from mrvl_convert.quantize import Quantization
 
@@ -31,12 +31,7 @@ def _layers(result, kind):
             for layer in stage["layers"] if layer["kind"] == kind}
 
 
-# onnxruntime before 1.19 gives a Relu its own scale: the int8 layer before its requant names
-# no source node, so layers cannot be paired with the fp16 artifact's by source_nodes.
-RELU_OWN_SCALE = tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 19)
-
-
-@pytest.mark.skipif(RELU_OWN_SCALE, reason="an int8 layer before a requant names no source node")
+@needs_relu_sharing_scale
 @pytest.mark.parametrize("kind", ["Conv2D", "FC"])
 def test_int8_matmul_layers_use_the_int8_rate_and_sizes(artifacts, kind):
     fp16, int8 = artifacts
