@@ -35,6 +35,7 @@ class ConcatKernel(Kernel):
 
     num_inputs = None
     exact = True
+    keeps_every_value = True
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:

@@ -21,7 +21,8 @@ from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import RowAdd, activate_inplace
 from ..runtime.winograd import Winograd3x3
 from ..runtime.winograd import applies as winograd_applies
-from ..runtime.windows import conv_out_size, pad_nhwc, taps, window_view
+from ..runtime.windows import (conv_out_size, pad_nhwc, reads_every_position, taps,
+                               window_view)
 from ._kind import FUSED_ACTIVATION, Attr, Const, LayerKind, ints, roles, written
 from ._lowering import activation, new_layer, spatial_out
 
@@ -167,6 +168,38 @@ def channel_shuffle_order(composite: Composite) -> np.ndarray:
     return np.ascontiguousarray(index.transpose(perm)).reshape(c)
 
 
+def channel_copies(kernel: np.ndarray) -> Optional[np.ndarray]:
+    """For a 1x1 OHWI kernel whose every output row is one 1.0 and zeros: the input channel
+    each output copies (int64), else None."""
+    o, kh, kw, i = kernel.shape
+    if kh != 1 or kw != 1:
+        return None
+    matrix = kernel.reshape(o, i)
+    order = matrix.argmax(axis=1)
+    one_hot = np.zeros_like(matrix)
+    one_hot[np.arange(o), order] = 1.0
+    return order.astype(np.int64) if np.array_equal(matrix, one_hot) else None
+
+
+def diagonal_groups(kernel: np.ndarray) -> int:
+    """The most groups g (dividing O and I) such that the OHWI kernel is zero outside its g
+    diagonal [O/g, KH, KW, I/g] blocks; 1 if there are none."""
+    o, _, _, i = kernel.shape
+    used = np.abs(kernel).max(axis=(1, 2)) > 0  # [O, I]: which input each output reads
+    common = [g for g in range(min(o, i), 1, -1) if o % g == 0 and i % g == 0]
+    for g in common:
+        same_block = (np.arange(o)[:, None] // (o // g)) == (np.arange(i)[None, :] // (i // g))
+        if not used[~same_block].any():
+            return g
+    return 1
+
+
+def diagonal_blocks(kernel: np.ndarray, groups: int) -> List[np.ndarray]:
+    o, _, _, i = kernel.shape
+    og, ig = o // groups, i // groups
+    return [kernel[k * og:(k + 1) * og, :, :, k * ig:(k + 1) * ig] for k in range(groups)]
+
+
 class Conv2DKernel(Kernel):
     """NHWC convolution with OHWI weights, zero padding, bias, optional fused activation."""
 
@@ -179,6 +212,13 @@ class Conv2DKernel(Kernel):
         self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.activation = spec.value("activation_type")
         self._prepare_weights(fp16_const(spec, "kernel_const_name", kernel), c)
+        # A channel shuffle (or any 1x1 layer copying one input channel per output) moves
+        # values: computed as a gather, with nothing to round (``exact``).
+        self.copies = None
+        if self.pointwise and self.strides == (1, 1) and self.activation is None \
+                and not self.add_bias.row.any():
+            self.copies = channel_copies(fp16_const(spec, "kernel_const_name", kernel))
+        self.exact = self.copies is not None
 
     def _read_geometry(self) -> int:
         """Strides, pads, dilation and groups from the layer; returns the input channels."""
@@ -241,6 +281,8 @@ class Conv2DKernel(Kernel):
             self.product = self.gemm.bind(kernel.reshape(g, og, kh * kw * ig).transpose(0, 2, 1))
 
     def run(self, x: np.ndarray) -> np.ndarray:
+        if self.copies is not None:  # 1.0 * x plus zeros is x: the same values, no products
+            return np.take(x, self.copies, axis=3)
         n = x.shape[0]
         oh, ow = self.out_hw
         if self.mode == "winograd":
@@ -288,10 +330,28 @@ class Conv2DKernel(Kernel):
             acc += tmp
         return acc
 
+    def passes_nonfinite(self, index: int) -> bool:
+        """With no fused activation (which can map -inf to a finite value), when the windows
+        read every input position: a product with inf or NaN is inf or NaN (inf * 0 is NaN),
+        and so is every sum holding one."""
+        (h, w), (oh, ow) = self.spec.input_shapes[0][1:3], self.out_hw
+        if self.copies is not None:  # a gather: only the channels it copies
+            return np.unique(self.copies).size == self.spec.input_shapes[0][3]
+        return self.activation is None and all(
+            reads_every_position(size, self.pads[axis], self.kernel_hw[axis],
+                                 self.strides[axis], self.dilation[axis], out)
+            for axis, (size, out) in enumerate(((h, oh), (w, ow))))
+
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
         """ONNX Conv (NCHW, OIHW weights, any groups) with the fused activation; the numpy
         modes (im2col, Winograd, depthwise, grouped) all compute this convolution."""
         spec = self.spec
+        if self.copies is not None:
+            # On the NCHW channel axis: whole planes per index, where NHWC copies single values
+            # (and the transposes cancel against the convolutions around it).
+            copied = builder.op("Gather", [builder.to_nchw(inputs[0]),
+                                           builder.constant(self.copies)], axis=1)
+            return [builder.to_nhwc(copied)]
         bias = builder.float_constant(read_bias(spec, builder.consts, self.out_channels))
         if self.mode == "depthwise" and self.pointwise and self.strides == (1, 1):
             # A per-channel affine (a folded BatchNormalization): x * w + b as this kernel
@@ -299,10 +359,17 @@ class Conv2DKernel(Kernel):
             scale = builder.fp16_weight(spec, "kernel_const_name", perm=(1, 2, 3, 0))
             y = builder.op("Add", [builder.op("Mul", [inputs[0], scale]), bias])
             return [builder.activation(y, self.activation)]
-        weight = builder.fp16_weight(spec, "kernel_const_name", perm=(0, 3, 1, 2))  # OIHW
+        kernel = fp16_const(spec, "kernel_const_name", spec.const("kernel_const_name",
+                                                                  builder.consts))
+        # A grouped convolution written with groups=1 (zero outside its diagonal blocks, as
+        # grouped Conv is lowered): the same sums without the zero products.
+        groups = self.groups if self.groups > 1 else diagonal_groups(kernel)
+        if groups != self.groups:
+            kernel = np.concatenate([block for block in diagonal_blocks(kernel, groups)])
+        weight = builder.constant(kernel.transpose(0, 3, 1, 2), "w")  # OIHW
         y = builder.op("Conv", [builder.to_nchw(inputs[0]), weight, bias],
                        kernel_shape=list(self.kernel_hw), strides=list(self.strides),
-                       pads=list(self.pads), dilations=list(self.dilation), group=self.groups)
+                       pads=list(self.pads), dilations=list(self.dilation), group=groups)
         return [builder.to_nhwc(builder.activation(y, self.activation))]
 
 

@@ -80,6 +80,11 @@ class FCKernel(Kernel):
         self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.activation = spec.value("activation_type")
 
+    def passes_nonfinite(self, index: int) -> bool:
+        """With no fused activation (which can map -inf to a finite value): every output sums a
+        product with each input value, and inf * 0 is NaN."""
+        return self.activation is None
+
     def run(self, x: np.ndarray) -> np.ndarray:
         return activate_inplace(self.add_bias(self.product(x)), self.activation)
 

@@ -40,6 +40,7 @@ class LayoutTransformKernel(Kernel):
     """out = in.transpose([src.index(c) for c in dst]), e.g. NCHW -> NHWC."""
 
     exact = True
+    keeps_every_value = True
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:

@@ -109,6 +109,11 @@ class Mul2DKernel(Kernel):
         self.const = broadcast_operand(spec, consts)
         self.activation = spec.value("activation_type")
 
+    def passes_nonfinite(self, index: int) -> bool:
+        """With no fused activation (which can map -inf to a finite value): inf or NaN times
+        anything (0 too) is inf or NaN, and broadcasting reads every value."""
+        return self.activation is None
+
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         return activate_inplace(a * (self.const if b is None else b), self.activation)
 

@@ -67,6 +67,7 @@ class ReshapeKernel(Kernel):
     """out = in.reshape(shape): the physical input is already in the order the reshape needs."""
 
     exact = True
+    keeps_every_value = True
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:

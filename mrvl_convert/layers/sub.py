@@ -9,7 +9,7 @@ PRelu (``_decompose.py``: Relu(x) - slope * Relu(-x)).
 """
 from __future__ import annotations
 
-from typing import Mapping
+from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -19,6 +19,7 @@ from ..rules.matcher import Composite
 from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
+from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import activate_inplace
 from ._decompose import lower_prelu
 from ._kind import FUSED_ACTIVATION, LayerKind, roles
@@ -57,8 +58,17 @@ class SubKernel(Kernel):
         broadcast_operand(spec, consts)
         self.activation = spec.value("activation_type")
 
+    def passes_nonfinite(self, index: int) -> bool:
+        """With no fused activation (which can map -inf to a finite value): inf or NaN minus
+        anything, or anything minus it, is inf or NaN."""
+        return self.activation is None
+
     def run(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return activate_inplace(a - b, self.activation)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Sub (broadcasting as numpy does), then the activation."""
+        return [builder.activation(builder.op("Sub", list(inputs)), self.activation)]
 
 
 KIND = LayerKind(

@@ -59,6 +59,7 @@ class TransposeKernel(Kernel):
     """out = in.transpose(axes) over the physical axes."""
 
     exact = True
+    keeps_every_value = True
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:

@@ -18,12 +18,14 @@ the same value or its neighbour (one fp16 ulp). Layers that are one float32 oper
 element (Add, Mul, Relu, Clip, max/min, copies) give identical values.
 ``tests/runtime/test_graph_engine.py`` checks both, layer by layer.
 
-Range check: each rounded layer output also feeds a ``ReduceSum``; the segment's extra output
-"range" is the sum of those sums. A sum of float16-range values is finite exactly when every
-value is (fp16.py's argument), so one float32 scalar per segment says whether any layer
-overflowed to inf or made a NaN. Only then does the engine look further: it runs the call again
-on the per-layer path, which names the layer and its ``source_nodes`` (and warns or raises by
-the policy) exactly as before.
+Range check: rounded layer outputs feed a ``ReduceSum``; the segment's extra output "range" is
+the sum of those sums. A sum of float16-range values is finite exactly when every value is
+(fp16.py's argument), so one float32 scalar per segment says whether any layer overflowed to
+inf or made a NaN. A value every reader of which passes inf and NaN on (a Conv2D with no fused
+activation, an Add, a reshape: ``Kernel.passes_nonfinite``) is covered by its readers' checks
+and not summed itself (``range_checks``). Only when the range is not finite does the engine
+look further: it runs the call again on the per-layer path, which names the layer and its
+``source_nodes`` (and warns or raises by the policy) exactly as before.
 """
 from __future__ import annotations
 
@@ -62,7 +64,7 @@ class Segment:
     outputs: List[Tuple[int, int]] = field(default_factory=list)  # (node, slots) handed out
     session: Any = None
     keep: Any = None                     # arrays onnxruntime reads as external initializers
-    checks_range: bool = False
+    checks: List[ValueKey] = field(default_factory=list)  # values summed into the range
 
 
 def value_name(key: ValueKey) -> str:
@@ -76,7 +78,7 @@ class _Emitter:
         self.builder = OnnxBuilder(consts)
         self.rounded_inputs = rounded_inputs
         self.names: Dict[ValueKey, str] = {}
-        self.sums: List[str] = []
+        self.rounded: Dict[ValueKey, str] = {}  # values rounded here: where overflow shows
         self.segment = Segment([], [])
 
     def add(self, step: Any) -> bool:
@@ -84,18 +86,18 @@ class _Emitter:
         if not has_onnx_form(type(step.kernel)):
             return False
         b, seg = self.builder, self.segment
-        mark = (len(b.nodes), len(b.initializers), len(b.external), len(self.sums),
+        mark = (len(b.nodes), len(b.initializers), len(b.external), dict(self.rounded),
                 len(seg.inputs), dict(self.names))
         keys = list(zip(step.inputs, step.slots or (0,) * len(step.inputs)))
         outs = step.kernel.to_onnx(b, [self._name(key) for key in keys])
         if outs is None:  # undo the input names this step made
             del b.nodes[mark[0]:], b.initializers[mark[1]:], b.external[mark[2]:]
-            del self.sums[mark[3]:], seg.inputs[mark[4]:]
-            self.names = mark[5]
+            del seg.inputs[mark[4]:]
+            self.rounded, self.names = mark[3], mark[5]
             return False
         for slot, out in enumerate(outs):
             self.names[(step.node, slot)] = out if step.kernel.exact else \
-                _rounded(b, out, self.sums)
+                self._round((step.node, slot), out)
         seg.steps.append(step)
         return True
 
@@ -104,18 +106,28 @@ class _Emitter:
         (rounded to float16 here if it is a subgraph input that goes in as float16)."""
         if key not in self.names:
             self.segment.inputs.append(key)
-            self.names[key] = _rounded(self.builder, value_name(key), self.sums) \
+            self.names[key] = self._round(key, value_name(key)) \
                 if key[0] in self.rounded_inputs else value_name(key)
         return self.names[key]
+
+    def _round(self, key: ValueKey, out: str) -> str:
+        """``out`` rounded to float16 and back (the Cast pair rounds to nearest even)."""
+        from onnx import TensorProto
+
+        half = self.builder.op("Cast", [out], to=TensorProto.FLOAT16)
+        self.rounded[key] = self.builder.op("Cast", [half], to=TensorProto.FLOAT)
+        return self.rounded[key]
 
 
 class GraphPlan:
     """A subgraph's steps as numpy steps and compiled segments, in run order."""
 
     def __init__(self, steps: Sequence[Any], heads: Sequence[int], rounded_inputs: Set[int],
-                 consts: Dict[str, np.ndarray], threads: int, file: str) -> None:
+                 consts: Dict[str, np.ndarray], threads: int, file: str,
+                 alone: bool = False) -> None:
         """``rounded_inputs``: the subgraph input nodes that go in as float16 (the others feed
-        only int8 layers); a segment rounds those it reads itself."""
+        only int8 layers); a segment rounds those it reads itself. ``alone``: nothing but this
+        subgraph runs in a call (one stage), so if it is one segment, its workers may spin."""
         parts: List[Any] = []
         current: Optional[_Emitter] = None
         for step in steps:
@@ -129,7 +141,8 @@ class GraphPlan:
             parts.append(step)
         if current is not None:
             parts.append(current)
-        self.parts = [_finish(p, parts, heads, threads, file) if isinstance(p, _Emitter)
+        spin = alone and len(parts) == 1
+        self.parts = [_finish(p, parts, heads, threads, file, spin) if isinstance(p, _Emitter)
                       else p for p in parts]
         self.release = released_after(self.parts, heads)
         read_by_numpy = {ref for part in self.parts if not isinstance(part, Segment)
@@ -162,7 +175,7 @@ class GraphPlan:
 
 
 def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: int,
-            file: str) -> Segment:
+            file: str, spin: bool = False) -> Segment:
     """The emitted segment with its outputs (what later parts and the heads read), opened."""
     import onnxruntime as ort
 
@@ -172,10 +185,15 @@ def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: 
         if part is not emitter:
             for step in part.segment.steps if isinstance(part, _Emitter) else [part]:
                 read_later.update(step.inputs)
-    segment.outputs = [(step.node, len(step.spec.out_shapes or (step.spec.shape,)))
+    segment.outputs = [(step.node, _output_count(step))
                        for step in segment.steps if step.node in read_later]
-    model = _model(segment, builder, emitter.names, emitter.sums)
-    options = session_options(threads)
+    checks = range_checks(segment.steps, set(emitter.rounded), read_later)
+    # keepdims=0: the transpose optimizer then drops the layout of what is summed, where a
+    # kept [1, 1, 1, 1] would keep a Transpose per check.
+    sums = [builder.op("ReduceSum", [emitter.rounded[key]], keepdims=0) for key in checks]
+    total = None if not sums else sums[0] if len(sums) == 1 else builder.op("Sum", sums)
+    model = _model(segment, builder, emitter.names, total)
+    options = session_options(threads, spin=spin)
     if builder.external:
         values = [ort.OrtValue.ortvalue_from_numpy(a) for _, a in builder.external]
         options.add_external_initializers([n for n, _ in builder.external], values)
@@ -188,28 +206,50 @@ def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: 
         raise ArtifactError(f"{file}: onnxruntime refuses the graph engine's segment of layers "
                             f"{first} .. {last}: {str(exc).splitlines()[0]}; "
                             "engine='layers' runs them in numpy") from None
-    segment.checks_range = bool(emitter.sums)
+    segment.checks = checks
     return segment
 
 
-def _rounded(builder: OnnxBuilder, out: str, sums: List[str]) -> str:
-    """``out`` rounded to float16 and back, its ReduceSum appended to ``sums``."""
-    from onnx import TensorProto
+def range_checks(steps: Sequence[Any], rounded: Set[ValueKey],
+                 read_outside: Set[int]) -> List[ValueKey]:
+    """Which of the values rounded in a segment get a range check of their own. An overflow
+    shows first as an inf in a rounded value; it need not be checked there when every layer
+    reading it passes inf and NaN on (``Kernel.passes_nonfinite``) into values that are
+    themselves covered, i.e. checked or passing on in turn. A value read outside the segment
+    (or by nothing) is checked, as are the values every saturating layer reads (a Clip, a fused
+    Relu): the range output then reports exactly the calls where some layer overflowed."""
+    readers: Dict[ValueKey, List[Tuple[Any, int]]] = {}
+    for step in steps:
+        for index, key in enumerate(zip(step.inputs, step.slots or (0,) * len(step.inputs))):
+            readers.setdefault(key, []).append((step, index))
+    covered: Dict[ValueKey, bool] = {}
+    checks: List[ValueKey] = []
 
-    half = builder.op("Cast", [out], to=TensorProto.FLOAT16)
-    back = builder.op("Cast", [half], to=TensorProto.FLOAT)
-    sums.append(builder.op("ReduceSum", [back], keepdims=0))
-    return back
+    def settle(key: ValueKey, read_elsewhere: bool) -> None:
+        passed = not read_elsewhere and bool(readers.get(key)) and all(
+            step.kernel.passes_nonfinite(index)
+            and all(covered[(step.node, slot)] for slot in range(_output_count(step)))
+            for step, index in readers[key])
+        if key in rounded and not passed:
+            checks.append(key)
+        covered[key] = passed or key in rounded
+
+    for step in reversed(steps):  # readers come later in a segment: settled first
+        for slot in range(_output_count(step)):
+            settle((step.node, slot), step.node in read_outside)
+    for key in sorted(rounded - covered.keys()):  # subgraph inputs rounded here
+        settle(key, False)
+    return checks
+
+
+def _output_count(step: Any) -> int:
+    return len(step.spec.out_shapes or (step.spec.shape,))
 
 
 def _model(segment: Segment, builder: OnnxBuilder, names: Dict[ValueKey, str],
-           sums: List[str]) -> bytes:
+           total: Optional[str]) -> bytes:
     from onnx import TensorProto, helper
 
-    shapes = {}
-    for step in segment.steps:
-        for slot, shape in enumerate(step.spec.out_shapes or (step.spec.shape,)):
-            shapes[(step.node, slot)] = shape
     graph_inputs = [helper.make_tensor_value_info(value_name(k), TensorProto.FLOAT,
                                                   list(_input_shape(segment, k)))
                     for k in segment.inputs]
@@ -221,15 +261,24 @@ def _model(segment: Segment, builder: OnnxBuilder, names: Dict[ValueKey, str],
                                                   [value_name((node, slot))]))
             outputs.append(helper.make_tensor_value_info(value_name((node, slot)),
                                                          TensorProto.FLOAT,
-                                                         list(shapes[(node, slot)])))
-    if sums:
-        builder.nodes.append(helper.make_node("Sum", sums, [RANGE_OUTPUT]))
+                                                         list(_value_shape(segment,
+                                                                           (node, slot)))))
+    if total is not None:
+        builder.nodes.append(helper.make_node("Identity", [total], [RANGE_OUTPUT]))
         outputs.append(helper.make_tensor_value_info(RANGE_OUTPUT, TensorProto.FLOAT, []))
     graph = helper.make_graph(builder.nodes, "mrvl_sim_segment", graph_inputs, outputs,
                               builder.initializers)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 7  # what every onnxruntime this project supports accepts
     return model.SerializeToString()
+
+
+def _value_shape(segment: Segment, key: ValueKey) -> Tuple[int, ...]:
+    """The shape of a value the segment makes, or reads from outside."""
+    for step in segment.steps:
+        if step.node == key[0]:
+            return tuple((step.spec.out_shapes or (step.spec.shape,))[key[1]])
+    return _input_shape(segment, key)
 
 
 def _input_shape(segment: Segment, key: ValueKey) -> Tuple[int, ...]:
@@ -241,10 +290,12 @@ def _input_shape(segment: Segment, key: ValueKey) -> Tuple[int, ...]:
     raise AssertionError(key)  # pragma: no cover - every input is read by some step
 
 
-def session_options(threads: int, log_severity: int = 3) -> Any:
+def session_options(threads: int, log_severity: int = 3, spin: bool = False) -> Any:
     """The options of every session the hybrid runs (segments and CPU stages): ``threads``
     intra-op workers that sleep when idle (a spinning pool left behind by one session would take
-    the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only."""
+    the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only.
+    ``spin``: the workers may spin between parallel sections, as onnxruntime's default, for a
+    session that runs alone (nothing else in the call to take the cores from)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -252,7 +303,7 @@ def session_options(threads: int, log_severity: int = 3) -> Any:
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = log_severity
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spin)))
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options
 
@@ -268,7 +319,7 @@ def run_segment(segment: Segment, values: Dict[int, Any],
         got = results[position:position + count]
         values[node] = got[0] if count == 1 else tuple(got)
         position += count
-    return not segment.checks_range or bool(np.isfinite(results[-1]))
+    return not segment.checks or bool(np.isfinite(results[-1]))
 
 
 def check_engine(engine: str) -> str:

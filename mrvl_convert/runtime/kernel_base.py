@@ -32,6 +32,9 @@ class Kernel:
     #: on the fp16 grid and cannot overflow: the simulator skips rounding for these. A class
     #: default; a kernel may settle it per layer at compile time (Maxpool2D does).
     exact: bool = False
+    #: True when every input value appears in the output (a rearrangement or a join), so an
+    #: inf or NaN in an input is one in the output (``passes_nonfinite``).
+    keeps_every_value: ClassVar[bool] = False
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
@@ -49,6 +52,13 @@ class Kernel:
         (or inherits below it) the ``run`` in use, so a subclass with another ``run`` (the int8
         kernels) never inherits a float form."""
         return None
+
+    def passes_nonfinite(self, index: int) -> bool:
+        """Whether an inf or NaN anywhere in activation input ``index`` always leaves an inf or
+        NaN somewhere in the output, whatever the other inputs hold. The graph engine then
+        leaves the input's own range check to this layer's (``graph_engine.range_checks``), so
+        True must be shown for every input; False is always safe."""
+        return self.keeps_every_value
 
     @classmethod
     def capability_issue(cls, attrs: Mapping[str, Any]) -> Optional[str]:

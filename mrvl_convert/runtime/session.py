@@ -115,7 +115,7 @@ class HybridSession:
         self.simulator = MrvlSimulator(on_range_error, gemm=gemm, engine=engine, threads=threads)
         self._cpu_options: Any = None  # made with the first CPU stage: onnxruntime is optional
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
-        self.stages = [self._stage(k, s) for k, s in enumerate(stages)]
+        self.stages = [self._stage(k, s, alone=len(stages) == 1) for k, s in enumerate(stages)]
         self._check_wiring()
         self._read_by_stages = {t.name for stage in self.stages for t in stage.inputs}
         self._known = {t.name for t in self._inputs} | {t.name for t in self.boundary_tensors}
@@ -238,7 +238,7 @@ class HybridSession:
             specs.append(TensorSpec(name, shape, dtype))
         return specs
 
-    def _stage(self, k: int, doc: Any) -> Stage:
+    def _stage(self, k: int, doc: Any, alone: bool) -> Stage:
         where = f"stages[{k}]"
         if not isinstance(doc, dict):
             raise ArtifactError(f"{self.manifest_path}: {where} must be an object")
@@ -248,7 +248,7 @@ class HybridSession:
         outputs = self._tensors(doc, "outputs", f"stage {name}", "tensor")
         if kind == "mrvl":
             return Stage(kind, name, inputs, outputs,
-                         self._compile_mrvl(doc, name, inputs, outputs))
+                         self._compile_mrvl(doc, name, inputs, outputs, alone))
         if kind == "cpu":
             path = self._file(doc, "onnx", name)
             return Stage(kind, name, inputs, outputs, self._open_cpu(path, name, inputs, outputs),
@@ -266,9 +266,9 @@ class HybridSession:
         return path
 
     def _compile_mrvl(self, doc: Dict[str, Any], name: str, inputs: List[TensorSpec],
-                      outputs: List[TensorSpec]) -> CompiledSubgraph:
+                      outputs: List[TensorSpec], alone: bool) -> CompiledSubgraph:
         compiled = self.simulator.compile(self._file(doc, "nodes_json", name),
-                                          self._file(doc, "consts_json", name))
+                                          self._file(doc, "consts_json", name), alone=alone)
         for spec in inputs + outputs:
             # A Nodes-JSON computes float32 tensors, and int8 ones inside an int8 region (as
             # float32 arrays of integers), which may cross a stage boundary.

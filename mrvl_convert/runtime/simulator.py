@@ -90,11 +90,12 @@ class CompiledSubgraph:
         # The graph engine's plan (graph_engine.py); None runs every layer in numpy.
         self.graph: Optional[graph_engine.GraphPlan] = None
 
-    def use_graph_engine(self, consts: Dict[str, np.ndarray], threads: int) -> None:
+    def use_graph_engine(self, consts: Dict[str, np.ndarray], threads: int,
+                         alone: bool = False) -> None:
         """Compile the runs of layers that have an ONNX form into onnxruntime sessions."""
         rounded = {node.index for node in self.inputs if node.fp16}
         self.graph = graph_engine.GraphPlan(self.steps, self.heads, rounded, consts, threads,
-                                            self.file)
+                                            self.file, alone)
 
     @property
     def input_names(self) -> List[str]:
@@ -250,15 +251,18 @@ class MrvlSimulator:
         return rows
 
     def compile(self, nodes_json_path: "str | os.PathLike[str]",
-                consts_json_path: "str | os.PathLike[str]") -> CompiledSubgraph:
-        """Read exactly these two files, validate them and build the kernels."""
+                consts_json_path: "str | os.PathLike[str]", *,
+                alone: bool = False) -> CompiledSubgraph:
+        """Read exactly these two files, validate them and build the kernels. ``alone``: the
+        caller runs nothing else in a call (a one-stage model), so a subgraph that is one
+        onnxruntime session may let its idle workers spin, as onnxruntime does by default."""
         nodes_path, consts_path = str(nodes_json_path), str(consts_json_path)
         doc = read_json(nodes_path, "Nodes-JSON")
         consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON",
                                                       max_bytes=None))
         compiled = _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
         if self.engine == "graph":
-            compiled.use_graph_engine(consts, self.threads)
+            compiled.use_graph_engine(consts, self.threads, alone)
         return compiled
 
 

@@ -44,3 +44,14 @@ def taps(xp: np.ndarray, out_hw: Tuple[int, int], kernel: Tuple[int, int],
     for i in range(kernel[0]):
         for j in range(kernel[1]):
             yield i, j, xp[:, tap(i * dh, oh, sh), tap(j * dw, ow, sw), :]
+
+
+def reads_every_position(size: int, pad_head: int, kernel: int, stride: int, dilation: int,
+                         out: int) -> bool:
+    """Whether the ``out`` windows along one axis read every one of the ``size`` input
+    positions (a stride beyond the window, or a dilation, can skip some)."""
+    read = np.zeros(size, dtype=bool)
+    for t in range(kernel):
+        positions = t * dilation - pad_head + stride * np.arange(out)
+        read[positions[(positions >= 0) & (positions < size)]] = True
+    return bool(read.all())

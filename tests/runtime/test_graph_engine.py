@@ -175,9 +175,13 @@ def test_trace_runs_layer_by_layer_and_equals_the_layers_engine(tmp_path):
         np.testing.assert_array_equal(a.value, b.value)
 
 
-def test_segments_take_the_thread_budget_and_sleep_when_idle(tmp_path):
-    out_dir, _ = _converted("paddle_cnn", tmp_path)
+@pytest.mark.parametrize("name,stages,spin", [("paddle_cnn", 1, "1"), ("yolo_detect", 2, "0")])
+def test_segments_take_the_thread_budget_and_spin_only_when_alone(tmp_path, name, stages, spin):
+    """A model that is one segment is one onnxruntime session, whose idle workers may spin as
+    onnxruntime's own do; with other stages between calls, they must sleep."""
+    out_dir, _ = _converted(name, tmp_path)
     session = HybridSession(out_dir, threads=2)
+    assert len(session.stages) == stages
     segments = [p for stage in session.stages if stage.kind == "mrvl"
                 for p in stage.runner.graph.parts if isinstance(p, graph_engine.Segment)]
     assert segments
@@ -185,7 +189,7 @@ def test_segments_take_the_thread_budget_and_sleep_when_idle(tmp_path):
         options = segment.session.get_session_options()
         assert options.intra_op_num_threads == 2
         assert options.inter_op_num_threads == 1
-        assert options.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+        assert options.get_session_config_entry("session.intra_op.allow_spinning") == spin
 
 
 def test_int8_kernels_do_not_inherit_a_float_onnx_form():

@@ -1,0 +1,130 @@
+"""The graph engine's range checks: which rounded values it sums, and that leaving one out never
+hides an overflow the per-layer path reports (graph_engine.range_checks).
+
+A value's own check may be left out only when every layer reading it passes inf and NaN on
+(``Kernel.passes_nonfinite``); these tests overflow such a layer and expect the same error, naming
+the same layer, from both engines.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import corpus
+import mrvl_convert
+from jsonbuild import SubgraphBuilder, conv2d, pool, to_nhwc, write_pair
+from mrvl_convert.errors import Fp16RangeError
+from mrvl_convert.runtime import HybridSession, MrvlSimulator
+from mrvl_convert.runtime import graph_engine
+from mrvl_convert.runtime.windows import reads_every_position
+
+
+def _chain(second: str, scale: float = 3000.0):
+    """x -> Conv2D "Conv_7" (3x3, no activation, weights times ``scale``) -> ``second`` ->
+    Clip(0, 6). ``second``: "conv" (1x1, no activation), "strided" (1x1, stride 2: it skips
+    positions), "relu" (1x1 with a fused Relu) or "maxpool" (2x2, stride 2)."""
+    rng = np.random.default_rng(0)
+    b = SubgraphBuilder()
+    x = to_nhwc(b, b.input("x", (1, 3, 6, 6)))
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32) * scale
+    y = conv2d(b, x, w, None, (4, 4), source_nodes=["Conv_7"])
+    w1 = rng.standard_normal((4, 4, 1, 1)).astype(np.float32)
+    if second == "maxpool":
+        z = pool(b, y, "Maxpool2D", (2, 2), (2, 2), strides=(2, 2))
+    elif second == "strided":
+        z = conv2d(b, y, w1, None, (2, 2), strides=(2, 2), source_nodes=["Conv_8"])
+    else:
+        z = conv2d(b, y, w1, None, (4, 4), relu=second == "relu", source_nodes=["Conv_8"])
+    clip = b.layer("Clip", [z], b.shapes[z], {"a_min": ["0.000000"], "a_max": ["6.000000"]},
+                   source_nodes=["Clip_9"])
+    return b.docs([clip]), y
+
+
+def _checked_nodes(compiled) -> set:
+    [segment] = [p for p in compiled.graph.parts if isinstance(p, graph_engine.Segment)]
+    return {key[0] for key in segment.checks}
+
+
+@pytest.mark.parametrize("second,checked_here", [("conv", False), ("strided", True),
+                                                  ("relu", True), ("maxpool", True)])
+def test_overflow_is_reported_where_the_per_layer_path_reports_it(tmp_path, second,
+                                                                  checked_here):
+    docs, first = _chain(second)
+    paths = write_pair(str(tmp_path), "t", *docs)
+    compiled = MrvlSimulator().compile(*paths)
+    assert [type(p).__name__ for p in compiled.graph.parts] == ["Segment"]
+    # A 1x1 conv reading every position passes an inf on; a stride that skips positions, a
+    # fused Relu (-inf -> 0) or a max pool (-inf loses) does not, so Conv_7 keeps its check.
+    assert (first in _checked_nodes(compiled)) is checked_here
+    hot = np.full((1, 3, 6, 6), 10.0, np.float32)
+    layers = MrvlSimulator(engine="layers").compile(*paths)
+    with pytest.raises(Fp16RangeError) as want:
+        layers.run({"x": hot})
+    with pytest.raises(Fp16RangeError) as got:
+        compiled.run({"x": hot})
+    assert got.value.source_nodes == want.value.source_nodes == ["Conv_7"]
+    compiled.run({"x": np.ones_like(hot)})  # in range: no error
+    assert compiled.last_range_events == []
+
+
+def test_windows_that_skip_positions_are_seen():
+    assert reads_every_position(6, 0, 3, 1, 1, 4)
+    assert reads_every_position(7, 1, 3, 2, 1, 4)
+    assert not reads_every_position(6, 0, 1, 2, 1, 3)      # 1x1, stride 2
+    assert reads_every_position(6, 0, 2, 1, 3, 3)          # dilation 3, taps interleave
+    assert not reads_every_position(6, 0, 2, 2, 2, 2)      # dilation 2 and stride 2
+    assert not reads_every_position(7, 0, 3, 2, 1, 2)      # floor mode drops the last column
+
+
+@pytest.mark.parametrize("name", ["mobilenet_v3_small", "mobilenet_v2"])
+def test_every_overflowing_layer_of_a_corpus_model_is_found(tmp_path, name):
+    """Each Conv2D in turn made to overflow (its weights scaled up in the simulator's constants):
+    the graph engine raises exactly when the per-layer path does, naming the same nodes."""
+    model = corpus.built(name)
+    shapes = corpus.shapes_for(name)
+    feed = corpus.feeds(model, shapes)
+    result = mrvl_convert.convert(model, str(tmp_path / "art"), shapes=shapes)
+    session = HybridSession(result.out_dir, threads=1)
+    [stage] = [s for s in session.stages if s.kind == "mrvl"]
+    compiled = stage.runner
+    convs = [s for s in compiled.steps if s.spec.layer_name == "Conv2D"]
+    assert len(convs) > 10
+    checked = {key[0] for p in compiled.graph.parts if isinstance(p, graph_engine.Segment)
+               for key in p.checks}
+    reported = unchecked = 0
+    for step in convs:
+        inputs = [feed[n] for n in compiled.input_names]
+        trial = _with_scaled_weights(result.out_dir, stage.name, step.spec.name)
+        outcomes = []
+        for engine in ("layers", "graph"):
+            sim = MrvlSimulator(engine=engine).compile(*trial)
+            try:
+                sim.run(inputs)
+                outcomes.append(None)
+            except Fp16RangeError as exc:
+                outcomes.append(exc.source_nodes)
+        assert outcomes[0] == outcomes[1], step.spec.name
+        reported += outcomes[0] is not None
+        unchecked += outcomes[0] is not None and step.node not in checked
+    # Most overflow and are reported; some of those were found through the layers reading them.
+    assert reported > 10 and unchecked > 2
+
+
+def _with_scaled_weights(out_dir, stage: str, layer: str) -> "tuple[str, str]":
+    """A copy of the stage's Nodes-JSON / Constants-JSON pair with ``layer``'s kernel scaled up
+    to just inside float16's range (so the weights load and the products overflow)."""
+    import base64
+    import json
+    import os
+
+    with open(os.path.join(out_dir, f"{stage}-nodes.json")) as f:
+        nodes = json.load(f)
+    with open(os.path.join(out_dir, f"{stage}-consts.json")) as f:
+        consts = json.load(f)
+    [node] = [n for n in nodes["nodes"] if n.get("name") == layer]
+    entry = consts[node["attrs"]["kernel_const_name"][0]]
+    values = np.frombuffer(base64.b64decode(entry["data_base64"]), np.float32)
+    values = values * np.float32(60000.0 / float(np.abs(values).max()))
+    entry.update(data_base64=base64.b64encode(values.tobytes()).decode(),
+                 min=str(float(values.min())), max=str(float(values.max())))
+    return write_pair(os.path.join(out_dir, f"scaled_{layer}"), stage, nodes, consts)
