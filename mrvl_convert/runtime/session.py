@@ -7,7 +7,10 @@ ONNX names through one environment dict.
 Threads: stages run one after another, so every CPU stage (and the onnxruntime GEMM engine) gets
 the same intra-op budget, ``threads``, and its idle workers sleep instead of spinning: a spinning
 pool left behind by one stage would take the cores from the simulator's numpy and from the next
-stage. (numpy's own BLAS threads are numpy's setting, e.g. ``OPENBLAS_NUM_THREADS``.)
+stage. The one exception is a model that is a single Mrvl stage the graph engine runs as one
+onnxruntime session: nothing else runs in a call, so its workers may spin as onnxruntime's own
+do (``MrvlSimulator.compile(alone=True)``). (numpy's own BLAS threads are numpy's setting, e.g.
+``OPENBLAS_NUM_THREADS``.)
 """
 from __future__ import annotations
 
