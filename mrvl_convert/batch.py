@@ -72,7 +72,8 @@ class Job:
     atol: Tuple[Tuple[Optional[str], float], ...] = ()   # (output name or None for all, value)
     rtol: Tuple[Tuple[Optional[str], float], ...] = ()
     log_severity: int = 3               # onnxruntime's log level in verify (2: warnings too)
-    quantize: Optional[Tuple[str, str]] = None   # (calibration path, method): --quantize int8
+    # (calibration path, method, nodes kept in float): --quantize int8 [--keep-fp16]
+    quantize: Optional[Tuple[str, str, Tuple[str, ...]]] = None
 
 
 @dataclass(frozen=True)
@@ -323,19 +324,21 @@ def plan_jobs(models: Sequence[PathLike], out_dir: PathLike, *,
                 ignore_unknown_shapes=len(models) > 1,
                 verify=verify, estimate=_abs_profile(estimate), draw=draw,
                 max_subgraphs=max_subgraphs, deny=tuple(deny), layer_set=layer_set,
-                min_compute_layers=min_compute_layers, quantize=_quantize_field(quantize),
+                min_compute_layers=min_compute_layers,
+                quantize=_quantize_field(quantize.get(str(m)) if isinstance(quantize, Mapping)
+                                         else quantize),
                 **extra)
             for m, n, own in zip(models, names, per_model)]
 
 
-def _quantize_field(quantize: Optional[Any]) -> Optional[Tuple[str, str]]:
-    """A Quantization as the plain strings a Job carries (its calibration must be a path)."""
+def _quantize_field(quantize: Optional[Any]) -> Optional[Tuple[str, str, Tuple[str, ...]]]:
+    """A Quantization as the plain values a Job carries (its calibration must be a path)."""
     if quantize is None:
         return None
     if not isinstance(quantize.calibration, (str, os.PathLike)):
         raise OptionError("convert_many(quantize=...): the calibration must be a file or "
                           "directory path (a reader or arrays cannot go to worker processes)")
-    return (os.path.abspath(quantize.calibration), quantize.method)
+    return (os.path.abspath(quantize.calibration), quantize.method, quantize.keep_fp16)
 
 
 def shapes_per_model(shapes: Optional[Shapes], models: Sequence[Path]
@@ -439,8 +442,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     it) and, converted in this process, its verification ("verify").
     ``estimate`` ("builtin" or a hardware profile file) and ``draw`` are passed to ``convert``;
     so are ``max_subgraphs``, ``deny``, ``min_compute_layers`` and ``layer_set``, for every
-    model, and ``quantize`` (a ``Quantization`` whose calibration is a path); verify then
-    compares with the QDQ model.
+    model, and ``quantize`` (a ``Quantization`` whose calibration is a path, or a mapping of
+    model path, as given, to one); verify then compares with the QDQ model.
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
     guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """

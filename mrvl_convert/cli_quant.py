@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import atexit
 import json
-import shutil
 import sys
 import tempfile
+from dataclasses import replace
 from pathlib import Path
-from typing import List
+from typing import List, Tuple
 
 from .errors import OptionError
 
@@ -33,9 +32,9 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
 
 def quantized_models(models: List[Path], args: argparse.Namespace) -> List[Path]:
     """The models to convert and ``args.quantization`` (``quantize.for_cli``: each worker
-    quantizes its model and keeps the QDQ model in the artifact); with ``--keep-fp16`` the
-    models quantized here keeping those nodes in float (``args.quantization`` None).
-    ``args.float_models`` maps each model converted back to its float model."""
+    quantizes its model and keeps the QDQ model in the artifact); with ``--keep-fp16``, one
+    ``Quantization`` per model naming the nodes it keeps in float (``auto`` chooses them
+    here). ``args.float_models`` maps each model converted back to its float model."""
     given = [flag for flag, value in (("--keep-fp16", args.keep_fp16),
                                       ("--quant-analysis", args.quant_analysis),
                                       ("--snr-threshold", args.snr_threshold is not None)) if value]
@@ -44,35 +43,42 @@ def quantized_models(models: List[Path], args: argparse.Namespace) -> List[Path]
     from .quantize import for_cli as quantize_for_cli
     args.quantization = quantize_for_cli(args.quantize, args.calibration,
                                          args.calibration_method, args.layer_set)
-    quantized = models
     if args.keep_fp16:
-        quantized = [_keep_fp16(model, args) for model in models]
-        args.quantization = None
-    args.float_models = {str(q.resolve()): m for q, m in zip(quantized, models)}
-    return quantized
+        args.quantization = {str(model): replace(args.quantization,
+                                                 keep_fp16=_keep_fp16(model, args))
+                             for model in models}
+    args.float_models = {str(m.resolve()): m for m in models}
+    return models
 
 
-def _keep_fp16(model: Path, args: argparse.Namespace) -> Path:
-    from .keep_fp16 import AUTO, quantize_keep_fp16
+def _keep_fp16(model: Path, args: argparse.Namespace) -> Tuple[str, ...]:
+    """The nodes of ``model`` to keep in float: those named, checked against the model, and
+    with ``auto`` those its rounds of quantize, convert and analyse choose."""
+    from .keep_fp16 import AUTO, named_copy, quantize_keep_fp16
     from .quantize import load_calibration
 
-    folder = Path(tempfile.mkdtemp(prefix="mrvl_int8_"))
-    atexit.register(shutil.rmtree, folder, ignore_errors=True)
-    options = {"policy": args.policy, "rules": list(args.rules), "layer_set": args.layer_set,
-               "deny": list(args.deny), "max_subgraphs": args.max_subgraphs}
-    result = quantize_keep_fp16(model, folder / model.name,
-                                load_calibration(args.calibration, model), args.keep_fp16,
-                                threshold_db=args.snr_threshold, convert_options=options)
-    if not args.quiet and AUTO in args.keep_fp16:
+    with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
+        if AUTO not in args.keep_fp16:
+            named_copy(model, Path(folder) / model.name, args.keep_fp16)
+            return tuple(args.keep_fp16)
+        options = {"policy": args.policy, "rules": list(args.rules),
+                   "layer_set": args.layer_set, "deny": list(args.deny),
+                   "max_subgraphs": args.max_subgraphs}
+        result = quantize_keep_fp16(model, Path(folder) / model.name,
+                                    load_calibration(args.calibration, model), args.keep_fp16,
+                                    threshold_db=args.snr_threshold, convert_options=options,
+                                    method=args.quantization.method)
+    if not args.quiet:
         kept = ", ".join(result.kept) or "none"
         sys.stdout.write(f"keep-fp16 {model.name}: kept in fp16: {kept}\n")
-    return result.model
+    return tuple(result.kept)
 
 
 def write_analyses(result, args: argparse.Namespace) -> None:
     """``--quant-analysis``: each converted model's table, printed and written as JSON."""
     if not getattr(args, "quant_analysis", False):
         return
+    from .emit.publish import write_file_atomically
     from .keep_fp16 import analysis_feeds
     from .quantize import load_calibration
     from .runtime.quant_analysis import DEFAULT_THRESHOLD_DB, analyze_quantization
@@ -84,8 +90,8 @@ def write_analyses(result, args: argparse.Namespace) -> None:
             continue
         feeds = analysis_feeds(model, load_calibration(args.calibration, model))
         analysis = analyze_quantization(model, outcome.out_dir, feeds, threshold_db=threshold)
-        out = Path(outcome.out_dir) / ANALYSIS_FILE
-        out.write_text(json.dumps(analysis.to_dict(), indent=1) + "\n", encoding="utf-8")
+        out = write_file_atomically(Path(outcome.out_dir) / ANALYSIS_FILE,
+                                    (json.dumps(analysis.to_dict(), indent=1) + "\n").encode())
         if not args.quiet:
             sys.stdout.write(f"quantization analysis of {outcome.name} ({out}):\n"
                              f"{analysis.format_table()}\n")

@@ -73,11 +73,13 @@ def analysis_feeds(model: PathLike, calibration: Mapping[str, np.ndarray],
 def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str, np.ndarray],
                        keep_fp16: Union[str, Sequence[str]], *, inputs: Optional[Sequence[Dict]] = None,
                        threshold_db: Optional[float] = None, max_rounds: int = DEFAULT_ROUNDS,
-                       convert_options: Optional[Mapping] = None) -> KeepFp16Result:
+                       convert_options: Optional[Mapping] = None,
+                       method: str = "minmax") -> KeepFp16Result:
     """``model`` quantized to ``out`` as ``quantize_int8`` does, but the nodes ``keep_fp16``
     names left in float, and with ``"auto"`` among them, the worst layers too (module
     docstring). ``inputs``: the feeds the ``auto`` analysis runs (default: calibration
-    samples); ``convert_options``: keyword arguments of ``convert`` for its conversions."""
+    samples); ``convert_options``: keyword arguments of ``convert`` for its conversions;
+    ``method``: the calibration method (``quantize.CALIBRATION_METHODS``)."""
     from .runtime.quant_analysis import DEFAULT_THRESHOLD_DB
 
     if isinstance(keep_fp16, str):
@@ -87,37 +89,37 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
     out = Path(out)
     with tempfile.TemporaryDirectory(prefix="mrvl_keep_fp16_") as tmp:
         named = Path(tmp) / Path(model).name
-        nodes = _named_copy(model, named)
         auto = AUTO in keep_fp16
         kept = [n for n in keep_fp16 if n != AUTO]
-        unknown = [n for n in kept if n not in nodes]
-        if unknown:
-            raise OptionError(f"--keep-fp16 {unknown[0]}: {model} has no node of this name "
-                              f"(nodes are named as in report.json, e.g. "
-                              f"{', '.join(list(nodes)[:4])})")
-        quantize_int8(named, out, calibration, exclude=kept)
+        named_copy(model, named, kept)
+        quantize_int8(named, out, calibration, exclude=kept, method=method)
         result = KeepFp16Result(out, kept)
         if auto:
             threshold = DEFAULT_THRESHOLD_DB if threshold_db is None else threshold_db
             feeds = list(inputs) if inputs is not None else analysis_feeds(named, calibration)
             _auto(result, named, calibration, feeds, threshold, max_rounds,
-                  dict(convert_options or {}), Path(tmp))
+                  dict(convert_options or {}), Path(tmp), method)
     return result
 
 
-def _named_copy(model: PathLike, path: Path) -> Dict[str, str]:
-    """Save ``model`` with every node named as the converter names it; returns the names.
-    External data is read only from files inside the model's directory (``_tensors``)."""
+def named_copy(model: PathLike, path: Path, keep: Sequence[str]) -> None:
+    """Save ``model`` with every node named as the converter names it (the names ``keep``
+    and report.json use; an OptionError for a name it does not have). External data is read
+    only from files inside the model's directory (``_tensors``)."""
     proto = _load(model)
     load_external(proto, model_dir(model), str(model))
-    names = name_nodes(proto)
+    nodes = name_nodes(proto)
+    unknown = [n for n in keep if n not in nodes]
+    if unknown:
+        raise OptionError(f"--keep-fp16 {unknown[0]}: {model} has no node of this name "
+                          f"(nodes are named as in report.json, e.g. "
+                          f"{', '.join(list(nodes)[:4])})")
     onnx.save(proto, str(path))
-    return names
 
 
 def _auto(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndarray],
           feeds: List[Dict], threshold: float, max_rounds: int, options: Dict,
-          tmp: Path) -> None:
+          tmp: Path, method: str) -> None:
     """Convert, analyse, give the worst compute layer below the threshold back to float,
     quantize again; at most ``max_rounds`` times. The last analysis is the final model's."""
     from .convert import convert
@@ -137,4 +139,4 @@ def _auto(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndar
         result.rounds.append(Round(worst.layer, worst.layer_name, worst.isolated_snr_db,
                                    list(worst.op_nodes)))
         result.kept += [n for n in worst.op_nodes if n not in result.kept]
-        quantize_int8(named, result.model, calibration, exclude=result.kept)
+        quantize_int8(named, result.model, calibration, exclude=result.kept, method=method)

@@ -260,13 +260,21 @@ def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]
         sizes = []
         for axis, dim in enumerate(dims):
             if not static_dim(dim):
-                symbol = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value")
-                                           else "?")
-                raise ShapeError(f"has dynamic dim {axis} ({symbol!r}); fix it with "
+                raise ShapeError(f"{_unsized(axis, dim)}; fix it with "
                                  f"{_shape_hint(name, dims)}", model=label, tensor=name)
             sizes.append(dim.dim_value)
         fixed[name] = sizes
     return fixed
+
+
+def _unsized(axis: int, dim: onnx.TensorShapeProto.Dimension) -> str:
+    """Why a dim has no size: a 0 is named as written (an empty tensor, or some exporters'
+    unknown), not called dynamic."""
+    if dim.HasField("dim_value") and dim.dim_value == 0:
+        return (f"has dim {axis} of size 0 (an empty tensor, or an unknown size some exporters "
+                "write as 0)")
+    symbol = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value") else "?")
+    return f"has dynamic dim {axis} ({symbol!r})"
 
 
 def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:

@@ -99,19 +99,27 @@ def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:
 @dataclass(frozen=True)
 class Quantization:
     """What ``convert(..., quantize=...)`` quantizes with: ``calibration`` (see
-    :func:`quantize_int8`; only a path or a mapping can travel to a worker process) and
-    ``method`` (one of ``CALIBRATION_METHODS``)."""
+    :func:`quantize_int8`; only a path or a mapping can travel to a worker process),
+    ``method`` (one of ``CALIBRATION_METHODS``) and ``keep_fp16``: names of nodes left in
+    float (as ``keep_fp16.quantize_keep_fp16`` chooses them, or the user names them)."""
     calibration: Any
     method: str = "minmax"
+    keep_fp16: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         calibrate_method(self.method)
+        if isinstance(self.keep_fp16, str):  # one name, not its letters
+            object.__setattr__(self, "keep_fp16", (self.keep_fp16,))
+        object.__setattr__(self, "keep_fp16", tuple(self.keep_fp16))
 
     def manifest_entry(self, file_name: str, data: bytes, source_sha256: str) -> Dict[str, Any]:
         """The manifest's ``quantization`` section for the QDQ model kept as ``file_name``."""
-        return {"type": "int8", "format": "QDQ", "recipe": "marvell", "method": self.method,
-                "file": file_name, "sha256": hashlib.sha256(data).hexdigest(),
-                "source_sha256": source_sha256}
+        entry = {"type": "int8", "format": "QDQ", "recipe": "marvell", "method": self.method,
+                 "file": file_name, "sha256": hashlib.sha256(data).hexdigest(),
+                 "source_sha256": source_sha256}
+        if self.keep_fp16:
+            entry["keep_fp16"] = list(self.keep_fp16)
+        return entry
 
 
 def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
@@ -130,10 +138,14 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
         else:
             source, default = Path(model), Path(model).stem
         name = safe_name(name or default or "model")
-        out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
-                            method=quantization.method)
-        data = out.read_bytes()
         source_sha = hashlib.sha256(source.read_bytes()).hexdigest()
+        if quantization.keep_fp16:  # the names are the converter's: a copy with every node named
+            from .keep_fp16 import named_copy
+            named_copy(source, Path(tmp) / "named.onnx", quantization.keep_fp16)
+            source = Path(tmp) / "named.onnx"
+        out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
+                            quantization.keep_fp16, method=quantization.method)
+        data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
     entry["data"] = data
     return onnx.load_from_string(data), name, entry

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -92,28 +91,12 @@ def write_summary(result: Sequence[Outcome], out_dir: PathLike, *, seconds: floa
                   options: Mapping[str, Any]) -> Path:
     """Merge with the summary already in out_dir (``summary_document``), validate and write
     out_dir/summary.json atomically (temp file + rename)."""
-    from .emit.publish import dumps, umask
+    from .emit.publish import dumps, write_file_atomically
     from .emit.validate import validate
     document = summary_document(result, seconds=seconds, options=options,
                                 earlier=earlier_rows(out_dir))
     validate(document, "summary", label=SUMMARY_FILE)
-    out = prepare_out_dir(out_dir)
-    target = out / SUMMARY_FILE
-    if target.is_dir() and not target.is_symlink():
-        raise OutputDirError(f"cannot write {target}: it is a directory")
-    tmp = None
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{SUMMARY_FILE}.tmp-", dir=out)
-        with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), 0o666 & ~umask())  # mkstemp made it 0600
-            handle.write(dumps(document))
-        os.replace(tmp, target)
-    except OSError as exc:
-        raise OutputDirError(f"cannot write {target}: {exc.strerror or exc}") from None
-    finally:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
+    return write_file_atomically(prepare_out_dir(out_dir) / SUMMARY_FILE, dumps(document))
 
 
 def load_summary(out_dir: PathLike) -> Dict[str, Any]:

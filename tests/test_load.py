@@ -131,3 +131,12 @@ def test_paddle_minus_one_batch_is_a_dynamic_dim(tmp_path):
     shapes = [b["shape"] for s in result.manifest["stages"] for b in s["inputs"] + s["outputs"]]
     assert all(d > 0 for shape in shapes for d in shape)
     assert result.summary["cpu_nodes"] == 0
+
+
+def test_a_zero_dim_is_named_as_written_not_called_dynamic(tmp_path):
+    model = plain_cnn(13, batch_dim=0)
+    with pytest.raises(mrvl_convert.ShapeError) as info:
+        mrvl_convert.convert(model, tmp_path / "o")
+    text = str(info.value)
+    assert "dim 0 of size 0" in text and "dynamic" not in text and "--input-shape" in text
+    assert not (tmp_path / "o").exists()

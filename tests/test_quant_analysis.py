@@ -284,14 +284,27 @@ def test_cli_keep_fp16_auto_and_quant_analysis_json(tmp_path, capsys):
     onnx.save(three_convs(outlier=True), src)
     np.savez(tmp_path / "cal.npz", x=samples(16, 1))
     code = main([str(src), "-o", str(tmp_path / "out"), "--quantize", "int8", "--calibration",
-                 str(tmp_path / "cal.npz"), "--keep-fp16", "auto", "--quant-analysis"])
+                 str(tmp_path / "cal.npz"), "--keep-fp16", "auto", "--quant-analysis",
+                 "--calibration-method", "percentile"])
     printed = capsys.readouterr().out
     assert code == 0
+    # The QDQ model converted is kept, with what it kept in float and how it was calibrated.
+    manifest = json.loads((tmp_path / "out" / "bad" / "manifest.json").read_text())
+    section = manifest["quantization"]
+    assert section["keep_fp16"] == ["conv1"] and section["method"] == "percentile"
+    kept = onnx.load(str(tmp_path / "out" / "bad" / section["file"]))
+    producer = {out: n.op_type for n in kept.graph.node for out in n.output}
+    [conv1] = [n for n in kept.graph.node if n.name == "conv1"]
+    conv2 = next(n for n in kept.graph.node if n.op_type == "Conv" and n.name != "conv1")
+    assert producer.get(conv1.input[1]) != "DequantizeLinear"  # float weights: kept
+    assert producer.get(conv2.input[1]) == "DequantizeLinear"  # the others: int8
     assert "kept in fp16: conv1\n" in printed and "quantization analysis of bad" in printed
     doc = json.loads((tmp_path / "out" / "bad" / "quant_analysis.json").read_text())
     conv1 = next(r for r in doc["rows"] if "conv1" in r["op_nodes"])
     assert conv1["dtype"] == "float32" and conv1["isolated_snr_db"] > THRESHOLD
     assert doc["threshold_db"] == THRESHOLD and doc["samples"] == 8
+    # Written through a temp file renamed into the published artifact: none left behind.
+    assert not [p for p in (tmp_path / "out" / "bad").iterdir() if p.name.startswith(".")]
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -430,3 +443,20 @@ def test_keeping_an_add_between_quantized_layers_leaves_it_int8(tmp_path):
     converted = mrvl_convert.convert(result.model, tmp_path / "out")
     places = {n["name"]: n for n in converted.report["nodes"]}
     assert places["add"]["rule"] == "mrvl.qnn_add"
+
+
+def test_quantization_keeps_named_nodes_in_float_through_the_api(tmp_path):
+    """``Quantization(keep_fp16=...)``: names as the converter gives them (here an unnamed
+    model's), checked before anything is written; recorded in the manifest."""
+    from mrvl_convert.quantize import Quantization
+
+    model = three_convs(outlier=False, names=False)
+    report = mrvl_convert.convert(model, tmp_path / "float").report
+    first_conv = next(n["name"] for n in report["nodes"] if n["op_type"] == "Conv")
+    quantize = Quantization({"x": samples(8, 2)}, keep_fp16=first_conv)
+    result = mrvl_convert.convert(model, tmp_path / "int8", quantize=quantize)
+    assert result.manifest["quantization"]["keep_fp16"] == [first_conv]
+    with pytest.raises(mrvl_convert.OptionError, match="--keep-fp16 nope: .* no node"):
+        mrvl_convert.convert(model, tmp_path / "bad", quantize=Quantization(
+            {"x": samples(8, 2)}, keep_fp16=("nope",)))
+    assert not (tmp_path / "bad").exists()

@@ -326,7 +326,7 @@ def test_convert_many_quantizes_in_the_workers_and_verifies_against_the_qdq_mode
     result = mrvl_convert.convert_many([MODEL], tmp_path / "out", jobs=1, quantize=quantize)
     assert result.all_ok, [o.error for o in result]
     [job] = plan_jobs([MODEL], tmp_path / "out", quantize=quantize)
-    assert job.quantize == (str(tmp_path / "cal.npz"), "percentile")
+    assert job.quantize == (str(tmp_path / "cal.npz"), "percentile", ())
     assert _reference(job) == str(tmp_path / "out" / "mnist_cnn" / "mnist_cnn.int8.onnx")
 
 

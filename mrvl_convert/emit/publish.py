@@ -207,3 +207,23 @@ def umask() -> int:
     current = os.umask(0o022)
     os.umask(current)
     return current
+
+
+def write_file_atomically(target: Path, data: bytes) -> Path:
+    """Write ``data`` to ``target`` through a temp file in the same directory renamed over it:
+    a reader sees the old file or the whole new one, never a part (OutputDirError if not)."""
+    if target.is_dir() and not target.is_symlink():
+        raise OutputDirError(f"cannot write {target}: it is a directory")
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.tmp-", dir=target.parent)
+        with os.fdopen(fd, "wb") as handle:
+            os.fchmod(handle.fileno(), 0o666 & ~umask())  # mkstemp made it 0600
+            handle.write(data)
+        os.replace(tmp, target)
+    except OSError as exc:
+        raise OutputDirError(f"cannot write {target}: {exc.strerror or exc}") from None
+    finally:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
+    return target

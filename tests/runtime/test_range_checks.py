@@ -7,8 +7,13 @@ the same layer, from both engines.
 """
 from __future__ import annotations
 
+import os
+import tempfile
+
 import numpy as np
 import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
 
 import corpus
 import mrvl_convert
@@ -17,6 +22,7 @@ from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import HybridSession, MrvlSimulator
 from mrvl_convert.runtime import graph_engine
 from mrvl_convert.runtime.windows import reads_every_position
+from strategies import cnn_models
 
 
 def _chain(second: str, scale: float = 3000.0):
@@ -92,17 +98,11 @@ def test_every_overflowing_layer_of_a_corpus_model_is_found(tmp_path, name):
     checked = {key[0] for p in compiled.graph.parts if isinstance(p, graph_engine.Segment)
                for key in p.checks}
     reported = unchecked = 0
+    paths = _stage_files(session, stage.name)
+    inputs = [feed[n] for n in compiled.input_names]
     for step in convs:
-        inputs = [feed[n] for n in compiled.input_names]
-        trial = _with_scaled_weights(result.out_dir, stage.name, step.spec.name)
-        outcomes = []
-        for engine in ("layers", "graph"):
-            sim = MrvlSimulator(engine=engine).compile(*trial)
-            try:
-                sim.run(inputs)
-                outcomes.append(None)
-            except Fp16RangeError as exc:
-                outcomes.append(exc.source_nodes)
+        trial = _with_scaled_weights(*paths, step.spec.name, tmp_path / step.spec.name)
+        outcomes = [_outcome(trial, engine, inputs) for engine in ("layers", "graph")]
         assert outcomes[0] == outcomes[1], step.spec.name
         reported += outcomes[0] is not None
         unchecked += outcomes[0] is not None and step.node not in checked
@@ -110,16 +110,15 @@ def test_every_overflowing_layer_of_a_corpus_model_is_found(tmp_path, name):
     assert reported > 10 and unchecked > 2
 
 
-def _with_scaled_weights(out_dir, stage: str, layer: str) -> "tuple[str, str]":
-    """A copy of the stage's Nodes-JSON / Constants-JSON pair with ``layer``'s kernel scaled up
-    to just inside float16's range (so the weights load and the products overflow)."""
+def _with_scaled_weights(nodes_path, consts_path, layer: str, directory) -> "tuple[str, str]":
+    """A copy of a Nodes-JSON / Constants-JSON pair, in ``directory``, with ``layer``'s kernel
+    scaled up to just inside float16's range (the weights load, the products overflow)."""
     import base64
     import json
-    import os
 
-    with open(os.path.join(out_dir, f"{stage}-nodes.json")) as f:
+    with open(nodes_path) as f:
         nodes = json.load(f)
-    with open(os.path.join(out_dir, f"{stage}-consts.json")) as f:
+    with open(consts_path) as f:
         consts = json.load(f)
     [node] = [n for n in nodes["nodes"] if n.get("name") == layer]
     entry = consts[node["attrs"]["kernel_const_name"][0]]
@@ -127,4 +126,46 @@ def _with_scaled_weights(out_dir, stage: str, layer: str) -> "tuple[str, str]":
     values = values * np.float32(60000.0 / float(np.abs(values).max()))
     entry.update(data_base64=base64.b64encode(values.tobytes()).decode(),
                  min=str(float(values.min())), max=str(float(values.max())))
-    return write_pair(os.path.join(out_dir, f"scaled_{layer}"), stage, nodes, consts)
+    return write_pair(str(directory), os.path.basename(nodes_path)[:-len("-nodes.json")],
+                      nodes, consts)
+
+
+def _outcome(paths, engine: str, inputs) -> object:
+    """The source nodes the simulator's range error names, or None when the run is in range."""
+    try:
+        MrvlSimulator(engine=engine).compile(*paths).run(inputs)
+    except Fp16RangeError as exc:
+        return exc.source_nodes
+    return None
+
+
+def _stage_files(session: HybridSession, stage: str) -> "tuple[str, str]":
+    [doc] = [d for d in session.manifest["stages"] if d.get("name") == stage]
+    return tuple(os.path.join(session.artifact_dir, doc[key])
+                 for key in ("nodes_json", "consts_json"))
+
+
+@settings(max_examples=max(5, settings.default.max_examples // 3))
+@given(gm=cnn_models(max_blocks=4), data=st.data())
+def test_generated_models_report_an_overflow_alike_in_both_engines(gm, data):
+    """Random CNNs (tests/strategies.py): one Conv2D or FC, drawn, made to overflow; both
+    engines raise, naming the same nodes, or neither does."""
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            result = mrvl_convert.convert(gm.model, os.path.join(tmp, "art"))
+            session = HybridSession(result.out_dir, threads=1)
+            _, env = session.run(None, gm.feeds, capture=True)
+        except mrvl_convert.MrvlConvertError:
+            return
+        layers = [(stage, step) for stage in session.stages if stage.kind == "mrvl"
+                  for step in stage.runner.steps if "kernel_const_name" in step.spec.attrs]
+        if not layers:
+            return
+        stage, step = data.draw(st.sampled_from(layers), label="layer")
+        event(step.spec.layer_name)
+        trial = _with_scaled_weights(*_stage_files(session, stage.name), step.spec.name,
+                                     os.path.join(tmp, "trial"))
+        inputs = [env[t.name] for t in stage.inputs]
+        want, got = (_outcome(trial, engine, inputs) for engine in ("layers", "graph"))
+        event("overflow" if want is not None else "in range")
+        assert got == want
