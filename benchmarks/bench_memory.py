@@ -1,7 +1,7 @@
 """Memory of the hybrid run (fp16 Mrvl simulator + onnxruntime) vs onnxruntime fp32. Not a test.
 
     python benchmarks/bench_memory.py [--models mnist,resnet50] [--runs 5] [--threads 1]
-                                      [--gemm numpy,onnxruntime]
+                                      [--gemm numpy,onnxruntime] [--engines graph,layers]
 
 Each model is converted once, to a temporary directory. Then each way of running it gets a fresh
 Python process, which imports everything, reads its resident set size (the baseline), opens the
@@ -60,8 +60,10 @@ def child(engine: str, model_path: str, artifact: str, runs: int, threads: int) 
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         session = ort.InferenceSession(model_path, options, providers=["CPUExecutionProvider"])
-    else:
-        session = HybridSession(artifact, gemm=GemmEngine(engine, threads))
+    else:  # "<simulator engine>/<gemm>"
+        simulator, gemm = engine.split("/")
+        session = HybridSession(artifact, gemm=GemmEngine(gemm, threads), engine=simulator,
+                                threads=threads)
     opened = status_mib()
     spec = session.get_inputs()[0]
     feed = {spec.name: np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)}
@@ -89,7 +91,8 @@ def weights_mib(model: onnx.ModelProto) -> float:
                for t in model.graph.initializer) / MIB
 
 
-def bench_model(name: str, gemms: List[str], runs: int, threads: int) -> List[Dict[str, object]]:
+def bench_model(name: str, gemms: List[str], runs: int, threads: int,
+                engines: List[str]) -> List[Dict[str, object]]:
     model = bench_simulator.MODELS[name]()
     with tempfile.TemporaryDirectory() as tmp:
         model_path = os.path.join(tmp, name + ".onnx")
@@ -98,9 +101,10 @@ def bench_model(name: str, gemms: List[str], runs: int, threads: int) -> List[Di
         convert(model, artifact)
         reference = measure("ort", model_path, artifact, runs, threads)
         rows = [{"model": name, "engine": "onnxruntime fp32", **reference, "ratio": 1.0}]
-        for gemm in gemms:
-            got = measure(gemm, model_path, artifact, runs, threads)
-            rows.append({"model": name, "engine": f"hybrid, {gemm} GEMM", **got,
+        # The graph engine's layers are onnxruntime's; the GEMM engine is the per-layer path's.
+        for simulator, gemm in [(e, g) for e in engines for g in gemms]:
+            got = measure(f"{simulator}/{gemm}", model_path, artifact, runs, threads)
+            rows.append({"model": name, "engine": f"hybrid {simulator}, {gemm} GEMM", **got,
                          "ratio": got["peak"] / reference["peak"]})
     for row in rows:
         row["weights"] = weights_mib(model)
@@ -124,6 +128,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1,
                         help="onnxruntime intra-op threads (and the onnxruntime GEMM engine's)")
+    parser.add_argument("--engines", default="graph",
+                        help="the simulator's engines, comma-separated: graph (default), layers")
     parser.add_argument("--child", nargs=3, metavar=("ENGINE", "MODEL", "ARTIFACT"),
                         help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -131,7 +137,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         child(*args.child, runs=args.runs, threads=args.threads)
         return 0
     names, gemms = bench_simulator.model_args(parser, args)
-    rows = [row for m in names for row in bench_model(m, gemms, args.runs, args.threads)]
+    engines = args.engines.split(",")
+    rows = [row for m in names
+            for row in bench_model(m, gemms, args.runs, args.threads, engines)]
     print(format_table(rows))
     print(f"MiB of resident memory over a fresh process's baseline after imports; one process "
           f"per row; {args.runs} runs after opening; threads={args.threads}")
