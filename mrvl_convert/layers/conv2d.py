@@ -21,8 +21,7 @@ from ..runtime.onnx_form import OnnxBuilder
 from ..runtime.ufuncs import RowAdd, activate_inplace
 from ..runtime.winograd import Winograd3x3
 from ..runtime.winograd import applies as winograd_applies
-from ..runtime.windows import (conv_out_size, pad_nhwc, reads_every_position, taps,
-                               window_view)
+from ..runtime.windows import conv_out_size, pad_nhwc, reads_every_pixel, taps, window_view
 from ._kind import FUSED_ACTIVATION, Attr, Const, LayerKind, ints, roles, written
 from ._lowering import activation, new_layer, spatial_out
 
@@ -211,13 +210,14 @@ class Conv2DKernel(Kernel):
         o = self._take_kernel(kernel, c)
         self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.activation = spec.value("activation_type")
-        self._prepare_weights(fp16_const(spec, "kernel_const_name", kernel), c)
+        rounded = fp16_const(spec, "kernel_const_name", kernel)
+        self._prepare_weights(rounded, c)
         # A channel shuffle (or any 1x1 layer copying one input channel per output) moves
         # values: computed as a gather, with nothing to round (``exact``).
         self.copies = None
         if self.pointwise and self.strides == (1, 1) and self.activation is None \
                 and not self.add_bias.row.any():
-            self.copies = channel_copies(fp16_const(spec, "kernel_const_name", kernel))
+            self.copies = channel_copies(rounded)
         self.exact = self.copies is not None
 
     def _read_geometry(self) -> int:
@@ -334,13 +334,11 @@ class Conv2DKernel(Kernel):
         """With no fused activation (which can map -inf to a finite value), when the windows
         read every input position: a product with inf or NaN is inf or NaN (inf * 0 is NaN),
         and so is every sum holding one."""
-        (h, w), (oh, ow) = self.spec.input_shapes[0][1:3], self.out_hw
         if self.copies is not None:  # a gather: only the channels it copies
             return np.unique(self.copies).size == self.spec.input_shapes[0][3]
-        return self.activation is None and all(
-            reads_every_position(size, self.pads[axis], self.kernel_hw[axis],
-                                 self.strides[axis], self.dilation[axis], out)
-            for axis, (size, out) in enumerate(((h, oh), (w, ow))))
+        return self.activation is None and reads_every_pixel(
+            self.spec.input_shapes[0][1:3], self.pads, self.kernel_hw, self.strides,
+            self.dilation, self.out_hw)
 
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
         """ONNX Conv (NCHW, OIHW weights, any groups) with the fused activation; the numpy

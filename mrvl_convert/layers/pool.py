@@ -19,7 +19,7 @@ from ..runtime.gemm import NUMPY_GEMM, GemmEngine
 from ..runtime.kernel_base import Kernel
 from ..runtime.layerspec import LayerSpec
 from ..runtime.onnx_form import OnnxBuilder
-from ..runtime.windows import pad_nhwc, reads_every_position, tap, taps
+from ..runtime.windows import pad_nhwc, reads_every_pixel, tap, taps
 from ._kind import Attr, LayerKind, ints, roles, written
 from ._lowering import new_layer, spatial_out
 
@@ -181,9 +181,8 @@ class Avgpool2DKernel(_Pool2D):
 
     def passes_nonfinite(self, index: int) -> bool:
         """When the windows read every input position: a sum holding inf or NaN is one."""
-        return all(reads_every_position(size, self.explicit_pads[axis], self.kernel_hw[axis],
-                                        self.strides[axis], self.dilation[axis], out)
-                   for axis, (size, out) in enumerate(zip(self.input_hw, self.out_hw)))
+        return reads_every_pixel(self.input_hw, self.explicit_pads, self.kernel_hw,
+                                 self.strides, self.dilation, self.out_hw)
 
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
         """ONNX AveragePool (NCHW), whose divisor rule is this kernel's; none when dilated

@@ -242,8 +242,12 @@ def range_checks(steps: Sequence[Any], rounded: Set[ValueKey],
     return checks
 
 
+def _output_shapes(step: Any) -> Tuple[Tuple[int, ...], ...]:
+    return tuple(step.spec.out_shapes or (step.spec.shape,))
+
+
 def _output_count(step: Any) -> int:
-    return len(step.spec.out_shapes or (step.spec.shape,))
+    return len(_output_shapes(step))
 
 
 def _model(segment: Segment, builder: OnnxBuilder, names: Dict[ValueKey, str],
@@ -277,7 +281,7 @@ def _value_shape(segment: Segment, key: ValueKey) -> Tuple[int, ...]:
     """The shape of a value the segment makes, or reads from outside."""
     for step in segment.steps:
         if step.node == key[0]:
-            return tuple((step.spec.out_shapes or (step.spec.shape,))[key[1]])
+            return tuple(_output_shapes(step)[key[1]])
     return _input_shape(segment, key)
 
 

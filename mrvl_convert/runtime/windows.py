@@ -1,7 +1,7 @@
 """Sliding windows over NHWC arrays, shared by the convolution and pooling kernels."""
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Sequence, Tuple
 
 import numpy as np
 from numpy.lib.stride_tricks import as_strided
@@ -55,3 +55,11 @@ def reads_every_position(size: int, pad_head: int, kernel: int, stride: int, dil
         positions = t * dilation - pad_head + stride * np.arange(out)
         read[positions[(positions >= 0) & (positions < size)]] = True
     return bool(read.all())
+
+
+def reads_every_pixel(input_hw: Sequence[int], pads: Sequence[int], kernel: Sequence[int],
+                      strides: Sequence[int], dilation: Sequence[int],
+                      out_hw: Sequence[int]) -> bool:
+    """``reads_every_position`` along H and W; pads are [top, left, bottom, right]."""
+    return all(reads_every_position(input_hw[axis], pads[axis], kernel[axis], strides[axis],
+                                    dilation[axis], out_hw[axis]) for axis in (0, 1))
