@@ -57,10 +57,10 @@ def _keep_fp16(model: Path, args: argparse.Namespace) -> Tuple[str, ...]:
     from .keep_fp16 import AUTO, named_copy, quantize_keep_fp16
     from .quantize import load_calibration
 
+    if AUTO not in args.keep_fp16:  # checked here, quantized in the worker
+        named_copy(model, None, args.keep_fp16)
+        return tuple(args.keep_fp16)
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
-        if AUTO not in args.keep_fp16:
-            named_copy(model, Path(folder) / model.name, args.keep_fp16)
-            return tuple(args.keep_fp16)
         options = {"policy": args.policy, "rules": list(args.rules),
                    "layer_set": args.layer_set, "deny": list(args.deny),
                    "max_subgraphs": args.max_subgraphs}

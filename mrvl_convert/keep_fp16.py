@@ -102,10 +102,10 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
     return result
 
 
-def named_copy(model: PathLike, path: Path, keep: Sequence[str]) -> None:
-    """Save ``model`` with every node named as the converter names it (the names ``keep``
-    and report.json use; an OptionError for a name it does not have). External data is read
-    only from files inside the model's directory (``_tensors``)."""
+def named_copy(model: PathLike, path: Optional[Path], keep: Sequence[str]) -> None:
+    """Save ``model`` to ``path`` (None: only check) with every node named as the converter
+    names it (the names ``keep`` and report.json use; an OptionError for a name it does not
+    have). External data is read only from files inside the model's directory (``_tensors``)."""
     proto = _load(model)
     load_external(proto, model_dir(model), str(model))
     nodes = name_nodes(proto)
@@ -114,7 +114,8 @@ def named_copy(model: PathLike, path: Path, keep: Sequence[str]) -> None:
         raise OptionError(f"--keep-fp16 {unknown[0]}: {model} has no node of this name "
                           f"(nodes are named as in report.json, e.g. "
                           f"{', '.join(list(nodes)[:4])})")
-    onnx.save(proto, str(path))
+    if path is not None:
+        onnx.save(proto, str(path))
 
 
 def _auto(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndarray],

@@ -108,9 +108,8 @@ class Quantization:
 
     def __post_init__(self) -> None:
         calibrate_method(self.method)
-        if isinstance(self.keep_fp16, str):  # one name, not its letters
-            object.__setattr__(self, "keep_fp16", (self.keep_fp16,))
-        object.__setattr__(self, "keep_fp16", tuple(self.keep_fp16))
+        names = (self.keep_fp16,) if isinstance(self.keep_fp16, str) else self.keep_fp16
+        object.__setattr__(self, "keep_fp16", tuple(names))  # one name, not its letters
 
     def manifest_entry(self, file_name: str, data: bytes, source_sha256: str) -> Dict[str, Any]:
         """The manifest's ``quantization`` section for the QDQ model kept as ``file_name``."""
