@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import mrvl_convert
 from mrvl_convert.estimate import estimate_artifact
-from mrvl_convert.load import load_model
+from mrvl_convert.frontend.load import load_model
 from mrvl_convert.viz import annotate, describe, render_page
 
 sys.path.insert(0, str(Path(__file__).parent))

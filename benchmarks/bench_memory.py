@@ -53,7 +53,7 @@ def child(engine: str, model_path: str, artifact: str, runs: int, threads: int) 
     import onnxruntime as ort
 
     from mrvl_convert.runtime import HybridSession
-    from mrvl_convert.runtime.gemm import GemmEngine
+    from mrvl_convert.kernels.gemm import GemmEngine
 
     base = status_mib()
     if engine == "ort":

@@ -40,7 +40,7 @@ import models  # noqa: E402  (benchmarks/models.py)
 
 from mrvl_convert import convert  # noqa: E402
 from mrvl_convert.runtime import HybridSession  # noqa: E402
-from mrvl_convert.runtime.gemm import GEMM_ENGINES, GemmEngine  # noqa: E402
+from mrvl_convert.kernels.gemm import GEMM_ENGINES, GemmEngine  # noqa: E402
 
 MODELS: Dict[str, Callable[[], onnx.ModelProto]] = {
     "mnist": lambda: models.mnist_cnn_like(batch=1),

@@ -31,8 +31,8 @@ import bench_simulator  # noqa: E402  (models, BLAS info, median_ms)
 
 from mrvl_convert import convert  # noqa: E402
 from mrvl_convert.runtime import HybridSession  # noqa: E402
-from mrvl_convert.runtime.fp16 import round_to_fp16  # noqa: E402
-from mrvl_convert.runtime.ufuncs import CHUNK  # noqa: E402
+from mrvl_convert.kernels.fp16 import round_to_fp16  # noqa: E402
+from mrvl_convert.kernels.ufuncs import CHUNK  # noqa: E402
 
 
 def rounding_us(runs: int) -> tuple:

@@ -23,7 +23,7 @@ import numpy as np
 import onnxruntime as ort
 
 import mrvl_convert
-from mrvl_convert.quantize import Quantization
+from mrvl_convert.quantize.recipe import Quantization
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
 Predict = Callable[[np.ndarray], int]

@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_simulator  # noqa: E402  (benchmarks/bench_simulator.py: models, BLAS info)
 
 from mrvl_convert import convert  # noqa: E402
-from mrvl_convert.runtime.fp16 import round_to_fp16  # noqa: E402
-from mrvl_convert.runtime.gemm import GEMM_ENGINES, GemmEngine  # noqa: E402
+from mrvl_convert.kernels.fp16 import round_to_fp16  # noqa: E402
+from mrvl_convert.kernels.gemm import GEMM_ENGINES, GemmEngine  # noqa: E402
 from mrvl_convert.layers.conv2d import Conv2DKernel as Conv2D  # noqa: E402
 from mrvl_convert.layers.fc import FCKernel as FC  # noqa: E402
 from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator  # noqa: E402

@@ -31,7 +31,7 @@ def main() -> int:
     args = parser.parse_args()
 
     import corpus
-    from mrvl_convert.cli import main as convert_main
+    from mrvl_convert.cli.convert import main as convert_main
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

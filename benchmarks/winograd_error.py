@@ -25,9 +25,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_simulator  # noqa: E402  (benchmarks/bench_simulator.py: models)
 
 from mrvl_convert import convert  # noqa: E402
-from mrvl_convert.runtime.artifact import decode_consts, read_json  # noqa: E402
-from mrvl_convert.runtime.fp16 import round_to_fp16  # noqa: E402
-from mrvl_convert.runtime.windows import pad_nhwc, window_view  # noqa: E402
+from mrvl_convert.core.artifact import decode_consts, read_json  # noqa: E402
+from mrvl_convert.kernels.fp16 import round_to_fp16  # noqa: E402
+from mrvl_convert.kernels.windows import pad_nhwc, window_view  # noqa: E402
 from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator  # noqa: E402
 
 

@@ -6,19 +6,19 @@ private and may change.
 """
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from mrvl_convert.version import __version__  # noqa: E402
 
-from .errors import (ArtifactError, Fp16RangeError, InputFeedError, InvalidModelError,  # noqa: E402
+from mrvl_convert.errors import (ArtifactError, Fp16RangeError, InputFeedError, InvalidModelError,  # noqa: E402
                      ModelLoadError, MrvlConvertError, NodeNotFoundError, OptionError,
                      OutputDirError, RuleFileError, ShapeError, UnsupportedModelError)
-from .convert import Result, convert  # noqa: E402
+from mrvl_convert.convert import Result, convert  # noqa: E402
 
 _LAZY = {
     # The runtime pulls in onnxruntime sessions; batch conversion pulls in process pools.
     "HybridSession": ("mrvl_convert.runtime.session", "HybridSession"),
-    "compare": ("mrvl_convert.runtime.compare", "compare"),
-    "convert_many": ("mrvl_convert.batch", "convert_many"),
-    "analyze_quantization": ("mrvl_convert.runtime.quant_analysis", "analyze_quantization"),
+    "compare": ("mrvl_convert.verify.compare", "compare"),
+    "convert_many": ("mrvl_convert.batch.pool", "convert_many"),
+    "analyze_quantization": ("mrvl_convert.verify.quant_analysis", "analyze_quantization"),
 }
 
 

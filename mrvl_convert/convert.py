@@ -9,19 +9,19 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx_graphsurgeon as gs
 
-from . import __version__
-from .canonicalize import CanonicalGraph, canonicalize
-from .emit import cpu_onnx, documents, mrvl_json
-from .emit.publish import StagingDir
-from .errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
-from .load import LoadedModel, ModelLike, load_model
-from .lower import lower_stage
-from .partition import Ranking, partition
-from .quantize import Quantization, quantized_model
-from .layers import MARVELL
-from .rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
-from .rules.matcher import match
-from .rules.other_sets import layer_set_hints
+from mrvl_convert.version import __version__
+from mrvl_convert.frontend.canonicalize import CanonicalGraph, canonicalize
+from mrvl_convert.emit import cpu_onnx, documents, mrvl_json
+from mrvl_convert.emit.publish import StagingDir
+from mrvl_convert.errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
+from mrvl_convert.frontend.load import LoadedModel, ModelLike, load_model
+from mrvl_convert.lowering.lower import lower_stage
+from mrvl_convert.partition.plan import Ranking, partition
+from mrvl_convert.quantize.recipe import Quantization, quantized_model
+from mrvl_convert.layers import MARVELL
+from mrvl_convert.rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
+from mrvl_convert.rules.matcher import match
+from mrvl_convert.rules.other_sets import layer_set_hints
 
 Rules = Optional[Union[RuleSource, Sequence[RuleSource]]]
 
@@ -38,7 +38,7 @@ class Result:
 
     def draw(self, path: Union[str, Path]) -> Path:
         """Write the self-contained HTML page of the partition (``viz``) to ``path``."""
-        from .viz import render_page
+        from mrvl_convert.viz import render_page
         path = Path(path)
         path.write_text(render_page(self.graph), encoding="utf-8")
         return path
@@ -89,7 +89,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     partition page) and ``<name>.placement.onnx`` (the model annotated for Netron).
     ``on_stage(stage)`` is called as each step starts: ("quantize",) "load", "match", "lower",
     "emit" (for a progress display).
-    ``quantize``: a :class:`~mrvl_convert.quantize.Quantization` quantizes the model first
+    ``quantize``: a :class:`~mrvl_convert.quantize.recipe.Quantization` quantizes the model first
     (Marvell's int8 recipe) and converts the QDQ model, which is kept in ``out_dir`` as
     ``<name>.int8.onnx`` (the manifest's ``quantization`` section).
     """
@@ -172,31 +172,31 @@ def _profile(estimate: Any) -> Any:
     """The hardware profile ``estimate`` asks for (read once per conversion), or None."""
     if estimate is None or estimate is False:
         return None
-    from .estimate import load_profile
+    from mrvl_convert.estimate import load_profile
     return load_profile(None if estimate is True else estimate)
 
 
 def _ranking(profile: Any) -> Optional[Ranking]:
     if profile is None:
         return None
-    from .estimate.region import region_weight
+    from mrvl_convert.estimate.region import region_weight
     return Ranking("estimated accelerator time", region_weight(profile))
 
 
 def _estimate(manifest: Dict[str, Any], nodes_docs: Dict[str, Any], profile: Any
               ) -> Dict[str, Any]:
-    from .estimate import estimate_documents
+    from mrvl_convert.estimate import estimate_documents
     return estimate_documents(manifest, lambda e: nodes_docs[e["name"]][0], profile,
                               const_shapes=lambda e: nodes_docs[e["name"]][1])
 
 
 def _describe(loaded, report: Dict[str, Any]) -> Dict[str, Any]:
-    from .viz import describe
+    from mrvl_convert.viz import describe
     return describe(loaded.proto, report, report.get("estimate"))
 
 
 def _draw(staging: StagingDir, loaded, report: Dict[str, Any], graph: Dict[str, Any]) -> None:
-    from .viz import annotate, render_page
+    from mrvl_convert.viz import annotate, render_page
     staging.write_bytes(f"{loaded.name}.html", render_page(graph).encode("utf-8"))
     annotated = annotate(loaded.proto, report, report.get("estimate"))
     staging.write_onnx(f"{loaded.name}.placement.onnx", annotated,

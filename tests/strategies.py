@@ -884,14 +884,14 @@ def cnn_models(draw, min_blocks: int = 1, max_blocks: int = 6,
 # ==================================================================== QDQ (int8) models
 
 def quantized(gm: GeneratedModel, samples: int = 4, method: str = "minmax") -> GeneratedModel:
-    """``gm`` quantized with Marvell's recipe (mrvl_convert.quantize.quantize_int8) on seeded
+    """``gm`` quantized with Marvell's recipe (mrvl_convert.quantize.recipe.quantize_int8) on seeded
     calibration data: ``samples`` random batches per input (seed from the spec), plus the
     model's own feeds so they fall inside the calibrated ranges. The spec records it
     (``"quantize"``), so ``from_spec`` rebuilds the QDQ model."""
     import tempfile
     from pathlib import Path
 
-    from mrvl_convert.quantize import quantize_int8
+    from mrvl_convert.quantize.recipe import quantize_int8
 
     rng = np.random.default_rng(gm.spec["seed"] + 2)
     calibration = {name: np.concatenate([feed] + [

@@ -15,7 +15,7 @@ import pytest
 import badmodels as bm
 from mrvl_convert import (InvalidModelError, ModelLoadError, MrvlConvertError, OutputDirError,
                           RuleFileError, ShapeError, UnsupportedModelError, convert)
-from mrvl_convert.cli import main as cli_main
+from mrvl_convert.cli.convert import main as cli_main
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))
 

@@ -16,8 +16,8 @@ import pytest
 
 import badmodels as bm
 from mrvl_convert import MrvlConvertError, convert_many
-from mrvl_convert.batch import BatchResult, Outcome, unique_names
-from mrvl_convert.cli import main as cli_main
+from mrvl_convert.batch.pool import BatchResult, Outcome, unique_names
+from mrvl_convert.cli.convert import main as cli_main
 from mrvl_convert.emit.validate import validate
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))
@@ -150,7 +150,7 @@ def test_without_fail_fast_everything_runs(mixed_dir: Path, tmp_path: Path) -> N
 
 def test_internal_error_fails_one_model_loudly(mixed_dir: Path, tmp_path: Path, monkeypatch,
                                               capsys) -> None:
-    import mrvl_convert.canonicalize as canonicalize_module
+    import mrvl_convert.frontend.canonicalize as canonicalize_module
     real = canonicalize_module.canonicalize
 
     def buggy(loaded, *args, **kwargs):

@@ -9,8 +9,8 @@ import onnx_graphsurgeon as gs
 import pytest
 
 import mrvl_convert
-from mrvl_convert.canonicalize import canonicalize
-from mrvl_convert.load import load_model
+from mrvl_convert.frontend.canonicalize import canonicalize
+from mrvl_convert.frontend.load import load_model
 from models import Builder, run_ort
 
 SHAPE = [1, 4, 5, 5]

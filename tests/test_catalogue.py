@@ -13,7 +13,7 @@ import mrvl_convert
 from mrvl_convert.layers import CATALOGUE, UPSTREAM
 from mrvl_convert.layers import docs as layer_docs
 from mrvl_convert.rules.loader import load_rules
-from mrvl_convert.runtime.kernel_base import Kernel
+from mrvl_convert.kernels.base import Kernel
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def test_every_matched_kind_has_a_builtin_rule_and_a_line_in_supported_ops():
 
 def test_declared_defaults_encode_as_the_format_holds_them():
     """A default or fixed value must be one the emitter can write (a list of strings)."""
-    from mrvl_convert.layers._kind import REQUIRED
+    from mrvl_convert.layers import REQUIRED
     for kind in CATALOGUE.values():
         for a in kind.attrs:
             for value in (a.default, a.fixed):

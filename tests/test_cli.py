@@ -11,8 +11,8 @@ from typing import List
 import pytest
 
 import badmodels as bm
-from mrvl_convert.batch import Outcome
-from mrvl_convert.cli import _Progress, find_models, format_table, main, parse_shapes, UsageError
+from mrvl_convert.batch.pool import Outcome
+from mrvl_convert.cli.convert import _Progress, find_models, format_table, main, parse_shapes, UsageError
 from mrvl_convert.emit.validate import validate, validate_tree
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))
@@ -255,8 +255,8 @@ def test_input_shape_not_matching_any_model_warns(tmp_path: Path, capsys) -> Non
 
 
 def test_mrvl_verify_entry_point(good: Path, tmp_path: Path) -> None:
-    pytest.importorskip("mrvl_convert.runtime.verify_cli",
-                        reason="mrvl_convert.runtime.verify_cli not written yet (runtime helper)")
+    pytest.importorskip("mrvl_convert.cli.verify",
+                        reason="mrvl_convert.cli.verify not written yet (runtime helper)")
     out = tmp_path / "out"
     assert main([str(good), "-o", str(out), "-q"]) == 0
     done = subprocess.run([VERIFY, str(good), str(out / "cnn")], capture_output=True, text=True,

@@ -115,7 +115,7 @@ def test_channel_shuffle_is_one_exact_permutation_layer(tmp_path, groups):
 
 
 def test_channel_shuffle_alone_is_bit_exact(tmp_path):
-    from mrvl_convert.runtime.fp16 import round_to_fp16
+    from mrvl_convert.kernels.fp16 import round_to_fp16
     b = Builder(seed=6)
     x = b.input("x", [1, 6, 3, 3])
     y = b.conv(x, 6, 6, k=1)

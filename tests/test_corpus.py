@@ -12,7 +12,7 @@ import corpus
 import mrvl_convert
 from models import Builder, run_ort
 from mrvl_convert.runtime import HybridSession
-from mrvl_convert.runtime.tolerances import DEFAULT_TOLERANCE
+from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
 
 
 def _convert_and_run(model, tmp_path, shapes=None):

@@ -13,7 +13,7 @@ import corpus
 import mrvl_convert
 from models import run_ort
 from mrvl_convert.runtime import HybridSession
-from mrvl_convert.runtime.tolerances import DEFAULT_TOLERANCE
+from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import mrvl_convert
-from mrvl_convert.cli import main as cli_main
+from mrvl_convert.cli.convert import main as cli_main
 from mrvl_convert.estimate import (HardwareProfileError, boundary_cycles, estimate_artifact,
                                    estimate_stage, load_profile)
 from models import Builder, small_cnn

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 
 import mrvl_convert
 from mrvl_convert import MrvlConvertError
-from mrvl_convert.load import name_nodes
+from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.rules.loader import builtin_path
 from strategies import cnn_models, from_spec, policies, qdq_models
 

@@ -22,7 +22,7 @@ import pytest
 from onnx import helper, numpy_helper
 
 import mrvl_convert
-from mrvl_convert.quantize import load_calibration, quantize_int8
+from mrvl_convert.quantize.recipe import load_calibration, quantize_int8
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
 
@@ -356,7 +356,7 @@ def test_int8_tensors_may_cross_stage_boundaries(mnist_int8, tmp_path):
 
 
 def test_cli_quantize_int8_with_calibration(tmp_path, capsys):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     out = tmp_path / "out"
     code = main([str(EXAMPLE / "mnist_cnn.onnx"), "-o", str(out), "--quantize", "int8",
@@ -375,7 +375,7 @@ def test_cli_quantize_int8_with_calibration(tmp_path, capsys):
     (["--calibration", "x.npz", "--layer-set", "upstream-0.19"], "layer set"),
 ])
 def test_cli_quantize_usage_errors_are_one_line(tmp_path, capsys, extra, words):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     (tmp_path / "x.npz").write_bytes(b"")
     code = main([str(EXAMPLE / "mnist_cnn.onnx"), "-o", str(tmp_path / "out"), "--quantize",

@@ -16,8 +16,8 @@ from onnx import helper, numpy_helper
 
 import corpus
 import mrvl_convert
-from mrvl_convert.fold_bn import fold_batchnorm
-from mrvl_convert.quantize import load_calibration, quantize_int8
+from mrvl_convert.quantize.fold_bn import fold_batchnorm
+from mrvl_convert.quantize.recipe import load_calibration, quantize_int8
 from test_int8 import EXAMPLE, output_scale, placements, run_both, steps
 
 

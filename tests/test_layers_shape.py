@@ -18,7 +18,7 @@ import pytest
 import mrvl_convert
 from models import Builder, run_ort
 from mrvl_convert.runtime import HybridSession
-from mrvl_convert.runtime.tolerances import DEFAULT_TOLERANCE
+from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
 
 
 def convert_and_compare(model, tmp_path, **kwargs):

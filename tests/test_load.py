@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import mrvl_convert
-from mrvl_convert.load import MAX_OPSET, MIN_OPSET
+from mrvl_convert.frontend.load import MAX_OPSET, MIN_OPSET
 from models import Builder
 
 

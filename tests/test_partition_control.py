@@ -159,7 +159,7 @@ def _compute_vs_memory_regions():
 
 
 def test_max_subgraphs_with_estimate_ranks_by_estimated_time(tmp_path):
-    from mrvl_convert._macs import node_macs
+    from mrvl_convert.core.macs import node_macs
     from mrvl_convert.estimate import load_profile
     from mrvl_convert.estimate.region import node_cycles
     import onnx_graphsurgeon as gs

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mrvl_convert
-from mrvl_convert.cli import main
+from mrvl_convert.cli.convert import main
 from models import Builder, small_cnn
 from test_partition import check_sound, stages
 

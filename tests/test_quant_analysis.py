@@ -15,9 +15,9 @@ from onnx import helper, numpy_helper
 
 import mrvl_convert
 from test_int8 import needs_relu_sharing_scale
-from mrvl_convert.keep_fp16 import quantize_keep_fp16
-from mrvl_convert.quantize import quantize_int8
-from mrvl_convert.runtime.quant_analysis import _Sums, cosine, snr_db
+from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
+from mrvl_convert.quantize.recipe import quantize_int8
+from mrvl_convert.verify.quant_analysis import _Sums, cosine, snr_db
 
 THRESHOLD = 20.0
 
@@ -278,7 +278,7 @@ def test_keep_fp16_unknown_node_is_an_option_error(tmp_path):
 
 # ------------------------------------------------------------------------------------- CLI
 def test_cli_keep_fp16_auto_and_quant_analysis_json(tmp_path, capsys):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     src = tmp_path / "bad.onnx"
     onnx.save(three_convs(outlier=True), src)
@@ -312,7 +312,7 @@ def test_cli_keep_fp16_auto_and_quant_analysis_json(tmp_path, capsys):
     (["--quant-analysis"], "--quant-analysis is only used with --quantize"),
 ])
 def test_cli_analysis_options_need_quantize(tmp_path, capsys, extra, words):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     src = tmp_path / "m.onnx"
     onnx.save(three_convs(outlier=False), src)
@@ -323,7 +323,7 @@ def test_cli_analysis_options_need_quantize(tmp_path, capsys, extra, words):
 
 
 def test_mrvl_verify_quant_analysis(bad, tmp_path, capsys):
-    from mrvl_convert.runtime.verify_cli import main
+    from mrvl_convert.cli.verify import main
 
     src, _, test, _, tmp = bad
     np.savez(tmp_path / "in.npz", x=np.concatenate([f["x"] for f in test]))
@@ -393,7 +393,7 @@ def test_layers_of_every_mrvl_stage_are_analysed(bad, tmp_path):
 
 
 def test_cli_keep_fp16_unknown_node_is_one_line(tmp_path, capsys):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     src = tmp_path / "m.onnx"
     onnx.save(three_convs(outlier=False), src)
@@ -448,7 +448,7 @@ def test_keeping_an_add_between_quantized_layers_leaves_it_int8(tmp_path):
 def test_quantization_keeps_named_nodes_in_float_through_the_api(tmp_path):
     """``Quantization(keep_fp16=...)``: names as the converter gives them (here an unnamed
     model's), checked before anything is written; recorded in the manifest."""
-    from mrvl_convert.quantize import Quantization
+    from mrvl_convert.quantize.recipe import Quantization
 
     model = three_convs(outlier=False, names=False)
     report = mrvl_convert.convert(model, tmp_path / "float").report

@@ -14,9 +14,9 @@ import pytest
 from onnx import numpy_helper
 
 import mrvl_convert
-from mrvl_convert import calibration
+from mrvl_convert.quantize import calibration
 from mrvl_convert.errors import InputFeedError, OptionError
-from mrvl_convert.quantize import Quantization, load_calibration, quantize_int8
+from mrvl_convert.quantize.recipe import Quantization, load_calibration, quantize_int8
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
 MODEL = EXAMPLE / "mnist_cnn.onnx"
@@ -139,7 +139,7 @@ def test_calibration_of_the_wrong_kind_is_an_option_error(tmp_path):
 # ---- the command line -----------------------------------------------------------------------------
 
 def test_cli_directory_calibration_method_and_verify(tmp_path, images, capsys):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     (tmp_path / "cal").mkdir()
     np.save(tmp_path / "cal" / "input_0.npy", images)
@@ -158,7 +158,7 @@ def test_cli_directory_calibration_method_and_verify(tmp_path, images, capsys):
     (["--quantize", "int8", "--calibration", ".", "--calibration-method", "kl"], "invalid choice"),
 ])
 def test_cli_calibration_usage_errors(tmp_path, capsys, argv, words):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     code = main([str(MODEL), "-o", str(tmp_path / "out"), *argv])
     err = capsys.readouterr().err.strip()
@@ -167,7 +167,7 @@ def test_cli_calibration_usage_errors(tmp_path, capsys, argv, words):
 
 
 def test_cli_bad_calibration_file_fails_the_model_naming_the_file(tmp_path, capsys):
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     (tmp_path / "cal").mkdir()
     (tmp_path / "cal" / "input.npy").write_bytes(b"not numpy")
@@ -319,7 +319,7 @@ def test_convert_many_quantizes_in_the_workers_and_verifies_against_the_qdq_mode
         tmp_path, images):
     """A path travels to the worker; verify compares the hybrid with the kept QDQ model (not
     with the float model: int8 is judged against what it computes)."""
-    from mrvl_convert.batch import _reference, plan_jobs
+    from mrvl_convert.batch.pool import _reference, plan_jobs
 
     np.savez(tmp_path / "cal.npz", input=images)
     quantize = Quantization(str(tmp_path / "cal.npz"), "percentile")
@@ -378,7 +378,7 @@ def test_cli_quantize_and_verify_passes_on_the_held_out_images(tmp_path, capsys)
     """--verify judges the int8 hybrid against onnxruntime running the kept QDQ model as
     written (runtime.session.qdq_as_written): onnxruntime's fused int8 kernels saturate on x86
     with AVX2 only, which alone failed this verify by up to 2.65 on the logits."""
-    from mrvl_convert.cli import main
+    from mrvl_convert.cli.convert import main
 
     heldout = str(Path(MODEL).with_name("heldout.npz"))
     code = main([str(MODEL), "-o", str(tmp_path / "out"), "--quantize", "int8", "--calibration",

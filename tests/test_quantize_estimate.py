@@ -10,7 +10,7 @@ import yaml
 import mrvl_convert
 from test_int8 import needs_relu_sharing_scale
 from mrvl_convert.estimate import estimate_artifact, load_profile
-from mrvl_convert.quantize import Quantization
+from mrvl_convert.quantize.recipe import Quantization
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
 

@@ -181,7 +181,7 @@ def test_ceil_mode_pool_keeps_the_shape_onnx_infers_or_stays_on_cpu(tmp_path):
     import onnx
     import onnxruntime as ort
     from mrvl_convert import HybridSession
-    from mrvl_convert.runtime import DEFAULT_TOLERANCE
+    from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
     model = _pool_model("MaxPool", kernel_shape=[1, 1], strides=[1, 3], ceil_mode=1)
     inferred = onnx.shape_inference.infer_shapes(model).graph.output[0].type.tensor_type.shape
     declared_w = inferred.dim[3].dim_value

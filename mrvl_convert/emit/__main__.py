@@ -2,8 +2,8 @@
 import sys
 from pathlib import Path
 
-from ..errors import MrvlConvertError
-from .validate import validate_tree
+from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.emit.validate import validate_tree
 
 
 def main() -> int:

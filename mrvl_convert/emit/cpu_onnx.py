@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
-from ..partition import Stage
+from mrvl_convert.ir.stages import Stage
 
 # protobuf cannot serialise a message over 2 GiB; bigger stages keep their weights beside them.
 EXTERNAL_DATA_THRESHOLD = 1 << 30

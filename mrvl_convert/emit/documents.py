@@ -6,13 +6,13 @@ from typing import Any, Dict, List, Mapping, Optional
 import onnx
 import onnx_graphsurgeon as gs
 
-from .._graph import dtype_name
-from .._macs import total_macs
-from ..canonicalize import CanonicalGraph
-from ..layout import DEFAULT_LABELS, MrvlSubgraph
-from ..load import LoadedModel
-from ..partition import Plan
-from ..rules.matcher import MatchPlan
+from mrvl_convert.core.graph import dtype_name
+from mrvl_convert.core.macs import total_macs
+from mrvl_convert.frontend.canonicalize import CanonicalGraph
+from mrvl_convert.ir.layout import DEFAULT_LABELS, MrvlSubgraph
+from mrvl_convert.frontend.load import LoadedModel
+from mrvl_convert.ir.stages import Plan
+from mrvl_convert.ir.match import MatchPlan
 
 FORMAT_VERSION = "1"
 

@@ -11,10 +11,10 @@ from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
-from .._graph import dtype_name
-from ..layers import MARVELL, LayerKind, layer_kind
-from ..layers._kind import r4_shape
-from ..layout import Layer, MrvlSubgraph, OutputRef, slot_of
+from mrvl_convert.core.graph import dtype_name
+from mrvl_convert.layers import MARVELL, LayerKind, layer_kind
+from mrvl_convert.layers import r4_shape
+from mrvl_convert.ir.layout import Layer, MrvlSubgraph, OutputRef, slot_of
 
 _EMPTY_CONST_SLOTS = ("kernel_const", "bias_const", "beta_const", "gamma_const", "var_const",
                       "mean_const")

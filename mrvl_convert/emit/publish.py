@@ -24,8 +24,8 @@ from typing import Any, List, Optional
 
 import onnx
 
-from ..errors import OutputDirError
-from .validate import validate
+from mrvl_convert.errors import OutputDirError
+from mrvl_convert.emit.validate import validate
 
 
 def _encoder(compact: bool) -> json.JSONEncoder:

@@ -9,7 +9,7 @@ from typing import Any
 
 import jsonschema
 
-from ..errors import ArtifactError
+from mrvl_convert.errors import ArtifactError
 
 SCHEMAS = ("nodes", "consts", "manifest", "report", "rules", "summary")
 

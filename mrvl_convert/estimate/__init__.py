@@ -5,9 +5,9 @@ weighs one Mrvl stage (for partitioners); ``load_profile(path)`` reads a hardwar
 """
 from __future__ import annotations
 
-from .artifact import NOTE, estimate_artifact, estimate_documents, format_table
-from .cost import LayerEstimate, StageEstimate, boundary_cycles, estimate_stage
-from .profile import HardwareProfile, HardwareProfileError, load_profile
+from mrvl_convert.estimate.artifact import NOTE, estimate_artifact, estimate_documents, format_table
+from mrvl_convert.estimate.cost import LayerEstimate, StageEstimate, boundary_cycles, estimate_stage
+from mrvl_convert.estimate.profile import HardwareProfile, HardwareProfileError, load_profile
 
 __all__ = ["NOTE", "estimate_artifact", "estimate_documents", "format_table", "LayerEstimate",
            "StageEstimate", "boundary_cycles", "estimate_stage", "HardwareProfile",

@@ -5,12 +5,12 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
-from .._paths import confined
-from ..emit.validate import validate
-from ..errors import ArtifactError
-from ..runtime.artifact import read_json
-from .cost import StageEstimate, boundary_cycles, estimate_stage
-from .profile import HardwareProfile, ProfileLike, load_profile
+from mrvl_convert.core.paths import confined
+from mrvl_convert.emit.validate import validate
+from mrvl_convert.errors import ArtifactError
+from mrvl_convert.core.artifact import read_json
+from mrvl_convert.estimate.cost import StageEstimate, boundary_cycles, estimate_stage
+from mrvl_convert.estimate.profile import HardwareProfile, ProfileLike, load_profile
 
 NOTE = ("ESTIMATE from a roofline model of the MLIP (docs/ESTIMATE.md), calibrated on one public "
         "figure (ResNet-50 v1, 8 tiles, fp16); not a measurement. CPU stages are not estimated.")

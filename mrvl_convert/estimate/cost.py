@@ -10,9 +10,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from ..errors import ArtifactError
-from ..layers import CATALOGUE
-from .profile import HardwareProfile
+from mrvl_convert.errors import ArtifactError
+from mrvl_convert.layers import CATALOGUE
+from mrvl_convert.estimate.profile import HardwareProfile
 
 # The MAC-array kinds: the catalogue's compute-heavy layers.
 MATMUL_KINDS = frozenset(k.name for k in CATALOGUE.values() if k.compute_heavy)

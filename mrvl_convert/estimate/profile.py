@@ -16,8 +16,8 @@ from typing import Any, Dict, Mapping, Optional, Tuple, Union
 import jsonschema
 import yaml
 
-from ..errors import MrvlConvertError
-from ..rules.loader import parse_bounded_yaml
+from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.core.bounded_yaml import parse_bounded_yaml
 
 MAX_PROFILE_BYTES = 64 * 1024  # a profile is a few dozen lines; anything bigger is not one
 BUILTIN_PROFILE = "cn10ka_fp16.yaml"

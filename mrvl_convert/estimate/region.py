@@ -12,9 +12,9 @@ from typing import Callable, Iterable
 
 import onnx_graphsurgeon as gs
 
-from .._graph import static_shape
-from .._macs import node_macs
-from .profile import HardwareProfile
+from mrvl_convert.core.graph import static_shape
+from mrvl_convert.core.macs import node_macs
+from mrvl_convert.estimate.profile import HardwareProfile
 
 _LAYER_OF = {"Conv": "Conv2D", "ConvTranspose": "Conv2DTranspose", "Gemm": "FC", "MatMul": "FC"}
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Mapping
 
-from . import concat, conv2d, fc, layout_transform, pool, qnn, qnn_requant, reshape, squeeze, sum2d
-from . import qnn_activations
-from . import batch_matmul, conv2d_transpose, expand_dims, reduce, resize2d, split
-from . import strided_slice, transpose
-from . import clip, leaky_relu, mul2d, power, relu, rsqrt, sigmoid, softmax, sub, tanh
-from ._kind import (BOTH, FUSED_ACTIVATION, MARVELL, UPSTREAM, Activation, Attr, Const,
-                    LayerKind)
+from mrvl_convert.layers import concat, conv2d, fc, layout_transform, pool, reshape, squeeze, sum2d
+from mrvl_convert.layers.qnn import activations as qnn_activations
+from mrvl_convert.layers.qnn import lower as qnn
+from mrvl_convert.layers.qnn import requant as qnn_requant
+from mrvl_convert.layers import batch_matmul, conv2d_transpose, expand_dims, reduce, resize2d, split
+from mrvl_convert.layers import strided_slice, transpose
+from mrvl_convert.layers import clip, leaky_relu, mul2d, power, relu, rsqrt, sigmoid, softmax, sub, tanh
+from mrvl_convert.layers._kind import (BOTH, FUSED_ACTIVATION, MARVELL, QDQ_ROLES, REQUIRED, UPSTREAM,
+                                      Activation, Attr, Const, LayerKind, r4_shape)
 
 # qnn.int8_form: the kind with its int8 attributes and kernel (QDQ models, layers/qnn.py).
 _KINDS = (
@@ -67,4 +69,4 @@ def layer_kind(name: str) -> LayerKind:
 
 
 __all__ = ["CATALOGUE", "Activation", "Attr", "BOTH", "Const", "FUSED_ACTIVATION",
-           "LayerKind", "MARVELL", "UPSTREAM", "layer_kind"]
+           "LayerKind", "MARVELL", "QDQ_ROLES", "REQUIRED", "UPSTREAM", "layer_kind", "r4_shape"]

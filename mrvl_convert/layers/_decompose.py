@@ -25,11 +25,11 @@ from typing import Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr, const_value, static_shape
-from ..layout import LayoutContext, TensorLayout, native
-from ..rules.matcher import Composite
-from ._kind import Activation
-from ._lowering import new_layer
+from mrvl_convert.core.graph import attr, const_value, static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.layers._kind import Activation
+from mrvl_convert.layers._lowering import new_layer
 
 # ONNX HardSwish is HardSigmoid with these.
 HARDSWISH_ALPHA, HARDSWISH_BETA = 1.0 / 6.0, 0.5

@@ -14,13 +14,13 @@ from typing import (TYPE_CHECKING, Any, Callable, FrozenSet, List, Mapping, Opti
 
 import numpy as np
 
-from ..runtime.artifact import first_value
+from mrvl_convert.core.artifact import first_value
 
 if TYPE_CHECKING:  # pragma: no cover
-    from ..layout import LayoutContext
-    from ..rules.matcher import Composite
-    from ..runtime.kernel_base import Kernel
-    from ..runtime.layerspec import LayerSpec
+    from mrvl_convert.ir.layout import LayoutContext
+    from mrvl_convert.ir.match import Composite
+    from mrvl_convert.kernels.base import Kernel
+    from mrvl_convert.kernels.layerspec import LayerSpec
 
 # Marks an attribute that has no default: a Nodes-JSON without it is incomplete.
 REQUIRED = object()

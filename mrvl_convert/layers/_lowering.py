@@ -5,10 +5,10 @@ from typing import Any, Dict, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._graph import static_shape
-from ..layout import NHWC, Layer, TensorLayout
-from ..rules.matcher import Composite
-from ._kind import Activation
+from mrvl_convert.core.graph import static_shape
+from mrvl_convert.ir.layout import NHWC, Layer, TensorLayout
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.layers._kind import Activation
 
 # The ONNX op a fused ``act`` step may be, and the activation_type it becomes.
 _ACTIVATIONS = {"Relu": Activation.RELU, "Tanh": Activation.TANH, "Sigmoid": Activation.SIGMOID}

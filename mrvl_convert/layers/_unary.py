@@ -13,14 +13,14 @@ from typing import Any, Callable, Dict, FrozenSet, Mapping
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import static_shape
-from ..layout import LayoutContext, TensorLayout, native
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ._kind import MARVELL
-from ._lowering import new_layer
+from mrvl_convert.core.graph import static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.layers._kind import MARVELL
+from mrvl_convert.layers._lowering import new_layer
 
 #: The newer codegen's source, cited by every kind of the set.
 SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "

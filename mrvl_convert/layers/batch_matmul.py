@@ -15,14 +15,15 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import const_value, is_const, static_shape
-from ..layout import LayoutContext, TensorLayout, default_labels, identity
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel, fp16_const
-from ..runtime.layerspec import LayerSpec
-from ._kind import MARVELL, Attr, Const, LayerKind, roles, written
-from ._lowering import new_layer
+from mrvl_convert.core.graph import const_value, is_const, static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, default_labels, identity
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.fp16 import fp16_const
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.layers._kind import MARVELL, Attr, Const, LayerKind, roles, written
+from mrvl_convert.layers._lowering import new_layer
 
 
 def lead4(shape: Sequence[int]) -> List[int]:

@@ -13,15 +13,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import const_value, present
-from ..layout import LayoutContext
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ._decompose import lower_hardsigmoid
-from ._kind import Attr, LayerKind, roles
-from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, emit_unary
+from mrvl_convert.core.graph import const_value, present
+from mrvl_convert.ir.layout import LayoutContext
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._decompose import lower_hardsigmoid
+from mrvl_convert.layers._kind import Attr, LayerKind, roles
+from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, emit_unary
 
 _F32_MAX = float(np.finfo(np.float32).max)
 

@@ -8,15 +8,15 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import activation_inputs, attr, static_shape
-from ..layout import LayoutContext, TensorLayout, native
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ._kind import Attr, LayerKind, roles
-from ._lowering import new_layer
+from mrvl_convert.core.graph import activation_inputs, attr, static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._kind import Attr, LayerKind, roles
+from mrvl_convert.layers._lowering import new_layer
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:

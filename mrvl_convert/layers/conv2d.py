@@ -11,19 +11,20 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import attr, const_value, conv_pads, is_const, pad_amounts, present, static_shape
-from ..layout import NHWC, LayoutContext
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel, fp16_const, read_bias
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ..runtime.ufuncs import RowAdd, activate_inplace
-from ..runtime.winograd import Winograd3x3
-from ..runtime.winograd import applies as winograd_applies
-from ..runtime.windows import conv_out_size, pad_nhwc, reads_every_pixel, taps, window_view
-from ._kind import FUSED_ACTIVATION, Attr, Const, LayerKind, ints, roles, written
-from ._lowering import activation, new_layer, spatial_out
+from mrvl_convert.core.graph import attr, const_value, conv_pads, is_const, pad_amounts, present, static_shape
+from mrvl_convert.ir.layout import NHWC, LayoutContext
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.fp16 import fp16_const
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.kernels.ufuncs import RowAdd, activate_inplace
+from mrvl_convert.kernels.winograd import Winograd3x3
+from mrvl_convert.kernels.winograd import applies as winograd_applies
+from mrvl_convert.kernels.windows import conv_out_size, pad_nhwc, reads_every_pixel, taps, window_view
+from mrvl_convert.layers._kind import FUSED_ACTIVATION, Attr, Const, LayerKind, ints, roles, written
+from mrvl_convert.layers._lowering import activation, new_layer, spatial_out
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:

@@ -23,16 +23,17 @@ from typing import Mapping
 
 import numpy as np
 
-from .._graph import attr, const_value, is_const, present
-from ..layout import NHWC, LayoutContext
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel, fp16_const, read_bias
-from ..runtime.layerspec import LayerSpec
-from ..runtime.ufuncs import activate_inplace
-from ._kind import FUSED_ACTIVATION, MARVELL, Attr, Const, LayerKind, ints, roles, written
-from ._lowering import activation, new_layer, spatial_out
-from .conv2d import _block_diagonal
+from mrvl_convert.core.graph import attr, const_value, is_const, present
+from mrvl_convert.ir.layout import NHWC, LayoutContext
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.fp16 import fp16_const
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.ufuncs import activate_inplace
+from mrvl_convert.layers._kind import FUSED_ACTIVATION, MARVELL, Attr, Const, LayerKind, ints, roles, written
+from mrvl_convert.layers._lowering import activation, new_layer, spatial_out
+from mrvl_convert.layers.conv2d import _block_diagonal
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:

@@ -7,8 +7,8 @@ attributes of the op (the layout shapes say everything).
 """
 from __future__ import annotations
 
-from ._kind import MARVELL, LayerKind, roles, written
-from .reshape import ReshapeKernel, lowering
+from mrvl_convert.layers._kind import MARVELL, LayerKind, roles, written
+from mrvl_convert.layers.reshape import ReshapeKernel, lowering
 
 KIND = LayerKind(
     name="expand_dims",

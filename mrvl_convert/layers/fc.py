@@ -11,16 +11,17 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import attr, const_value, is_const, present, static_shape
-from ..layout import LayoutContext, TensorLayout
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel, fp16_const, read_bias
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ..runtime.ufuncs import RowAdd, activate_inplace
-from ._kind import FUSED_ACTIVATION, Const, LayerKind, roles, written
-from ._lowering import activation, new_layer
+from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.fp16 import fp16_const
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.kernels.ufuncs import RowAdd, activate_inplace
+from mrvl_convert.layers._kind import FUSED_ACTIVATION, Const, LayerKind, roles, written
+from mrvl_convert.layers._lowering import activation, new_layer
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:

@@ -11,15 +11,15 @@ from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import attr, static_shape
-from ..layout import LayoutContext, transpose_layout
-from ..rules.matcher import Composite
-from ..runtime.artifact import first_value
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ._kind import Attr, LayerKind, roles
+from mrvl_convert.core.graph import attr, static_shape
+from mrvl_convert.ir.layout import LayoutContext, transpose_layout
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.core.artifact import first_value
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._kind import Attr, LayerKind, roles
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:

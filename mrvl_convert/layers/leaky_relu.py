@@ -12,12 +12,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ._kind import Attr, LayerKind, roles
-from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
+from mrvl_convert.core.graph import attr
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._kind import Attr, LayerKind, roles
+from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
 #: ONNX LeakyRelu's default slope.
 DEFAULT_ALPHA = 0.01

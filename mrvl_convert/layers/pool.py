@@ -11,17 +11,17 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import attr, conv_pads, static_shape
-from .._pooling import pool_out_size
-from ..layout import NHWC, LayoutContext
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ..runtime.windows import pad_nhwc, reads_every_pixel, tap, taps
-from ._kind import Attr, LayerKind, ints, roles, written
-from ._lowering import new_layer, spatial_out
+from mrvl_convert.core.graph import attr, conv_pads, static_shape
+from mrvl_convert.core.pooling import pool_out_size
+from mrvl_convert.ir.layout import NHWC, LayoutContext
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.kernels.windows import pad_nhwc, reads_every_pixel, tap, taps
+from mrvl_convert.layers._kind import Attr, LayerKind, ints, roles, written
+from mrvl_convert.layers._lowering import new_layer, spatial_out
 
 _LAYOUT = written("layout", "NHWC", "as upstream writes it")
 

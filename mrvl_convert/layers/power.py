@@ -11,11 +11,11 @@ from typing import Any, Dict, Mapping
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import const_value
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.layerspec import LayerSpec
-from ._kind import Attr, LayerKind, roles
-from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
+from mrvl_convert.core.graph import const_value
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.layers._kind import Attr, LayerKind, roles
+from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
 
 def _attrs(node: gs.Node) -> Dict[str, Any]:

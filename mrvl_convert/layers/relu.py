@@ -11,9 +11,9 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ..runtime.onnx_form import OnnxBuilder
-from ._kind import LayerKind, roles, written
-from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._kind import LayerKind, roles, written
+from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
 
 class ReluKernel(UnaryKernel):

@@ -12,15 +12,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import static_shape
-from ..layout import LayoutContext, TensorLayout, default_labels
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ._kind import LayerKind, roles
-from ._lowering import new_layer
+from mrvl_convert.core.graph import static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, default_labels
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._kind import LayerKind, roles
+from mrvl_convert.layers._lowering import new_layer
 
 AttrsOf = Callable[[gs.Node], Dict[str, Any]]
 

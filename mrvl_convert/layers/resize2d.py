@@ -14,15 +14,15 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .._graph import attr, static_shape
-from ..layout import NHWC, LayoutContext
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ._kind import MARVELL, Attr, LayerKind, ints, roles, written
-from ._lowering import new_layer, spatial_out
+from mrvl_convert.core.graph import attr, static_shape
+from mrvl_convert.ir.layout import NHWC, LayoutContext
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._kind import MARVELL, Attr, LayerKind, ints, roles, written
+from mrvl_convert.layers._lowering import new_layer, spatial_out
 
 _NEAREST = "nearest_neighbor"
 

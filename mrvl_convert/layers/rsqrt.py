@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..layout import LayoutContext
-from ..rules.matcher import Composite
-from ._kind import LayerKind, roles
-from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, emit_unary
+from mrvl_convert.ir.layout import LayoutContext
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.layers._kind import LayerKind, roles
+from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, emit_unary
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:

@@ -11,10 +11,10 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from ..runtime.onnx_form import OnnxBuilder
-from ..runtime.ufuncs import activate_inplace
-from ._kind import Activation, LayerKind, roles
-from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.kernels.ufuncs import activate_inplace
+from mrvl_convert.layers._kind import Activation, LayerKind, roles
+from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
 
 class SigmoidKernel(UnaryKernel):

@@ -11,11 +11,11 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ._kind import LayerKind, roles
-from ._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers._kind import LayerKind, roles
+from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
 
 class SoftmaxKernel(UnaryKernel):

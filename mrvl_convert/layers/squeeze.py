@@ -10,9 +10,9 @@ from typing import Any, Dict
 
 import onnx_graphsurgeon as gs
 
-from .._graph import squeeze_axes
-from ._kind import LayerKind, ints, roles
-from .reshape import ReshapeKernel, lowering
+from mrvl_convert.core.graph import squeeze_axes
+from mrvl_convert.layers._kind import LayerKind, ints, roles
+from mrvl_convert.layers.reshape import ReshapeKernel, lowering
 
 
 def _attrs(node: gs.Node) -> Dict[str, Any]:

@@ -15,14 +15,14 @@ from typing import List, Mapping, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import const_value, present, static_shape
-from ..layout import LayoutContext, TensorLayout, native
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ._kind import MARVELL, LayerKind, ints, roles, written
-from ._lowering import new_layer
+from mrvl_convert.core.graph import const_value, present, static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.layers._kind import MARVELL, LayerKind, ints, roles, written
+from mrvl_convert.layers._lowering import new_layer
 
 
 def slice_bounds(node: gs.Node) -> Tuple[List[int], List[int], List[int]]:

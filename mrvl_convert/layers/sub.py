@@ -13,19 +13,19 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import static_shape
-from ..layout import LayoutContext, TensorLayout, native
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ..runtime.ufuncs import activate_inplace
-from ._decompose import lower_prelu
-from ._kind import FUSED_ACTIVATION, LayerKind, roles
-from ._lowering import activation, new_layer
-from ._unary import ONLY_MARVELL
-from .mul2d import broadcast_operand
+from mrvl_convert.core.graph import static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.kernels.ufuncs import activate_inplace
+from mrvl_convert.layers._decompose import lower_prelu
+from mrvl_convert.layers._kind import FUSED_ACTIVATION, LayerKind, roles
+from mrvl_convert.layers._lowering import activation, new_layer
+from mrvl_convert.layers._unary import ONLY_MARVELL
+from mrvl_convert.layers.mul2d import broadcast_operand
 
 SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
           "src/relay/backend/contrib/mrvl/codegen.cc CreateCompositeMrvlSubtractLayer")

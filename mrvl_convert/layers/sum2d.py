@@ -10,16 +10,17 @@ from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from .._graph import const_value, is_const, static_shape
-from ..layout import LayoutContext, TensorLayout, native
-from ..rules.matcher import Composite
-from ..runtime.gemm import NUMPY_GEMM, GemmEngine
-from ..runtime.kernel_base import Kernel, const_broadcast_shape, fp16_const
-from ..runtime.layerspec import LayerSpec
-from ..runtime.onnx_form import OnnxBuilder
-from ..runtime.ufuncs import activate_inplace
-from ._kind import FUSED_ACTIVATION, MARVELL, Const, LayerKind, roles
-from ._lowering import activation, new_layer
+from mrvl_convert.core.graph import const_value, is_const, static_shape
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.base import Kernel, const_broadcast_shape
+from mrvl_convert.kernels.fp16 import fp16_const
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.kernels.ufuncs import activate_inplace
+from mrvl_convert.layers._kind import FUSED_ACTIVATION, MARVELL, Const, LayerKind, roles
+from mrvl_convert.layers._lowering import activation, new_layer
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:

@@ -11,12 +11,12 @@ from typing import Any, Callable, Dict, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import (activation_inputs, attr, const_value, conv_pads, dtype_name, is_const,
+from mrvl_convert.core.graph import (activation_inputs, attr, const_value, conv_pads, dtype_name, is_const,
                       pad_amounts, pad_value, present, static_shape, squeeze_axes)
-from .._pooling import pool_out_size
-from . import checks_shape
-from .qnn_checks import QNN_CHECKS
-from .checks_elementwise import ELEMENTWISE_CHECKS
+from mrvl_convert.core.pooling import pool_out_size
+from mrvl_convert.rules import checks_shape
+from mrvl_convert.rules.qnn_checks import QNN_CHECKS
+from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
 
 Details = Optional[Dict[str, Any]]
 Check = Callable[[gs.Node, Mapping[str, Any], gs.Graph], Details]

@@ -8,7 +8,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 
 Details = Optional[Dict[str, Any]]
 

@@ -11,7 +11,7 @@ from typing import Any, List, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.core.graph import attr, const_value, is_const, present, reduce_axes, static_shape
 
 Details = Optional[dict]
 
@@ -95,22 +95,6 @@ def check_slice_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     if dst is None or dst[0] != src[0]:
         return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}
     return None
-
-
-def reduce_axes(node: gs.Node) -> Optional[List[int]]:
-    """The node's reduced axes, normalised and sorted (all axes when none are given), or None
-    when they are computed at run time."""
-    rank = len(static_shape(node.inputs[0]) or [])
-    if "axes" in node.attrs:
-        axes = [int(a) for a in attr(node, "axes")]
-    else:
-        tensor = present(node, 1)
-        if tensor is not None and not is_const(tensor):
-            return None
-        axes = [] if tensor is None else [int(a) for a in const_value(tensor).reshape(-1)]
-    if not axes and not int(attr(node, "noop_with_empty_axes", 0)):
-        axes = list(range(rank))
-    return sorted({a % rank for a in axes}) if rank else None
 
 
 def _one_axis(node: gs.Node, rank: int) -> "tuple[Optional[int], Details]":

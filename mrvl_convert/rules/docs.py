@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import List, Sequence
 
-from .model import Constraint, Rule
+from mrvl_convert.ir.match import Constraint, Rule
 
 
 def _chain(rule: Rule) -> str:
@@ -88,5 +88,5 @@ def _escape(text: str) -> str:
 
 
 if __name__ == "__main__":  # pragma: no cover - documentation generator
-    from .loader import load_rules
+    from mrvl_convert.rules.loader import load_rules
     print(supported_ops_markdown(load_rules()), end="")

@@ -8,42 +8,18 @@ reason of the constraint that failed) or the reason that no rule handles its op.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import onnx_graphsurgeon as gs
 
-from .checks import CHECKS
-from .model import Binding, MatchResult, Rule
+from mrvl_convert.rules.checks import CHECKS
+from mrvl_convert.ir.match import Binding, Composite, MatchPlan, MatchResult, Rule
 
 
 class _Details(dict):
     def __missing__(self, key: str) -> str:
         return "{" + key + "}"
-
-
-@dataclass
-class Composite:
-    rule: Rule
-    binding: Binding
-
-    @property
-    def nodes(self) -> List[gs.Node]:
-        return self.binding.nodes
-
-    @property
-    def output(self) -> gs.Tensor:
-        return self.nodes[-1].outputs[0]
-
-
-@dataclass
-class MatchPlan:
-    composites: List[Composite]
-    owner: Dict[str, int]                                   # node name -> composite index
-    near_miss: Dict[str, MatchResult] = field(default_factory=dict)
-    unmatched_reason: Dict[str, str] = field(default_factory=dict)
-    elsewhere: Dict[str, str] = field(default_factory=dict)   # node -> another layer set's take
 
 
 def evaluate(rule: Rule, binding: Binding, graph: gs.Graph) -> MatchResult:

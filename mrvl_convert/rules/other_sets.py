@@ -16,8 +16,8 @@ from typing import Dict, Mapping
 
 import onnx_graphsurgeon as gs
 
-from .loader import LAYER_SETS, load_rules
-from .matcher import MatchPlan, match
+from mrvl_convert.rules.loader import LAYER_SETS, load_rules
+from mrvl_convert.rules.matcher import MatchPlan, match
 
 _INDICES = ("ONNX's int64 indices have no carrier in the artifact (the simulator and Nodes-JSON "
             "hold float32 and int8 tensors; the codegen takes Relay's int32 indices and writes "

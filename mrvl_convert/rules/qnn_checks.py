@@ -16,7 +16,7 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from .._graph import const_value, dtype_name, is_const, present, static_shape
+from mrvl_convert.core.graph import const_value, dtype_name, is_const, present, producer, scale_of, static_shape
 
 Details = Optional[Dict[str, Any]]
 
@@ -49,15 +49,6 @@ def qdq_issue(node: gs.Node, dtype: str = "int8") -> Optional[str]:
             return (f"{node.op} {node.name!r} has zero point {values.tolist()[:4]}; the "
                     f"Marvell int8 layers are symmetric (zero point 0)")
     return None
-
-
-def scale_of(node: gs.Node) -> float:
-    """The one float32 scale of a symmetric per-tensor Q/DQ node (``qdq_issue`` passed)."""
-    return float(np.float32(const_value(node.inputs[1]).reshape(-1)[0]))
-
-
-def producer(tensor: gs.Tensor) -> Optional[gs.Node]:
-    return tensor.inputs[0] if tensor.inputs else None
 
 
 def _dequantized_const(tensor: gs.Tensor, dtype: str) -> Optional[str]:

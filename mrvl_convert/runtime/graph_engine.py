@@ -34,10 +34,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from ..errors import ArtifactError
-from .fp16 import round_to_fp16
-from .kernel_base import Kernel
-from .onnx_form import OnnxBuilder
+from mrvl_convert.errors import ArtifactError
+from mrvl_convert.kernels.fp16 import round_to_fp16
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
 
 ENGINES = ("graph", "layers")
 RANGE_OUTPUT = "mrvl_range"

@@ -20,13 +20,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
-from .._paths import confined
-from ..errors import ArtifactError, InputFeedError, ShapeError
-from .artifact import read_json, require, shape_of
-from .gemm import GemmEngine
-from .layerspec import LayerSpec
-from .graph_engine import session_options
-from .simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
+from mrvl_convert.core.paths import confined
+from mrvl_convert.errors import ArtifactError, InputFeedError, ShapeError
+from mrvl_convert.core.artifact import read_json, require, shape_of
+from mrvl_convert.kernels.gemm import GemmEngine
+from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.runtime.graph_engine import session_options
+from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
 
 # onnxruntime's log levels: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
 QUIET, WARNINGS = 3, 2

@@ -17,15 +17,15 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from ..errors import ArtifactError, Fp16RangeError, InputFeedError
-from .artifact import decode_consts, first_value, node_entries, read_json, require, shape_of
-from .fp16 import round_to_fp16
-from .gemm import GemmEngine
-from . import graph_engine
-from ..layers import CATALOGUE
-from ..layers._kind import r4_shape
-from .kernel_base import Kernel
-from .layerspec import LayerSpec, Shape
+from mrvl_convert.errors import ArtifactError, Fp16RangeError, InputFeedError
+from mrvl_convert.core.artifact import decode_consts, first_value, node_entries, read_json, require, shape_of
+from mrvl_convert.kernels.fp16 import round_to_fp16
+from mrvl_convert.kernels.gemm import GemmEngine
+from mrvl_convert.runtime import graph_engine
+from mrvl_convert.layers import CATALOGUE
+from mrvl_convert.layers import r4_shape
+from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.layerspec import LayerSpec, Shape
 
 RANGE_POLICIES = ("raise", "warn")
 Feed = Union[Mapping[str, Any], Sequence[Any]]

@@ -6,8 +6,8 @@
 """
 from __future__ import annotations
 
-from .graph import describe
-from .page import render_page
-from .placement import annotate
+from mrvl_convert.viz.graph import describe
+from mrvl_convert.viz.page import render_page
+from mrvl_convert.viz.placement import annotate
 
 __all__ = ["describe", "render_page", "annotate"]

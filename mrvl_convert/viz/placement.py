@@ -9,7 +9,7 @@ from typing import Any, Mapping, Optional
 
 import onnx
 
-from ..errors import ArtifactError
+from mrvl_convert.errors import ArtifactError
 
 _NODE_KEYS = ("placement", "stage", "rule", "layer", "reason")
 

@@ -10,8 +10,8 @@ from onnx import TensorProto, helper, numpy_helper
 from test_end_to_end import mrvl_cpu_mrvl_model
 
 from mrvl_convert import HybridSession, convert
-from mrvl_convert.cli import verify_main
-from mrvl_convert.runtime.compare import compare
+from mrvl_convert.cli.convert import verify_main
+from mrvl_convert.verify.compare import compare
 
 
 def lossy_model(*, named: bool = True) -> onnx.ModelProto:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mrvl_convert.runtime.compare import _Worst
-from mrvl_convert.runtime.tolerances import (DEFAULT_TOLERANCE, Tolerance, Tolerances,
+from mrvl_convert.verify.compare import _Worst
+from mrvl_convert.verify.tolerances import (DEFAULT_TOLERANCE, Tolerance, Tolerances,
                                              parse_tolerance_specs)
 
 

@@ -21,10 +21,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper, version_converter
 
 from mrvl_convert import convert
-from mrvl_convert.load import MIN_OPSET
-from mrvl_convert.runtime import DEFAULT_TOLERANCE, HybridSession
-from mrvl_convert.runtime.compare import compare
-from mrvl_convert.runtime.gemm import GEMM_ENGINES
+from mrvl_convert.frontend.load import MIN_OPSET
+from mrvl_convert.runtime import HybridSession
+from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
+from mrvl_convert.verify.compare import compare
+from mrvl_convert.kernels.gemm import GEMM_ENGINES
 from onnxref import ORT_OLD_CEIL_POOLING, ceil_pool_quirks, run_model
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -21,7 +21,7 @@ from jsonbuild import SubgraphBuilder, conv2d, pool, to_nhwc, write_pair
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import HybridSession, MrvlSimulator
 from mrvl_convert.runtime import graph_engine
-from mrvl_convert.runtime.windows import reads_every_position
+from mrvl_convert.kernels.windows import reads_every_position
 from strategies import cnn_models
 
 

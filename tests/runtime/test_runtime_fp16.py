@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mrvl_convert.runtime import fp16
-from mrvl_convert.runtime.fp16 import FP16_MAX, is_fp16_valued, round_to_fp16
-from mrvl_convert.runtime.ufuncs import CHUNK, RowAdd, maximum_inplace
+from mrvl_convert.kernels import fp16
+from mrvl_convert.kernels.fp16 import FP16_MAX, is_fp16_valued, round_to_fp16
+from mrvl_convert.kernels.ufuncs import CHUNK, RowAdd, maximum_inplace
 
 PATHS = ("numpy", "onnxruntime")
 

@@ -11,7 +11,7 @@ import pytest
 
 from jsonbuild import SubgraphBuilder, conv2d, fc
 from mrvl_convert.runtime import MrvlSimulator
-from mrvl_convert.runtime.gemm import GEMM_ENGINES, NUMPY_GEMM, GemmEngine
+from mrvl_convert.kernels.gemm import GEMM_ENGINES, NUMPY_GEMM, GemmEngine
 
 
 def assert_float32_product(got: np.ndarray, a: np.ndarray, w: np.ndarray) -> None:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from jsonbuild import SubgraphBuilder, conv2d, fc, nhwc, pool, to_nchw, to_nhwc
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import MrvlSimulator
-from mrvl_convert.runtime.gemm import GEMM_ENGINES
+from mrvl_convert.kernels.gemm import GEMM_ENGINES
 from onnxref import (ORT_OLD_CEIL_POOLING, assert_close_fp16, ceil_pool_quirks, fp16_round,
                      run_node)
 

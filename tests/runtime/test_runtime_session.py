@@ -12,10 +12,11 @@ import badmodels
 import handmade
 from mrvl_convert import convert
 from mrvl_convert.errors import ArtifactError, InputFeedError
-from mrvl_convert.runtime import HybridSession, Tolerance, Tolerances
-from mrvl_convert.runtime.compare import compare
-from mrvl_convert.runtime.gemm import GEMM_ENGINES
-from mrvl_convert.runtime.verify_cli import main as verify_main
+from mrvl_convert.runtime import HybridSession
+from mrvl_convert.verify.tolerances import Tolerance, Tolerances
+from mrvl_convert.verify.compare import compare
+from mrvl_convert.kernels.gemm import GEMM_ENGINES
+from mrvl_convert.cli.verify import main as verify_main
 from onnxref import ORT_OLD_CEIL_POOLING, run_model
 
 

@@ -7,7 +7,8 @@ import os
 import numpy as np
 import pytest
 
-from mrvl_convert.runtime import DEFAULT_TOLERANCE, MrvlSimulator
+from mrvl_convert.runtime import MrvlSimulator
+from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
 from onnxref import run_model
 
 REF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",

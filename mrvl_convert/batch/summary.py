@@ -1,0 +1,125 @@
+"""OUT/summary.json: one row per model directory in OUT, merged across runs.
+
+A run replaces the rows of its own models and keeps the rows of earlier runs whose model
+directory is still there; ``last_run`` names the models of the run that wrote the file. A row of
+a verified model holds its verify figures (each output's errors and bounds).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from mrvl_convert.version import __version__
+from mrvl_convert.errors import MrvlConvertError, OutputDirError
+
+if TYPE_CHECKING:  # batch imports this module
+    from mrvl_convert.batch.pool import Outcome
+
+PathLike = Union[str, os.PathLike]
+COUNT_KEYS = ("nodes", "mrvl_nodes", "cpu_nodes", "removed_nodes", "mrvl_subgraphs",
+              "cpu_subgraphs", "transitions")
+SUMMARY_FILE = "summary.json"
+OK, VERIFY_FAILED, FAILED, SKIPPED = "ok", "verify_failed", "failed", "skipped"
+
+
+def prepare_out_dir(out_dir: PathLike) -> Path:
+    """Create out_dir (and parents); an OutputDirError if that is impossible."""
+    out = Path(out_dir)
+    blocker = next((p for p in [out, *out.parents] if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise OutputDirError(f"cannot write the output directory {out}: {blocker} is a file, "
+                             "not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputDirError(f"cannot write the output directory {out}: "
+                             f"{exc.strerror or exc}") from None
+    return out
+
+
+def summary_document(result: Sequence[Outcome], *, seconds: float,
+                     options: Mapping[str, Any],
+                     earlier: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
+    """summary.json's content (validated against schemas/summary.schema.json): the rows of
+    ``earlier`` (kept rows of the summary already in OUT) with this run's rows replacing those
+    of the same name, new ones after them; ``last_run`` names this run's models."""
+    rows = {o.name: _summary_row(o) for o in result}
+    models = [rows.pop(e["name"], dict(e)) for e in earlier]
+    models += [rows[o.name] for o in result if o.name in rows]
+    totals = {"models": len(models)}
+    totals.update({status: sum(m["status"] == status for m in models)
+                   for status in (OK, FAILED, VERIFY_FAILED, SKIPPED)})
+    return {"format_version": "1", "tool_version": __version__, "options": dict(options),
+            "totals": totals, "seconds": round(seconds, 3), "models": models,
+            "last_run": [o.name for o in result]}
+
+
+def _summary_row(o: Outcome) -> Dict[str, Any]:
+    written = o.converted
+    entry: Dict[str, Any] = {"model": o.model, "name": o.name, "status": o.status,
+                             "out_dir": o.name if written else None}
+    entry.update({k: (o.counts.get(k) if written else None) for k in COUNT_KEYS})
+    entry["mrvl_mac_share"] = o.mrvl_mac_share if written else None
+    entry.update(seconds=round(o.seconds, 3), error=o.error, error_type=o.error_type,
+                 internal_error=o.internal, verified=o.verified,
+                 ignored_shapes=list(o.ignored_shapes))
+    if o.verify is not None:
+        entry["verify"] = {k: v for k, v in o.verify.items() if k != "line"}
+    if o.traceback:
+        entry["traceback"] = o.traceback
+    return entry
+
+
+def earlier_rows(out_dir: PathLike) -> List[Dict[str, Any]]:
+    """The rows of the summary.json already in out_dir whose model directory is still there
+    (a manifest.json in it); none if there is no such file or it is not a summary we wrote."""
+    out = Path(out_dir)
+    try:
+        document = json.loads((out / SUMMARY_FILE).read_text(encoding="utf-8"))
+        from mrvl_convert.emit.validate import validate
+        validate(document, "summary", label=SUMMARY_FILE)
+    except (OSError, ValueError, MrvlConvertError):
+        return []
+    return [row for row in document["models"]
+            if row.get("out_dir") and (out / row["out_dir"] / "manifest.json").is_file()]
+
+
+def write_summary(result: Sequence[Outcome], out_dir: PathLike, *, seconds: float,
+                  options: Mapping[str, Any]) -> Path:
+    """Merge with the summary already in out_dir (``summary_document``), validate and write
+    out_dir/summary.json atomically (temp file + rename)."""
+    from mrvl_convert.emit.publish import dumps, write_file_atomically
+    from mrvl_convert.emit.validate import validate
+    document = summary_document(result, seconds=seconds, options=options,
+                                earlier=earlier_rows(out_dir))
+    validate(document, "summary", label=SUMMARY_FILE)
+    return write_file_atomically(prepare_out_dir(out_dir) / SUMMARY_FILE, dumps(document))
+
+
+def load_summary(out_dir: PathLike) -> Dict[str, Any]:
+    return json.loads((Path(out_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))
+
+
+def verify_figures(report: Any, inputs: Optional[str]) -> Dict[str, Any]:
+    """What summary.json keeps of a comparison: the verdict, each output's errors and bounds,
+    the boundary tensors over tolerance (diagnostics) and the fp16 range events."""
+    outputs = []
+    for row in report.judged_rows:
+        tol = row.tolerance or {}
+        outputs.append({"tensor": row.tensor, "passed": row.passed,
+                        "max_abs": _finite(row.max_abs), "max_rel": _finite(row.max_rel),
+                        "cosine": _finite(row.cosine), "top1": _finite(row.top1),
+                        "atol": tol.get("atol"), "rtol": tol.get("max_rel"),
+                        "note": row.note})
+    return {"passed": report.passed, "samples": report.samples,
+            "inputs": inputs or "random", "outputs": outputs,
+            "boundaries_over": [r.tensor for r in report.boundaries_over],
+            "fp16_range_events": list(report.range_events), "line": report.summary_line()}
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    """JSON has no inf/NaN: a non-finite figure is written as null (the note says why)."""
+    return None if value is None or not math.isfinite(value) else float(value)

@@ -1,0 +1,98 @@
+"""``mrvl-convert --quantize int8`` options of the per-layer analysis: ``--keep-fp16 NODE|auto``,
+``--quant-analysis`` and ``--snr-threshold DB`` (``keep_fp16.py``,
+``runtime/quant_analysis.py``)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import List, Tuple
+
+from mrvl_convert.errors import OptionError
+
+ANALYSIS_FILE = "quant_analysis.json"
+
+
+def add_quant_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--keep-fp16", action="append", default=[], metavar="NODE|auto",
+                        help="--quantize: leave this node in float, an fp16 Mrvl layer between "
+                             "quant/dequant layers (repeatable); 'auto': the layers whose "
+                             "isolated SNR is below --snr-threshold, worst first, up to 3 rounds")
+    parser.add_argument("--quant-analysis", action="store_true",
+                        help="--quantize: per-layer SNR and cosine of the int8 result against "
+                             "the float model (accumulated and isolated), on calibration samples; "
+                             f"printed, and written to OUT/<model>/{ANALYSIS_FILE}")
+    parser.add_argument("--snr-threshold", type=float, default=None, metavar="DB",
+                        help="--quant-analysis / --keep-fp16 auto: the SNR below which a layer "
+                             "is named (default 20)")
+
+
+def quantized_models(models: List[Path], args: argparse.Namespace) -> List[Path]:
+    """The models to convert and ``args.quantization`` (``quantize.for_cli``: each worker
+    quantizes its model and keeps the QDQ model in the artifact); with ``--keep-fp16``, one
+    ``Quantization`` per model naming the nodes it keeps in float (``auto`` chooses them
+    here). ``args.float_models`` maps each model converted back to its float model."""
+    given = [flag for flag, value in (("--keep-fp16", args.keep_fp16),
+                                      ("--quant-analysis", args.quant_analysis),
+                                      ("--snr-threshold", args.snr_threshold is not None)) if value]
+    if given and args.quantize is None:
+        raise OptionError(f"{given[0]} is only used with --quantize int8")
+    from mrvl_convert.quantize.recipe import for_cli as quantize_for_cli
+    args.quantization = quantize_for_cli(args.quantize, args.calibration,
+                                         args.calibration_method, args.layer_set)
+    if args.keep_fp16:
+        args.quantization = {str(model): replace(args.quantization,
+                                                 keep_fp16=_keep_fp16(model, args))
+                             for model in models}
+    args.float_models = {str(m.resolve()): m for m in models}
+    return models
+
+
+def _keep_fp16(model: Path, args: argparse.Namespace) -> Tuple[str, ...]:
+    """The nodes of ``model`` to keep in float: those named, checked against the model, and
+    with ``auto`` those its rounds of quantize, convert and analyse choose."""
+    from mrvl_convert.quantize.keep import AUTO, named_copy
+    from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
+    from mrvl_convert.quantize.recipe import load_calibration
+
+    if AUTO not in args.keep_fp16:  # checked here, quantized in the worker
+        named_copy(model, None, args.keep_fp16)
+        return tuple(args.keep_fp16)
+    with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
+        options = {"policy": args.policy, "rules": list(args.rules),
+                   "layer_set": args.layer_set, "deny": list(args.deny),
+                   "max_subgraphs": args.max_subgraphs}
+        result = quantize_keep_fp16(model, Path(folder) / model.name,
+                                    load_calibration(args.calibration, model), args.keep_fp16,
+                                    threshold_db=args.snr_threshold, convert_options=options,
+                                    method=args.quantization.method)
+    if not args.quiet:
+        kept = ", ".join(result.kept) or "none"
+        sys.stdout.write(f"keep-fp16 {model.name}: kept in fp16: {kept}\n")
+    return tuple(result.kept)
+
+
+def write_analyses(result, args: argparse.Namespace) -> None:
+    """``--quant-analysis``: each converted model's table, printed and written as JSON."""
+    if not getattr(args, "quant_analysis", False):
+        return
+    from mrvl_convert.emit.publish import write_file_atomically
+    from mrvl_convert.quantize.keep import analysis_feeds
+    from mrvl_convert.quantize.recipe import load_calibration
+    from mrvl_convert.verify.quant_analysis import DEFAULT_THRESHOLD_DB, analyze_quantization
+
+    threshold = DEFAULT_THRESHOLD_DB if args.snr_threshold is None else args.snr_threshold
+    for outcome in result:
+        model = args.float_models.get(str(Path(outcome.model).resolve()))
+        if not outcome.converted or model is None:
+            continue
+        feeds = analysis_feeds(model, load_calibration(args.calibration, model))
+        analysis = analyze_quantization(model, outcome.out_dir, feeds, threshold_db=threshold)
+        out = write_file_atomically(Path(outcome.out_dir) / ANALYSIS_FILE,
+                                    (json.dumps(analysis.to_dict(), indent=1) + "\n").encode())
+        if not args.quiet:
+            sys.stdout.write(f"quantization analysis of {outcome.name} ({out}):\n"
+                             f"{analysis.format_table()}\n")

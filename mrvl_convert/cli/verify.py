@@ -1,0 +1,159 @@
+"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz] [--gemm ENGINE]
+[--engine graph|layers] [--layers] [--quant-analysis [--snr-threshold DB]]``.
+
+Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
+comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status, as
+``mrvl-convert``'s: 0 every model output within tolerance, 3 some is not (verify failed), 2 usage
+error or a MrvlConvertError (one line on stderr, no traceback). Boundary and layer rows are
+diagnostics: they never change the exit status.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from mrvl_convert.errors import ArtifactError, MrvlConvertError
+from mrvl_convert.verify.compare import compare
+from mrvl_convert.verify.feeds import load_npz_feeds
+from mrvl_convert.kernels.gemm import GEMM_ENGINES
+from mrvl_convert.runtime.graph_engine import ENGINES
+from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.verify.tolerances import Tolerances, add_tolerance_args, parse_tolerance_specs
+
+EXIT_PASSED, EXIT_USAGE, EXIT_VERIFY_FAILED = 0, 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mrvl-verify",
+        description="Compare a converted artifact directory (fp16 Mrvl simulator + onnxruntime) "
+                    "with the original ONNX model on fp32 onnxruntime. The verdict is the model "
+                    "outputs'; stage-boundary tensors and --layers rows are diagnostics.",
+        epilog="Exit codes: 0 every output within tolerance, 2 usage error (or a model or "
+               "artifact that cannot be read), 3 verify failed.")
+    parser.add_argument("model", help="the original .onnx file")
+    parser.add_argument("artifact_dir", help="the directory mrvl-convert wrote")
+    parser.add_argument("--samples", type=int, default=None,
+                        help="number of samples (random inputs: default 1; with --inputs: the "
+                             "first N of the file, default all)")
+    parser.add_argument("--inputs", help=".npz whose arrays are named after the model inputs, "
+                                         "each one sample or a stack of samples")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
+    parser.add_argument("--json", dest="json_path", help="also write the comparison as JSON")
+    parser.add_argument("--gemm", choices=GEMM_ENGINES, default="numpy",
+                        help="library that runs the simulator's matrix products (same fp16 "
+                             "number model; onnxruntime is faster on large layers)")
+    parser.add_argument("--engine", choices=ENGINES, default="graph",
+                        help="how the simulator runs: 'graph' (runs of layers as onnxruntime "
+                             "sessions) or 'layers' (numpy, one layer at a time: the "
+                             "specification); same fp16 number model")
+    parser.add_argument("--layers", action="store_true",
+                        help="also compare every Mrvl layer's output with the tensor of the "
+                             "original model it computes, to find the first layer that loses "
+                             "accuracy (diagnostic rows: the exit status does not change)")
+    parser.add_argument("--quant-analysis", action="store_true",
+                        help="instead of the comparison: every Mrvl layer of an int8 artifact "
+                             "against the float MODEL it was quantized from, SNR (dB) and "
+                             "cosine, accumulated and isolated (diagnostic: exit status 0)")
+    parser.add_argument("--snr-threshold", type=float, default=20.0, metavar="DB",
+                        help="--quant-analysis: name the layers below this SNR (default 20)")
+    add_tolerance_args(parser)
+    return parser
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exc.code or 0)
+    if args.samples is not None and args.samples < 1:
+        print("mrvl-verify: error: --samples must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        tolerances = Tolerances().with_bounds(parse_tolerance_specs(args.atol, "--atol"),
+                                              parse_tolerance_specs(args.rtol, "--rtol"),
+                                              "given with --atol/--rtol")
+    except ValueError as exc:
+        print(f"mrvl-verify: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        _check_artifact_dir(args.artifact_dir, args.model)
+        feeds = None
+        if args.inputs:
+            specs = HybridSession(args.artifact_dir, engine="layers").input_specs
+            feeds = load_npz_feeds(args.inputs, specs, args.samples)
+        if args.quant_analysis:
+            return _quant_analysis(args, feeds)
+        result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
+                         samples=args.samples or 1, gemm=args.gemm, layers=args.layers,
+                         tolerances=tolerances, engine=args.engine)
+    except MrvlConvertError as exc:
+        print(f"mrvl-verify: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return EXIT_USAGE
+    unknown = _unknown_outputs([*tolerances.overrides], result)
+    if unknown:
+        print(f"mrvl-verify: error: --atol/--rtol name {', '.join(map(repr, unknown))}, which "
+              f"is not an output of the model (outputs: "
+              f"{', '.join(r.tensor for r in result.judged_rows)})", file=sys.stderr)
+        return EXIT_USAGE
+    print(result.format_table())
+    if _write_json(args.json_path, result.to_dict()) != EXIT_PASSED:
+        return EXIT_USAGE
+    return EXIT_PASSED if result.passed else EXIT_VERIFY_FAILED
+
+
+def _quant_analysis(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.ndarray]]]
+                    ) -> int:
+    from mrvl_convert.verify.quant_analysis import analyze_quantization
+
+    analysis = analyze_quantization(args.model, args.artifact_dir, feeds, seed=args.seed,
+                                    samples=args.samples or 1, gemm=args.gemm,
+                                    threshold_db=args.snr_threshold)
+    print(analysis.format_table())
+    return _write_json(args.json_path, analysis.to_dict())
+
+
+def _write_json(path: Optional[str], doc: Dict) -> int:
+    if path:
+        try:
+            with open(path, "w", encoding="utf-8") as handle:
+                json.dump(doc, handle, indent=1)
+        except OSError as exc:
+            print(f"mrvl-verify: error: cannot write {path}: {exc.strerror or exc}",
+                  file=sys.stderr)
+            return EXIT_USAGE
+    return EXIT_PASSED
+
+
+def _unknown_outputs(named: Sequence[str], result) -> List[str]:
+    """Tolerance names that are no output: a typo, which would otherwise check nothing."""
+    return sorted(set(named) - {row.tensor for row in result.judged_rows})
+
+
+def _check_artifact_dir(directory: str, model: str) -> None:
+    """An ArtifactError for a directory without manifest.json, naming the artifact directory
+    meant when ``directory`` is mrvl-convert's OUT (it holds OUT/<model name>/manifest.json)."""
+    root = Path(directory)
+    if (root / "manifest.json").is_file():
+        return
+    from mrvl_convert.frontend.load import safe_name
+    candidates = [p.parent for p in sorted(root.glob("*/manifest.json"))]
+    meant = root / safe_name(Path(model).stem)
+    if meant in candidates:
+        hint = f"; {root} is mrvl-convert's output directory: did you mean {meant}?"
+    elif candidates:
+        hint = (f"; artifact directories in it: "
+                f"{', '.join(str(p) for p in candidates[:5])}")
+    else:
+        hint = ""
+    raise ArtifactError(f"{root / 'manifest.json'}: manifest not found{hint}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""The exact rewrites of canonicalize: exporters' many spellings of one idiom become one form.
+
+Each rewrite keeps onnxruntime's result bit for bit (tests/test_canonical_forms.py runs the
+original and the rewritten graph on onnxruntime and compares), except ``Max(x, 0) -> Relu``,
+whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = -0, its Relu -0.
+
+- ``Sum(a, b, c, ...)`` -> ``Add(Add(a, b), c) ...``: onnxruntime's Sum adds its inputs left to
+  right into one accumulator, so the chain in the same order rounds the same way.
+- ``Clip(x, 0, +inf)`` and ``Max(x, 0)`` -> ``Relu(x)``. ``Clip(x, 0)`` with no max is left: it
+  clamps +inf to the largest float, which Relu does not.
+- ``Min(Relu(x), 6)`` -> ``Clip(x, 0, 6)``, the one Relu6 form (bounds as constant inputs from
+  opset 11, as attributes before).
+- ``Sub(x, c)`` -> ``Add(x, -c)``; ``Div(x, c)`` -> ``Mul(x, 1/c)`` when every 1/c is exact in the
+  tensor's type (c a power of two), otherwise the Div stays and ``kept`` says why.
+- ``Reshape`` of a 4-D tensor to ``[N, C*H*W]`` -> ``Flatten(axis=1)`` (same element order), so
+  the FC after it gets the weight-column permutation Flatten gets in lowering.
+
+A rewritten node keeps its name (the report finds it); a node merged into another is listed in
+``merged`` with the name of the node that now computes it; a node a rewrite adds (the partial
+sums of a Sum) is listed in ``derived`` with the node it comes from.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import const_value, is_const, present, static_shape
+
+
+@dataclass
+class Rewrites:
+    merged: Dict[str, str] = field(default_factory=dict)     # node -> node that computes it now
+    rewritten: Dict[str, str] = field(default_factory=dict)  # node -> what it became
+    kept: Dict[str, str] = field(default_factory=dict)       # node -> why it was not rewritten
+    derived: Dict[str, str] = field(default_factory=dict)    # new node -> node it comes from
+
+
+def rewrite(graph: gs.Graph, opset: int) -> Rewrites:
+    """Apply every rewrite to ``graph`` in place (the caller cleans up and sorts it)."""
+    done = Rewrites()
+    names = _Names(graph)
+    for node in list(graph.nodes):
+        handler = _HANDLERS.get(node.op)
+        if handler is not None and node.outputs:
+            handler(graph, node, done, names, opset)
+    return done
+
+
+class _Names:
+    """Fresh node and tensor names that collide with nothing in the graph."""
+
+    def __init__(self, graph: gs.Graph) -> None:
+        self.used = {n.name for n in graph.nodes} | set(graph.tensors())
+
+    def fresh(self, base: str) -> str:
+        name, k = base, 0
+        while name in self.used:
+            k += 1
+            name = f"{base}_{k}"
+        self.used.add(name)
+        return name
+
+
+def _set_inputs(node: gs.Node, tensors: List[gs.Tensor]) -> None:
+    # graphsurgeon's input lists keep tensor.outputs in step; slice assignment bypasses that.
+    node.inputs.clear()
+    node.inputs.extend(tensors)
+
+
+def _float_const(tensor: Optional[gs.Tensor]) -> Optional[np.ndarray]:
+    if tensor is None or not is_const(tensor):
+        return None
+    value = const_value(tensor)
+    return value if np.issubdtype(value.dtype, np.floating) else None
+
+
+def _split_const(node: gs.Node):
+    """(activation, constant value) of a binary op with exactly one float constant operand."""
+    if len(node.inputs) != 2:
+        return None, None, None
+    a, b = node.inputs
+    if is_const(a) == is_const(b):
+        return None, None, None
+    act, const = (b, a) if is_const(a) else (a, b)
+    value = _float_const(const)
+    # The constant must not broadcast the activation to a larger shape.
+    if value is None or static_shape(act) is None or static_shape(act) != static_shape(
+            node.outputs[0]):
+        return None, None, None
+    return act, const, value
+
+
+def _sum(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+    inputs = list(node.inputs)
+    if len(inputs) < 2 or any(not t.name for t in inputs):
+        return
+    acc = inputs[0]
+    for k, term in enumerate(inputs[1:-1], start=1):
+        shapes = [static_shape(t) for t in inputs[:k + 1]]
+        shape = list(np.broadcast_shapes(*shapes)) if None not in shapes else None
+        partial = gs.Variable(names.fresh(f"{node.outputs[0].name}_partial{k}"),
+                              dtype=node.outputs[0].dtype, shape=shape)
+        add = gs.Node("Add", names.fresh(f"{node.name}_add{k}"), inputs=[acc, term],
+                      outputs=[partial])
+        graph.nodes.append(add)
+        done.derived[add.name] = node.name
+        acc = partial
+    node.op = "Add"
+    _set_inputs(node, [acc, inputs[-1]])
+    if len(inputs) > 2:
+        done.rewritten[node.name] = (f"Sum of {len(inputs)} inputs became a chain of "
+                                     f"{len(inputs) - 1} Add, left to right as onnxruntime sums")
+    else:
+        done.rewritten[node.name] = "Sum of 2 inputs became Add"
+
+
+def _to_relu(node: gs.Node, act: gs.Tensor, done: Rewrites, what: str) -> None:
+    node.op = "Relu"
+    _set_inputs(node, [act])
+    node.attrs.clear()
+    done.rewritten[node.name] = f"{what} became Relu"
+
+
+def _max(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+    act, _, value = _split_const(node)
+    if act is not None and value.size and not np.any(value):
+        _to_relu(node, act, done, "Max(x, 0)")
+
+
+def _clip_bounds(node: gs.Node, opset: int):
+    """(min, max) as floats (None when absent), or False when a bound is not a constant."""
+    if opset < 11:
+        low, high = node.attrs.get("min"), node.attrs.get("max")
+        return (None if low is None else float(low), None if high is None else float(high))
+    bounds = []
+    for index in (1, 2):
+        tensor = present(node, index)
+        if tensor is None:
+            bounds.append(None)
+            continue
+        value = _float_const(tensor)
+        if value is None or value.size != 1:
+            return False
+        bounds.append(float(value.reshape(-1)[0]))
+    return tuple(bounds)
+
+
+def _clip(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+    bounds = _clip_bounds(node, opset)
+    if not bounds or bounds[0] != 0.0:
+        return
+    if bounds[1] == float("inf"):
+        _to_relu(node, node.inputs[0], done, "Clip(x, 0, +inf)")
+    elif bounds[1] is None:
+        done.kept[node.name] = ("Clip(x, 0) stays: without a max it clamps +inf to the largest "
+                                "float, where Relu keeps +inf")
+
+
+def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+    act, _, value = _split_const(node)
+    if act is None or not value.size or not np.all(value == 6.0) or len(act.inputs) != 1:
+        return
+    relu = act.inputs[0]
+    if relu.op != "Relu" or len(act.outputs) != 1 or act in graph.outputs:
+        return
+    source = relu.inputs[0]
+    node.op = "Clip"
+    node.attrs.clear()
+    if opset < 11:
+        _set_inputs(node, [source])
+        node.attrs.update(min=0.0, max=6.0)
+    else:
+        dtype = value.dtype
+        _set_inputs(node, [source,
+                           gs.Constant(names.fresh(f"{node.name}_min"), np.array(0, dtype)),
+                           gs.Constant(names.fresh(f"{node.name}_max"), np.array(6, dtype))])
+    relu.inputs.clear()
+    relu.outputs.clear()
+    done.merged[relu.name] = node.name
+    done.rewritten[node.name] = f"Min(Relu(x), 6) became Clip(x, 0, 6) (with {relu.name})"
+
+
+def _sub(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+    act, const, value = _split_const(node)
+    if act is None or node.inputs[0] is not act:
+        return  # c - x would need a Neg
+    negated = gs.Constant(names.fresh(f"{const.name}_negated"), np.asarray(np.negative(value)))
+    node.op = "Add"
+    _set_inputs(node, [act, negated])
+    done.rewritten[node.name] = "Sub by a constant became Add of its negation"
+
+
+def _div(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+    act, const, value = _split_const(node)
+    if act is None or node.inputs[0] is not act:
+        return
+    with np.errstate(divide="ignore", over="ignore"):
+        inverse = np.asarray(1.0 / value.astype(np.float64)).astype(value.dtype)
+        # Both are exact in float64 (at most 2 x 24 significant bits): the product is 1 only
+        # when 1/c is exactly the stored inverse, i.e. c is a power of two.
+        exact = np.all(np.isfinite(inverse)) and np.all(
+            inverse.astype(np.float64) * value.astype(np.float64) == 1.0)
+    if not exact:
+        done.kept[node.name] = ("Div by a constant stays Div: 1/c is not exact in "
+                                f"{value.dtype} for every c (not all powers of two)")
+        return
+    node.op = "Mul"
+    _set_inputs(node, [act, gs.Constant(names.fresh(f"{const.name}_inverse"), inverse)])
+    done.rewritten[node.name] = "Div by a power-of-two constant became Mul by its inverse"
+
+
+def _reshape(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if not src or not dst or len(src) != 4 or len(dst) != 2:
+        return
+    if dst != [src[0], int(np.prod(src[1:]))]:
+        return
+    node.op = "Flatten"
+    _set_inputs(node, [node.inputs[0]])
+    node.attrs.clear()
+    node.attrs["axis"] = 1
+    done.rewritten[node.name] = "Reshape of a 4-D tensor to [batch, features] became Flatten"
+
+
+_Handler = Callable[[gs.Graph, gs.Node, Rewrites, _Names, int], None]
+_HANDLERS: Dict[str, _Handler] = {
+    "Sum": _sum, "Max": _max, "Clip": _clip, "Min": _min, "Sub": _sub, "Div": _div,
+    "Reshape": _reshape,
+}

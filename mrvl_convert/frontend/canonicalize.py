@@ -1,0 +1,140 @@
+"""Stage 2, canonicalize: one shape for each idiom, so the rules see fewer variants.
+
+Requires: a ``LoadedModel`` (checked, shaped).
+Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
+constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
+compute), Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
+one form (``canonical_forms.py``), and dead nodes are removed. Every node of the loaded model
+that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
+node that now computes it.
+
+Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
+the original did; the one exception, ``Max(x, 0) -> Relu``, differs only in the sign of a zero
+(onnxruntime's Relu keeps -0, its Max gives +0). Fusions that change rounding (BatchNormalization into Conv) happen when a rule
+lowers a composite onto the accelerator, never on a CPU path.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict
+
+import onnx
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import static_shape
+from mrvl_convert.frontend.canonical_forms import rewrite
+from mrvl_convert.frontend.load import LoadedModel
+from mrvl_convert.frontend.qdq import dedicate_dequantize
+
+_REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
+
+
+@dataclass
+class CanonicalGraph:
+    graph: gs.Graph
+    removed: Dict[str, str] = field(default_factory=dict)   # node name -> why it is gone
+    op_types: Dict[str, str] = field(default_factory=dict)  # every loaded node -> op type
+    merged: Dict[str, str] = field(default_factory=dict)    # node name -> node computing it now
+    rewritten: Dict[str, str] = field(default_factory=dict)  # node name -> what it became
+    kept: Dict[str, str] = field(default_factory=dict)      # node name -> why not rewritten
+    derived: Dict[str, str] = field(default_factory=dict)   # added node -> loaded node it is from
+    copies: Dict[str, str] = field(default_factory=dict)    # DequantizeLinear copy -> its original
+
+
+def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
+    graph = gs.import_onnx(loaded.proto)
+    op_types = {n.name: n.op for n in graph.nodes}
+    removed: Dict[str, str] = {}
+    constant_nodes = {n.name for n in graph.nodes if n.op == "Constant"}
+    _fold_constants(graph)
+    after_fold = {n.name for n in graph.nodes}
+    for name in op_types:
+        if name not in after_fold:
+            removed[name] = ("Constant node turned into an initializer" if name in constant_nodes
+                             else "computed at conversion time (constant folding)")
+    for node in list(graph.nodes):
+        reason = _REMOVABLE.get(node.op)
+        if reason and _bypass(graph, node):
+            removed[node.name] = f"removed by canonicalize: {reason}"
+    forms = rewrite(graph, _opset(loaded))
+    copies = dedicate_dequantize(graph)
+    before_cleanup = {n.name for n in graph.nodes}
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if _has_unknown_shapes(graph):
+        graph = _reinfer_shapes(graph, loaded.proto)
+    for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
+        removed.setdefault(name, "removed by canonicalize: its outputs are never used")
+    return CanonicalGraph(graph=graph, removed=removed, op_types=op_types, merged=forms.merged,
+                          rewritten=forms.rewritten, kept=forms.kept,
+                          derived={**forms.derived, **copies}, copies=copies)
+
+
+def _opset(loaded: LoadedModel) -> int:
+    return next(o.version for o in loaded.proto.opset_import if o.domain in ("", "ai.onnx"))
+
+
+# Fold every constant, however large: the same as graphsurgeon's size_threshold=None, without
+# its "foldable nodes that produce large outputs" warning.
+_NO_SIZE_LIMIT = 1 << 62
+
+
+def _fold_constants(graph: gs.Graph) -> None:
+    # graphsurgeon's logger is one process-wide object whose severity is a plain attribute:
+    # lowering it around this call would race with another thread's conversion. So the logger
+    # is left alone; the size limit keeps the one warning every large model would print, and
+    # graphsurgeon still prints a warning when onnxruntime cannot evaluate a constant subgraph
+    # (that subgraph then stays in the graph, and on CPU).
+    graph.fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT).cleanup(
+        remove_unused_graph_inputs=False)
+
+
+def _has_unknown_shapes(graph: gs.Graph) -> bool:
+    tensors = [t for n in graph.nodes for t in n.outputs] + list(graph.outputs)
+    return any(static_shape(t) is None for t in tensors if t.name)
+
+
+def _reinfer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> gs.Graph:
+    """Shapes that depended on folded values (Shape -> Gather -> Reshape) are static now."""
+    proto = gs.export_onnx(graph, do_type_check=False)
+    proto.ir_version = original.ir_version
+    del proto.graph.value_info[:]
+    for output in proto.graph.output:
+        dims = output.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") for d in dims):
+            output.type.tensor_type.ClearField("shape")
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # the shapes we had stay: rules report the tensors still unknown
+        return graph
+    return gs.import_onnx(proto).cleanup(remove_unused_graph_inputs=False).toposort()
+
+
+def _bypass(graph: gs.Graph, node: gs.Node) -> bool:
+    """Drop a pass-through node; False when it must stay (e.g. it links two graph names)."""
+    if node.op == "Dropout":
+        if len(node.outputs) > 1 and node.outputs[1].outputs:
+            return False  # the mask is used
+        if len(node.inputs) > 2 and not isinstance(node.inputs[2], gs.Constant):
+            return False  # training_mode decided at run time
+        if len(node.inputs) > 2 and bool(node.inputs[2].values):
+            return False
+    src, dst = node.inputs[0], node.outputs[0]
+    if dst in graph.outputs:
+        if src in graph.inputs or src in graph.outputs or isinstance(src, gs.Constant):
+            return False
+        if len(src.outputs) != 1:
+            return False
+        # The producer writes the graph output directly, keeping the output's name.
+        producer = src.inputs[0]
+        index = producer.outputs.index(src)
+        node.outputs.clear()
+        node.inputs.clear()
+        producer.outputs[index] = dst
+        return True
+    for consumer in list(dst.outputs):
+        for i, tensor in enumerate(consumer.inputs):
+            if tensor is dst:
+                consumer.inputs[i] = src
+    node.outputs.clear()
+    node.inputs.clear()
+    return True

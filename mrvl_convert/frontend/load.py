@@ -1,0 +1,357 @@
+"""Stage 1, load: bytes on disk (or a ModelProto) to a checked, fully shaped ONNX model.
+
+Requires: a path to an ONNX file or an ``onnx.ModelProto``.
+Ensures: the returned ``LoadedModel.proto`` passes ``onnx.checker``, uses an opset in the
+supported range and an IR version onnxruntime accepts, has every node named uniquely, has no
+dynamic dimension left on its inputs, and carries inferred shapes for every tensor that shape
+inference can reach. Anything else raises a ``MrvlConvertError`` subclass naming the model.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import numbers
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Dict, List, Mapping, Optional, Sequence, Union
+
+import onnx
+from onnx import shape_inference
+
+from mrvl_convert.core.tensors import (all_tensors, check_sizes, external_files, is_external, load_external,
+                       model_dir)
+from mrvl_convert.errors import (InvalidModelError, ModelLoadError, ShapeError,
+                     UnsupportedModelError)
+
+MIN_OPSET = 7
+MAX_OPSET = onnx.defs.onnx_opset_version()
+# onnxruntime 1.31 refuses IR > 13 and onnx 1.23 writes 14 by default.
+MAX_RUNTIME_IR = 10
+# Domains onnxruntime can execute out of the box; anything else would leave a CPU stage nobody runs.
+KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
+
+# Element types with a plain numpy dtype (bfloat16, float8 and 4-bit types have none).
+NUMPY_ELEM_TYPES = tuple(getattr(onnx.TensorProto, n) for n in (
+    "FLOAT", "FLOAT16", "DOUBLE", "INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32",
+    "UINT64", "BOOL"))
+
+ModelLike = Union[str, os.PathLike, onnx.ModelProto]
+
+
+@dataclass
+class LoadedModel:
+    name: str                     # safe for file names: [A-Za-z0-9_.-]
+    label: str                    # what error messages call the model (its path, or its name)
+    sha256: str
+    proto: onnx.ModelProto        # normalised, shaped
+    original_names: Dict[str, str] = field(default_factory=dict)  # our unique name -> name in file
+    input_shapes: Dict[str, List[int]] = field(default_factory=dict)
+
+
+def safe_name(text: str) -> str:
+    """A file-name-safe version of a model name: never a path separator, never '..'."""
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._")
+    return cleaned or "model"
+
+
+def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
+               name: Optional[str] = None) -> LoadedModel:
+    proto, label, raw, default_name, path = _read(model)
+    _check_opsets(proto, label)
+    _normalise_ir(proto)
+    original_names = name_nodes(proto)
+    _check_unique_tensors(proto, label)
+    # Before the checker: it names the node and the tensor of a cycle or a missing initializer.
+    _check_initializers(proto, label)
+    _run_checker(proto, path, label)
+    _check_domains(proto, label)
+    fixed = _fix_input_shapes(proto, shapes or {}, label)
+    proto = _infer_shapes(proto, label)
+    _check_dtypes(proto, label)
+    _check_negative_dims(proto, label)
+    if path is not None:
+        # Weights are read last: checks and shape inference stay cheap on a >2 GiB model.
+        load_external(proto, model_dir(path), label)
+    check_sizes(proto, label)
+    model_name = safe_name(name or default_name or proto.graph.name or "model")
+    return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
+                       proto=proto, original_names=original_names, input_shapes=fixed)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _run_checker(proto: onnx.ModelProto, path: Optional[Path], label: str) -> None:
+    # Given a ModelProto the checker looks for external data files in the working directory;
+    # given the path it looks next to the model (and never reads the weights).
+    uses_external = path is not None and any(is_external(t) for t, _ in all_tensors(proto))
+    try:
+        onnx.checker.check_model(str(path) if uses_external else proto)
+    except onnx.checker.ValidationError as exc:
+        message = " ".join(str(exc).split())[:400]  # the checker's messages span several lines
+        raise InvalidModelError(f"fails the ONNX checker: {message}", model=label) from None
+
+
+def _read(model: ModelLike):
+    if isinstance(model, onnx.ModelProto):
+        raw = model.SerializeToString(deterministic=True)
+        external_files(model, None, model.graph.name or "<ModelProto>")
+        return (copy.deepcopy(model), (model.graph.name or "<ModelProto>"), raw, model.graph.name,
+                None)
+    path = Path(model)
+    label = str(path)
+    if not path.is_file():
+        raise ModelLoadError("no such file", model=label)
+    raw = path.read_bytes()
+    try:
+        proto = onnx.load_model_from_string(raw)
+    except Exception as exc:  # protobuf raises DecodeError, onnx may raise others
+        raise ModelLoadError(f"is not an ONNX model (protobuf does not parse: {_first_line(exc)})",
+                             model=label) from None
+    if not proto.HasField("graph") and not proto.opset_import:
+        raise ModelLoadError("is not an ONNX model (no graph in the protobuf)", model=label)
+    external_files(proto, model_dir(path), label)  # before any check reads a byte of it
+    return proto, label, raw, path.stem, path
+
+
+def _check_opsets(proto: onnx.ModelProto, label: str) -> None:
+    if not proto.graph.node:
+        raise InvalidModelError("the graph is empty (no nodes)", model=label)
+    if not proto.graph.output:
+        raise InvalidModelError("the graph has no outputs: there is nothing to compute",
+                                model=label)
+    default = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
+    if not default:
+        raise UnsupportedModelError("declares no default-domain opset", model=label)
+    version = default[0]
+    if not MIN_OPSET <= version <= MAX_OPSET:
+        raise UnsupportedModelError(
+            f"uses opset {version}; supported opsets are {MIN_OPSET} to {MAX_OPSET} "
+            "(convert it with onnx.version_converter first)", model=label)
+
+
+def _normalise_ir(proto: onnx.ModelProto) -> None:
+    # IR < 4 lists initializers as graph inputs; the exporters keep them out from IR 4 on.
+    if proto.ir_version < 4:
+        init_names = {t.name for t in proto.graph.initializer}
+        keep = [i for i in proto.graph.input if i.name not in init_names]
+        del proto.graph.input[:]
+        proto.graph.input.extend(keep)
+        proto.ir_version = 4
+    if proto.ir_version > MAX_RUNTIME_IR:
+        needed = max(onnx.helper.find_min_ir_version_for(list(proto.opset_import), True), 4)
+        proto.ir_version = min(proto.ir_version, max(needed, MAX_RUNTIME_IR))
+
+
+def name_nodes(proto: onnx.ModelProto) -> Dict[str, str]:
+    """Give every node a unique name so the report can speak about each one; returns
+    {our name: name in the file}. Deterministic: ``compare`` names the original model's nodes
+    the same way to find a layer's ``source_nodes``."""
+    seen: set = set()
+    original: Dict[str, str] = {}
+    for index, node in enumerate(proto.graph.node):
+        name = node.name
+        if not name or name in seen:
+            base = f"{node.op_type}_{index}" if not name else f"{name}_{index}"
+            name = base
+            suffix = 1
+            while name in seen:
+                name = f"{base}_{suffix}"
+                suffix += 1
+        seen.add(name)
+        original[name] = node.name
+        node.name = name
+    return original
+
+
+def _check_unique_tensors(proto: onnx.ModelProto, label: str) -> None:
+    graph = proto.graph
+    produced: Dict[str, str] = {}
+    for init in graph.initializer:
+        produced[init.name] = "initializer"
+    for inp in graph.input:
+        if inp.name in produced and produced[inp.name] != "initializer":
+            raise InvalidModelError("is declared twice as a graph input", model=label,
+                                    tensor=inp.name)
+        produced.setdefault(inp.name, "graph input")
+    for node in graph.node:
+        for out in node.output:
+            if not out:
+                continue
+            if out in produced:
+                raise InvalidModelError(
+                    f"is produced twice (by {produced[out]} and by node {node.name!r}); "
+                    "tensor names must be unique", model=label, tensor=out)
+            produced[out] = f"node {node.name!r}"
+
+
+def _check_domains(proto: onnx.ModelProto, label: str) -> None:
+    local = {f.domain for f in proto.functions}
+    for node in proto.graph.node:
+        if node.domain not in KNOWN_DOMAINS and node.domain not in local:
+            raise UnsupportedModelError(
+                f"uses op {node.op_type!r} from the unknown domain {node.domain!r}; neither the "
+                "accelerator nor onnxruntime can run it", model=label, node=node.name)
+
+
+def _check_initializers(proto: onnx.ModelProto, label: str) -> None:
+    """Every node input must come from somewhere: onnx.checker does not look at this."""
+    available = {i.name for i in proto.graph.input} | {t.name for t in proto.graph.initializer}
+    available |= {t.values.name for t in proto.graph.sparse_initializer}
+    for node in proto.graph.node:
+        for name in node.input:
+            if name and name not in available:
+                producer = _producer_of(proto, name)
+                if producer is None:
+                    raise InvalidModelError(
+                        "is read but never produced: no graph input, initializer or node makes it "
+                        "(a missing initializer?)", model=label, node=node.name, tensor=name)
+                raise InvalidModelError(
+                    f"is read before node {producer!r} produces it: the graph has a cycle or is "
+                    "not in topological order", model=label, node=node.name, tensor=name)
+        available.update(o for o in node.output if o)
+
+
+def _producer_of(proto: onnx.ModelProto, tensor: str) -> Optional[str]:
+    for node in proto.graph.node:
+        if tensor in node.output:
+            return node.name
+    return None
+
+
+def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
+                      label: str) -> Dict[str, List[int]]:
+    inputs = {i.name: i for i in proto.graph.input}
+    for name in shapes:
+        if name not in inputs:
+            raise ShapeError(f"--input-shape names {name!r}, which is not a graph input "
+                             f"(inputs: {', '.join(sorted(inputs)) or 'none'})", model=label)
+    fixed: Dict[str, List[int]] = {}
+    for name, value in inputs.items():
+        if not value.type.HasField("tensor_type"):
+            raise UnsupportedModelError("is not a tensor input", model=label, tensor=name)
+        dims = value.type.tensor_type.shape.dim
+        wanted = shapes.get(name)
+        if wanted is not None:
+            wanted = shape_override(name, wanted, label)
+            if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
+                raise ShapeError(f"has rank {len(dims)} but the given shape {wanted} has rank "
+                                 f"{len(wanted)}", model=label, tensor=name)
+            if any(d <= 0 for d in wanted):
+                raise ShapeError(f"given shape {wanted} must have positive dims", model=label,
+                                 tensor=name)
+            for dim, size in zip(dims, wanted):
+                if static_dim(dim) and dim.dim_value != size:
+                    raise ShapeError(f"has static dim {dim.dim_value} where the given shape says "
+                                     f"{size}", model=label, tensor=name)
+            value.type.tensor_type.shape.Clear()
+            for size in wanted:
+                value.type.tensor_type.shape.dim.add().dim_value = size
+            fixed[name] = wanted
+            continue
+        if not value.type.tensor_type.HasField("shape"):
+            raise ShapeError("has no shape; give one with --input-shape "
+                             f"{name}:1,3,224,224 (shapes={{{name!r}: [...]}})", model=label,
+                             tensor=name)
+        sizes = []
+        for axis, dim in enumerate(dims):
+            if not static_dim(dim):
+                raise ShapeError(f"{_unsized(axis, dim)}; fix it with "
+                                 f"{_shape_hint(name, dims)}", model=label, tensor=name)
+            sizes.append(dim.dim_value)
+        fixed[name] = sizes
+    return fixed
+
+
+def _unsized(axis: int, dim: onnx.TensorShapeProto.Dimension) -> str:
+    """Why a dim has no size: a 0 is named as written (an empty tensor, or some exporters'
+    unknown), not called dynamic."""
+    if dim.HasField("dim_value") and dim.dim_value == 0:
+        return (f"has dim {axis} of size 0 (an empty tensor, or an unknown size some exporters "
+                "write as 0)")
+    symbol = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value") else "?")
+    return f"has dynamic dim {axis} ({symbol!r})"
+
+
+def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
+    """``--input-shape x:1,3,320,320 (shapes={'x': [1, 3, 320, 320]})`` when only the batch is
+    unknown (batch 1); otherwise the unknown sizes as ``<symbol>`` placeholders."""
+    parts = [str(d.dim_value) if static_dim(d)
+             else "1" if axis == 0 else f"<{d.dim_param or 'size'}>"
+             for axis, d in enumerate(dims)]
+    if all(p.isdigit() for p in parts):
+        return (f"--input-shape {name}:{','.join(parts)} "
+                f"(shapes={{{name!r}: [{', '.join(parts)}]}})")
+    return (f"--input-shape {name}:{','.join(parts)}, each <...> replaced by a size "
+            f"(shapes={{{name!r}: [...]}})")
+
+
+def _check_dtypes(proto: onnx.ModelProto, label: str) -> None:
+    """Tensors of the main graph must have a numpy dtype: any of them may become a stage
+    boundary, which the manifest, graphsurgeon and HybridSession describe by numpy dtype."""
+    graph = proto.graph
+    typed = [(v.name, v.type.tensor_type.elem_type) for v in
+             list(graph.input) + list(graph.output) + list(graph.value_info)
+             if v.type.HasField("tensor_type")]
+    typed += [(t.name, t.data_type) for t in graph.initializer]
+    for name, elem in typed:
+        if elem not in NUMPY_ELEM_TYPES:
+            kind = onnx.TensorProto.DataType.Name(elem) if elem in \
+                onnx.TensorProto.DataType.values() else str(elem)
+            raise UnsupportedModelError(
+                f"has element type {kind}; supported are "
+                f"{', '.join(onnx.TensorProto.DataType.Name(e) for e in NUMPY_ELEM_TYPES)}",
+                model=label, tensor=name)
+
+
+def shape_override(name: str, dims: object, label: Optional[str] = None) -> List[int]:
+    """A user-given shape (``shapes={name: dims}``) as a list of ints, or a ShapeError naming the
+    input: no strings, no floats (1.5 is not truncated to 1), no bools."""
+    ok = isinstance(dims, (list, tuple)) or (hasattr(dims, "__len__") and hasattr(dims, "dtype"))
+    values = list(dims) if ok else []
+    if not ok or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
+                         for d in values):
+        raise ShapeError(f"the given shape {dims!r} must be a list of whole numbers, e.g. "
+                         "[1, 3, 224, 224]", model=label, tensor=name)
+    return [int(d) for d in values]
+
+
+def _check_negative_dims(proto: onnx.ModelProto, label: str) -> None:
+    """A negative size from shape inference (a pool window larger than its padded input...)
+    is a model onnxruntime refuses: say so here, naming the node, not in a schema error later."""
+    graph = proto.graph
+    for value in list(graph.value_info) + list(graph.output):
+        dims = [d.dim_value for d in value.type.tensor_type.shape.dim]
+        if any(d < 0 for d in dims):
+            raise InvalidModelError(
+                f"shape inference gives it the negative shape {dims} (e.g. a window larger than "
+                "its padded input); onnxruntime refuses such a model",
+                model=label, node=_producer_of(proto, value.name), tensor=value.name)
+
+
+def static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
+    """A dim with a size. Exporters write a dynamic dim as a dim_param, or (Paddle) as
+    ``dim_value: -1``; both are dynamic, and 0 is no size either."""
+    return dim.HasField("dim_value") and dim.dim_value > 0
+
+
+def _infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+    # Value infos written by exporters can carry stale symbolic dims: infer from scratch.
+    del proto.graph.value_info[:]
+    for output in proto.graph.output:
+        # A declared -1 would survive inference (and reach the manifest): make it unknown.
+        for dim in output.type.tensor_type.shape.dim:
+            if dim.HasField("dim_value") and dim.dim_value <= 0:
+                dim.Clear()
+    try:
+        return shape_inference.infer_shapes(proto, check_type=True, strict_mode=True,
+                                            data_prop=True)
+    except Exception as exc:
+        text = _first_line(exc)
+        node = re.search(r"node name: ([^)]*)\)", text)
+        raise InvalidModelError(f"shape inference fails: {text}", model=label,
+                                node=node[1] if node else None) from None

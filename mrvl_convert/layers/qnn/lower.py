@@ -1,0 +1,240 @@
+"""int8 forms of the Marvell layers, from QDQ models (onnxruntime ``quantize_static``, QDQ).
+
+A QDQ region ``DequantizeLinear -> op -> QuantizeLinear`` (rules/marvell/qnn.yaml) lowers to the
+op's own layer kind carrying per-tensor scales, as the newer Marvell codegen writes its int8
+composites (princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3
+src/relay/backend/contrib/mrvl/codegen.cc ``CreateCompositeMrvlQnnConv2DLayer``,
+``CreateCompositeMrvlQnnFcLayer``, ``CreateCompositeMrvlQnnSumLayer``,
+``CreateCompositeMrvlQnnAvgpool2DLayer``, ``CreateCompositeMrvlQnnGlobalAvgpool2DLayer``,
+``CreateMrvlQuantLayer``, ``SetScaleAttr``): Conv2D and FC ``input_scale``, ``weight_scale``,
+``output_scale``; Sum2D ``lhs_input_scale``, ``rhs_input_scale``, ``output_scale``; pools
+``input_scale``, ``output_scale``; one float each, no zero point; int8 weights and int32 biases.
+Region edges become ``quant`` layers: ``output_scale`` quantizes float32 to int8, ``input_scale``
+dequantizes int8 to float32. The other int8 kinds have homes of their own: ``qnn_mul.py`` (Mul2D),
+``qnn_activations.py`` (QnnSigmoid, QnnTanh), ``qnn_concat.py`` (Concat of int8 values) and
+``qnn_requant.py`` (requant: another scale, e.g. after a fused Relu that has its own). Max pooling and layers that only move bytes run on the int8 values
+as they are, as in the codegen, which writes no scale for them.
+
+The number model (``kernels``: onnxruntime's, so that the simulator reproduces its execution of
+the QDQ model): int8 x int8 products summed exactly into int32 with the int32 bias, requantized
+by float32(acc) * (input_scale * weight_scale / output_scale) in float32, rounded half to even
+and saturated to [-128, 127]; Sum2D and pools dequantize to float32, compute, and quantize
+(x / scale, half to even, saturated). Int8 activations flow as float32 arrays of integers.
+"""
+from __future__ import annotations
+
+import dataclasses
+from types import MappingProxyType
+from typing import Callable, List, Mapping, Optional, Tuple
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import attr, const_value, conv_pads, present, static_shape
+from mrvl_convert.ir.layout import NHWC, Layer, LayoutContext, TensorLayout
+from mrvl_convert.ir.match import Composite
+from mrvl_convert.core.graph import producer, scale_of
+from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
+from mrvl_convert.layers._kind import MARVELL, Activation, Attr, LayerKind, roles
+from mrvl_convert.layers._lowering import new_layer, spatial_out
+from mrvl_convert.layers.qnn.requant import emit_with_requant
+
+_SOURCE = ("princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
+           "src/relay/backend/contrib/mrvl/codegen.cc")
+
+
+def _scale(name: str, doc: str) -> Attr:
+    return Attr(name, "float", doc, default=None)
+
+
+INPUT_SCALE = _scale("input_scale", "int8: scale of the input (one float, zero point 0)")
+WEIGHT_SCALE = _scale("weight_scale", "int8: scale of the int8 kernel constant")
+OUTPUT_SCALE = _scale("output_scale", "int8: scale of the int8 output")
+LHS_INPUT_SCALE = _scale("lhs_input_scale", "int8: scale of the first operand")
+RHS_INPUT_SCALE = _scale("rhs_input_scale", "int8: scale of the second operand (or constant)")
+
+# The int8 attributes and kernel each quantizable kind gains (``int8_form``).
+_INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
+    "Conv2D": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.Conv2DInt8Kernel),
+    "FC": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.FCInt8Kernel),
+    "Sum2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Sum2DInt8Kernel),
+    "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Avgpool2DInt8Kernel),
+    "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.GlobalAvgpool2DInt8Kernel),
+    "Mul2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_mul.Mul2DInt8Kernel),
+})
+
+
+def int8_form(kind: LayerKind) -> LayerKind:
+    """``kind`` with its int8 attributes (declared after its own) and int8 kernel."""
+    attrs, kernel = _INT8[kind.name]
+    return dataclasses.replace(kind, attrs=kind.attrs + attrs, int8_kernel=kernel)
+
+
+# ------------------------------------------------------------------------------------ lowering
+def is_quantized(composite: Composite) -> bool:
+    """Whether a composite is an int8 one (an int8 chain, or a region-edge quant layer)."""
+    return composite.rule.layer == "quant" or composite.binding.node("in_dq") is not None
+
+
+Lower = Callable[[Composite, LayoutContext], None]
+
+
+def lower(composite: Composite, ctx: LayoutContext, float_lower: Optional[Lower]) -> None:
+    """Lower an int8 composite; ``float_lower`` is its kind's own lowering, which layers that
+    only move or select values (Maxpool2D, reshape, ...) reuse on the int8 data."""
+    first = len(ctx.layers)
+    own = _LOWER.get(composite.rule.layer)
+    if own is not None:
+        own(composite, ctx)
+    else:
+        in_dq = composite.binding.node("in_dq")
+        ctx.alias(in_dq.outputs[0], in_dq.inputs[0], ctx.layout(in_dq.inputs[0]))
+        float_lower(composite, ctx)
+        _add_pool_scales(composite, ctx.layers[first:])
+    for layer in ctx.layers[first:]:
+        if layer.kind != "quant":
+            layer.dtype = "int8"
+
+
+def _add_pool_scales(composite: Composite, layers: List[Layer]) -> None:
+    if composite.rule.layer not in ("Avgpool2D", "GlobalAvgpool2D"):
+        return
+    made = [layer for layer in layers if layer.rule == composite.rule.name][-1]
+    made.attrs["input_scale"] = scale_of(composite.binding.node("in_dq"))
+    made.attrs["output_scale"] = scale_of(composite.binding.node("out_q"))
+
+
+def _output(composite: Composite) -> Tuple[float, Optional[Activation]]:
+    """The output scale and fused activation of a chain ending ``out_q [act_dq act act_q]``
+    (the rules let in a Relu, or a Clip that is one at the output scale: max(q, 0) in the
+    layer's own output scale is exact, a requant follows where the Relu has another scale)."""
+    act = composite.binding.node("act")
+    return scale_of(composite.binding.node("out_q")), (Activation.RELU if act else None)
+
+
+def _int_const(tensor: gs.Tensor, dtype: type) -> np.ndarray:
+    """The integer constant a DequantizeLinear reads (rules checked it is one)."""
+    return const_value(producer(tensor).inputs[0]).astype(dtype)
+
+
+def _block_diagonal(weights: np.ndarray, groups: int) -> np.ndarray:
+    """[O, I/g, KH, KW] grouped int8 weights as one ordinary [O, I, KH, KW] convolution: the int8
+    codegen expands depthwise and grouped kernels (the added taps are zeros, exact)."""
+    out_channels, per_group, kh, kw = weights.shape
+    full = np.zeros((out_channels, per_group * groups, kh, kw), weights.dtype)
+    per_out = out_channels // groups
+    for g in range(groups):
+        full[g * per_out:(g + 1) * per_out, g * per_group:(g + 1) * per_group] = \
+            weights[g * per_out:(g + 1) * per_out]
+    return full
+
+
+def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
+    conv, in_dq = composite.binding.node("conv"), composite.binding.node("in_dq")
+    weights = _int_const(conv.inputs[1], np.int8)
+    out_channels, _, kh, kw = weights.shape
+    bias = present(conv, 2)
+    bias = _int_const(bias, np.int32).reshape(-1) if bias is not None else \
+        np.zeros(out_channels, np.int32)
+    strides = attr(conv, "strides", [1, 1])
+    dilations = attr(conv, "dilations", [1, 1])
+    pads = conv_pads(conv, static_shape(conv.inputs[0]), [kh, kw], strides, dilations,
+                     static_shape(conv.outputs[0]))
+    groups = int(attr(conv, "group", 1))
+    if groups > 1:
+        weights = _block_diagonal(weights, groups)
+    index, layout = ctx.require(in_dq.inputs[0], NHWC)
+    output_scale, activation = _output(composite)
+    attrs = {"strides": tuple(strides), "padding": tuple(pads), "dilation": tuple(dilations),
+             "groups": 1, "channels": out_channels, "kernel_size": (kh, kw),
+             "activation_type": activation, "input_scale": scale_of(in_dq),
+             "weight_scale": scale_of(producer(conv.inputs[1])), "output_scale": output_scale}
+    consts = [("kernel", np.ascontiguousarray(weights.transpose(0, 2, 3, 1))),
+              ("bias", bias.reshape(1, 1, 1, out_channels))]
+    layer = new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
+                      consts)
+    emit_with_requant(composite, ctx, layer)
+
+
+def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
+    fc, in_dq = composite.binding.node("fc"), composite.binding.node("in_dq")
+    source = in_dq.inputs[0]
+    layout = ctx.layout(source)
+    if layout.scrambled_from is not None:
+        index = ctx.values[source.name][0]
+    else:
+        index, layout = ctx.require(source, (0, 1))
+    weights = _int_const(fc.inputs[1], np.int8)
+    if fc.op == "MatMul" or not int(attr(fc, "transB", 0)):
+        weights = weights.T
+    out_features = weights.shape[0]
+    bias = present(fc, 2) if fc.op == "Gemm" else None
+    bias = np.broadcast_to(_int_const(bias, np.int32).reshape(-1), (out_features,)) \
+        if bias is not None else np.zeros(out_features, np.int32)
+    if layout.scrambled_from is not None:
+        # The flatten kept the producer's NHWC order: reorder the weight columns to match.
+        logical, perm = layout.scrambled_from
+        weights = weights.reshape([out_features] + list(logical[1:]))
+        weights = weights.transpose([0] + list(perm[1:])).reshape(out_features, -1)
+        layout = TensorLayout(layout.shape, (0, 1), layout.labels)
+    output_scale, activation = _output(composite)
+    attrs = {"activation_type": activation, "input_scale": scale_of(in_dq),
+             "weight_scale": scale_of(producer(fc.inputs[1])), "output_scale": output_scale}
+    consts = [("kernel", np.ascontiguousarray(weights)),
+              ("bias", np.ascontiguousarray(bias, dtype=np.int32).reshape(1, out_features))]
+    out = TensorLayout(tuple(static_shape(composite.output)), (0, 1), "NC")
+    layer = new_layer(composite, "FC", [index], [layout], out, attrs, consts)
+    emit_with_requant(composite, ctx, layer)
+
+
+def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
+    """Two int8 activations, or one and an int8 constant (always the rhs: the sum commutes)."""
+    add = composite.binding.node("add")
+    dequantized, indices, layouts, consts = qnn_mul.int8_operands(add, ctx)
+    output_scale, activation = _output(composite)
+    attrs = {"activation_type": activation, "lhs_input_scale": scale_of(dequantized[0]),
+             "rhs_input_scale": scale_of(dequantized[1]), "output_scale": output_scale}
+    out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)
+    layer = new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts)
+    emit_with_requant(composite, ctx, layer)
+
+
+def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
+    """A region edge: QuantizeLinear (float32 -> int8) or DequantizeLinear (int8 -> float32),
+    elementwise, in whatever layout its input already has."""
+    node = composite.binding.node("edge")
+    index, layout = ctx.values[node.inputs[0].name]
+    index, layout = ctx.require(node.inputs[0], layout.perm)
+    key = "output_scale" if node.op == "QuantizeLinear" else "input_scale"
+    attrs = {key: scale_of(node), "src_layout": layout.name, "dst_layout": layout.name}
+    out = TensorLayout(tuple(static_shape(composite.output)), layout.perm, layout.labels)
+    layer = new_layer(composite, "quant", [index], [layout], out, attrs)
+    layer.dtype = "int8" if node.op == "QuantizeLinear" else "float32"
+    ctx.emit(layer, composite.output)
+
+
+_LOWER: Mapping[str, Lower] = MappingProxyType({
+    "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
+    "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower})
+
+
+def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:
+    raise AssertionError("quant layers are lowered by qnn.lower")  # pragma: no cover
+
+
+QUANT = LayerKind(
+    name="quant",
+    summary="int8 region edge: with `output_scale` out = saturate(round_half_even(in / scale)) "
+            "(float32 -> int8); with `input_scale` out = in * scale (int8 -> float32)",
+    kernel=qnn_kernels.QuantKernel,
+    lower=_no_float_lowering,
+    required_roles=roles("edge"),
+    attrs=(INPUT_SCALE, OUTPUT_SCALE,
+           Attr("src_layout", "str", "layout of the input, e.g. NHWC"),
+           Attr("dst_layout", "str", "layout of the output (= src_layout)")),
+    layer_sets=frozenset({MARVELL}),
+    composite="mrvl.quant_mrvl",
+    source=_SOURCE + " CreateMrvlQuantLayer",
+)
+
+__all__ = ["QUANT", "int8_form", "is_quantized", "lower"]

@@ -1,0 +1,316 @@
+"""Calibration samples for ``--quantize int8``, read as hostile input.
+
+Three sources, each giving ``{model input name: samples stacked on axis 0}``:
+
+- an ``.npz``: an array per model input (or, for a one-input model, its only float array);
+- a directory of ``.npy`` / ``.pb`` (``onnx.TensorProto``) files: either the files themselves or
+  one sub-directory per sample set, as the onnx backend tests lay them out
+  (``test_data_set_0/input_0.pb``). A file is matched to a model input by its stem (the input's
+  name, or ``input_<k>`` for the k-th input) or, for ``.pb``, by the tensor's own name;
+  ``output_*`` files (expected outputs in that layout) are skipped. Sets are read in natural
+  order (``set_2`` before ``set_10``) and stacked;
+- in Python, also a mapping of arrays (used as it is).
+
+Every path stays inside the directory given (symlinks pointing out are refused), every file and
+the whole directory are bounded in size and count, ``.npy`` is read without pickle, ``.pb`` as a
+TensorProto whose element count must match its bytes and whose data must be inline. Every
+refusal is an :class:`InputFeedError` naming the file.
+"""
+from __future__ import annotations
+
+import io
+import os
+import re
+import zipfile
+from pathlib import Path
+from types import MappingProxyType
+from typing import IO, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from mrvl_convert.errors import InputFeedError, ModelLoadError
+from mrvl_convert.frontend.load import static_dim
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+MAX_FILE_BYTES = 1 << 30      # one calibration file (or one .npz member, uncompressed)
+MAX_TOTAL_BYTES = 4 << 30     # everything read from one source
+MAX_FILES = 10_000            # files in one directory source, all sets together
+_FLOAT_TYPES = MappingProxyType({onnx.TensorProto.FLOAT: np.float32,
+                                 onnx.TensorProto.FLOAT16: np.float16,
+                                 onnx.TensorProto.DOUBLE: np.float64})
+
+
+def read_calibration(path: PathLike, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
+    """The samples of ``path`` (an ``.npz`` or a directory, see the module) per input name."""
+    source = Path(path)
+    if source.is_dir():
+        return read_directory(source, inputs)
+    if source.is_file():
+        return read_npz(source, inputs)
+    raise InputFeedError(f"calibration data {source}: no such file or directory")
+
+
+def read_npz(path: Path, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
+    """The arrays of an ``.npz`` named as ``inputs``, or a one-input model's only float array;
+    members are bounded by their declared uncompressed size before any is inflated."""
+    _check_npz_sizes(path)
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            arrays = {key: data[key] for key in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputFeedError(f"calibration file {path}: not a readable .npz ({exc})") from None
+    if all(name in arrays for name in inputs):
+        return {name: arrays[name] for name in inputs}
+    floats = [key for key, value in arrays.items() if value.dtype.kind == "f"]
+    if len(inputs) == 1 and len(floats) == 1:
+        return {inputs[0]: arrays[floats[0]]}
+    raise InputFeedError(f"calibration file {path}: needs an array per model input "
+                         f"({list(inputs)}); it holds {sorted(arrays)}")
+
+
+def _check_npz_sizes(path: Path) -> None:
+    """Every member's declared size bounded (zipfile never inflates past it) and its .npy
+    header's shape within that size, before numpy allocates what the header asks for."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.infolist()
+            big = next((m for m in members if m.file_size > MAX_FILE_BYTES), None)
+            if big is not None:
+                raise InputFeedError(f"calibration file {path}: member {big.filename} inflates "
+                                     f"to {big.file_size} bytes, over the limit of "
+                                     f"{MAX_FILE_BYTES}")
+            if sum(m.file_size for m in members) > MAX_TOTAL_BYTES:
+                raise InputFeedError(f"calibration file {path}: inflates to more than "
+                                     f"{MAX_TOTAL_BYTES} bytes")
+            for member in members:
+                with archive.open(member) as stream:
+                    _check_npy_header(stream, member.file_size, f"{path}: member "
+                                                                f"{member.filename}")
+    except (OSError, zipfile.BadZipFile, EOFError) as exc:
+        raise InputFeedError(f"calibration file {path}: not a readable .npz ({exc})") from None
+
+
+def _check_npy_header(stream: IO[bytes], size: int, label: str) -> None:
+    """The .npy header of ``stream`` (``size`` bytes in all) declares no more data than there
+    is, and no Python objects (which only pickle could read)."""
+    fmt = np.lib.format
+    try:
+        version = fmt.read_magic(stream)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f".npy format version {version[0]}.{version[1]} is not read here")
+        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
+        shape, _, dtype = read(stream)
+    except ValueError as exc:
+        raise InputFeedError(f"calibration file {label}: not a readable .npy ({exc})") from None
+    if dtype.hasobject:
+        raise InputFeedError(f"calibration file {label}: holds Python objects (pickle), not "
+                             "floating-point samples")
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need > size:
+        raise InputFeedError(f"calibration file {label}: declares shape {list(shape)} "
+                             f"({need} bytes) but holds {size} bytes")
+
+
+# ---- a directory of .npy / .pb -----------------------------------------------------------------
+
+def read_directory(root: Path, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
+    """Every sample set under ``root`` (itself, or its sub-directories), stacked per input."""
+    base = root.resolve()
+    entries = _entries(root, base)
+    sets = [d for d in entries if d.is_dir()] or [root]
+    loose = [e for e in entries if e.suffix in (".npy", ".pb") and sets != [root]]
+    if loose:
+        raise InputFeedError(f"calibration file {loose[0]}: next to sample-set directories; "
+                             "put it in one of them")
+    per_input: Dict[str, List[np.ndarray]] = {name: [] for name in inputs}
+    budget = _Budget(root)
+    for folder in sets:
+        found = _read_set(folder, base, inputs, budget)
+        missing = [name for name in inputs if name not in found]
+        if missing:
+            raise InputFeedError(f"calibration data {folder}: no file for model input "
+                                 f"{missing[0]!r} (name it {missing[0]}.npy, "
+                                 f"input_{list(inputs).index(missing[0])}.pb, ...)",
+                                 tensor=missing[0])
+        for name, array in found.items():
+            per_input[name].append(array)
+    return {name: _stack(arrays, root, name) for name, arrays in per_input.items()}
+
+
+class _Budget:
+    """Counts files and bytes read from one source against MAX_FILES / MAX_TOTAL_BYTES."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.files, self.bytes = root, 0, 0
+
+    def take(self, path: Path, size: int) -> None:
+        self.files += 1
+        self.bytes += size
+        if self.files > MAX_FILES:
+            raise InputFeedError(f"calibration data {self.root}: more than {MAX_FILES} files")
+        if size > MAX_FILE_BYTES or self.bytes > MAX_TOTAL_BYTES:
+            raise InputFeedError(f"calibration file {path}: {size} bytes; the limit is "
+                                 f"{MAX_FILE_BYTES} per file and {MAX_TOTAL_BYTES} in all")
+
+
+def _natural(path: Path) -> List[Union[int, str]]:
+    return [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", path.name)]
+
+
+def _entries(folder: Path, base: Path) -> List[Path]:
+    """The entries of ``folder`` in natural order; a symlink resolving outside ``base`` (or
+    anything else that would leave it) is refused."""
+    try:
+        entries = sorted(folder.iterdir(), key=_natural)
+    except OSError as exc:
+        raise InputFeedError(f"calibration data {folder}: cannot list it "
+                             f"({exc.strerror or exc})") from None
+    for entry in entries:
+        real = Path(os.path.realpath(entry))
+        if real != base and base not in real.parents:
+            raise InputFeedError(f"calibration file {entry}: resolves to {real}, outside the "
+                                 f"calibration directory {base}")
+    return entries
+
+
+def _read_set(folder: Path, base: Path, inputs: Sequence[str], budget: _Budget
+              ) -> Dict[str, np.ndarray]:
+    found: Dict[str, np.ndarray] = {}
+    for entry in _entries(folder, base):
+        if entry.is_dir() or entry.suffix not in (".npy", ".pb") or \
+                entry.name.startswith("output_"):
+            continue
+        if not entry.is_file():  # a FIFO or device would block or never end
+            raise InputFeedError(f"calibration file {entry}: not a regular file")
+        array, tensor_name = _read_file(entry, budget)
+        name = _input_for(entry, tensor_name, inputs)
+        if name in found:
+            raise InputFeedError(f"calibration file {entry}: a second file for model input "
+                                 f"{name!r} in {folder}", tensor=name)
+        found[name] = array
+    return found
+
+
+def _input_for(path: Path, tensor_name: str, inputs: Sequence[str]) -> str:
+    if path.stem in inputs:
+        return path.stem
+    match = re.fullmatch(r"input_(\d+)", path.stem)
+    if match and int(match.group(1)) < len(inputs):
+        return inputs[int(match.group(1))]
+    if tensor_name in inputs:
+        return tensor_name
+    raise InputFeedError(f"calibration file {path}: names no model input (inputs: "
+                         f"{list(inputs)}; name the file after one, or input_<k>)")
+
+
+def _read_file(path: Path, budget: _Budget) -> "tuple[np.ndarray, str]":
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            budget.take(path, size)
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise InputFeedError(f"calibration file {path}: cannot read it "
+                             f"({exc.strerror or exc})") from None
+    if len(data) > size:  # grew while we read it
+        budget.take(path, len(data))
+    if path.suffix == ".npy":
+        return _npy(path, data), ""
+    return _tensor(path, data)
+
+
+def _npy(path: Path, data: bytes) -> np.ndarray:
+    _check_npy_header(io.BytesIO(data), len(data), str(path))
+    try:
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    except (OSError, ValueError, EOFError) as exc:
+        raise InputFeedError(f"calibration file {path}: not a readable .npy ({exc})") from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind != "f":
+        raise InputFeedError(f"calibration file {path}: holds {getattr(array, 'dtype', '?')}, "
+                             "not floating-point samples")
+    return array
+
+
+def _tensor(path: Path, data: bytes) -> "tuple[np.ndarray, str]":
+    """A TensorProto with inline float data whose element count its bytes can hold."""
+    tensor = onnx.TensorProto()
+    try:
+        tensor.ParseFromString(data)
+    except Exception as exc:  # protobuf's DecodeError and friends
+        raise InputFeedError(f"calibration file {path}: not an onnx.TensorProto ({exc})") from None
+    if tensor.data_location == onnx.TensorProto.EXTERNAL or tensor.external_data:
+        raise InputFeedError(f"calibration file {path}: refers to external data; give the "
+                             "values inline")
+    if tensor.data_type not in _FLOAT_TYPES:
+        raise InputFeedError(f"calibration file {path}: tensor {tensor.name!r} has data type "
+                             f"{tensor.data_type}, not float/float16/double")
+    dims = list(tensor.dims)
+    count = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    if any(d < 0 for d in dims) or count > MAX_FILE_BYTES:
+        raise InputFeedError(f"calibration file {path}: tensor dims {dims} out of bounds")
+    stored = _stored_elements(tensor)
+    if stored != count:
+        raise InputFeedError(f"calibration file {path}: tensor {tensor.name!r} declares dims "
+                             f"{dims} ({count} elements) but holds {stored}")
+    return numpy_helper.to_array(tensor).astype(np.float32, copy=False), tensor.name
+
+
+def _stored_elements(tensor: onnx.TensorProto) -> int:
+    if tensor.raw_data:
+        return len(tensor.raw_data) // np.dtype(_FLOAT_TYPES[tensor.data_type]).itemsize
+    if tensor.data_type == onnx.TensorProto.FLOAT:
+        return len(tensor.float_data)
+    if tensor.data_type == onnx.TensorProto.DOUBLE:
+        return len(tensor.double_data)
+    return len(tensor.int32_data)  # float16 stored as int32 words
+
+
+def _stack(arrays: List[np.ndarray], root: Path, name: str) -> np.ndarray:
+    shapes = {a.shape[1:] for a in arrays if a.ndim}
+    if len(shapes) > 1 or any(a.ndim == 0 for a in arrays):
+        raise InputFeedError(f"calibration data {root}: the samples of input {name!r} differ in "
+                             f"shape ({sorted(str(list(a.shape)) for a in arrays)[:4]})",
+                             tensor=name)
+    return np.concatenate(arrays, axis=0)
+
+
+def load_proto(model: "PathLike") -> onnx.ModelProto:
+    try:
+        return onnx.load(str(model), load_external_data=False)
+    except Exception as exc:  # onnx raises DecodeError, OSError, ...
+        raise ModelLoadError(f"cannot read ONNX model {model}: {exc}") from None
+
+
+def calibration_feeds(proto: onnx.ModelProto, calibration: Mapping[str, np.ndarray], label: str):
+    from onnxruntime.quantization import CalibrationDataReader
+
+    inits = {i.name for i in proto.graph.initializer}
+    inputs = [i for i in proto.graph.input if i.name not in inits]
+    batches: List[Dict[str, np.ndarray]] = []
+    for tensor in inputs:
+        if tensor.name not in calibration:
+            raise InputFeedError(f"{label}: no calibration samples for input {tensor.name!r}",
+                                 tensor=tensor.name)
+        samples = np.asarray(calibration[tensor.name], dtype=np.float32)
+        dims = tensor.type.tensor_type.shape.dim
+        batch = dims[0].dim_value if dims and static_dim(dims[0]) else 1
+        if samples.ndim != len(dims) or samples.shape[0] < batch:
+            raise InputFeedError(f"{label}: calibration samples of shape {list(samples.shape)} "
+                                 f"do not stack inputs of rank {len(dims)}", tensor=tensor.name)
+        for k, start in enumerate(range(0, samples.shape[0] - batch + 1, batch)):
+            if k == len(batches):
+                batches.append({})
+            batches[k][tensor.name] = samples[start:start + batch]
+    feeds = [b for b in batches if len(b) == len(inputs)]
+
+    class _Feeds(CalibrationDataReader):
+        def __init__(self) -> None:
+            self._it: Iterator[Dict[str, np.ndarray]] = iter(feeds)
+
+        def get_next(self) -> Optional[Dict[str, np.ndarray]]:
+            return next(self._it, None)
+
+    return _Feeds()

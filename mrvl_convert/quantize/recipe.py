@@ -1,0 +1,201 @@
+"""int8 quantization of a float model with Marvell's own recipe, for the int8 layer set.
+
+Marvell's flow (MarvellEmbeddedProcessors/MarvellMLTools, ``utils/tvm_mrvl_utils.py``) quantizes
+with onnxruntime: ``quantize_static`` in QDQ format, symmetric per-tensor int8 for weights and
+activations. The QDQ model it writes is what ``rules/marvell/qnn.yaml`` matches; onnxruntime
+running it is the reference the int8 simulator is compared with.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import logging
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import onnx
+
+from mrvl_convert.quantize.calibration import calibration_feeds, load_proto, read_calibration
+from mrvl_convert.errors import OptionError, UnsupportedModelError
+from mrvl_convert.quantize.fold_bn import without_batchnorm
+from mrvl_convert.frontend.load import safe_name
+from mrvl_convert.layers import MARVELL
+from mrvl_convert.quantize.keep import named_copy
+
+PathLike = Union[str, "os.PathLike[str]"]
+# samples per input name, an .npz or directory of them, or a CalibrationDataReader
+Calibration = Union[Mapping[str, np.ndarray], PathLike, Any]
+CALIBRATION_METHODS = ("minmax", "entropy", "percentile")
+
+def recipe() -> Dict[str, object]:
+    """quantize_static's keyword arguments in Marvell's recipe besides the format and types
+    (onnxruntime >= 1.18 names); a fresh dict each time, as quantize_static may keep it."""
+    return {"per_channel": False,
+            "extra_options": {"ActivationSymmetric": True, "WeightSymmetric": True}}
+
+
+def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
+                  exclude: Sequence[str] = (), *, method: str = "minmax") -> Path:
+    """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
+
+    ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
+    batches of the input's static batch size), an ``.npz`` or a directory of ``.npy``/``.pb``
+    files (``mrvl_convert.quantize.calibration``), or an onnxruntime ``CalibrationDataReader``.
+    ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
+    ranges are taken from the samples, one of ``CALIBRATION_METHODS``. Returns ``out``.
+    """
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    proto = load_proto(model)
+    reader = calibrationcalibration_feeds(proto, calibration, str(model))
+    out = Path(out)
+    try:
+        with _quantizer_quiet(), without_batchnorm(str(model), proto) as source:
+            quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
+                            weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
+                            nodes_to_exclude=list(exclude),
+                            calibrate_method=calibrate_method(method), **recipe())
+    except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
+        raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
+                                    f"calibration method {method}: {exc}",
+                                    model=str(model)) from None
+    return out
+
+
+class _DropQuantizerRecords(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "quantization" not in Path(record.pathname).parts
+
+
+@contextlib.contextmanager
+def _quantizer_quiet() -> Iterator[None]:
+    """quantize_static prints its histogram progress and logs advice ("consider
+    pre-processing") through the root logger for every model: neither is the user's business
+    here, and a batch would repeat them per model. Errors still raise."""
+    root = logging.getLogger()
+    # its own records on the root logger; a module logger's reach the root's handlers
+    listeners = [root, *root.handlers]
+    drop = _DropQuantizerRecords()
+    for listener in listeners:
+        listener.addFilter(drop)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):
+            yield
+    finally:
+        for listener in listeners:
+            listener.removeFilter(drop)
+
+
+def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:
+    """The calibration samples of an ``.npz`` or a directory of ``.npy``/``.pb`` files for
+    ``model``, per input name (``mrvl_convert.quantize.calibration``)."""
+    return read_calibration(path, _input_names(load_proto(model)))
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """What ``convert(..., quantize=...)`` quantizes with: ``calibration`` (see
+    :func:`quantize_int8`; only a path or a mapping can travel to a worker process),
+    ``method`` (one of ``CALIBRATION_METHODS``) and ``keep_fp16``: names of nodes left in
+    float (as ``keep_fp16.quantize_keep_fp16`` chooses them, or the user names them)."""
+    calibration: Any
+    method: str = "minmax"
+    keep_fp16: Tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        calibrate_method(self.method)
+        names = (self.keep_fp16,) if isinstance(self.keep_fp16, str) else self.keep_fp16
+        object.__setattr__(self, "keep_fp16", tuple(names))  # one name, not its letters
+
+    def manifest_entry(self, file_name: str, data: bytes, source_sha256: str) -> Dict[str, Any]:
+        """The manifest's ``quantization`` section for the QDQ model kept as ``file_name``."""
+        entry = {"type": "int8", "format": "QDQ", "recipe": "marvell", "method": self.method,
+                 "file": file_name, "sha256": hashlib.sha256(data).hexdigest(),
+                 "source_sha256": source_sha256}
+        if self.keep_fp16:
+            entry["keep_fp16"] = list(self.keep_fp16)
+        return entry
+
+
+def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
+                    layer_set: str = MARVELL) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
+    """``model`` (a path or ModelProto) quantized: the QDQ model, the artifact's model name
+    (``name``, else the file's stem or the graph's name) and the manifest's ``quantization``
+    section, with the QDQ file's bytes under ``"data"`` (for the artifact directory)."""
+    if layer_set != MARVELL:
+        raise OptionError(f"quantize makes int8 layers, which layer set {layer_set!r} does not "
+                          f"have; use layer_set={MARVELL!r}")
+    with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as tmp:
+        if isinstance(model, onnx.ModelProto):
+            source = Path(tmp) / "float.onnx"
+            onnx.save(model, str(source))
+            default = model.graph.name
+        else:
+            source, default = Path(model), Path(model).stem
+        name = safe_name(name or default or "model")
+        source_sha = hashlib.sha256(source.read_bytes()).hexdigest()
+        if quantization.keep_fp16:  # the names are the converter's: a copy with every node named
+            named_copy(source, Path(tmp) / "named.onnx", quantization.keep_fp16)
+            source = Path(tmp) / "named.onnx"
+        out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
+                            quantization.keep_fp16, method=quantization.method)
+        data = out.read_bytes()
+    entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
+    entry["data"] = data
+    return onnx.load_from_string(data), name, entry
+
+
+def calibrate_method(method: str) -> Any:
+    """onnxruntime's CalibrationMethod for one of ``CALIBRATION_METHODS``."""
+    from onnxruntime.quantization import CalibrationMethod
+    if method not in CALIBRATION_METHODS:
+        raise OptionError(f"calibration method {method!r}: choose one of "
+                          f"{', '.join(CALIBRATION_METHODS)}")
+    return {"minmax": CalibrationMethod.MinMax, "entropy": CalibrationMethod.Entropy,
+            "percentile": CalibrationMethod.Percentile}[method]
+
+
+def for_cli(quantize: Optional[str], calibration: Optional[str], method: Optional[str],
+            layer_set: str) -> Optional[Quantization]:
+    """What ``--quantize int8 --calibration DATA [--calibration-method M]`` asks for (None
+    without --quantize); every mistake an OptionError before any model is converted (the
+    int8 layers are in the ``marvell`` layer set only)."""
+    if quantize is None:
+        given = "--calibration" if calibration is not None else (
+            "--calibration-method" if method is not None else None)
+        if given:
+            raise OptionError(f"{given} is only used with --quantize int8")
+        return None
+    if calibration is None:
+        raise OptionError("--quantize int8 needs --calibration DATA (an .npz, or a directory "
+                          "of .npy/.pb files: samples per input)")
+    if layer_set != MARVELL:
+        raise OptionError(f"--quantize int8 makes int8 layers, which layer set {layer_set!r} "
+                          f"does not have; use --layer-set {MARVELL}")
+    if not Path(calibration).exists():
+        raise OptionError(f"--calibration {calibration}: no such file or directory")
+    return Quantization(os.path.abspath(calibration), method or "minmax")
+
+
+def _input_names(proto: onnx.ModelProto) -> List[str]:
+    inits = {i.name for i in proto.graph.initializer}
+    return [i.name for i in proto.graph.input if i.name not in inits]
+
+
+def calibrationcalibration_feeds(proto: onnx.ModelProto, calibration: Calibration, label: str) -> Any:
+    """A CalibrationDataReader over ``calibration`` (one given is used as it is)."""
+    from onnxruntime.quantization import CalibrationDataReader
+    if isinstance(calibration, CalibrationDataReader):
+        return calibration
+    if isinstance(calibration, (str, os.PathLike)):
+        calibration = read_calibration(calibration, _input_names(proto))
+    elif not isinstance(calibration, Mapping):
+        raise OptionError(f"{label}: calibration must be samples per input name, an .npz or a "
+                          "directory of .npy/.pb files, or a CalibrationDataReader; got "
+                          f"{type(calibration).__name__}")
+    return calibration_feeds(proto, calibration, label)

@@ -1,0 +1,61 @@
+"""Verify inputs a user hands in: an .npz split into one feed per sample."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+
+from mrvl_convert.errors import InputFeedError
+from mrvl_convert.runtime.session import DTYPES, TensorSpec
+
+
+def load_npz_feeds(path: str, specs: Sequence[TensorSpec],
+                   limit: Optional[int] = None) -> List[Dict[str, np.ndarray]]:
+    """Split the arrays of an .npz into per-sample feeds.
+
+    An array named after an input is one sample if it has the input's shape, or a stack of
+    samples if its trailing dimensions are the input's shape or (batch-1 inputs) the input's
+    shape without the batch dimension. A model with one input may take its array from a file
+    with any key, as long as exactly one array fits (e.g. ``images`` next to ``labels``).
+    """
+    try:
+        with np.load(path) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+    except (OSError, ValueError) as exc:
+        raise InputFeedError(f"{path}: cannot read as .npz ({exc})") from None
+    stacks = {}
+    for spec in specs:
+        if spec.name in arrays:
+            stacks[spec.name] = _as_stack(arrays[spec.name], spec, path)
+        elif len(specs) == 1:
+            fits = [k for k, a in arrays.items() if _fits(a, spec)]
+            if len(fits) != 1:
+                raise InputFeedError(f"{path}: no array named {spec.name!r} and {len(fits)} "
+                                     f"arrays fit shape {list(spec.shape)}", tensor=spec.name)
+            stacks[spec.name] = _as_stack(arrays[fits[0]], spec, path)
+        else:
+            raise InputFeedError(f"{path}: no array named after this input", tensor=spec.name)
+    counts = {len(s) for s in stacks.values()}
+    if len(counts) != 1:
+        raise InputFeedError(f"{path}: the inputs hold different numbers of samples {counts}")
+    count = min(counts.pop(), limit or 1 << 62)
+    return [{name: stack[k] for name, stack in stacks.items()} for k in range(count)]
+
+
+def _fits(array: np.ndarray, spec: TensorSpec) -> bool:
+    shape = tuple(array.shape)
+    return (shape == spec.shape or shape[1:] == spec.shape
+            or (spec.shape[:1] == (1,) and shape[1:] == spec.shape[1:]))
+
+
+def _as_stack(array: np.ndarray, spec: TensorSpec, path: str) -> List[np.ndarray]:
+    dtype = DTYPES[spec.dtype][0]
+    shape = tuple(array.shape)
+    if shape == spec.shape:
+        return [array.astype(dtype)]
+    if shape[1:] == spec.shape:
+        return [a.astype(dtype) for a in array]
+    if spec.shape[:1] == (1,) and shape[1:] == spec.shape[1:]:
+        return [array[k:k + 1].astype(dtype) for k in range(shape[0])]
+    raise InputFeedError(f"{path}: array of shape {list(shape)} does not fit input shape "
+                         f"{list(spec.shape)}", tensor=spec.name)

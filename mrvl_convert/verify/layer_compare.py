@@ -1,0 +1,133 @@
+"""Which tensor of the original model each Mrvl layer computes, and its output in that tensor's
+element order: what ``compare(..., layers=True)`` needs to compare layer by layer.
+
+A layer's tensor is the output of the last of its ``source_nodes`` in the model's node order
+(the end of the fused chain), with the nodes named as the converter named them
+(``load.name_nodes``). Its value is the layer's fp16 output in the simulator's physical layout:
+4-D NHWC for most layers, which goes back to NCHW by one transpose. Reshape-family layers
+(``reshape``, ``nn.batch_flatten``, ``squeeze``) reshape their input as it is, NHWC or NCHW
+(FORMATS.md), and a Transpose in front of the model's reshape (Keras style) is absorbed by the
+converter; so their output is put in the model's order by replaying, on the NCHW form of their
+input, the absorbed Transposes that lead to the model's reshape.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Dict, List, Mapping, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+from mrvl_convert.layers import CATALOGUE
+from mrvl_convert.frontend.load import name_nodes
+from mrvl_convert.runtime.session import HybridSession, LayerOutput
+
+# Elementwise nodes of a QDQ model, seen through on the way back to an absorbed Transpose.
+_ELEMENTWISE_QDQ = ("QuantizeLinear", "DequantizeLinear")
+# Layers that only move bytes (the catalogue's reshape-like kinds).
+RESHAPE_LAYERS = frozenset(k.name for k in CATALOGUE.values() if k.reshape_like)
+
+
+@dataclass(frozen=True)
+class LayerPlan:
+    """One Mrvl layer to compare: ``tensor`` is the original model's tensor it computes (empty
+    if unknown); a non-empty ``skip`` says why it is not compared. ``perms`` are the
+    Transposes the model applies between a reshape layer's NCHW input and its reshape."""
+
+    stage: str
+    layer: str
+    layer_name: str
+    shape: List[int]
+    tensor: str = ""
+    skip: str = ""
+    perms: Tuple[Tuple[int, ...], ...] = ()
+
+    @property
+    def note(self) -> str:
+        return f"Mrvl layer {self.layer} ({self.layer_name}, stage {self.stage})"
+
+
+def layer_plans(session: HybridSession, proto: onnx.ModelProto,
+                compared: set) -> List[LayerPlan]:
+    """One plan per Mrvl layer with ONNX source nodes, in run order, leaving out layers whose
+    tensor is already in ``compared`` (boundary tensors, outputs, an earlier layer's)."""
+    named = onnx.ModelProto()
+    named.CopyFrom(proto)
+    name_nodes(named)
+    nodes = list(named.graph.node)
+    position = {node.name: k for k, node in enumerate(nodes)}
+    producer = {out: node for node in nodes for out in node.output}
+    seen = set(compared)
+    plans = []
+    for stage in session.stages:
+        if stage.kind != "mrvl":
+            continue
+        for spec in stage.runner.layers:
+            if not spec.source_nodes:
+                continue  # a layout_transform the converter added: nothing to compare with
+            plan = LayerPlan(stage.name, spec.name, spec.layer_name, list(spec.shape))
+            missing = [n for n in spec.source_nodes if n not in position]
+            if missing:
+                plans.append(replace(plan, skip=f"source node {missing[0]!r} is not in the "
+                                                f"original model"))
+                continue
+            order = sorted(position[n] for n in spec.source_nodes)
+            tensor = nodes[order[-1]].output[0]
+            if tensor in seen:
+                continue
+            seen.add(tensor)
+            perms = _transposes_before(nodes[order[0]], producer,
+                                       {t.name for t in stage.inputs}) \
+                if spec.layer_name in RESHAPE_LAYERS else ()
+            plans.append(replace(plan, tensor=tensor, perms=perms))
+    return plans
+
+
+def _transposes_before(node: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto],
+                       stage_inputs: set) -> Tuple[Tuple[int, ...], ...]:
+    """The perms of the Transposes the converter absorbed in front of ``node``, in the order
+    they apply: the chain of Transposes feeding it, up to a stage input (a Transpose before
+    that ran on CPU, and its output is what the stage gets)."""
+    perms: List[Tuple[int, ...]] = []
+    tensor = node.input[0]
+    while tensor not in stage_inputs:
+        source = producer.get(tensor)
+        if source is not None and source.op_type in _ELEMENTWISE_QDQ:
+            tensor = source.input[0]  # an int8 region's edges keep the layout
+            continue
+        if source is None or source.op_type != "Transpose":
+            break
+        perm = next((tuple(a.ints) for a in source.attribute if a.name == "perm"), None)
+        if perm is None:
+            break
+        perms.insert(0, perm)
+        tensor = source.input[0]
+    return tuple(perms)
+
+
+def layer_values(plans: Sequence[LayerPlan],
+                 trace: Sequence[LayerOutput]) -> Dict[str, np.ndarray]:
+    """The traced layer outputs by their ONNX tensor, in that tensor's element order."""
+    by_layer = {(t.stage, t.spec.name): t for t in trace}
+    return {plan.tensor: np.ascontiguousarray(_model_order(plan, by_layer[(plan.stage,
+                                                                           plan.layer)]))
+            for plan in plans}
+
+
+def _model_order(plan: LayerPlan, out: LayerOutput) -> np.ndarray:
+    value, spec = out.value, out.spec
+    if plan.layer_name in RESHAPE_LAYERS:
+        source, layout = spec.input_shapes[0], spec.string("data_layout", "NHWC")
+        if len(source) != 4 or layout not in ("NHWC", "NCHW"):
+            return value
+        # Undo the reshape, go back to the model's NCHW, replay the absorbed Transposes: the
+        # elements in the order the model's reshape sees them (the caller reshapes to its shape).
+        value = value.reshape(source)
+        if layout == "NHWC":
+            value = value.transpose(0, 3, 1, 2)
+        for perm in plan.perms:
+            value = value.transpose(perm)
+        return value
+    if value.ndim == 4 and spec.string("out_layout", "NHWC") == "NHWC":
+        return value.transpose(0, 3, 1, 2)
+    return value

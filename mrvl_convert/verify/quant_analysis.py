@@ -1,0 +1,442 @@
+"""Per-layer quantization analysis of an int8 artifact against the float model it came from.
+
+What Hailo's layer analysis, RKNN's ``accuracy_analysis`` and TIDL's layer traces give: for every
+Mrvl layer, the SNR (dB) and cosine of its result against the fp32 model's tensor, twice:
+
+- **accumulated**: the hybrid's own run, so the layer's figure holds every error before it;
+- **isolated**: the layer's compiled kernel run alone on the fp32 reference of its inputs,
+  quantized at the scale its input has in the artifact, so the error a layer adds is told apart
+  from the error it inherits.
+
+Collect, then judge (Polygraphy's way): ``collect`` runs both sides and folds every layer's sums
+over the samples; ``QuantAnalysis`` holds the rows and says which layers are below a threshold.
+
+Mapping a layer to a tensor of the float model: a layer's ``source_nodes`` name the QDQ model's
+nodes. Its op nodes (Conv, Relu, ...) keep the float model's node names (``quantize_static``
+copies them), so the layer's tensor is the output of the last of them in the float model's node
+order. A ``quant`` layer (a region edge) has only a QuantizeLinear or DequantizeLinear, which
+``quantize_static`` names ``<tensor>_QuantizeLinear`` / ``<tensor>_DequantizeLinear`` after the
+float tensor it quantizes. A layer neither way maps (a converter's own layout_transform, a float
+model whose node names differ from the QDQ model's) gets no row, or a row saying so.
+
+Comparisons are made in the simulator's physical layout (NHWC), the fp32 reference being
+transposed to it: SNR and cosine are sums over elements, so the layout does not change them.
+Layers that only move bytes (reshape family, layout_transform) and ``quant`` layers take their
+reference from their input's, through their own kernel (which moves bytes exactly).
+"""
+from __future__ import annotations
+
+import math
+import os
+import warnings
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import onnx
+
+from mrvl_convert.layers.qnn.kernels import dequantize, quantize
+from mrvl_convert.frontend.load import name_nodes
+from mrvl_convert.core.artifact import first_value
+from mrvl_convert.verify.compare import (_check_model_inputs, _feeds, _load, _reference_session,
+                      _run_reference)
+from mrvl_convert.kernels.fp16 import round_to_fp16
+from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS
+from mrvl_convert.runtime.session import HybridSession, TensorSpec
+from mrvl_convert.runtime.simulator import Fp16RangeWarning
+
+DEFAULT_THRESHOLD_DB = 20.0
+# Layers that excluding their op node from quantization gives back to float: the candidates of
+# ``--keep-fp16 auto``. Their weights stay float; an excluded Add or pool still sits between
+# the DequantizeLinear and QuantizeLinear its quantized neighbours put there, so it stays int8.
+KEEPABLE_LAYERS = frozenset({"Conv2D", "FC"})
+_BYTE_MOVERS = RESHAPE_LAYERS | {"layout_transform"}
+_QDQ_OPS = ("_QuantizeLinear", "_DequantizeLinear")
+Key = Tuple[str, int]  # (stage name, node index in its Nodes-JSON)
+Feed = Dict[str, np.ndarray]
+
+
+# --------------------------------------------------------------------------------- judging
+@dataclass
+class _Sums:
+    """sum(ref^2), sum((ref - x)^2), sum(ref * x), sum(x^2) over every element of every sample."""
+
+    ref2: float = 0.0
+    err2: float = 0.0
+    dot: float = 0.0
+    x2: float = 0.0
+
+    def add(self, x: np.ndarray, ref: np.ndarray) -> None:
+        x64, r64 = x.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
+        self.ref2 += float(r64 @ r64)
+        self.err2 += float(((r64 - x64) ** 2).sum())
+        self.dot += float(r64 @ x64)
+        self.x2 += float(x64 @ x64)
+
+
+def snr_db(sums: _Sums) -> float:
+    """10 log10(sum(ref^2) / sum((ref - x)^2)); +inf when x equals ref."""
+    if sums.err2 == 0.0 or not math.isfinite(sums.err2):
+        return math.inf if sums.err2 == 0.0 else -math.inf
+    if sums.ref2 == 0.0:
+        return -math.inf
+    return 10.0 * math.log10(sums.ref2 / sums.err2)
+
+
+def cosine(sums: _Sums) -> float:
+    norms = math.sqrt(sums.ref2 * sums.x2)
+    if norms == 0.0:
+        return 1.0 if sums.err2 == 0.0 else 0.0
+    return sums.dot / norms
+
+
+@dataclass
+class LayerQuality:
+    """One Mrvl layer's figures; ``None`` where not measured (``note`` says why)."""
+
+    stage: str
+    layer: str
+    layer_name: str
+    dtype: str
+    tensor: str
+    op_nodes: List[str]
+    snr_db: Optional[float] = None
+    cosine: Optional[float] = None
+    isolated_snr_db: Optional[float] = None
+    isolated_cosine: Optional[float] = None
+    note: str = ""
+
+
+@dataclass
+class QuantAnalysis:
+    """The per-layer table, in run order, and the verdicts against ``threshold_db``."""
+
+    rows: List[LayerQuality]
+    samples: int
+    threshold_db: float = DEFAULT_THRESHOLD_DB
+    unmapped: List[str] = field(default_factory=list)
+    range_events: List[str] = field(default_factory=list)  # fp16 layers' inf/NaN outputs
+
+    @property
+    def first_below(self) -> Optional[LayerQuality]:
+        """The first layer, in run order, whose accumulated SNR is below the threshold."""
+        return next((r for r in self.rows if _below(r.snr_db, self.threshold_db)), None)
+
+    @property
+    def below_isolated(self) -> List[LayerQuality]:
+        """Layers whose isolated SNR is below the threshold (the error they add), worst first."""
+        rows = [r for r in self.rows if _below(r.isolated_snr_db, self.threshold_db)]
+        return sorted(rows, key=lambda r: r.isolated_snr_db)
+
+    def worst(self, layers: Optional[frozenset] = None) -> Optional[LayerQuality]:
+        """The layer with the lowest isolated SNR (of the ``layers`` kinds, if given)."""
+        rows = [r for r in self.rows if r.isolated_snr_db is not None
+                and (layers is None or r.layer_name in layers)]
+        return min(rows, key=lambda r: r.isolated_snr_db, default=None)
+
+    def row_for(self, op_node: str) -> Optional[LayerQuality]:
+        """The row of the layer made from float-model node ``op_node``."""
+        return next((r for r in self.rows if op_node in r.op_nodes), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        first = self.first_below
+        return {"threshold_db": self.threshold_db, "samples": self.samples,
+                "first_below": None if first is None else first.layer,
+                "below_isolated": [r.layer for r in self.below_isolated],
+                "unmapped": list(self.unmapped), "range_events": list(self.range_events),
+                # JSON has no infinity: an exact layer's SNR is written as null, "exact": true
+                "rows": [_json_row(r) for r in self.rows]}
+
+    def format_table(self) -> str:
+        header = ("layer", "kind", "dtype", "tensor", "SNR dB", "cosine", "isol. SNR dB",
+                  "isol. cosine", "")
+        lines = [header] + [_cells(r, self.threshold_db) for r in self.rows]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+        text.insert(1, "  ".join("-" * w for w in widths[:-1]))
+        text.append(self.verdict())
+        return "\n".join(text)
+
+    def verdict(self) -> str:
+        """What the table says, in two sentences."""
+        limit = f"{self.threshold_db:g} dB"
+        first = self.first_below
+        words = [f"{len(self.rows)} layers over {self.samples} sample(s); " + (
+            f"every layer's accumulated SNR is at least {limit}" if first is None else
+            f"first layer below {limit} accumulated: {first.layer} ({first.layer_name}, "
+            f"{first.tensor}, {first.snr_db:.1f} dB)")]
+        below = self.below_isolated
+        words.append(f"layers adding error below {limit} (isolated), worst first: " + (
+            ", ".join(f"{r.layer} ({r.layer_name} {'/'.join(r.op_nodes) or r.tensor}, "
+                      f"{r.isolated_snr_db:.1f} dB)" for r in below[:8]) if below else "none"))
+        if self.unmapped:
+            words.append(f"not mapped to the float model: {', '.join(self.unmapped[:8])}")
+        words += [f"fp16 range: {event}" for event in self.range_events]
+        return "\n".join(words)
+
+
+def _below(value: Optional[float], threshold: float) -> bool:
+    return value is not None and value < threshold
+
+
+def _fmt(value: Optional[float], spec: str) -> str:
+    if value is None:
+        return "-"
+    return "exact" if value == math.inf else format(value, spec)
+
+
+def _cells(row: LayerQuality, threshold: float) -> Tuple[str, ...]:
+    flag = "<" if _below(row.isolated_snr_db, threshold) else (
+        "." if _below(row.snr_db, threshold) else "")
+    return (row.layer, row.layer_name, row.dtype, row.tensor, _fmt(row.snr_db, ".1f"),
+            _fmt(row.cosine, ".5f"), _fmt(row.isolated_snr_db, ".1f"),
+            _fmt(row.isolated_cosine, ".5f"), (flag + "  " + row.note).strip())
+
+
+def _json_row(row: LayerQuality) -> Dict[str, Any]:
+    out = asdict(row)
+    for key in ("snr_db", "isolated_snr_db"):
+        value = out[key]
+        if value is not None and not math.isfinite(value):
+            out[key] = None
+            out[key.replace("snr_db", "exact")] = value > 0
+    for key in ("cosine", "isolated_cosine"):  # NaN: an inf/NaN output (range_events)
+        if out[key] is not None and not math.isfinite(out[key]):
+            out[key] = None
+    return out
+
+
+# ------------------------------------------------------------------------------- collecting
+@dataclass
+class _Layer:
+    """One traced layer: what is needed to run it alone and to judge it."""
+
+    key: Key
+    step: Any  # simulator._Step
+    row: Optional[LayerQuality]
+    acc: _Sums = field(default_factory=_Sums)
+    iso: _Sums = field(default_factory=_Sums)
+    iso_issue: str = ""
+
+
+def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto",
+                         artifact_dir: "str | os.PathLike[str]",
+                         inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]]
+                         = None, *, threshold_db: float = DEFAULT_THRESHOLD_DB, seed: int = 0,
+                         samples: int = 1, gemm: str = "numpy") -> QuantAnalysis:
+    """Every Mrvl layer of the (int8) artifact against the float model's tensors (module
+    docstring). ``inputs``: a feed dict, a list of them, or None for ``samples`` seeded random
+    feeds."""
+    session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm)
+    proto = _load(float_model)
+    _check_model_inputs(proto, session, str(float_model) if not isinstance(
+        float_model, onnx.ModelProto) else (float_model.graph.name or "<ModelProto>"))
+    name_nodes(proto)  # as the converter named the QDQ model's nodes, so names meet
+    feeds = _feeds(session, inputs, seed, samples)
+    layers, unmapped = _plan(session, proto)
+    tensors = sorted({r.tensor for lay in layers for r in [lay.row] if r and r.tensor})
+    names = _tensor_names(proto)
+    inputs_of = {_boundary_tensor(t.name, names) for s in session.stages if s.kind == "mrvl"
+                 for t in s.inputs}
+    model_inputs = {i.name for i in proto.graph.input}
+    wanted = sorted((set(tensors) | (inputs_of & names)) - model_inputs)
+    reference = _reference_session(proto, [TensorSpec(t, (), "float32") for t in wanted], 3)
+    events: List[str] = []
+    for feed in feeds:
+        refs = dict(zip(wanted, _run_reference(reference, wanted, feed, proto)))
+        _fold(session, layers, feed, {**feed, **refs}, events)
+    rows = []
+    for lay in layers:
+        if lay.row is None:
+            continue
+        row = lay.row
+        if lay.acc.ref2 or lay.acc.err2:
+            row.snr_db, row.cosine = snr_db(lay.acc), cosine(lay.acc)
+        if lay.iso.ref2 or lay.iso.err2:
+            row.isolated_snr_db, row.isolated_cosine = snr_db(lay.iso), cosine(lay.iso)
+        elif lay.iso_issue and not row.note:
+            row.note = f"isolated: {lay.iso_issue}"
+        rows.append(row)
+    return QuantAnalysis(rows, len(feeds), threshold_db, unmapped, list(dict.fromkeys(events)))
+
+
+def _tensor_names(proto: onnx.ModelProto) -> set:
+    names = {i.name for i in proto.graph.input}
+    for node in proto.graph.node:
+        names.update(o for o in node.output if o)
+    return names
+
+
+def _plan(session: HybridSession, proto: onnx.ModelProto) -> Tuple[List[_Layer], List[str]]:
+    """Every layer of every Mrvl stage, in run order, with its row (None: no ONNX source, a
+    layer the converter added) and the layers that map to no float tensor."""
+    nodes = list(proto.graph.node)
+    position = {n.name: k for k, n in enumerate(nodes)}
+    tensors = _tensor_names(proto)
+    layers, unmapped = [], []
+    for stage in session.stages:
+        if stage.kind != "mrvl":
+            continue
+        for step in stage.runner.steps:
+            spec = step.spec
+            row = None
+            if spec.source_nodes:
+                ops = sorted((n for n in spec.source_nodes if n in position), key=position.get)
+                tensor = nodes[position[ops[-1]]].output[0] if ops else \
+                    _qdq_tensor(spec.source_nodes, tensors)
+                row = LayerQuality(stage.name, spec.name, spec.layer_name, _dtype(spec),
+                                   tensor or "", ops)
+                if not tensor:
+                    row.note = "not mapped to a tensor of the float model"
+                    unmapped.append(spec.name)
+            layers.append(_Layer((stage.name, spec.index), step, row))
+    return layers, unmapped
+
+
+def _qdq_tensor(sources: Sequence[str], tensors: set) -> str:
+    """The float tensor a region edge's QuantizeLinear/DequantizeLinear is named after."""
+    for name in sources:
+        for suffix in _QDQ_OPS:
+            if name.endswith(suffix) and name[:-len(suffix)] in tensors:
+                return name[:-len(suffix)]
+    return ""
+
+
+def _boundary_tensor(name: str, tensors: Any) -> str:
+    """The float tensor a stage-boundary tensor of the QDQ model is: itself, or the tensor a
+    QuantizeLinear / DequantizeLinear output is named after (``<tensor>_QuantizeLinear_Output``,
+    ``quantize_static``'s naming)."""
+    if name in tensors:
+        return name
+    for suffix in _QDQ_OPS:
+        base = name[:-len(suffix + "_Output")] if name.endswith(suffix + "_Output") else ""
+        if base in tensors:
+            return base
+    return name
+
+
+def _consumer_scale(steps: Sequence[Any], index: int) -> Optional[float]:
+    """The int8 scale of a stage's int8 input, as the first layer that reads it states it
+    (through layers that move or select values, which state none)."""
+    for step in steps:
+        if index not in step.inputs:
+            continue
+        spec = step.spec
+        key = "input_scale"
+        if spec.layer_name == "Sum2D":
+            key = "lhs_input_scale" if step.inputs.index(index) == 0 else "rhs_input_scale"
+        value = _scale_attr(spec, key)
+        if value is None and spec.layer_name in _BYTE_MOVERS | {"Maxpool2D"}:
+            value = _consumer_scale(steps, step.node)
+        if value is not None:
+            return value
+    return None
+
+
+def _dtype(spec: Any) -> str:
+    return str(first_value(spec.attrs.get("dtype", ["float32"])))
+
+
+def _scale_attr(spec: Any, key: str) -> Optional[float]:
+    value = first_value(spec.attrs.get(key))
+    return None if value is None else float(value)
+
+
+def _fold(session: HybridSession, layers: List[_Layer], feed: Feed,
+          refs: Dict[str, np.ndarray], events: List[str]) -> None:
+    """One sample: the hybrid's trace and every layer run alone, folded into the sums."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Fp16RangeWarning)  # recorded instead
+        _, trace = session.run_layers(feed)
+    events += [e.describe() for e in session.last_range_events]
+    traced = {(t.stage, t.spec.index): t.value for t in trace}
+    ref: Dict[Key, Optional[np.ndarray]] = {}     # fp32 reference, physical layout
+    scale: Dict[Key, Optional[float]] = {}        # int8 scale of the layer's output
+    for stage in session.stages:
+        if stage.kind != "mrvl":
+            continue
+        for node in stage.runner.inputs:
+            key = (stage.name, node.index)
+            int8 = next(t for t in stage.inputs if t.name == node.name).dtype == "int8"
+            scale[key] = _consumer_scale(stage.runner.steps, node.index) if int8 else None
+            ref[key] = refs.get(_boundary_tensor(node.name, refs)) \
+                if scale[key] is not None or not int8 else None
+    for lay in layers:
+        stage, spec = lay.key[0], lay.step.spec
+        # Only a layer's first output has a reference (the trace keeps only that one), so an
+        # input read from another output of a Split-like layer has none.
+        slots = lay.step.slots or (0,) * len(lay.step.inputs)
+        ins = [(stage, i) if slot == 0 else (stage, -1) for i, slot in zip(lay.step.inputs, slots)]
+        out_scale = _output_scale(spec, [scale.get(k) for k in ins])
+        scale[lay.key] = out_scale
+        ref[lay.key] = _reference(lay, [ref.get(k) for k in ins], refs)
+        if lay.row is None or ref[lay.key] is None:
+            continue
+        want = ref[lay.key]
+        got = traced[lay.key]
+        got = got[0] if isinstance(got, tuple) else got
+        if got.shape != want.shape:
+            lay.row.note = f"layout gives {list(got.shape)}, the float tensor {list(want.shape)}"
+            continue
+        lay.acc.add(_real(got, out_scale), want)
+        alone = _isolated(lay, [(ref.get(k), scale.get(k)) for k in ins])
+        if alone is not None:
+            lay.iso.add(_real(alone, out_scale), want)
+
+
+def _output_scale(spec: Any, in_scales: List[Optional[float]]) -> Optional[float]:
+    """The int8 scale of a layer's output: its own output_scale, or (int8 layers that move or
+    select values) its input's; None for a float output."""
+    if _dtype(spec) != "int8":
+        return None
+    own = _scale_attr(spec, "output_scale")
+    return own if own is not None else (in_scales[0] if in_scales else None)
+
+
+def _real(value: np.ndarray, scale: Optional[float]) -> np.ndarray:
+    return value if scale is None else dequantize(value, scale)
+
+
+def _reference(lay: _Layer, inputs: List[Optional[np.ndarray]],
+               refs: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
+    """The fp32 reference of a layer's output in its physical layout."""
+    spec = lay.step.spec
+    if spec.layer_name == "quant" or spec.layer_name in _BYTE_MOVERS:
+        if inputs and all(x is not None for x in inputs):
+            return inputs[0] if spec.layer_name == "quant" else lay.step.kernel.run(*inputs)
+    if lay.row is None or not lay.row.tensor or lay.row.tensor not in refs:
+        return None
+    value = np.asarray(refs[lay.row.tensor], dtype=np.float32)
+    layout = spec.attrs.get("out_layout", spec.attrs.get("dst_layout", ["NHWC"]))
+    if value.ndim == 4 and first_value(layout) == "NHWC":
+        value = value.transpose(0, 2, 3, 1)
+    if value.shape != tuple(spec.shape):
+        lay.row.note = (f"not compared: the float tensor is {list(refs[lay.row.tensor].shape)}, "
+                        f"the layer gives {list(spec.shape)}")
+        return None
+    return np.ascontiguousarray(value)
+
+
+def _isolated(lay: _Layer, inputs: List[Tuple[Optional[np.ndarray], Optional[float]]]
+              ) -> Optional[np.ndarray]:
+    """The layer's kernel alone on the fp32 references of its inputs, quantized at their int8
+    scale (float inputs rounded to float16, as the simulator hands them on)."""
+    if any(value is None for value, _ in inputs):
+        lay.iso_issue = "an input has no fp32 reference"
+        return None
+    feeds = []
+    for value, in_scale in inputs:
+        if in_scale is not None:
+            feeds.append(quantize(value, in_scale))
+        elif lay.step.spec.layer_name == "quant" and _dtype(lay.step.spec) == "int8":
+            feeds.append(np.array(value, dtype=np.float32))  # quantized from float32 directly
+        else:
+            feeds.append(round_to_fp16(np.array(value, dtype=np.float32), inplace=True)[0])
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = lay.step.kernel.run(*feeds)
+        if isinstance(out, tuple):
+            lay.iso_issue = "a layer with several outputs"
+            return None
+        if not lay.step.kernel.exact:
+            out = round_to_fp16(out, inplace=True)[0]
+    return out
