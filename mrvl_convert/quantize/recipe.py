@@ -52,7 +52,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     proto = load_proto(model)
-    reader = calibrationcalibration_feeds(proto, calibration, str(model))
+    reader = calibration_reader(proto, calibration, str(model))
     out = Path(out)
     try:
         with _quantizer_quiet(), without_batchnorm(str(model), proto) as source:
@@ -187,7 +187,7 @@ def _input_names(proto: onnx.ModelProto) -> List[str]:
     return [i.name for i in proto.graph.input if i.name not in inits]
 
 
-def calibrationcalibration_feeds(proto: onnx.ModelProto, calibration: Calibration, label: str) -> Any:
+def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: str) -> Any:
     """A CalibrationDataReader over ``calibration`` (one given is used as it is)."""
     from onnxruntime.quantization import CalibrationDataReader
     if isinstance(calibration, CalibrationDataReader):

@@ -55,7 +55,7 @@ class Tolerance:
 DEFAULT_TOLERANCE = Tolerance(
     atol=2.0 ** -12,
     reason="fp16 default: about 20 float16 steps at the tensor's peak over tens of layers "
-           "(see mrvl_convert/runtime/tolerances.py)")
+           "(see mrvl_convert/verify/tolerances.py)")
 
 
 @dataclass(frozen=True)
