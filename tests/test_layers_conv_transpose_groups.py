@@ -13,7 +13,7 @@ import pytest
 
 import mrvl_convert
 from models import Builder, run_ort
-from mrvl_convert.layers.conv2d import _block_diagonal as block_diagonal
+from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.rules.checks_shape import MAX_DENSE_TRANSPOSE_KERNEL
 from test_layers_shape import convert_and_compare, the_layer
 

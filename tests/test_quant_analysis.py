@@ -17,7 +17,7 @@ import mrvl_convert
 from test_int8 import needs_relu_sharing_scale
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.quantize.recipe import quantize_int8
-from mrvl_convert.verify.quant_analysis import _Sums, cosine, snr_db
+from mrvl_convert.verify.metrics import Sums as _Sums, cosine, snr_db
 
 THRESHOLD = 20.0
 

@@ -4,6 +4,11 @@ Matched from ``[Pad] Conv [Add bias] [BatchNormalization] [activation]``; the Pa
 BatchNormalization are folded into the layer's padding, kernel and bias when it is lowered.
 The contract is upstream TVM v0.19's ``mrvl.conv2d_nhwc2nhwc`` (``src/relay/backend/contrib/mrvl/
 codegen.cc``), as tests/test_golden_upstream.py checks against upstream's own output.
+
+One home for the kind: its declaration (``KIND``), its lowering (``lower``: ONNX composite ->
+Conv2D layer) and its kernel (``Conv2DKernel``: the simulator's numpy and ONNX forms). The
+weight forms it shares with other convolutions (block-diagonal grouped weights, channel copies)
+are ``kernels/conv_weights.py``.
 """
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ from mrvl_convert.ir.layout import NHWC, LayoutContext
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.conv_weights import (block_diagonal, channel_copies, diagonal_blocks,
+                                               diagonal_groups)
 from mrvl_convert.kernels.fp16 import fp16_const
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
@@ -115,21 +122,10 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
     if 1 < groups < in_channels:
         # The accelerator's Conv2D is ordinary or depthwise: a grouped conv becomes one
         # ordinary conv whose weight is block-diagonal (exact: the added taps are zeros).
-        weights, groups = _block_diagonal(weights, groups), 1
+        weights, groups = block_diagonal(weights, groups), 1
     _emit(composite, ctx, source, weights, bias,
           {"strides": tuple(strides), "padding": tuple(pads), "dilation": tuple(dilations),
            "groups": groups})
-
-
-def _block_diagonal(weights: np.ndarray, groups: int) -> np.ndarray:
-    """[O, I/g, KH, KW] grouped weights as [O, I, KH, KW] with zeros outside each group."""
-    out_channels, per_group, kh, kw = weights.shape
-    full = np.zeros((out_channels, per_group * groups, kh, kw), np.float32)
-    per_out = out_channels // groups
-    for g in range(groups):
-        full[g * per_out:(g + 1) * per_out, g * per_group:(g + 1) * per_group] = \
-            weights[g * per_out:(g + 1) * per_out]
-    return full
 
 
 def _lower_affine(composite: Composite, ctx: LayoutContext) -> None:
@@ -166,38 +162,6 @@ def channel_shuffle_order(composite: Composite) -> np.ndarray:
     index = np.arange(c).reshape(static_shape(first.outputs[0])[1:-2])
     perm = [p - 1 for p in attr(transpose, "perm")[1:-2]]
     return np.ascontiguousarray(index.transpose(perm)).reshape(c)
-
-
-def channel_copies(kernel: np.ndarray) -> Optional[np.ndarray]:
-    """For a 1x1 OHWI kernel whose every output row is one 1.0 and zeros: the input channel
-    each output copies (int64), else None."""
-    o, kh, kw, i = kernel.shape
-    if kh != 1 or kw != 1:
-        return None
-    matrix = kernel.reshape(o, i)
-    order = matrix.argmax(axis=1)
-    one_hot = np.zeros_like(matrix)
-    one_hot[np.arange(o), order] = 1.0
-    return order.astype(np.int64) if np.array_equal(matrix, one_hot) else None
-
-
-def diagonal_groups(kernel: np.ndarray) -> int:
-    """The most groups g (dividing O and I) such that the OHWI kernel is zero outside its g
-    diagonal [O/g, KH, KW, I/g] blocks; 1 if there are none."""
-    o, _, _, i = kernel.shape
-    used = np.abs(kernel).max(axis=(1, 2)) > 0  # [O, I]: which input each output reads
-    common = [g for g in range(min(o, i), 1, -1) if o % g == 0 and i % g == 0]
-    for g in common:
-        same_block = (np.arange(o)[:, None] // (o // g)) == (np.arange(i)[None, :] // (i // g))
-        if not used[~same_block].any():
-            return g
-    return 1
-
-
-def diagonal_blocks(kernel: np.ndarray, groups: int) -> List[np.ndarray]:
-    o, _, _, i = kernel.shape
-    og, ig = o // groups, i // groups
-    return [kernel[k * og:(k + 1) * og, :, :, k * ig:(k + 1) * ig] for k in range(groups)]
 
 
 class Conv2DKernel(Kernel):

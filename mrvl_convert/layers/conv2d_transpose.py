@@ -28,12 +28,12 @@ from mrvl_convert.ir.layout import NHWC, LayoutContext
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.kernels.fp16 import fp16_const
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.kernels.ufuncs import activate_inplace
 from mrvl_convert.layers._kind import FUSED_ACTIVATION, MARVELL, Attr, Const, LayerKind, ints, roles, written
 from mrvl_convert.layers._lowering import activation, new_layer, spatial_out
-from mrvl_convert.layers.conv2d import _block_diagonal
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:
@@ -42,7 +42,7 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
     weights = const_value(conv.inputs[1]).astype(np.float32)      # [I, O/g, KH, KW]
     groups = int(attr(conv, "group", 1))
     if groups > 1:  # a grouped Conv's expansion, on the [I, O/g] axes: -> [I, O, KH, KW]
-        weights = _block_diagonal(weights, groups)
+        weights = block_diagonal(weights, groups)
     _, out_channels, kh, kw = weights.shape
     bias = present(conv, 2)
     bias = const_value(bias).astype(np.float32).reshape(-1) if bias is not None else \

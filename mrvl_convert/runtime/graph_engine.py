@@ -38,6 +38,7 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.runtime.options import session_options
 
 ENGINES = ("graph", "layers")
 RANGE_OUTPUT = "mrvl_range"
@@ -59,7 +60,7 @@ def has_onnx_form(kernel_class: type) -> bool:
 class Segment:
     """Consecutive steps run as one onnxruntime session."""
 
-    steps: List[Any]                     # simulator._Step, in order
+    steps: List[Any]                     # program.Step, in order
     inputs: List[ValueKey]               # values read from outside, in session-input order
     outputs: List[Tuple[int, int]] = field(default_factory=list)  # (node, slots) handed out
     session: Any = None
@@ -292,24 +293,6 @@ def _input_shape(segment: Segment, key: ValueKey) -> Tuple[int, ...]:
             if (ref, slot) == key:
                 return shape
     raise AssertionError(key)  # pragma: no cover - every input is read by some step
-
-
-def session_options(threads: int, log_severity: int = 3, spin: bool = False) -> Any:
-    """The options of every session the hybrid runs (segments and CPU stages): ``threads``
-    intra-op workers that sleep when idle (a spinning pool left behind by one session would take
-    the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only.
-    ``spin``: the workers may spin between parallel sections, as onnxruntime's default, for a
-    session that runs alone (nothing else in the call to take the cores from)."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.log_severity_level = log_severity
-    options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spin)))
-    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    return options
 
 
 def run_segment(segment: Segment, values: Dict[int, Any],

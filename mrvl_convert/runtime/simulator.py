@@ -1,15 +1,21 @@
 """The fp16 Mrvl simulator: an execution-provider-like object for Nodes-JSON + Constants-JSON.
 
 ``MrvlSimulator.get_capability`` says which layers it can run, ``compile`` reads exactly the two
-JSON files (nothing else: if they are not enough to run a layer, the artifact is incomplete) and
-builds one kernel per layer, ``CompiledSubgraph.run`` executes them in order with the fp16
-number model of ``fp16.py``. With ``engine="graph"`` (the default) compile also groups the runs
-of layers that have an ONNX form into onnxruntime sessions (``graph_engine.py``), which ``run``
-uses unless every layer's output is asked for (``trace``) or a layer leaves the float16 range.
+JSON files into steps (``program.py``: one kernel per layer), ``CompiledSubgraph.run`` executes
+them in order with the fp16 number model of ``fp16.py``. With ``engine="graph"`` (the default)
+compile also groups the runs of layers that have an ONNX form into onnxruntime sessions
+(``graph_engine.py``), which ``run`` uses unless every layer's output is asked for (``trace``)
+or a layer leaves the float16 range.
+
+- requires: a program ``read_program`` validated, and per call the subgraph's inputs (float32,
+  or any numeric dtype, of the input nodes' shapes);
+- ensures: float32 outputs in heads order, every non-exact layer's output rounded to float16;
+  a layer whose output holds inf or NaN raises ``Fp16RangeError`` or warns
+  (``Fp16RangeWarning``) by the range policy, naming the layer and its ONNX source nodes
+  (``RangeEvent``).
 """
 from __future__ import annotations
 
-import dataclasses
 import os
 import warnings
 from dataclasses import dataclass
@@ -17,14 +23,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from mrvl_convert.errors import ArtifactError, Fp16RangeError, InputFeedError
-from mrvl_convert.core.artifact import decode_consts, first_value, node_entries, read_json, require, shape_of
+from mrvl_convert.errors import Fp16RangeError, InputFeedError
+from mrvl_convert.core.artifact import first_value
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.gemm import GemmEngine
 from mrvl_convert.runtime import graph_engine
+from mrvl_convert.runtime.program import InputNode, Step, read_program
 from mrvl_convert.layers import CATALOGUE
-from mrvl_convert.layers import r4_shape
-from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.layerspec import LayerSpec, Shape
 
 RANGE_POLICIES = ("raise", "warn")
@@ -52,30 +57,10 @@ class RangeEvent:
                 f"(|x| > 65504 overflows float16); rescale the model or keep these nodes on CPU")
 
 
-@dataclass(frozen=True)
-class InputNode:
-    index: int
-    name: str
-    shape: Shape
-    # False when only quant layers read it: an int8 region quantizes the float32 input itself,
-    # as onnxruntime's QuantizeLinear does, without a float16 rounding first.
-    fp16: bool = True
-
-
-@dataclass(frozen=True)
-class _Step:
-    node: int
-    spec: LayerSpec
-    kernel: Kernel
-    inputs: Tuple[int, ...]
-    release: Tuple[int, ...]  # values no later step needs: freed to keep the working set small
-    slots: Tuple[int, ...] = ()  # the output slot of each input (all 0 unless a Split feeds it)
-
-
 class CompiledSubgraph:
     """A compiled Mrvl subgraph; ``run`` may be called any number of times."""
 
-    def __init__(self, symbol: str, file: str, inputs: List[InputNode], steps: List[_Step],
+    def __init__(self, symbol: str, file: str, inputs: List[InputNode], steps: List[Step],
                  heads: List[Tuple[int, int]], shapes: Dict[int, Tuple[Shape, ...]],
                  on_range_error: str) -> None:
         self.symbol = symbol
@@ -144,7 +129,7 @@ class CompiledSubgraph:
         return [np.array(_pick(values[h], s), dtype=np.float32, copy=True)
                 for h, s in zip(self.heads, self.head_slots)]
 
-    def _run_step(self, step: _Step, values: Dict[int, Any], policy: str,
+    def _run_step(self, step: Step, values: Dict[int, Any], policy: str,
                   events: List[RangeEvent],
                   trace: Optional[List[Tuple[LayerSpec, np.ndarray]]] = None) -> None:
         out, in_range = _compute(step, values)
@@ -256,213 +241,15 @@ class MrvlSimulator:
         """Read exactly these two files, validate them and build the kernels. ``alone``: the
         caller runs nothing else in a call (a one-stage model), so a subgraph that is one
         onnxruntime session may let its idle workers spin, as onnxruntime does by default."""
-        nodes_path, consts_path = str(nodes_json_path), str(consts_json_path)
-        doc = read_json(nodes_path, "Nodes-JSON")
-        consts = decode_consts(consts_path, read_json(consts_path, "Constants-JSON",
-                                                      max_bytes=None))
-        compiled = _GraphBuilder(nodes_path, doc, consts, self.gemm).build(self.on_range_error)
+        program = read_program(str(nodes_json_path), str(consts_json_path), self.gemm)
+        compiled = CompiledSubgraph(program.symbol, program.file, program.inputs, program.steps,
+                                    program.heads, program.shapes, self.on_range_error)
         if self.engine == "graph":
-            compiled.use_graph_engine(consts, self.threads, alone)
+            compiled.use_graph_engine(program.consts, self.threads, alone)
         return compiled
 
 
-class _GraphBuilder:
-    """Validates a Nodes-JSON document node by node and turns it into steps."""
-
-    def __init__(self, path: str, doc: Any, consts: Dict[str, np.ndarray],
-                 gemm: GemmEngine) -> None:
-        if not isinstance(doc, dict):
-            raise ArtifactError(f"{path}: a Nodes-JSON must be a JSON object")
-        self.path, self.doc, self.consts, self.gemm = path, doc, consts, gemm
-        self.shapes: Dict[int, Tuple[Shape, ...]] = {}   # node -> the shape of each output
-        self.dtypes: Dict[int, str] = {}                 # node -> its element type
-
-    def build(self, policy: str) -> CompiledSubgraph:
-        nodes = require(self.doc, "nodes", list, self.path, "top level")
-        arg_nodes = require(self.doc, "arg_nodes", list, self.path, "top level")
-        inputs, steps = [], []
-        for index, node in enumerate(nodes):
-            if not isinstance(node, dict):
-                raise ArtifactError(f"{self.path}: nodes[{index}] must be an object")
-            if node.get("op") == "input":
-                inputs.append(self._input(index, node))
-            else:
-                steps.append(self._layer(index, node))
-        if arg_nodes != [node.index for node in inputs]:
-            raise ArtifactError(f"{self.path}: field 'arg_nodes' is {arg_nodes}, but the input "
-                                f"nodes are {[node.index for node in inputs]}")
-        heads = self._entries(require(self.doc, "heads", list, self.path, "top level"),
-                              "field 'heads'", len(nodes))
-        self._check_summary(nodes, inputs, heads)
-        inputs = _quantized_inputs(inputs, steps)
-        return CompiledSubgraph(str(self.doc.get("symbol", "")), self.path, inputs,
-                                _with_release(steps, [h for h, _ in heads]), heads, self.shapes,
-                                policy)
-
-    def _input(self, index: int, node: Dict[str, Any]) -> InputNode:
-        where = f"input node #{index}"
-        name = require(node, "name", str, self.path, where)
-        attrs = require(node, "attrs", dict, self.path, where)
-        shape = self._shape_attr(attrs, f"{where} ({name})")
-        dtype = first_value(attrs.get("dtype", ["float32"]))
-        if dtype not in ("float32", "int8"):
-            raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.dtype' is "
-                                f"{dtype!r}; only float32 and int8 inputs are defined")
-        self.shapes[index] = (shape,)
-        self.dtypes[index] = dtype
-        return InputNode(index, name, shape)
-
-    def _layer(self, index: int, node: Dict[str, Any]) -> _Step:
-        where = f"layer node #{index}"
-        if node.get("op") != "tvm_op":
-            raise ArtifactError(f"{self.path}: {where}: field 'op' is {node.get('op')!r}, "
-                                f"expected 'input' or 'tvm_op'")
-        name = require(node, "name", str, self.path, where)
-        attrs = require(node, "attrs", dict, self.path, f"{where} ({name})")
-        entries = self._entries(require(node, "inputs", list, self.path, f"{where} ({name})"),
-                                f"{where} ({name}), field 'inputs'", index)
-        layer_name = first_value(attrs.get("layer_name"))
-        # A JSON object or list here is malformed input, not a lookup key.
-        kind = CATALOGUE.get(layer_name) if isinstance(layer_name, str) else None
-        if kind is None:
-            raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.layer_name' is "
-                                f"{layer_name!r}, which has no simulator kernel (known: "
-                                f"{sorted(CATALOGUE)})", node=name)
-        sources = attrs.get("source_nodes", [])
-        if not isinstance(sources, list) or not all(isinstance(s, str) for s in sources):
-            raise ArtifactError(f"{self.path}: {where} ({name}): field 'attrs.source_nodes' "
-                                f"must be a list of strings", node=name)
-        out_shapes = self._shape_attrs(attrs, f"{where} ({name})")
-        spec = LayerSpec(index, name, layer_name, attrs,
-                         tuple(self.shapes[r][s] for r, s in entries), out_shapes[0],
-                         tuple(sources), self.path, kind, out_shapes)
-        self._check_layout_shapes(spec)
-        self._check_dtypes(spec, attrs, [r for r, _ in entries])
-        issue = kind.capability_issue(attrs)
-        if issue:
-            raise spec.error("attrs", f"not supported by the simulator: {issue}")
-        kernel = kind.kernel_for(attrs)(spec, self.consts, self.gemm)
-        self.shapes[index] = out_shapes
-        return _Step(index, spec, kernel, tuple(r for r, _ in entries), (),
-                     tuple(s for _, s in entries))
-
-    def _entries(self, value: Any, where: str, limit: int) -> List[Tuple[int, int]]:
-        """Node references whose output slot the referenced node has."""
-        entries = node_entries(value, self.path, where, limit)
-        for node, slot in entries:
-            count = len(self.shapes.get(node, ()))
-            if slot >= max(count, 1):
-                raise ArtifactError(f"{self.path}: {where}: node {node} has {count} output(s), "
-                                    f"no output {slot}")
-        return entries
-
-    def _shape_attrs(self, attrs: Dict[str, Any], where: str) -> Tuple[Shape, ...]:
-        """attrs.shape of a layer: one shape per output (``num_outputs``, 1 by default)."""
-        count = attrs.get("num_outputs", "1")
-        value = attrs.get("shape")
-        if str(count) == "1" or not isinstance(value, list) or len(value) < 2:
-            return (self._shape_attr(attrs, where),)
-        if str(count) != str(len(value)):
-            raise ArtifactError(f"{self.path}: {where}: field 'attrs.shape' holds {len(value)} "
-                                f"shapes, num_outputs is {count!r}")
-        return tuple(shape_of(v, self.path, f"{where}: attrs.shape[{k}]")
-                     for k, v in enumerate(value))
-
-    def _shape_attr(self, attrs: Dict[str, Any], where: str) -> Shape:
-        value = attrs.get("shape")
-        if not (isinstance(value, list) and len(value) == 1):
-            raise ArtifactError(f"{self.path}: {where}: field 'attrs.shape' must be "
-                                f"[[d0, d1, ...]], got {value!r}")
-        return shape_of(value[0], self.path, f"{where}: attrs.shape")
-
-    @staticmethod
-    def _check_layout_shapes(spec: LayerSpec) -> None:
-        """data_layout_shape / out_layout_shape, when present, must agree with the graph, as
-        they are, padded to 4-D the way the newer codegen writes R4 layers, or padded in front
-        as it writes BatchMatmul."""
-        checks = (("data_layout_shape", spec.input_shapes[0] if spec.input_shapes else None),
-                  ("out_layout_shape", spec.shape))
-        for key, actual in checks:
-            if key in spec.attrs and actual is not None:
-                stated = spec.ints(key)
-                lead = (1,) * (4 - len(actual)) + tuple(actual)  # BatchMatmul pads in front
-                if stated not in (tuple(actual), tuple(r4_shape(list(actual))), lead):
-                    raise spec.error(f"attrs.{key}", f"is {list(stated)} but the graph gives "
-                                                     f"{list(actual)}")
-
-    def _check_dtypes(self, spec: LayerSpec, attrs: Dict[str, Any], inputs: List[int]) -> None:
-        """A layer computes in one element type, its inputs' (only ``quant`` converts)."""
-        dtype = first_value(attrs.get("dtype", ["float32"]))
-        if dtype not in ("float32", "int8"):
-            raise spec.error("attrs.dtype", f"is {dtype!r}; only float32 and int8 are defined")
-        if spec.layer_name != "quant":
-            for ref in inputs:
-                if self.dtypes[ref] != dtype:
-                    raise spec.error("inputs", f"node {ref} has dtype {self.dtypes[ref]} but the "
-                                               f"layer computes in {dtype}; only a quant layer "
-                                               "converts")
-        self.dtypes[spec.index] = dtype
-
-    def _check_summary(self, nodes: list, inputs: List[InputNode], heads: List[int]) -> None:
-        """Top-level attrs.shape and the num_subgraph_* strings must agree with the nodes."""
-        listed = self.doc.get("attrs", {}).get("shape") if isinstance(
-            self.doc.get("attrs"), dict) else None
-        if listed is not None:
-            shapes = listed[1] if isinstance(listed, list) and len(listed) == 2 else None
-            if not isinstance(shapes, list) or len(shapes) != len(nodes):
-                raise ArtifactError(f"{self.path}: field 'attrs.shape' must be ['list_shape', "
-                                    f"[one shape per node ({len(nodes)})]]")
-            for index, shape in enumerate(shapes):
-                if not isinstance(shape, list) or tuple(shape) != self.shapes[index][0]:
-                    raise ArtifactError(f"{self.path}: field 'attrs.shape'[{index}] is {shape}, "
-                                        f"node {index} says {list(self.shapes[index][0])}")
-        for key, count in (("num_subgraph_inputs", len(inputs)),
-                           ("num_subgraph_outputs", len(heads))):
-            if key in self.doc and str(self.doc[key]) != str(count):
-                raise ArtifactError(f"{self.path}: field '{key}' is {self.doc[key]!r}, the graph "
-                                    f"has {count}")
-
-
-def _quantized_inputs(inputs: List[InputNode], steps: List[_Step]) -> List[InputNode]:
-    """The inputs, those that reach only quant layers (through layers that only move bytes)
-    marked as not rounded to float16."""
-    readers: Dict[int, List[_Step]] = {}
-    for step in steps:
-        for ref in step.inputs:
-            readers.setdefault(ref, []).append(step)
-
-    def quantized_only(index: int) -> bool:
-        found = readers.get(index, [])
-        return bool(found) and all(
-            step.spec.layer_name == "quant" or (_moves_bytes(step) and quantized_only(step.node))
-            for step in found)
-
-    return [dataclasses.replace(node, fp16=False) if quantized_only(node.index) else node
-            for node in inputs]
-
-
-def _moves_bytes(step: _Step) -> bool:
-    kind = step.spec.kind
-    return step.kernel.exact and kind is not None and (
-        kind.reshape_like or kind.name == "layout_transform")
-
-
-def _with_release(steps: List[_Step], heads: List[int]) -> List[_Step]:
-    """Attach to each step the values that die after it (never the subgraph outputs)."""
-    last_use: Dict[int, int] = {}
-    for position, step in enumerate(steps):
-        for ref in step.inputs:
-            last_use[ref] = position
-    keep = set(heads)
-    released: Dict[int, List[int]] = {}
-    for ref, position in last_use.items():
-        if ref not in keep:
-            released.setdefault(position, []).append(ref)
-    return [_Step(s.node, s.spec, s.kernel, s.inputs, tuple(sorted(released.get(p, []))),
-                  s.slots) for p, s in enumerate(steps)]
-
-
-def _compute(step: _Step, values: Dict[int, Any]) -> Tuple[Any, bool]:
+def _compute(step: Step, values: Dict[int, Any]) -> Tuple[Any, bool]:
     """One layer in numpy, its output rounded to float16 unless the kernel is exact; and
     whether it stayed in float16's range."""
     out = step.kernel.run(*(_pick(values[i], s) for i, s in

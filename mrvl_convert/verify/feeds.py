@@ -6,7 +6,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from mrvl_convert.errors import InputFeedError
-from mrvl_convert.runtime.session import DTYPES, TensorSpec
+from mrvl_convert.runtime.stages import DTYPES, TensorSpec
 
 
 def load_npz_feeds(path: str, specs: Sequence[TensorSpec],

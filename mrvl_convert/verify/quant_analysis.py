@@ -23,29 +23,38 @@ Comparisons are made in the simulator's physical layout (NHWC), the fp32 referen
 transposed to it: SNR and cosine are sums over elements, so the layout does not change them.
 Layers that only move bytes (reshape family, layout_transform) and ``quant`` layers take their
 reference from their input's, through their own kernel (which moves bytes exactly).
+
+The figures are ``metrics.py``'s, the table and its verdicts ``quant_report.py``'s, the
+reference runs ``reference.py``'s.
+
+- requires: the float model the QDQ model was quantized from and the int8 artifact made of it;
+- ensures: a ``QuantAnalysis`` with a row per layer that has ONNX source nodes (in run order),
+  the layers that map to no float tensor listed in ``unmapped``; a float model whose inputs are
+  not the artifact's raises ``ShapeError``.
 """
 from __future__ import annotations
 
-import math
 import os
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
 
-from mrvl_convert.layers.qnn.kernels import dequantize, quantize
-from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.core.artifact import first_value
-from mrvl_convert.verify.compare import (_check_model_inputs, _feeds, _load, _reference_session,
-                      _run_reference)
+from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
-from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS
-from mrvl_convert.runtime.session import HybridSession, TensorSpec
+from mrvl_convert.layers.qnn.kernels import dequantize, quantize
+from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
+from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS
+from mrvl_convert.verify.metrics import Sums, cosine, snr_db
+from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
+from mrvl_convert.verify.reference import (check_model_inputs, load_model, model_label,
+                                           reference_session, run_reference, sample_feeds)
 
-DEFAULT_THRESHOLD_DB = 20.0
 # Layers that excluding their op node from quantization gives back to float: the candidates of
 # ``--keep-fp16 auto``. Their weights stay float; an excluded Add or pool still sits between
 # the DequantizeLinear and QuantizeLinear its quantized neighbours put there, so it stays int8.
@@ -56,166 +65,16 @@ Key = Tuple[str, int]  # (stage name, node index in its Nodes-JSON)
 Feed = Dict[str, np.ndarray]
 
 
-# --------------------------------------------------------------------------------- judging
-@dataclass
-class _Sums:
-    """sum(ref^2), sum((ref - x)^2), sum(ref * x), sum(x^2) over every element of every sample."""
-
-    ref2: float = 0.0
-    err2: float = 0.0
-    dot: float = 0.0
-    x2: float = 0.0
-
-    def add(self, x: np.ndarray, ref: np.ndarray) -> None:
-        x64, r64 = x.astype(np.float64).ravel(), ref.astype(np.float64).ravel()
-        self.ref2 += float(r64 @ r64)
-        self.err2 += float(((r64 - x64) ** 2).sum())
-        self.dot += float(r64 @ x64)
-        self.x2 += float(x64 @ x64)
-
-
-def snr_db(sums: _Sums) -> float:
-    """10 log10(sum(ref^2) / sum((ref - x)^2)); +inf when x equals ref."""
-    if sums.err2 == 0.0 or not math.isfinite(sums.err2):
-        return math.inf if sums.err2 == 0.0 else -math.inf
-    if sums.ref2 == 0.0:
-        return -math.inf
-    return 10.0 * math.log10(sums.ref2 / sums.err2)
-
-
-def cosine(sums: _Sums) -> float:
-    norms = math.sqrt(sums.ref2 * sums.x2)
-    if norms == 0.0:
-        return 1.0 if sums.err2 == 0.0 else 0.0
-    return sums.dot / norms
-
-
-@dataclass
-class LayerQuality:
-    """One Mrvl layer's figures; ``None`` where not measured (``note`` says why)."""
-
-    stage: str
-    layer: str
-    layer_name: str
-    dtype: str
-    tensor: str
-    op_nodes: List[str]
-    snr_db: Optional[float] = None
-    cosine: Optional[float] = None
-    isolated_snr_db: Optional[float] = None
-    isolated_cosine: Optional[float] = None
-    note: str = ""
-
-
-@dataclass
-class QuantAnalysis:
-    """The per-layer table, in run order, and the verdicts against ``threshold_db``."""
-
-    rows: List[LayerQuality]
-    samples: int
-    threshold_db: float = DEFAULT_THRESHOLD_DB
-    unmapped: List[str] = field(default_factory=list)
-    range_events: List[str] = field(default_factory=list)  # fp16 layers' inf/NaN outputs
-
-    @property
-    def first_below(self) -> Optional[LayerQuality]:
-        """The first layer, in run order, whose accumulated SNR is below the threshold."""
-        return next((r for r in self.rows if _below(r.snr_db, self.threshold_db)), None)
-
-    @property
-    def below_isolated(self) -> List[LayerQuality]:
-        """Layers whose isolated SNR is below the threshold (the error they add), worst first."""
-        rows = [r for r in self.rows if _below(r.isolated_snr_db, self.threshold_db)]
-        return sorted(rows, key=lambda r: r.isolated_snr_db)
-
-    def worst(self, layers: Optional[frozenset] = None) -> Optional[LayerQuality]:
-        """The layer with the lowest isolated SNR (of the ``layers`` kinds, if given)."""
-        rows = [r for r in self.rows if r.isolated_snr_db is not None
-                and (layers is None or r.layer_name in layers)]
-        return min(rows, key=lambda r: r.isolated_snr_db, default=None)
-
-    def row_for(self, op_node: str) -> Optional[LayerQuality]:
-        """The row of the layer made from float-model node ``op_node``."""
-        return next((r for r in self.rows if op_node in r.op_nodes), None)
-
-    def to_dict(self) -> Dict[str, Any]:
-        first = self.first_below
-        return {"threshold_db": self.threshold_db, "samples": self.samples,
-                "first_below": None if first is None else first.layer,
-                "below_isolated": [r.layer for r in self.below_isolated],
-                "unmapped": list(self.unmapped), "range_events": list(self.range_events),
-                # JSON has no infinity: an exact layer's SNR is written as null, "exact": true
-                "rows": [_json_row(r) for r in self.rows]}
-
-    def format_table(self) -> str:
-        header = ("layer", "kind", "dtype", "tensor", "SNR dB", "cosine", "isol. SNR dB",
-                  "isol. cosine", "")
-        lines = [header] + [_cells(r, self.threshold_db) for r in self.rows]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-        text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
-        text.insert(1, "  ".join("-" * w for w in widths[:-1]))
-        text.append(self.verdict())
-        return "\n".join(text)
-
-    def verdict(self) -> str:
-        """What the table says, in two sentences."""
-        limit = f"{self.threshold_db:g} dB"
-        first = self.first_below
-        words = [f"{len(self.rows)} layers over {self.samples} sample(s); " + (
-            f"every layer's accumulated SNR is at least {limit}" if first is None else
-            f"first layer below {limit} accumulated: {first.layer} ({first.layer_name}, "
-            f"{first.tensor}, {first.snr_db:.1f} dB)")]
-        below = self.below_isolated
-        words.append(f"layers adding error below {limit} (isolated), worst first: " + (
-            ", ".join(f"{r.layer} ({r.layer_name} {'/'.join(r.op_nodes) or r.tensor}, "
-                      f"{r.isolated_snr_db:.1f} dB)" for r in below[:8]) if below else "none"))
-        if self.unmapped:
-            words.append(f"not mapped to the float model: {', '.join(self.unmapped[:8])}")
-        words += [f"fp16 range: {event}" for event in self.range_events]
-        return "\n".join(words)
-
-
-def _below(value: Optional[float], threshold: float) -> bool:
-    return value is not None and value < threshold
-
-
-def _fmt(value: Optional[float], spec: str) -> str:
-    if value is None:
-        return "-"
-    return "exact" if value == math.inf else format(value, spec)
-
-
-def _cells(row: LayerQuality, threshold: float) -> Tuple[str, ...]:
-    flag = "<" if _below(row.isolated_snr_db, threshold) else (
-        "." if _below(row.snr_db, threshold) else "")
-    return (row.layer, row.layer_name, row.dtype, row.tensor, _fmt(row.snr_db, ".1f"),
-            _fmt(row.cosine, ".5f"), _fmt(row.isolated_snr_db, ".1f"),
-            _fmt(row.isolated_cosine, ".5f"), (flag + "  " + row.note).strip())
-
-
-def _json_row(row: LayerQuality) -> Dict[str, Any]:
-    out = asdict(row)
-    for key in ("snr_db", "isolated_snr_db"):
-        value = out[key]
-        if value is not None and not math.isfinite(value):
-            out[key] = None
-            out[key.replace("snr_db", "exact")] = value > 0
-    for key in ("cosine", "isolated_cosine"):  # NaN: an inf/NaN output (range_events)
-        if out[key] is not None and not math.isfinite(out[key]):
-            out[key] = None
-    return out
-
-
 # ------------------------------------------------------------------------------- collecting
 @dataclass
 class _Layer:
     """One traced layer: what is needed to run it alone and to judge it."""
 
     key: Key
-    step: Any  # simulator._Step
+    step: Any  # program.Step
     row: Optional[LayerQuality]
-    acc: _Sums = field(default_factory=_Sums)
-    iso: _Sums = field(default_factory=_Sums)
+    acc: Sums = field(default_factory=Sums)
+    iso: Sums = field(default_factory=Sums)
     iso_issue: str = ""
 
 
@@ -228,11 +87,10 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     docstring). ``inputs``: a feed dict, a list of them, or None for ``samples`` seeded random
     feeds."""
     session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm)
-    proto = _load(float_model)
-    _check_model_inputs(proto, session, str(float_model) if not isinstance(
-        float_model, onnx.ModelProto) else (float_model.graph.name or "<ModelProto>"))
+    proto = load_model(float_model)
+    check_model_inputs(proto, session, model_label(float_model))
     name_nodes(proto)  # as the converter named the QDQ model's nodes, so names meet
-    feeds = _feeds(session, inputs, seed, samples)
+    feeds = sample_feeds(session, inputs, seed, samples)
     layers, unmapped = _plan(session, proto)
     tensors = sorted({r.tensor for lay in layers for r in [lay.row] if r and r.tensor})
     names = _tensor_names(proto)
@@ -240,10 +98,10 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
                  for t in s.inputs}
     model_inputs = {i.name for i in proto.graph.input}
     wanted = sorted((set(tensors) | (inputs_of & names)) - model_inputs)
-    reference = _reference_session(proto, [TensorSpec(t, (), "float32") for t in wanted], 3)
+    reference = reference_session(proto, [TensorSpec(t, (), "float32") for t in wanted], 3)
     events: List[str] = []
     for feed in feeds:
-        refs = dict(zip(wanted, _run_reference(reference, wanted, feed, proto)))
+        refs = dict(zip(wanted, run_reference(reference, wanted, feed, proto)))
         _fold(session, layers, feed, {**feed, **refs}, events)
     rows = []
     for lay in layers:

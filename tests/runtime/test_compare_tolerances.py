@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mrvl_convert.verify.compare import _Worst
+from mrvl_convert.verify.metrics import Worst as _Worst
 from mrvl_convert.verify.tolerances import (DEFAULT_TOLERANCE, Tolerance, Tolerances,
                                              parse_tolerance_specs)
 

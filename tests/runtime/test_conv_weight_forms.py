@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from jsonbuild import SubgraphBuilder, conv2d, to_nhwc, write_pair
-from mrvl_convert.layers.conv2d import channel_copies, diagonal_groups
+from mrvl_convert.kernels.conv_weights import channel_copies, diagonal_groups
 from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.runtime import graph_engine
 from mrvl_convert.core.artifact import decode_consts, read_json

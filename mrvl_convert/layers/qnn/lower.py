@@ -34,6 +34,7 @@ from mrvl_convert.core.graph import attr, const_value, conv_pads, present, stati
 from mrvl_convert.ir.layout import NHWC, Layer, LayoutContext, TensorLayout
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.core.graph import producer, scale_of
+from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
 from mrvl_convert.layers._kind import MARVELL, Activation, Attr, LayerKind, roles
 from mrvl_convert.layers._lowering import new_layer, spatial_out
@@ -117,18 +118,6 @@ def _int_const(tensor: gs.Tensor, dtype: type) -> np.ndarray:
     return const_value(producer(tensor).inputs[0]).astype(dtype)
 
 
-def _block_diagonal(weights: np.ndarray, groups: int) -> np.ndarray:
-    """[O, I/g, KH, KW] grouped int8 weights as one ordinary [O, I, KH, KW] convolution: the int8
-    codegen expands depthwise and grouped kernels (the added taps are zeros, exact)."""
-    out_channels, per_group, kh, kw = weights.shape
-    full = np.zeros((out_channels, per_group * groups, kh, kw), weights.dtype)
-    per_out = out_channels // groups
-    for g in range(groups):
-        full[g * per_out:(g + 1) * per_out, g * per_group:(g + 1) * per_group] = \
-            weights[g * per_out:(g + 1) * per_out]
-    return full
-
-
 def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
     conv, in_dq = composite.binding.node("conv"), composite.binding.node("in_dq")
     weights = _int_const(conv.inputs[1], np.int8)
@@ -142,7 +131,9 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
                      static_shape(conv.outputs[0]))
     groups = int(attr(conv, "group", 1))
     if groups > 1:
-        weights = _block_diagonal(weights, groups)
+        # The int8 codegen expands depthwise and grouped kernels into one ordinary [O, I, KH, KW]
+        # convolution (the added taps are zeros, exact).
+        weights = block_diagonal(weights, groups)
     index, layout = ctx.require(in_dq.inputs[0], NHWC)
     output_scale, activation = _output(composite)
     attrs = {"strides": tuple(strides), "padding": tuple(pads), "dilation": tuple(dilations),

@@ -1,0 +1,59 @@
+"""onnxruntime's SessionOptions for every session the library opens.
+
+The graph engine's segments and the CPU stages run with ``session_options`` (a fixed intra-op
+budget whose idle workers sleep), CPU stages and reference runs of QDQ models as written
+(``qdq_as_written``), and every session at the log level the caller asks for (``QUIET`` unless
+``mrvl-convert -v``). onnxruntime is imported inside the functions, so the simulator alone does
+not need it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+# onnxruntime's log levels: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
+QUIET, WARNINGS = 3, 2
+
+
+def ort_options(log_severity: int = QUIET) -> Any:
+    """SessionOptions at this log level: every session the library opens takes its options
+    from here, so onnxruntime's warnings (``[W:onnxruntime:...]``) reach the terminal only when
+    asked for (``mrvl-convert -v``)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.log_severity_level = log_severity
+    return options
+
+
+def session_options(threads: int, log_severity: int = QUIET, spin: bool = False) -> Any:
+    """The options of every session the hybrid runs (segments and CPU stages): ``threads``
+    intra-op workers that sleep when idle (a spinning pool left behind by one session would take
+    the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only.
+    ``spin``: the workers may spin between parallel sections, as onnxruntime's default, for a
+    session that runs alone (nothing else in the call to take the cores from)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.log_severity_level = log_severity
+    options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spin)))
+    options.add_session_config_entry("session.inter_op.allow_spinning", "0")
+    return options
+
+
+def cpu_session_options(threads: int, log_severity: int = QUIET) -> Any:
+    """One SessionOptions for every CPU stage, as for the graph engine's segments, running
+    QDQ models as they are written (``qdq_as_written``)."""
+    return qdq_as_written(session_options(threads, log_severity))
+
+
+def qdq_as_written(options: Any) -> Any:
+    """``options`` with onnxruntime's QDQ fusion off: DequantizeLinear, the float op and
+    QuantizeLinear run as the model writes them. Why: the fused int8 kernels onnxruntime picks
+    instead (QLinearConv, ...) equal that on ARM (the OCTEON's cores) and on x86 with VNNI, but
+    on x86 with AVX2 only they sum pairs of products in saturating int16 (``vpmaddubsw``) and
+    land many int8 steps away; a model without Q/DQ nodes is not affected."""
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    return options

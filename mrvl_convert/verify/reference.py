@@ -1,0 +1,141 @@
+"""The reference side of a comparison: the original (or QDQ) model on fp32 onnxruntime.
+
+What ``compare`` and ``analyze_quantization`` share: the feeds both sides run on, the model
+loaded and checked against the artifact's inputs, and one onnxruntime session that also hands
+out every tensor compared (``reference_session``, run by ``run_reference``).
+
+- requires: a model path or ``ModelProto`` and the ``HybridSession`` of the artifact made from it;
+- ensures: a model that cannot be loaded or run raises ``ModelLoadError``, one whose inputs are
+  not the artifact's (names, static dimensions) ``ShapeError``, both naming the model; a
+  ``ModelProto`` handed in is copied, never changed.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Sequence
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+
+from mrvl_convert.errors import ModelLoadError, ShapeError
+from mrvl_convert.frontend.load import static_dim
+from mrvl_convert.runtime.options import QUIET, ort_options, qdq_as_written
+from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.runtime.stages import DTYPES, TensorSpec
+
+Feed = Dict[str, np.ndarray]
+
+
+def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int) -> List[Feed]:
+    """Seeded standard-normal floats (0/1 for integer and bool inputs), one dict per sample."""
+    rng = np.random.default_rng(seed)
+    feeds = []
+    for _ in range(samples):
+        feed = {}
+        for spec in inputs:
+            dtype = DTYPES[spec.dtype][0]
+            if np.issubdtype(dtype, np.floating):
+                feed[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+            else:
+                feed[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
+        feeds.append(feed)
+    return feeds
+
+
+def sample_feeds(session: HybridSession, inputs: Any, seed: int, samples: int) -> List[Feed]:
+    """``inputs`` as a list of feeds: one dict, a list of them, or None for ``samples`` seeded
+    random feeds of the session's input shapes."""
+    if inputs is None:
+        return random_feeds(session.input_specs, seed, samples)
+    if isinstance(inputs, Mapping):
+        return [dict(inputs)]
+    return [dict(feed) for feed in inputs]
+
+
+def load_model(model: Any) -> onnx.ModelProto:
+    """The model to run: a copy of a ``ModelProto``, or the file loaded."""
+    if isinstance(model, onnx.ModelProto):
+        copy = onnx.ModelProto()
+        copy.CopyFrom(model)
+        return copy
+    try:
+        return onnx.load(str(model))
+    except Exception as exc:  # onnx raises protobuf/OS errors of several kinds
+        raise ModelLoadError(f"cannot load the original model: {exc}", model=str(model)) \
+            from None
+
+
+def model_label(model: Any) -> str:
+    """How errors name the model: its path, or a ``ModelProto``'s graph name."""
+    return str(model) if not isinstance(model, onnx.ModelProto) else (
+        model.graph.name or "<ModelProto>")
+
+
+def check_model_inputs(proto: onnx.ModelProto, session: HybridSession, label: str) -> None:
+    """The original model must take the inputs the artifact was converted for (same names, and
+    no static dimension that disagrees), or onnxruntime refuses the feeds with its own error."""
+    inits = {t.name for t in proto.graph.initializer}
+    declared = {i.name: i for i in proto.graph.input if i.name not in inits}
+    for spec in session.input_specs:
+        value = declared.get(spec.name)
+        if value is None:
+            raise ShapeError(f"has no input of this name, but the artifact {session.artifact_dir} "
+                             "takes one: is it the model the artifact was converted from?",
+                             model=label, tensor=spec.name)
+        dims = value.type.tensor_type.shape.dim
+        static = [d.dim_value if static_dim(d) else None for d in dims]
+        if len(static) != len(spec.shape) or any(
+                d is not None and d != want for d, want in zip(static, spec.shape)):
+            raise ShapeError(f"has shape {static} but the artifact {session.artifact_dir} was "
+                             f"converted for {list(spec.shape)}: is it the model the artifact was "
+                             "converted from?", model=label, tensor=spec.name)
+
+
+def element_types(proto: onnx.ModelProto) -> Dict[str, str]:
+    """The element type of every tensor shape inference can type (int8 inside a QDQ model's
+    int8 regions), by the manifest's dtype names."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto)
+    except Exception:  # the layer rows then assume float32, as for any untyped tensor
+        return {}
+    names = {np.dtype(v[0]).name: k for k, v in DTYPES.items()}
+    types = {}
+    for info in list(inferred.graph.value_info) + list(inferred.graph.output):
+        elem = info.type.tensor_type.elem_type
+        if elem:
+            name = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem)).name
+            if name in names:
+                types[info.name] = names[name]
+    return types
+
+
+def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
+                      log_severity: int = QUIET) -> Any:
+    """fp32 onnxruntime on the original model with every compared tensor as a graph output
+    (declared by name and element type only: intermediate shapes need no value_info); a QDQ
+    model runs as written (``qdq_as_written``), the semantics the int8 layers simulate.
+    ``proto`` gets those outputs added."""
+    existing = {o.name for o in proto.graph.output}
+    for spec in specs:
+        if spec.name not in existing:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[spec.dtype][0]))
+            proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
+    try:
+        return ort.InferenceSession(proto.SerializeToString(),
+                                    qdq_as_written(ort_options(log_severity)),
+                                    providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise ModelLoadError(f"onnxruntime cannot run the original model: {exc}",
+                             model=proto.graph.name or None) from None
+
+
+def run_reference(reference: Any, names: List[str], feed: Feed, proto: onnx.ModelProto
+                  ) -> List[Any]:
+    """The tensors ``names`` of one run of ``reference`` on ``feed``."""
+    try:
+        return reference.run(names, feed)
+    except Exception as exc:  # onnxruntime's untyped errors
+        text = str(exc).strip().splitlines()
+        raise ModelLoadError(f"onnxruntime fails on the original model: "
+                             f"{text[0][:400] if text else type(exc).__name__}",
+                             model=proto.graph.name or None) from None

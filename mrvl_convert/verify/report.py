@@ -1,0 +1,126 @@
+"""The report of a comparison: one ``Row`` per tensor, and the ``Comparison`` of the run.
+
+- requires: rows made by ``compare`` (figures from ``metrics.py``, verdicts against the
+  tolerances), in run order;
+- ensures: the verdict is the model outputs' rows only (boundary and layer rows are
+  diagnostics); ``format_table`` (the CLI's table), ``summary_line`` (one line of a batch log)
+  and ``to_dict`` (JSON) say the same thing.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class Row:
+    """The comparison of one tensor over all samples."""
+
+    tensor: str
+    kind: str  # "output" (the verdict) | "boundary" | "layer" (diagnostics)
+    shape: List[int]
+    max_abs: Optional[float] = None
+    max_rel: Optional[float] = None
+    cosine: Optional[float] = None
+    top1: Optional[float] = None
+    tolerance: Optional[Dict[str, Any]] = None
+    passed: bool = True
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    rows: List[Row]
+    samples: int
+    range_events: List[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(row.passed for row in self.judged_rows)
+
+    @property
+    def judged_rows(self) -> List[Row]:
+        """The rows the verdict is made of: the model's outputs."""
+        return [row for row in self.rows if row.kind == "output"]
+
+    @property
+    def boundaries_over(self) -> List[Row]:
+        """Boundary rows outside their tolerance (diagnostics), in run order."""
+        return [row for row in self.rows if row.kind == "boundary" and not row.passed]
+
+    @property
+    def first_layer_over(self) -> Optional[Row]:
+        """The first layer row, in run order, outside its tolerance (None if none is)."""
+        return next((r for r in self.rows if r.kind == "layer" and not r.passed), None)
+
+    def to_dict(self) -> Dict[str, Any]:
+        first = self.first_layer_over
+        return {"passed": self.passed, "samples": self.samples,
+                "range_events": list(self.range_events),
+                "first_layer_over": None if first is None else first.tensor,
+                "rows": [asdict(r) for r in self.rows]}
+
+    def summary_line(self) -> str:
+        """One line for a batch log: the verdict and the worst figures over all tensors."""
+        verdict = "PASS" if self.passed else "FAIL"
+        rows = self.judged_rows
+        worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
+        parts = [f"{verdict} over {self.samples} sample(s), {len(rows)} output(s)"]
+        if worst is not None and worst.max_rel is not None:
+            parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
+                         f"({worst.tensor})")
+        failing = [r.tensor for r in rows if not r.passed]
+        if failing:
+            parts.append(f"outside tolerance: {', '.join(failing[:5])}")
+        cosines = [r.cosine for r in rows if r.cosine is not None]
+        if cosines:
+            parts.append(f"min cosine {min(cosines):.6f}")
+        top1 = [r.top1 for r in rows if r.top1 is not None]
+        if top1:
+            parts.append(f"top-1 agreement {min(top1):.4f}")
+        over = self.boundaries_over
+        if over:
+            parts.append(f"{len(over)} stage-boundary tensor(s) over tolerance, first "
+                         f"{over[0].tensor} (diagnostic)")
+        parts += [f"fp16 range: {e}" for e in self.range_events]
+        return "; ".join(parts)
+
+    def format_table(self) -> str:
+        header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
+                  "tol atol/rel/cos/top1", "ok")
+        lines = [header] + [_table_cells(row) for row in self.rows]
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+        text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+        text.insert(1, "  ".join("-" * w for w in widths))
+        for event in self.range_events:
+            text.append(f"fp16 range: {event}")
+        verdict = "PASS" if self.passed else "FAIL"
+        rows = self.judged_rows
+        text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} outputs "
+                    f"within tolerance over {self.samples} sample(s)")
+        if self.boundaries_over:
+            text.append("boundary rows are diagnostics, not part of the verdict; the first "
+                        f"boundary tensor outside tolerance is {self.boundaries_over[0].tensor}")
+        if any(row.kind == "layer" for row in self.rows):
+            first = self.first_layer_over
+            text.append("layer rows are diagnostics, not part of the verdict; " + (
+                "every compared layer is within tolerance" if first is None else
+                f"the first layer outside tolerance is {first.tensor} ({first.note})"))
+        return "\n".join(text)
+
+
+def _fmt(value: Optional[float], spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _table_cells(row: Row) -> tuple:
+    tol = row.tolerance
+    tol_text = "-" if tol is None else \
+        f"{tol['atol']:g}/{tol['max_rel']:g}/{tol['min_cosine']:g}/{tol['min_top1']:g}"
+    if row.kind == "layer":  # diagnostics: "over" tolerance, never a FAIL of the run
+        ok = ("ok" if row.passed else "over") if row.tolerance else "skip"
+    else:
+        ok = ("ok" if row.passed else "FAIL") if row.tolerance or not row.passed else "skip"
+    return (row.tensor, row.kind, "x".join(map(str, row.shape)), _fmt(row.max_abs),
+            _fmt(row.max_rel), _fmt(row.cosine, ".6f"), _fmt(row.top1, ".4f"), tol_text,
+            ok + (f"  {row.note}" if row.note else ""))
