@@ -327,7 +327,7 @@ def _check_args(args: argparse.Namespace) -> Tuple[List[Path], Dict[str, Any]]:
     models = find_models(args.models, exclude=Path(args.output))
     if not models:
         raise UsageError("no ONNX model found")
-    from mrvl_convert.batch.pool import prepare_out_dir, shapes_per_model
+    from mrvl_convert.batch import prepare_out_dir, shapes_per_model
     from mrvl_convert.errors import OptionError
     try:
         shapes_per_model(shapes, models)
