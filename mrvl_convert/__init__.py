@@ -17,7 +17,7 @@ _LAZY = {
     # The runtime pulls in onnxruntime sessions; batch conversion pulls in process pools.
     "HybridSession": ("mrvl_convert.runtime.session", "HybridSession"),
     "compare": ("mrvl_convert.verify.compare", "compare"),
-    "convert_many": ("mrvl_convert.batch.pool", "convert_many"),
+    "convert_many": ("mrvl_convert.batch", "convert_many"),
     "analyze_quantization": ("mrvl_convert.verify.quant_analysis", "analyze_quantization"),
 }
 

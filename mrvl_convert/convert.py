@@ -1,30 +1,36 @@
-"""The whole flow for one model: load, canonicalize, match, partition, layout, emit."""
+"""The whole flow for one model: load, canonicalize, match, partition, lower, emit."""
 from __future__ import annotations
 
 import difflib
-import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.version import __version__
-from mrvl_convert.frontend.canonicalize import CanonicalGraph, canonicalize
-from mrvl_convert.emit import cpu_onnx, documents, mrvl_json
+from mrvl_convert.emit import cpu_onnx, documents
 from mrvl_convert.emit.publish import StagingDir
+from mrvl_convert.emit.stage_files import StageFiles, write_stages
 from mrvl_convert.errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
+from mrvl_convert.estimate import estimate_documents, load_profile
+from mrvl_convert.estimate.profile import HardwareProfile
+from mrvl_convert.estimate.region import region_weight
+from mrvl_convert.frontend.canonicalize import CanonicalGraph, canonicalize
 from mrvl_convert.frontend.load import LoadedModel, ModelLike, load_model
+from mrvl_convert.ir.layout import MrvlSubgraph
+from mrvl_convert.ir.match import MatchPlan
+from mrvl_convert.ir.stages import Plan
+from mrvl_convert.layers import MARVELL
 from mrvl_convert.lowering.lower import lower_stage
+from mrvl_convert.options import ConvertOptions, Estimate, Rules, Shapes
 from mrvl_convert.partition.plan import Ranking, partition
 from mrvl_convert.quantize.recipe import Quantization, quantized_model
-from mrvl_convert.layers import MARVELL
-from mrvl_convert.rules.loader import RuleSource, builtin_path, builtin_paths, load_rules
+from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
 from mrvl_convert.rules.other_sets import layer_set_hints
 
-Rules = Optional[Union[RuleSource, Sequence[RuleSource]]]
-
+StageFn = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Result:
@@ -68,12 +74,13 @@ class Result:
                                 "result.placements lists them all", model=self.model_name)
 
 
+
 def convert(model: ModelLike, out_dir: Union[str, Path], *,
-            shapes: Optional[Mapping[str, Sequence[int]]] = None, policy: str = "multi",
+            shapes: Optional[Shapes] = None, policy: str = "multi",
             rules: Rules = None, name: Optional[str] = None, layer_set: str = MARVELL,
             max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
-            min_compute_layers: int = 1, estimate: Any = None, draw: bool = False,
-            on_stage: Optional[Callable[[str], None]] = None,
+            min_compute_layers: int = 1, estimate: Estimate = None, draw: bool = False,
+            on_stage: Optional[StageFn] = None,
             quantize: Optional[Quantization] = None) -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
@@ -93,70 +100,73 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     (Marvell's int8 recipe) and converts the QDQ model, which is kept in ``out_dir`` as
     ``<name>.int8.onnx`` (the manifest's ``quantization`` section).
     """
-    step = on_stage or (lambda stage: None)
-    kept = None
-    if quantize is not None:
+    options = ConvertOptions(shapes=shapes, policy=policy, rules=rules, name=name,
+                             layer_set=layer_set, max_subgraphs=max_subgraphs, deny=deny,
+                             min_compute_layers=min_compute_layers, estimate=estimate,
+                             draw=draw, quantize=quantize)
+    return convert_with(model, out_dir, options, on_stage)
+
+
+def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOptions,
+                 on_stage: Optional[StageFn] = None) -> Result:
+    """``convert`` with its options as one object, as a batch worker holds them."""
+    step = on_stage or _no_step
+    name, kept = options.name, None
+    if options.quantize is not None:
         step("quantize")
-        model, name, kept = quantized_model(model, quantize, name, layer_set)
+        model, name, kept = quantized_model(model, options.quantize, name, options.layer_set)
     step("load")
-    rule_list = load_rules(rules, layer_set=layer_set)
-    profile = _profile(estimate)
-    deny = _check_deny(deny)
-    loaded = load_model(model, shapes=shapes, name=name)
+    rules = load_rules(options.rules, layer_set=options.layer_set)
+    profile = _profile(options.estimate)
+    loaded = load_model(model, shapes=options.shapes, name=name)
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
         step("match")
-        denied = _denied(canonical, loaded, deny)
-        matches = match(canonical.graph, rule_list, deny=denied)
-        matches.elsewhere.update(layer_set_hints(canonical.graph, layer_set, matches, denied))
-        plan = partition(canonical.graph, matches, policy, loaded.name,
-                         max_subgraphs=max_subgraphs, min_compute_layers=min_compute_layers,
-                         rank=_ranking(profile) if max_subgraphs is not None else None)
+        denied = _denied(canonical, loaded, options.deny)
+        matches = match(canonical.graph, rules, deny=denied)
+        matches.elsewhere.update(layer_set_hints(canonical.graph, options.layer_set, matches,
+                                                 denied))
+        plan = partition(canonical.graph, matches, options.policy, loaded.name,
+                         max_subgraphs=options.max_subgraphs,
+                         min_compute_layers=options.min_compute_layers,
+                         rank=_ranking(profile) if options.max_subgraphs is not None else None)
         step("lower")
         subgraphs = {s.name: lower_stage(s, canonical.copies) for s in plan.stages
                      if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
-    # Exporting copies every weight: only worth it when a CPU stage needs some of them.
-    canonical_proto = None
-    if any(s.kind == "cpu" for s in plan.stages):
-        canonical_proto = gs.export_onnx(canonical.graph, do_type_check=False)
-        canonical_proto.ir_version = loaded.proto.ir_version
-    options: Dict[str, Any] = {"policy": policy,
-               "shapes": {k: list(v) for k, v in sorted(loaded.input_shapes.items())},
-               "rules": _rule_sources(rules, layer_set), "layer_set": layer_set}
-    if max_subgraphs is not None:
-        options["max_subgraphs"] = max_subgraphs
-    if deny:
-        options["deny"] = list(deny)
-    if min_compute_layers != 1:  # upstream's rule is not written: the manifest stays as it was
-        options["min_compute_layers"] = min_compute_layers
-    out_dir = Path(out_dir)
     step("emit")
+    converted = _Converted(loaded, canonical, matches, plan, subgraphs)
+    return _emit(converted, Path(out_dir), options, profile, kept)
+
+
+@dataclass(frozen=True)
+class _Converted:
+    """What the steps before emit made of one model."""
+    loaded: LoadedModel
+    canonical: CanonicalGraph
+    matches: MatchPlan
+    plan: Plan
+    subgraphs: Dict[str, MrvlSubgraph]
+
+
+def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
+          profile: Optional[HardwareProfile], kept: Optional[Dict[str, Any]]) -> Result:
+    """Write the artifact directory, all of it or nothing: the stage files, manifest.json,
+    report.json (with the estimate), the drawing and the QDQ model quantized."""
+    loaded, plan, subgraphs = converted.loaded, converted.plan, converted.subgraphs
     with StagingDir(out_dir, loaded.label) as staging:
-        files: Dict[str, Dict[str, str]] = {}
-        nodes_docs: Dict[str, Any] = {}
-        for stage in plan.stages:
-            if stage.kind == "mrvl":
-                nodes_doc, consts_doc = mrvl_json.build(subgraphs[stage.name], layer_set)
-                nodes_docs[stage.name] = (nodes_doc, {k: c["shape"] for k, c in consts_doc.items()})
-                files[stage.name] = {"nodes_json": f"{stage.name}-nodes.json",
-                                     "consts_json": f"{stage.name}-consts.json"}
-                staging.write_json(files[stage.name]["nodes_json"], nodes_doc, "nodes")
-                staging.write_json(files[stage.name]["consts_json"], consts_doc, "consts",
-                                   compact=True)
-            else:
-                cpu_model = cpu_onnx.build(stage, canonical_proto)
-                files[stage.name] = {"onnx": f"{stage.name}.onnx"}
-                staging.write_onnx(files[stage.name]["onnx"], cpu_model,
-                                   external=cpu_onnx.needs_external_data(cpu_model))
-        manifest = documents.manifest(loaded, plan, subgraphs, files, options, __version__)
-        report = documents.report(loaded, canonical, matches, plan, subgraphs)
+        stages = write_stages(staging, plan, subgraphs, converted.canonical, loaded,
+                              options.layer_set)
+        manifest = documents.manifest(loaded, plan, subgraphs, stages.files,
+                                      options.manifest_entry(loaded.input_shapes), __version__)
+        report = documents.report(loaded, converted.canonical, converted.matches, plan,
+                                  subgraphs)
         if profile is not None:
-            report["estimate"] = _estimate(manifest, nodes_docs, profile)
+            report["estimate"] = _estimate(manifest, stages, profile)
         graph = _describe(loaded, report)
-        if draw:
+        if options.draw:
             _draw(staging, loaded, report, graph)
         if kept is not None:
             staging.write_bytes(kept["file"], kept.pop("data"))
@@ -168,45 +178,41 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     return Result(loaded.name, out_dir, written, manifest, report, graph)
 
 
-def _profile(estimate: Any) -> Any:
+def _no_step(stage: str) -> None:
+    """No progress display."""
+
+
+def _profile(estimate: Estimate) -> Optional[HardwareProfile]:
     """The hardware profile ``estimate`` asks for (read once per conversion), or None."""
     if estimate is None or estimate is False:
         return None
-    from mrvl_convert.estimate import load_profile
     return load_profile(None if estimate is True else estimate)
 
 
-def _ranking(profile: Any) -> Optional[Ranking]:
+def _ranking(profile: Optional[HardwareProfile]) -> Optional[Ranking]:
     if profile is None:
         return None
-    from mrvl_convert.estimate.region import region_weight
     return Ranking("estimated accelerator time", region_weight(profile))
 
 
-def _estimate(manifest: Dict[str, Any], nodes_docs: Dict[str, Any], profile: Any
+def _estimate(manifest: Dict[str, Any], stages: StageFiles, profile: HardwareProfile
               ) -> Dict[str, Any]:
-    from mrvl_convert.estimate import estimate_documents
-    return estimate_documents(manifest, lambda e: nodes_docs[e["name"]][0], profile,
-                              const_shapes=lambda e: nodes_docs[e["name"]][1])
+    return estimate_documents(manifest, lambda e: stages.mrvl[e["name"]][0], profile,
+                              const_shapes=lambda e: stages.mrvl[e["name"]][1])
 
 
-def _describe(loaded, report: Dict[str, Any]) -> Dict[str, Any]:
+def _describe(loaded: LoadedModel, report: Dict[str, Any]) -> Dict[str, Any]:
     from mrvl_convert.viz import describe
     return describe(loaded.proto, report, report.get("estimate"))
 
 
-def _draw(staging: StagingDir, loaded, report: Dict[str, Any], graph: Dict[str, Any]) -> None:
+def _draw(staging: StagingDir, loaded: LoadedModel, report: Dict[str, Any],
+          graph: Dict[str, Any]) -> None:
     from mrvl_convert.viz import annotate, render_page
     staging.write_bytes(f"{loaded.name}.html", render_page(graph).encode("utf-8"))
     annotated = annotate(loaded.proto, report, report.get("estimate"))
     staging.write_onnx(f"{loaded.name}.placement.onnx", annotated,
                        external=cpu_onnx.needs_external_data(annotated))
-
-
-def _check_deny(deny: Sequence[str]) -> List[str]:
-    if isinstance(deny, str) or not all(isinstance(d, str) and d for d in deny):
-        raise MrvlConvertError(f"deny must be a list of op types or node names, got {deny!r}")
-    return sorted(set(deny))
 
 
 def _denied(canonical: CanonicalGraph, loaded: LoadedModel, deny: Sequence[str]) -> Dict[str, str]:
@@ -230,19 +236,3 @@ def _check_outputs(graph: gs.Graph, label: str) -> None:
         if isinstance(tensor, gs.Constant):
             raise UnsupportedModelError("is a constant once folded; there is nothing to run",
                                         model=label, tensor=tensor.name)
-
-
-def _rule_sources(rules: Rules, layer_set: str) -> List[Dict[str, str]]:
-    if rules is None:
-        rules = []
-    elif isinstance(rules, (str, Path)):
-        rules = [rules]
-    sources = [{"name": "builtin" if path == builtin_path() else f"builtin/{path.name}",
-                "sha256": _sha(path)} for path in builtin_paths(layer_set)]
-    for path in rules:
-        sources.append({"name": Path(path).name, "sha256": _sha(Path(path))})
-    return sources
-
-
-def _sha(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()

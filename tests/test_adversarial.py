@@ -29,7 +29,8 @@ import hostile
 from mrvl_convert import (ArtifactError, HybridSession, InvalidModelError, ModelLoadError,
                           MrvlConvertError, OptionError, OutputDirError, RuleFileError, ShapeError,
                           UnsupportedModelError, convert, convert_many)
-from mrvl_convert.cli.convert import UsageError, main as cli_main, parse_shapes, verify_main
+from mrvl_convert.cli import main as cli_main, verify_main
+from mrvl_convert.cli.args import UsageError, parse_shapes
 from mrvl_convert.rules.loader import load_rule_file
 
 BIN = Path(sys.executable).parent
@@ -485,11 +486,11 @@ def test_7_conv_weight_of_rank_3(tmp_path):
 
 
 def test_7_cli_internal_error_is_one_line_saying_it_is_a_bug(tmp_path, monkeypatch, capsys):
-    import mrvl_convert.batch.pool
+    import mrvl_convert.cli.convert
 
     def broken(*args, **kwargs):
         raise KeyError("boom")
-    monkeypatch.setattr(mrvl_convert.batch.pool, "convert_many", broken)
+    monkeypatch.setattr(mrvl_convert.cli.convert, "run_batch", broken)
     model = bm.save(bm.small_cnn(), tmp_path / "m.onnx")
     assert cli_main([str(model), "-o", str(tmp_path / "out"), "-q"]) == 1
     err = capsys.readouterr().err

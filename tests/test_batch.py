@@ -16,7 +16,7 @@ import pytest
 
 import badmodels as bm
 from mrvl_convert import MrvlConvertError, convert_many
-from mrvl_convert.batch.pool import BatchResult, Outcome, unique_names
+from mrvl_convert.batch import BatchResult, Outcome, unique_names
 from mrvl_convert.cli.convert import main as cli_main
 from mrvl_convert.emit.validate import validate
 

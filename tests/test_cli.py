@@ -11,8 +11,10 @@ from typing import List
 import pytest
 
 import badmodels as bm
-from mrvl_convert.batch.pool import Outcome
-from mrvl_convert.cli.convert import _Progress, find_models, format_table, main, parse_shapes, UsageError
+from mrvl_convert.batch import Outcome
+from mrvl_convert.cli.args import UsageError, find_models, parse_shapes
+from mrvl_convert.cli.convert import main
+from mrvl_convert.cli.output import _Progress, format_table
 from mrvl_convert.emit.validate import validate, validate_tree
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))

@@ -18,8 +18,10 @@ from onnx import TensorProto, helper, numpy_helper
 
 import badmodels as bm
 from mrvl_convert import MrvlConvertError, convert, convert_many
-from mrvl_convert.batch.pool import VerifyOptions
-from mrvl_convert.cli.convert import _Progress, main, parse_shapes, UsageError
+from mrvl_convert.batch import VerifyOptions
+from mrvl_convert.cli.args import UsageError, parse_shapes
+from mrvl_convert.cli.convert import main
+from mrvl_convert.cli.output import _Progress
 from mrvl_convert.emit.validate import validate
 import mrvl_convert
 from mrvl_convert.errors import NodeNotFoundError, ShapeError
@@ -413,7 +415,7 @@ def test_a_tolerance_for_no_output_is_reported(tmp_path: Path, capsys) -> None:
     assert main([str(good), "-o", str(out), "-q", "--verify", "--atol", "cnn:0"]) == 0
     line = one_line(capsys.readouterr().err)
     assert "warning" in line and "'cnn'" in line and "outputs: y" in line
-    from mrvl_convert.cli.convert import verify_main
+    from mrvl_convert.cli import verify_main
     assert verify_main([str(good), str(out / "cnn"), "--rtol", "logits:0.1"]) == 2
     line = one_line(capsys.readouterr().err)
     assert "'logits', which is not an output of the model (outputs: y)" in line

@@ -319,14 +319,16 @@ def test_convert_many_quantizes_in_the_workers_and_verifies_against_the_qdq_mode
         tmp_path, images):
     """A path travels to the worker; verify compares the hybrid with the kept QDQ model (not
     with the float model: int8 is judged against what it computes)."""
-    from mrvl_convert.batch.pool import _reference, plan_jobs
+    from mrvl_convert.batch import plan_jobs
+    from mrvl_convert.batch.worker import _reference
+    from mrvl_convert.options import ConvertOptions
 
     np.savez(tmp_path / "cal.npz", input=images)
     quantize = Quantization(str(tmp_path / "cal.npz"), "percentile")
     result = mrvl_convert.convert_many([MODEL], tmp_path / "out", jobs=1, quantize=quantize)
     assert result.all_ok, [o.error for o in result]
-    [job] = plan_jobs([MODEL], tmp_path / "out", quantize=quantize)
-    assert job.quantize == (str(tmp_path / "cal.npz"), "percentile", ())
+    [job] = plan_jobs([MODEL], tmp_path / "out", ConvertOptions(quantize=quantize))
+    assert job.options.quantize == Quantization(str(tmp_path / "cal.npz"), "percentile")
     assert _reference(job) == str(tmp_path / "out" / "mnist_cnn" / "mnist_cnn.int8.onnx")
 
 

@@ -14,7 +14,7 @@ from typing import List
 import numpy as np
 
 import badmodels as bm
-from mrvl_convert.cli.convert import build_parser
+from mrvl_convert.cli.args import build_parser
 from mrvl_convert.cli.verify import build_parser as build_verify_parser
 
 README = Path(__file__).resolve().parents[1] / "README.md"

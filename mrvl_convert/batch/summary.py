@@ -13,16 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from mrvl_convert.version import __version__
+from mrvl_convert.batch.outcome import COUNT_KEYS, FAILED, OK, SKIPPED, VERIFY_FAILED, Outcome
 from mrvl_convert.errors import MrvlConvertError, OutputDirError
 
-if TYPE_CHECKING:  # batch imports this module
-    from mrvl_convert.batch.pool import Outcome
+if TYPE_CHECKING:  # imported where verify runs: it loads onnxruntime
+    from mrvl_convert.verify.compare import Comparison
 
 PathLike = Union[str, os.PathLike]
-COUNT_KEYS = ("nodes", "mrvl_nodes", "cpu_nodes", "removed_nodes", "mrvl_subgraphs",
-              "cpu_subgraphs", "transitions")
 SUMMARY_FILE = "summary.json"
-OK, VERIFY_FAILED, FAILED, SKIPPED = "ok", "verify_failed", "failed", "skipped"
 
 
 def prepare_out_dir(out_dir: PathLike) -> Path:
@@ -103,7 +101,7 @@ def load_summary(out_dir: PathLike) -> Dict[str, Any]:
     return json.loads((Path(out_dir) / SUMMARY_FILE).read_text(encoding="utf-8"))
 
 
-def verify_figures(report: Any, inputs: Optional[str]) -> Dict[str, Any]:
+def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
     """What summary.json keeps of a comparison: the verdict, each output's errors and bounds,
     the boundary tensors over tolerance (diagnostics) and the fp16 range events."""
     outputs = []

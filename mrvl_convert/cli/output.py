@@ -4,7 +4,9 @@ from __future__ import annotations
 import sys
 import threading
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Optional, Sequence, TextIO
+
+from mrvl_convert.batch.outcome import Outcome
 
 TABLE_COLUMNS = ("model", "status", "Mrvl nodes", "CPU nodes", "Mrvl subgraphs",
                  "CPU subgraphs", "cuts", "MACs on Mrvl", "seconds", "error")
@@ -12,7 +14,7 @@ TABLE_COLUMNS = ("model", "status", "Mrvl nodes", "CPU nodes", "Mrvl subgraphs",
 FEW_CUTS = 3
 
 
-def format_table(result) -> str:
+def format_table(result: Sequence[Outcome]) -> str:
     """The summary table: one row per model, columns as in TABLE_COLUMNS."""
     rows = [list(TABLE_COLUMNS)]
     for o in result:
@@ -29,14 +31,14 @@ def format_table(result) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _first_failing_output(outcome) -> Optional[str]:
+def _first_failing_output(outcome: Outcome) -> Optional[str]:
     for row in (outcome.verify or {}).get("outputs", []):
         if not row["passed"]:
             return f"output {row['tensor']} over tolerance"
     return None
 
 
-def cut_line(outcome, out: Path) -> str:
+def cut_line(outcome: Outcome, out: Path) -> str:
     """'name: 12 cuts: Sigmoid x80, Mul x74; see OUT/name/report.json', for a model cut more
     than FEW_CUTS times; '' otherwise."""
     cuts = outcome.counts.get("transitions", 0) if outcome.counts else 0
@@ -81,7 +83,7 @@ class _Progress:
         if self.bar is not None:
             self.bar.set_postfix_str(f"{name}: {stage}...", refresh=True)
 
-    def update(self, outcome) -> None:
+    def update(self, outcome: Outcome) -> None:
         if self.bar is not None:
             self.bar.set_postfix_str(f"{outcome.name}: {outcome.status}", refresh=False)
             self.bar.update(1)

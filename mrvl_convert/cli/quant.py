@@ -1,6 +1,6 @@
 """``mrvl-convert --quantize int8`` options of the per-layer analysis: ``--keep-fp16 NODE|auto``,
-``--quant-analysis`` and ``--snr-threshold DB`` (``keep_fp16.py``,
-``runtime/quant_analysis.py``)."""
+``--quant-analysis`` and ``--snr-threshold DB`` (``tune/keep_fp16.py``,
+``verify/quant_analysis.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -9,9 +9,12 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import List, Tuple
+from typing import Dict, List, Optional, Tuple
 
+from mrvl_convert.batch.outcome import BatchResult
 from mrvl_convert.errors import OptionError
+from mrvl_convert.options import ConvertOptions
+from mrvl_convert.quantize.recipe import Quantization
 
 ANALYSIS_FILE = "quant_analysis.json"
 
@@ -30,28 +33,33 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
                              "is named (default 20)")
 
 
-def quantized_models(models: List[Path], args: argparse.Namespace) -> List[Path]:
-    """The models to convert and ``args.quantization`` (``quantize.for_cli``: each worker
-    quantizes its model and keeps the QDQ model in the artifact); with ``--keep-fp16``, one
-    ``Quantization`` per model naming the nodes it keeps in float (``auto`` chooses them
-    here). ``args.float_models`` maps each model converted back to its float model."""
+def quantization(args: argparse.Namespace) -> Optional[Quantization]:
+    """What ``--quantize int8 --calibration DATA [--calibration-method M]`` asks for
+    (``quantize.for_cli``; each worker quantizes its model and keeps the QDQ model in the
+    artifact); None without --quantize, which the analysis options need."""
     given = [flag for flag, value in (("--keep-fp16", args.keep_fp16),
                                       ("--quant-analysis", args.quant_analysis),
                                       ("--snr-threshold", args.snr_threshold is not None)) if value]
     if given and args.quantize is None:
         raise OptionError(f"{given[0]} is only used with --quantize int8")
     from mrvl_convert.quantize.recipe import for_cli as quantize_for_cli
-    args.quantization = quantize_for_cli(args.quantize, args.calibration,
-                                         args.calibration_method, args.layer_set)
-    if args.keep_fp16:
-        args.quantization = {str(model): replace(args.quantization,
-                                                 keep_fp16=_keep_fp16(model, args))
-                             for model in models}
-    args.float_models = {str(m.resolve()): m for m in models}
-    return models
+    return quantize_for_cli(args.quantize, args.calibration, args.calibration_method,
+                            args.layer_set)
 
 
-def _keep_fp16(model: Path, args: argparse.Namespace) -> Tuple[str, ...]:
+def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: ConvertOptions
+                        ) -> Optional[Dict[str, Quantization]]:
+    """With ``--keep-fp16``, per model (its path as given) ``options.quantize`` naming the
+    nodes it keeps in float (``auto`` chooses them here, converting with ``options``); None
+    without."""
+    if not args.keep_fp16 or options.quantize is None:
+        return None
+    return {str(model): replace(options.quantize, keep_fp16=_keep_fp16(model, args, options))
+            for model in models}
+
+
+def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
+               ) -> Tuple[str, ...]:
     """The nodes of ``model`` to keep in float: those named, checked against the model, and
     with ``auto`` those its rounds of quantize, convert and analyse choose."""
     from mrvl_convert.quantize.keep import AUTO, named_copy
@@ -61,21 +69,21 @@ def _keep_fp16(model: Path, args: argparse.Namespace) -> Tuple[str, ...]:
     if AUTO not in args.keep_fp16:  # checked here, quantized in the worker
         named_copy(model, None, args.keep_fp16)
         return tuple(args.keep_fp16)
+    # The rounds convert as they always have: with the partition options but upstream's
+    # min_compute_layers, and without the estimate (it would rank the regions differently).
+    rounds = replace(options, min_compute_layers=1, estimate=None, draw=False)
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
-        options = {"policy": args.policy, "rules": list(args.rules),
-                   "layer_set": args.layer_set, "deny": list(args.deny),
-                   "max_subgraphs": args.max_subgraphs}
         result = quantize_keep_fp16(model, Path(folder) / model.name,
                                     load_calibration(args.calibration, model), args.keep_fp16,
-                                    threshold_db=args.snr_threshold, convert_options=options,
-                                    method=args.quantization.method)
+                                    threshold_db=args.snr_threshold, options=rounds,
+                                    method=options.quantize.method)
     if not args.quiet:
         kept = ", ".join(result.kept) or "none"
         sys.stdout.write(f"keep-fp16 {model.name}: kept in fp16: {kept}\n")
     return tuple(result.kept)
 
 
-def write_analyses(result, args: argparse.Namespace) -> None:
+def write_analyses(result: BatchResult, models: List[Path], args: argparse.Namespace) -> None:
     """``--quant-analysis``: each converted model's table, printed and written as JSON."""
     if not getattr(args, "quant_analysis", False):
         return
@@ -85,8 +93,9 @@ def write_analyses(result, args: argparse.Namespace) -> None:
     from mrvl_convert.verify.quant_analysis import DEFAULT_THRESHOLD_DB, analyze_quantization
 
     threshold = DEFAULT_THRESHOLD_DB if args.snr_threshold is None else args.snr_threshold
+    float_models = {str(m.resolve()): m for m in models}  # each model converted: its float one
     for outcome in result:
-        model = args.float_models.get(str(Path(outcome.model).resolve()))
+        model = float_models.get(str(Path(outcome.model).resolve()))
         if not outcome.converted or model is None:
             continue
         feeds = analysis_feeds(model, load_calibration(args.calibration, model))

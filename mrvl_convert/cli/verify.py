@@ -17,8 +17,9 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mrvl_convert.cli.exits import guarded
 from mrvl_convert.errors import ArtifactError, MrvlConvertError
-from mrvl_convert.verify.compare import compare
+from mrvl_convert.verify.compare import Comparison, compare
 from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.kernels.gemm import GEMM_ENGINES
 from mrvl_convert.runtime.graph_engine import ENGINES
@@ -64,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--quant-analysis: name the layers below this SNR (default 20)")
     add_tolerance_args(parser)
     return parser
+
+
+def verify_main(argv: Optional[Sequence[str]] = None) -> int:
+    """Entry point of ``mrvl-verify``: ``main``, an error that escapes it one line on stderr."""
+    return guarded(main, list(sys.argv[1:] if argv is None else argv), "mrvl-verify")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -131,7 +137,7 @@ def _write_json(path: Optional[str], doc: Dict) -> int:
     return EXIT_PASSED
 
 
-def _unknown_outputs(named: Sequence[str], result) -> List[str]:
+def _unknown_outputs(named: Sequence[str], result: Comparison) -> List[str]:
     """Tolerance names that are no output: a typo, which would otherwise check nothing."""
     return sorted(set(named) - {row.tensor for row in result.judged_rows})
 

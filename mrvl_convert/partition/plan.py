@@ -59,13 +59,8 @@ def _too_light(units: Iterable["Unit"], minimum: int) -> bool:
 def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str, *,
               max_subgraphs: Optional[int] = None, rank: Optional[Ranking] = None,
               min_compute_layers: int = 1) -> Plan:
-    if policy not in POLICIES:
-        raise MrvlConvertError(f"unknown policy {policy!r}; choose one of {', '.join(POLICIES)}")
-    if max_subgraphs is not None and not _count(max_subgraphs):
-        raise MrvlConvertError(f"max_subgraphs must be an integer >= 0, got {max_subgraphs!r}")
-    if not _count(min_compute_layers):
-        raise MrvlConvertError(
-            f"min_compute_layers must be an integer >= 0, got {min_compute_layers!r}")
+    """The stages of ``graph``: ``policy`` one of POLICIES, the counts whole numbers >= 0
+    (``ConvertOptions`` checks them once, before any model is read)."""
     units = _units(graph, matches)
     mrvl = {u.index for u in units if u.composite is not None}
     demoted: Dict[str, str] = {}
@@ -78,10 +73,6 @@ def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str,
                                   rank or Ranking("MACs", total_macs), min_compute_layers)
     stages = _build_stages(graph, units, stages_of, mrvl, model_name)
     return Plan(policy, stages, demoted)
-
-
-def _count(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:

@@ -18,15 +18,19 @@ from __future__ import annotations
 
 import os
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from mrvl_convert.convert import convert_with
 from mrvl_convert.errors import OptionError
+from mrvl_convert.options import ConvertOptions
 from mrvl_convert.quantize.keep import AUTO, analysis_feeds, named_copy
 from mrvl_convert.quantize.recipe import quantize_int8
+from mrvl_convert.verify.quant_analysis import (DEFAULT_THRESHOLD_DB, KEEPABLE_LAYERS,
+                                                QuantAnalysis, analyze_quantization)
 
 DEFAULT_ROUNDS = 3
 PathLike = Union[str, "os.PathLike[str]"]
@@ -50,21 +54,20 @@ class KeepFp16Result:
     model: Path
     kept: List[str]
     rounds: List[Round] = field(default_factory=list)
-    analysis: Optional[object] = None  # runtime.quant_analysis.QuantAnalysis
+    analysis: Optional[QuantAnalysis] = None
 
 
 def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str, np.ndarray],
                        keep_fp16: Union[str, Sequence[str]], *, inputs: Optional[Sequence[Dict]] = None,
                        threshold_db: Optional[float] = None, max_rounds: int = DEFAULT_ROUNDS,
-                       convert_options: Optional[Mapping] = None,
+                       options: Optional[ConvertOptions] = None,
                        method: str = "minmax") -> KeepFp16Result:
     """``model`` quantized to ``out`` as ``quantize_int8`` does, but the nodes ``keep_fp16``
     names left in float, and with ``"auto"`` among them, the worst layers too (module
     docstring). ``inputs``: the feeds the ``auto`` analysis runs (default: calibration
-    samples); ``convert_options``: keyword arguments of ``convert`` for its conversions;
-    ``method``: the calibration method (``quantize.CALIBRATION_METHODS``)."""
-    from mrvl_convert.verify.quant_analysis import DEFAULT_THRESHOLD_DB
-
+    samples); ``options``: the options of its conversions (of a QDQ model: their
+    ``quantize`` is not used); ``method``: the calibration method
+    (``quantize.CALIBRATION_METHODS``)."""
     if isinstance(keep_fp16, str):
         keep_fp16 = [keep_fp16]  # one name, not its letters
     if max_rounds < 0:
@@ -81,21 +84,18 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
             threshold = DEFAULT_THRESHOLD_DB if threshold_db is None else threshold_db
             feeds = list(inputs) if inputs is not None else analysis_feeds(named, calibration)
             _auto(result, named, calibration, feeds, threshold, max_rounds,
-                  dict(convert_options or {}), Path(tmp), method)
+                  replace(options or ConvertOptions(), quantize=None), Path(tmp), method)
     return result
 
 
 def _auto(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndarray],
-          feeds: List[Dict], threshold: float, max_rounds: int, options: Dict,
+          feeds: List[Dict], threshold: float, max_rounds: int, options: ConvertOptions,
           tmp: Path, method: str) -> None:
     """Convert, analyse, give the worst compute layer below the threshold back to float,
     quantize again; at most ``max_rounds`` times. The last analysis is the final model's."""
-    from mrvl_convert.convert import convert
-    from mrvl_convert.verify.quant_analysis import KEEPABLE_LAYERS, analyze_quantization
-
     for k in range(max_rounds + 1):
         artifact = tmp / f"round{k}"
-        convert(result.model, artifact, **options)
+        convert_with(result.model, artifact, options)
         result.analysis = analyze_quantization(named, artifact, feeds, threshold_db=threshold)
         if k == max_rounds:
             break

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 from test_end_to_end import mrvl_cpu_mrvl_model
 
 from mrvl_convert import HybridSession, convert
-from mrvl_convert.cli.convert import verify_main
+from mrvl_convert.cli import verify_main
 from mrvl_convert.verify.compare import compare
 
 

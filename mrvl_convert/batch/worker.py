@@ -1,0 +1,185 @@
+"""One model of a batch, where a worker runs it: convert, verify, and say what happened.
+
+:func:`convert_one` is a top-level function that takes a picklable :class:`Job` and returns a
+picklable :class:`Outcome`: it never raises, so one bad model never stops the batch, and it
+works unchanged on a Dask or Ray executor (``distributed.Client(...).get_executor()``).
+"""
+from __future__ import annotations
+
+import signal
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from mrvl_convert.batch.outcome import COUNT_KEYS, FAILED, OK, SKIPPED, VERIFY_FAILED, Outcome
+from mrvl_convert.batch.plan import Job, VerifyOptions
+from mrvl_convert.batch.summary import verify_figures
+from mrvl_convert.convert import convert_with
+from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.options import ConvertOptions
+
+# (model name, stage): "convert", then convert's steps ("quantize" with quantize=, "load",
+# "match", "lower", "emit"), then "verify"
+StageFn = Callable[[str, str], None]
+INTERRUPTED = "not converted: interrupted"
+FAIL_FAST = "not converted: an earlier model failed (--fail-fast)"
+
+
+class _Interrupt:
+    """A pool worker's SIGINT handler. Ctrl-C reaches every process of the terminal's group:
+    the model a worker converts stops (KeyboardInterrupt), and the handler remembers it, so
+    that the jobs the worker already holds are skipped rather than converted."""
+
+    def __init__(self) -> None:
+        self.fired = False
+
+    def __call__(self, signum: int, frame: object) -> None:
+        self.fired = True
+        raise KeyboardInterrupt
+
+
+def init_worker(log_severity: Optional[int] = None) -> None:
+    """The initializer of a pool worker process of ours."""
+    signal.signal(signal.SIGINT, _Interrupt())
+    if log_severity is not None:  # verify runs onnxruntime here: its process-wide log level too
+        import onnxruntime as ort
+        ort.set_default_logger_severity(log_severity)
+
+
+def interrupted() -> bool:
+    """Ctrl-C reached this process since ``init_worker`` (the state is its SIGINT handler's)."""
+    handler = signal.getsignal(signal.SIGINT)
+    return isinstance(handler, _Interrupt) and handler.fired
+
+
+def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
+    """Convert one model; every exception becomes a failed Outcome (top level: picklable).
+    ``on_stage(name, stage)`` is called as the conversion and the verification start (only
+    where it can be called: in this process)."""
+    if interrupted():
+        return skipped(job, INTERRUPTED)
+    start = time.perf_counter()
+    ignored: Tuple[str, ...] = ()
+    try:
+        options, ignored = _with_shapes(job)
+        _stage(on_stage, job, "convert")
+        result = convert_with(job.model, job.out_dir, options,
+                              on_stage and (lambda stage: _stage(on_stage, job, stage)))
+        counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
+        fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
+                     "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"])}
+        if job.verify is not None:
+            _stage(on_stage, job, "verify")
+        figures = _verify(job, job.verify) if job.verify is not None else None
+    except VerifyError as exc:  # converted, but the comparison failed: the artifacts stay
+        return replace(failed(job, start, exc, ignored=ignored), status=VERIFY_FAILED,
+                       counts=counts, verified=False, verify=exc.figures,
+                       verify_note=exc.figures.get("line"), **fragments)
+    except MrvlConvertError as exc:
+        return failed(job, start, exc, ignored=ignored)
+    except Exception as exc:  # a bug: report it with its traceback, never swallow it
+        return failed(job, start, exc, ignored=ignored, trace=traceback.format_exc())
+    return Outcome(job.model, job.name, OK, job.out_dir, counts, time.perf_counter() - start,
+                   ignored_shapes=ignored, verified=True if job.verify is not None else None,
+                   verify_note=figures and figures["line"], verify=figures, **fragments)
+
+
+def _with_shapes(job: Job) -> Tuple[ConvertOptions, Tuple[str, ...]]:
+    """The job's options with the input shapes its model takes, and the all-model overrides
+    it has no input for (ignored)."""
+    shapes, ignored = job.shapes, ()
+    if shapes and job.ignore_unknown_shapes:
+        shapes, ignored = _shapes_for(job.model, shapes)
+    if job.model_shapes:
+        shapes = {**(shapes or {}), **job.model_shapes}
+    return replace(job.options, shapes=shapes), ignored
+
+
+def _shapes_for(model: str, shapes: Mapping[str, List[int]]
+                ) -> Tuple[Dict[str, List[int]], Tuple[str, ...]]:
+    """Keep only the overrides naming an input of this model (weights are not read)."""
+    import onnx
+    try:
+        proto = onnx.load_model(model, load_external_data=False)
+    except Exception:  # not ONNX: let convert() raise its own, well-worded error
+        return dict(shapes), ()
+    inputs = {i.name for i in proto.graph.input}
+    kept = {k: v for k, v in shapes.items() if k in inputs}
+    return kept, tuple(sorted(k for k in shapes if k not in inputs))
+
+
+def _stage(on_stage: Optional[StageFn], job: Job, stage: str) -> None:
+    if on_stage is not None:
+        on_stage(job.name, stage)
+
+
+def failed(job: Job, start: float, exc: BaseException, *, ignored: Tuple[str, ...] = (),
+           trace: Optional[str] = None) -> Outcome:
+    """The Outcome of a model not converted: ``exc``'s message naming the model; with
+    ``trace``, a bug of ours, said so."""
+    message = " ".join(str(exc).split()) or type(exc).__name__
+    if trace is not None:
+        message = (f"internal error {type(exc).__name__}: {message} (a bug in mrvl_convert; "
+                   "please report it with the model at the project's issue tracker)")
+    if job.model not in message:
+        message = f"model {job.model}: {message}"
+    return Outcome(job.model, job.name, FAILED, job.out_dir, {}, time.perf_counter() - start,
+                   error=message, error_type=type(exc).__name__, traceback=trace,
+                   ignored_shapes=ignored)
+
+
+def skipped(job: Job, why: str = FAIL_FAST) -> Outcome:
+    return Outcome(job.model, job.name, SKIPPED, job.out_dir, error=why)
+
+
+class VerifyError(MrvlConvertError):
+    """The converted model's outputs do not match onnxruntime's on the original model; or its
+    verify inputs do not fit it. ``figures``: what summary.json records of the comparison."""
+
+    def __init__(self, message: str, *, model: Optional[str] = None,
+                 figures: Optional[Dict[str, Any]] = None) -> None:
+        self.figures = dict(figures or {})
+        super().__init__(message, model=model)
+
+
+def _verify(job: Job, checks: VerifyOptions) -> Dict[str, Any]:
+    """Run the hybrid artifact against onnxruntime on the original model (``verify``); the
+    figures of the comparison, or a VerifyError carrying them."""
+    from mrvl_convert.verify.compare import compare  # imported lazily: onnxruntime sessions, simulator
+    from mrvl_convert.verify.tolerances import Tolerances
+    tolerances = Tolerances().with_bounds(dict(checks.atol), dict(checks.rtol),
+                                          "given with --atol/--rtol")
+    try:
+        feeds = _verify_feeds(job, checks)
+        report = compare(_reference(job), job.out_dir, feeds, tolerances=tolerances,
+                         log_severity=checks.log_severity)
+    except MrvlConvertError as exc:  # e.g. inputs that do not fit: the artifacts stay valid
+        raise VerifyError(f"converted into {job.out_dir}, but verify could not run: "
+                          f"{exc}", model=job.model,
+                          figures={"passed": False, "error": str(exc), "line": str(exc)}) from None
+    figures = verify_figures(report, None if checks.inputs is None else str(checks.inputs))
+    if not report.passed:
+        raise VerifyError(f"converted into {job.out_dir}, but verify failed: "
+                          f"{report.summary_line()[:400]}", model=job.model, figures=figures)
+    return figures
+
+
+def _verify_feeds(job: Job, checks: VerifyOptions) -> Optional[List[Dict[str, Any]]]:
+    if checks.inputs is None:
+        return None
+    from mrvl_convert.runtime.session import HybridSession
+    from mrvl_convert.verify.feeds import load_npz_feeds
+    specs = HybridSession(job.out_dir).input_specs
+    return load_npz_feeds(str(checks.inputs), specs)
+
+
+def _reference(job: Job) -> str:
+    """The model verify compares with: the QDQ model kept in the artifact when the converter
+    quantized (int8 is judged against onnxruntime running it), else the model converted."""
+    if job.options.quantize is None:
+        return job.model
+    from mrvl_convert.core.artifact import read_json
+    manifest = read_json(Path(job.out_dir) / "manifest.json", "manifest")
+    return str(Path(job.out_dir) / manifest["quantization"]["file"])

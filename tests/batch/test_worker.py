@@ -1,0 +1,98 @@
+"""A batch worker (``mrvl_convert.batch.worker``): Ctrl-C stops the model it converts and skips
+the jobs it already holds; the state lives on its SIGINT handler, not in a module global."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from mrvl_convert.batch import plan_jobs
+from mrvl_convert.batch.worker import INTERRUPTED, convert_one, init_worker, interrupted
+
+BIN = Path(sys.executable).parent
+
+
+def _save_cnn(path: Path) -> Path:
+    """Conv -> Relu, one Mrvl stage: enough to convert, quick to do so."""
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
+                              [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+@pytest.fixture
+def own_sigint():
+    """The test plays a pool worker: its SIGINT handler is put back afterwards."""
+    previous = signal.getsignal(signal.SIGINT)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_a_worker_converts_until_ctrl_c(tmp_path: Path, own_sigint) -> None:
+    [job] = plan_jobs([_save_cnn(tmp_path / "m.onnx")], tmp_path / "out")
+    init_worker()
+    assert not interrupted()
+    outcome = convert_one(job)
+    assert outcome.ok, outcome.error
+    assert (tmp_path / "out" / "m" / "manifest.json").is_file()
+
+
+def test_after_ctrl_c_a_worker_skips_the_jobs_it_holds(tmp_path: Path, own_sigint) -> None:
+    [job] = plan_jobs([_save_cnn(tmp_path / "m.onnx")], tmp_path / "out")
+    init_worker()
+    with pytest.raises(KeyboardInterrupt):  # what stops the model the worker converts
+        signal.raise_signal(signal.SIGINT)
+    assert interrupted()
+    outcome = convert_one(job)
+    assert (outcome.status, outcome.error) == ("skipped", INTERRUPTED)
+    assert not (tmp_path / "out" / "m").exists()
+
+
+def test_ctrl_c_is_not_remembered_outside_a_pool_worker(tmp_path: Path, own_sigint) -> None:
+    """In the calling process (jobs=1) Ctrl-C is the caller's: no handler of ours, no state."""
+    [job] = plan_jobs([_save_cnn(tmp_path / "m.onnx")], tmp_path / "out")
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)
+    assert not interrupted()
+    assert convert_one(job).ok
+
+
+def test_ctrl_c_on_a_pool_run_writes_no_model_and_exits_130(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group: the parent cancels the queued models, each
+    worker stops its model and skips the one it already holds (without that, it would convert
+    and publish it while the parent waits for the pool to shut down)."""
+    models = [_save_cnn(tmp_path / f"m{k}.onnx") for k in range(4)]
+    out = tmp_path / "out"
+    env = dict(os.environ, _MRVL_CONVERT_TEST_WRITE_DELAY="3")  # every file write: 3 s
+    proc = subprocess.Popen([str(BIN / "mrvl-convert"), *map(str, models), "-o", str(out),
+                             "-j", "2", "-q"], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(".tmp-" in p.name for p in (out.iterdir() if out.exists() else [])):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "interrupted; models not finished were not written" in err
+    assert "Traceback" not in err
+    assert sorted(p.name for p in out.iterdir()) == []  # no model, no staging directory left
