@@ -151,7 +151,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
                 files[stage.name] = {"onnx": f"{stage.name}.onnx"}
                 staging.write_onnx(files[stage.name]["onnx"], cpu_model,
                                    external=cpu_onnx.needs_external_data(cpu_model))
-        manifest = documents.manifest(loaded, plan, subgraphs, files, options, __version__)
+        manifest = documents.manifest(loaded, plan, subgraphs, files, options, __version__,
+                                      staging.digests)
         report = documents.report(loaded, canonical, matches, plan, subgraphs)
         if profile is not None:
             report["estimate"] = _estimate(manifest, nodes_docs, profile)

@@ -23,6 +23,7 @@ import numpy as np
 from mrvl_convert.core.paths import confined
 from mrvl_convert.errors import ArtifactError, InputFeedError, ShapeError
 from mrvl_convert.core.artifact import read_json, require, shape_of
+from mrvl_convert.core.file_hashes import check_stage_files
 from mrvl_convert.kernels.gemm import GemmEngine
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.runtime.graph_engine import session_options
@@ -118,6 +119,7 @@ class HybridSession:
         self.simulator = MrvlSimulator(on_range_error, gemm=gemm, engine=engine, threads=threads)
         self._cpu_options: Any = None  # made with the first CPU stage: onnxruntime is optional
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
+        check_stage_files(self.artifact_dir, manifest, self.manifest_path)
         self.stages = [self._stage(k, s, alone=len(stages) == 1) for k, s in enumerate(stages)]
         self._check_wiring()
         self._read_by_stages = {t.name for stage in self.stages for t in stage.inputs}
