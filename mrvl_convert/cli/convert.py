@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import glob
 import json
-import os
 import re
 import sys
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from mrvl_convert.version import __version__
 from mrvl_convert.cli.output import _Progress, cut_line, format_table  # noqa: F401 (re-exported for tests)
 from mrvl_convert.cli.quant import add_quant_args, quantized_models, write_analyses
+from mrvl_convert.core.paths import below, real_entry
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.layers import MARVELL, UPSTREAM
 
@@ -247,13 +247,13 @@ def _inside(path: Path, directory: Optional[Path]) -> bool:
     """Artifacts of an earlier run (their CPU .onnx files) are not models to convert."""
     if directory is None:
         return False
-    return Path(os.path.abspath(directory)) in Path(os.path.abspath(path)).parents
+    return below(path, directory)
 
 
 def _dedupe(paths: List[Path]) -> List[Path]:
     seen, unique = set(), []
     for p in paths:
-        key = os.path.abspath(p)
+        key = real_entry(p)
         if key not in seen:
             seen.add(key)
             unique.append(p)
