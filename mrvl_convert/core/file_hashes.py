@@ -57,12 +57,13 @@ def recorded_hashes(manifest: Any, manifest_path: str) -> Optional[Dict[str, str
     stages = manifest.get("stages") if isinstance(manifest, dict) else None
     if not isinstance(stages, list):
         return None
-    entries = [s for s in stages if isinstance(s, dict)]
-    if not any(FIELD in s for s in entries):
+    entries = {k: s for k, s in enumerate(stages) if isinstance(s, dict)}
+    if not any(FIELD in s for s in entries.values()):
         return None
     recorded: Dict[str, str] = {}
-    for k, stage in enumerate(entries):
-        recorded.update(_stage_hashes(stage, f"stage {stage.get('name', k)}", manifest_path))
+    for k, stage in entries.items():
+        where = f"stage {stage.get('name', f'stages[{k}]')}"
+        recorded.update(_stage_hashes(stage, where, manifest_path))
     return recorded
 
 
