@@ -160,7 +160,8 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
         stages = write_stages(staging, plan, subgraphs, converted.canonical, loaded,
                               options.layer_set)
         manifest = documents.manifest(loaded, plan, subgraphs, stages.files,
-                                      options.manifest_entry(loaded.input_shapes), __version__)
+                                      options.manifest_entry(loaded.input_shapes), __version__,
+                                      staging.digests)
         report = documents.report(loaded, converted.canonical, converted.matches, plan,
                                   subgraphs)
         if profile is not None:

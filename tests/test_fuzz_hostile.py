@@ -83,6 +83,15 @@ def _replace(doc: Any, path: Tuple) -> None:
     doc[path[-1]] = PLACEHOLDER
 
 
+def _drop_hashes(art: Path) -> None:
+    """The manifest rewritten too, as an attacker would: its hashes would refuse a changed
+    stage file before the reader under test sees it."""
+    manifest = json.loads((art / "manifest.json").read_text())
+    for stage in manifest["stages"]:
+        del stage["sha256"]
+    (art / "manifest.json").write_text(json.dumps(manifest))
+
+
 def _feed() -> dict:
     return {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
 
@@ -107,6 +116,8 @@ def test_hostile_value_anywhere_in_an_artifact(artifact: Path, data) -> None:
         art = Path(tmp) / "art"
         shutil.copytree(artifact, art)
         (art / "link.json").symlink_to(outside / "canary.json")
+        if name != "manifest.json":
+            _drop_hashes(art)
         _replace(doc, path)
         text = json.dumps(doc).replace(json.dumps(PLACEHOLDER), raw.replace("{outside}",
                                                                              str(outside)))
@@ -170,6 +181,7 @@ def test_estimate_refuses_a_stage_file_outside_the_artifact(artifact: Path, tmp_
 def test_found_by_the_thorough_profile(artifact: Path, tmp_path: Path, document, path, raw) -> None:
     art = tmp_path / "art"
     shutil.copytree(artifact, art)
+    _drop_hashes(art)
     doc = json.loads((art / document).read_text())
     _replace(doc, path or (next(iter(doc)), "dtype"))
     (art / document).write_text(json.dumps(doc).replace(json.dumps(PLACEHOLDER), raw))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import argparse
 import glob
-import os
 import re
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
+from mrvl_convert.core.paths import below, real_entry
 from mrvl_convert.version import __version__
 from mrvl_convert.batch.plan import VerifyOptions
 from mrvl_convert.cli.quant import add_quant_args
@@ -236,13 +236,13 @@ def _inside(path: Path, directory: Optional[Path]) -> bool:
     """Artifacts of an earlier run (their CPU .onnx files) are not models to convert."""
     if directory is None:
         return False
-    return Path(os.path.abspath(directory)) in Path(os.path.abspath(path)).parents
+    return below(path, directory)
 
 
 def _dedupe(paths: List[Path]) -> List[Path]:
     seen, unique = set(), []
     for p in paths:
-        key = os.path.abspath(p)
+        key = real_entry(p)
         if key not in seen:
             seen.add(key)
             unique.append(p)

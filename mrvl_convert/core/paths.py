@@ -2,7 +2,8 @@
 
 A path written inside a file is data an attacker may control: it is taken only as a plain
 relative path that stays inside the directory of the file that names it, after symlinks are
-resolved. Anything else is refused before the file is opened.
+resolved. Anything else is refused before the file is opened. Paths a user gives are compared
+the same way, as real paths (``below``, ``real_entry``): a symlinked directory is seen through.
 """
 from __future__ import annotations
 
@@ -39,3 +40,16 @@ def confined(base: "str | os.PathLike[str]", relative: object, *, what: str,
         raise error(f"{what} {relative!r} resolves to {target} (through a symlink), outside "
                     f"{root}", **where)
     return target
+
+
+def real_entry(path: "str | os.PathLike[str]") -> Path:
+    """Where the directory entry ``path`` is: the real path of its directory, and its own name.
+    A symlinked file stays an entry of its own directory (a model under another name)."""
+    path = Path(path)
+    return Path(os.path.realpath(path.parent)) / path.name
+
+
+def below(path: "str | os.PathLike[str]", directory: "str | os.PathLike[str]") -> bool:
+    """True when the entry ``path`` is inside ``directory`` (at any depth), compared as real
+    paths: ``link/out/m.onnx`` is below ``models/out`` when ``link`` is a symlink to ``models``."""
+    return Path(os.path.realpath(directory)) in real_entry(path).parents

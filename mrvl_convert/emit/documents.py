@@ -33,11 +33,17 @@ def _boundary(tensor: gs.Tensor, layout: Optional[str] = None) -> Dict[str, Any]
 
 def manifest(loaded: LoadedModel, plan: Plan, subgraphs: Mapping[str, MrvlSubgraph],
              files: Mapping[str, Mapping[str, str]], options: Dict[str, Any],
-             tool_version: str) -> Dict[str, Any]:
+             tool_version: str, digests: Optional[Mapping[str, Mapping[str, str]]] = None
+             ) -> Dict[str, Any]:
+    """``digests``: {file written: {each file it is made of: sha256}} (``StagingDir.digests``),
+    recorded as every stage's ``sha256``, so a reader can refuse a file changed since."""
     stages = []
     for stage in plan.stages:
         entry: Dict[str, Any] = {"kind": stage.kind, "name": stage.name}
         entry.update(files[stage.name])
+        if digests is not None:
+            entry["sha256"] = {part: digest for written in files[stage.name].values()
+                               for part, digest in sorted(digests[written].items())}
         if stage.kind == "mrvl":
             sub = subgraphs[stage.name]
             entry["inputs"] = [_boundary(t, lay.name)

@@ -11,6 +11,7 @@ written, so a test can send a signal mid-write.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -19,12 +20,14 @@ import signal
 import tempfile
 import threading
 import time
+from itertools import chain
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import onnx
 
 from mrvl_convert.errors import OutputDirError
+from mrvl_convert.emit.external_data import externalize
 from mrvl_convert.emit.validate import validate
 
 
@@ -43,6 +46,9 @@ class StagingDir:
         self.out_dir = Path(out_dir)
         self.label = label  # the model, named in every OutputDirError
         self.files: List[str] = []
+        # {file written: {each file it is made of (an ONNX file and its data): sha256}}, hashed
+        # from the bytes as they were written
+        self.digests: Dict[str, Dict[str, str]] = {}
         self.path: Optional[Path] = None
         self._previous_sigterm: object = None
 
@@ -86,33 +92,38 @@ class StagingDir:
     def write_json(self, name: str, document: Any, kind: str, *, compact: bool = False) -> None:
         validate(document, kind, label=name)
         # Streamed: a >2 GiB model's Constants-JSON is never held as one str plus its bytes.
-        try:
-            with open(self._target(name), "w", encoding="utf-8", newline="\n") as handle:
-                for chunk in _encoder(compact).iterencode(document):
-                    handle.write(chunk)
-                handle.write("\n")
-        except OSError as exc:
-            raise OutputDirError(f"cannot write {name} in {self.out_dir}: "
-                                 f"{exc.strerror or exc}", model=self.label) from None
+        chunks = (chunk.encode("utf-8") for chunk in _encoder(compact).iterencode(document))
+        self.digests[name] = {name: self._write(name, chain(chunks, [b"\n"]))}
 
-    def _write(self, name: str, data: bytes) -> None:
+    def _write(self, name: str, chunks: Iterable[bytes]) -> str:
+        """Write ``name`` from ``chunks``; the sha256 of the bytes written."""
+        digest = hashlib.sha256()
         try:
-            self._target(name).write_bytes(data)
+            with open(self._target(name), "wb") as handle:
+                for chunk in chunks:
+                    digest.update(chunk)
+                    handle.write(chunk)
         except OSError as exc:
             raise OutputDirError(f"cannot write {name} in {self.out_dir}: "
                                  f"{exc.strerror or exc}", model=self.label) from None
+        return digest.hexdigest()
 
     def write_bytes(self, name: str, data: bytes) -> None:
-        self._write(name, data)
+        self.digests[name] = {name: self._write(name, [data])}
 
     def write_onnx(self, name: str, model: onnx.ModelProto, *, external: bool) -> None:
         if not external:
-            self._write(name, model.SerializeToString(deterministic=True))
+            self.digests[name] = {name: self._write(
+                name, [model.SerializeToString(deterministic=True)])}
             return
         data_name = f"{name}.data"
-        self.files.append(data_name)
-        onnx.save_model(model, str(self._target(name)), save_as_external_data=True,
-                        all_tensors_to_one_file=True, location=data_name, size_threshold=1024)
+        chunks = externalize(model, data_name)
+        first = next(chunks, None)  # no large weight, no data file (as onnx.save_model)
+        digests = {} if first is None else {data_name: self._write(data_name,
+                                                                   chain([first], chunks))}
+        # as onnx.save_model serialises a model whose weights it wrote beside it
+        digests[name] = self._write(name, [model.SerializeToString()])
+        self.digests[name] = digests
 
     def publish(self) -> None:
         """Swap the staged directory into place (an old artifact directory is replaced)."""

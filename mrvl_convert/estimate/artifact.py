@@ -5,6 +5,7 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
 
+from mrvl_convert.core.file_hashes import check_stage_files
 from mrvl_convert.core.paths import confined
 from mrvl_convert.emit.validate import validate
 from mrvl_convert.errors import ArtifactError
@@ -91,13 +92,16 @@ def _boundaries(manifest: Mapping[str, Any], prof: HardwareProfile) -> List[Dict
 
 def estimate_artifact(artifact_dir: Union[str, Path], profile: ProfileLike = None, *,
                       tiles: Optional[int] = None) -> Dict[str, Any]:
-    """Estimate an artifact directory written by ``convert`` (reads its JSON files only).
+    """Estimate an artifact directory written by ``convert`` (parses its JSON files only).
 
     The files are read as ``HybridSession`` reads them: bounded, each checked against its schema,
-    and every file the manifest names resolved inside ``artifact_dir``.
+    and every file the manifest names resolved inside ``artifact_dir``; as there, every stage
+    file is first checked against the sha256 the manifest records (the CPU stages' too: an
+    artifact changed after conversion is refused, not estimated).
     """
     root = Path(artifact_dir)
     manifest = _read(root, "manifest.json", "manifest", "manifest.json")
+    check_stage_files(root, manifest, str(root / "manifest.json"))
     return estimate_documents(
         manifest, lambda e: _read(root, e["nodes_json"], "nodes", "Nodes-JSON"), profile,
         tiles=tiles, const_shapes=lambda e: _const_shapes(root, e["consts_json"]))

@@ -28,6 +28,7 @@ import numpy as np
 
 from mrvl_convert.errors import ArtifactError, InputFeedError, ShapeError
 from mrvl_convert.core.artifact import read_json, require
+from mrvl_convert.core.file_hashes import check_stage_files
 from mrvl_convert.kernels.gemm import GemmEngine
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.runtime.options import QUIET, WARNINGS
@@ -92,6 +93,7 @@ class HybridSession:
         reader = StageReader(self.artifact_dir, self.manifest_path, self.simulator, threads,
                              log_severity)
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
+        check_stage_files(self.artifact_dir, manifest, self.manifest_path)
         self.stages = [reader.stage(k, s, alone=len(stages) == 1) for k, s in enumerate(stages)]
         check_wiring(self.manifest_path, self._inputs, self.stages, self._outputs)
         self._read_by_stages = {t.name for stage in self.stages for t in stage.inputs}

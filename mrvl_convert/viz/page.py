@@ -49,9 +49,17 @@ def _asset(name: str) -> str:
     return resources.files("mrvl_convert.viz").joinpath(name).read_text(encoding="utf-8")
 
 
-def _script_safe(text: str) -> str:
-    # JSON inside <script>: "</" would end the element early.
-    return text.replace("</", "<\\/")
+# JSON inside <script> is HTML script data: "</script" ends the element, "<!--" followed by
+# "<script" keeps it open past its "</script>". Outside strings JSON has none of these characters;
+# inside them each becomes its \u escape, which JSON.parse reads back as the same character.
+_SCRIPT_DATA_ESCAPES = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026",
+                                      "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _script_data(document: Any) -> str:
+    """``document`` as JSON that can sit inside an HTML ``<script>`` element unchanged."""
+    text = json.dumps(document, separators=(",", ":"), ensure_ascii=True, sort_keys=True)
+    return text.translate(_SCRIPT_DATA_ESCAPES)
 
 
 def render_page(description: Mapping[str, Any]) -> str:
@@ -64,8 +72,7 @@ def render_page(description: Mapping[str, Any]) -> str:
     estimated = any(st.get("estimated_us") is not None for st in description["stages"])
     note = (" Times are an ESTIMATE of the accelerator (docs/ESTIMATE.md), not a measurement."
             if estimated else "")
-    data = json.dumps(description, separators=(",", ":"), ensure_ascii=True, sort_keys=True)
     return _TEMPLATE.format(title=html.escape(f"{description['model']}: partition"),
                             css=_CSS, summary=html.escape(summary), estimate_note=note,
-                            data=_script_safe(data), elk=_asset("elk.bundled.js"),
+                            data=_script_data(description), elk=_asset("elk.bundled.js"),
                             page=_asset("page.js"))
