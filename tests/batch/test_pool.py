@@ -14,11 +14,11 @@ import numpy as np
 import onnx
 import pytest
 
-import badmodels as bm
 from mrvl_convert import MrvlConvertError, convert_many
 from mrvl_convert.batch.pool import BatchResult, Outcome, unique_names
 from mrvl_convert.cli.convert import main as cli_main
 from mrvl_convert.emit.validate import validate
+from support import badmodels as bm
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))
 GOOD = ("alpha", "beta", "gamma")

@@ -16,7 +16,6 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import badmodels as bm
 from mrvl_convert import MrvlConvertError, convert, convert_many
 from mrvl_convert.batch.pool import VerifyOptions
 from mrvl_convert.cli.convert import _Progress, main, parse_shapes, UsageError
@@ -24,6 +23,7 @@ from mrvl_convert.emit.validate import validate
 import mrvl_convert
 from mrvl_convert.errors import NodeNotFoundError, ShapeError
 from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
+from support import badmodels as bm
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))
 VERIFY = str(Path(sys.executable).with_name("mrvl-verify"))

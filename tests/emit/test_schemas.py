@@ -8,9 +8,9 @@ import jsonschema
 import pytest
 
 import mrvl_convert
-from models import small_cnn
+from support.models import small_cnn
 
-SCHEMAS = Path(__file__).parents[1] / "schemas"
+SCHEMAS = Path(__file__).parents[2] / "schemas"
 
 
 def schema(kind: str) -> jsonschema.Draft202012Validator:

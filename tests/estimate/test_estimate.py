@@ -11,9 +11,9 @@ import mrvl_convert
 from mrvl_convert.cli.convert import main as cli_main
 from mrvl_convert.estimate import (HardwareProfileError, boundary_cycles, estimate_artifact,
                                    estimate_stage, load_profile)
-from models import Builder, small_cnn
+from support.models import Builder, small_cnn
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_US = 5674.071            # mrvl-mlsim, ResNet-50 v1, cn10ka, fp16, 8 tiles (1 GHz)
 PUBLIC_MATMUL_OPS = 3_857_973_248
 PUBLIC_DMA_BYTES = 51_464_160 + 2_000   # DRAM->OCM plus OCM->DRAM

@@ -8,11 +8,11 @@ import pytest
 import yaml
 
 import mrvl_convert
-from test_int8 import needs_relu_sharing_scale
 from mrvl_convert.estimate import estimate_artifact, load_profile
 from mrvl_convert.quantize.recipe import Quantization
+from support.int8 import needs_relu_sharing_scale
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_cnn"
 
 
 @pytest.fixture(scope="module")

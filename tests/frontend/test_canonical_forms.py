@@ -11,7 +11,7 @@ import pytest
 import mrvl_convert
 from mrvl_convert.frontend.canonicalize import canonicalize
 from mrvl_convert.frontend.load import load_model
-from models import Builder, run_ort
+from support.models import Builder, run_ort
 
 SHAPE = [1, 4, 5, 5]
 

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 
 import mrvl_convert
 from mrvl_convert.frontend.load import MAX_OPSET, MIN_OPSET
-from models import Builder
+from support.models import Builder
 
 
 def plain_cnn(opset: int, *, ir_version: int = 8, batch_dim=1) -> onnx.ModelProto:
@@ -97,7 +97,7 @@ def test_bad_shape_overrides(tmp_path, shapes, message):
 
 
 def test_converting_twice_gives_identical_bytes(tmp_path):
-    from models import small_cnn
+    from support.models import small_cnn
     model = small_cnn(sigmoid=True)
     a = mrvl_convert.convert(model, tmp_path / "a")
     b = mrvl_convert.convert(model, tmp_path / "b")
@@ -107,7 +107,7 @@ def test_converting_twice_gives_identical_bytes(tmp_path):
 
 
 def test_model_given_as_path_and_as_proto_agree(tmp_path):
-    from models import small_cnn
+    from support.models import small_cnn
     model = small_cnn()
     path = tmp_path / "small.onnx"
     onnx.save(model, str(path))

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jsonbuild import SubgraphBuilder, conv2d, fc
 from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.kernels.gemm import GEMM_ENGINES, NUMPY_GEMM, GemmEngine
+from support.jsonbuild import SubgraphBuilder, conv2d, fc
 
 
 def assert_float32_product(got: np.ndarray, a: np.ndarray, w: np.ndarray) -> None:

@@ -10,15 +10,15 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from jsonbuild import SubgraphBuilder, conv2d, to_nhwc
 from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.kernels.gemm import GEMM_ENGINES, GemmEngine
 from mrvl_convert.layers.conv2d import Conv2DKernel as Conv2D
 from mrvl_convert.kernels.windows import pad_nhwc, window_view
 from mrvl_convert.kernels.winograd import (_AT, _BT, MIN_CHANNELS, MIN_TILES, Winograd3x3,
                                            _apply_at, _apply_bt, applies)
-from onnxref import assert_close_fp16, fp16_round, run_node
-from test_runtime_kernels import nchw_layer
+from support.jsonbuild import SubgraphBuilder, conv2d, to_nhwc
+from support.onnxref import assert_close_fp16, fp16_round, run_node
+from support.simulate import nchw_layer
 
 # Largest float32 error seen against float64 inside ResNet-50, relative to the output's largest
 # magnitude, was 6.6e-7 (im2col in float32: 5.1e-7; benchmarks/winograd_error.py); the bound

@@ -19,10 +19,10 @@ import onnx
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort
 from mrvl_convert.layers import UPSTREAM
 from mrvl_convert.runtime import HybridSession
-from runtime.onnxref import assert_close_fp16, fp16_round
+from support.models import Builder, run_ort
+from support.onnxref import assert_close_fp16, fp16_round
 
 # What every layer of the emitter carries, whatever its kind (mrvl_json._layer_node).
 COMMON = {"layer_name", "composite_name", "func_name", "func_node_name", "num_inputs",

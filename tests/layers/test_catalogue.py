@@ -15,7 +15,7 @@ from mrvl_convert.layers import docs as layer_docs
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.kernels.base import Kernel
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _schema(name: str) -> dict:
@@ -92,7 +92,7 @@ PINNED = {
 
 
 def _resnet50():
-    # benchmarks/models.py by path: the name "models" is tests/models.py in this session.
+    # benchmarks/models.py by path: benchmarks/ is not on sys.path.
     spec = importlib.util.spec_from_file_location("benchmark_models", ROOT / "benchmarks/models.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort
+from support.models import Builder, run_ort
 
 RNG = np.random.default_rng(7)
 

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort
 from mrvl_convert.layers.conv2d import _block_diagonal as block_diagonal
 from mrvl_convert.rules.checks_shape import MAX_DENSE_TRANSPOSE_KERNEL
-from test_layers_shape import convert_and_compare, the_layer
+from support.layer_chains import convert_and_compare, the_layer
+from support.models import Builder, run_ort
 
 
 def _grouped(channels: int, out_per_group: int, groups: int, seed: int = 0, relu=True):

@@ -5,49 +5,18 @@ Contracts: princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3
 src/relay/backend/contrib/mrvl/codegen.cc ``CreateMrvlResize2DLayer``, ``CreateMrvlSplitLayer``,
 ``CreateCompositeMrvlStridedSliceLayer``, ``CreateMrvlConcatLayer``, ``CreateMrvlLayer4OpNode``
 (transpose), ``CreateCompositeMrvlReduceLayer`` and ``CreateCompositeMrvlReduceMax``.
-The kernels alone: tests/runtime/test_kernels_shape.py.
+The kernels alone: tests/layers/test_data_movement_kernels.py.
 """
 from __future__ import annotations
 
 import json
-from typing import Dict, List
 
 import numpy as np
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort
-from mrvl_convert.runtime import HybridSession
-from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
-
-
-def convert_and_compare(model, tmp_path, **kwargs):
-    """Convert, run the hybrid and onnxruntime on one seeded input, compare every output."""
-    result = mrvl_convert.convert(model, tmp_path / "out", **kwargs)
-    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-    feed = {model.graph.input[0].name:
-            np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
-    got = HybridSession(result.out_dir, threads=1).run(None, feed)
-    want = list(run_ort(model, feed).values())
-    for g, w in zip(got, want):
-        assert g.shape == w.shape
-        rel = float(np.abs(g - w).max()) / max(float(np.abs(w).max()), 1e-30)
-        assert rel <= DEFAULT_TOLERANCE.max_rel, rel
-    return result
-
-
-def layers(result) -> List[Dict]:
-    found = []
-    for stage in result.manifest["stages"]:
-        if stage["kind"] == "mrvl":
-            doc = json.loads((result.out_dir / stage["nodes_json"]).read_text())
-            found += [n for n in doc["nodes"] if n["op"] == "tvm_op"]
-    return found
-
-
-def the_layer(result, name: str) -> Dict:
-    [layer] = [n for n in layers(result) if n["attrs"]["layer_name"] == [name]]
-    return layer
+from support.layer_chains import convert_and_compare, layers, the_layer
+from support.models import Builder
 
 
 def placement(result, node: str) -> str:

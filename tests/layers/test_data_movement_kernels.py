@@ -17,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 from mrvl_convert.layers import CATALOGUE
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.layerspec import LayerSpec
-from onnxref import assert_close_fp16, fp16_round, run_model, run_node, single_node_model
+from support.onnxref import assert_close_fp16, fp16_round, run_model, run_node, single_node_model
 
 SEEDS = range(8)
 

@@ -17,45 +17,15 @@ rounding touches and one rounding per fp16 constant and per layer output on the 
 from __future__ import annotations
 
 import json
-from typing import List
 
 import numpy as np
-import onnx
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort
 from mrvl_convert.layers import UPSTREAM
-from mrvl_convert.runtime import HybridSession
-from runtime.onnxref import U, assert_close_fp16, fp16_round
-
-SHAPE = [1, 4, 6, 7]
-
-
-def _front(b: Builder, shape=SHAPE) -> str:
-    """An exact identity 1x1 Conv: the region is compute-heavy, the next layer gets x as fed."""
-    c = shape[1]
-    x = b.input("x", shape)
-    return b.op("Conv", [x, b.const(np.eye(c, dtype=np.float32).reshape(c, c, 1, 1))],
-                name="front", kernel_shape=[1, 1])
-
-
-def _run(model: onnx.ModelProto, tmp_path, shape=SHAPE, seed: int = 0, scale: float = 4.0):
-    x = fp16_round(np.random.default_rng(seed).standard_normal(shape) * scale)
-    result = mrvl_convert.convert(model, tmp_path / "o")
-    [got] = HybridSession(result.out_dir, threads=1).run(None, {"x": x})
-    [want] = run_ort(model, {"x": x}).values()
-    return result, x, got, want
-
-
-def _kinds(result: mrvl_convert.Result) -> List[str]:
-    kinds = []
-    for path in sorted(result.files):
-        if path.name.endswith("-nodes.json"):
-            doc = json.loads(path.read_text())
-            kinds += [n["attrs"]["layer_name"][0] for n in doc["nodes"] if n["op"] == "tvm_op"]
-    return [k for k in kinds if k != "layout_transform"]
-
+from support.layer_chains import front_conv, layer_kinds, run_chain
+from support.models import Builder
+from support.onnxref import U, assert_close_fp16
 
 def _gate_bound(x: np.ndarray) -> np.ndarray:
     """Magnitude of the terms of HardSigmoid's chain: alpha * |x| + beta, each rounded."""
@@ -65,10 +35,10 @@ def _gate_bound(x: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_silu_is_sigmoid_and_mul2d(tmp_path, seed):
     b = Builder()
-    x = _front(b)
+    x = front_conv(b)
     model = b.model([b.op("Mul", [x, b.op("Sigmoid", [x])])])
-    result, xin, got, want = _run(model, tmp_path, seed=seed)
-    assert _kinds(result) == ["Conv2D", "Sigmoid", "Mul2D"]
+    result, xin, got, want = run_chain(model, tmp_path, seed=seed)
+    assert layer_kinds(result) == ["Conv2D", "Sigmoid", "Mul2D"]
     assert result.summary["cpu_nodes"] == 0
     # Sigmoid: one rounding of s; the product: one more, of |x| * s.
     assert_close_fp16(got, want, want, roundings=2)
@@ -77,9 +47,9 @@ def test_silu_is_sigmoid_and_mul2d(tmp_path, seed):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_hardswish_op_lowers_to_mul_sum_clip_mul(tmp_path, seed):
     b = Builder(opset=14)
-    model = b.model([b.op("HardSwish", [_front(b)], name="hs")])
-    result, xin, got, want = _run(model, tmp_path, seed=seed)
-    assert _kinds(result) == ["Conv2D", "Mul2D", "Sum2D", "Clip", "Mul2D"]
+    model = b.model([b.op("HardSwish", [front_conv(b)], name="hs")])
+    result, xin, got, want = run_chain(model, tmp_path, seed=seed)
+    assert layer_kinds(result) == ["Conv2D", "Mul2D", "Sum2D", "Clip", "Mul2D"]
     assert result.placement("hs")["rule"] == "mrvl.hardswish"
     # The gate: fp16(1/6), the product, the sum (3 roundings of |x|/6 + 1/2); then x * gate.
     assert_close_fp16(got, want, np.abs(xin) * _gate_bound(xin), roundings=4)
@@ -90,9 +60,9 @@ def test_hardswish_op_lowers_to_mul_sum_clip_mul(tmp_path, seed):
 @pytest.mark.parametrize("alpha,beta", [(0.2, 0.5), (1.0 / 6.0, 0.5), (0.3, 0.25)])
 def test_hardsigmoid_lowers_to_mul_sum_clip(tmp_path, alpha, beta):
     b = Builder()
-    model = b.model([b.op("HardSigmoid", [_front(b)], name="hsig", alpha=alpha, beta=beta)])
-    result, xin, got, want = _run(model, tmp_path)
-    assert _kinds(result) == ["Conv2D", "Mul2D", "Sum2D", "Clip"]
+    model = b.model([b.op("HardSigmoid", [front_conv(b)], name="hsig", alpha=alpha, beta=beta)])
+    result, xin, got, want = run_chain(model, tmp_path)
+    assert layer_kinds(result) == ["Conv2D", "Mul2D", "Sum2D", "Clip"]
     layers = [n for n in json.loads(next(p for p in result.files if p.name.endswith(
         "-nodes.json")).read_text())["nodes"]
               if n["op"] == "tvm_op" and n["attrs"]["layer_name"] != ["layout_transform"]]
@@ -104,13 +74,13 @@ def test_hardsigmoid_lowers_to_mul_sum_clip(tmp_path, alpha, beta):
 def test_exporters_hardswish_is_sum_clip_mul_mul(tmp_path):
     """x * Clip(x + 3, 0, 6) / 6 as Paddle and older PyTorch write it."""
     b = Builder()
-    x = _front(b)
+    x = front_conv(b)
     gate = b.op("Clip", [b.op("Add", [x, b.const(np.array(3, np.float32))]),
                          b.const(np.array(0, np.float32)), b.const(np.array(6, np.float32))])
     model = b.model([b.op("Div", [b.op("Mul", [x, gate]), b.const(np.array(6, np.float32))],
                           name="div6")])
-    result, xin, got, want = _run(model, tmp_path)
-    assert _kinds(result) == ["Conv2D", "Sum2D", "Clip", "Mul2D", "Mul2D"]
+    result, xin, got, want = run_chain(model, tmp_path)
+    assert layer_kinds(result) == ["Conv2D", "Sum2D", "Clip", "Mul2D", "Mul2D"]
     assert result.summary["cpu_nodes"] == 0
     assert "not exact" in result.placement("div6")["canonical"]   # CPU would keep the Div
     magnitude = np.abs(xin) * (np.abs(xin) + 3) / 6
@@ -123,10 +93,10 @@ def test_exporters_hardswish_is_sum_clip_mul_mul(tmp_path):
 @pytest.mark.parametrize("divisor", [0.229, 3.0, -7.5])
 def test_div_by_a_constant_is_mul2d_by_the_reciprocal(tmp_path, divisor):
     b = Builder()
-    model = b.model([b.op("Div", [_front(b), b.const(np.array(divisor, np.float32))],
+    model = b.model([b.op("Div", [front_conv(b), b.const(np.array(divisor, np.float32))],
                           name="div")])
-    result, xin, got, want = _run(model, tmp_path)
-    assert _kinds(result) == ["Conv2D", "Mul2D"]
+    result, xin, got, want = run_chain(model, tmp_path)
+    assert layer_kinds(result) == ["Conv2D", "Mul2D"]
     assert result.placement("div")["rule"] == "mrvl.div_const"
     # x is fp16 already: fp16(1/c) and the product's rounding, 2 * 2**-11 relative.
     assert_close_fp16(got, want, want, roundings=2)
@@ -136,12 +106,12 @@ def test_div_by_a_constant_is_mul2d_by_the_reciprocal(tmp_path, divisor):
 def test_per_channel_divisor_and_zero_divisor(tmp_path):
     b = Builder()
     c = np.array([0.5, 0.229, 0.224, 3.0], np.float32).reshape(1, 4, 1, 1)
-    model = b.model([b.op("Div", [_front(b), b.const(c)], name="div")])
-    result, xin, got, want = _run(model, tmp_path)
-    assert _kinds(result) == ["Conv2D", "Mul2D"]
+    model = b.model([b.op("Div", [front_conv(b), b.const(c)], name="div")])
+    result, xin, got, want = run_chain(model, tmp_path)
+    assert layer_kinds(result) == ["Conv2D", "Mul2D"]
     assert_close_fp16(got, want, want, roundings=2)
     b = Builder()
-    zero = b.model([b.op("Div", [_front(b), b.const(np.array(0, np.float32))], name="div")])
+    zero = b.model([b.op("Div", [front_conv(b), b.const(np.array(0, np.float32))], name="div")])
     entry = mrvl_convert.convert(zero, tmp_path / "z").placement("div")
     assert entry["placement"] == "cpu" and "infinite" in entry["reason"]
 
@@ -149,13 +119,13 @@ def test_per_channel_divisor_and_zero_divisor(tmp_path):
 @pytest.mark.parametrize("seed", [0, 1])
 def test_squeeze_excite_gate_is_one_broadcasting_mul2d(tmp_path, seed):
     b = Builder(seed)
-    x = b.op("Relu", [_front(b)])
+    x = b.op("Relu", [front_conv(b)])
     g = b.op("GlobalAveragePool", [x])
     g = b.op("Relu", [b.conv(g, 4, 8, k=1)])
     g = b.op("HardSigmoid", [b.conv(g, 8, 4, k=1)], alpha=1.0 / 6.0, beta=0.5)
     model = b.model([b.op("Mul", [x, g], name="excite")])
-    result, xin, got, want = _run(model, tmp_path, seed=seed)
-    kinds = _kinds(result)
+    result, xin, got, want = run_chain(model, tmp_path, seed=seed)
+    kinds = layer_kinds(result)
     assert kinds[-1] == "Mul2D" and result.summary["cpu_nodes"] == 0
     assert result.summary["mrvl_subgraphs"] == 1
     # The gate (two 1x1 convolutions of a mean, then the HardSigmoid chain) is within a few
@@ -166,7 +136,7 @@ def test_squeeze_excite_gate_is_one_broadcasting_mul2d(tmp_path, seed):
 
 def test_upstream_keeps_decomposed_ops_on_cpu_and_says_why(tmp_path):
     b = Builder(opset=14)
-    x = _front(b)
+    x = front_conv(b)
     y = b.op("HardSwish", [x], name="hs")
     model = b.model([b.op("Mul", [y, b.op("Sigmoid", [y], name="sig")], name="swish")])
     result = mrvl_convert.convert(model, tmp_path / "u", layer_set=UPSTREAM)

@@ -15,29 +15,16 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from jsonbuild import SubgraphBuilder, conv2d, fc, nhwc, pool, to_nchw, to_nhwc
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.kernels.gemm import GEMM_ENGINES
-from onnxref import (ORT_OLD_CEIL_POOLING, assert_close_fp16, ceil_pool_quirks, fp16_round,
-                     run_node)
+from support.jsonbuild import SubgraphBuilder, conv2d, fc, nhwc, pool, to_nchw, to_nhwc
+from support.onnxref import (ORT_OLD_CEIL_POOLING, assert_close_fp16, ceil_pool_quirks, fp16_round,
+                             run_node)
+from support.simulate import nchw_layer, simulate
 
 SETTINGS = settings(max_examples=25, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
-
-
-def simulate(builder: SubgraphBuilder, heads, feed, gemm: str = "numpy"):
-    with tempfile.TemporaryDirectory() as tmp:
-        compiled = MrvlSimulator(gemm=gemm).compile(*builder.write(tmp, heads))
-    return compiled.run(feed)
-
-
-def nchw_layer(x: np.ndarray, make_layer, gemm: str = "numpy"):
-    """input NCHW -> layout_transform -> layer -> layout_transform back -> output."""
-    b = SubgraphBuilder()
-    inp = b.input("x", x.shape)
-    out = to_nchw(b, make_layer(b, to_nhwc(b, inp)))
-    return simulate(b, [out], {"x": x}, gemm)[0]
 
 
 def rng_for(seed: int) -> np.random.Generator:

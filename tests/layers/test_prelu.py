@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort
 from mrvl_convert.layers import UPSTREAM
-from runtime.onnxref import U
-from test_layers_decompose import SHAPE, _front, _kinds, _run
+from support.layer_chains import SHAPE, front_conv, layer_kinds, run_chain
+from support.models import Builder, run_ort
+from support.onnxref import U
 
 SLOPES = {
     "per_channel": np.array([0.25, -0.5, 3.0, 0.1], np.float32).reshape(4, 1, 1),
@@ -26,7 +26,7 @@ SLOPES = {
 
 def _prelu_model(slope: np.ndarray, shape=SHAPE):
     b = Builder()
-    return b.model([b.op("PRelu", [_front(b, shape), b.const(slope)], name="prelu")])
+    return b.model([b.op("PRelu", [front_conv(b, shape), b.const(slope)], name="prelu")])
 
 
 def _assert_prelu_bound(xin, got, want):
@@ -40,8 +40,8 @@ def _assert_prelu_bound(xin, got, want):
 @pytest.mark.parametrize("kind", sorted(SLOPES))
 def test_prelu_lowers_to_relu_mul_mul_sub(tmp_path, kind):
     model = _prelu_model(SLOPES[kind])
-    result, xin, got, want = _run(model, tmp_path)
-    assert _kinds(result) == ["Conv2D", "Relu", "Mul2D", "Mul2D", "Sub"]
+    result, xin, got, want = run_chain(model, tmp_path)
+    assert layer_kinds(result) == ["Conv2D", "Relu", "Mul2D", "Mul2D", "Sub"]
     assert result.placement("prelu")["rule"] == "mrvl.prelu"
     assert result.summary["cpu_nodes"] == 0
     _assert_prelu_bound(xin, got, want)

@@ -9,7 +9,7 @@ import onnx
 import pytest
 
 import mrvl_convert
-from models import Builder, run_ort, small_cnn
+from support.models import Builder, run_ort, small_cnn
 
 
 def mrvl_docs(result, out):

@@ -10,8 +10,8 @@ import pytest
 
 import mrvl_convert
 from mrvl_convert.cli.convert import main
-from models import Builder, small_cnn
-from test_partition import check_sound, stages
+from support.models import Builder, small_cnn
+from support.partition import check_sound, stages
 
 
 def _softmax_only():

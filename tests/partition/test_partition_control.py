@@ -7,8 +7,8 @@ import onnx
 import pytest
 
 import mrvl_convert
-from models import Builder, small_cnn
-from test_partition import check_sound, stages
+from support.models import Builder, small_cnn
+from support.partition import check_sound, stages
 
 
 def _feeds(shape=(1, 3, 16, 16)):

@@ -18,7 +18,7 @@ from mrvl_convert.quantize import calibration
 from mrvl_convert.errors import InputFeedError, OptionError
 from mrvl_convert.quantize.recipe import Quantization, load_calibration, quantize_int8
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_cnn"
 MODEL = EXAMPLE / "mnist_cnn.onnx"
 
 

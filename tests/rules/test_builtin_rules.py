@@ -9,7 +9,7 @@ import pytest
 import mrvl_convert
 from mrvl_convert.rules.checks import CHECKS
 from mrvl_convert.rules.loader import builtin_path, load_rules
-from models import Builder
+from support.models import Builder
 
 
 def place(model, tmp_path, **kwargs):
@@ -274,7 +274,8 @@ def test_transpose_other_than_layout_change_refused(tmp_path):
     b = Builder()
     x = b.input("x", [1, 4, 8, 8])
     y = b.op("Transpose", [b.conv(x, 4, 4)], name="swap_hw", perm=[0, 1, 3, 2])
-    # upstream v0.19's set: the newer one has a bare transpose kind (tests/test_layers_shape.py)
+    # upstream v0.19's set: the newer one has a bare transpose kind
+    # (tests/layers/test_data_movement.py)
     places, _ = place(b.model([y]), tmp_path, layer_set="upstream-0.19")
     assert "perm [0, 1, 3, 2] is not an NCHW<->NHWC layout change" in places["swap_hw"]["reason"]
 
@@ -308,7 +309,8 @@ def test_user_rule_file_adds_a_composite(tmp_path):
     y = b.op("GlobalAveragePool", [b.conv(x, 4, 4)], name="gap")
     y = b.op("Flatten", [y], name="flat")
     y = b.op("Unsqueeze", [y, b.const(np.array([2], np.int64))], name="unsq")
-    # upstream v0.19's set: the newer one has its own expand_dims (tests/test_layers_shape.py)
+    # upstream v0.19's set: the newer one has its own expand_dims
+    # (tests/layers/test_data_movement.py)
     without, _ = place(b.model([y]), tmp_path, layer_set="upstream-0.19")
     assert without["unsq"]["reason"].startswith("no rule handles op type Unsqueeze")
     places, result = place(b.model([y]), tmp_path, rules=[rule], layer_set="upstream-0.19")

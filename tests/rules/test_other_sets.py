@@ -7,9 +7,9 @@ import pytest
 
 import mrvl_convert
 from mrvl_convert.layers import MARVELL, UPSTREAM
-from models import Builder, run_ort
 from mrvl_convert.runtime import HybridSession
-from test_partition import check_sound
+from support.models import Builder, run_ort
+from support.partition import check_sound
 
 
 def _mul_and_flat_concat(batch: int = 1):

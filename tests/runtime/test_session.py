@@ -8,8 +8,6 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-import badmodels
-import handmade
 from mrvl_convert import convert
 from mrvl_convert.errors import ArtifactError, InputFeedError
 from mrvl_convert.runtime import HybridSession
@@ -17,7 +15,9 @@ from mrvl_convert.verify.tolerances import Tolerance, Tolerances
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.kernels.gemm import GEMM_ENGINES
 from mrvl_convert.cli.verify import main as verify_main
-from onnxref import ORT_OLD_CEIL_POOLING, run_model
+from support import badmodels
+from support import handmade
+from support.onnxref import ORT_OLD_CEIL_POOLING, run_model
 
 
 @pytest.fixture()

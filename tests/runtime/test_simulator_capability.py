@@ -6,7 +6,7 @@ import json
 import pytest
 
 import mrvl_convert
-from models import small_cnn
+from support.models import small_cnn
 
 
 def test_capability_and_compile_agree_on_a_missing_bias(tmp_path):

@@ -10,9 +10,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from jsonbuild import SubgraphBuilder, conv2d, fc, pool, to_nhwc, write_pair
 from mrvl_convert.errors import ArtifactError, Fp16RangeError, InputFeedError
 from mrvl_convert.runtime import Fp16RangeWarning, MrvlSimulator
+from support.jsonbuild import SubgraphBuilder, conv2d, fc, pool, to_nhwc, write_pair
 
 
 def conv_pair(scale: float = 1.0, sources=("Conv_7", "Relu_7")):

@@ -9,7 +9,7 @@ import pytest
 
 from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
-from onnxref import run_model
+from support.onnxref import run_model
 
 REF = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data",
                    "reference")

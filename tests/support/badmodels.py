@@ -67,6 +67,14 @@ def small_cnn(seed: int = 0, *, channels: int = 4, size: int = 8, classes: int =
     return make(nodes, [x], [y], inits, name=name)
 
 
+def cnn_with_cpu_tail() -> onnx.ModelProto:
+    """small_cnn + a Sin: one Mrvl stage, then one CPU stage."""
+    model = small_cnn()
+    model.graph.node[-1].output[0] = "logits"
+    model.graph.node.append(helper.make_node("Sin", ["logits"], ["y"], name="sin"))
+    return model
+
+
 def save(model: onnx.ModelProto, path: os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -25,9 +25,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import corpus_detect
-import corpus_mobile
-from models import Builder
+from support import corpus_detect
+from support import corpus_mobile
+from support.models import Builder
 
 ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
        "shufflenet", "squeezenet", "vgg19", "zfnet512")
@@ -139,7 +139,7 @@ def _calibrate_batchnorm(model: onnx.ModelProto, feed: Dict[str, np.ndarray]) ->
     comparison degenerate. One pass brings the largest activation of both to about 30; further
     passes, measured on the already normalised front, oscillate (a dead channel's variance
     floor multiplies later) and overflow, so there is one."""
-    from models import run_ort
+    from support.models import run_ort
     bns = [n for n in model.graph.node if n.op_type == "BatchNormalization"]
     if not bns:
         return
@@ -290,7 +290,7 @@ def feeds(model: onnx.ModelProto, shapes: Optional[Dict[str, List[int]]] = None,
     return out
 
 
-def _self_check() -> None:  # pragma: no cover - python tests/corpus.py
+def _self_check() -> None:  # pragma: no cover - PYTHONPATH=tests python -m support.corpus
     for name in zoo_names():
         model = zoo(name)
         print(name, len(model.graph.node), "nodes")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from models import Builder
+from support.models import Builder
 
 REG_MAX = 4
 CLASSES = 3

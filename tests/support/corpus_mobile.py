@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 
-from models import Builder
+from support.models import Builder
 
 OPSET = 14
 

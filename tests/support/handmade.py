@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from jsonbuild import SubgraphBuilder, conv2d, to_nchw, to_nhwc
+from support.jsonbuild import SubgraphBuilder, conv2d, to_nchw, to_nhwc
 
 X_SHAPE = (1, 3, 8, 8)
 

@@ -115,3 +115,31 @@ def run_ort(model: onnx.ModelProto, feeds: Dict[str, np.ndarray],
                                    providers=["CPUExecutionProvider"])
     names = list(outputs) if outputs else [o.name for o in session.get_outputs()]
     return dict(zip(names, session.run(names, feeds)))
+
+
+def mrvl_cpu_mrvl_model(seed: int = 0) -> onnx.ModelProto:
+    """conv-relu-pool | Sin (no layer set maps it) | conv-relu-flatten-gemm."""
+    rng = np.random.default_rng(seed)
+
+    def init(name, shape, scale):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
+                                       name)
+
+    inits = [init("w1", (8, 3, 3, 3), 0.3), init("b1", (8,), 0.1),
+             init("w2", (16, 8, 3, 3), 0.2), init("b2", (16,), 0.1),
+             init("wf", (10, 16 * 6 * 6), 0.05), init("bf", (10,), 0.1)]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
+        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2],
+                         strides=[2, 2]),
+        helper.make_node("Sin", ["p1"], ["s1"], name="sigmoid"),
+        helper.make_node("Conv", ["s1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
+        helper.make_node("Flatten", ["r2"], ["f"], name="flatten", axis=1),
+        helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1)]
+    graph = helper.make_graph(
+        nodes, "mrvl_cpu_mrvl",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)

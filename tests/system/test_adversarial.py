@@ -24,13 +24,16 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import badmodels as bm
-import hostile
 from mrvl_convert import (ArtifactError, HybridSession, InvalidModelError, ModelLoadError,
                           MrvlConvertError, OptionError, OutputDirError, RuleFileError, ShapeError,
                           UnsupportedModelError, convert, convert_many)
 from mrvl_convert.cli.convert import UsageError, main as cli_main, parse_shapes, verify_main
 from mrvl_convert.rules.loader import load_rule_file
+from support import badmodels as bm
+from support import hostile
+from support.badmodels import cnn_with_cpu_tail
+
+pytestmark = pytest.mark.system
 
 BIN = Path(sys.executable).parent
 
@@ -38,14 +41,6 @@ BIN = Path(sys.executable).parent
 @pytest.fixture
 def outside(tmp_path: Path) -> Path:
     return hostile.make_outside(tmp_path)
-
-
-def cnn_with_cpu_tail() -> onnx.ModelProto:
-    """small_cnn + a Sin: one Mrvl stage, then one CPU stage."""
-    model = bm.small_cnn()
-    model.graph.node[-1].output[0] = "logits"
-    model.graph.node.append(helper.make_node("Sin", ["logits"], ["y"], name="sin"))
-    return model
 
 
 @pytest.fixture(scope="module")

@@ -21,9 +21,11 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from mrvl_convert import HybridSession, convert
-from onnxref import run_model
-from test_end_to_end import (OPS, _at_least_min_opset, all_node_cases, assert_fp16_close,
-                             float32, nearest)
+from support.backend_cases import (OPS, all_node_cases, assert_fp16_close, at_least_min_opset,
+                                   float32, nearest)
+from support.onnxref import run_model
+
+pytestmark = pytest.mark.system
 
 # The ops issue 17 added to the catalogue (as ONNX spells them).
 NEW_OPS = frozenset({
@@ -54,7 +56,7 @@ def new_op_cases() -> Dict[str, object]:
         if (ops <= OPS | NEW_OPS and ops & NEW_OPS and float32(case.model.graph.input[:1])
                 and float32(case.model.graph.output) and nearest(case.model)
                 and not empty(case.model)):
-            selected[case.name] = _at_least_min_opset(case)
+            selected[case.name] = at_least_min_opset(case)
     return selected
 
 

@@ -12,10 +12,12 @@ from typing import Dict, List
 import onnx
 import pytest
 
-import badmodels as bm
 from mrvl_convert import (InvalidModelError, ModelLoadError, MrvlConvertError, OutputDirError,
                           RuleFileError, ShapeError, UnsupportedModelError, convert)
 from mrvl_convert.cli.convert import main as cli_main
+from support import badmodels as bm
+
+pytestmark = pytest.mark.system
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))
 

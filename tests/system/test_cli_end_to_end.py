@@ -1,7 +1,6 @@
 """The mrvl-convert command: exit codes, one line per error, --list-rules, summary.json."""
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -10,10 +9,11 @@ from typing import List
 
 import pytest
 
-import badmodels as bm
-from mrvl_convert.batch.pool import Outcome
-from mrvl_convert.cli.convert import _Progress, find_models, format_table, main, parse_shapes, UsageError
+from mrvl_convert.cli.convert import find_models, main
 from mrvl_convert.emit.validate import validate, validate_tree
+from support import badmodels as bm
+
+pytestmark = pytest.mark.system
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))
 VERIFY = str(Path(sys.executable).with_name("mrvl-verify"))
@@ -156,40 +156,9 @@ def test_rerun_into_same_output_skips_artifacts(tmp_path: Path) -> None:
     assert [p.name for p in found] == ["a.onnx"]
 
 
-def test_parse_shapes() -> None:
-    assert parse_shapes(["x:1,3,8,8", "in:put:2,4"]) == {"x": [1, 3, 8, 8], "in:put": [2, 4]}
-    for bad in ("x", "x:", ":1", "x:1,a", "x:1.5", "x:0,3"):
-        with pytest.raises(UsageError):
-            parse_shapes([bad])
-    with pytest.raises(UsageError, match="two different shapes"):
-        parse_shapes(["x:1,2", "x:1,3"])
-
-
-def test_progress_bar_on_a_terminal() -> None:
-    class Tty(io.StringIO):
-        def isatty(self) -> bool:
-            return True
-    stream = Tty()
-    with _Progress(2, quiet=False, stream=stream) as progress:
-        assert progress.bar is not None
-        progress.update(Outcome("a.onnx", "a", "ok", "out/a", seconds=0.1))
-        progress.update(Outcome("b.onnx", "b", "failed", "out/b", error="x"))
-    assert "2/2" in stream.getvalue()
-
-
-def test_table_lists_failures() -> None:
-    rows = [Outcome("a.onnx", "a", "ok", "out/a", {"mrvl_nodes": 4, "cpu_nodes": 1,
-                                                   "mrvl_subgraphs": 1, "cpu_subgraphs": 1,
-                                                   "transitions": 1}, 1.5, mrvl_mac_share=0.9876),
-            Outcome("b.onnx", "b", "failed", "out/b", error="bad", error_type="ShapeError")]
-    lines = format_table(rows).splitlines()
-    assert lines[2].split() == ["a", "ok", "4", "1", "1", "1", "1", "98.8%", "1.50"]
-    assert lines[3].split() == ["b", "failed", "-", "-", "-", "-", "-", "-", "0.00", "ShapeError"]
-
-
 def _fragmented(path: Path, cuts: int) -> Path:
     """Conv, then ``cuts // 2`` times (Sin on CPU, Conv on Mrvl), then one more Sin (no layer set maps Sin)."""
-    from models import Builder
+    from support.models import Builder
     b = Builder()
     y = b.input("x", [1, 3, 8, 8])
     y = b.op("Relu", [b.conv(y, 3, 4, pads=[1, 1, 1, 1])], name="conv0")

@@ -8,11 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import corpus
 import mrvl_convert
-from models import Builder, run_ort
 from mrvl_convert.runtime import HybridSession
 from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
+from support import corpus
+from support.models import Builder, run_ort
+
+pytestmark = pytest.mark.system
 
 
 def _convert_and_run(model, tmp_path, shapes=None):

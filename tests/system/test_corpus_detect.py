@@ -1,4 +1,5 @@
-"""The YOLOv8n-shaped detector of the corpus (tests/corpus_detect.py) on the newer layer set.
+"""The YOLOv8n-shaped detector of the corpus (tests/support/corpus_detect.py) on the newer layer
+set.
 
 Its Resize, Split, 4-D Concats and DFL Transposes run on the accelerator, and so do the SiLU
 pieces (Sigmoid, Mul) and the Softmax (issue 17a): the target of issue 17 is at most 4 Mrvl
@@ -9,11 +10,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import corpus
 import mrvl_convert
-from models import run_ort
 from mrvl_convert.runtime import HybridSession
 from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
+from support import corpus
+from support.models import run_ort
+
+pytestmark = pytest.mark.system
 
 
 @pytest.fixture(scope="module")

@@ -9,58 +9,29 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import functools
 import os
-import warnings
 from typing import Dict, List, Tuple
 
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper, version_converter
+from onnx import TensorProto, helper, numpy_helper
 
 from mrvl_convert import convert
-from mrvl_convert.frontend.load import MIN_OPSET
 from mrvl_convert.runtime import HybridSession
-from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.kernels.gemm import GEMM_ENGINES
-from onnxref import ORT_OLD_CEIL_POOLING, ceil_pool_quirks, run_model
+from support.backend_cases import (OPS, all_node_cases, assert_fp16_close, at_least_min_opset,
+                                   float32, nearest)
+from support.models import mrvl_cpu_mrvl_model
+from support.onnxref import ORT_OLD_CEIL_POOLING, ceil_pool_quirks, run_model
+
+pytestmark = pytest.mark.system
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "Gemm", "MatMul",
-       "Add", "Concat", "Reshape", "Flatten", "Squeeze", "Relu", "Transpose",
-       "BatchNormalization",
-       # the newer layer set's (issue 17)
-       "Sigmoid", "Tanh", "LeakyRelu", "Clip", "Softmax", "Pow", "Mul", "Sub", "Div",
-       "HardSigmoid", "HardSwish", "Resize", "Upsample", "Split", "Slice", "ReduceMean",
-       "ReduceMax", "ConvTranspose", "Unsqueeze", "Sqrt", "Reciprocal"}
 WEIGHTED = {"Conv", "Gemm", "MatMul", "BatchNormalization"}
 CONV_POOL = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"}
-
-
-def float32(values) -> bool:
-    return all(v.type.tensor_type.elem_type == TensorProto.FLOAT for v in values)
-
-
-def nearest(model) -> bool:
-    # The accelerator resizes by nearest neighbour only; onnxruntime itself departs from the
-    # cases' expected outputs on some cubic and linear ones.
-    return all(helper.get_attribute_value(a) in (b"nearest", "nearest")
-               for n in model.graph.node if n.op_type in ("Resize", "Upsample")
-               for a in n.attribute if a.name == "mode")
-
-
-@functools.lru_cache(maxsize=1)
-def all_node_cases() -> tuple:
-    """Every backend node case, generated once per process (no download)."""
-    import onnx.backend.test.case.node as node_cases
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the generators' own numpy overflow warnings
-        # None: every op; onnx before 1.18 has no default for the argument.
-        return tuple(node_cases.collect_testcases(None))
 
 
 @functools.lru_cache(maxsize=1)
@@ -71,16 +42,7 @@ def backend_cases() -> Dict[str, object]:
                 and {n.op_type for n in c.model.graph.node} <= OPS
                 and float32(c.model.graph.input) and float32(c.model.graph.output)
                 and nearest(c.model)}
-    return {name: _at_least_min_opset(case) for name, case in selected.items()}
-
-
-def _at_least_min_opset(case):
-    """Older onnx packages ship some cases at opset 1; the loader asks for MIN_OPSET or newer,
-    so such a case is upgraded as the loader's error tells users to (same data sets)."""
-    opset = next(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
-    if opset >= MIN_OPSET:
-        return case
-    return dataclasses.replace(case, model=version_converter.convert_version(case.model, MIN_OPSET))
+    return {name: at_least_min_opset(case) for name, case in selected.items()}
 
 
 def mrvl_friendly(case) -> Tuple[onnx.ModelProto, List[Dict[str, np.ndarray]]]:
@@ -133,15 +95,6 @@ def _convert_case(name: str, variant: str, out_root: str):
 @pytest.fixture(scope="module")
 def out_root(tmp_path_factory) -> str:
     return str(tmp_path_factory.mktemp("backend_cases"))
-
-
-def assert_fp16_close(got: np.ndarray, want: np.ndarray, what: str) -> None:
-    """The comparison's default fp16 tolerance: max error <= max_rel * max|expected|."""
-    assert got.shape == want.shape, f"{what}: shape {got.shape} != {want.shape}"
-    scale = float(np.abs(want).max(initial=0.0))
-    err = float(np.abs(got.astype(np.float64) - want).max(initial=0.0))
-    assert err <= DEFAULT_TOLERANCE.max_rel * scale + 1e-6, \
-        f"{what}: max error {err:.3g} > {DEFAULT_TOLERANCE.max_rel} * max|expected| {scale:.3g}"
 
 
 def _old_ceil_pooling_on_cpu(case, kinds) -> bool:
@@ -227,34 +180,6 @@ def test_mnist_example_top1_agrees_with_fp32(tmp_path, gemm):
 
 
 # --------------------------------------------------------------------- (iii) multi
-def mrvl_cpu_mrvl_model(seed: int = 0) -> onnx.ModelProto:
-    """conv-relu-pool | Sin (no layer set maps it) | conv-relu-flatten-gemm."""
-    rng = np.random.default_rng(seed)
-
-    def init(name, shape, scale):
-        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32),
-                                       name)
-
-    inits = [init("w1", (8, 3, 3, 3), 0.3), init("b1", (8,), 0.1),
-             init("w2", (16, 8, 3, 3), 0.2), init("b2", (16,), 0.1),
-             init("wf", (10, 16 * 6 * 6), 0.05), init("bf", (10,), 0.1)]
-    nodes = [
-        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], name="pool1", kernel_shape=[2, 2],
-                         strides=[2, 2]),
-        helper.make_node("Sin", ["p1"], ["s1"], name="sigmoid"),
-        helper.make_node("Conv", ["s1", "w2", "b2"], ["c2"], name="conv2", pads=[1, 1, 1, 1]),
-        helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-        helper.make_node("Flatten", ["r2"], ["f"], name="flatten", axis=1),
-        helper.make_node("Gemm", ["f", "wf", "bf"], ["logits"], name="fc", transB=1)]
-    graph = helper.make_graph(
-        nodes, "mrvl_cpu_mrvl",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
-
-
 def test_multi_policy_mrvl_cpu_mrvl_runs_and_matches_fp32(tmp_path):
     model = mrvl_cpu_mrvl_model()
     result = convert(model, str(tmp_path / "multi"), policy="multi")

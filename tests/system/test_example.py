@@ -11,9 +11,11 @@ import pytest
 
 import mrvl_convert
 from mrvl_convert.layers import UPSTREAM
-from models import run_ort
+from support.models import run_ort
 
-EXAMPLE = Path(__file__).parents[1] / "examples" / "mnist_cnn"
+pytestmark = pytest.mark.system
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "mnist_cnn"
 RFC_LAYERS = ["layout_transform", "Conv2D", "Maxpool2D", "Conv2D", "Maxpool2D", "nn.batch_flatten",
               "FC", "FC"]
 

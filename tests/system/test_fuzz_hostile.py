@@ -7,7 +7,7 @@ Whatever the change, every reader the library has for such a document (``HybridS
 never raises anything else, never opens a file outside the directory it was given (an audit hook
 records every open), and never grows the process' peak memory by more than
 ``hostile.RSS_LIMIT_MB``. The thorough profile runs many more examples
-(``pytest --hypothesis-profile thorough tests/test_fuzz_hostile.py``).
+(``pytest --hypothesis-profile thorough tests/system/test_fuzz_hostile.py``).
 """
 from __future__ import annotations
 
@@ -15,44 +15,24 @@ import json
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Any, Iterator, List, Tuple
+from typing import Iterator
 
 import numpy as np
 import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
-import hostile
 from mrvl_convert import HybridSession, MrvlConvertError, convert
 from mrvl_convert.estimate import estimate_artifact
 from mrvl_convert.rules.loader import builtin_path, load_rule_file
-from test_adversarial import cnn_with_cpu_tail
+from support import hostile
+from support.badmodels import cnn_with_cpu_tail
+from support.strategies.hostile import (HOSTILE_JSON, HOSTILE_YAML, PLACEHOLDER, locations,
+                                        plant_placeholder)
 
-PLACEHOLDER = "__HOSTILE__"
+pytestmark = pytest.mark.system
+
 DOCUMENTS = ("manifest.json", "cnn_mrvl_0-nodes.json", "cnn_mrvl_0-consts.json")
-
-# Raw JSON text: what a value is replaced with ("{outside}" is the canary directory).
-HOSTILE_JSON = (
-    '"../outside/canary.json"', '"../../outside/canary.bin"', '"{outside}/canary.json"',
-    '"link.json"', '"x/../../outside/w.bin"', '"a\\u0000b"', '"C:\\\\outside\\\\canary.json"',
-    "9" * 5000, "-1", "0", "1e999", "-1e999", "NaN", "Infinity", "4294967296",
-    str(2 ** 63), "1.5", "true", "null", "[]", "{}", '""',
-    "[" * 3000 + "]" * 3000, '{"a":' * 2000 + "1" + "}" * 2000,
-    '"bfloat16"', '"float64"', '"int8"', '"int64"', '"string"',
-    "[4294967296, 4294967296]", "[[1]]", '["1", "x"]',
-)
-# YAML text inserted at a line boundary of the built-in rule file.
-HOSTILE_YAML = (
-    "bomb0: &b0 [x, x, x, x, x, x, x, x, x]\n"
-    + "".join(f"bomb{i}: &b{i} [" + ", ".join([f"*b{i - 1}"] * 9) + "]\n" for i in range(1, 9)),
-    "deep: " + "[" * 2000 + "]" * 2000 + "\n",
-    "big: " + "9" * 20_000 + "\n",
-    "path: !!python/object/apply:os.system [echo]\n",
-    "file: !include ../outside/canary.json\n",
-    "limits: {max_batch: " + "9" * 400 + "}\n",
-    "anchor: &a {x: 1}\nmerge: {<<: *a}\n",
-    "\t- broken\n",
-)
 
 
 @pytest.fixture(scope="module")
@@ -63,24 +43,6 @@ def artifact() -> Iterator[Path]:
         list(DOCUMENTS) + ["report.json"])
     yield tmp / "cnn"
     shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _locations(doc: Any, path: Tuple = ()) -> List[Tuple]:
-    """Every place a value sits in doc, as key/index paths (the consts' payloads once each)."""
-    found = [path] if path else []
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            found += _locations(value, path + (key,))
-    elif isinstance(doc, list):
-        for index, value in enumerate(doc[:4]):   # long lists: their first items stand for all
-            found += _locations(value, path + (index,))
-    return found
-
-
-def _replace(doc: Any, path: Tuple) -> None:
-    for step in path[:-1]:
-        doc = doc[step]
-    doc[path[-1]] = PLACEHOLDER
 
 
 def _feed() -> dict:
@@ -100,14 +62,14 @@ def _read_everything(art: Path) -> None:
 def test_hostile_value_anywhere_in_an_artifact(artifact: Path, data) -> None:
     name = data.draw(st.sampled_from(DOCUMENTS), label="document")
     doc = json.loads((artifact / name).read_text())
-    path = data.draw(st.sampled_from(_locations(doc)), label="where")
+    path = data.draw(st.sampled_from(locations(doc)), label="where")
     raw = data.draw(st.sampled_from(HOSTILE_JSON), label="value")
     with tempfile.TemporaryDirectory() as tmp:
         outside = hostile.make_outside(Path(tmp))
         art = Path(tmp) / "art"
         shutil.copytree(artifact, art)
         (art / "link.json").symlink_to(outside / "canary.json")
-        _replace(doc, path)
+        plant_placeholder(doc, path)
         text = json.dumps(doc).replace(json.dumps(PLACEHOLDER), raw.replace("{outside}",
                                                                              str(outside)))
         (art / name).write_text(text)
@@ -171,7 +133,7 @@ def test_found_by_the_thorough_profile(artifact: Path, tmp_path: Path, document,
     art = tmp_path / "art"
     shutil.copytree(artifact, art)
     doc = json.loads((art / document).read_text())
-    _replace(doc, path or (next(iter(doc)), "dtype"))
+    plant_placeholder(doc, path or (next(iter(doc)), "dtype"))
     (art / document).write_text(json.dumps(doc).replace(json.dumps(PLACEHOLDER), raw))
     with pytest.raises(MrvlConvertError, match="dtype"):
         HybridSession(art).run(None, _feed())

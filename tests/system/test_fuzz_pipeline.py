@@ -1,4 +1,4 @@
-"""Property tests over random ONNX CNNs (tests/strategies.py).
+"""Property tests over random ONNX CNNs (tests/support/strategies/).
 
 - the strategy itself makes valid models (checker, shape inference, onnxruntime);
 - convert() on them: only MrvlConvertError, schema-valid JSON, every node placed once,
@@ -24,13 +24,16 @@ import onnxruntime as ort
 import pytest
 import yaml
 from hypothesis import event, example, given, note, settings
-from hypothesis import strategies as st
 
 import mrvl_convert
 from mrvl_convert import MrvlConvertError
 from mrvl_convert.frontend.load import name_nodes
-from mrvl_convert.rules.loader import builtin_path
-from strategies import cnn_models, from_spec, policies, qdq_models
+from support.strategies.cnn import cnn_models, policies
+from support.strategies.generated import from_spec
+from support.strategies.qdq import qdq_models
+from support.strategies.rule_files import rule_overrides
+
+pytestmark = pytest.mark.system
 
 
 def ort_run(model: onnx.ModelProto, feeds):
@@ -83,7 +86,7 @@ def _negative_dims_as_params(model: onnx.ModelProto) -> onnx.ModelProto:
 
 # ============================================================================ Phase 2: properties
 
-SCHEMA_DIR = Path(__file__).resolve().parent.parent / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parents[2] / "schemas"
 _VALIDATORS = {}
 
 
@@ -479,30 +482,6 @@ def test_convert_properties_of_qdq_models(gm, policy):
 
 
 # ============================================================================ user rule files
-
-_BUILTIN_RULES = yaml.safe_load(builtin_path().read_text(encoding="utf-8"))
-
-
-@st.composite
-def rule_overrides(draw):
-    """A valid user rule file overriding some built-in composites (same name): optional steps
-    dropped (so fewer nodes fuse and partitions fragment), priorities changed."""
-    comps = _BUILTIN_RULES["composites"]
-    chosen = draw(st.lists(st.integers(0, len(comps) - 1), min_size=1, max_size=4, unique=True),
-                  label="overridden composites")
-    out = []
-    for i in sorted(chosen):
-        comp = json.loads(json.dumps(comps[i]))
-        steps = comp["pattern"]
-        keep = [s for s in steps if not s.get("optional")
-                or draw(st.booleans(), label=f"keep {comp['name']}.{s['role']}")]
-        comp["pattern"] = keep
-        roles = {s["role"] for s in keep}
-        comp["constraints"] = [c for c in comp.get("constraints", []) if c["role"] in roles]
-        comp["priority"] = draw(st.integers(0, 1000), label="priority")
-        out.append(comp)
-    return {"format_version": 1, "composites": out}
-
 
 @settings(max_examples=max(5, settings.default.max_examples // 2))
 @given(gm=cnn_models(max_blocks=4), policy=policies(), rules=rule_overrides())

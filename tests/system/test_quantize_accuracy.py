@@ -7,11 +7,14 @@ from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
+import pytest
 
 import mrvl_convert
 from mrvl_convert.quantize.recipe import Quantization
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "mnist_cnn"
+pytestmark = pytest.mark.system
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_cnn"
 CALIBRATION_IMAGES = 64
 
 

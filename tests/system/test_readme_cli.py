@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import List
 
 import numpy as np
+import pytest
 
-import badmodels as bm
 from mrvl_convert.cli.convert import build_parser
 from mrvl_convert.cli.verify import build_parser as build_verify_parser
+from support import badmodels as bm
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+pytestmark = pytest.mark.system
+
+README = Path(__file__).resolve().parents[2] / "README.md"
 BIN = Path(sys.executable).parent
 
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from models import small_cnn
 from onnx import TensorProto, helper, numpy_helper
-from test_end_to_end import mrvl_cpu_mrvl_model
 
 from mrvl_convert import HybridSession, convert
 from mrvl_convert.cli.convert import verify_main
 from mrvl_convert.verify.compare import compare
+from support.models import mrvl_cpu_mrvl_model, small_cnn
 
 
 def lossy_model(*, named: bool = True) -> onnx.ModelProto:

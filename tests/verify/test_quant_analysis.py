@@ -14,10 +14,10 @@ import pytest
 from onnx import helper, numpy_helper
 
 import mrvl_convert
-from test_int8 import needs_relu_sharing_scale
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.verify.quant_analysis import _Sums, cosine, snr_db
+from support.int8 import needs_relu_sharing_scale
 
 THRESHOLD = 20.0
 

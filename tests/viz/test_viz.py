@@ -12,7 +12,7 @@ import onnx
 import pytest
 
 import mrvl_convert
-from models import run_ort, small_cnn
+from support.models import run_ort, small_cnn
 
 DENSENET = (Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
             / "light_densenet121.onnx")

@@ -20,8 +20,8 @@ from onnx import helper, numpy_helper
 
 import mrvl_convert
 from mrvl_convert.layers import CATALOGUE
-from test_int8 import (output_scale, placements, quantized, reference_session, run_both,
-                       steps)
+from support.int8 import (output_scale, placements, quantized, reference_session, run_both,
+                          steps)
 
 
 def _model(nodes, inits: Dict[str, np.ndarray], x_shape, out_shape) -> onnx.ModelProto:
