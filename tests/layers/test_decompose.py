@@ -27,6 +27,7 @@ from support.layer_chains import front_conv, layer_kinds, run_chain
 from support.models import Builder
 from support.onnxref import U, assert_close_fp16
 
+
 def _gate_bound(x: np.ndarray) -> np.ndarray:
     """Magnitude of the terms of HardSigmoid's chain: alpha * |x| + beta, each rounded."""
     return np.abs(x) / 6.0 + 0.5

@@ -255,7 +255,6 @@ def artifact_dir():
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-
 @given(data=st.data())
 def test_mutated_manifest_is_refused(artifact_dir, data):
     """HybridSession on a mutated manifest: MrvlConvertError naming the field (or the tensor /

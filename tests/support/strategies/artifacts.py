@@ -215,7 +215,6 @@ def _artifact_mutations(draw, pair):
     return nodes, [consts], ["object"], True, "Constants-JSON is a list"
 
 
-
 @st.composite
 def _manifest_mutations(draw, manifest):
     m = copy.deepcopy(manifest)
@@ -271,7 +270,6 @@ def _manifest_mutations(draw, manifest):
     io_list = m["model"][side]
     io_list[0]["shape"] = draw(st.sampled_from(["x", None, [d + 1 for d in io_list[0]["shape"]]]))
     return m, ["shape", io_list[0]["name"]], f"model.{side}[0].shape = {io_list[0]['shape']!r}"
-
 
 
 def manifest_mutations(manifest):

@@ -71,6 +71,7 @@ def _finish(b: ModelBuilder, outputs: Sequence[str], dynamic_batch: Any = False)
 
 # ==================================================================== QDQ (int8) models
 
+
 def quantized(gm: GeneratedModel, samples: int = 4, method: str = "minmax") -> GeneratedModel:
     """``gm`` quantized with Marvell's recipe (mrvl_convert.quantize.recipe.quantize_int8) on seeded
     calibration data: ``samples`` random batches per input (seed from the spec), plus the

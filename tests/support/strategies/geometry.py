@@ -17,7 +17,6 @@ def pool_out(size: int, k: int, s: int, p0: int, p1: int, d: int = 1, ceil: bool
     return out
 
 
-
 def _ceil_ambiguous(size: int, k: int, s: int, p0: int, p1: int, d: int = 1) -> bool:
     """onnx shape inference and onnxruntime disagree on ceil_mode when the last window would
     start in the tail padding: such models fail the checker's strict shape inference."""
