@@ -3,8 +3,8 @@
     python benchmarks/artifact_hashes.py [--write FILE] [--check FILE] [--models resnet50 ...]
 
 Converts the example (both policies, both layer sets, int8 on its held-out images, with
-``estimate`` and ``draw``) and every corpus model of ``tests/corpus.py`` (fp16, default options;
-the small built ones in int8 too), then prints or writes a JSON object mapping
+``estimate`` and ``draw``) and every corpus model of ``tests/support/corpus.py`` (fp16, default
+options; the small built ones in int8 too), then prints or writes a JSON object mapping
 ``<case>/<file>`` to its sha256. ``--check FILE`` compares with a file written before (a
 restructuring must leave every artifact byte-identical) and exits 1 naming each difference.
 """
@@ -24,8 +24,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(ROOT / "tests"))
-sys.path.insert(0, str(ROOT / "tests" / "support"))
-import corpus  # noqa: E402
+from support import corpus  # noqa: E402  (tests/support/corpus.py)
 
 import mrvl_convert  # noqa: E402
 from mrvl_convert.quantize.recipe import Quantization  # noqa: E402

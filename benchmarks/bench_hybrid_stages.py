@@ -20,7 +20,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-from models import Builder  # noqa: E402
+from support.models import Builder  # noqa: E402  (tests/support/models.py)
 
 import mrvl_convert  # noqa: E402
 from mrvl_convert.runtime import HybridSession  # noqa: E402

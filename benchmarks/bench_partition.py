@@ -3,7 +3,7 @@
     python benchmarks/bench_partition.py [--runs 5] [--threads 1 2] [--models resnet50 ...]
                                          [--engine graph|layers]
 
-The corpus is ``tests/corpus.py``: the onnx wheel's 9 light zoo models with seeded random
+The corpus is ``tests/support/corpus.py``: the onnx wheel's 9 light zoo models with seeded random
 weights, and small built models that use each canonical rewrite. For every model: whether it
 converts, the Mrvl / CPU stage counts, Mrvl<->CPU transitions, the share of nodes and of MACs on
 Mrvl, the hybrid's largest error against onnxruntime fp32 (absolute, and relative to the largest
@@ -31,7 +31,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-import corpus  # noqa: E402
+from support import corpus  # noqa: E402  (tests/support/corpus.py)
 
 import mrvl_convert  # noqa: E402
 from mrvl_convert.runtime import HybridSession  # noqa: E402

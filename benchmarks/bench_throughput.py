@@ -24,9 +24,9 @@ from typing import Dict, List, Tuple
 import onnx
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))                  # benchmarks/models.py (tests/ has a models.py too)
+sys.path.insert(0, str(HERE))                  # benchmarks/models.py
 sys.path.append(str(HERE.parent / "tests"))
-import badmodels  # noqa: E402  (small CNN builder shared with the tests)
+from support import badmodels  # noqa: E402  (small CNN builder shared with the tests)
 import models  # noqa: E402
 
 from mrvl_convert import convert_many  # noqa: E402

@@ -1,8 +1,8 @@
 """The per-layer int8 quantization table of one corpus model (docs/QUANTIZATION.md).
 
 Builds the corpus model (the onnx wheel's light zoo model with seeded weights, as
-``tests/corpus.py`` makes it) and seeded standard-normal calibration samples into OUT, then
-runs ``mrvl-convert MODEL -o OUT/converted --quantize int8 --calibration CAL.npz
+``tests/support/corpus.py`` makes it) and seeded standard-normal calibration samples into OUT,
+then runs ``mrvl-convert MODEL -o OUT/converted --quantize int8 --calibration CAL.npz
 --quant-analysis`` (plus any extra arguments given after ``--``), which prints the table and
 writes ``OUT/converted/<model>/quant_analysis.json``.
 
@@ -30,7 +30,7 @@ def main() -> int:
     parser.add_argument("extra", nargs="*", help="more mrvl-convert arguments (after --)")
     args = parser.parse_args()
 
-    import corpus
+    from support import corpus
     from mrvl_convert.cli.convert import main as convert_main
 
     out = Path(args.out)

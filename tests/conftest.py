@@ -1,7 +1,8 @@
 """Hypothesis profiles for the fuzz tests.
 
 - ``quick`` (default): few examples, derandomized so CI runs are reproducible.
-- ``thorough``: ``pytest --hypothesis-profile thorough tests/test_fuzz_*.py`` (thousands of examples).
+- ``thorough``: ``pytest --hypothesis-profile thorough tests/system/test_fuzz_*.py`` (thousands
+  of examples).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mrvl_convert.cli.convert import find_models
+from mrvl_convert.cli.args import find_models
 from mrvl_convert.core.paths import below, real_entry
 
 CLI = str(Path(sys.executable).with_name("mrvl-convert"))

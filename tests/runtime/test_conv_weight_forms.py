@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from jsonbuild import SubgraphBuilder, conv2d, to_nhwc, write_pair
 from mrvl_convert.kernels.conv_weights import channel_copies, diagonal_groups
 from mrvl_convert.runtime import MrvlSimulator
 from mrvl_convert.runtime import graph_engine
 from mrvl_convert.core.artifact import decode_consts, read_json
+from support.jsonbuild import SubgraphBuilder, conv2d, to_nhwc, write_pair
 
 
 def _block_diagonal(rng, o: int, i: int, groups: int, k: int = 3) -> np.ndarray:

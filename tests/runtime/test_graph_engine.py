@@ -19,9 +19,7 @@ from typing import Dict, List
 import numpy as np
 import pytest
 
-import corpus
 import mrvl_convert
-from jsonbuild import SubgraphBuilder, conv2d, to_nhwc, write_pair
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.layers import Activation
 from mrvl_convert.layers.qnn.kernels import Conv2DInt8Kernel, GlobalAvgpool2DInt8Kernel
@@ -31,6 +29,8 @@ from mrvl_convert.runtime import graph_engine
 from mrvl_convert.core.artifact import decode_consts, read_json
 from mrvl_convert.kernels.fp16 import is_fp16_valued, round_to_fp16
 from mrvl_convert.verify.tolerances import DEFAULT_TOLERANCE
+from support import corpus
+from support.jsonbuild import SubgraphBuilder, conv2d, to_nhwc, write_pair
 
 # Kinds whose ONNX form is the numpy kernel's float32 operation itself: identical results.
 ELEMENTWISE = {"Relu", "Clip", "LeakyRelu", "Sum2D", "Mul2D", "Maxpool2D", "GlobalMaxpool2D",

@@ -15,14 +15,14 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-import corpus
 import mrvl_convert
-from jsonbuild import SubgraphBuilder, conv2d, pool, to_nhwc, write_pair
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import HybridSession, MrvlSimulator
 from mrvl_convert.runtime import graph_engine
 from mrvl_convert.kernels.windows import reads_every_position
-from strategies import cnn_models
+from support import corpus
+from support.jsonbuild import SubgraphBuilder, conv2d, pool, to_nhwc, write_pair
+from support.strategies.cnn import cnn_models
 
 
 def _chain(second: str, scale: float = 3000.0):
@@ -148,8 +148,8 @@ def _stage_files(session: HybridSession, stage: str) -> "tuple[str, str]":
 @settings(max_examples=max(5, settings.default.max_examples // 3))
 @given(gm=cnn_models(max_blocks=4), data=st.data())
 def test_generated_models_report_an_overflow_alike_in_both_engines(gm, data):
-    """Random CNNs (tests/strategies.py): one Conv2D or FC, drawn, made to overflow; both
-    engines raise, naming the same nodes, or neither does."""
+    """Random CNNs (tests/support/strategies/cnn.py): one Conv2D or FC, drawn, made to overflow;
+    both engines raise, naming the same nodes, or neither does."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
             result = mrvl_convert.convert(gm.model, os.path.join(tmp, "art"))
