@@ -10,7 +10,7 @@ rather than either engine.
                                          [--threads 2]
                                          [--gemm numpy,onnxruntime]
 
-One row per simulator GEMM engine (``mrvl_convert/runtime/gemm.py``); "open s" is the time
+One row per simulator GEMM engine (``mrvl_convert/kernels/gemm.py``); "open s" is the time
 ``HybridSession`` took to compile the artifact with that engine.
 
 numpy's BLAS reads its CPU type when numpy is imported: OpenBLAS builds with DYNAMIC_ARCH pick

@@ -8,7 +8,7 @@ the first N of them, so the table also gives the figures on the images the calib
 see. Each model runs every image: fp32 on onnxruntime, the fp16 and int8 artifacts on
 HybridSession (the whole network on the simulator), and the QDQ model itself on onnxruntime.
 Prints a Markdown table for README.md and docs/BENCHMARKS.md. Not a test
-(tests/test_quantize_accuracy.py asserts the agreement).
+(tests/system/test_quantize_accuracy.py asserts the agreement).
 """
 from __future__ import annotations
 

@@ -97,7 +97,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=1,
                         help="OpenBLAS threads (and the onnxruntime GEMM engine's)")
     parser.add_argument("--gemm", default="numpy", choices=GEMM_ENGINES,
-                        help="the simulator's GEMM engine (mrvl_convert/runtime/gemm.py)")
+                        help="the simulator's GEMM engine (mrvl_convert/kernels/gemm.py)")
     args = parser.parse_args(argv)
     blas = bench_simulator.blas_info(args.threads)
     model = bench_simulator.MODELS[args.model]()

@@ -60,15 +60,20 @@ class StagingDir:
             raise OutputDirError(f"cannot write the output directory {self.out_dir}: {blocker} "
                                  "is a file, not a directory", model=self.label)
         _check_replaceable(self.out_dir, self.label)
+        # Caught before the staging directory exists: a SIGTERM in between would leave it behind.
+        self._previous_sigterm = _catch_sigterm()
         try:
             parent.mkdir(parents=True, exist_ok=True)
             clean_stale(parent, self.out_dir.name)
             self.path = Path(tempfile.mkdtemp(prefix=_prefix(self.out_dir.name, "tmp"),
                                               dir=parent))
         except OSError as exc:
+            _restore_sigterm(self._previous_sigterm)
             raise OutputDirError(f"cannot write the output directory {self.out_dir}: "
                                  f"{exc.strerror or exc}", model=self.label) from None
-        self._previous_sigterm = _catch_sigterm()
+        except _Terminated:
+            self.__exit__(_Terminated, None, None)
+            raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:

@@ -1,6 +1,6 @@
 """The exact rewrites of canonicalize: exporters' many spellings of one idiom become one form.
 
-Each rewrite keeps onnxruntime's result bit for bit (tests/test_canonical_forms.py runs the
+Each rewrite keeps onnxruntime's result bit for bit (tests/frontend/test_canonical_forms.py runs the
 original and the rewritten graph on onnxruntime and compares), except ``Max(x, 0) -> Relu``,
 whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = -0, its Relu -0.
 

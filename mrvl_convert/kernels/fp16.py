@@ -24,7 +24,7 @@ its convolutions). ``round_to_fp16`` gives exactly the values of
   handful of vectorised numpy operations (about 6 passes, in place), which is bit-identical to
   the cast (checked over all finite float32 inputs) except that a result of zero is always +0.0.
 
-Both are checked against numpy's cast by tests/runtime/test_runtime_fp16.py.
+Both are checked against numpy's cast by tests/kernels/test_fp16.py.
 """
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ through the helpers here,
 which walk a C-contiguous array in chunks of ``CHUNK`` elements (256 KiB of float32: the chunk
 and its operand stay in the L2 cache) against a same-length constant operand built once. Results
 are identical to the plain numpy calls, NaN propagation included
-(tests/runtime/test_runtime_fp16.py).
+(tests/kernels/test_fp16.py).
 """
 from __future__ import annotations
 

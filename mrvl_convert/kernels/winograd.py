@@ -13,7 +13,7 @@ float32, so the fp16 model of ``fp16.py`` is unchanged. What changes is float32 
 the layer: the transforms add and subtract up to 16 terms, an error far below float16's step
 (``python benchmarks/winograd_error.py`` measures it against float64 and im2col; figures in
 docs/BENCHMARKS.md). F(4x4, 3x3) would save more products, but its transforms multiply by up to 8
-and divide by 24 (ten times the error). ``tests/runtime/test_runtime_winograd.py`` pins the error
+and divide by 24 (ten times the error). ``tests/kernels/test_winograd.py`` pins the error
 bound and where the algorithm is used.
 """
 from __future__ import annotations

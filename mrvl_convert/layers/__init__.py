@@ -3,7 +3,7 @@
 A kind's module holds everything about it: its attributes and constants (declared once, as the
 Nodes-JSON writes them), how a matched composite lowers to it, its simulator kernel, and its
 flags. Adding a kind is one new module, one line in ``_KINDS`` and one rule entry (README,
-"Adding a layer kind"); tests/test_catalogue.py fails when a schema or a doc lags behind.
+"Adding a layer kind"); tests/layers/test_catalogue.py fails when a schema or a doc lags behind.
 """
 from __future__ import annotations
 

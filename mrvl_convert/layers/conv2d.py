@@ -3,7 +3,7 @@
 Matched from ``[Pad] Conv [Add bias] [BatchNormalization] [activation]``; the Pad, bias and
 BatchNormalization are folded into the layer's padding, kernel and bias when it is lowered.
 The contract is upstream TVM v0.19's ``mrvl.conv2d_nhwc2nhwc`` (``src/relay/backend/contrib/mrvl/
-codegen.cc``), as tests/test_golden_upstream.py checks against upstream's own output.
+codegen.cc``), as tests/system/test_golden_upstream.py checks against upstream's own output.
 
 One home for the kind: its declaration (``KIND``), its lowering (``lower``: ONNX composite ->
 Conv2D layer) and its kernel (``Conv2DKernel``: the simulator's numpy and ONNX forms). The

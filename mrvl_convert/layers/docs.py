@@ -1,7 +1,7 @@
 """The per-layer attribute table of docs/FORMATS.md, generated from the catalogue.
 
 ``python -m mrvl_convert.layers.docs`` rewrites the table between its markers in
-docs/FORMATS.md; tests/test_catalogue.py fails when the file is out of date.
+docs/FORMATS.md; tests/layers/test_catalogue.py fails when the file is out of date.
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ It is not bit-exact: onnxruntime computes the unfolded model as float32(conv) th
 Each folded weight is the exact product rounded once (relative 2^-24), so an output element of
 the folded model differs from the unfolded one by at most ``(K + 4) * 2^-23 * sum |W'| |x|``
 over its window (K: the window's fan-in), the usual float32 dot-product bound taken for both
-computations (``tests/test_int8_corpus.py`` checks it on onnxruntime).
+computations (``tests/system/test_int8_corpus.py`` checks it on onnxruntime).
 """
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class HybridSession:
                  on_range_error: str = "raise", gemm: "str | GemmEngine" = "numpy",
                  threads: int = 0, log_severity: int = QUIET, engine: str = "graph") -> None:
         """``gemm``: which library runs the simulator's matrix products, ``"numpy"`` or
-        ``"onnxruntime"`` (see ``mrvl_convert/runtime/gemm.py``); the fp16 number model is the
+        ``"onnxruntime"`` (see ``mrvl_convert/kernels/gemm.py``); the fp16 number model is the
         same with either. ``threads``: intra-op threads of every onnxruntime session this
         session opens (CPU stages, and the GEMM engine when named by string); 0 is
         onnxruntime's default, one per physical core. ``log_severity``: onnxruntime's log level

@@ -20,7 +20,7 @@ peak. An error of at most ``atol = 2**-12`` (~2.4e-4: what rounding a value in [
 probability or a normalised score, to float16 once may cost) always passes, whatever the
 tensor's scale: the device cannot hold such an output any closer. Cosine and top-1 are then not
 asked either. The floor is kept that low on purpose: a tensor whose values reach 5e-4 and that
-fp16 wipes out (the near cancellation of tests/runtime/test_compare_layers.py) still fails.
+fp16 wipes out (the near cancellation of tests/verify/test_layer_compare.py) still fails.
 
 So in every sample a tensor passes when ``max|hybrid - fp32| <= max(atol, max_rel *
 max|fp32|)`` and, above the floor, the cosine and top-1 bounds hold. A ``Tolerance`` built by
