@@ -22,7 +22,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from mrvl_convert.version import __version__
 from mrvl_convert.cli.output import _Progress, cut_line, format_table  # noqa: F401 (re-exported for tests)
 from mrvl_convert.cli.quant import add_quant_args, quantized_models, write_analyses
-from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.cli.notices import conversion_notices, print_override_lines
+from mrvl_convert.errors import InputRankError, MrvlConvertError
 from mrvl_convert.layers import MARVELL, UPSTREAM
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_VERIFY_FAILED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -64,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress and no table; errors only")
     parser.add_argument("--verbose", "-v", action="store_true",
-                        help="also show onnxruntime's own warnings")
+                        help="also show onnxruntime's and onnx-graphsurgeon's own warnings")
     parser.add_argument("--list-rules", action="store_true",
                         help="print the rule set (built-in plus --rules files) and exit")
     # Partition control (issue 16).
@@ -308,7 +309,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     _quiet_onnxruntime(args)
     try:
-        return _convert(models, Path(args.output), shapes, args)
+        with conversion_notices(args.verbose):
+            return _convert(models, Path(args.output), shapes, args)
     except KeyboardInterrupt:
         _error("interrupted; models not finished were not written")
         return EXIT_INTERRUPTED
@@ -382,6 +384,7 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, Any],
             _error(str(exc))
             return EXIT_FAILED
     _report(result, out, shapes, quiet=args.quiet, verify_option=args.verify_option)
+    print_override_lines(result, _error)
     _print_estimates(result, args.quiet)
     write_analyses(result, args)
     return exit_code(result)
@@ -389,7 +392,9 @@ def _convert(models: List[Path], out: Path, shapes: Dict[str, Any],
 
 def exit_code(result) -> int:
     """0 all converted (and verified), 1 some model not converted, 3 all converted but some
-    failed verify."""
+    failed verify; 2 when a model was not converted for a given shape of the wrong rank."""
+    if any(o.error_type == InputRankError.__name__ for o in result.failed):
+        return EXIT_USAGE
     if result.failed or result.skipped:
         return EXIT_FAILED
     return EXIT_VERIFY_FAILED if result.verify_failed else EXIT_OK
