@@ -50,6 +50,16 @@ class ShapeError(MrvlConvertError):
     """A dynamic dimension left unfixed, a malformed shape override, a shape that disagrees."""
 
 
+class InputRankError(ShapeError):
+    """A given input shape whose rank is not the input's: a mistake in the command (the CLI
+    exits 2), not in the model."""
+
+
+class InputShapeOverrideWarning(UserWarning):
+    """A given input shape replaced a dim the model declares static (allowed, as onnxsim's
+    ``--overwrite-input-shape`` does; the manifest records it as ``input_shape_overrides``)."""
+
+
 class UnsupportedModelError(MrvlConvertError):
     """Valid ONNX that this tool cannot take (opset out of range, unknown domain...)."""
 

@@ -17,7 +17,8 @@ from typing import Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from mrvl_convert.batch.summary import SUMMARY_FILE
 from mrvl_convert.errors import OptionError
-from mrvl_convert.frontend.load import safe_name, shape_override
+from mrvl_convert.frontend.input_shapes import shape_override
+from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.quantize.recipe import Quantization
 

@@ -53,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress and no table; errors only")
     parser.add_argument("--verbose", "-v", action="store_true",
-                        help="also show onnxruntime's own warnings")
+                        help="also show onnxruntime's and onnx-graphsurgeon's own warnings")
     parser.add_argument("--list-rules", action="store_true",
                         help="print the rule set (built-in plus --rules files) and exit")
     # Partition control (issue 16).

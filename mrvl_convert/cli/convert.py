@@ -25,7 +25,8 @@ from mrvl_convert.cli.exits import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT
                                     EXIT_VERIFY_FAILED, error, guarded)
 from mrvl_convert.cli.output import _Progress, cut_line, format_table
 from mrvl_convert.cli.quant import keep_fp16_per_model, quantization, write_analyses
-from mrvl_convert.errors import MrvlConvertError, OptionError
+from mrvl_convert.cli.notices import conversion_notices, print_override_lines
+from mrvl_convert.errors import InputRankError, MrvlConvertError, OptionError
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.quantize.recipe import Quantization
 
@@ -66,7 +67,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     _quiet_onnxruntime(request.verify)
     try:
-        return _convert(request, args)
+        with conversion_notices(args.verbose):
+            return _convert(request, args)
     except KeyboardInterrupt:
         error("interrupted; models not finished were not written")
         return EXIT_INTERRUPTED
@@ -133,6 +135,7 @@ def _convert(request: _Request, args: argparse.Namespace) -> int:
             error(str(exc))
             return EXIT_FAILED
     _report(result, request, quiet=args.quiet)
+    print_override_lines(result, error)
     _print_estimates(result, args.quiet)
     write_analyses(result, request.models, args)
     return exit_code(result)
@@ -140,7 +143,9 @@ def _convert(request: _Request, args: argparse.Namespace) -> int:
 
 def exit_code(result: BatchResult) -> int:
     """0 all converted (and verified), 1 some model not converted, 3 all converted but some
-    failed verify."""
+    failed verify; 2 when a model was not converted for a given shape of the wrong rank."""
+    if any(o.error_type == InputRankError.__name__ for o in result.failed):
+        return EXIT_USAGE
     if result.failed or result.skipped:
         return EXIT_FAILED
     return EXIT_VERIFY_FAILED if result.verify_failed else EXIT_OK

@@ -6,8 +6,9 @@ from typing import Any, Dict, List, Mapping, Optional
 import onnx
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import dtype_name
+from mrvl_convert.core.graph import dtype_name, static_shape
 from mrvl_convert.core.macs import total_macs
+from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.canonicalize import CanonicalGraph
 from mrvl_convert.ir.layout import DEFAULT_LABELS, MrvlSubgraph
 from mrvl_convert.frontend.load import LoadedModel
@@ -17,16 +18,33 @@ from mrvl_convert.ir.match import MatchPlan
 FORMAT_VERSION = "1"
 
 
-def _io(value: onnx.ValueInfoProto) -> Dict[str, Any]:
+def _io(value: onnx.ValueInfoProto, resolved: Optional[Mapping[str, List[int]]] = None,
+        label: Optional[str] = None) -> Dict[str, Any]:
+    """A model input or output; an output whose declared shape is not static takes the shape
+    its stage computes (``resolved``: tensor -> the static shape of a stage boundary)."""
     tensor_type = value.type.tensor_type
     dtype = onnx.helper.tensor_dtype_to_np_dtype(tensor_type.elem_type).name
     shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
              for d in tensor_type.shape.dim]
+    static = tensor_type.HasField("shape") and all(isinstance(d, int) and d >= 0 for d in shape)
+    if resolved is not None and not static:
+        if value.name not in resolved:
+            raise ShapeError(f"is a model output without a static shape ({shape}); the "
+                             "artifact's outputs must have one", model=label, tensor=value.name)
+        shape = list(resolved[value.name])
     return {"name": value.name, "shape": shape, "dtype": dtype}
 
 
-def _boundary(tensor: gs.Tensor, layout: Optional[str] = None) -> Dict[str, Any]:
-    shape = [int(d) for d in tensor.shape]
+def _boundary(tensor: gs.Tensor, layout: Optional[str] = None,
+              label: Optional[str] = None) -> Dict[str, Any]:
+    shape = static_shape(tensor)
+    if shape is None:
+        raise ShapeError(
+            f"is a stage boundary without a static shape ({tensor.shape}): shape inference "
+            "cannot tell it, and onnxruntime could not compute one that holds for every input "
+            "(it depends on the input values, or the model does not run on zeros); keep it "
+            "inside one stage (deny=... / --deny the nodes around it)", model=label,
+            tensor=tensor.name)
     return {"tensor": tensor.name, "shape": shape, "dtype": dtype_name(tensor),
             "layout": layout or DEFAULT_LABELS.get(len(shape), "")}
 
@@ -37,6 +55,7 @@ def manifest(loaded: LoadedModel, plan: Plan, subgraphs: Mapping[str, MrvlSubgra
              ) -> Dict[str, Any]:
     """``digests``: {file written: {each file it is made of: sha256}} (``StagingDir.digests``),
     recorded as every stage's ``sha256``, so a reader can refuse a file changed since."""
+    label = loaded.label
     stages = []
     for stage in plan.stages:
         entry: Dict[str, Any] = {"kind": stage.kind, "name": stage.name}
@@ -46,25 +65,39 @@ def manifest(loaded: LoadedModel, plan: Plan, subgraphs: Mapping[str, MrvlSubgra
                                for part, digest in sorted(digests[written].items())}
         if stage.kind == "mrvl":
             sub = subgraphs[stage.name]
-            entry["inputs"] = [_boundary(t, lay.name)
+            entry["inputs"] = [_boundary(t, lay.name, label)
                                for t, lay in zip(sub.input_tensors, sub.input_layouts)]
             entry["layers"] = len(sub.layers)
         else:
-            entry["inputs"] = [_boundary(t) for t in stage.inputs]
+            entry["inputs"] = [_boundary(t, label=label) for t in stage.inputs]
             entry["nodes"] = len(stage.nodes)
-        entry["outputs"] = [_boundary(t) for t in stage.outputs]
+        entry["outputs"] = [_boundary(t, label=label) for t in stage.outputs]
         stages.append(entry)
+    resolved = {b["tensor"]: b["shape"] for s in stages for b in s["inputs"] + s["outputs"]}
     graph = loaded.proto.graph
     init_names = {t.name for t in graph.initializer}
     return {
         "format_version": FORMAT_VERSION,
         "tool_version": tool_version,
-        "model": {"name": loaded.name, "sha256": loaded.sha256,
-                  "inputs": [_io(v) for v in graph.input if v.name not in init_names],
-                  "outputs": [_io(v) for v in graph.output]},
+        "model": _model_entry(loaded, [_io(v) for v in graph.input if v.name not in init_names],
+                              [_io(v, resolved, label) for v in graph.output]),
         "options": options,
         "stages": stages,
     }
+
+
+def _model_entry(loaded: LoadedModel, inputs: List[Dict[str, Any]],
+                 outputs: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The manifest's ``model``: the optional fields only when they say something, so the
+    manifest of a model with a plain name and the shapes it declares stays as it was."""
+    entry: Dict[str, Any] = {"name": loaded.name, "sha256": loaded.sha256,
+                             "inputs": inputs, "outputs": outputs}
+    if loaded.name_original is not None:
+        entry["name_original"] = loaded.name_original
+    if loaded.input_shape_overrides:
+        entry["input_shape_overrides"] = {k: dict(v) for k, v in
+                                          sorted(loaded.input_shape_overrides.items())}
+    return entry
 
 
 def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, plan: Plan,

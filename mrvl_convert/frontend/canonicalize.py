@@ -3,10 +3,12 @@
 Requires: a ``LoadedModel`` (checked, shaped).
 Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
 constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
-compute), Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
+compute) within the bounds of ``folding.py`` (a node beyond them stays, listed in ``kept``),
+Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
-node that now computes it.
+node that now computes it. Every model output has a static shape (``shapes.py``: else a
+ShapeError), and so has every other tensor that onnxruntime can give one.
 
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
 the original did; the one exception, ``Max(x, 0) -> Relu``, differs only in the sign of a zero
@@ -16,14 +18,17 @@ lowers a composite onto the accelerator, never on a CPU path.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict
+from typing import Dict, Optional
 
 import onnx
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import static_shape
+from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.canonical_forms import rewrite
+from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, verbose_requested
 from mrvl_convert.frontend.load import LoadedModel
+from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.qdq import dedicate_dequantize
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
@@ -41,12 +46,20 @@ class CanonicalGraph:
     copies: Dict[str, str] = field(default_factory=dict)    # DequantizeLinear copy -> its original
 
 
-def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
+def canonicalize(loaded: LoadedModel, *, verbose: Optional[bool] = None) -> CanonicalGraph:
+    """``verbose``: let graphsurgeon and onnxruntime print their warnings (default:
+    ``MRVL_CONVERT_VERBOSE`` set, as ``mrvl-convert -v`` does)."""
+    verbose = verbose_requested() if verbose is None else verbose
+    with quiet_third_parties(verbose):
+        return _canonicalize(loaded, verbose)
+
+
+def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     graph = gs.import_onnx(loaded.proto)
     op_types = {n.name: n.op for n in graph.nodes}
     removed: Dict[str, str] = {}
     constant_nodes = {n.name for n in graph.nodes if n.op == "Constant"}
-    _fold_constants(graph)
+    unfolded = fold_constants(graph, verbose)
     after_fold = {n.name for n in graph.nodes}
     for name in op_types:
         if name not in after_fold:
@@ -62,10 +75,11 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
+        _check_output_shapes(graph, loaded, unfolded, verbose)
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     return CanonicalGraph(graph=graph, removed=removed, op_types=op_types, merged=forms.merged,
-                          rewritten=forms.rewritten, kept=forms.kept,
+                          rewritten=forms.rewritten, kept={**unfolded, **forms.kept},
                           derived={**forms.derived, **copies}, copies=copies)
 
 
@@ -73,19 +87,17 @@ def _opset(loaded: LoadedModel) -> int:
     return next(o.version for o in loaded.proto.opset_import if o.domain in ("", "ai.onnx"))
 
 
-# Fold every constant, however large: the same as graphsurgeon's size_threshold=None, without
-# its "foldable nodes that produce large outputs" warning.
-_NO_SIZE_LIMIT = 1 << 62
-
-
-def _fold_constants(graph: gs.Graph) -> None:
-    # graphsurgeon's logger is one process-wide object whose severity is a plain attribute:
-    # lowering it around this call would race with another thread's conversion. So the logger
-    # is left alone; the size limit keeps the one warning every large model would print, and
-    # graphsurgeon still prints a warning when onnxruntime cannot evaluate a constant subgraph
-    # (that subgraph then stays in the graph, and on CPU).
-    graph.fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT).cleanup(
-        remove_unused_graph_inputs=False)
+def _check_output_shapes(graph: gs.Graph, loaded: LoadedModel, unfolded: Dict[str, str],
+                         verbose: bool) -> None:
+    """Shapes inference left unknown, computed by onnxruntime; a model output still unknown is
+    an error here (any other tensor only if it becomes a stage boundary: emit says so)."""
+    unresolved = resolve_shapes(graph, loaded.proto.ir_version, blocked=unfolded,
+                                verbose=verbose)
+    for tensor in graph.outputs:
+        if tensor.name in unresolved:
+            raise ShapeError(f"is a model output without a static shape: "
+                             f"{unresolved[tensor.name]}; the artifact's outputs must have one",
+                             model=loaded.label, tensor=tensor.name)
 
 
 def _has_unknown_shapes(graph: gs.Graph) -> bool:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import numbers
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx
 from onnx import shape_inference
@@ -24,6 +23,8 @@ from mrvl_convert.core.tensors import (all_tensors, check_sizes, external_files,
                        model_dir)
 from mrvl_convert.errors import (InvalidModelError, ModelLoadError, ShapeError,
                      UnsupportedModelError)
+from mrvl_convert.frontend.input_shapes import check_channels, fix_input_shapes
+from mrvl_convert.frontend.names import name_source, safe_name
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -48,12 +49,9 @@ class LoadedModel:
     proto: onnx.ModelProto        # normalised, shaped
     original_names: Dict[str, str] = field(default_factory=dict)  # our unique name -> name in file
     input_shapes: Dict[str, List[int]] = field(default_factory=dict)
-
-
-def safe_name(text: str) -> str:
-    """A file-name-safe version of a model name: never a path separator, never '..'."""
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("._")
-    return cleaned or "model"
+    name_original: Optional[str] = None  # the text ``name`` was made from, when it differs
+    # input -> {"declared": [...], "used": [...]} for inputs whose static dims were replaced
+    input_shape_overrides: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -67,17 +65,21 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     _check_initializers(proto, label)
     _run_checker(proto, path, label)
     _check_domains(proto, label)
-    fixed = _fix_input_shapes(proto, shapes or {}, label)
-    proto = _infer_shapes(proto, label)
+    fixed = fix_input_shapes(proto, shapes or {}, label)
+    proto = _infer_shapes(proto, label, list(fixed.overrides))
+    check_channels(proto, label, list(fixed.overrides))
     _check_dtypes(proto, label)
     _check_negative_dims(proto, label)
     if path is not None:
         # Weights are read last: checks and shape inference stay cheap on a >2 GiB model.
         load_external(proto, model_dir(path), label)
     check_sizes(proto, label)
-    model_name = safe_name(name or default_name or proto.graph.name or "model")
+    source = name_source(name, default_name or proto.graph.name)
+    model_name = safe_name(source)
     return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
-                       proto=proto, original_names=original_names, input_shapes=fixed)
+                       proto=proto, original_names=original_names, input_shapes=fixed.shapes,
+                       name_original=source if source != model_name else None,
+                       input_shape_overrides=fixed.overrides)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -223,73 +225,6 @@ def _producer_of(proto: onnx.ModelProto, tensor: str) -> Optional[str]:
     return None
 
 
-def _fix_input_shapes(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]],
-                      label: str) -> Dict[str, List[int]]:
-    inputs = {i.name: i for i in proto.graph.input}
-    for name in shapes:
-        if name not in inputs:
-            raise ShapeError(f"--input-shape names {name!r}, which is not a graph input "
-                             f"(inputs: {', '.join(sorted(inputs)) or 'none'})", model=label)
-    fixed: Dict[str, List[int]] = {}
-    for name, value in inputs.items():
-        if not value.type.HasField("tensor_type"):
-            raise UnsupportedModelError("is not a tensor input", model=label, tensor=name)
-        dims = value.type.tensor_type.shape.dim
-        wanted = shapes.get(name)
-        if wanted is not None:
-            wanted = shape_override(name, wanted, label)
-            if value.type.tensor_type.HasField("shape") and len(dims) != len(wanted):
-                raise ShapeError(f"has rank {len(dims)} but the given shape {wanted} has rank "
-                                 f"{len(wanted)}", model=label, tensor=name)
-            if any(d <= 0 for d in wanted):
-                raise ShapeError(f"given shape {wanted} must have positive dims", model=label,
-                                 tensor=name)
-            for dim, size in zip(dims, wanted):
-                if static_dim(dim) and dim.dim_value != size:
-                    raise ShapeError(f"has static dim {dim.dim_value} where the given shape says "
-                                     f"{size}", model=label, tensor=name)
-            value.type.tensor_type.shape.Clear()
-            for size in wanted:
-                value.type.tensor_type.shape.dim.add().dim_value = size
-            fixed[name] = wanted
-            continue
-        if not value.type.tensor_type.HasField("shape"):
-            raise ShapeError("has no shape; give one with --input-shape "
-                             f"{name}:1,3,224,224 (shapes={{{name!r}: [...]}})", model=label,
-                             tensor=name)
-        sizes = []
-        for axis, dim in enumerate(dims):
-            if not static_dim(dim):
-                raise ShapeError(f"{_unsized(axis, dim)}; fix it with "
-                                 f"{_shape_hint(name, dims)}", model=label, tensor=name)
-            sizes.append(dim.dim_value)
-        fixed[name] = sizes
-    return fixed
-
-
-def _unsized(axis: int, dim: onnx.TensorShapeProto.Dimension) -> str:
-    """Why a dim has no size: a 0 is named as written (an empty tensor, or some exporters'
-    unknown), not called dynamic."""
-    if dim.HasField("dim_value") and dim.dim_value == 0:
-        return (f"has dim {axis} of size 0 (an empty tensor, or an unknown size some exporters "
-                "write as 0)")
-    symbol = dim.dim_param or (str(dim.dim_value) if dim.HasField("dim_value") else "?")
-    return f"has dynamic dim {axis} ({symbol!r})"
-
-
-def _shape_hint(name: str, dims: Sequence[onnx.TensorShapeProto.Dimension]) -> str:
-    """``--input-shape x:1,3,320,320 (shapes={'x': [1, 3, 320, 320]})`` when only the batch is
-    unknown (batch 1); otherwise the unknown sizes as ``<symbol>`` placeholders."""
-    parts = [str(d.dim_value) if static_dim(d)
-             else "1" if axis == 0 else f"<{d.dim_param or 'size'}>"
-             for axis, d in enumerate(dims)]
-    if all(p.isdigit() for p in parts):
-        return (f"--input-shape {name}:{','.join(parts)} "
-                f"(shapes={{{name!r}: [{', '.join(parts)}]}})")
-    return (f"--input-shape {name}:{','.join(parts)}, each <...> replaced by a size "
-            f"(shapes={{{name!r}: [...]}})")
-
-
 def _check_dtypes(proto: onnx.ModelProto, label: str) -> None:
     """Tensors of the main graph must have a numpy dtype: any of them may become a stage
     boundary, which the manifest, graphsurgeon and HybridSession describe by numpy dtype."""
@@ -308,18 +243,6 @@ def _check_dtypes(proto: onnx.ModelProto, label: str) -> None:
                 model=label, tensor=name)
 
 
-def shape_override(name: str, dims: object, label: Optional[str] = None) -> List[int]:
-    """A user-given shape (``shapes={name: dims}``) as a list of ints, or a ShapeError naming the
-    input: no strings, no floats (1.5 is not truncated to 1), no bools."""
-    ok = isinstance(dims, (list, tuple)) or (hasattr(dims, "__len__") and hasattr(dims, "dtype"))
-    values = list(dims) if ok else []
-    if not ok or not all(isinstance(d, numbers.Integral) and not isinstance(d, bool)
-                         for d in values):
-        raise ShapeError(f"the given shape {dims!r} must be a list of whole numbers, e.g. "
-                         "[1, 3, 224, 224]", model=label, tensor=name)
-    return [int(d) for d in values]
-
-
 def _check_negative_dims(proto: onnx.ModelProto, label: str) -> None:
     """A negative size from shape inference (a pool window larger than its padded input...)
     is a model onnxruntime refuses: say so here, naming the node, not in a schema error later."""
@@ -333,19 +256,15 @@ def _check_negative_dims(proto: onnx.ModelProto, label: str) -> None:
                 model=label, node=_producer_of(proto, value.name), tensor=value.name)
 
 
-def static_dim(dim: onnx.TensorShapeProto.Dimension) -> bool:
-    """A dim with a size. Exporters write a dynamic dim as a dim_param, or (Paddle) as
-    ``dim_value: -1``; both are dynamic, and 0 is no size either."""
-    return dim.HasField("dim_value") and dim.dim_value > 0
-
-
-def _infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
+def _infer_shapes(proto: onnx.ModelProto, label: str,
+                  overridden: Sequence[str] = ()) -> onnx.ModelProto:
     # Value infos written by exporters can carry stale symbolic dims: infer from scratch.
     del proto.graph.value_info[:]
     for output in proto.graph.output:
-        # A declared -1 would survive inference (and reach the manifest): make it unknown.
+        # A declared -1 would survive inference (and reach the manifest): make it unknown. So
+        # would a static size declared for the input shape the given one replaced.
         for dim in output.type.tensor_type.shape.dim:
-            if dim.HasField("dim_value") and dim.dim_value <= 0:
+            if overridden or (dim.HasField("dim_value") and dim.dim_value <= 0):
                 dim.Clear()
     try:
         return shape_inference.infer_shapes(proto, check_type=True, strict_mode=True,
@@ -353,5 +272,10 @@ def _infer_shapes(proto: onnx.ModelProto, label: str) -> onnx.ModelProto:
     except Exception as exc:
         text = _first_line(exc)
         node = re.search(r"node name: ([^)]*)\)", text)
+        if overridden:
+            raise ShapeError(f"the given shape of input(s) {', '.join(map(repr, overridden))} "
+                             f"replaces static dims, and the model does not fit it: shape "
+                             f"inference fails: {text}", model=label,
+                             node=node[1] if node else None) from None
         raise InvalidModelError(f"shape inference fails: {text}", model=label,
                                 node=node[1] if node else None) from None

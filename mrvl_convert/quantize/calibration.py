@@ -31,7 +31,7 @@ import onnx
 from onnx import numpy_helper
 
 from mrvl_convert.errors import InputFeedError, ModelLoadError
-from mrvl_convert.frontend.load import static_dim
+from mrvl_convert.frontend.input_shapes import static_dim
 
 PathLike = Union[str, "os.PathLike[str]"]
 

@@ -18,7 +18,7 @@ import onnx
 import onnxruntime as ort
 
 from mrvl_convert.errors import ModelLoadError, ShapeError
-from mrvl_convert.frontend.load import static_dim
+from mrvl_convert.frontend.input_shapes import static_dim
 from mrvl_convert.runtime.options import QUIET, ort_options, qdq_as_written
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import DTYPES, TensorSpec

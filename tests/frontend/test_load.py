@@ -86,7 +86,7 @@ def test_dynamic_batch_fixed_by_shapes(tmp_path):
 @pytest.mark.parametrize("shapes,message", [
     ({"y": [1, 3, 8, 8]}, "names 'y', which is not a graph input"),
     ({"x": [1, 3, 8]}, "has rank 4 but the given shape [1, 3, 8] has rank 3"),
-    ({"x": [1, 4, 8, 8]}, "has static dim 3 where the given shape says 4"),
+    ({"x": [1, 4, 8, 8]}, "gets 4 channels where its weight takes 3"),
     ({"x": [0, 3, 8, 8]}, "must have positive dims"),
 ])
 def test_bad_shape_overrides(tmp_path, shapes, message):

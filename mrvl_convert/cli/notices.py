@@ -1,0 +1,62 @@
+"""What mrvl-convert says about a conversion besides its table: third-party warnings (shown only
+with -v) and the one line per input whose static shape --input-shape replaced.
+
+Conversions may run in worker processes (forkserver/spawn) that inherit nothing of this process
+but its environment and its ``-W`` options: -v reaches them as ``MRVL_CONVERT_VERBOSE=1`` (read
+by ``frontend.folding``), and the library's ``InputShapeOverrideWarning`` is silenced there by a
+``-W`` option (multiprocessing passes ``sys.warnoptions`` on), since this process prints the
+line itself, once, from each artifact's manifest.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator, List
+
+from mrvl_convert.errors import InputShapeOverrideWarning
+from mrvl_convert.frontend.folding import VERBOSE_ENV
+from mrvl_convert.frontend.input_shapes import OVERRIDE_PREFIX
+
+
+@contextlib.contextmanager
+def conversion_notices(verbose: bool) -> Iterator[None]:
+    """For the conversions run inside: third-party warnings as -v says, and no Python warning
+    for a replaced input shape (``override_lines`` says it); all restored after."""
+    saved_env = os.environ.get(VERBOSE_ENV)
+    saved_options = list(sys.warnoptions)
+    if verbose:
+        os.environ[VERBOSE_ENV] = "1"
+    sys.warnoptions.append(f"ignore:{OVERRIDE_PREFIX}")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InputShapeOverrideWarning)
+            yield
+    finally:
+        sys.warnoptions[:] = saved_options
+        if saved_env is None:
+            os.environ.pop(VERBOSE_ENV, None)
+        else:
+            os.environ[VERBOSE_ENV] = saved_env
+
+
+def override_lines(result: Any) -> List[str]:
+    """One line per input whose static dims --input-shape replaced, from the manifests."""
+    lines = []
+    for outcome in result:
+        if not outcome.converted:
+            continue
+        manifest = json.loads((Path(outcome.out_dir) / "manifest.json").read_text("utf-8"))
+        for name, shapes in manifest["model"].get("input_shape_overrides", {}).items():
+            lines.append(f"warning: model {outcome.model}: input {name!r} is declared "
+                         f"{shapes['declared']}; converted for the given shape {shapes['used']} "
+                         "(--input-shape replaces its static dims)")
+    return lines
+
+
+def print_override_lines(result: Any, error: Callable[[str], None]) -> None:
+    for line in override_lines(result):
+        error(line)

@@ -1,0 +1,92 @@
+"""Static shapes for the tensors shape inference leaves unknown.
+
+Any tensor may become a stage boundary, and a boundary's shape in the manifest must be static
+(the runtime allocates it, the backend compiles for it). ONNX shape inference leaves a shape
+unknown after an op it has no rule for (``com.microsoft`` ops such as ``Gelu``), or a dim it
+cannot propagate; the inputs are static by now, so onnxruntime computes these tensors on zeros of
+the input shapes, and again on ones: a shape both runs agree on is the tensor's shape; one they
+disagree on depends on the input values (``NonZero``...) and stays unknown, as does one
+onnxruntime cannot compute. A stage boundary or model output still unknown is a ShapeError
+naming the tensor (``canonicalize`` and ``emit.documents``), never an artifact that does not load.
+"""
+from __future__ import annotations
+
+from typing import Collection, Dict, List, Optional, Sequence
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import static_shape
+
+# onnxruntime log severities: a run that fails is reported by our own error, not its log line.
+_FATAL_ONLY, _WARNINGS = 4, 2
+
+
+def unknown_tensors(graph: gs.Graph) -> List[gs.Tensor]:
+    """Node outputs and graph outputs without a static shape, once each, in graph order."""
+    seen: Dict[str, gs.Tensor] = {}
+    for tensor in [t for n in graph.nodes for t in n.outputs] + list(graph.outputs):
+        if tensor.name and not isinstance(tensor, gs.Constant) and static_shape(tensor) is None:
+            seen.setdefault(tensor.name, tensor)
+    return list(seen.values())
+
+
+def resolve_shapes(graph: gs.Graph, ir_version: int, *, blocked: Collection[str] = (),
+                   verbose: bool = False) -> Dict[str, str]:
+    """Give every tensor of ``unknown_tensors(graph)`` the static shape (and, if unknown, the
+    dtype) onnxruntime computes; returns the tensors left unknown, each with the reason. The run
+    is skipped when it would compute a node of ``blocked`` (constants too large to fold)."""
+    unknown = unknown_tensors(graph)
+    if not unknown:
+        return {}
+    part = graph.copy()
+    tensors = part.tensors()
+    part.outputs = [tensors[t.name] for t in unknown]
+    part.cleanup(remove_unused_graph_inputs=False)
+    heavy = sorted(n.name for n in part.nodes if n.name in blocked)
+    if heavy:
+        why = (f"computing it would run node {heavy[0]!r}, whose output is too large to "
+               "compute at conversion time")
+        return {t.name: why for t in unknown}
+    runs = _run(part, ir_version, verbose)
+    if isinstance(runs, str):
+        return {t.name: runs for t in unknown}
+    unresolved: Dict[str, str] = {}
+    for tensor, on_zeros, on_ones in zip(unknown, *runs):
+        if on_zeros.shape != on_ones.shape:
+            unresolved[tensor.name] = (
+                f"its shape depends on the input values ({list(on_zeros.shape)} for zeros, "
+                f"{list(on_ones.shape)} for ones)")
+            continue
+        tensor.shape = [int(d) for d in on_zeros.shape]
+        if tensor.dtype is None:
+            tensor.dtype = on_zeros.dtype
+    return unresolved
+
+
+def _run(part: gs.Graph, ir_version: int, verbose: bool):
+    """The outputs of ``part`` on zeros and on ones of its inputs, or why they cannot be had."""
+    import onnxruntime as ort
+    try:
+        proto = gs.export_onnx(part, do_type_check=False)
+        proto.ir_version = ir_version
+        options = ort.SessionOptions()
+        options.log_severity_level = _WARNINGS if verbose else _FATAL_ONLY
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(proto.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        names = [t.name for t in part.outputs]
+        return [session.run(names, _feeds(part.inputs, fill)) for fill in (0, 1)]
+    except Exception as exc:  # onnxruntime's errors have no common base class
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
+        return (f"shape inference cannot tell its shape and onnxruntime cannot compute it on "
+                f"zeros of the input shapes ({text})")
+
+
+def _feeds(inputs: Sequence[gs.Tensor], fill: int) -> Dict[str, np.ndarray]:
+    return {t.name: np.full(static_shape(t) or [], fill, dtype=_dtype(t.dtype))
+            for t in inputs}
+
+
+def _dtype(dtype: Optional[object]) -> np.dtype:
+    return np.dtype(dtype if dtype is not None else np.float32)
