@@ -15,12 +15,20 @@
     } else colour[s.name] = "#b8b8b8";
   });
   const collapsed = new Set();
-  // Big graphs open with every stage collapsed (one box each); "#expand" in the address opens
-  // them expanded.
-  // "#collapse" opens every graph collapsed.
-  if ((G.nodes.length > 1200 && location.hash !== "#expand") || location.hash === "#collapse")
+  // The address can ask for a view: "#collapse" or "?collapse=1" (every stage one box), "#expand",
+  // "#node=NAME" (that node pinned), "?search=TEXT" (as if typed into the search box). Big graphs
+  // open collapsed.
+  const query = new URLSearchParams(location.search), hash = location.hash;
+  if ((G.nodes.length > 1200 && hash !== "#expand") || hash === "#collapse" || query.get("collapse") === "1")
     G.stages.forEach(s => collapsed.add(s.name));
+  // The smallest zoom that opens a page: an 11px label is then 9px on screen.
+  const READABLE = 9 / 11;
+  // ELK's graph wrapping costs grow faster than the graph: bigger graphs stay one column.
+  const WRAP_MAX = 800;
   const esc = t => String(t).replace(/[&<>"]/g, c => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;"}[c]));
+  // Names wrap after "_" "/" "." "," ":" rather than mid-word.
+  const wrap = t => esc(t).replace(/([_/.,:])/g, "$1<wbr>");
+  const count = (n, one, many = one + "s") => `${n} ${n === 1 ? one : many}`;
   const shp = s => s ? "[" + s.join(",") + "]" : "?";
   const fill = n => n.stage ? colour[n.stage] : (n.placement === "io" ? "#fff7d6" : "#ffffff");
 
@@ -42,10 +50,40 @@
       const sa = G.nodes[a].stage, sb = G.nodes[b].stage;
       edges.push({id: "e" + i, sources: [ka], targets: [kb], tensor: t, cut: !!(sa && sb && sa !== sb)});
     });
-    return {id: "root", children, edges, layoutOptions: {
+    const graph = {id: "root", children, edges, layoutOptions: {
       "elk.algorithm": "layered", "elk.direction": "DOWN", "elk.edgeRouting": "POLYLINE",
       "elk.layered.spacing.nodeNodeBetweenLayers": "18", "elk.spacing.nodeNode": "12",
       "elk.layered.nodePlacement.strategy": "LINEAR_SEGMENTS"}};
+    const layer = Math.max(...children.map(c => c.height)) + 18;
+    if (children.length <= WRAP_MAX && depth(graph) * layer * READABLE > svg.getBoundingClientRect().height)
+      Object.assign(graph.layoutOptions, {"elk.layered.wrapping.strategy": "MULTI_EDGE",
+                                          "elk.aspectRatio": String(wrapAspect(children))});
+    return graph;
+  }
+
+  function depth(g) {   // boxes on the longest path: the drawing's height in layers unwrapped
+    const next = {}, into = {}, level = {};
+    g.children.forEach(c => { next[c.id] = []; into[c.id] = 0; level[c.id] = 1; });
+    g.edges.forEach(e => { next[e.sources[0]].push(e.targets[0]); into[e.targets[0]]++; });
+    const todo = g.children.map(c => c.id).filter(id => !into[id]);
+    let deepest = 0;
+    while (todo.length) {
+      const id = todo.pop();
+      deepest = Math.max(deepest, level[id]);
+      next[id].forEach(t => { level[t] = Math.max(level[t], level[id] + 1); if (!--into[t]) todo.push(t); });
+    }
+    return deepest;
+  }
+
+  // A network is a long thin column: ELK cuts it into columns side by side (graph wrapping). The
+  // aspect ratio asked for is the window's if the whole graph fits at a readable zoom, else that
+  // of a drawing as wide as the window at that zoom (it then continues below).
+  function wrapAspect(children) {
+    const r = svg.getBoundingClientRect(), shape = r.width / Math.max(r.height, 1);
+    // Boxes with their spacing cover about 40% of ELK's drawing.
+    const area = children.reduce((a, c) => a + (c.width + 12) * (c.height + 18), 0) * 2.5;
+    const width = r.width * 0.8 / READABLE;   // ELK overshoots the width it is asked for
+    return Math.max(0.01, Math.min(shape, width * width / area));
   }
 
   function el(tag, attrs, parent) {
@@ -72,7 +110,7 @@
         el("rect", {width: c.width, height: c.height, rx: 8, fill: colour[s.name], class: "box"}, grp);
         el("text", {x: c.width / 2, y: 16}, grp).textContent = s.name;
         el("text", {x: c.width / 2, y: 32, class: "small"}, grp).textContent =
-          `${s.nodes} nodes` + (s.estimated_us != null ? `, est. ${s.estimated_us.toFixed(1)} us` : "");
+          count(s.nodes, "node") + (s.estimated_us != null ? `, est. ${s.estimated_us.toFixed(1)} us` : "");
         grp.addEventListener("click", () => { collapsed.delete(s.name); layout(); });
       } else {
         const n = c.node;
@@ -91,7 +129,7 @@
   function show(n, pin) {
     if (pinned && !pin) return;
     pinned = !!pin;
-    const row = (k, v) => v == null ? "" : `<tr><th>${k}</th><td>${esc(v)}</td></tr>`;
+    const row = (k, v) => v == null ? "" : `<tr><th>${k}</th><td>${wrap(v)}</td></tr>`;
     info.innerHTML = `<table>${row("op", n.op)}${row("name", n.name)}${row("placement", n.placement)}` +
       row("stage", n.stage) + row("rule", n.rule) + row("reason", n.reason) + row("Mrvl layer", n.layer) +
       (n.inputs || []).map(([t, s]) => row("in", t + " " + shp(s))).join("") +
@@ -128,23 +166,29 @@
     T = {k: 1.2, x: r.width / 2 - (+m[1]) * 1.2, y: r.height / 2 - (+m[2]) * 1.2}; apply();
     document.querySelectorAll(".hit").forEach(e => e.classList.remove("hit"));
     n.el.classList.add("hit"); show(n, true);
+    document.body.dataset.focused = n.name;
   }
-  function home() {   // readable scale from the top: a deep model is taller than any screen
-    const r = svg.getBoundingClientRect(), w = +svg.dataset.width || 1;
-    const k = Math.min(1, r.width * 0.95 / w);
-    T = {k, x: (r.width - w * k) / 2, y: 10}; apply();
+  function home() {   // the whole graph if its labels stay readable, else its full width from the top
+    const r = svg.getBoundingClientRect(), w = +svg.dataset.width || 1, h = +svg.dataset.height || 1;
+    const all = Math.min(r.width / w, r.height / h) * 0.95;
+    const k = all >= READABLE ? Math.min(1, all) : Math.max(READABLE, Math.min(1, r.width * 0.95 / w));
+    T = {k, x: Math.max(10, (r.width - w * k) / 2), y: 10}; apply();
   }
   document.getElementById("fit").onclick = fit;
   document.getElementById("collapse-all").onclick = () => { G.stages.forEach(s => collapsed.add(s.name)); layout(); };
   document.getElementById("expand-all").onclick = () => { collapsed.clear(); layout(); };
   const search = document.getElementById("search"), results = document.getElementById("results");
+  function matches(text) {   // an exact name first
+    const q = text.trim().toLowerCase();
+    if (!q) return [];
+    const found = G.nodes.filter(n => n.name.toLowerCase().includes(q));
+    return found.filter(n => n.name.toLowerCase() === q).concat(found.filter(n => n.name.toLowerCase() !== q));
+  }
   search.addEventListener("input", () => {
-    const q = search.value.trim().toLowerCase();
     results.textContent = "";
-    if (!q) return;
-    G.nodes.filter(n => n.name.toLowerCase().includes(q)).slice(0, 50).forEach(n => {
+    matches(search.value).slice(0, 50).forEach(n => {
       const li = document.createElement("li");
-      li.textContent = `${n.name} (${n.op})`;
+      li.innerHTML = `${wrap(n.name)} (${esc(n.op)})`;
       li.onclick = () => focusNode(n);
       results.appendChild(li);
     });
@@ -153,29 +197,59 @@
   const legend = document.getElementById("legend");
   G.stages.forEach(s => {
     const li = document.createElement("li");
-    li.innerHTML = `<span class="sw" style="background:${colour[s.name]}"></span>${esc(s.name)} ` +
-      `<small>${s.nodes} nodes${s.estimated_us != null ? ", est. " + s.estimated_us.toFixed(1) + " us" : ""}</small>`;
+    li.innerHTML = `<span class="sw" style="background:${colour[s.name]}"></span>${wrap(s.name)} ` +
+      `<small>${count(s.nodes, "node")}${s.estimated_us != null ? ", est. " + s.estimated_us.toFixed(1) + " us" : ""}</small>`;
     li.title = "click: collapse or expand this stage";
     li.onclick = () => { collapsed.has(s.name) ? collapsed.delete(s.name) : collapsed.add(s.name); layout(); };
     legend.appendChild(li);
   });
 
+  // What the page shows, in data- attributes of <body> (read by tests and benchmarks).
+  function record(g, ms) {
+    const d = document.body.dataset, r = svg.getBoundingClientRect(), seen = new Set();
+    g.children.forEach(c => {
+      const x = T.x + c.x * T.k, y = T.y + c.y * T.k;
+      if (x < r.width && y < r.height && x + c.width * T.k > 0 && y + c.height * T.k > 0)
+        seen.add(c.stage || (c.node && c.node.stage));
+    });
+    d.layoutMs = ms; d.drawn = g.children.length; d.scale = T.k.toFixed(3);
+    d.stageBoxes = g.children.filter(c => c.stage).length;
+    d.stagesInView = G.stages.filter(s => seen.has(s.name)).length;
+  }
+
   const elk = new ELK();
+  let opened = false;   // "ready" waits for what the address asks for (opening)
   function layout() {
     const t0 = performance.now();
     status.textContent = "laying out...";
+    document.body.dataset.state = "layout";
     G.nodes.forEach(n => { n.el = null; });
     return elk.layout(visibleGraph()).then(g => {
       render(g); home();
       const ms = Math.round(performance.now() - t0);
-      document.body.dataset.layoutMs = ms;
-      document.body.dataset.drawn = g.children.length;
-      status.textContent = `${g.children.length} boxes laid out in ${ms} ms`;
-      const want = decodeURIComponent(location.hash.replace(/^#node=/, ""));
-      const hit = location.hash.startsWith("#node=") && G.nodes.find(n => n.name === want);
-      if (hit && !hit.el) return focusNode(hit);   // inside a collapsed stage: expand, then focus
-      if (hit) focusNode(hit);
-    }).catch(err => { status.textContent = "layout failed: " + err; });
+      record(g, ms);
+      status.textContent = `${count(g.children.length, "box", "boxes")} laid out in ${ms} ms`;
+      if (opened) document.body.dataset.state = "ready";
+      return true;
+    }).catch(err => {
+      status.textContent = "layout failed: " + err; document.body.dataset.state = "failed"; return false;
+    });
   }
-  layout();
+
+  function opening() {   // what the address asks for, once the first layout is done
+    if (query.has("search")) {
+      search.value = query.get("search");
+      search.dispatchEvent(new Event("input"));
+      const found = matches(search.value);
+      document.body.dataset.found = found.length;
+      if (found.length) return focusNode(found[0]);
+    }
+    const want = decodeURIComponent(hash.replace(/^#node=/, ""));
+    const hit = hash.startsWith("#node=") && G.nodes.find(n => n.name === want);
+    if (hit) return focusNode(hit);   // inside a collapsed stage: expands it first
+  }
+  layout().then(ok => ok && opening()).then(() => {
+    opened = true;
+    if (document.body.dataset.state !== "failed") document.body.dataset.state = "ready";
+  });
 })();

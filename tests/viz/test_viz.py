@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -94,19 +92,3 @@ def test_densenet_page_draws_the_data_path(tmp_path):
     assert sum(n["placement"] == "mrvl" for n in real) == summary["mrvl_nodes"]
     assert sum(n["placement"] == "cpu" for n in real) == summary["cpu_nodes"]
     assert len(data["stages"]) == summary["mrvl_subgraphs"] + summary["cpu_subgraphs"]
-
-
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="no chromium on this machine")
-def test_page_lays_out_in_a_real_browser(cut_model, tmp_path):
-    dom = subprocess.run(
-        ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-         "--no-first-run", "--disable-background-networking", "--disable-component-update",
-         "--disable-sync", f"--user-data-dir={tmp_path / 'profile'}",
-         "--virtual-time-budget=20000", "--dump-dom",
-         (cut_model.out_dir / f"{cut_model.model_name}.html").as_uri()],
-        capture_output=True, text=True, timeout=120).stdout
-    drawn = re.search(r'data-drawn="(\d+)"', dom)
-    assert drawn, "the page did not finish its layout"
-    assert int(drawn.group(1)) == len(_page_data((cut_model.out_dir / f"{cut_model.model_name}.html").read_text())
-                                      ["nodes"])
-    assert 'class="edge cut"' in dom
