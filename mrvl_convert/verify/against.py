@@ -10,7 +10,7 @@ simulator's outputs on the same inputs.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Mapping
+from typing import Any, List, Mapping
 
 import numpy as np
 
@@ -59,7 +59,7 @@ def compare_against(artifact_dir: "str | os.PathLike[str]", feed: Mapping[str, A
             _figures(row, test[spec.name], np.asarray(base[spec.name]), tols)
         rows.append(row)
     if criterion == MARVELL:
-        present = [n for n in test]
+        present = list(test)
         rejudge(rows, {n: [test[n]] for n in present},
                 {n: [np.asarray(base[n], dtype=np.float64)] for n in present},
                 quantize_of(session.manifest))
@@ -76,9 +76,3 @@ def _figures(row: Row, got: np.ndarray, want: np.ndarray, tols: Tolerances) -> N
 def _join(note: str, more: str) -> str:
     return f"{note}; {more}" if note else more
 
-
-def criteria_doc() -> Dict[str, str]:
-    """What each criterion judges (for help texts)."""
-    return {"ours": "the tolerances of verify/tolerances.py (default)",
-            MARVELL: "compare_json.py's rule: 3% relative (fp16) or 3 bit-steps (int8), "
-                     "elements under max/100 ignored"}

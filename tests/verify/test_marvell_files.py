@@ -82,3 +82,10 @@ def test_an_output_the_model_does_not_have_is_named(tmp_path):
     path = _write(tmp_path, {"z": [[1.0]]})
     with pytest.raises(InputFeedError, match="'z' is not an output"):
         read_output_json(path, SPECS)
+
+
+def test_public_names_reach_the_file_functions(tmp_path):
+    import mrvl_convert
+    assert mrvl_convert.write_marvell_outputs is write_output_json
+    assert mrvl_convert.read_marvell_inputs is read_input_json
+    assert {"read_marvell_inputs", "write_marvell_outputs"} <= set(mrvl_convert.__all__)
