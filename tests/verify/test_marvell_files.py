@@ -89,3 +89,17 @@ def test_public_names_reach_the_file_functions(tmp_path):
     assert mrvl_convert.write_marvell_outputs is write_output_json
     assert mrvl_convert.read_marvell_inputs is read_input_json
     assert {"read_marvell_inputs", "write_marvell_outputs"} <= set(mrvl_convert.__all__)
+
+
+def test_written_and_read_files_follow_the_schemas(tmp_path):
+    from pathlib import Path
+
+    import jsonschema
+    schemas = Path(__file__).parents[2] / "schemas"
+    out = tmp_path / "o.json"
+    write_output_json(out, {"y": np.ones((1, 4), np.float32)})
+    for kind, doc in (("output", json.loads(out.read_text())),
+                      ("input", {"inputs": [[0.0] * 12, [1.0] * 4]})):
+        schema = json.loads((schemas / f"marvell-{kind}.schema.json").read_text())
+        jsonschema.Draft202012Validator(schema).validate(doc)
+    read_input_json(_write(tmp_path, {"inputs": [[0.0] * 12, [1.0] * 4]}), SPECS)
