@@ -1,7 +1,8 @@
 """mrvl_convert: prepare ONNX CNNs for Marvell's MLIP accelerator (OCTEON 10).
 
 Public surface: ``convert``, ``convert_many``, ``HybridSession``, ``compare``,
-``analyze_quantization``, ``Result`` and the ``MrvlConvertError`` family. Everything else is
+``analyze_quantization``, ``read_marvell_inputs``/``write_marvell_outputs`` (Marvell's
+JSON input and output files), ``Result`` and the ``MrvlConvertError`` family. Everything else is
 private and may change.
 """
 from __future__ import annotations
@@ -19,6 +20,8 @@ _LAZY = {
     "compare": ("mrvl_convert.verify.compare", "compare"),
     "convert_many": ("mrvl_convert.batch", "convert_many"),
     "analyze_quantization": ("mrvl_convert.verify.quant_analysis", "analyze_quantization"),
+    "read_marvell_inputs": ("mrvl_convert.verify.marvell_files", "read_input_json"),
+    "write_marvell_outputs": ("mrvl_convert.verify.marvell_files", "write_output_json"),
 }
 
 
@@ -31,6 +34,7 @@ def __getattr__(name: str):
 
 
 __all__ = ["convert", "convert_many", "HybridSession", "compare", "analyze_quantization", "Result",
+           "read_marvell_inputs", "write_marvell_outputs",
            "MrvlConvertError",
            "ModelLoadError", "InvalidModelError", "ShapeError", "UnsupportedModelError",
            "RuleFileError", "ArtifactError", "OptionError", "OutputDirError", "InputFeedError",

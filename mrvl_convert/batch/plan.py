@@ -29,12 +29,13 @@ BatchShapes = Mapping[str, Union[Sequence[int], Mapping[str, Sequence[int]]]]
 
 @dataclass(frozen=True)
 class VerifyOptions:
-    """How ``verify`` judges: real inputs (.npz) or random ones, and the tolerances
-    (``atol``/``rtol``: output name, or None for every output, to a value)."""
+    """How ``verify`` judges: real inputs (.npz) or random ones, the tolerances (``atol``/
+    ``rtol``: output name, or None for every output, to a value) and the criterion's name."""
     inputs: Optional[PathLike] = None
     atol: Mapping[Optional[str], float] = field(default_factory=dict)
     rtol: Mapping[Optional[str], float] = field(default_factory=dict)
     log_severity: int = 3               # onnxruntime's log level in verify (2: warnings too)
+    criterion: str = "ours"             # or "marvell": compare_json.py's rule (verify/criteria.py)
 
     def with_absolute_paths(self) -> "VerifyOptions":
         if self.inputs is None:

@@ -154,7 +154,7 @@ def _verify(job: Job, checks: VerifyOptions) -> Dict[str, Any]:
     try:
         feeds = _verify_feeds(job, checks)
         report = compare(_reference(job), job.out_dir, feeds, tolerances=tolerances,
-                         log_severity=checks.log_severity)
+                         log_severity=checks.log_severity, criterion=checks.criterion)
     except MrvlConvertError as exc:  # e.g. inputs that do not fit: the artifacts stay valid
         raise VerifyError(f"converted into {job.out_dir}, but verify could not run: "
                           f"{exc}", model=job.model,

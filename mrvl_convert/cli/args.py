@@ -95,12 +95,17 @@ def _add_verify_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--verify-inputs", metavar="FILE.npz", default=None,
                         help="--verify: real inputs, arrays named after the model inputs (one "
                              "sample or a stack); default: seeded random inputs")
+    parser.add_argument("--criterion", choices=("ours", "marvell"), default=None,
+                        help="--verify: pass criterion, 'ours' (the tolerances, default) or "
+                             "'marvell' (Marvell's compare_json.py: 3%% relative in fp16, 3 "
+                             "bit-steps in int8, elements under max/100 ignored)")
 
 
 def verify_options(args: argparse.Namespace) -> Optional[VerifyOptions]:
     """None, or the VerifyOptions of --verify and its tolerances and inputs."""
     given = [o for o, v in (("--atol", args.atol), ("--rtol", args.rtol),
-                            ("--verify-inputs", args.verify_inputs)) if v]
+                            ("--verify-inputs", args.verify_inputs),
+                            ("--criterion", args.criterion)) if v]
     if not args.verify:
         if given:
             raise UsageError(f"{given[0]} needs --verify")
@@ -115,7 +120,8 @@ def verify_options(args: argparse.Namespace) -> Optional[VerifyOptions]:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     return VerifyOptions(inputs=args.verify_inputs, atol=atol, rtol=rtol,
-                         log_severity=WARNINGS if args.verbose else QUIET)
+                         log_severity=WARNINGS if args.verbose else QUIET,
+                         criterion=args.criterion or "ours")
 
 
 # ---- --draw / --estimate (issue 20): kept in one block ---------------------------------------

@@ -1,5 +1,6 @@
-"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz] [--gemm ENGINE]
-[--engine graph|layers] [--layers] [--quant-analysis [--snr-threshold DB]]``.
+"""``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz|-input.json] [--gemm ENGINE]
+[--engine graph|layers] [--layers] [--quant-analysis [--snr-threshold DB]]
+[--write-outputs FILE.json] [--against FILE.json] [--criterion ours|marvell]``.
 
 Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
 comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status, as
@@ -20,7 +21,10 @@ import numpy as np
 from mrvl_convert.cli.exits import guarded
 from mrvl_convert.errors import ArtifactError, MrvlConvertError
 from mrvl_convert.verify.compare import Comparison, compare
+from mrvl_convert.verify.criteria import CRITERION_NAMES
 from mrvl_convert.verify.feeds import load_npz_feeds
+from mrvl_convert.verify.marvell_files import read_input_json, write_output_json
+from mrvl_convert.verify.reference import random_feeds
 from mrvl_convert.kernels.gemm import GEMM_ENGINES
 from mrvl_convert.runtime.graph_engine import ENGINES
 from mrvl_convert.runtime.session import HybridSession
@@ -43,7 +47,19 @@ def build_parser() -> argparse.ArgumentParser:
                         help="number of samples (random inputs: default 1; with --inputs: the "
                              "first N of the file, default all)")
     parser.add_argument("--inputs", help=".npz whose arrays are named after the model inputs, "
-                                         "each one sample or a stack of samples")
+                                         "each one sample or a stack of samples; or Marvell's "
+                                         "-input.json ({\"inputs\": [[flat values], ...]}, "
+                                         "one sample)")
+    parser.add_argument("--write-outputs", metavar="FILE.json",
+                        help="write the simulator's outputs on the (first) sample as Marvell's "
+                             "-output.json")
+    parser.add_argument("--against", metavar="FILE.json",
+                        help="compare a device or mlsim -output.json with the simulator's "
+                             "outputs on the same (first) sample instead of onnxruntime")
+    parser.add_argument("--criterion", choices=CRITERION_NAMES, default="ours",
+                        help="pass criterion of the verdict: 'ours' (the tolerances, default) "
+                             "or 'marvell' (Marvell's compare_json.py: 3%% relative in fp16, "
+                             "3 bit-steps in int8, elements under max/100 ignored)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs")
     parser.add_argument("--json", dest="json_path", help="also write the comparison as JSON")
     parser.add_argument("--gemm", choices=GEMM_ENGINES, default="numpy",
@@ -90,15 +106,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_USAGE
     try:
         _check_artifact_dir(args.artifact_dir, args.model)
-        feeds = None
-        if args.inputs:
-            specs = HybridSession(args.artifact_dir, engine="layers").input_specs
-            feeds = load_npz_feeds(args.inputs, specs, args.samples)
+        feeds = _feeds(args)
         if args.quant_analysis:
             return _quant_analysis(args, feeds)
+        if args.write_outputs:
+            feeds = _write_outputs(args, feeds)
         result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
                          samples=args.samples or 1, gemm=args.gemm, layers=args.layers,
-                         tolerances=tolerances, engine=args.engine)
+                         tolerances=tolerances, engine=args.engine, against=args.against,
+                         criterion=args.criterion)
     except MrvlConvertError as exc:
         print(f"mrvl-verify: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
@@ -112,6 +128,28 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if _write_json(args.json_path, result.to_dict()) != EXIT_PASSED:
         return EXIT_USAGE
     return EXIT_PASSED if result.passed else EXIT_VERIFY_FAILED
+
+
+def _feeds(args: argparse.Namespace) -> Optional[List[Dict[str, np.ndarray]]]:
+    if not args.inputs:
+        return None
+    specs = HybridSession(args.artifact_dir, engine="layers").input_specs
+    if args.inputs.lower().endswith(".json"):
+        return [read_input_json(args.inputs, specs)]
+    return load_npz_feeds(args.inputs, specs, args.samples)
+
+
+def _write_outputs(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.ndarray]]]
+                   ) -> List[Dict[str, np.ndarray]]:
+    """The simulator's outputs on the first sample written; the feeds (made here when random,
+    as ``compare`` would make them) handed on so the comparison runs the same inputs."""
+    session = HybridSession(args.artifact_dir, gemm=args.gemm, engine=args.engine,
+                            on_range_error="warn")
+    if feeds is None:
+        feeds = random_feeds(session.input_specs, args.seed, args.samples or 1)
+    names = [spec.name for spec in session.output_specs]
+    write_output_json(args.write_outputs, dict(zip(names, session.run(None, feeds[0]))))
+    return feeds
 
 
 def _quant_analysis(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.ndarray]]]

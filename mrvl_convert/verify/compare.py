@@ -26,10 +26,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import onnx
 
+from mrvl_convert.errors import OptionError
 from mrvl_convert.runtime.options import QUIET
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
 from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.against import compare_against, rejudge
+from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
 from mrvl_convert.verify.metrics import Worst, top1
 from mrvl_convert.verify.reference import (check_model_inputs, element_types, load_model,
@@ -46,17 +49,27 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
             samples: int = 1, gemm: str = "numpy", layers: bool = False,
-            log_severity: int = QUIET, engine: str = "graph") -> Comparison:
+            log_severity: int = QUIET, engine: str = "graph",
+            against: "str | os.PathLike[str] | None" = None, criterion: str = "ours"
+            ) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
     runs (``HybridSession``; the per-layer comparison always runs layer by layer). ``layers``: also compare every Mrvl layer (module docstring).
     ``log_severity``: onnxruntime's log level for the sessions opened here (3: errors only,
-    2: warnings too)."""
+    2: warnings too). ``against``: a Marvell ``-output.json`` (device or mlsim) compared with
+    the simulator's outputs on the first feed instead (``against.py``; ``model`` is not run).
+    ``criterion``: "ours" (the tolerances) or "marvell" (``criteria.py``) for the verdict."""
+    if criterion not in CRITERION_NAMES:
+        raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
     session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm,
                             log_severity=log_severity, engine=engine)
     feeds = sample_feeds(session, inputs, seed, samples)
+    if against is not None:
+        return compare_against(artifact_dir, feeds[0], against, criterion=criterion,
+                               tolerances=tols, gemm=gemm, log_severity=log_severity,
+                               engine=engine)
     outputs = {t.name for t in session.output_specs}
     specs = _compared_tensors(session)
     proto = load_model(model)
@@ -98,6 +111,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             continue
         rows.append(_row(spec, kind, got[spec.name], want[spec.name],
                          tols.for_tensor(spec.name)))
+    if criterion == MARVELL:
+        rejudge(rows, got, want, quantize_of(session.manifest))
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)))
 
