@@ -93,7 +93,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         feeds = None
         if args.inputs:
             specs = HybridSession(args.artifact_dir, engine="layers").input_specs
-            feeds = load_npz_feeds(args.inputs, specs, args.samples)
+            feeds = load_npz_feeds(args.inputs, specs, args.samples,
+                                   warn=lambda line: print(f"mrvl-verify: {line}",
+                                                           file=sys.stderr))
         if args.quant_analysis:
             return _quant_analysis(args, feeds)
         result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,

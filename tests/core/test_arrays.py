@@ -88,3 +88,12 @@ def test_good_samples_pass() -> None:
                   input_name="x", shape=(1, 3, 4, 4))
     check_samples(np.zeros((1, 3, 4, 4), np.float16), source="f", array_name="x",
                   input_name="x", shape=(None, 3, 4, 4))
+
+
+def test_arrays_named_after_no_input_are_named_in_a_warning(tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", images=np.ones((2, 1, 3, 4, 4), np.float32),
+             labels=np.zeros((2,), np.int64))
+    lines = []
+    feeds = load_npz_feeds(str(tmp_path / "in.npz"), [SPEC], warn=lines.append)
+    assert len(feeds) == 2
+    assert len(lines) == 1 and "'labels'" in lines[0] and "'images'" not in lines[0]
