@@ -100,10 +100,12 @@ def check_npy_header(stream: IO[bytes], size: int, label: str) -> None:
 
 
 def check_samples(array: np.ndarray, *, source: str, array_name: str, input_name: str,
-                  shape: Sequence[Optional[int]], integer: Optional[np.dtype] = None) -> None:
+                  shape: Sequence[Optional[int]], integer: Optional[np.dtype] = None,
+                  target: "np.dtype | type" = np.float32) -> None:
     """``array`` can feed the input ``input_name`` of ``shape`` (None: a free dimension): real
     floats (or, for an integer input, integers of at most its type), finite, one sample or a
-    stack of samples. An InputFeedError naming the file, the array and the input if not."""
+    stack of samples; float values within the range of ``target``, the float type they are cast
+    to. An InputFeedError naming the file, the array and the input if not."""
     where = f"{source}: array {array_name!r} for input {input_name!r}"
     kind = array.dtype.kind
     if integer is not None:
@@ -115,6 +117,10 @@ def check_samples(array: np.ndarray, *, source: str, array_name: str, input_name
                              tensor=input_name)
     if kind == "f" and not np.isfinite(array).all():
         raise InputFeedError(f"{where}: holds NaN or infinite values", tensor=input_name)
+    limit = float(np.finfo(target).max) if integer is None else None
+    if kind == "f" and array.size and limit is not None and float(np.abs(array).max()) > limit:
+        raise InputFeedError(f"{where}: holds values beyond the range of {np.dtype(target)}",
+                             tensor=input_name)
     if not (_fits(array.shape, shape) or _fits(array.shape[1:], shape)
             or (tuple(shape[:1]) == (1,) and _fits(array.shape[1:], shape[1:]))):
         raise InputFeedError(f"{where}: array of shape {list(array.shape)} does not fit input "

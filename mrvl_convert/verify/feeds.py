@@ -58,7 +58,8 @@ def _as_stack(array: np.ndarray, spec: TensorSpec, path: str, key: str) -> List[
     dtype = DTYPES[spec.dtype][0]
     integer = np.dtype(dtype) if np.dtype(dtype).kind in "iub" else None
     check_samples(array, source=path, array_name=key, input_name=spec.name,
-                  shape=spec.shape, integer=integer)
+                  shape=spec.shape, integer=integer,
+                  target=np.float32 if integer is not None else np.dtype(dtype))
     shape = tuple(array.shape)
     if shape == spec.shape:
         return [array.astype(dtype)]

@@ -97,3 +97,9 @@ def test_arrays_named_after_no_input_are_named_in_a_warning(tmp_path: Path) -> N
     feeds = load_npz_feeds(str(tmp_path / "in.npz"), [SPEC], warn=lines.append)
     assert len(feeds) == 2
     assert len(lines) == 1 and "'labels'" in lines[0] and "'images'" not in lines[0]
+
+
+def test_float64_values_beyond_float32_are_refused(tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", x=np.full((1, 3, 4, 4), 1e39, np.float64))
+    with pytest.raises(InputFeedError, match="beyond the range of float32"):
+        load_npz_feeds(str(tmp_path / "in.npz"), [SPEC])
