@@ -21,7 +21,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from mrvl_convert.batch.outcome import BatchResult, Outcome
 from mrvl_convert.batch.plan import BatchShapes, Job, PathLike, VerifyOptions, plan_jobs
 from mrvl_convert.batch.summary import prepare_out_dir, write_summary
-from mrvl_convert.batch.worker import StageFn, convert_one, failed, init_worker, skipped
+from mrvl_convert.batch.worker import (INTERRUPTED, StageFn, convert_one, failed, init_worker,
+                                       skipped)
 from mrvl_convert.errors import OptionError
 from mrvl_convert.options import ConvertOptions, Estimate, Rules
 from mrvl_convert.quantize.recipe import Quantization
@@ -92,20 +93,38 @@ def run_batch(models: Iterable[PathLike], out_dir: PathLike, options: ConvertOpt
     job_list = plan_jobs(models, out_dir, options, shapes=shapes, verify=checks,
                          quantize_per_model=quantize_per_model)
     prepare_out_dir(out_dir)
+    summary_options = _summary_options(options, shapes, checks is not None)
+    outcomes: List[Optional[Outcome]] = [None] * len(job_list)
+    try:
+        _execute(job_list, outcomes, executor, jobs, checks, fail_fast, progress, on_stage)
+    except KeyboardInterrupt:
+        # Ctrl-C: the models finished (and reported) so far keep their rows; no others.
+        finished = [o for o in outcomes if o is not None and o.error != INTERRUPTED]
+        if finished:
+            write_summary(BatchResult(finished), out_dir, seconds=time.perf_counter() - start,
+                          options=summary_options)
+        raise
+    result = BatchResult([o if o is not None else skipped(j) for o, j in zip(outcomes, job_list)])
+    write_summary(result, out_dir, seconds=time.perf_counter() - start, options=summary_options)
+    return result
+
+
+def _execute(job_list: List[Job], outcomes: List[Optional[Outcome]],
+             executor: Optional[cf.Executor], jobs: Optional[int],
+             checks: Optional[VerifyOptions], fail_fast: bool,
+             progress: Optional[ProgressFn], on_stage: Optional[StageFn]) -> None:
+    """Run the jobs, each one's Outcome into ``outcomes`` at its index as it finishes (so
+    that on Ctrl-C the caller knows which ones did)."""
     if executor is not None:
-        outcomes = _run_on(executor, job_list, fail_fast, progress, on_stage)
+        _run_on(executor, job_list, outcomes, fail_fast, progress, on_stage)
     elif jobs == 1 or len(job_list) <= 1:
-        outcomes = _run_inline(job_list, fail_fast, progress, on_stage)
+        _run_inline(job_list, outcomes, fail_fast, progress, on_stage)
     else:
         workers = min(jobs or os.cpu_count() or 1, len(job_list))
         severity = None if checks is None else checks.log_severity
         with cf.ProcessPoolExecutor(max_workers=workers, mp_context=_mp_context(),
                                     initializer=init_worker, initargs=(severity,)) as pool:
-            outcomes = _run_on(pool, job_list, fail_fast, progress, on_stage)
-    result = BatchResult(outcomes)
-    write_summary(result, out_dir, seconds=time.perf_counter() - start,
-                  options=_summary_options(options, shapes, checks is not None))
-    return result
+            _run_on(pool, job_list, outcomes, fail_fast, progress, on_stage)
 
 
 def _summary_options(options: ConvertOptions, shapes: Optional[BatchShapes], verify: bool
@@ -126,34 +145,47 @@ def _mp_context() -> multiprocessing.context.BaseContext:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
-def _run_inline(jobs: List[Job], fail_fast: bool, progress: Optional[ProgressFn],
-                on_stage: Optional[StageFn] = None) -> List[Outcome]:
-    outcomes: List[Outcome] = []
-    for job in jobs:
-        if fail_fast and any(not o.ok for o in outcomes):
-            outcomes.append(skipped(job))
+def _run_inline(jobs: List[Job], outcomes: List[Optional[Outcome]], fail_fast: bool,
+                progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None) -> None:
+    for index, job in enumerate(jobs):
+        if fail_fast and any(o is not None and not o.ok for o in outcomes):
+            outcomes[index] = skipped(job)
             continue
         outcome = convert_one(job, on_stage)
-        outcomes.append(outcome)
+        outcomes[index] = outcome
         _report(progress, outcome)
-    return outcomes
 
 
-def _run_on(executor: cf.Executor, jobs: List[Job], fail_fast: bool,
-            progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None) -> List[Outcome]:
+def _run_on(executor: cf.Executor, jobs: List[Job], outcomes: List[Optional[Outcome]],
+            fail_fast: bool, progress: Optional[ProgressFn],
+            on_stage: Optional[StageFn] = None) -> None:
     futures = {executor.submit(convert_one, job): i for i, job in enumerate(jobs)}
     try:
-        return _gather(futures, jobs, fail_fast, progress, on_stage)
+        _gather(futures, jobs, outcomes, fail_fast, progress, on_stage)
     except BaseException:  # Ctrl-C: do not start the models still queued
         for future in futures:
             future.cancel()
+        _collect_late(futures, outcomes, progress)
         raise
 
 
-def _gather(futures: Dict[cf.Future, int], jobs: List[Job], fail_fast: bool,
-            progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None
-            ) -> List[Outcome]:
-    outcomes: List[Optional[Outcome]] = [None] * len(jobs)
+def _collect_late(futures: Dict[cf.Future, int], outcomes: List[Optional[Outcome]],
+                  progress: Optional[ProgressFn]) -> None:
+    """After Ctrl-C: wait for the models the workers had started (each stops, or finishes
+    and publishes); those that finished are reported and recorded, as if not interrupted."""
+    cf.wait(futures)
+    for future, index in sorted(futures.items(), key=lambda item: item[1]):
+        if outcomes[index] is not None or future.cancelled() or future.exception() is not None:
+            continue
+        outcome = future.result()
+        if outcome.error != INTERRUPTED:
+            outcomes[index] = outcome
+            _report(progress, outcome)
+
+
+def _gather(futures: Dict[cf.Future, int], jobs: List[Job], outcomes: List[Optional[Outcome]],
+            fail_fast: bool, progress: Optional[ProgressFn],
+            on_stage: Optional[StageFn] = None) -> None:
     stopping = False
     pending, started = set(futures), set()
     while pending:
@@ -176,7 +208,6 @@ def _gather(futures: Dict[cf.Future, int], jobs: List[Job], fail_fast: bool,
                 stopping = True
                 for other in futures:
                     other.cancel()  # only models not yet started are cancelled
-    return [o if o is not None else skipped(j) for o, j in zip(outcomes, jobs)]
 
 
 def _collect(future: cf.Future, job: Job) -> Outcome:

@@ -88,13 +88,17 @@ def earlier_rows(out_dir: PathLike) -> List[Dict[str, Any]]:
 def write_summary(result: Sequence[Outcome], out_dir: PathLike, *, seconds: float,
                   options: Mapping[str, Any]) -> Path:
     """Merge with the summary already in out_dir (``summary_document``), validate and write
-    out_dir/summary.json atomically (temp file + rename)."""
-    from mrvl_convert.emit.publish import dumps, write_file_atomically
+    out_dir/summary.json atomically (temp file + rename). The read-merge-write holds OUT's
+    lock (``out_lock``, POSIX ``flock``), so runs finishing at once into one OUT keep each
+    other's rows."""
+    from mrvl_convert.emit.publish import dumps, out_lock, write_file_atomically
     from mrvl_convert.emit.validate import validate
-    document = summary_document(result, seconds=seconds, options=options,
-                                earlier=earlier_rows(out_dir))
-    validate(document, "summary", label=SUMMARY_FILE)
-    return write_file_atomically(prepare_out_dir(out_dir) / SUMMARY_FILE, dumps(document))
+    out = prepare_out_dir(out_dir)
+    with out_lock(out):
+        document = summary_document(result, seconds=seconds, options=options,
+                                    earlier=earlier_rows(out))
+        validate(document, "summary", label=SUMMARY_FILE)
+        return write_file_atomically(out / SUMMARY_FILE, dumps(document))
 
 
 def load_summary(out_dir: PathLike) -> Dict[str, Any]:

@@ -9,7 +9,7 @@ import sys
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from mrvl_convert.batch.outcome import BatchResult
 from mrvl_convert.errors import OptionError
@@ -88,7 +88,7 @@ def write_analyses(result: BatchResult, models: List[Path], args: argparse.Names
     if not getattr(args, "quant_analysis", False):
         return
     from mrvl_convert.emit.publish import write_file_atomically
-    from mrvl_convert.quantize.keep import analysis_feeds
+    from mrvl_convert.quantize.keep import ANALYSIS_SAMPLES, analysis_feeds
     from mrvl_convert.quantize.recipe import load_calibration
     from mrvl_convert.verify.quant_analysis import DEFAULT_THRESHOLD_DB, analyze_quantization
 
@@ -98,10 +98,23 @@ def write_analyses(result: BatchResult, models: List[Path], args: argparse.Names
         model = float_models.get(str(Path(outcome.model).resolve()))
         if not outcome.converted or model is None:
             continue
-        feeds = analysis_feeds(model, load_calibration(args.calibration, model))
+        calibration = load_calibration(args.calibration, model)
+        feeds = analysis_feeds(model, calibration)
         analysis = analyze_quantization(model, outcome.out_dir, feeds, threshold_db=threshold)
         out = write_file_atomically(Path(outcome.out_dir) / ANALYSIS_FILE,
                                     (json.dumps(analysis.to_dict(), indent=1) + "\n").encode())
         if not args.quiet:
-            sys.stdout.write(f"quantization analysis of {outcome.name} ({out}):\n"
+            sys.stdout.write(f"quantization analysis of {outcome.name} ({out})"
+                             f"{samples_note(feeds, calibration, ANALYSIS_SAMPLES)}:\n"
                              f"{analysis.format_table()}\n")
+
+
+def samples_note(feeds: List[Dict[str, Any]], calibration: Mapping[str, Any],
+                 most: int) -> str:
+    """Why the analysis ran over fewer samples than the calibration data holds ('' if not)."""
+    used = sum(len(next(iter(feed.values()))) for feed in feeds if feed)
+    given = min((len(a) for a in calibration.values()), default=0)
+    if used >= given:
+        return ""
+    return (f"; {used} of the {given} calibration sample(s) given: the analysis takes at most "
+            f"{most} feed(s)")

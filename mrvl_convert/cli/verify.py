@@ -136,7 +136,8 @@ def _feeds(args: argparse.Namespace) -> Optional[List[Dict[str, np.ndarray]]]:
     specs = HybridSession(args.artifact_dir, engine="layers").input_specs
     if args.inputs.lower().endswith(".json"):
         return [read_input_json(args.inputs, specs)]
-    return load_npz_feeds(args.inputs, specs, args.samples)
+    return load_npz_feeds(args.inputs, specs, args.samples,
+                          warn=lambda line: print(f"mrvl-verify: {line}", file=sys.stderr))
 
 
 def _write_outputs(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.ndarray]]]

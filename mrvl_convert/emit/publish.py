@@ -11,6 +11,8 @@ written, so a test can send a signal mid-write.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -22,7 +24,7 @@ import threading
 import time
 from itertools import chain
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 import onnx
 
@@ -131,7 +133,13 @@ class StagingDir:
         self.digests[name] = digests
 
     def publish(self) -> None:
-        """Swap the staged directory into place (an old artifact directory is replaced)."""
+        """Swap the staged directory into place (an old artifact directory is replaced).
+        Under OUT's lock: of two runs publishing one name at once, the later one replaces
+        the earlier one's directory whole, never mixing their files."""
+        with out_lock(self.out_dir.parent, self.label):
+            self._swap()
+
+    def _swap(self) -> None:
         old = None
         try:
             if self.out_dir.exists():
@@ -146,6 +154,23 @@ class StagingDir:
         finally:
             if old is not None:
                 shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def out_lock(directory: Path, label: Optional[str] = None) -> Iterator[None]:
+    """Hold an exclusive ``fcntl.flock`` on the directory itself (POSIX only; a lock on the
+    directory leaves no lock file in OUT): runs writing into one OUT at once take turns at
+    publishing and at merging summary.json."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError as exc:
+        raise OutputDirError(f"cannot lock the output directory {directory}: "
+                             f"{exc.strerror or exc}", model=label) from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
 
 
 def _check_replaceable(out_dir: Path, label: Optional[str] = None) -> None:

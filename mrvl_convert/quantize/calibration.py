@@ -24,12 +24,13 @@ import re
 import zipfile
 from pathlib import Path
 from types import MappingProxyType
-from typing import IO, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from mrvl_convert.core.arrays import check_npy_header, check_npz_sizes, check_samples
 from mrvl_convert.errors import InputFeedError, ModelLoadError
 from mrvl_convert.frontend.input_shapes import static_dim
 
@@ -56,7 +57,7 @@ def read_calibration(path: PathLike, inputs: Sequence[str]) -> Dict[str, np.ndar
 def read_npz(path: Path, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
     """The arrays of an ``.npz`` named as ``inputs``, or a one-input model's only float array;
     members are bounded by their declared uncompressed size before any is inflated."""
-    _check_npz_sizes(path)
+    check_npz_sizes(path, "calibration file", MAX_FILE_BYTES, MAX_TOTAL_BYTES)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
@@ -69,49 +70,6 @@ def read_npz(path: Path, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
         return {inputs[0]: arrays[floats[0]]}
     raise InputFeedError(f"calibration file {path}: needs an array per model input "
                          f"({list(inputs)}); it holds {sorted(arrays)}")
-
-
-def _check_npz_sizes(path: Path) -> None:
-    """Every member's declared size bounded (zipfile never inflates past it) and its .npy
-    header's shape within that size, before numpy allocates what the header asks for."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            members = archive.infolist()
-            big = next((m for m in members if m.file_size > MAX_FILE_BYTES), None)
-            if big is not None:
-                raise InputFeedError(f"calibration file {path}: member {big.filename} inflates "
-                                     f"to {big.file_size} bytes, over the limit of "
-                                     f"{MAX_FILE_BYTES}")
-            if sum(m.file_size for m in members) > MAX_TOTAL_BYTES:
-                raise InputFeedError(f"calibration file {path}: inflates to more than "
-                                     f"{MAX_TOTAL_BYTES} bytes")
-            for member in members:
-                with archive.open(member) as stream:
-                    _check_npy_header(stream, member.file_size, f"{path}: member "
-                                                                f"{member.filename}")
-    except (OSError, zipfile.BadZipFile, EOFError) as exc:
-        raise InputFeedError(f"calibration file {path}: not a readable .npz ({exc})") from None
-
-
-def _check_npy_header(stream: IO[bytes], size: int, label: str) -> None:
-    """The .npy header of ``stream`` (``size`` bytes in all) declares no more data than there
-    is, and no Python objects (which only pickle could read)."""
-    fmt = np.lib.format
-    try:
-        version = fmt.read_magic(stream)
-        if version not in ((1, 0), (2, 0)):
-            raise ValueError(f".npy format version {version[0]}.{version[1]} is not read here")
-        read = fmt.read_array_header_1_0 if version == (1, 0) else fmt.read_array_header_2_0
-        shape, _, dtype = read(stream)
-    except ValueError as exc:
-        raise InputFeedError(f"calibration file {label}: not a readable .npy ({exc})") from None
-    if dtype.hasobject:
-        raise InputFeedError(f"calibration file {label}: holds Python objects (pickle), not "
-                             "floating-point samples")
-    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
-    if need > size:
-        raise InputFeedError(f"calibration file {label}: declares shape {list(shape)} "
-                             f"({need} bytes) but holds {size} bytes")
 
 
 # ---- a directory of .npy / .pb -----------------------------------------------------------------
@@ -223,7 +181,7 @@ def _read_file(path: Path, budget: _Budget) -> "tuple[np.ndarray, str]":
 
 
 def _npy(path: Path, data: bytes) -> np.ndarray:
-    _check_npy_header(io.BytesIO(data), len(data), str(path))
+    check_npy_header(io.BytesIO(data), len(data), f"calibration file {path}")
     try:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
@@ -294,8 +252,11 @@ def calibration_feeds(proto: onnx.ModelProto, calibration: Mapping[str, np.ndarr
         if tensor.name not in calibration:
             raise InputFeedError(f"{label}: no calibration samples for input {tensor.name!r}",
                                  tensor=tensor.name)
-        samples = np.asarray(calibration[tensor.name], dtype=np.float32)
         dims = tensor.type.tensor_type.shape.dim
+        given = np.asarray(calibration[tensor.name])
+        check_samples(given, source=label, array_name=tensor.name, input_name=tensor.name,
+                      shape=[d.dim_value if static_dim(d) else None for d in dims])
+        samples = given.astype(np.float32)
         batch = dims[0].dim_value if dims and static_dim(dims[0]) else 1
         if samples.ndim != len(dims) or samples.shape[0] < batch:
             raise InputFeedError(f"{label}: calibration samples of shape {list(samples.shape)} "

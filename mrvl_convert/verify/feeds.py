@@ -1,40 +1,46 @@
-"""Verify inputs a user hands in: an .npz split into one feed per sample."""
+"""Verify inputs a user hands in: an .npz (or .npy) split into one feed per sample, read and
+checked by ``core.arrays`` (bounded sizes, dtype, finite values, shape)."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
+from mrvl_convert.core.arrays import check_samples, read_arrays
 from mrvl_convert.errors import InputFeedError
 from mrvl_convert.runtime.stages import DTYPES, TensorSpec
 
 
-def load_npz_feeds(path: str, specs: Sequence[TensorSpec],
-                   limit: Optional[int] = None) -> List[Dict[str, np.ndarray]]:
+def load_npz_feeds(path: str, specs: Sequence[TensorSpec], limit: Optional[int] = None,
+                   warn: Optional[Callable[[str], None]] = None) -> List[Dict[str, np.ndarray]]:
     """Split the arrays of an .npz into per-sample feeds.
 
     An array named after an input is one sample if it has the input's shape, or a stack of
     samples if its trailing dimensions are the input's shape or (batch-1 inputs) the input's
     shape without the batch dimension. A model with one input may take its array from a file
     with any key, as long as exactly one array fits (e.g. ``images`` next to ``labels``).
+    ``warn`` is told, in one line, of the arrays not used (``labels``).
     """
-    try:
-        with np.load(path) as npz:
-            arrays = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError) as exc:
-        raise InputFeedError(f"{path}: cannot read as .npz ({exc})") from None
+    arrays = read_arrays(path, "verify inputs")
     stacks = {}
+    picked: List[str] = []
     for spec in specs:
         if spec.name in arrays:
-            stacks[spec.name] = _as_stack(arrays[spec.name], spec, path)
+            stacks[spec.name] = _as_stack(arrays[spec.name], spec, path, spec.name)
         elif len(specs) == 1:
             fits = [k for k, a in arrays.items() if _fits(a, spec)]
             if len(fits) != 1:
                 raise InputFeedError(f"{path}: no array named {spec.name!r} and {len(fits)} "
                                      f"arrays fit shape {list(spec.shape)}", tensor=spec.name)
-            stacks[spec.name] = _as_stack(arrays[fits[0]], spec, path)
+            stacks[spec.name] = _as_stack(arrays[fits[0]], spec, path, fits[0])
+            picked.append(fits[0])
         else:
             raise InputFeedError(f"{path}: no array named after this input", tensor=spec.name)
+    used = {spec.name for spec in specs if spec.name in arrays} | set(picked)
+    unused = sorted(set(arrays) - used)
+    if unused and warn is not None:
+        warn(f"warning: {path}: arrays {', '.join(map(repr, unused))} are named after no model "
+             "input; not used")
     counts = {len(s) for s in stacks.values()}
     if len(counts) != 1:
         raise InputFeedError(f"{path}: the inputs hold different numbers of samples {counts}")
@@ -48,8 +54,12 @@ def _fits(array: np.ndarray, spec: TensorSpec) -> bool:
             or (spec.shape[:1] == (1,) and shape[1:] == spec.shape[1:]))
 
 
-def _as_stack(array: np.ndarray, spec: TensorSpec, path: str) -> List[np.ndarray]:
+def _as_stack(array: np.ndarray, spec: TensorSpec, path: str, key: str) -> List[np.ndarray]:
     dtype = DTYPES[spec.dtype][0]
+    integer = np.dtype(dtype) if np.dtype(dtype).kind in "iub" else None
+    check_samples(array, source=path, array_name=key, input_name=spec.name,
+                  shape=spec.shape, integer=integer,
+                  target=np.float32 if integer is not None else np.dtype(dtype))
     shape = tuple(array.shape)
     if shape == spec.shape:
         return [array.astype(dtype)]

@@ -1,0 +1,65 @@
+"""Ctrl-C during a batch (``batch.pool``): the models finished so far have their summary rows and
+their "ok" lines, the others neither (and no artifact directory)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+BIN = Path(sys.executable).parent
+
+
+def _save_cnn(path: Path) -> Path:
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
+
+
+def _artifacts(out: Path) -> set:
+    return {p.name for p in out.iterdir()
+            if not p.name.startswith(".") and (p / "manifest.json").is_file()}
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_keeps_the_rows_and_lines_of_finished_models(tmp_path: Path, jobs: str) -> None:
+    models = [_save_cnn(tmp_path / f"m{k}.onnx") for k in range(5)]
+    out = tmp_path / "out"
+    env = dict(os.environ, _MRVL_CONVERT_TEST_WRITE_DELAY="0.5")
+    proc = subprocess.Popen([str(BIN / "mrvl-convert"), *map(str, models), "-o", str(out),
+                             "-j", jobs], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not (out.exists() and _artifacts(out)):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)  # as a terminal's Ctrl-C
+        stdout, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    written = _artifacts(out)
+    assert written and len(written) < len(models), (written, stdout)
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["models"]
+    assert {r["name"] for r in rows} == written
+    assert all(r["status"] == "ok" for r in rows)
+    ok_lines = {line.split()[1] for line in stdout.splitlines() if line.startswith("ok ")}
+    assert ok_lines == written
+    assert not [p for p in out.iterdir() if ".tmp-" in p.name]
