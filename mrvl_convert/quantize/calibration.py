@@ -254,8 +254,9 @@ def calibration_feeds(proto: onnx.ModelProto, calibration: Mapping[str, np.ndarr
                                  tensor=tensor.name)
         dims = tensor.type.tensor_type.shape.dim
         given = np.asarray(calibration[tensor.name])
+        # Samples are concatenated along the batch axis, so that axis is free here.
         check_samples(given, source=label, array_name=tensor.name, input_name=tensor.name,
-                      shape=[d.dim_value if static_dim(d) else None for d in dims])
+                      shape=[None] + [d.dim_value if static_dim(d) else None for d in dims[1:]])
         samples = given.astype(np.float32)
         batch = dims[0].dim_value if dims and static_dim(dims[0]) else 1
         if samples.ndim != len(dims) or samples.shape[0] < batch:
