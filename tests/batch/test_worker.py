@@ -2,6 +2,7 @@
 the jobs it already holds; the state lives on its SIGINT handler, not in a module global."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -95,4 +96,9 @@ def test_ctrl_c_on_a_pool_run_writes_no_model_and_exits_130(tmp_path: Path) -> N
     assert proc.returncode == 130, err
     assert "interrupted; models not finished were not written" in err
     assert "Traceback" not in err
-    assert sorted(p.name for p in out.iterdir()) == []  # no model, no staging directory left
+    left = sorted(p.name for p in out.iterdir())
+    assert not [n for n in left if ".tmp-" in n]  # no staging directory left
+    # A model that finished before the interrupt keeps its row (and only such a model).
+    rows = (json.loads((out / "summary.json").read_text())["models"]
+            if "summary.json" in left else [])
+    assert {r["name"] for r in rows} == {n for n in left if n != "summary.json"}
