@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, Iterator
+from typing import Dict
 
 import numpy as np
 import onnx

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import json
-from html.parser import HTMLParser
 from importlib import resources
-from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -13,33 +11,12 @@ from onnx import TensorProto, helper, numpy_helper
 
 import mrvl_convert
 
+from support.html_scripts import Scripts
+
 NODE_NAMES = ["</script><script>alert(1)</script>", "<!--<script>", "&amp;", "a\u2028b\u2029c",
               "<![CDATA[x]]>"]
 TENSOR_NAME = "</SCRIPT >"
 DATA_TAG = '<script type="application/json" id="graph-data">'
-
-
-class Scripts(HTMLParser):
-    """Every <script> element of a page: its attributes and its text."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=False)
-        self.found: List[Tuple[Dict[str, Optional[str]], str]] = []
-        self._open: Optional[Dict[str, Optional[str]]] = None
-        self._text: List[str] = []
-
-    def handle_starttag(self, tag, attrs) -> None:
-        if tag == "script":
-            self._open, self._text = dict(attrs), []
-
-    def handle_data(self, data) -> None:
-        if self._open is not None:
-            self._text.append(data)
-
-    def handle_endtag(self, tag) -> None:
-        if tag == "script" and self._open is not None:
-            self.found.append((self._open, "".join(self._text)))
-            self._open = None
 
 
 def hostile_model() -> onnx.ModelProto:
