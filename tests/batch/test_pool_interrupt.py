@@ -10,24 +10,11 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+
+from support.models import save_conv_relu
 
 BIN = Path(sys.executable).parent
-
-
-def _save_cnn(path: Path) -> Path:
-    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    graph = helper.make_graph(
-        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
-    return path
 
 
 def _artifacts(out: Path) -> set:
@@ -37,7 +24,7 @@ def _artifacts(out: Path) -> set:
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_keeps_the_rows_and_lines_of_finished_models(tmp_path: Path, jobs: str) -> None:
-    models = [_save_cnn(tmp_path / f"m{k}.onnx") for k in range(5)]
+    models = [save_conv_relu(tmp_path / f"m{k}.onnx") for k in range(5)]
     out = tmp_path / "out"
     env = dict(os.environ, _MRVL_CONVERT_TEST_WRITE_DELAY="0.5")
     proc = subprocess.Popen([str(BIN / "mrvl-convert"), *map(str, models), "-o", str(out),

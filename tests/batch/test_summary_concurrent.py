@@ -10,25 +10,12 @@ import sys
 from pathlib import Path
 from typing import List
 
-import numpy as np
-import onnx
-from onnx import TensorProto, helper, numpy_helper
 
 from mrvl_convert.core.file_hashes import check_stage_files, recorded_hashes
 
+from support.models import save_conv_relu
+
 BIN = Path(sys.executable).parent
-
-
-def _save_cnn(path: Path, channels: int = 4) -> Path:
-    w = numpy_helper.from_array(np.ones((channels, 3, 3, 3), np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    graph = helper.make_graph(
-        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])], [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
-    return path
 
 
 def _run_all(commands: List[List[str]]) -> List[subprocess.CompletedProcess]:
@@ -53,12 +40,12 @@ def _assert_whole(artifact: Path) -> None:
 
 def test_concurrent_runs_into_one_out_keep_every_row_and_whole_dirs(tmp_path: Path) -> None:
     out = tmp_path / "out"
-    models = [_save_cnn(tmp_path / f"m{k}.onnx") for k in range(3)]
+    models = [save_conv_relu(tmp_path / f"m{k}.onnx") for k in range(3)]
     # the same name from two runs, with different weights: a mixed directory would not hash
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
-    common = [_save_cnn(tmp_path / "a" / "common.onnx", 4),
-              _save_cnn(tmp_path / "b" / "common.onnx", 8)]
+    common = [save_conv_relu(tmp_path / "a" / "common.onnx", 4),
+              save_conv_relu(tmp_path / "b" / "common.onnx", 8)]
     commands = [[str(BIN / "mrvl-convert"), str(m), "-o", str(out), "-q"]
                 for m in models + common]
     results = _run_all(commands)

@@ -10,29 +10,14 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 from mrvl_convert.batch import plan_jobs
 from mrvl_convert.batch.worker import INTERRUPTED, convert_one, init_worker, interrupted
 
+from support.models import save_conv_relu
+
 BIN = Path(sys.executable).parent
-
-
-def _save_cnn(path: Path) -> Path:
-    """Conv -> Relu, one Mrvl stage: enough to convert, quick to do so."""
-    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["y"], name="relu")]
-    graph = helper.make_graph(nodes, "cnn",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [w])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
-    return path
 
 
 @pytest.fixture
@@ -44,7 +29,7 @@ def own_sigint():
 
 
 def test_a_worker_converts_until_ctrl_c(tmp_path: Path, own_sigint) -> None:
-    [job] = plan_jobs([_save_cnn(tmp_path / "m.onnx")], tmp_path / "out")
+    [job] = plan_jobs([save_conv_relu(tmp_path / "m.onnx")], tmp_path / "out")
     init_worker()
     assert not interrupted()
     outcome = convert_one(job)
@@ -53,7 +38,7 @@ def test_a_worker_converts_until_ctrl_c(tmp_path: Path, own_sigint) -> None:
 
 
 def test_after_ctrl_c_a_worker_skips_the_jobs_it_holds(tmp_path: Path, own_sigint) -> None:
-    [job] = plan_jobs([_save_cnn(tmp_path / "m.onnx")], tmp_path / "out")
+    [job] = plan_jobs([save_conv_relu(tmp_path / "m.onnx")], tmp_path / "out")
     init_worker()
     with pytest.raises(KeyboardInterrupt):  # what stops the model the worker converts
         signal.raise_signal(signal.SIGINT)
@@ -65,7 +50,7 @@ def test_after_ctrl_c_a_worker_skips_the_jobs_it_holds(tmp_path: Path, own_sigin
 
 def test_ctrl_c_is_not_remembered_outside_a_pool_worker(tmp_path: Path, own_sigint) -> None:
     """In the calling process (jobs=1) Ctrl-C is the caller's: no handler of ours, no state."""
-    [job] = plan_jobs([_save_cnn(tmp_path / "m.onnx")], tmp_path / "out")
+    [job] = plan_jobs([save_conv_relu(tmp_path / "m.onnx")], tmp_path / "out")
     signal.signal(signal.SIGINT, signal.default_int_handler)
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)
@@ -77,7 +62,7 @@ def test_ctrl_c_on_a_pool_run_writes_no_model_and_exits_130(tmp_path: Path) -> N
     """Ctrl-C reaches the whole process group: the parent cancels the queued models, each
     worker stops its model and skips the one it already holds (without that, it would convert
     and publish it while the parent waits for the pool to shut down)."""
-    models = [_save_cnn(tmp_path / f"m{k}.onnx") for k in range(4)]
+    models = [save_conv_relu(tmp_path / f"m{k}.onnx") for k in range(4)]
     out = tmp_path / "out"
     env = dict(os.environ, _MRVL_CONVERT_TEST_WRITE_DELAY="3")  # every file write: 3 s
     proc = subprocess.Popen([str(BIN / "mrvl-convert"), *map(str, models), "-o", str(out),

@@ -1,6 +1,7 @@
 """Small hand-built ONNX models for the converter's tests (seeded weights, every node named)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -143,3 +144,17 @@ def mrvl_cpu_mrvl_model(seed: int = 0) -> onnx.ModelProto:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 12, 12])],
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 10])], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def save_conv_relu(path: Path, channels: int = 4) -> Path:
+    """Conv -> Relu saved at ``path``: one Mrvl stage, quick to convert (the batch tests' model;
+    ``channels`` changes its output, so two runs of one name can be told apart)."""
+    w = numpy_helper.from_array(np.ones((channels, 3, 3, 3), np.float32), "w")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["y"], name="relu")]
+    graph = helper.make_graph(
+        nodes, "cnn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
+    return path
