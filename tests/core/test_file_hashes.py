@@ -14,7 +14,6 @@ from typing import Dict
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper, numpy_helper
 
 import mrvl_convert
 from mrvl_convert.cli import verify_main
@@ -23,25 +22,12 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.estimate import estimate_artifact
 from mrvl_convert.runtime.session import HybridSession
 
+from support.models import conv_then_cpu_tail
+
 FEED = {"x": np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)}
 # each kind of stage file, in the artifact with external CPU-stage data
 KINDS = {"nodes": "m_mrvl_0-nodes.json", "consts": "m_mrvl_0-consts.json",
          "onnx": "m_cpu_0.onnx", "onnx data": "m_cpu_0.onnx.data"}
-
-
-def conv_then_cpu_tail() -> onnx.ModelProto:
-    """Conv+Relu (a Mrvl stage), then Mod by a 1 KiB constant (a CPU stage with a weight)."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    m = numpy_helper.from_array((rng.random((1, 4, 8, 8)) + 0.5).astype(np.float32), "m")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Mod", ["r", "m"], ["y"], name="mod", fmod=1)]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w, m])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 @pytest.fixture(scope="module")

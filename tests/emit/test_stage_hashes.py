@@ -16,20 +16,9 @@ from mrvl_convert.emit.publish import StagingDir
 from mrvl_convert.emit.validate import validate
 from mrvl_convert.errors import ArtifactError
 
+from support.models import conv_then_cpu_tail
 
-def conv_then_cpu_tail() -> onnx.ModelProto:
-    """Conv+Relu (a Mrvl stage), then Mod by a 1 KiB constant (a CPU stage with a weight)."""
-    rng = np.random.default_rng(0)
-    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
-    m = numpy_helper.from_array((rng.random((1, 4, 8, 8)) + 0.5).astype(np.float32), "m")
-    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
-                              pads=[1, 1, 1, 1]),
-             helper.make_node("Relu", ["c"], ["r"], name="relu_\u00e9\u2028"),  # not ASCII
-             helper.make_node("Mod", ["r", "m"], ["y"], name="mod", fmod=1)]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w, m])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+NOT_ASCII = "relu_\u00e9\u2028"  # a node name in the artifact that is not ASCII
 
 
 def sha256(path) -> str:
@@ -40,7 +29,7 @@ def sha256(path) -> str:
 def test_every_stage_file_is_recorded_with_its_sha256(tmp_path, monkeypatch, external):
     if external:  # every CPU stage keeps its weights in a data file beside it
         monkeypatch.setattr(cpu_onnx, "EXTERNAL_DATA_THRESHOLD", 0)
-    result = mrvl_convert.convert(conv_then_cpu_tail(), tmp_path / "o", name="m")
+    result = mrvl_convert.convert(conv_then_cpu_tail(NOT_ASCII), tmp_path / "o", name="m")
     manifest = json.loads((tmp_path / "o" / "manifest.json").read_text())
     assert manifest == result.manifest
     recorded = {}
@@ -71,8 +60,8 @@ def model_with_subgraph_weights() -> onnx.ModelProto:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
-@pytest.mark.parametrize("model", [model_with_subgraph_weights(),
-                                   conv_then_cpu_tail()], ids=["weights", "no-large-weight"])
+@pytest.mark.parametrize("model", [model_with_subgraph_weights(), conv_then_cpu_tail(NOT_ASCII)],
+                         ids=["weights", "no-large-weight"])
 def test_external_data_is_written_byte_for_byte_as_onnx_writes_it(tmp_path, monkeypatch, model):
     monkeypatch.chdir(tmp_path)  # onnx looks for the data file's name in the working directory
     (tmp_path / "onnx").mkdir()
@@ -105,7 +94,7 @@ def test_external_data_layout_round_trips(tmp_path):
 @pytest.fixture(scope="module")
 def written_manifest(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("art") / "o"
-    mrvl_convert.convert(conv_then_cpu_tail(), out, name="m")
+    mrvl_convert.convert(conv_then_cpu_tail(NOT_ASCII), out, name="m")
     manifest = json.loads((out / "manifest.json").read_text())
     validate(manifest, "manifest", label="manifest.json")
     return manifest

@@ -158,3 +158,18 @@ def save_conv_relu(path: Path, channels: int = 4) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, channels, 8, 8])], [w])
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), str(path))
     return path
+
+
+def conv_then_cpu_tail(relu_name: str = "relu") -> onnx.ModelProto:
+    """Conv+Relu (a Mrvl stage), then Mod by a 1 KiB constant (a CPU stage with a weight)."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w")
+    m = numpy_helper.from_array((rng.random((1, 4, 8, 8)) + 0.5).astype(np.float32), "m")
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", kernel_shape=[3, 3],
+                              pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"], name=relu_name),
+             helper.make_node("Mod", ["r", "m"], ["y"], name="mod", fmod=1)]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w, m])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
