@@ -3,7 +3,7 @@
 Requires: a ``LoadedModel`` (checked, shaped).
 Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
 constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
-compute), Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
+compute), shape arithmetic on the fixed input shapes is folded too (``shapes.py``), Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
 node that now computes it.
@@ -25,6 +25,7 @@ from mrvl_convert.core.graph import static_shape
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.qdq import dedicate_dequantize
+from mrvl_convert.frontend.shapes import fold_shape_arithmetic
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
 
@@ -47,6 +48,7 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
     removed: Dict[str, str] = {}
     constant_nodes = {n.name for n in graph.nodes if n.op == "Constant"}
     _fold_constants(graph)
+    graph = fold_shape_arithmetic(graph, loaded.proto, _fold_constants)
     after_fold = {n.name for n in graph.nodes}
     for name in op_types:
         if name not in after_fold:
