@@ -48,7 +48,7 @@ def canonicalize(loaded: LoadedModel) -> CanonicalGraph:
     removed: Dict[str, str] = {}
     constant_nodes = {n.name for n in graph.nodes if n.op == "Constant"}
     _fold_constants(graph)
-    graph = fold_shape_arithmetic(graph, loaded.proto, _fold_constants)
+    fold_shape_arithmetic(graph, loaded.proto, _fold_constants)
     after_fold = {n.name for n in graph.nodes}
     for name in op_types:
         if name not in after_fold:

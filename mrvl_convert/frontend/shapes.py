@@ -21,8 +21,9 @@ product is one float32 multiply), so the layers see ordinary float weights.
 """
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, Tuple
 
+import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 
@@ -33,24 +34,24 @@ Fold = Callable[[gs.Graph], None]
 
 def fold_shape_arithmetic(graph: gs.Graph, original: onnx.ModelProto, fold: Fold) -> gs.Graph:
     """``graph`` (already folded once by ``fold``) with its shape arithmetic folded away and
-    every shape that follows from the fixed input shapes inferred. ``original``: the loaded
-    model (its IR version is kept). Returns ``graph`` itself when nothing is unknown."""
+    every shape that follows from the fixed input shapes inferred, in place; returned for the
+    caller's convenience. ``original``: the loaded model (its IR version is kept). No round at
+    all when no shape is unknown."""
     progress = _progress(graph)
     while progress[1]:
-        inferred = infer_shapes(graph, original)
-        if inferred is None:
-            return graph
-        fold(inferred)
-        after = _progress(inferred)
+        if not infer_shapes(graph, original):
+            break
+        fold(graph)
+        after = _progress(graph)
         if after >= progress:
-            return inferred
-        graph, progress = inferred, after
+            break
+        progress = after
     return graph
 
 
-def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> Optional[gs.Graph]:
-    """The graph re-imported with shapes inferred from scratch (``data_prop``), or None when
-    onnx's shape inference fails on it (the caller keeps the shapes it had)."""
+def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> bool:
+    """Give the graph's tensors of unknown shape the shapes onnx infers (``data_prop``) from
+    scratch; False when inference fails on it (the shapes stay as they were)."""
     proto = gs.export_onnx(graph, do_type_check=False)
     proto.ir_version = original.ir_version
     del proto.graph.value_info[:]
@@ -58,11 +59,39 @@ def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> Optional[gs.Grap
         dims = output.type.tensor_type.shape.dim
         if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
             output.type.tensor_type.ClearField("shape")
+    _drop_weight_data(proto)
     try:
         proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
     except Exception:  # onnx raises several types; the shapes we had stay
-        return None
-    return gs.import_onnx(proto).cleanup(remove_unused_graph_inputs=False).toposort()
+        return False
+    tensors = graph.tensors()
+    for value in list(proto.graph.value_info) + list(proto.graph.output):
+        tensor = tensors.get(value.name)
+        if isinstance(tensor, gs.Variable) and static_shape(tensor) is None:
+            _take(tensor, value.type.tensor_type)
+    return True
+
+
+# Inference reads the shape and type of a float weight, never its values (shape values are
+# int64, Resize scales a few floats): larger float tensors go without their bytes, which onnx
+# would otherwise copy twice per round.
+_VALUES_READ_UP_TO = 1024
+
+
+def _drop_weight_data(proto: onnx.ModelProto) -> None:
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+    for init in proto.graph.initializer:
+        if init.data_type in floats and int(np.prod(init.dims)) > _VALUES_READ_UP_TO:
+            for name in ("raw_data", "float_data", "double_data", "int32_data"):
+                init.ClearField(name)
+
+
+def _take(tensor: gs.Variable, inferred: onnx.TypeProto.Tensor) -> None:
+    if inferred.HasField("shape"):
+        tensor.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                        for d in inferred.shape.dim]
+    if tensor.dtype is None and inferred.elem_type:
+        tensor.dtype = onnx.helper.tensor_dtype_to_np_dtype(inferred.elem_type)
 
 
 def _progress(graph: gs.Graph) -> Tuple[int, int]:
