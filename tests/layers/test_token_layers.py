@@ -205,3 +205,23 @@ def test_a_per_channel_mul_of_an_image_is_still_a_depthwise_conv2d(tmp_path):
     scale = net.const(np.array([0.5, 1.5, 2.0], np.float32).reshape(1, 3, 1, 1))
     result = converted(net.model(net.op("Mul", [y, scale], name="scale")), tmp_path)
     assert entry(result, "scale")["rule"] == "mrvl.channel_affine"
+
+
+def test_a_causal_mask_computed_from_shapes_folds_into_a_sum2d_constant(tmp_path):
+    """Range over the token count (read from the input's shape), Less, Where: constant once
+    the shapes are fixed, so the masked scores are a Sum2D with an ``input_const_name``."""
+    net = _Net(("x", [1, 6, 16]))
+    count = net.op("Gather", [net.op("Shape", ["x"]), net.const(np.int64(1))], axis=0)
+    steps = net.op("Range", [net.const(np.int64(0)), count, net.const(np.int64(1))])
+    rows = net.op("Unsqueeze", [steps, net.const(np.array([1], np.int64))])
+    cols = net.op("Unsqueeze", [steps, net.const(np.array([0], np.int64))])
+    causal = net.op("Where", [net.op("Less", [rows, cols]), net.const(np.float32(-1e4)),
+                              net.const(np.float32(0.0))], name="causal")
+    scores = attention_scores(net, net.fc("x", 16, 16), heads=2, depth=8, tokens=6)
+    masked = net.op("Add", [scores, causal], name="masked")
+    result = converted(net.model(net.op("Softmax", [masked], axis=-1)), tmp_path)
+    assert entry(result, "causal")["placement"] == "removed"
+    assert entry(result, "masked")["rule"] == "mrvl.sum2d_const"
+    attrs = the(result, "Sum2D")
+    assert attrs["input_const"]["shape"] == [1, 1, 6, 6]
+    assert attrs["input_const_shape"] == ["1", "1", "6", "6"]
