@@ -225,3 +225,17 @@ def test_a_causal_mask_computed_from_shapes_folds_into_a_sum2d_constant(tmp_path
     attrs = the(result, "Sum2D")
     assert attrs["input_const"]["shape"] == [1, 1, 6, 6]
     assert attrs["input_const_shape"] == ["1", "1", "6", "6"]
+
+
+def test_layer_by_layer_comparison_reads_token_layers_in_the_order_they_lie(tmp_path):
+    """Scores [1, 4, 4, 4]: read back as NHWC or as they lie, the shape fits either way; the
+    layers' own letters (func_name) say they lie in the model's order, so every layer compares."""
+    net = _Net(("x", [1, 4, 16]))
+    scores = attention_scores(net, net.fc("x", 16, 16), heads=4, depth=4, tokens=4)
+    scaled = net.op("Mul", [scores, net.const(np.float32(0.5))], name="scale")
+    model = net.model(net.op("Softmax", [scaled], name="softmax", axis=-1))
+    result = mrvl_convert.convert(model, tmp_path / "out")
+    comparison = mrvl_convert.compare(model, result.out_dir, layers=True)
+    rows = {r.tensor: r for r in comparison.rows if r.kind == "layer"}
+    assert {"qk_out", "scale_out"} <= set(rows)
+    assert all(r.passed and "not compared" not in r.note for r in rows.values()), rows
