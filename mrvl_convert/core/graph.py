@@ -175,3 +175,11 @@ def reduce_axes(node: gs.Node) -> Optional[List[int]]:
     if not axes and not int(attr(node, "noop_with_empty_axes", 0)):
         axes = list(range(rank))
     return sorted({a % rank for a in axes}) if rank else None
+
+
+def softmax_axis(node: gs.Node, rank: int, opset: Optional[int]) -> int:
+    """A Softmax's axis, normalised to 0 <= axis < rank. Its default is 1 before opset 13 (and
+    the op then runs over all axes from there on, flattened), -1 from opset 13 on."""
+    opset = int(opset or 13)
+    axis = int(attr(node, "axis", -1 if opset >= 13 else 1))
+    return axis + rank if axis < 0 else axis

@@ -66,15 +66,26 @@ def _kind_attrs(kind: LayerKind, layer: Layer) -> Dict[str, List[str]]:
     return written
 
 
-def _r4_attrs(layer: Layer) -> Dict[str, Any]:
+def _r4_attrs(layer: Layer, keep_last: bool = False) -> Dict[str, Any]:
     """The layout attributes of a layer written R4: 4-D shapes, NHWC, one shape per input."""
+    def r4(shape):
+        return _s(r4_shape(shape, keep_last))
     attrs: Dict[str, Any] = {"data_layout": ["NHWC"], "out_layout": ["NHWC"],
-                             "data_layout_shape": _s(r4_shape(layer.in_layouts[0].physical_shape)),
-                             "out_layout_shape": _s(r4_shape(layer.out_layout.physical_shape))}
+                             "data_layout_shape": r4(layer.in_layouts[0].physical_shape),
+                             "out_layout_shape": r4(layer.out_layout.physical_shape)}
     if len(layer.inputs) + len(layer.consts) > 1:
         for i, layout in enumerate(layer.in_layouts):
-            attrs[f"data_layout_shape_{i}"] = _s(r4_shape(layout.physical_shape))
+            attrs[f"data_layout_shape_{i}"] = r4(layout.physical_shape)
     return attrs
+
+
+def _nhwc_3d_attrs(layer: Layer, k: int) -> Dict[str, Any]:
+    """A 3-D layer of a ``nhwc_3d`` kind (FC on [B, T, C]) as the codegen writes it: 4-D with
+    a trailing 1, NHWC in and out."""
+    return {"data_layout": ["NHWC"], "out_layout": ["NHWC"],
+            "func_name": [f"n{k}_{layer.kind}_NHWC"],
+            "data_layout_shape": _s(r4_shape(layer.in_layouts[0].physical_shape)),
+            "out_layout_shape": _s(r4_shape(layer.out_layout.physical_shape))}
 
 
 def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
@@ -103,7 +114,9 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
             attrs[f"out_layout_shape_{i}"] = _s(out.physical_shape)
     r4 = layer_set in kind.r4 and not (kind.r4_keeps_2d and len(first_in.shape) == 2)
     if r4:
-        attrs.update(_r4_attrs(layer))
+        attrs.update(_r4_attrs(layer, kind.r4_keeps_last))
+    if kind.nhwc_3d and len(first_in.shape) == 3:
+        attrs.update(_nhwc_3d_attrs(layer, k))
     for slot in _EMPTY_CONST_SLOTS:
         attrs[slot] = {}
     attrs.update(_kind_attrs(kind, layer))
@@ -117,7 +130,7 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
                                     "min": encoded["min"], "name": const_name,
                                     "shape": encoded["shape"]}
         if r4 and prefix == "input":
-            attrs["input_const_shape"] = _s(r4_shape(encoded["shape"]))
+            attrs["input_const_shape"] = _s(r4_shape(encoded["shape"], kind.r4_keeps_last))
     attrs["source_nodes"] = list(layer.source_nodes)
     attrs["rule"] = [layer.rule or _LAYOUT_RULE]
     return {"op": "tvm_op", "name": name,

@@ -217,6 +217,9 @@ def _work(kind, attrs, out_shape, in_elems, out, profile):
         g = profile.channel_granule
         padded = _ceil_to(kshape[0], g) * math.prod(kshape[1:-1]) * _ceil_to(kshape[-1], g)
         return positions * math.prod(kshape), positions * padded
+    if kind == "BatchMatmul":  # no kernel: K is the last axis of input 0 (4-D, leading 1s)
+        depth = int(attrs.get("data_layout_shape", ["1"])[-1])
+        return out * depth, out * _ceil_to(depth, profile.channel_granule)
     if kind in _POOL_KINDS:
         window = math.prod(int(s) for s in attrs.get("pool_size", ["1"]))
         return out * window, out * window

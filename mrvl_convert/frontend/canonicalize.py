@@ -4,6 +4,7 @@ Requires: a ``LoadedModel`` (checked, shaped).
 Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
 constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
 compute) within the bounds of ``folding.py`` (a node beyond them stays, listed in ``kept``),
+shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``),
 Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
@@ -28,6 +29,7 @@ from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, verbose_requested
 from mrvl_convert.frontend.load import LoadedModel
+from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.qdq import dedicate_dequantize
 
@@ -60,6 +62,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     removed: Dict[str, str] = {}
     constant_nodes = {n.name for n in graph.nodes if n.op == "Constant"}
     unfolded = fold_constants(graph, verbose)
+    fold_shape_arithmetic(graph, loaded.proto,
+                          lambda g: unfolded.update(fold_constants(g, verbose)))
     after_fold = {n.name for n in graph.nodes}
     for name in op_types:
         if name not in after_fold:

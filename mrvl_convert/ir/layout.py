@@ -8,6 +8,21 @@ cost nothing (they only relabel the data); tensors leaving the stage are in thei
 
 Every tensor carries its logical (ONNX) shape and ``perm``: physical = logical.transpose(perm).
 ``labels`` name the logical axes so that layouts print as upstream writes them (NCHW, NHWC, NC).
+
+Token tensors (transformer activations) keep their logical order. The newer codegen lays out
+every tensor as 4-D NHWC and pads a shorter shape with trailing 1s (princekumar70/tvm@9446d803
+src/relay/backend/contrib/mrvl/codegen.cc ``resizeInputOutputLayoutTo4dim``,
+``CreateCompositeMrvlFcLayer``, ``CreateMrvlReshapeLayer``), so
+
+- ``[B, T, C]`` is the NHWC tensor ``[B, T, C, 1]``: the same bytes; B is the batch, T and C are
+  never read as one (the batch limits of ``rules/`` apply to B);
+- ``[B, heads, T, d]`` (a head split) is NHWC with H = heads, W = T and C = d, as it lies: the
+  ONNX last axis is NHWC's C, the axis the codegen's Softmax and ReduceMean take (mrvl.py: 4-D
+  axis 3), so no layout_transform is needed around attention;
+- only layers that are spatial by nature (Conv2D, pools, Resize2D, Concat on channels) ask for
+  an image in NHWC; elementwise and one-input layers compute in whatever order their input
+  already has inside the stage (``keep_order``), so a token tensor is never turned into NHWC
+  and back.
 """
 from __future__ import annotations
 
@@ -157,6 +172,16 @@ class LayoutContext:
     def alias(self, output: gs.Tensor, source: gs.Tensor, layout: TensorLayout) -> None:
         """``output`` is ``source``'s data seen with another logical shape or layout."""
         self.values[output.name] = (self.values[source.name][0], layout)
+
+    def keep_order(self, tensor: gs.Tensor, perm: Sequence[int]) -> Tuple[int, ...]:
+        """The physical order an order-agnostic layer (elementwise, one-input) computes
+        ``tensor`` in: the order a layer of this stage wrote it in (NHWC for an image, the
+        logical order for a token tensor: no layout_transform either way), ``perm`` for a stage
+        input (as before: ``native``)."""
+        index, layout = self.values[tensor.name]
+        if int(index) >= len(self.input_layouts) and layout.scrambled_from is None:
+            return layout.perm
+        return tuple(perm)
 
     def require(self, tensor: gs.Tensor, perm: Sequence[int], *, any_shape: bool = False
                 ) -> Tuple[int, TensorLayout]:

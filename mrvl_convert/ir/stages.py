@@ -26,6 +26,7 @@ class Stage:
     units: List[Unit]
     inputs: List[gs.Tensor]
     outputs: List[gs.Tensor]
+    opset: Optional[int] = None   # the model's default-domain opset (defaults of some ops)
 
     @property
     def nodes(self) -> List[gs.Node]:

@@ -20,7 +20,7 @@ layer). The layers before the last name no source node, so the per-layer compari
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -40,11 +40,13 @@ def _scalar(rank: int, value: float) -> np.ndarray:
     return np.full([1] * rank, value, dtype=np.float32)
 
 
-def physical_const(value: np.ndarray, rank: int) -> np.ndarray:
-    """A constant operand padded to the output's rank and put in its physical order."""
+def physical_const(value: np.ndarray, rank: int,
+                   perm: Optional[Sequence[int]] = None) -> np.ndarray:
+    """A constant operand padded to the output's rank and put in its physical order ``perm``
+    (default: ``native``)."""
     value = value.astype(np.float32)
-    value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(native(rank))
-    return np.ascontiguousarray(value)
+    value = value.reshape([1] * (rank - value.ndim) + list(value.shape))
+    return np.ascontiguousarray(value.transpose(native(rank) if perm is None else perm))
 
 
 def _affine_clip(composite: Composite, ctx: LayoutContext, source: gs.Tensor, alpha: float,

@@ -186,6 +186,10 @@ class LayerKind:
     int8_kernel: Optional[Type["Kernel"]] = None   # runs the layer when it carries int8 scales
     r4: FrozenSet[str] = frozenset()   # the layer sets that write it R4 (4-D layout shapes, NHWC)
     r4_keeps_2d: bool = False          # R4 except a 2-D layer, written NC as it is (activations)
+    r4_keeps_last: bool = False        # R4 pads a 3-D shape at axis 1, keeping its last axis C
+    # A 3-D layer is written 4-D with a trailing 1 and NHWC, a 2-D one NC as it is: the
+    # newer codegen's CreateCompositeMrvlFcLayer (not R4: no per-input shapes).
+    nhwc_3d: bool = False
     composite: str = ""                # composite_name of a layer no rule made
     source: str = ""                   # where the layer's JSON contract was read
     notes: Tuple[str, ...] = field(default=())
@@ -236,8 +240,11 @@ def written(name: str, value: str, doc: str, *, checked: bool = False) -> Attr:
     return Attr(name, "str", doc, default=value, fixed=value, checked=checked)
 
 
-def r4_shape(shape: List[int]) -> List[int]:
+def r4_shape(shape: List[int], keep_last: bool = False) -> List[int]:
     """A layout shape padded to 4-D as the newer codegen writes R4 layers: trailing 1s, and a
-    2-D [N, C] as [N, 1, 1, C] (``resizeInputOutputLayoutTo4dim``)."""
+    2-D [N, C] as [N, 1, 1, C] (``resizeInputOutputLayoutTo4dim``). ``keep_last``: a 3-D
+    [B, T, C] as [B, 1, T, C], its last axis still NHWC's C (Softmax)."""
+    if keep_last and len(shape) == 3:
+        return [shape[0], 1, shape[1], shape[2]]
     padded = list(shape) + [1] * (4 - len(shape))
     return [padded[0], padded[2], padded[3], padded[1]] if len(shape) == 2 else padded

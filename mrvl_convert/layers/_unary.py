@@ -8,7 +8,7 @@ only the kind's own extra attributes (``alpha``, ``a_min``/``a_max``, ``exponent
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, FrozenSet, Mapping
+from typing import Any, Callable, Dict, FrozenSet, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -35,14 +35,19 @@ def _no_attrs(node: gs.Node) -> Dict[str, Any]:
 
 
 def emit_unary(composite: Composite, ctx: LayoutContext, kind: str, source: gs.Tensor,
-               attrs: Dict[str, Any], output: gs.Tensor, *, last: bool = True) -> int:
-    """One one-input layer on ``source`` (in the accelerator's own layout: NHWC for 4-D).
+               attrs: Dict[str, Any], output: gs.Tensor, *, last: bool = True,
+               perm: Optional[Sequence[int]] = None) -> int:
+    """One one-input layer on ``source``, in the order it already has inside the stage
+    (``LayoutContext.keep_order``; a stage input in the accelerator's own layout: NHWC for 4-D).
 
     ``last``: the layer computes the composite's output; a layer before it in a decomposition
-    (``last=False``) names no source node, so the per-layer comparison skips it.
+    (``last=False``) names no source node, so the per-layer comparison skips it. ``perm``: the
+    physical order the layer needs (Softmax: its axis last), instead of ``keep_order``'s.
     """
     rank = len(static_shape(source))
-    index, layout = ctx.require(source, native(rank))
+    if perm is None:
+        perm = ctx.keep_order(source, native(rank))
+    index, layout = ctx.require(source, perm)
     out = TensorLayout(tuple(static_shape(output)), layout.perm, layout.labels)
     layer = new_layer(composite, kind, [index], [layout], out, attrs)
     if not last:

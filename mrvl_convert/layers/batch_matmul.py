@@ -1,7 +1,8 @@
 """BatchMatmul: matrix product over the last two axes of 3-D or 4-D tensors (numpy broadcasting
 over the leading axes), of two activations or of an activation and a constant.
 
-Matched from ONNX ``MatMul`` of rank 3 or 4 (rank 2 with a constant weight is FC). The contract
+Matched from ONNX ``MatMul`` of rank 3 or 4 (a 2-D constant weight is FC, also on a 3-D token
+tensor). Compute-heavy: a region with a BatchMatmul stays on the accelerator. The contract
 is the newer Marvell codegen's ``mrvl.batch_matmul``: princekumar70/tvm
 @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc
 ``CreateCompositeMrvlBatchMatmulLayer``: ``data_layout`` / ``out_layout`` NCHW, every layout
@@ -109,6 +110,10 @@ KIND = LayerKind(
            _shape_attr("data_layout_shape_1", "input 1's shape (two activation inputs)"),
            _shape_attr("input_const_shape", "the constant's shape, 4-D with leading 1s")),
     consts=(Const("operand", "input", "the constant second operand, if any", required=False),),
+    # Beyond the newer mrvl.py, whose IsComputeIntensiveGraph counts only conv2d(_transpose)
+    # and dense: attention's products of two activations (Q.K^T, weights.V) are matrix
+    # products as heavy as an FC's, and a transformer region is worth the trip for them.
+    compute_heavy=True,
     layer_sets=frozenset({MARVELL}),
     source="princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
            "src/relay/backend/contrib/mrvl/codegen.cc CreateCompositeMrvlBatchMatmulLayer",

@@ -4,6 +4,13 @@ Matched from ``Gemm`` or ``MatMul [Add bias]`` and an optional activation. A Fla
 tensor that feeds only FC layers is absorbed: its features stay in NHWC order and the weight
 columns are permuted to match (upstream's ``weights_need_transform``). The contract is upstream
 TVM v0.19's ``mrvl.fc_ni2no`` (``src/relay/backend/contrib/mrvl/codegen.cc``).
+
+In the newer set an FC also takes a token tensor ``[B, T, C]`` (a transformer's projections:
+``MatMul`` by a constant ``[C, O]``), over its last axis, out ``[B, T, O]``: Relay's ``nn.dense``
+on a 3-D input, which the newer codegen writes as NHWC ``[B, T, C, 1]`` -> ``[B, T, O, 1]``
+(princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/
+codegen.cc ``CreateCompositeMrvlFcLayer``: ``layout_vec.push_back(1)``, ``data_layout`` NHWC;
+its mrvl.py ``fc_ni2no`` asks only for a float32 2-D constant weight).
 """
 from __future__ import annotations
 
@@ -12,7 +19,7 @@ from typing import List, Mapping, Optional, Sequence
 import numpy as np
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
-from mrvl_convert.ir.layout import LayoutContext, TensorLayout
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, default_labels, identity
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel, read_bias
@@ -31,7 +38,7 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
     if layout.scrambled_from is not None:
         index = ctx.values[source.name][0]
     else:
-        index, layout = ctx.require(source, (0, 1))
+        index, layout = ctx.require(source, identity(len(layout.shape)))
     weights = const_value(fc.inputs[1]).astype(np.float32)
     if fc.op == "Gemm":
         weights = weights if int(attr(fc, "transB", 0)) else weights.T
@@ -57,25 +64,32 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
         layout = TensorLayout(layout.shape, (0, 1), layout.labels)
     consts = [("kernel", np.ascontiguousarray(weights, dtype=np.float32)),
               ("bias", bias.astype(np.float32).reshape(1, out_features))]
-    out = TensorLayout(tuple(static_shape(composite.output)), (0, 1), "NC")
+    rank = len(static_shape(composite.output))
+    out = TensorLayout(tuple(static_shape(composite.output)), identity(rank), default_labels(rank))
     ctx.emit(new_layer(composite, "FC", [index], [layout], out,
                        {"activation_type": activation(composite)}, consts), composite.output)
 
 
 class FCKernel(Kernel):
-    """out = in @ W.T + b, W in OI layout, optional fused activation."""
+    """out = in @ W.T + b over the last axis of a 2-D or 3-D input, W in OI layout, optional
+    fused activation."""
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
-        n, i = spec.input_rank(0, 2)
+        in_shape = spec.input_shapes[0]
+        if len(in_shape) not in (2, 3):
+            raise spec.error("inputs", f"input 0 has physical shape {list(in_shape)}, "
+                                       "expected rank 2 or 3")
+        i = in_shape[-1]
         weight = spec.const("kernel_const_name", consts)
         if weight.ndim != 2 or weight.shape[1] != i:
             raise spec.error("attrs.kernel_const_name", f"kernel has shape {list(weight.shape)}"
                                                         f", expected [O, {i}] (OI)")
         spec.value("kernel_layout")
         o = weight.shape[0]
-        spec.expect_shape((n, o))
+        spec.expect_shape((*in_shape[:-1], o))
+        self.rows = (*in_shape[:-1], o)
         # Pre-transposed to [I, O] so run() is one product.
         self.product = self.gemm.bind(fp16_const(spec, "kernel_const_name", weight).T)
         self.add_bias = RowAdd(read_bias(spec, consts, o))
@@ -87,20 +101,28 @@ class FCKernel(Kernel):
         return self.activation is None
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        return activate_inplace(self.add_bias(self.product(x)), self.activation)
+        # One [rows, I] product whatever the rank: every row of [B, T, I] is one input vector.
+        y = self.product(x.reshape(-1, x.shape[-1])).reshape(self.rows)
+        return activate_inplace(self.add_bias(y), self.activation)
 
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
-        """ONNX Gemm with the OI weight (transB) and the bias, then the fused activation."""
+        """ONNX Gemm with the OI weight (transB) and the bias, then the fused activation (a
+        3-D input: MatMul by the transposed weight, then Add)."""
         spec = self.spec
-        weight = builder.fp16_weight(spec, "kernel_const_name")
         bias = builder.float_constant(self.add_bias.row)
-        y = builder.op("Gemm", [inputs[0], weight, bias], transB=1)
+        if len(self.rows) == 2:
+            weight = builder.fp16_weight(spec, "kernel_const_name")
+            y = builder.op("Gemm", [inputs[0], weight, bias], transB=1)
+        else:
+            columns = builder.fp16_weight(spec, "kernel_const_name", perm=(1, 0))
+            y = builder.op("Add", [builder.op("MatMul", [inputs[0], columns]), bias])
         return [builder.activation(y, self.activation)]
 
 
 KIND = LayerKind(
     name="FC",
-    summary="out = in @ W.T + b; in is `[N, I]`",
+    summary="out = in @ W.T + b over the last axis; in is `[N, I]`, or `[B, T, I]` in the "
+            "newer set (written NHWC `[B, T, I, 1]`)",
     kernel=FCKernel,
     lower=lower,
     required_roles=roles("fc"),
@@ -116,5 +138,6 @@ KIND = LayerKind(
             Const("bias", "bias", "`[1, O]`")),
     compute_heavy=True,
     quantizable=True,
+    nhwc_3d=True,
     source="apache/tvm v0.19 src/relay/backend/contrib/mrvl/codegen.cc",
 )

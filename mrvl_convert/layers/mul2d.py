@@ -39,16 +39,18 @@ SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
 
 def operands(node: gs.Node, ctx: LayoutContext, rank: int
              ) -> Tuple[List[int], List[TensorLayout], List[Tuple[str, np.ndarray]]]:
-    """Activation inputs (the one of the output's shape first) and constant operands."""
+    """Activation inputs (the one of the output's shape first) and constant operands, in the
+    order the first activation has (``LayoutContext.keep_order``)."""
     out_shape = static_shape(node.outputs[0])
     acts = [t for t in node.inputs if not is_const(t)]
     acts.sort(key=lambda t: static_shape(t) != out_shape)  # stable: the full one first
+    perm = ctx.keep_order(acts[0], native(rank))
     indices, layouts = [], []
     for tensor in acts:
-        index, layout = ctx.require(tensor, native(rank))
+        index, layout = ctx.require(tensor, perm)
         indices.append(index)
         layouts.append(layout)
-    consts = [("operand", physical_const(const_value(t), rank)) for t in node.inputs
+    consts = [("operand", physical_const(const_value(t), rank, perm)) for t in node.inputs
               if is_const(t)]
     return indices, layouts, consts
 
@@ -61,10 +63,11 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
     node = div if div is not None else composite.binding.node("mul")
     rank = len(static_shape(node.outputs[0]))
     if div is not None:
-        index, layout = ctx.require(div.inputs[0], native(rank))
+        perm = ctx.keep_order(div.inputs[0], native(rank))
+        index, layout = ctx.require(div.inputs[0], perm)
         reciprocal = (1.0 / const_value(div.inputs[1]).astype(np.float64)).astype(np.float32)
         indices, layouts = [index], [layout]
-        consts = [("operand", physical_const(reciprocal, rank))]
+        consts = [("operand", physical_const(reciprocal, rank, perm))]
     else:
         indices, layouts, consts = operands(node, ctx, rank)
     out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)

@@ -1,8 +1,10 @@
 """ReduceMean and ReduceMax: mean or max over one physical axis (R4 in the newer set).
 
-Matched from ONNX ``ReduceMean`` / ``ReduceMax`` over one axis; the input keeps the
-accelerator's layout for its rank (NHWC for 4-D) and ``axis`` is the physical axis,
-normalised to 0 <= axis < rank as the codegen does. ``keepdims`` is Relay's ``ReduceAttrs``
+Matched from ONNX ``ReduceMean`` / ``ReduceMax`` over one axis; ``axis`` is the physical axis,
+normalised to 0 <= axis < rank as the codegen does. The input is reduced in the order it has
+when the axis then lies where the layer reduces, else in NHWC (an image's C or H), else in its
+logical order (the last axis of a token tensor: ``[B, T, C]`` axis 2, or ``[B, heads, T, d]``
+axis 3, NHWC's C as it lies; a LayerNorm's mean). ``keepdims`` is Relay's ``ReduceAttrs``
 field. A ReduceMean over H and W of a 4-D tensor (how some exporters write a global average
 pool) is the GlobalAvgpool2D layer instead (``rules/marvell/reduce.yaml``). The contract is
 the newer Marvell codegen's ``mrvl.reduce_mean`` / ``mrvl.reduce_max``: princekumar70/tvm
@@ -12,11 +14,14 @@ the newer Marvell codegen's ``mrvl.reduce_mean`` / ``mrvl.reduce_max``: princeku
 """
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from types import MappingProxyType
+from typing import Callable, Mapping, Tuple
 
 import numpy as np
+import onnx_graphsurgeon as gs
+
 from mrvl_convert.core.graph import attr, static_shape
-from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, identity, native
 from mrvl_convert.core.graph import reduce_axes
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
@@ -26,13 +31,26 @@ from mrvl_convert.layers._kind import MARVELL, Attr, LayerKind, roles
 from mrvl_convert.layers._lowering import new_layer
 
 
-def _lowering(kind: str) -> Callable[[Composite, LayoutContext], None]:
+def _order(ctx: LayoutContext, source: gs.Tensor, axis: int,
+           allowed: Mapping[int, Tuple[int, ...]]) -> Tuple[int, ...]:
+    """The physical order to reduce ``axis`` of ``source`` in: the one it has if the axis then
+    lands where the layer reduces (``allowed``: rank -> physical axes), else NHWC, else the
+    logical order (the last axis of a token tensor, NHWC's C as it lies)."""
+    rank = len(static_shape(source))
+    orders = (ctx.keep_order(source, native(rank)), native(rank), identity(rank))
+    for perm in orders:
+        if perm.index(axis) in allowed.get(rank, range(rank)):
+            return perm
+    return orders[0]  # pragma: no cover - the rule's check refuses such an axis
+
+
+def _lowering(kind: str, allowed: Mapping[int, Tuple[int, ...]]
+              ) -> Callable[[Composite, LayoutContext], None]:
     def lower(composite: Composite, ctx: LayoutContext) -> None:
         node = composite.binding.node("reduce")
-        rank = len(static_shape(node.inputs[0]))
-        perm = native(rank)
-        index, layout = ctx.require(node.inputs[0], perm)
         [axis] = reduce_axes(node)
+        perm = _order(ctx, node.inputs[0], axis, allowed)
+        index, layout = ctx.require(node.inputs[0], perm)
         keep = int(attr(node, "keepdims", 1))
         if keep:
             out_perm, labels = perm, layout.labels
@@ -81,13 +99,18 @@ _ATTRS = (Attr("axis", "int", "the physical axis reduced, 0 <= axis < rank"),
           Attr("keepdims", "flag", "keep the reduced axis with size 1", default=True))
 _SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
            "src/relay/backend/contrib/mrvl/codegen.cc ")
+#: Where the newer mrvl.py's ``reduce_mean`` reduces: rank -> physical axes (4-D: NHWC's H or
+#: C; 3-D: the last axis).
+MEAN_AXES = MappingProxyType({4: (1, 3), 3: (2,)})
 REDUCE_MEAN = LayerKind(
     name="ReduceMean", summary="mean over the physical axis `axis`",
-    kernel=ReduceMeanKernel, lower=_lowering("ReduceMean"), required_roles=roles("reduce"),
+    kernel=ReduceMeanKernel, lower=_lowering("ReduceMean", MEAN_AXES),
+    required_roles=roles("reduce"),
     attrs=_ATTRS, layer_sets=frozenset({MARVELL}), r4=frozenset({MARVELL}),
     source=_SOURCE + "CreateCompositeMrvlReduceLayer")
 REDUCE_MAX = LayerKind(
     name="ReduceMax", summary="max over the physical axis `axis`",
-    kernel=ReduceMaxKernel, lower=_lowering("ReduceMax"), required_roles=roles("reduce"),
+    kernel=ReduceMaxKernel, lower=_lowering("ReduceMax", MappingProxyType({})),
+    required_roles=roles("reduce"),
     attrs=_ATTRS, layer_sets=frozenset({MARVELL}), r4=frozenset({MARVELL}),
     source=_SOURCE + "CreateCompositeMrvlReduceMax")

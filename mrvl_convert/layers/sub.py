@@ -37,9 +37,10 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
         return
     node = composite.binding.node("sub")
     rank = len(static_shape(node.outputs[0]))
+    perm = ctx.keep_order(node.inputs[0], native(rank))
     indices, layouts = [], []
     for tensor in node.inputs:
-        index, layout = ctx.require(tensor, native(rank))
+        index, layout = ctx.require(tensor, perm)
         indices.append(index)
         layouts.append(layout)
     out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)

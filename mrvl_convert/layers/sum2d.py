@@ -1,8 +1,13 @@
-"""Sum2D: elementwise add of two activations of the same shape, or of one activation and a
-constant, with an optional fused activation.
+"""Sum2D: elementwise add of two activations, or of one activation and a constant, with an
+optional fused activation. In the newer set the second activation may broadcast into the first
+(an additive attention mask ``[B, 1, 1, T]`` into the scores ``[B, heads, T, T]``): its codegen
+writes one ``data_layout_shape_<i>`` per input (``resizeInputOutputLayoutTo4dim``) and its
+mrvl.py puts no shape condition on ``add``.
 
 The contract is upstream TVM v0.19's ``mrvl.sum2d`` (``src/relay/backend/contrib/mrvl/
-codegen.cc``); a constant operand is written as ``input_const_name``.
+codegen.cc``); a constant operand is written as ``input_const_name``. The layer computes in the
+order its first operand has (``LayoutContext.keep_order``): NHWC for an image, the logical order
+for a token tensor.
 """
 from __future__ import annotations
 
@@ -25,15 +30,20 @@ from mrvl_convert.layers._lowering import activation, new_layer
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     add = composite.binding.node("add")
-    rank = len(static_shape(add.outputs[0]))
-    perm = native(rank)
+    out_shape = static_shape(add.outputs[0])
+    rank = len(out_shape)
+    # The operand of the output's shape first: a second activation may broadcast into it (an
+    # additive attention mask [B, 1, 1, T] into the scores [B, heads, T, T]); a + b = b + a.
+    acts = sorted((t for t in add.inputs if not is_const(t)),
+                  key=lambda t: static_shape(t) != out_shape)
+    perm = ctx.keep_order(acts[0], native(rank))
     indices, layouts, consts = [], [], []
     for tensor in add.inputs:
         if is_const(tensor):
             value = const_value(tensor).astype(np.float32)
             value = value.reshape([1] * (rank - value.ndim) + list(value.shape)).transpose(perm)
             consts.append(("operand", np.ascontiguousarray(value)))
-            continue
+    for tensor in acts:
         index, layout = ctx.require(tensor, perm)
         indices.append(index)
         layouts.append(layout)
@@ -42,9 +52,17 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
                        {"activation_type": activation(composite)}, consts), composite.output)
 
 
+def _broadcast(a, b) -> Optional[tuple]:
+    try:
+        return tuple(np.broadcast_shapes(tuple(a), tuple(b)))
+    except ValueError:
+        return None
+
+
 class Sum2DKernel(Kernel):
-    """Elementwise add of two same-shape activations, or of one activation and a constant
-    (``input_const_name``, already in physical order, broadcastable); optional activation."""
+    """Elementwise add of two activations (the second of the first's physical shape or
+    broadcasting into it), or of one activation and a constant (``input_const_name``, already in
+    physical order, broadcastable); optional activation."""
 
     num_inputs = None
 
@@ -58,9 +76,9 @@ class Sum2DKernel(Kernel):
             out = const_broadcast_shape(spec, const)
             self.const = fp16_const(spec, "input_const_name", const)
         elif len(shapes) == 2:
-            if shapes[0] != shapes[1]:
-                raise spec.error("inputs", f"Sum2D inputs must have the same physical shape, "
-                                           f"got {list(shapes[0])} and {list(shapes[1])}")
+            if _broadcast(shapes[0], shapes[1]) != tuple(shapes[0]):
+                raise spec.error("inputs", f"Sum2D's second input {list(shapes[1])} does not "
+                                           f"broadcast into the first {list(shapes[0])}")
             if "input_const_name" in spec.attrs:
                 raise spec.error("attrs.input_const_name", "given with two activation inputs")
             out = shapes[0]
@@ -85,9 +103,9 @@ class Sum2DKernel(Kernel):
 
 KIND = LayerKind(
     name="Sum2D",
-    summary="elementwise add of two activation inputs of the same physical shape, or of one "
-            "activation and `input_const_name` (a constant already in physical order, "
-            "numpy-broadcastable to the output)",
+    summary="elementwise add of two activation inputs (the second of the first's physical shape "
+            "or numpy-broadcasting into it), or of one activation and `input_const_name` (a "
+            "constant already in physical order, numpy-broadcastable to the output)",
     kernel=Sum2DKernel,
     lower=lower,
     required_roles=roles("add"),

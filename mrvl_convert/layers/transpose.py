@@ -2,8 +2,9 @@
 
 A model's own NCHW<->NHWC Transposes cost nothing (``layout_transform.py``); any other
 permutation becomes this layer, which reads its input in whatever physical layout it has and
-writes its output in the accelerator's layout for the output rank (NHWC for 4-D), so ``axes``
-is the permutation of the physical axes: ``out = in.transpose(axes)``. A permutation that the
+writes its output in the accelerator's layout for the output rank (NHWC for 4-D), or, for a
+token tensor that lies in its logical order (``ir/layout.py``), in logical order too (a head
+split or merge), so ``axes`` is the permutation of the physical axes: ``out = in.transpose(axes)``. A permutation that the
 layouts absorb entirely emits no layer. The contract is the newer Marvell codegen's bare
 ``transpose``: princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3
 src/relay/backend/contrib/mrvl/codegen.cc ``CreateMrvlLayer4OpNode`` (Relay's
@@ -17,7 +18,7 @@ from typing import List, Mapping, Optional, Sequence, Tuple
 import numpy as np
 
 from mrvl_convert.core.graph import attr, static_shape
-from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
+from mrvl_convert.ir.layout import LayoutContext, TensorLayout, identity, native
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel
@@ -44,7 +45,11 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
     index, layout = ctx.require(source, current.perm)
     perm = [int(p) for p in attr(node, "perm")]
     out_shape = tuple(static_shape(composite.output))
-    out_perm = native(len(out_shape))
+    rank = len(out_shape)
+    # A token tensor stays in logical order (a head split [B, T, h, d] -> [B, h, T, d] is one
+    # layer, with no NHWC in between); an image comes out NHWC, as every 4-D layer wants it.
+    token = ctx.keep_order(source, native(rank)) != native(rank)
+    out_perm = identity(rank) if token else native(rank)
     axes = physical_axes(layout.perm, perm, out_perm)
     labels = "".join(layout.labels[p] for p in perm)
     out = TensorLayout(out_shape, out_perm, labels)

@@ -223,7 +223,7 @@ def _build_stages(graph: gs.Graph, units: Sequence[Unit], stage_of: Dict[int, in
         kind = "mrvl" if members[0].index in mrvl else "cpu"
         name = f"{model_name}_{kind}_{counters[kind]}"
         counters[kind] += 1
-        stages.append(Stage(kind, name, members, [], []))
+        stages.append(Stage(kind, name, members, [], [], getattr(graph, "opset", None)))
     node_stage = {n.name: st for st in stages for n in st.nodes}
     owners = nested_owners(graph)
     for stage in stages:

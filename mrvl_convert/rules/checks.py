@@ -48,7 +48,11 @@ def check_static_shape(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
 
 
 def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    shape = static_shape(node.inputs[0]) or []
+    """The batch is axis 0 of the first activation the node reads: of ``[N, C, H, W]``, of a
+    token tensor ``[B, T, C]`` or ``[B, heads, T, d]`` alike, never of a constant operand (an
+    exporter's ``Add(bias, x)`` puts the bias first: its length is no batch)."""
+    acts = activation_inputs(node)
+    shape = (static_shape(acts[0]) if acts else None) or []
     batch = shape[0] if shape else 1
     return None if batch <= args["max"] else {"batch": batch, "max": args["max"]}
 
@@ -169,6 +173,10 @@ def check_bn_foldable(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
 
 
 def check_fc_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """An activation times a constant 2-D weight (a product of two constants is folding's
+    business, or the CPU's when folding it costs too much)."""
+    if is_const(node.inputs[0]):
+        return {"detail": "input 0 is a constant: an FC multiplies an activation"}
     weights = present(node, 1)
     if weights is None or not is_const(weights):
         return {"detail": "the weights are not constant"}
@@ -190,12 +198,16 @@ def check_fc_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) ->
 
 
 def check_fc_bias(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A constant that varies along the last axis only, over a 2-D ``[N, O]`` or a 3-D token
+    ``[B, T, O]`` output (an FC over the last axis, either operand order)."""
     const = _other_operand(node)
     if const is None:
         return {"detail": "neither operand or both operands are constant"}
     value = const_value(const)
     out = static_shape(node.outputs[0]) or []
-    if len(out) != 2 or value.ndim > 2 or _broadcast_axes(value, 2) not in ([], [1]):
+    rank = len(out)
+    if rank not in (2, 3) or value.ndim > rank or \
+            _broadcast_axes(value, rank) not in ([], [rank - 1]):
         return {"detail": f"constant of shape {list(value.shape)} over output {out}"}
     activation = [t for t in node.inputs if t is not const][0]
     if static_shape(activation) != out:

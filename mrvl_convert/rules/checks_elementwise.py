@@ -8,7 +8,8 @@ from typing import Any, Dict, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.core.graph import (attr, const_value, is_const, present, softmax_axis,
+                                     static_shape)
 
 Details = Optional[Dict[str, Any]]
 
@@ -89,17 +90,28 @@ def check_scalar_const_input(node: gs.Node, args: Mapping[str, Any], graph: gs.G
 
 
 def check_softmax_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Softmax over the features of a 2-D tensor or the channels of a 4-D one. Before opset 13
-    a 4-D Softmax on axis 1 runs over C*H*W at once: the channels only when H = W = 1."""
+    """Softmax over the features of a 2-D tensor, the channels of a 4-D one, or the last axis
+    of a 3-D or 4-D token tensor (attention scores). Before opset 13 a 4-D Softmax on axis 1
+    runs over C*H*W at once: the channels only when H = W = 1; on the last axis the two
+    definitions agree."""
     shape = static_shape(node.inputs[0]) or []
     rank, opset = len(shape), int(getattr(graph, "opset", None) or 13)
-    axis = int(attr(node, "axis", -1 if opset >= 13 else 1))
-    axis = axis + rank if axis < 0 else axis
-    if rank == 2 and axis == 1:
+    axis = softmax_axis(node, rank, opset)
+    if rank in (2, 3, 4) and axis == rank - 1:
         return None
     if rank == 4 and axis == 1 and (opset >= 13 or shape[2:] == [1, 1]):
         return None
     return {"axis": axis, "rank": rank, "opset": opset}
+
+
+def check_channel_varying(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A BatchNormalization, or a Mul by a constant of more than one value: a per-channel
+    scale. A Mul by one value is no depthwise convolution's business: as a Mul2D it computes in
+    the order its input has (a token tensor's logical order), where a Conv2D needs NHWC."""
+    consts = [t for t in node.inputs if is_const(t)]
+    if node.op != "Mul" or len(consts) != 1 or const_value(consts[0]).size != 1:
+        return None
+    return {"detail": "a Mul by one value is a Mul2D (mrvl.mul), not a per-channel scale"}
 
 
 def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
@@ -123,4 +135,5 @@ ELEMENTWISE_CHECKS: Dict[str, Any] = {
     "scalar_const_input": check_scalar_const_input,
     "softmax_axis": check_softmax_axis,
     "float_region": check_float_region,
+    "channel_varying": check_channel_varying,
 }

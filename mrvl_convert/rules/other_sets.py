@@ -7,7 +7,7 @@ too). The report says so, per node: the graph is matched once more with the othe
 built-in rules, and a node only that match claims gets the hint "layer set marvell would take it
 (mrvl.sigmoid)", whether the chosen set has no rule for its op type or a rule that refused it on
 a constraint. A node of an op the newer codegen has a layer for but no set here maps (ArgMax,
-TopK) gets why instead.
+TopK), or that no set has a layer for by design (Gather by int64 indices), gets why instead.
 """
 from __future__ import annotations
 
@@ -27,6 +27,11 @@ _INDICES = ("ONNX's int64 indices have no carrier in the artifact (the simulator
 NOT_MAPPED: Mapping[str, str] = MappingProxyType({
     "ArgMax": f"the newer codegen's mrvl.argmax (Argmax) is not mapped: {_INDICES}",
     "TopK": f"the newer codegen's mrvl.topk (TopK) is not mapped: {_INDICES}",
+    # An embedding lookup by token ids: int64 work at the model's edge, so the CPU stage that
+    # runs it comes before the accelerator's and cuts nothing in the middle.
+    "Gather": ("neither codegen has a layer that gathers by index, and ONNX's int64 indices "
+               "have no carrier in the artifact: an embedding lookup by token ids runs on CPU, "
+               "before the accelerator stage"),
 })
 
 

@@ -94,8 +94,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             env, trace = session.run_layers(feed) if traced else \
                 (session.run(None, feed, capture=True)[1], [])
         events += [e.describe() for e in session.last_range_events]
-        values = layer_values(traced, trace)
         results = run_reference(reference, names + [p.tensor for p in traced], feed, proto)
+        values = layer_values(traced, trace, {p.tensor: np.shape(r) for p, r in
+                                              zip(traced, results[len(names):])})
         for name, value in zip(names, results):
             want[name].append(np.asarray(value))
             got[name].append(env[name])

@@ -4,7 +4,9 @@ element order: what ``compare(..., layers=True)`` needs to compare layer by laye
 A layer's tensor is the output of the last of its ``source_nodes`` in the model's node order
 (the end of the fused chain), with the nodes named as the converter named them
 (``load.name_nodes``). Its value is the layer's fp16 output in the simulator's physical layout:
-4-D NHWC for most layers, which goes back to NCHW by one transpose. Reshape-family layers
+4-D NHWC for most layers, which goes back to NCHW by one transpose; a token tensor (and any
+tensor an elementwise layer keeps in the order it already has) lies in the model's order. Which
+of the two a layer's output is: the one whose shape is the model's, else its physical letters. Reshape-family layers
 (``reshape``, ``nn.batch_flatten``, ``squeeze``) reshape their input as it is, NHWC or NCHW
 (FORMATS.md), and a Transpose in front of the model's reshape (Keras style) is absorbed by the
 converter; so their output is put in the model's order by replaying, on the NCHW form of their
@@ -13,7 +15,7 @@ input, the absorbed Transposes that lead to the model's reshape.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Dict, List, Mapping, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -105,16 +107,31 @@ def _transposes_before(node: onnx.NodeProto, producer: Mapping[str, onnx.NodePro
     return tuple(perms)
 
 
-def layer_values(plans: Sequence[LayerPlan],
-                 trace: Sequence[LayerOutput]) -> Dict[str, np.ndarray]:
-    """The traced layer outputs by their ONNX tensor, in that tensor's element order."""
+def layer_values(plans: Sequence[LayerPlan], trace: Sequence[LayerOutput],
+                 shapes: Mapping[str, Sequence[int]]) -> Dict[str, np.ndarray]:
+    """The traced layer outputs by their ONNX tensor, in that tensor's element order
+    (``shapes``: the model's shape of each tensor)."""
     by_layer = {(t.stage, t.spec.name): t for t in trace}
-    return {plan.tensor: np.ascontiguousarray(_model_order(plan, by_layer[(plan.stage,
-                                                                           plan.layer)]))
-            for plan in plans}
+    return {plan.tensor: np.ascontiguousarray(
+        _model_order(plan, by_layer[(plan.stage, plan.layer)], shapes.get(plan.tensor)))
+        for plan in plans}
 
 
-def _model_order(plan: LayerPlan, out: LayerOutput) -> np.ndarray:
+def _physical_letters(spec) -> str:
+    """The axis letters of a layer's output as it lies: the ``<layout>`` of its ``func_name``
+    (``n<k>_<layer>_<in>[2<out>]``, always the physical order), else ``out_layout``. A layer
+    written R4 says ``NHWC`` in ``out_layout`` whatever order it computes in (a token tensor,
+    or any tensor an elementwise layer keeps in the order it has, is in its logical order)."""
+    name = spec.string("func_name", "")
+    prefix = f"_{spec.layer_name}_"
+    if prefix in name:
+        suffix = name.split(prefix, 1)[1]
+        return suffix.rsplit("2", 1)[-1]
+    return spec.string("out_layout", "NHWC")
+
+
+def _model_order(plan: LayerPlan, out: LayerOutput,
+                 shape: Optional[Sequence[int]] = None) -> np.ndarray:
     value, spec = out.value, out.spec
     if plan.layer_name in RESHAPE_LAYERS:
         source, layout = spec.input_shapes[0], spec.string("data_layout", "NHWC")
@@ -128,6 +145,9 @@ def _model_order(plan: LayerPlan, out: LayerOutput) -> np.ndarray:
         for perm in plan.perms:
             value = value.transpose(perm)
         return value
-    if value.ndim == 4 and spec.string("out_layout", "NHWC") == "NHWC":
-        return value.transpose(0, 3, 1, 2)
-    return value
+    if value.ndim != 4:
+        return value
+    nchw = value.transpose(0, 3, 1, 2)
+    if shape is not None and (tuple(nchw.shape) == tuple(shape)) != (value.shape == tuple(shape)):
+        return nchw if tuple(nchw.shape) == tuple(shape) else value  # only one order fits
+    return nchw if _physical_letters(spec) == "NHWC" else value

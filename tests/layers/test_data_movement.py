@@ -236,7 +236,8 @@ def test_batch_matmul_with_a_constant_operand(tmp_path):
     """codegen.cc CreateCompositeMrvlBatchMatmulLayer: NCHW, 4-D shapes with leading 1s,
     input_const_name + input_const_shape for the constant second operand."""
     b, y = sandwich("Reshape", lambda b: [b.const(np.array([1, 4, 36], np.int64))])
-    y = b.op("MatMul", [y, b.weight(36, 5)], name="bmm")
+    # A 3-D constant: a 2-D one on a 3-D token tensor is an FC (CreateCompositeMrvlFcLayer).
+    y = b.op("MatMul", [y, b.weight(1, 36, 5)], name="bmm")
     result = convert_and_compare(b.model([y]), tmp_path)
     layer = the_layer(result, "BatchMatmul")
     attrs = layer["attrs"]
@@ -245,7 +246,7 @@ def test_batch_matmul_with_a_constant_operand(tmp_path):
     assert attrs["data_layout_shape"] == ["1", "1", "4", "36"]
     assert attrs["out_layout_shape"] == ["1", "1", "4", "5"]
     assert attrs["input_const_shape"] == ["1", "1", "36", "5"]
-    assert attrs["input_const"]["shape"] == [36, 5] and attrs["num_inputs"] == "2"
+    assert attrs["input_const"]["shape"] == [1, 36, 5] and attrs["num_inputs"] == "2"
 
 
 def test_batch_matmul_of_two_activations(tmp_path):
@@ -301,16 +302,16 @@ def test_upsample_of_opset_9_is_resize2d(tmp_path):
     assert the_layer(result, "Resize2D")["attrs"]["size"] == ["10", "10"]
 
 
-def test_reduce_mean_over_w_and_2d_concat_say_why_they_stay_on_cpu(tmp_path):
+def test_reduce_mean_over_the_batch_and_2d_concat_say_why_they_stay_on_cpu(tmp_path):
     b = Builder(opset=13)
     x = b.input("x", [1, 4, 5, 6])
     y = b.conv(x, 4, 4, pads=[1, 1, 1, 1])
-    w = b.op("ReduceMean", [y], name="mean_w", axes=[3], keepdims=1)
+    w = b.op("ReduceMean", [y], name="mean_w", axes=[0], keepdims=1)
     flat = b.op("Flatten", [b.op("GlobalAveragePool", [y])], name="flat")
     cat = b.op("Concat", [flat, flat], name="cat2d", axis=1)
     result = mrvl_convert.convert(b.model([w, cat]), tmp_path / "out")
     reasons = {e["name"]: e.get("reason", "") for e in result.report["nodes"]}
-    assert "reduces axis 3 (W)" in reasons["mean_w"]
+    assert "reduces the batch axis 0" in reasons["mean_w"]
     assert "4-D tensors only; this one is 2-D" in reasons["cat2d"]
 
 

@@ -1,0 +1,100 @@
+"""Shape arithmetic to constants: with the input shapes fixed, every shape a model computes is known.
+
+Exporters write the target shape of a Reshape as arithmetic on the shape of another tensor
+(``Shape -> Gather -> Unsqueeze -> Concat -> Reshape``; also Slice, Cast, Range, Equal, Where,
+ConstantOfShape, Expand on shape values). Once ``load`` has fixed every input's shape, all of
+it is constant, but neither tool alone sees that through a whole model:
+
+- graphsurgeon's ``fold_constants`` folds a ``Shape`` whose input has a static shape (its
+  ``fold_shapes``) and then every node whose inputs are all constant (onnxruntime evaluates
+  them), but it does not infer the shapes its folding makes known;
+- onnx's shape inference (``data_prop=True``) propagates shape values, but Reshape's inference
+  before opset 14 does not read them, so the output shape of such a Reshape stays unknown, and so
+  do the shapes of everything after it, including the next ``Shape``.
+
+So the two alternate: infer the shapes the folded values give, fold what is now known, until a
+round resolves nothing more. Each round resolves at least one node or shape, so the loop ends.
+Nothing here is approximate: a folded value is onnxruntime's own result for constant inputs, and
+a weight-only int8 tensor (``Cast(int8 initializer) -> Mul(scale initializer)``) folds the same
+way into the float32 weight onnxruntime computes at run time (int8 to float32 is exact, the
+product is one float32 multiply), so the layers see ordinary float weights.
+"""
+from __future__ import annotations
+
+from typing import Callable, Tuple
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import static_shape
+
+Fold = Callable[[gs.Graph], None]
+
+
+def fold_shape_arithmetic(graph: gs.Graph, original: onnx.ModelProto, fold: Fold) -> gs.Graph:
+    """``graph`` (already folded once by ``fold``) with its shape arithmetic folded away and
+    every shape that follows from the fixed input shapes inferred, in place; returned for the
+    caller's convenience. ``original``: the loaded model (its IR version is kept). No round at
+    all when no shape is unknown."""
+    progress = _progress(graph)
+    while progress[1]:
+        if not infer_shapes(graph, original):
+            break
+        fold(graph)
+        after = _progress(graph)
+        if after >= progress:
+            break
+        progress = after
+    return graph
+
+
+def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> bool:
+    """Give the graph's tensors of unknown shape the shapes onnx infers (``data_prop``) from
+    scratch; False when inference fails on it (the shapes stay as they were)."""
+    proto = gs.export_onnx(graph, do_type_check=False)
+    proto.ir_version = original.ir_version
+    del proto.graph.value_info[:]
+    for output in proto.graph.output:
+        dims = output.type.tensor_type.shape.dim
+        if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
+            output.type.tensor_type.ClearField("shape")
+    _drop_weight_data(proto)
+    try:
+        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+    except Exception:  # onnx raises several types; the shapes we had stay
+        return False
+    tensors = graph.tensors()
+    for value in list(proto.graph.value_info) + list(proto.graph.output):
+        tensor = tensors.get(value.name)
+        if isinstance(tensor, gs.Variable) and static_shape(tensor) is None:
+            _take(tensor, value.type.tensor_type)
+    return True
+
+
+# Inference reads the shape and type of a float weight, never its values (shape values are
+# int64, Resize scales a few floats): larger float tensors go without their bytes, which onnx
+# would otherwise copy twice per round.
+_VALUES_READ_UP_TO = 1024
+
+
+def _drop_weight_data(proto: onnx.ModelProto) -> None:
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+    for init in proto.graph.initializer:
+        if init.data_type in floats and int(np.prod(init.dims)) > _VALUES_READ_UP_TO:
+            for name in ("raw_data", "float_data", "double_data", "int32_data"):
+                init.ClearField(name)
+
+
+def _take(tensor: gs.Variable, inferred: onnx.TypeProto.Tensor) -> None:
+    if inferred.HasField("shape"):
+        tensor.shape = [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+                        for d in inferred.shape.dim]
+    if tensor.dtype is None and inferred.elem_type:
+        tensor.dtype = onnx.helper.tensor_dtype_to_np_dtype(inferred.elem_type)
+
+
+def _progress(graph: gs.Graph) -> Tuple[int, int]:
+    """(nodes, tensors of unknown shape): a round that lowers neither has resolved nothing."""
+    tensors = [t for n in graph.nodes for t in n.outputs if t.name] + list(graph.outputs)
+    return len(graph.nodes), sum(static_shape(t) is None for t in tensors)
