@@ -1,6 +1,7 @@
 """Read rule files (YAML or JSON), validate them, and turn them into frozen ``Rule`` objects."""
 from __future__ import annotations
 
+import functools
 import json
 import string
 from dataclasses import dataclass, field
@@ -178,9 +179,24 @@ def builtin_paths(layer_set: str = MARVELL) -> List[Path]:
     return paths
 
 
-def _builtin_generic() -> Generic:
-    label = str(builtin_path())
-    return _generic(parse_bounded_yaml(_read_text(builtin_path(), label), label), Generic())
+def _builtin_texts(layer_set: str) -> Tuple[Tuple[str, str], ...]:
+    """(path, text) of each built-in rule file: read every time (a few KiB), so an edited
+    file is never served from the cache below."""
+    return tuple((str(path), _read_text(path, str(path))) for path in builtin_paths(layer_set))
+
+
+# Parsing and validating the built-in files is most of a small model's conversion time; they
+# are the package's own files, so one parse per process and content serves every conversion
+# (Rule objects are frozen). User rule files are parsed with every bound on every call.
+@functools.lru_cache(maxsize=8)
+def _parsed_builtins(texts: Tuple[Tuple[str, str], ...]) -> Tuple[Generic, Tuple[Rule, ...]]:
+    documents = [(label, parse_bounded_yaml(text, label)) for label, text in texts]
+    generic = _generic(documents[0][1], Generic())
+    rules: List[Rule] = []
+    for index, (label, data) in enumerate(documents):
+        rules += parse_rules(data, source=label if index else "builtin", label=label,
+                             inherited=generic)
+    return generic, tuple(rules)
 
 
 def load_rules(extra: Optional[Union[RuleSource, Sequence[RuleSource]]] = None,
@@ -191,13 +207,11 @@ def load_rules(extra: Optional[Union[RuleSource, Sequence[RuleSource]]] = None,
         extra = []
     elif isinstance(extra, (str, Path)):
         extra = [extra]
-    builtin = builtin_paths(layer_set)
-    generic = _builtin_generic()
+    generic, builtin = _parsed_builtins(_builtin_texts(layer_set))
     rules: List[Rule] = []
-    for path in builtin if include_builtin else []:
-        for rule in load_rule_file(path, generic):  # rules/marvell/ may replace a built-in
-            if layer_set in CATALOGUE[rule.layer].layer_sets:
-                rules = [r for r in rules if r.name != rule.name] + [rule]
+    for rule in builtin if include_builtin else ():  # rules/marvell/ may replace a built-in
+        if layer_set in CATALOGUE[rule.layer].layer_sets:
+            rules = [r for r in rules if r.name != rule.name] + [rule]
     for path in extra:
         for rule in load_rule_file(path, generic):
             if layer_set not in CATALOGUE[rule.layer].layer_sets:
