@@ -186,7 +186,7 @@ def test_cli_estimate_table_and_bad_profile(tmp_path, capsys):
     model.write_bytes(small_cnn().SerializeToString())
     assert cli_main([str(model), "-o", str(tmp_path / "out"), "--estimate"]) == 0
     out = capsys.readouterr().out
-    assert "ESTIMATE (not a measurement)" in out and "Conv2D" in out
+    assert "ESTIMATE (not a measurement)" in out and "Mrvl stage" in out
     bad = tmp_path / "bad.yaml"
     bad.write_text("format_version: 2\n")
     assert cli_main([str(model), "-o", str(tmp_path / "out2"), "--estimate",
