@@ -89,7 +89,7 @@ def test_every_limit_has_a_rule_naming_its_figure():
         assert "{" not in text and any(str(v) in text for v in LIMITS_OF.as_dict().values())
 
 
-def test_one_device_counts_slots_of_all_models(tmp_path):
+def test_one_device_counts_slots_of_all_models(tmp_path, capsys):
     paths = [save(conv_chain(9, seed=s), tmp_path / f"m{s}.onnx") for s in (1, 2)]
     alone = convert_many(paths, tmp_path / "alone", jobs=1)
     assert all(o.device["fits"] for o in alone)
@@ -99,6 +99,10 @@ def test_one_device_counts_slots_of_all_models(tmp_path):
     validate(summary, "summary", label="summary.json")
     assert summary["one_device"] == {"models": 2, "slots": 18, "max_models": 16, "fits": False}
     assert all("--one-device" in row["device_reasons"][-1] for row in summary["models"])
+    assert cli_main([*map(str, paths), "-o", str(tmp_path / "cli"), "-q", "--one-device"]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "does not fit" in line]
+    assert len(err) == 2 and all("--one-device" in line and "18 model slots" in line
+                                 for line in err)
     overall, rows = one_device({"a": {"fits": True, "slots": 8, "max_models": 16,
                                       "reasons": []}, "b": {"fits": True, "slots": 8,
                                                             "max_models": 16, "reasons": []}})
