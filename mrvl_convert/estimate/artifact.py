@@ -122,9 +122,10 @@ def _const_shapes(root: Path, relative: str) -> Dict[str, List[int]]:
 
 
 def format_table(estimate: Mapping[str, Any], *, layers: bool = False) -> str:
-    """The terminal table: totals per Mrvl stage and boundary tensor, one row per Mrvl layer
-    with ``layers``, and the model's total. The first two columns are as wide as their
-    longest entry, so long stage and tensor names keep the figures aligned."""
+    """The terminal table: a row per stage, the cuts' and the host transfers' totals, and the
+    model's total; with ``layers``, also a row per Mrvl layer and per boundary tensor. The
+    first two columns are as wide as their longest entry, so long stage and tensor names keep
+    the figures aligned."""
     rows = _rows(estimate, layers)
     name_w = max([34] + [len(r[0]) + 2 for r in rows])
     kind_w = max([18] + [len(r[1]) + 2 for r in rows])
@@ -156,8 +157,17 @@ def _rows(estimate: Mapping[str, Any], layers: bool) -> List[tuple]:
             rows.append(("  " + layer["layer"], layer["kind"], f"{layer['macs'] / 1e6:.1f}",
                          f"{layer['weight_bytes'] / 1024:.0f}", f"{layer['ddr_bytes'] / 1024:.0f}",
                          f"{layer['microseconds']:.1f}", layer["bound"]))
-    for b in estimate["boundaries"]:
-        what = "cut" if b["cut"] else "host i/o"
-        rows.append((f"{what} {b['tensor']}", f"{b['from']}->{b['to']}", "", "",
-                     f"{b['bytes'] / 1024:.0f}", f"{b['microseconds']:.1f}", ""))
+    if layers:
+        for b in estimate["boundaries"]:
+            what = "cut" if b["cut"] else "host i/o"
+            rows.append((f"{what} {b['tensor']}", f"{b['from']}->{b['to']}", "", "",
+                         f"{b['bytes'] / 1024:.0f}", f"{b['microseconds']:.1f}", ""))
+        return rows
+    # Totals: one row for all the cuts, one for the model's inputs and outputs.
+    for cut, label, kind in ((True, "cuts", "Mrvl<->CPU"), (False, "host i/o", "host<->Mrvl")):
+        group = [b for b in estimate["boundaries"] if b["cut"] == cut]
+        if group:
+            rows.append((f"{label} ({len(group)} tensors)", kind, "", "",
+                         f"{sum(b['bytes'] for b in group) / 1024:.0f}",
+                         f"{sum(b['microseconds'] for b in group):.1f}", ""))
     return rows

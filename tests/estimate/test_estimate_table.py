@@ -38,7 +38,8 @@ def test_totals_by_default_layers_with_verbose():
     est = _estimate("m_mrvl_0", "t")
     short, full = format_table(est), format_table(est, layers=True)
     assert "m_mrvl_0_0" not in short and "Mrvl stage, 1 layers" in short and "-v" in short
-    assert "m_mrvl_0_0" in full and "Conv2D" in full
+    assert "cut t" not in short and "cuts (1 tensors)" in short and "host i/o (1 tensors)" in short
+    assert "m_mrvl_0_0" in full and "Conv2D" in full and "cut t" in full
 
 
 def test_long_stage_and_tensor_names_keep_the_columns_aligned():
