@@ -132,6 +132,8 @@ def _spill_cost(sub: Mapping[str, Any]) -> str:
     else:
         cost = (f"; {sub['layers_over']} layers do not fit even alone, estimated at "
                 f"{sub['spill_microseconds']:.1f} us")
+    if sub.get("stream_microseconds") is not None:
+        cost += f"; the estimate streams the weights in {sub['stream_microseconds']:.1f} us"
     return cost + " (--quantize int8 halves the weights' bytes)"
 
 
@@ -152,7 +154,11 @@ def _ocm(subgraphs: Sequence[Subgraph], stage_docs: StageDocs, profile: Hardware
     for sub in subgraphs:
         doc, shapes = stage_docs(sub.name)
         stage = estimate_stage(doc, profile, tiles=tiles, name=sub.name, const_shapes=shapes)
-        rows.append(_ocm_row(stage, capacity, costed.get(sub.name)))
+        row = _ocm_row(stage, capacity, costed.get(sub.name))
+        if sub.name in costed:  # the estimate's DDR time of streaming the weights once
+            row["stream_microseconds"] = round(stage.weight_bytes / profile.ddr_bytes_per_cycle
+                                               / profile.clock_hz * 1e6, 3)
+        rows.append(row)
     return {"bytes_per_tile": int(profile.ocm_bytes_per_tile), "tiles": tiles,
             "capacity_bytes": capacity, "subgraphs": rows,
             "largest_layer_use": max((r["largest_layer_use"] for r in rows
@@ -178,7 +184,7 @@ def _ocm_row(stage: StageEstimate, capacity: int, costed: Optional[Mapping[str, 
            "largest_layer": largest.name if largest else None,
            "largest_layer_bytes": largest_bytes,
            "largest_layer_use": round(largest_bytes / capacity, 4) if capacity else None,
-           "layers_over": len(over), "spill_microseconds": None}
+           "layers_over": len(over), "spill_microseconds": None, "stream_microseconds": None}
     if costed is not None:
         row["spill_microseconds"] = round(sum(layer["microseconds"] for layer in costed["layers"]
                                               if layer["layer"] in over), 3)

@@ -122,4 +122,36 @@ def test_resnet50_fits_and_states_its_ocm_use(tmp_path):
     assert sub["fits"] is False and sub["weight_bytes"] > 6 * ocm["capacity_bytes"]
     assert 0 < ocm["largest_layer_use"] < 1 and sub["layers_over"] == 0
     assert device["notes"] and "stream from DDR" in device["notes"][0]
+    prof = load_profile()
+    assert sub["stream_microseconds"] == pytest.approx(
+        sub["weight_bytes"] / prof.ddr_bytes_per_cycle / prof.clock_hz * 1e6, abs=1e-3)
+    assert f"{sub['stream_microseconds']:.1f} us" in device["notes"][0]
     validate(result.report, "report", label="report.json")
+
+
+def _builtin_profile_text() -> str:
+    from importlib import resources
+    return resources.files("mrvl_convert.estimate").joinpath("cn10ka_fp16.yaml").read_text()
+
+
+def test_a_profile_sets_its_own_limits(tmp_path):
+    text = _builtin_profile_text().replace("max_models: 16", "max_models: 2")
+    assert text != _builtin_profile_text()
+    path = tmp_path / "two.yaml"
+    path.write_text(text)
+    report = mrvl_convert.convert(conv_chain(3), tmp_path / "a", estimate=str(path)).report
+    assert report["device"]["limits"]["max_models"] == 2
+    assert [r["value"] for r in report["device"]["reasons"]] == [2]
+    assert "at most 2 models" in report["device"]["reasons"][0]["rule"]
+    # a profile without a device section: DPDK's limits
+    bare = tmp_path / "bare.yaml"
+    bare.write_text(text.split("device:")[0] + "zero_cost_kinds:" + text.split("zero_cost_kinds:")[1])
+    assert load_profile(bare).device == LIMITS_OF
+
+
+def test_a_bad_device_section_is_refused(tmp_path):
+    from mrvl_convert.estimate import HardwareProfileError
+    path = tmp_path / "bad.yaml"
+    path.write_text(_builtin_profile_text().replace("max_dims: 8", "max_dims: 0"))
+    with pytest.raises(HardwareProfileError, match="device"):
+        load_profile(path)
