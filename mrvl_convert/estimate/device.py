@@ -60,7 +60,8 @@ def inputs_outputs(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
         for what, tensors in (("inputs", sub.inputs), ("outputs", sub.outputs)):
             if len(tensors) > limits.max_inputs_outputs:
                 found.append(_reason(
-                    inputs_outputs, "max_inputs_outputs", sub.name, f"{sub.name} has {len(tensors)} {what}",
+                    inputs_outputs, "max_inputs_outputs", sub.name,
+                    f"{sub.name} has {len(tensors)} {what}",
                     f"--deny the nodes where {sub.name} gathers or hands back that many tensors "
                     "(they run on CPU), or --max-subgraphs", limits))
     return found
@@ -68,9 +69,9 @@ def inputs_outputs(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
 
 def dims_per_shape(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
     """An input or output shape has at most {max_dims} dimensions."""
-    return [_reason(dims_per_shape, "max_dims", sub.name, f"{sub.name}'s tensor {name!r} has {len(shape)} "
-                    "dimensions", f"--deny the node that makes {name!r}, or reshape it in the "
-                    "model", limits)
+    return [_reason(dims_per_shape, "max_dims", sub.name,
+                    f"{sub.name}'s tensor {name!r} has {len(shape)} dimensions",
+                    f"--deny the node that makes {name!r}, or reshape it in the model", limits)
             for sub in model.loaded for name, shape in sub.inputs + sub.outputs
             if len(shape) > limits.max_dims]
 
@@ -78,7 +79,8 @@ def dims_per_shape(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
 def batch(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
     """A model built by TVM runs at batch {max_batch}: the first dimension of every input and
     output of rank 2 or more is at most {max_batch}."""
-    return [_reason(batch, "max_batch", sub.name, f"{sub.name}'s tensor {name!r} has batch {shape[0]}",
+    return [_reason(batch, "max_batch", sub.name,
+                    f"{sub.name}'s tensor {name!r} has batch {shape[0]}",
                     f"convert at batch {limits.max_batch} (--input-shape NAME:"
                     f"{limits.max_batch},...) and run the batch as several inferences", limits)
             for sub in model.loaded for name, shape in sub.inputs + sub.outputs

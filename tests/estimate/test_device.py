@@ -145,7 +145,8 @@ def test_a_profile_sets_its_own_limits(tmp_path):
     assert "at most 2 models" in report["device"]["reasons"][0]["rule"]
     # a profile without a device section: DPDK's limits
     bare = tmp_path / "bare.yaml"
-    bare.write_text(text.split("device:")[0] + "zero_cost_kinds:" + text.split("zero_cost_kinds:")[1])
+    head, tail = text.split("device:")[0], text.split("zero_cost_kinds:")[1]
+    bare.write_text(head + "zero_cost_kinds:" + tail)
     assert load_profile(bare).device == LIMITS_OF
 
 
