@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+from mrvl_convert.errors import ArtifactError
 from mrvl_convert.estimate.cost import StageEstimate, estimate_stage
 from mrvl_convert.estimate.profile import DeviceLimits, HardwareProfile
 
@@ -117,6 +118,7 @@ def check_device(manifest: Mapping[str, Any], stage_docs: StageDocs, profile: Ha
     notes = [f"{s['name']}: weights and largest activations ({s['resident_bytes']} bytes) do "
              f"not fit the {ocm['capacity_bytes']} bytes of OCM of {tiles} tiles: weights "
              "stream from DDR" + _spill_cost(s) for s in ocm["subgraphs"] if not s["fits"]]
+    notes += ocm["not_computed"]
     return {"profile": profile.name, "fits": not reasons, "slots": len(subgraphs),
             "limits": limits.as_dict(),
             "rules": {c.__name__: rule(c, limits) for c in LIMITS},
@@ -152,17 +154,21 @@ def _ocm(subgraphs: Sequence[Subgraph], stage_docs: StageDocs, profile: Hardware
          tiles: int, estimate: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
     capacity = int(profile.ocm_bytes_per_tile * tiles)
     costed = {s["name"]: s for s in (estimate or {}).get("stages", []) if s["kind"] == "mrvl"}
-    rows = []
+    rows, missing = [], []
     for sub in subgraphs:
         doc, shapes = stage_docs(sub.name)
-        stage = estimate_stage(doc, profile, tiles=tiles, name=sub.name, const_shapes=shapes)
+        try:
+            stage = estimate_stage(doc, profile, tiles=tiles, name=sub.name, const_shapes=shapes)
+        except ArtifactError as exc:  # a layer kind the cost model cannot size: say so, go on
+            missing.append(f"{sub.name}: OCM use not computed: {exc}")
+            continue
         row = _ocm_row(stage, capacity, costed.get(sub.name))
         if sub.name in costed:  # the estimate's DDR time of streaming the weights once
             row["stream_microseconds"] = round(stage.weight_bytes / profile.ddr_bytes_per_cycle
                                                / profile.clock_hz * 1e6, 3)
         rows.append(row)
     return {"bytes_per_tile": int(profile.ocm_bytes_per_tile), "tiles": tiles,
-            "capacity_bytes": capacity, "subgraphs": rows,
+            "capacity_bytes": capacity, "subgraphs": rows, "not_computed": missing,
             "largest_layer_use": max((r["largest_layer_use"] for r in rows
                                       if r["largest_layer_use"] is not None), default=None)}
 

@@ -156,3 +156,17 @@ def test_a_bad_device_section_is_refused(tmp_path):
     path.write_text(_builtin_profile_text().replace("max_dims: 8", "max_dims: 0"))
     with pytest.raises(HardwareProfileError, match="device"):
         load_profile(path)
+
+
+def test_a_stage_the_cost_model_cannot_size_is_a_note_not_a_failure():
+    from mrvl_convert.estimate.device import check_device
+    manifest = {"model": {"inputs": [{"name": "x", "shape": [1, 4], "dtype": "float32"}],
+                          "outputs": [{"name": "y", "shape": [1, 4], "dtype": "float32"}]},
+                "stages": [{"kind": "mrvl", "name": "m_0",
+                            "inputs": [{"tensor": "x", "shape": [1, 4]}],
+                            "outputs": [{"tensor": "y", "shape": [1, 4]}]}]}
+    broken = {"nodes": [{"op": "tvm_op", "name": "l0", "attrs": {}}]}   # no output shape
+    device = check_device(manifest, lambda name: (broken, {}), load_profile())
+    assert device["fits"] is True and device["ocm"]["subgraphs"] == []
+    assert device["ocm"]["not_computed"][0].startswith("m_0: OCM use not computed")
+    assert device["notes"] == device["ocm"]["not_computed"]
