@@ -14,6 +14,7 @@ from mrvl_convert.emit.publish import StagingDir
 from mrvl_convert.emit.stage_files import StageFiles, write_stages
 from mrvl_convert.errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
 from mrvl_convert.estimate import estimate_documents, load_profile
+from mrvl_convert.estimate.device import check_device
 from mrvl_convert.estimate.profile import HardwareProfile
 from mrvl_convert.estimate.region import region_weight
 from mrvl_convert.frontend.canonicalize import CanonicalGraph, canonicalize
@@ -166,6 +167,10 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
                                   subgraphs)
         if profile is not None:
             report["estimate"] = _estimate(manifest, stages, profile)
+        # Every conversion: will it load on one device (the estimate's profile, or the built-in)?
+        report["device"] = check_device(manifest, lambda name: stages.mrvl[name],
+                                        profile or load_profile(None),
+                                        estimate=report.get("estimate"))
         graph = _describe(loaded, report)
         if options.draw:
             _draw(staging, loaded, report, graph)

@@ -29,6 +29,7 @@ class Outcome:
     verify: Optional[Dict[str, Any]] = None  # verify's figures (summary.json "verify")
     mrvl_mac_share: Optional[float] = None
     cut_by: Tuple[Tuple[str, int], ...] = ()  # op types left on CPU, most nodes first
+    device: Optional[Dict[str, Any]] = None  # the device check (estimate.device.device_row)
 
     @property
     def ok(self) -> bool:

@@ -16,7 +16,9 @@ import multiprocessing
 import os
 import time
 import traceback
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from dataclasses import replace
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple,
+                    Union)
 
 from mrvl_convert.batch.outcome import BatchResult, Outcome
 from mrvl_convert.batch.plan import BatchShapes, Job, PathLike, VerifyOptions, plan_jobs
@@ -24,6 +26,7 @@ from mrvl_convert.batch.summary import prepare_out_dir, write_summary
 from mrvl_convert.batch.worker import (INTERRUPTED, StageFn, convert_one, failed, init_worker,
                                        skipped)
 from mrvl_convert.errors import OptionError
+from mrvl_convert.estimate.device import one_device
 from mrvl_convert.options import ConvertOptions, Estimate, Rules
 from mrvl_convert.quantize.recipe import Quantization
 
@@ -42,7 +45,7 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                  deny: Sequence[str] = (), layer_set: str = "marvell",
                  min_compute_layers: int = 1,
                  on_stage: Optional[StageFn] = None,
-                 quantize: Quantize = None) -> BatchResult:
+                 quantize: Quantize = None, one_device: bool = False) -> BatchResult:
     """Convert every model into ``out_dir/<name>/`` and write ``out_dir/summary.json``.
 
     ``executor``: any ``concurrent.futures.Executor`` (used as is, not shut down). Without one,
@@ -61,6 +64,9 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     so are ``max_subgraphs``, ``deny``, ``min_compute_layers`` and ``layer_set``, for every
     model, and ``quantize`` (a ``Quantization`` whose calibration is a path, or a mapping of
     model path, as given, to one); verify then compares with the QDQ model.
+    ``one_device``: the models are to be loaded on one device together: the device check
+    counts their model slots together (summary.json ``one_device`` and each row's
+    ``fits_device``).
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
     guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """
@@ -72,7 +78,7 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                              quantize=None if per_model is not None else quantize)
     return run_batch(models, out_dir, options, shapes=shapes, quantize_per_model=per_model,
                      verify=verify, jobs=jobs, executor=executor, fail_fast=fail_fast,
-                     progress=progress, on_stage=on_stage)
+                     progress=progress, on_stage=on_stage, one_device=one_device)
 
 
 def run_batch(models: Iterable[PathLike], out_dir: PathLike, options: ConvertOptions, *,
@@ -81,9 +87,10 @@ def run_batch(models: Iterable[PathLike], out_dir: PathLike, options: ConvertOpt
               verify: Union[bool, VerifyOptions] = False, jobs: Optional[int] = None,
               executor: Optional[cf.Executor] = None, fail_fast: bool = False,
               progress: Optional[ProgressFn] = None,
-              on_stage: Optional[StageFn] = None) -> BatchResult:
+              on_stage: Optional[StageFn] = None, one_device: bool = False) -> BatchResult:
     """``convert_many`` with the conversion's options built once by the caller (the command
-    line); ``quantize_per_model`` as ``plan_jobs`` takes it."""
+    line); ``quantize_per_model`` as ``plan_jobs`` takes it. ``one_device``: the models are
+    loaded on one device together, so the device check counts their model slots together."""
     models = list(models)
     if jobs is not None and (not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1):
         raise OptionError(f"jobs={jobs!r}: give a whole number of worker processes, at least 1 "
@@ -105,8 +112,21 @@ def run_batch(models: Iterable[PathLike], out_dir: PathLike, options: ConvertOpt
                           options=summary_options)
         raise
     result = BatchResult([o if o is not None else skipped(j) for o, j in zip(outcomes, job_list)])
-    write_summary(result, out_dir, seconds=time.perf_counter() - start, options=summary_options)
+    shared = None
+    if one_device:
+        summary_options["one_device"] = True
+        result, shared = _on_one_device(result)
+    write_summary(result, out_dir, seconds=time.perf_counter() - start, options=summary_options,
+                  one_device=shared)
     return result
+
+
+def _on_one_device(result: BatchResult) -> Tuple[BatchResult, Dict[str, Any]]:
+    """The converted models' device check made together: their slots add up."""
+    rows = {o.name: o.device for o in result if o.converted and o.device is not None}
+    overall, shared = one_device(rows)
+    return BatchResult([replace(o, device=shared[o.name]) if o.name in shared else o
+                        for o in result]), overall
 
 
 def _execute(job_list: List[Job], outcomes: List[Optional[Outcome]],

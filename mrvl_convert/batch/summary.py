@@ -40,19 +40,24 @@ def prepare_out_dir(out_dir: PathLike) -> Path:
 
 def summary_document(result: Sequence[Outcome], *, seconds: float,
                      options: Mapping[str, Any],
-                     earlier: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
+                     earlier: Sequence[Mapping[str, Any]] = (),
+                     one_device: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
     """summary.json's content (validated against schemas/summary.schema.json): the rows of
     ``earlier`` (kept rows of the summary already in OUT) with this run's rows replacing those
-    of the same name, new ones after them; ``last_run`` names this run's models."""
+    of the same name, new ones after them; ``last_run`` names this run's models.
+    ``one_device``: the run's models loaded together (``estimate.device.one_device``)."""
     rows = {o.name: _summary_row(o) for o in result}
     models = [rows.pop(e["name"], dict(e)) for e in earlier]
     models += [rows[o.name] for o in result if o.name in rows]
     totals = {"models": len(models)}
     totals.update({status: sum(m["status"] == status for m in models)
                    for status in (OK, FAILED, VERIFY_FAILED, SKIPPED)})
-    return {"format_version": "1", "tool_version": __version__, "options": dict(options),
-            "totals": totals, "seconds": round(seconds, 3), "models": models,
-            "last_run": [o.name for o in result]}
+    document = {"format_version": "1", "tool_version": __version__, "options": dict(options),
+                "totals": totals, "seconds": round(seconds, 3), "models": models,
+                "last_run": [o.name for o in result]}
+    if one_device is not None:
+        document["one_device"] = dict(one_device)
+    return document
 
 
 def _summary_row(o: Outcome) -> Dict[str, Any]:
@@ -61,6 +66,8 @@ def _summary_row(o: Outcome) -> Dict[str, Any]:
                              "out_dir": o.name if written else None}
     entry.update({k: (o.counts.get(k) if written else None) for k in COUNT_KEYS})
     entry["mrvl_mac_share"] = o.mrvl_mac_share if written else None
+    entry["fits_device"] = o.device["fits"] if written and o.device else None
+    entry["device_reasons"] = list(o.device["reasons"]) if written and o.device else []
     entry.update(seconds=round(o.seconds, 3), error=o.error, error_type=o.error_type,
                  internal_error=o.internal, verified=o.verified,
                  ignored_shapes=list(o.ignored_shapes))
@@ -86,7 +93,8 @@ def earlier_rows(out_dir: PathLike) -> List[Dict[str, Any]]:
 
 
 def write_summary(result: Sequence[Outcome], out_dir: PathLike, *, seconds: float,
-                  options: Mapping[str, Any]) -> Path:
+                  options: Mapping[str, Any],
+                  one_device: Optional[Mapping[str, Any]] = None) -> Path:
     """Merge with the summary already in out_dir (``summary_document``), validate and write
     out_dir/summary.json atomically (temp file + rename). The read-merge-write holds OUT's
     lock (``out_lock``, POSIX ``flock``), so runs finishing at once into one OUT keep each
@@ -96,7 +104,7 @@ def write_summary(result: Sequence[Outcome], out_dir: PathLike, *, seconds: floa
     out = prepare_out_dir(out_dir)
     with out_lock(out):
         document = summary_document(result, seconds=seconds, options=options,
-                                    earlier=earlier_rows(out))
+                                    earlier=earlier_rows(out), one_device=one_device)
         validate(document, "summary", label=SUMMARY_FILE)
         return write_file_atomically(out / SUMMARY_FILE, dumps(document))
 

@@ -17,6 +17,7 @@ from mrvl_convert.batch.outcome import COUNT_KEYS, FAILED, OK, SKIPPED, VERIFY_F
 from mrvl_convert.batch.plan import Job, VerifyOptions
 from mrvl_convert.batch.summary import verify_figures
 from mrvl_convert.convert import convert_with
+from mrvl_convert.estimate.device import device_row
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.options import ConvertOptions
 
@@ -69,7 +70,8 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
                               on_stage and (lambda stage: _stage(on_stage, job, stage)))
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
-                     "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"])}
+                     "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"]),
+                     "device": device_row(result.report["device"])}
         if job.verify is not None:
             _stage(on_stage, job, "verify")
         figures = _verify(job, job.verify) if job.verify is not None else None

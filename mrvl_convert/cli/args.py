@@ -53,7 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quiet", "-q", action="store_true",
                         help="no progress and no table; errors only")
     parser.add_argument("--verbose", "-v", action="store_true",
-                        help="also show onnxruntime's and onnx-graphsurgeon's own warnings")
+                        help="also show onnxruntime's and onnx-graphsurgeon's own warnings, "
+                             "and every layer in the --estimate table")
     parser.add_argument("--list-rules", action="store_true",
                         help="print the rule set (built-in plus --rules files) and exit")
     # Partition control (issue 16).
@@ -132,10 +133,14 @@ def _add_draw_estimate_args(parser: argparse.ArgumentParser) -> None:
                              "<name>.placement.onnx (the model annotated for Netron)")
     parser.add_argument("--estimate", action="store_true",
                         help="add an accelerator cost ESTIMATE to report.json and print its "
-                             "table (a roofline model, not a measurement: docs/ESTIMATE.md)")
+                             "totals per model and stage (every layer with -v; a roofline "
+                             "model, not a measurement: docs/ESTIMATE.md)")
     parser.add_argument("--hw-profile", metavar="FILE", default=None,
                         help="hardware profile for --estimate (YAML/JSON; default: built-in "
                              "cn10ka fp16, 8 tiles)")
+    parser.add_argument("--one-device", action="store_true",
+                        help="the models are loaded on one device together: the device check "
+                             "counts their model slots together (docs/BOARD.md)")
 
 
 def estimate_option(args: argparse.Namespace) -> Union[None, bool, str]:

@@ -11,7 +11,6 @@ only to the models whose file name, stem or path matches the glob before ``=``.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from mrvl_convert.cli.args import (UsageError, build_parser, convert_options, es
                                    find_models, parse_shapes, verify_options)
 from mrvl_convert.cli.exits import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
                                     EXIT_VERIFY_FAILED, error, guarded)
+from mrvl_convert.cli.device import print_device, print_estimates
 from mrvl_convert.cli.output import _Progress, cut_line, format_table
 from mrvl_convert.cli.quant import keep_fp16_per_model, quantization, write_analyses
 from mrvl_convert.cli.notices import conversion_notices, print_override_lines
@@ -129,14 +129,17 @@ def _convert(request: _Request, args: argparse.Namespace) -> int:
             result = run_batch(request.models, request.out, request.options,
                                shapes=request.shapes, quantize_per_model=request.keep_fp16,
                                verify=request.verify, jobs=args.jobs, fail_fast=args.fail_fast,
-                               progress=progress.update, on_stage=progress.stage)
+                               progress=progress.update, on_stage=progress.stage,
+                               one_device=args.one_device)
         except MrvlConvertError as exc:
             progress.close()
             error(str(exc))
             return EXIT_FAILED
     _report(result, request, quiet=args.quiet)
     print_override_lines(result, error)
-    _print_estimates(result, args.quiet)
+    print_device(result, error)
+    if not args.quiet:
+        print_estimates(result, layers=args.verbose)
     write_analyses(result, request.models, args)
     return exit_code(result)
 
@@ -194,15 +197,6 @@ def _warn_unused_tolerances(result: BatchResult, verify: Optional[VerifyOptions]
     if ran and unused:
         error(f"warning: --atol/--rtol name {', '.join(map(repr, unused))}, which is no "
               f"output of the verified models (outputs: {', '.join(sorted(seen)[:8])})")
-
-
-def _print_estimates(result: BatchResult, quiet: bool) -> None:
-    from mrvl_convert.estimate import format_table as estimate_table
-    for outcome in result.ok:
-        report = json.loads((Path(outcome.out_dir) / "report.json").read_text(encoding="utf-8"))
-        if "estimate" in report and not quiet:
-            sys.stdout.write(f"{outcome.name}: ")
-            sys.stdout.write(estimate_table(report["estimate"]))
 
 
 def _indent(text: str) -> str:

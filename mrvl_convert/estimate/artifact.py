@@ -121,30 +121,53 @@ def _const_shapes(root: Path, relative: str) -> Dict[str, List[int]]:
             _read(root, relative, "consts", "Constants-JSON", max_bytes=None).items()}
 
 
-def format_table(estimate: Mapping[str, Any], *, layers: bool = True) -> str:
-    """The terminal table: one row per Mrvl layer (optional), stage and boundary tensor."""
+def format_table(estimate: Mapping[str, Any], *, layers: bool = False) -> str:
+    """The terminal table: a row per stage, the cuts' and the host transfers' totals, and the
+    model's total; with ``layers``, also a row per Mrvl layer and per boundary tensor. The
+    first two columns are as wide as their longest entry, so long stage and tensor names keep
+    the figures aligned."""
+    rows = _rows(estimate, layers)
+    name_w = max([34] + [len(r[0]) + 2 for r in rows])
+    kind_w = max([18] + [len(r[1]) + 2 for r in rows])
     lines = [f"ESTIMATE (not a measurement), profile {estimate['profile']['name']}, "
              f"{estimate['tiles']} tiles"]
-    header = f"{'stage / layer':<34}{'kind':<18}{'MMACs':>10}{'weights KB':>12}" \
-             f"{'DDR KB':>10}{'est. us':>11}  bound"
+    header = (f"{'stage / layer':<{name_w}}{'kind':<{kind_w}}{'MMACs':>10}{'weights KB':>12}"
+              f"{'DDR KB':>10}{'est. us':>11}  bound")
     lines += [header, "-" * len(header)]
-    for stage in estimate["stages"]:
-        if stage["kind"] != "mrvl":
-            lines.append(f"{stage['name']:<34}{'(CPU stage)':<18}{'':>10}{'':>12}{'':>10}"
-                         f"{'n/a':>11}")
-            continue
-        lines.append(f"{stage['name']:<34}{'Mrvl stage':<18}{stage['matmul_macs'] / 1e6:>10.1f}"
-                     f"{stage['weight_bytes'] / 1024:>12.0f}{stage['ddr_bytes'] / 1024:>10.0f}"
-                     f"{stage['microseconds']:>11.1f}")
-        for layer in stage["layers"] if layers else ():
-            lines.append(f"  {layer['layer']:<32}{layer['kind']:<18}{layer['macs'] / 1e6:>10.1f}"
-                         f"{layer['weight_bytes'] / 1024:>12.0f}{layer['ddr_bytes'] / 1024:>10.0f}"
-                         f"{layer['microseconds']:>11.1f}  {layer['bound']}")
-    for b in estimate["boundaries"]:
-        what = "cut" if b["cut"] else "host i/o"
-        lines.append(f"{what + ' ' + b['tensor']:<34}{b['from'] + '->' + b['to']:<18}"
-                     f"{'':>10}{'':>12}{b['bytes'] / 1024:>10.0f}{b['microseconds']:>11.1f}")
+    lines += [f"{r[0]:<{name_w}}{r[1]:<{kind_w}}{r[2]:>10}{r[3]:>12}{r[4]:>10}{r[5]:>11}"
+              f"{'  ' + r[6] if r[6] else ''}" for r in rows]
     lines.append(f"estimated accelerator time {estimate['mrvl_microseconds']:.1f} us, transfers "
                  f"{estimate['transfer_microseconds']:.1f} us, total "
-                 f"{estimate['total_microseconds']:.1f} us (CPU stages not estimated)")
+                 f"{estimate['total_microseconds']:.1f} us (CPU stages not estimated)"
+                 + ("" if layers else "; every layer: -v, or report.json"))
     return "\n".join(lines) + "\n"
+
+
+def _rows(estimate: Mapping[str, Any], layers: bool) -> List[tuple]:
+    """(label, kind, MMACs, weights KB, DDR KB, us, bound) per row, as text."""
+    rows: List[tuple] = []
+    for stage in estimate["stages"]:
+        if stage["kind"] != "mrvl":
+            rows.append((stage["name"], "(CPU stage)", "", "", "", "n/a", ""))
+            continue
+        rows.append((stage["name"], f"Mrvl stage, {len(stage['layers'])} layers",
+                     f"{stage['matmul_macs'] / 1e6:.1f}", f"{stage['weight_bytes'] / 1024:.0f}",
+                     f"{stage['ddr_bytes'] / 1024:.0f}", f"{stage['microseconds']:.1f}", ""))
+        for layer in stage["layers"] if layers else ():
+            rows.append(("  " + layer["layer"], layer["kind"], f"{layer['macs'] / 1e6:.1f}",
+                         f"{layer['weight_bytes'] / 1024:.0f}", f"{layer['ddr_bytes'] / 1024:.0f}",
+                         f"{layer['microseconds']:.1f}", layer["bound"]))
+    if layers:
+        for b in estimate["boundaries"]:
+            what = "cut" if b["cut"] else "host i/o"
+            rows.append((f"{what} {b['tensor']}", f"{b['from']}->{b['to']}", "", "",
+                         f"{b['bytes'] / 1024:.0f}", f"{b['microseconds']:.1f}", ""))
+        return rows
+    # Totals: one row for all the cuts, one for the model's inputs and outputs.
+    for cut, label, kind in ((True, "cuts", "Mrvl<->CPU"), (False, "host i/o", "host<->Mrvl")):
+        group = [b for b in estimate["boundaries"] if b["cut"] == cut]
+        if group:
+            rows.append((f"{label} ({len(group)} tensors)", kind, "", "",
+                         f"{sum(b['bytes'] for b in group) / 1024:.0f}",
+                         f"{sum(b['microseconds'] for b in group):.1f}", ""))
+    return rows

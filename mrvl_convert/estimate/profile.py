@@ -46,6 +46,19 @@ _INT8_BYTES = MappingProxyType({"weight_bytes_per_element": 1.0, "bias_bytes_per
 
 
 @dataclass(frozen=True)
+class DeviceLimits:
+    """What one device loads (the profile's ``device`` section; by default DPDK's cnxk driver
+    limits, drivers/ml/cnxk/cnxk_ml_io.h). The rules themselves: ``estimate/device.py``."""
+    max_models: int = 16            # ML_CNXK_MAX_MODELS
+    max_inputs_outputs: int = 32    # ML_CNXK_MODEL_MAX_INPUT_OUTPUT
+    max_dims: int = 8               # ML_CNXK_MODEL_MAX_DIMS
+    max_batch: int = 1              # TVM-built models run at batch 1
+
+    def as_dict(self) -> Dict[str, int]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class HardwareProfile:
     """The figures of the roofline model (see docs/ESTIMATE.md); all per cycle of ``clock_hz``."""
     name: str
@@ -67,6 +80,7 @@ class HardwareProfile:
     efficiency: Tuple[Tuple[str, float], ...]
     zero_cost_kinds: Tuple[str, ...]
     int8: Optional[Precision] = None   # the profile's int8 section, if it has one
+    device: DeviceLimits = DeviceLimits()
 
     def precision(self, dtype: str) -> Precision:
         """The figures for a layer of ``dtype`` (its Nodes-JSON ``dtype``): the int8 section
@@ -100,7 +114,7 @@ class HardwareProfile:
                              "bytes_per_cycle": self.boundary_bytes_per_cycle},
                 "efficiency": dict(self.efficiency),
                 "zero_cost_kinds": list(self.zero_cost_kinds),
-                "int8": self.precision("int8").as_dict()}
+                "int8": self.precision("int8").as_dict(), "device": self.device.as_dict()}
 
 
 ProfileLike = Optional[Union[str, Path, HardwareProfile]]
@@ -165,4 +179,5 @@ def _build(data: Mapping[str, Any], label: str) -> HardwareProfile:
         efficiency=tuple(sorted((str(k), float(v)) for k, v in data["efficiency"].items())),
         zero_cost_kinds=tuple(data.get("zero_cost_kinds", ())),
         int8=Precision(**{k: float(v) for k, v in data["int8"].items()}) if "int8" in data
-        else None)
+        else None,
+        device=DeviceLimits(**{k: int(v) for k, v in data.get("device", {}).items()}))
