@@ -30,6 +30,8 @@ from onnx import TensorProto
 from support.models import Builder
 
 TOKEN_INPUTS = ("input_ids", "attention_mask")
+#: Name prefixes of the LayerNorm and GELU nodes (``Tokens.part``).
+PIECES = ("ln_", "gelu_")
 BERT_VOCAB = 50
 BERT_TOKENS = 16
 
@@ -43,6 +45,11 @@ class Tokens:
 
     def op(self, op_type: str, inputs: Sequence[str], **attrs) -> str:
         return self.b.op(op_type, inputs, **attrs)
+
+    def part(self, group: str, op_type: str, inputs: Sequence[str], **attrs) -> str:
+        """A node of a LayerNorm or GELU, named ``{group}_...`` (``PIECES``), so a test can tell
+        the cuts those make from any other."""
+        return self.op(op_type, inputs, name=f"{group}_{op_type}_{len(self.b.nodes)}", **attrs)
 
     def const(self, value) -> str:
         return self.b.const(np.asarray(value))
@@ -77,20 +84,22 @@ class Tokens:
         gamma = self.const((1 + 0.1 * self.rng.standard_normal(channels)).astype(np.float32))
         beta = self.weight(channels, scale=0.1)
         if form == "op":
-            return self.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-5)
-        mean = self.op("ReduceMean", [x], axes=[-1], keepdims=1)
-        centred = self.op("Sub", [x, mean])
-        var = self.op("ReduceMean", [self.op("Pow", [centred, self.scalar(2.0)])], axes=[-1],
-                      keepdims=1)
-        std = self.op("Sqrt", [self.op("Add", [var, self.scalar(1e-5)])])
-        y = self.op("Mul", [self.op("Div", [centred, std]), gamma])
-        return self.op("Add", [y, beta])
+            return self.part("ln", "LayerNormalization", [x, gamma, beta], axis=-1,
+                             epsilon=1e-5)
+        mean = self.part("ln", "ReduceMean", [x], axes=[-1], keepdims=1)
+        centred = self.part("ln", "Sub", [x, mean])
+        var = self.part("ln", "ReduceMean", [self.part("ln", "Pow", [centred, self.scalar(2.0)])],
+                        axes=[-1], keepdims=1)
+        std = self.part("ln", "Sqrt", [self.part("ln", "Add", [var, self.scalar(1e-5)])])
+        y = self.part("ln", "Mul", [self.part("ln", "Div", [centred, std]), gamma])
+        return self.part("ln", "Add", [y, beta])
 
     def gelu(self, x: str) -> str:
         """torch's exact GELU: x * 0.5 * (1 + erf(x / sqrt(2))) as Div, Erf, Add, Mul, Mul."""
-        e = self.op("Erf", [self.op("Div", [x, self.scalar(1.4142135381698608)])])
-        return self.op("Mul", [self.op("Mul", [x, self.op("Add", [e, self.scalar(1.0)])]),
-                               self.scalar(0.5)])
+        scaled = self.part("gelu", "Div", [x, self.scalar(1.4142135381698608)])
+        e = self.part("gelu", "Erf", [scaled])
+        y = self.part("gelu", "Mul", [x, self.part("gelu", "Add", [e, self.scalar(1.0)])])
+        return self.part("gelu", "Mul", [y, self.scalar(0.5)])
 
     def attention(self, x: str, channels: int, heads: int, mask: str = "",
                   divide: bool = False) -> str:
