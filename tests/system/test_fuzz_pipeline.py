@@ -6,7 +6,8 @@
   per-layer numpy engine, within an fp16 tolerance, byte-identical
   re-conversion, report/source_nodes agreement, and every Mrvl layer within the same tolerance
   of the model tensor compare(..., layers=True) finds for it;
-- the same with valid user rule files overriding built-in composites.
+- the same with valid user rule files overriding built-in composites;
+- the same on random transformer blocks (tests/support/strategies/transformer.py).
 
 Quick profile by default (tests/conftest.py); ``--hypothesis-profile thorough`` for thousands.
 """
@@ -32,6 +33,7 @@ from support.strategies.cnn import cnn_models, policies
 from support.strategies.generated import from_spec
 from support.strategies.qdq import qdq_models
 from support.strategies.rule_files import rule_overrides
+from support.strategies.transformer import transformer_from_spec, transformer_models
 
 pytestmark = pytest.mark.system
 
@@ -367,6 +369,11 @@ def convert_checked(gm, out: Path, policy: str):
     ["sum", [["t1", "t2", "t3"]], {}]], "outputs": ["t4"]}), policy="single")
 @given(gm=cnn_models(), policy=policies())
 def test_convert_properties(gm, policy):
+    check_pipeline(gm, policy)
+
+
+def check_pipeline(gm, policy: str) -> None:
+    """Properties 1-6 and traceability on one generated model."""
     note(gm.description)
     with tempfile.TemporaryDirectory() as tmp:
         a, b = Path(tmp) / "a" / "fuzz", Path(tmp) / "b" / "fuzz"
@@ -391,6 +398,18 @@ def test_convert_properties(gm, policy):
             with pytest.raises(mrvl_convert.ShapeError) as info:
                 mrvl_convert.convert(gm.model, Path(tmp) / "c" / "fuzz", policy=policy)
             assert any(name in str(info.value) for name in gm.shapes), str(info.value)
+
+
+@settings(max_examples=max(3, settings.default.max_examples // 6))
+@given(gm=transformer_models(), policy=policies())
+def test_convert_properties_of_transformer_blocks(gm, policy):
+    """The same properties on token tensors: attention with 1-4 heads, LayerNorm and GELU in
+    their forms, residuals, shape arithmetic; the spec rebuilds the same model."""
+    onnx.checker.check_model(gm.model, full_check=True)
+    again = transformer_from_spec(gm.spec)
+    assert again.model.SerializeToString() == gm.model.SerializeToString()
+    event(f"layer norm {gm.spec['ln']}, gelu {gm.spec['gelu']}")
+    check_pipeline(gm, policy)
 
 
 # ============================================================================ int8 (QDQ) models
