@@ -33,6 +33,7 @@ from support.strategies.cnn import cnn_models, policies
 from support.strategies.generated import from_spec
 from support.strategies.qdq import qdq_models
 from support.strategies.rule_files import rule_overrides
+from support.corpus_transformer import PIECES
 from support.strategies.transformer import transformer_from_spec, transformer_models
 
 pytestmark = pytest.mark.system
@@ -372,14 +373,14 @@ def test_convert_properties(gm, policy):
     check_pipeline(gm, policy)
 
 
-def check_pipeline(gm, policy: str) -> None:
-    """Properties 1-6 and traceability on one generated model."""
+def check_pipeline(gm, policy: str):
+    """Properties 1-6 and traceability on one generated model; its report (None: refused)."""
     note(gm.description)
     with tempfile.TemporaryDirectory() as tmp:
         a, b = Path(tmp) / "a" / "fuzz", Path(tmp) / "b" / "fuzz"
         result = convert_checked(gm, a, policy)
         if result is None:
-            return
+            return None
         files = _files(a)
         report = json.loads(files["report.json"])
         event(f"{policy}: mrvl subgraphs={report['summary']['mrvl_subgraphs']} "
@@ -398,6 +399,10 @@ def check_pipeline(gm, policy: str) -> None:
             with pytest.raises(mrvl_convert.ShapeError) as info:
                 mrvl_convert.convert(gm.model, Path(tmp) / "c" / "fuzz", policy=policy)
             assert any(name in str(info.value) for name in gm.shapes), str(info.value)
+        return report
+
+
+ISLAND = "its Mrvl region has no compute-heavy layer"   # the reason of a node left between cuts
 
 
 @settings(max_examples=max(3, settings.default.max_examples // 6))
@@ -409,7 +414,15 @@ def test_convert_properties_of_transformer_blocks(gm, policy):
     again = transformer_from_spec(gm.spec)
     assert again.model.SerializeToString() == gm.model.SerializeToString()
     event(f"layer norm {gm.spec['ln']}, gelu {gm.spec['gelu']}")
-    check_pipeline(gm, policy)
+    report = check_pipeline(gm, policy)
+    assert report is not None, "a valid transformer block was refused"
+    on_cpu = [(e.get("name_in_model", e["name"]), e["op_type"], e.get("reason", ""))
+              for e in report["nodes"] if e["placement"] == "cpu"]
+    if gm.spec["ln"] == "none" and gm.spec["gelu"] == "relu":   # nothing but layers
+        assert report["summary"]["mrvl_subgraphs"] == 1 and not on_cpu, on_cpu
+    elif policy == "multi":   # only a LayerNorm or GELU node, or a light island between two
+        stray = [c for c in on_cpu if not c[0].startswith(PIECES) and ISLAND not in c[2]]
+        assert not stray, stray
 
 
 # ============================================================================ int8 (QDQ) models

@@ -150,14 +150,18 @@ def transformer_models(draw, max_blocks: int = 2) -> TransformerModel:
     least = 20 if gelu == "op" else 17 if ln == "op" else 13
     patch = draw(st.sampled_from([0, 0, 2, 4]), label="patch")
     side = draw(st.integers(1, 3), label="side") if patch else 0
+    heads = draw(st.integers(1, 4), label="heads")
     spec = {
         "seed": draw(st.integers(0, 2 ** 16), label="seed"),
         "opset": draw(st.sampled_from([o for o in (13, 17, 18, 20) if o >= least]),
                       label="opset"),
         "ln": ln, "gelu": gelu, "patch": patch, "side": side,
         "tokens": side * side if patch else draw(st.integers(2, 12), label="tokens"),
-        "heads": draw(st.integers(1, 4), label="heads"),
-        "depth": draw(st.sampled_from([2, 4, 8]), label="depth"),
+        # >= 8 channels: a LayerNorm over fewer (2 near-equal values) divides by a std that
+        # fp16 rounding of its input moves by O(1) of itself: ill-conditioned, not a bug
+        "heads": heads,
+        "depth": draw(st.sampled_from([d for d in (2, 4, 8, 16) if heads * d >= 8]),
+                      label="depth"),
         "blocks": draw(st.integers(1, max_blocks), label="blocks"),
         "mlp_ratio": draw(st.integers(1, 4), label="mlp ratio"),
         "residual": draw(st.booleans(), label="residual"),
