@@ -4,7 +4,8 @@ Matched from ONNX ``ReduceMean`` / ``ReduceMax`` over one axis; ``axis`` is the 
 normalised to 0 <= axis < rank as the codegen does. The input is reduced in the order it has
 when the axis then lies where the layer reduces, else in NHWC (an image's C or H), else in its
 logical order (the last axis of a token tensor: ``[B, T, C]`` axis 2, or ``[B, heads, T, d]``
-axis 3, NHWC's C as it lies; a LayerNorm's mean). ``keepdims`` is Relay's ``ReduceAttrs``
+axis 3, NHWC's C as it lies; a LayerNorm's mean), else with the axis moved last by a
+layout_transform (``[B, T, C]`` axis 1, a mean over tokens, as ``[B, C, T]`` axis 2). ``keepdims`` is Relay's ``ReduceAttrs``
 field. A ReduceMean over H and W of a 4-D tensor (how some exporters write a global average
 pool) is the GlobalAvgpool2D layer instead (``rules/marvell/reduce.yaml``). The contract is
 the newer Marvell codegen's ``mrvl.reduce_mean`` / ``mrvl.reduce_max``: princekumar70/tvm
@@ -37,7 +38,10 @@ def _order(ctx: LayoutContext, source: gs.Tensor, axis: int,
     lands where the layer reduces (``allowed``: rank -> physical axes), else NHWC, else the
     logical order (the last axis of a token tensor, NHWC's C as it lies)."""
     rank = len(static_shape(source))
-    orders = (ctx.keep_order(source, native(rank)), native(rank), identity(rank))
+    # Last: the axis moved to the end (a token tensor's T, [B, T, C] -> [B, C, T], by one
+    # layout_transform), for a mean over tokens (timm's global pool).
+    last = tuple(a for a in range(rank) if a != axis) + (axis,)
+    orders = (ctx.keep_order(source, native(rank)), native(rank), identity(rank), last)
     for perm in orders:
         if perm.index(axis) in allowed.get(rank, range(rank)):
             return perm

@@ -112,15 +112,17 @@ def _one_axis(node: gs.Node, rank: int) -> "tuple[Optional[int], Details]":
 def check_reduce_mean_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """One axis of a 4-D tensor that some order puts at physical axis 1 or 3 (an image's C or
     H in NHWC, or the last axis of a token tensor as it lies), or the last axis of a 3-D token
-    tensor (the newer mrvl.py's ``reduce_mean``: 4-D axis 1 or 3, 3-D axis 2)."""
+    tensor (the newer mrvl.py's ``reduce_mean``: 4-D axis 1 or 3, 3-D axis 2), or its token
+    axis 1, moved last by a layout_transform first."""
     src = static_shape(node.inputs[0])
     rank = len(src) if src else 0
     axis, issue = _one_axis(node, 3 if rank == 3 else 4)
     if issue:
         return issue
-    if rank == 3:
-        return None if axis == 2 else {
-            "detail": f"it reduces axis {axis} of a 3-D tensor; the layer reduces the last (2)"}
+    if rank == 3:  # axis 1 (a mean over tokens): reduced as the last after a transpose
+        return None if axis in (1, 2) else {
+            "detail": "it reduces the batch axis 0 of a 3-D tensor; the layer reduces the "
+                      "last (2), after a transpose axis 1"}
     return None if axis in (1, 2, 3) else {
         "detail": "it reduces the batch axis 0; the layer reduces NHWC axis 1 (H) or 3 (C)"}
 

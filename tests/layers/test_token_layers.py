@@ -185,6 +185,19 @@ def test_reduce_mean_over_the_last_axis_of_tokens(tmp_path):
     assert kinds(result)[-2:] == ["BatchMatmul", "ReduceMean"]
 
 
+def test_reduce_mean_over_the_tokens_moves_them_last_first(tmp_path):
+    """A mean over tokens ([B, T, C] axis 1, timm's global pool, before the head FC): one
+    layout_transform to [B, C, T], then the layer's own axis 2; the FC reads [B, C]."""
+    net = _Net(("x", [1, 6, 16]))
+    pooled = net.op("ReduceMean", [net.fc("x", 16, 16)], name="pool", axes=[1], keepdims=0)
+    result = converted(net.model(net.fc(pooled, 16, 4, name="head")), tmp_path)
+    assert result.summary["mrvl_subgraphs"] == 1 and result.summary["cpu_nodes"] == 0
+    assert kinds(result) == ["FC", "layout_transform", "ReduceMean", "FC"]
+    mean = the(result, "ReduceMean")
+    assert mean["axis"] == ["2"] and mean["data_layout_shape"] == ["1", "16", "6", "1"]
+    assert mean["shape"] == [[1, 16]]
+
+
 def test_head_split_and_merge_are_transposes_of_the_logical_axes(tmp_path):
     """[1, T, C] -> [1, T, h, d] -> [1, h, T, d] -> back: two transpose layers with axes
     (0, 2, 1, 3), which mrvl.py's transpose pattern lists, and no NHWC on the way."""

@@ -11,7 +11,8 @@ Used by ``benchmarks/bench_partition.py`` and by the tests. Two kinds of model:
   canonicalize rewrites: ``mobilenet_v2`` (Relu6 as Clip(0, 6) and as Min(Relu(x), 6)),
   ``densenet_block`` (pre-activation BN -> Relu -> Conv), ``shufflenet_unit`` (grouped 1x1 Conv,
   channel shuffle, Sum), ``paddle_cnn`` (batch stored as -1, Sub/Div preprocessing, Max(x, 0),
-  hard-swish, a Reshape to [-1, features]).
+  hard-swish, a Reshape to [-1, features]); the transformers of ``corpus_transformer``
+  (``vit_tiny``, ``bert_tiny``, ``svtr_mix``, ``c2psa``).
 
 Every model has batch 1 (``paddle_cnn`` once given ``PADDLE_SHAPES``).
 """
@@ -27,12 +28,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from support import corpus_detect
 from support import corpus_mobile
+from support import corpus_transformer
 from support.models import Builder
 
 ZOO = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50",
        "shufflenet", "squeezenet", "vgg19", "zfnet512")
 BUILT = ("mobilenet_v2", "densenet_block", "shufflenet_unit", "paddle_cnn", "yolo_detect",
-         "mobilenet_v3_small")
+         "mobilenet_v3_small") + tuple(corpus_transformer.MODELS)
 PADDLE_SHAPES = {"image": [1, 3, 32, 32]}
 # Ops that pass a weight through unchanged in value: its role is its consumer's.
 _PASS_THROUGH = ("Unsqueeze", "Reshape", "Identity", "Squeeze", "Flatten", "Cast")
@@ -165,7 +167,8 @@ def built(name: str, seed: int = 0) -> onnx.ModelProto:
     return {"mobilenet_v2": mobilenet_v2, "densenet_block": densenet_block,
             "shufflenet_unit": shufflenet_unit, "paddle_cnn": paddle_cnn,
             "yolo_detect": corpus_detect.yolo_detect,
-            "mobilenet_v3_small": corpus_mobile.mobilenet_v3_small}[name](seed)
+            "mobilenet_v3_small": corpus_mobile.mobilenet_v3_small,
+            **corpus_transformer.MODELS}[name](seed)
 
 
 def shapes_for(name: str) -> Optional[Dict[str, List[int]]]:
@@ -277,7 +280,8 @@ def paddle_cnn(seed: int = 0) -> onnx.ModelProto:
 
 def feeds(model: onnx.ModelProto, shapes: Optional[Dict[str, List[int]]] = None,
           seed: int = 0) -> Dict[str, np.ndarray]:
-    """One seeded standard-normal input per graph input (``shapes`` fixes dynamic dims)."""
+    """One seeded standard-normal input per graph input (``shapes`` fixes dynamic dims); an
+    int64 input (token ids, attention mask) gets 0s and 1s, valid as either."""
     rng = np.random.default_rng(seed)
     inits = {t.name for t in model.graph.initializer}
     out = {}
@@ -286,7 +290,10 @@ def feeds(model: onnx.ModelProto, shapes: Optional[Dict[str, List[int]]] = None,
             continue
         shape = (shapes or {}).get(value.name) or [d.dim_value for d in
                                                    value.type.tensor_type.shape.dim]
-        out[value.name] = rng.standard_normal(shape).astype(np.float32)
+        if value.type.tensor_type.elem_type == TensorProto.INT64:
+            out[value.name] = rng.integers(0, 2, shape).astype(np.int64)
+        else:
+            out[value.name] = rng.standard_normal(shape).astype(np.float32)
     return out
 
 

@@ -6,7 +6,8 @@
   per-layer numpy engine, within an fp16 tolerance, byte-identical
   re-conversion, report/source_nodes agreement, and every Mrvl layer within the same tolerance
   of the model tensor compare(..., layers=True) finds for it;
-- the same with valid user rule files overriding built-in composites.
+- the same with valid user rule files overriding built-in composites;
+- the same on random transformer blocks (tests/support/strategies/transformer.py).
 
 Quick profile by default (tests/conftest.py); ``--hypothesis-profile thorough`` for thousands.
 """
@@ -32,6 +33,8 @@ from support.strategies.cnn import cnn_models, policies
 from support.strategies.generated import from_spec
 from support.strategies.qdq import qdq_models
 from support.strategies.rule_files import rule_overrides
+from support.corpus_transformer import PIECES
+from support.strategies.transformer import transformer_from_spec, transformer_models
 
 pytestmark = pytest.mark.system
 
@@ -367,12 +370,17 @@ def convert_checked(gm, out: Path, policy: str):
     ["sum", [["t1", "t2", "t3"]], {}]], "outputs": ["t4"]}), policy="single")
 @given(gm=cnn_models(), policy=policies())
 def test_convert_properties(gm, policy):
+    check_pipeline(gm, policy)
+
+
+def check_pipeline(gm, policy: str):
+    """Properties 1-6 and traceability on one generated model; its report (None: refused)."""
     note(gm.description)
     with tempfile.TemporaryDirectory() as tmp:
         a, b = Path(tmp) / "a" / "fuzz", Path(tmp) / "b" / "fuzz"
         result = convert_checked(gm, a, policy)
         if result is None:
-            return
+            return None
         files = _files(a)
         report = json.loads(files["report.json"])
         event(f"{policy}: mrvl subgraphs={report['summary']['mrvl_subgraphs']} "
@@ -391,6 +399,30 @@ def test_convert_properties(gm, policy):
             with pytest.raises(mrvl_convert.ShapeError) as info:
                 mrvl_convert.convert(gm.model, Path(tmp) / "c" / "fuzz", policy=policy)
             assert any(name in str(info.value) for name in gm.shapes), str(info.value)
+        return report
+
+
+ISLAND = "its Mrvl region has no compute-heavy layer"   # the reason of a node left between cuts
+
+
+@settings(max_examples=max(3, settings.default.max_examples // 6))
+@given(gm=transformer_models(), policy=policies())
+def test_convert_properties_of_transformer_blocks(gm, policy):
+    """The same properties on token tensors: attention with 1-4 heads, LayerNorm and GELU in
+    their forms, residuals, shape arithmetic; the spec rebuilds the same model."""
+    onnx.checker.check_model(gm.model, full_check=True)
+    again = transformer_from_spec(gm.spec)
+    assert again.model.SerializeToString() == gm.model.SerializeToString()
+    event(f"layer norm {gm.spec['ln']}, gelu {gm.spec['gelu']}")
+    report = check_pipeline(gm, policy)
+    assert report is not None, "a valid transformer block was refused"
+    on_cpu = [(e.get("name_in_model", e["name"]), e["op_type"], e.get("reason", ""))
+              for e in report["nodes"] if e["placement"] == "cpu"]
+    if gm.spec["ln"] == "none" and gm.spec["gelu"] == "relu":   # nothing but layers
+        assert report["summary"]["mrvl_subgraphs"] == 1 and not on_cpu, on_cpu
+    elif policy == "multi":   # only a LayerNorm or GELU node, or a light island between two
+        stray = [c for c in on_cpu if not c[0].startswith(PIECES) and ISLAND not in c[2]]
+        assert not stray, stray
 
 
 # ============================================================================ int8 (QDQ) models

@@ -1,0 +1,173 @@
+"""Random transformer blocks for the pipeline properties: rank-3 token tensors [1, T, C],
+attention with 1-4 heads, LayerNorm as the op or decomposed, GELU in its Erf and tanh forms or
+as the Gelu op, residuals or none, pre- or post-norm, shape arithmetic constant or as exporters
+write it (Shape -> Gather -> Unsqueeze -> Concat), tokens given or made by a patch-embedding Conv.
+
+``transformer_models()`` draws a spec (a flat JSON-able dict); ``transformer_from_spec(spec)``
+builds the model and feeds from it alone, so a falsifying example hypothesis prints
+(``TransformerModel`` prints as that call) can be pasted into an ``@example`` as it is.
+"""
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Sequence
+
+import numpy as np
+import onnx
+from hypothesis import strategies as st
+
+from support.corpus_transformer import Tokens
+from support.strategies.generated import GeneratedModel
+from support.strategies.model_builder import OPSET_IR
+
+LN_FORMS = ("op", "decomposed", "none")
+GELU_FORMS = ("erf", "tanh", "op", "relu")
+
+
+class TransformerModel(GeneratedModel):
+    def __repr__(self) -> str:
+        return f"transformer_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+
+
+class _Block(Tokens):
+    """``Tokens`` with the forms a spec picks: the opset's ReduceMean, GELU in three forms,
+    constant or run-time reshape targets."""
+
+    def __init__(self, spec: dict) -> None:
+        super().__init__(spec["seed"], opset=spec["opset"])
+        self.spec = spec
+        self.sizes: Dict[int, int] = {}   # axis -> size, for constant reshape targets
+
+    def mean_last(self, x: str, group: str) -> str:
+        if self.spec["opset"] >= 18:   # axes became an input in opset 18
+            return self.part(group, "ReduceMean", [x, self.const(np.array([-1], np.int64))],
+                             keepdims=1)
+        return self.part(group, "ReduceMean", [x], axes=[-1], keepdims=1)
+
+    def layer_norm(self, x: str, channels: int, form: str = "decomposed") -> str:
+        form = self.spec["ln"]
+        if form == "none":
+            return x
+        if form == "op":
+            return super().layer_norm(x, channels, "op")
+        gamma = self.const((1 + 0.1 * self.rng.standard_normal(channels)).astype(np.float32))
+        centred = self.part("ln", "Sub", [x, self.mean_last(x, "ln")])
+        squared = self.part("ln", "Pow", [centred, self.scalar(2.0)])
+        std = self.part("ln", "Sqrt", [self.part("ln", "Add", [self.mean_last(squared, "ln"),
+                                                                self.scalar(1e-5)])])
+        y = self.part("ln", "Mul", [self.part("ln", "Div", [centred, std]), gamma])
+        return self.part("ln", "Add", [y, self.weight(channels, scale=0.1)])
+
+    def gelu(self, x: str) -> str:
+        form = self.spec["gelu"]
+        if form == "erf":
+            return super().gelu(x)
+        if form == "op":
+            return self.part("gelu", "Gelu", [x])
+        if form == "relu":
+            return self.op("Relu", [x])
+        # tanh form: 0.5 x (1 + tanh(sqrt(2 / pi) (x + 0.044715 x^3)))
+        cube = self.part("gelu", "Pow", [x, self.scalar(3.0)])
+        inner = self.part("gelu", "Add", [x, self.part("gelu", "Mul", [cube,
+                                                                       self.scalar(0.044715)])])
+        t = self.part("gelu", "Tanh", [self.part("gelu", "Mul", [inner, self.scalar(
+            float(np.sqrt(2 / np.pi)))])])
+        y = self.part("gelu", "Mul", [x, self.part("gelu", "Add", [t, self.scalar(1.0)])])
+        return self.part("gelu", "Mul", [y, self.scalar(0.5)])
+
+    def reshape(self, tensor: str, parts: Sequence) -> str:
+        if self.spec["shape_arithmetic"]:
+            return super().reshape(tensor, parts)
+        return self.op("Reshape", [tensor, self.const(np.array(list(parts), np.int64))])
+
+    def dim(self, tensor: str, axis: int):
+        """A run-time dim (exporter form) or, without shape arithmetic, the constant one."""
+        if self.spec["shape_arithmetic"]:
+            return super().dim(tensor, axis)
+        return 1 if axis == 0 else self.sizes[axis]
+
+    def finish(self, output: str, shape: Sequence[int]) -> onnx.ModelProto:
+        return self.b.model([output], name="transformer", shapes={output: list(shape)},
+                            ir_version=OPSET_IR[self.spec["opset"]])
+
+
+def _tokens_in(block: _Block, spec: dict) -> str:
+    channels, tokens = spec["heads"] * spec["depth"], spec["tokens"]
+    if not spec["patch"]:
+        return block.b.input("x", [1, tokens, channels])
+    side, patch = spec["side"], spec["patch"]
+    x = block.b.input("image", [1, 3, side * patch, side * patch])
+    w = block.weight(channels, 3, patch, patch, scale=(3 * patch ** 2) ** -0.5)
+    y = block.op("Conv", [x, w, block.weight(channels, scale=0.05)],
+                 kernel_shape=[patch, patch], strides=[patch, patch])
+    block.sizes = {1: channels}
+    y = block.reshape(y, [block.dim(y, 0), block.dim(y, 1), -1])
+    return block.op("Transpose", [y], perm=[0, 2, 1])
+
+
+def transformer_from_spec(spec: dict) -> TransformerModel:
+    block = _Block(spec)
+    channels = spec["heads"] * spec["depth"]
+    x = _tokens_in(block, spec)
+    block.sizes = {1: spec["tokens"]}
+    for _ in range(spec["blocks"]):
+        x = _encoder(block, spec, x, channels)
+    model = block.finish(x, [1, spec["tokens"], channels])
+    feeds = _feeds(model, spec["seed"])
+    return TransformerModel(model, feeds, _describe(spec), spec)
+
+
+def _encoder(block: _Block, spec: dict, x: str, channels: int) -> str:
+    def residual(x: str, y: str) -> str:
+        return block.op("Add", [x, y]) if spec["residual"] else y
+
+    hidden = channels * spec["mlp_ratio"]
+    if spec["pre_norm"]:
+        x = residual(x, block.attention(block.layer_norm(x, channels), channels, spec["heads"],
+                                        divide=spec["divide"]))
+        return residual(x, block.mlp(block.layer_norm(x, channels), channels, hidden))
+    x = block.layer_norm(residual(x, block.attention(x, channels, spec["heads"],
+                                                     divide=spec["divide"])), channels)
+    return block.layer_norm(residual(x, block.mlp(x, channels, hidden)), channels)
+
+
+def _feeds(model: onnx.ModelProto, seed: int) -> Dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed + 1)
+    return {v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim])
+            .astype(np.float32) for v in model.graph.input}
+
+
+def _describe(spec: dict) -> str:
+    parts: List[str] = [f"{k}={v}" for k, v in sorted(spec.items())]
+    return "transformer: " + ", ".join(parts)
+
+
+@st.composite
+def transformer_models(draw, max_blocks: int = 2) -> TransformerModel:
+    """A transformer of 1..max_blocks encoder blocks, every form drawn independently."""
+    ln = draw(st.sampled_from(LN_FORMS), label="layer norm")
+    gelu = draw(st.sampled_from(GELU_FORMS), label="gelu")
+    least = 20 if gelu == "op" else 17 if ln == "op" else 13
+    patch = draw(st.sampled_from([0, 0, 2, 4]), label="patch")
+    side = draw(st.integers(1, 3), label="side") if patch else 0
+    heads = draw(st.integers(1, 4), label="heads")
+    spec = {
+        "seed": draw(st.integers(0, 2 ** 16), label="seed"),
+        "opset": draw(st.sampled_from([o for o in (13, 17, 18, 20) if o >= least]),
+                      label="opset"),
+        "ln": ln, "gelu": gelu, "patch": patch, "side": side,
+        "tokens": side * side if patch else draw(st.integers(2, 12), label="tokens"),
+        # >= 8 channels: a LayerNorm over fewer (2 near-equal values) divides by a std that
+        # fp16 rounding of its input moves by O(1) of itself: ill-conditioned, not a bug
+        "heads": heads,
+        "depth": draw(st.sampled_from([d for d in (2, 4, 8, 16) if heads * d >= 8]),
+                      label="depth"),
+        "blocks": draw(st.integers(1, max_blocks), label="blocks"),
+        "mlp_ratio": draw(st.integers(1, 4), label="mlp ratio"),
+        "residual": draw(st.booleans(), label="residual"),
+        "pre_norm": draw(st.booleans(), label="pre-norm"),
+        "divide": draw(st.booleans(), label="scale by Div"),
+        "shape_arithmetic": draw(st.booleans(), label="shape arithmetic"),
+    }
+    return transformer_from_spec(spec)
+
