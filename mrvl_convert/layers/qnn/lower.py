@@ -35,7 +35,9 @@ from mrvl_convert.ir.layout import NHWC, Layer, LayoutContext, TensorLayout
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.core.graph import producer, scale_of
 from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
-from mrvl_convert.layers._kind import MARVELL, Activation, Attr, LayerKind, roles
+from mrvl_convert.layers.qnn import sums as qnn_sums
+from mrvl_convert.layers._kind import (INT8_ACTIVATION, LUT_CONST, MARVELL, Activation, Attr,
+                                       LayerKind, roles)
 from mrvl_convert.layers._lowering import new_layer, spatial_out
 from mrvl_convert.layers.qnn.requant import emit_with_requant
 
@@ -55,19 +57,26 @@ RHS_INPUT_SCALE = _scale("rhs_input_scale", "int8: scale of the second operand (
 
 # The int8 attributes and kernel each quantizable kind gains (``int8_form``).
 _INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
-    "Conv2D": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.Conv2DInt8Kernel),
-    "FC": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.FCInt8Kernel),
+    "Conv2D": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_sums.Conv2DInt8Kernel),
+    "FC": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_sums.FCInt8Kernel),
     "Sum2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Sum2DInt8Kernel),
-    "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Avgpool2DInt8Kernel),
-    "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.GlobalAvgpool2DInt8Kernel),
+    "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_sums.Avgpool2DInt8Kernel),
+    "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_sums.GlobalAvgpool2DInt8Kernel),
     "Mul2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_mul.Mul2DInt8Kernel),
 })
+# The kinds whose int8 form may fuse a LUT (the codegen's ``take`` after the layer).
+_LUT_KINDS = frozenset({"Conv2D", "FC", "Sum2D", "Mul2D"})
 
 
 def int8_form(kind: LayerKind) -> LayerKind:
-    """``kind`` with its int8 attributes (declared after its own) and int8 kernel."""
+    """``kind`` with its int8 attributes (declared after its own) and int8 kernel; the kinds
+    that fuse a LUT take ``LUT`` as an activation and the LUT constant."""
     attrs, kernel = _INT8[kind.name]
-    return dataclasses.replace(kind, attrs=kind.attrs + attrs, int8_kernel=kernel)
+    own, consts = kind.attrs, kind.consts
+    if kind.name in _LUT_KINDS:
+        own = tuple(INT8_ACTIVATION if a.name == INT8_ACTIVATION.name else a for a in own)
+        consts = consts + (LUT_CONST,)
+    return dataclasses.replace(kind, attrs=own + attrs, consts=consts, int8_kernel=kernel)
 
 
 # ------------------------------------------------------------------------------------ lowering
