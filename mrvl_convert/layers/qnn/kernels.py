@@ -133,6 +133,16 @@ class Sum2DInt8Kernel(BinaryInt8Kernel):
         return a
 
 
+class SubInt8Kernel(BinaryInt8Kernel):
+    """int8 elementwise a - b of two activations (b may broadcast into a)."""
+
+    broadcast = True
+
+    def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a -= b
+        return a
+
+
 class ElementwiseEdgeKernel(Kernel):
     """A one-input elementwise int8 layer that keeps its layout (``src_layout`` =
     ``dst_layout``): checks its attributes (``capability_issue``) and its shape."""

@@ -32,7 +32,7 @@ from mrvl_convert.core.graph import scale_of
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.layers.qnn import kernels as qnn_kernels
-from mrvl_convert.layers._kind import MARVELL, Attr, LayerKind, roles
+from mrvl_convert.layers._kind import MARVELL, Activation, Attr, LayerKind, roles
 from mrvl_convert.layers._lowering import new_layer
 
 SOURCE = ("princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
@@ -69,9 +69,11 @@ def emit_requant(composite: Composite, ctx: LayoutContext, index: int, layout: T
 
 def emit_with_requant(composite: Composite, ctx: LayoutContext, layer: Layer) -> None:
     """Emit ``layer`` for the composite's output, or, where its fused Relu is quantized with a
-    scale of its own (``act_q``, onnxruntime 1.18), as an intermediate value and a requant."""
+    scale of its own (``act_q``, onnxruntime 1.18), as an intermediate value and a requant (a
+    LUT maps to the act's scale itself)."""
     act_q = composite.binding.node("act_q")
-    if act_q is None or scale_of(act_q) == layer.attrs["output_scale"]:
+    if act_q is None or layer.attrs.get("activation_type") is Activation.LUT \
+            or scale_of(act_q) == layer.attrs["output_scale"]:
         ctx.emit(layer, composite.output)
         return
     layer.source_nodes = []

@@ -148,3 +148,32 @@ class GlobalAvgpool2DInt8Kernel(GlobalAvgpool2DKernel):
     def run(self, x: np.ndarray) -> np.ndarray:
         q = self.op(x.transpose(NCHW_FROM_NHWC))
         return np.ascontiguousarray(q.transpose(NHWC_FROM_NCHW))
+
+
+class ReduceMeanInt8Kernel(Kernel):
+    """int8 mean over one axis: onnxruntime's ReduceMean of the dequantized values over the
+    model's own (NCHW) axis, where its summation order is the QDQ model's, quantized to
+    output_scale; the input and output in the layer's physical order."""
+
+    exact = True
+
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
+                 gemm: GemmEngine = NUMPY_GEMM) -> None:
+        super().__init__(spec, consts, gemm)
+        n, h, w, c = spec.input_rank(0, 4)
+        axis, keep = spec.value("axis"), spec.value("keepdims")
+        if axis not in (1, 3):
+            raise spec.error("attrs.axis", f"an int8 ReduceMean reduces NHWC axis 1 or 3, not "
+                                           f"{axis}")
+        logical = NHWC_FROM_NCHW[axis]
+        out = [1 if i == axis else d for i, d in enumerate((n, h, w, c))]
+        spec.expect_shape(out if keep else out[:axis] + out[axis + 1:])
+        remaining = [a for a in range(4) if a != logical]
+        physical = [a for a in NHWC_FROM_NCHW if a != logical]
+        self.back = NHWC_FROM_NCHW if keep else tuple(remaining.index(a) for a in physical)
+        self.op = QdqOp("ReduceMean", [((n, c, h, w), spec.value("input_scale"))],
+                        spec.value("output_scale"), {"axes": [logical], "keepdims": int(keep)})
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        q = self.op(x.transpose(NCHW_FROM_NHWC))
+        return np.ascontiguousarray(q.transpose(self.back))
