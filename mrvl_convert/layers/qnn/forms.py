@@ -55,12 +55,16 @@ def inexact_layers(sub: MrvlSubgraph) -> List[Dict[str, Any]]:
 
 
 def _fp16_form(layer: Layer, sources: List[Any], readers: List[Layer]) -> str:
-    if layer.dtype != "float32" or layer.kind == "quant" or layer.kind in _MOVERS:
+    """An fp16 layer next to the int8 region: it reads dequantized int8 or feeds a quantize.
+    A layer that only moves the dequantized int8 values is exact (an int8 value times its scale
+    rounded to fp16 quantizes back to itself: |q| 2^-11 < 1/2); one that moves a float32 stage
+    input rounds it to fp16 first, which quantizing need not undo."""
+    if layer.dtype != "float32" or layer.kind == "quant":
         return ""
-    dequantized = any(s is not None and s.kind == "quant" and "input_scale" in s.attrs
-                      for s in sources)
+    dequantized = [s is not None and s.kind == "quant" and "input_scale" in s.attrs
+                   for s in sources]
     quantized = any(r.kind == "quant" and "output_scale" in r.attrs for r in readers)
-    if not (dequantized or quantized):
+    if not (any(dequantized) or quantized) or (layer.kind in _MOVERS and all(dequantized)):
         return ""
     bound = _SOFTMAX_BOUND if layer.kind == "Softmax" else _FP16_BOUND
     return f"{FP16_FORM}: {bound}"
