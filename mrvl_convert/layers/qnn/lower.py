@@ -7,19 +7,20 @@ src/relay/backend/contrib/mrvl/codegen.cc ``CreateCompositeMrvlQnnConv2DLayer``,
 ``CreateCompositeMrvlQnnFcLayer``, ``CreateCompositeMrvlQnnSumLayer``,
 ``CreateCompositeMrvlQnnAvgpool2DLayer``, ``CreateCompositeMrvlQnnGlobalAvgpool2DLayer``,
 ``CreateMrvlQuantLayer``, ``SetScaleAttr``): Conv2D and FC ``input_scale``, ``weight_scale``,
-``output_scale``; Sum2D ``lhs_input_scale``, ``rhs_input_scale``, ``output_scale``; pools
-``input_scale``, ``output_scale``; one float each, no zero point; int8 weights and int32 biases.
-Region edges become ``quant`` layers: ``output_scale`` quantizes float32 to int8, ``input_scale``
-dequantizes int8 to float32. The other int8 kinds have homes of their own: ``qnn_mul.py`` (Mul2D),
-``qnn_activations.py`` (QnnSigmoid, QnnTanh), ``qnn_concat.py`` (Concat of int8 values) and
-``qnn_requant.py`` (requant: another scale, e.g. after a fused Relu that has its own). Max pooling and layers that only move bytes run on the int8 values
-as they are, as in the codegen, which writes no scale for them.
+``output_scale``; Sum2D, Mul2D and Sub ``lhs_input_scale``, ``rhs_input_scale``,
+``output_scale``; pools and ReduceMean ``input_scale``, ``output_scale``; one float each, no zero
+point; int8 weights and int32 biases. Region edges become ``quant`` layers: ``output_scale``
+quantizes float32 to int8, ``input_scale`` dequantizes int8 to float32. The other int8 kinds
+and forms have homes of their own: ``mul.py`` (Mul2D), ``activations.py`` (QnnSigmoid,
+QnnTanh), ``concat.py`` (Concat of int8 values), ``requant.py`` (requant: another scale),
+``lut.py`` (the LUT a Conv2D, FC, Sum2D or Mul2D fuses), ``unary.py`` (a clamp or a LUT no
+layer fuses). Max pooling, Resize2D and layers that only move bytes run on the int8 values as
+they are, as in the codegen, which writes no scale for them.
 
-The number model (``kernels``: onnxruntime's, so that the simulator reproduces its execution of
-the QDQ model): int8 x int8 products summed exactly into int32 with the int32 bias, requantized
-by float32(acc) * (input_scale * weight_scale / output_scale) in float32, rounded half to even
-and saturated to [-128, 127]; Sum2D and pools dequantize to float32, compute, and quantize
-(x / scale, half to even, saturated). Int8 activations flow as float32 arrays of integers.
+The number model is onnxruntime's run of the QDQ model as written: elementwise ops in float32
+between dequantization and quantization (``kernels.py``), the ops that sum through onnxruntime
+itself (``sums.py``, ``as_written.py``: why). Int8 activations flow as float32 arrays of
+integers.
 """
 from __future__ import annotations
 

@@ -11,7 +11,8 @@ The newer codegen writes it for a ``qnn.requantize`` left standalone (mrvl.py co
 Where it appears here: after a layer whose fused Relu (or a Clip that is a Relu at the output
 scale) is quantized with a scale of its own (onnxruntime 1.18's ``quantize_static`` gives the Relu
 after a Conv its own scale); for a ``Min`` against a constant the output range saturates anyway
-(MobileNet's ``Min(Relu(x), 6)``); and in front of a Concat input whose scale is not the output's.
+(MobileNet's ``Min(Relu(x), 6)``); in front of a Concat input whose scale is not the output's;
+and in front of an integer clamp whose output scale is not its input's (``unary.py``).
 The codegen instead folds a requantize that follows a layer's activation into that layer
 (``UnpackCompositeConvolution`` ``instrument_4``: the layer's ``output_scale`` becomes the
 requantize's), which rounds once instead of twice and so can differ from onnxruntime's run of the
