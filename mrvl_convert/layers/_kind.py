@@ -72,6 +72,7 @@ class Attr:
     default: Any = REQUIRED
     fixed: Any = None
     choices: Tuple[str, ...] = ()
+    int8_choices: Tuple[str, ...] = ()   # choices too, of a layer with an output_scale (int8)
     checked: bool = True
 
     def encode(self, value: Any) -> List[str]:
@@ -120,9 +121,10 @@ class Attr:
             return None
         first = first_value(attrs[self.name])
         text = "" if first is None else str(first).strip()
+        allowed = self.choices + (self.int8_choices if "output_scale" in attrs else ())
         if self.type == "activation" and \
-                text.lower() not in ("", "none", *(c.lower() for c in self.choices)):
-            return f"only {', '.join(self.choices)} can be fused, not {text!r}"
+                text.lower() not in ("", "none", *(c.lower() for c in allowed)):
+            return f"only {', '.join(allowed)} can be fused, not {text!r}"
         if self.fixed is not None and self.checked and text != self.fixed:
             return f"{self.name} must be {self.fixed}"
         if self.type == "decimal" and not _is_number(text):
@@ -144,8 +146,9 @@ FUSED_ACTIVATION = Attr("activation_type", "activation", "fused activation, appl
 #: The same attribute of the int8 forms of Conv2D, FC, Sum2D and Mul2D: relu, or LUT (a table
 #: lookup after the layer, ``lut_const_name``; the newer codegen's ``take``).
 INT8_ACTIVATION = Attr("activation_type", "activation",
-                       "fused activation, applied last; int8: relu or LUT (table lookup)",
-                       default=None, choices=("relu", "tanh", "sigmoid", "LUT"))
+                       "fused activation, applied last; int8: relu or LUT (a table lookup, "
+                       "`lut_const_name`)", default=None, choices=("relu", "tanh", "sigmoid"),
+                       int8_choices=("LUT",))
 
 
 def decimal_text(value: float) -> str:
