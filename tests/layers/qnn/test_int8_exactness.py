@@ -13,11 +13,13 @@ its distribution, spread and sample count (1 to 16). Every such model must be on
 with no CPU part, report no layer whose form is not exact by construction, and agree with
 onnxruntime to the bit on the calibration samples and fresh inputs.
 
-What the property found (it was written before the fix): with the integer model of Conv2D and
-FC (exact int32 accumulation, then requantization) some values came out one step off, and the
-steps travelled on through the layers after it: onnxruntime sums the float32 products of the
+What the property finds on the int8 simulator as it was (an exact int32 accumulator and a
+requantization for Conv2D and FC, the average pools summed in numpy): values one step off in 10
+of 40 random cases of the blocks it had, after an average pool or a convolution, the step then
+travelling on through the layers after it. onnxruntime sums the float32 products of the
 dequantized values in MLAS's order, and where the exact value lies within that rounding of a
-rounding boundary the two land on different sides (``layers/qnn/as_written.py``).
+rounding boundary the two land on different sides (``layers/qnn/as_written.py``); the
+``@example`` cases are two of those 10.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import onnx
 import onnxruntime as ort
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
@@ -241,9 +243,19 @@ def convert_case(case: Case, folder: Path):
     return qdq, result, [{"x": inputs[i:i + 1]} for i in range(len(inputs))]
 
 
+# Two cases the property found on the integer model (an average pool, a first convolution).
+_FOUND = (Case(seed=8697, channels=3, size=6, blocks=("avgpool",), head="conv",
+               distribution="positive", spread=1.0, samples=6),
+          Case(seed=26966, channels=7, size=8,
+               blocks=("maxpool", "maxpool", "conv_relu", "concat", "concat"), head="gap_fc",
+               distribution="positive", spread=3.0, samples=6))
+
+
 @settings(max_examples=max(4, settings.default.max_examples // 4), deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+          suppress_health_check=[HealthCheck.too_slow])
 @given(case=qdq_cnns())
+@example(case=_FOUND[0])
+@example(case=_FOUND[1])
 def test_int8_simulation_is_onnxruntime_as_written(tmp_path_factory, case):
     note(repr(case))
     qdq, result, feeds = convert_case(case, tmp_path_factory.mktemp("case"))
