@@ -13,6 +13,7 @@ from mrvl_convert.frontend.canonicalize import CanonicalGraph
 from mrvl_convert.ir.layout import DEFAULT_LABELS, MrvlSubgraph
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.ir.stages import Plan
+from mrvl_convert.layers.qnn.forms import inexact_layers
 from mrvl_convert.ir.match import MatchPlan
 
 FORMAT_VERSION = "1"
@@ -120,7 +121,7 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
                "mrvl_subgraphs": sum(s.kind == "mrvl" for s in plan.stages),
                "cpu_subgraphs": sum(s.kind == "cpu" for s in plan.stages)}
     summary.update(_fragmentation(plan))
-    return {
+    document = {
         "format_version": FORMAT_VERSION,
         "model": loaded.name,
         "policy": plan.policy,
@@ -128,6 +129,10 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
         "cut_by": _cut_by(entries, summary["mrvl_subgraphs"]),
         "nodes": entries,
     }
+    inexact = [e for sub in subgraphs.values() for e in inexact_layers(sub)]
+    if inexact:  # only int8 artifacts have any: float ones keep their bytes
+        document["int8_forms"] = inexact
+    return document
 
 
 def _fragmentation(plan: Plan) -> Dict[str, Any]:

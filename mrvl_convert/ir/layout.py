@@ -114,6 +114,7 @@ class Layer:
     consts: List[Tuple[str, np.ndarray]] = field(default_factory=list)  # (role, array)
     extra_outputs: List[TensorLayout] = field(default_factory=list)  # outputs 1.. (Split)
     dtype: str = "float32"             # of the output: "int8" inside an int8 region
+    inexact: str = ""                  # int8: why the form may be a step off onnxruntime's run
 
 
 @dataclass

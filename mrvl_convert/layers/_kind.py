@@ -36,10 +36,20 @@ QDQ_ROLES: FrozenSet[str] = frozenset({"in_dq", "out_q", "act_dq", "act_q"})
 
 
 class Activation(enum.Enum):
-    """A fused ``activation_type``, as the codegen spells it."""
+    """A fused ``activation_type``, as the codegen spells it (``LUT``: an int8 layer's table
+    lookup, with ``lut_const_name``)."""
     RELU = "relu"
     TANH = "tanh"
     SIGMOID = "sigmoid"
+    LUT = "LUT"
+
+
+def _activation(text: str) -> Optional[Activation]:
+    """The Activation a Nodes-JSON spells ``text`` (any case), None for none."""
+    folded = text.strip().lower()
+    if folded in ("", "none"):
+        return None
+    return next(a for a in Activation if a.value.lower() == folded)
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class Attr:
     default: Any = REQUIRED
     fixed: Any = None
     choices: Tuple[str, ...] = ()
+    int8_choices: Tuple[str, ...] = ()   # choices too, of a layer with an output_scale (int8)
     checked: bool = True
 
     def encode(self, value: Any) -> List[str]:
@@ -92,8 +103,11 @@ class Attr:
             issue = self.issue(spec.attrs)
             if issue:
                 raise spec.error(f"attrs.{self.name}", issue)
-            text = spec.string(self.name, "").strip().lower()
-            return None if text in ("", "none") else Activation(text)
+            value = _activation(spec.string(self.name, ""))
+            if value is Activation.LUT and "output_scale" not in spec.attrs:
+                raise spec.error(f"attrs.{self.name}", "LUT is the activation of an int8 layer "
+                                                       "(one with output_scale)")
+            return value
         if self.type == "decimal":
             return _read_decimal(spec, self.name, default)
         value = spec.string(self.name, default)
@@ -107,8 +121,10 @@ class Attr:
             return None
         first = first_value(attrs[self.name])
         text = "" if first is None else str(first).strip()
-        if self.type == "activation" and text.lower() not in ("", "none", *self.choices):
-            return f"only {', '.join(self.choices)} can be fused, not {text!r}"
+        allowed = self.choices + (self.int8_choices if "output_scale" in attrs else ())
+        if self.type == "activation" and \
+                text.lower() not in ("", "none", *(c.lower() for c in allowed)):
+            return f"only {', '.join(allowed)} can be fused, not {text!r}"
         if self.fixed is not None and self.checked and text != self.fixed:
             return f"{self.name} must be {self.fixed}"
         if self.type == "decimal" and not _is_number(text):
@@ -126,7 +142,13 @@ class Attr:
 #: The optional fused activation of Conv2D, FC, Sum2D, Mul2D and Sub (upstream v0.19 fuses only
 #: relu; the newer codegen's ``setActivationFunction`` also tanh and sigmoid).
 FUSED_ACTIVATION = Attr("activation_type", "activation", "fused activation, applied last",
-                        default=None, choices=tuple(a.value for a in Activation))
+                        default=None, choices=("relu", "tanh", "sigmoid"))
+#: The same attribute of the int8 forms of Conv2D, FC, Sum2D and Mul2D: relu, or LUT (a table
+#: lookup after the layer, ``lut_const_name``; the newer codegen's ``take``).
+INT8_ACTIVATION = Attr("activation_type", "activation",
+                       "fused activation, applied last; int8: relu or LUT (a table lookup, "
+                       "`lut_const_name`)", default=None, choices=("relu", "tanh", "sigmoid"),
+                       int8_choices=("LUT",))
 
 
 def decimal_text(value: float) -> str:
@@ -162,6 +184,11 @@ class Const:
     @property
     def attr(self) -> str:
         return f"{self.prefix}_const_name"
+
+
+#: The LUT of an int8 layer: 256 int8 values indexed by the int8 result's uint8 bit pattern.
+LUT_CONST = Const("lut", "lut", "int8: the LUT, `[1, 256]` indexed by the result's uint8 bit "
+                  "pattern (with activation_type LUT)", required=False)
 
 
 Lower = Callable[["Composite", "LayoutContext"], None]

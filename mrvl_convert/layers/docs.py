@@ -21,7 +21,7 @@ def _value(a: Attr) -> str:
     if a.fixed is not None:
         return f"always `{json.dumps(a.encode(a.fixed))}`"
     if a.type == "activation":
-        return f"optional, one of {', '.join(f'`{c}`' for c in a.choices)}"
+        return f"optional, one of {', '.join(f'`{c}`' for c in a.choices + a.int8_choices)}"
     if a.default is REQUIRED or a.default is None:
         return "required" if a.default is REQUIRED else "optional"
     return f"default `{json.dumps(a.encode(a.default))}`"

@@ -108,7 +108,7 @@ KIND = LayerKind(
             "constant already in physical order, numpy-broadcastable to the output)",
     kernel=Sum2DKernel,
     lower=lower,
-    required_roles=roles("add"),
+    one_of_roles=roles("add", "lut"),   # lut: the int8 carrier of a LUT (qnn/unary.py)
     optional_roles=roles("act"),
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),

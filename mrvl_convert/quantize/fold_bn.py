@@ -22,25 +22,32 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Dict, Iterator, List, Optional
+from typing import Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 import onnx
 from onnx import numpy_helper
 
 
+def _unchanged(model: onnx.ModelProto) -> onnx.ModelProto:
+    return model
+
+
 @contextlib.contextmanager
-def without_batchnorm(path: str, model: onnx.ModelProto) -> Iterator[str]:
+def without_batchnorm(path: str, model: onnx.ModelProto,
+                      then: Callable[[onnx.ModelProto], onnx.ModelProto] = _unchanged
+                      ) -> Iterator[str]:
     """The file to hand quantize_static for the model at ``path`` (loaded as ``model`` without
-    its external data): the folded model in a temporary file removed afterwards (onnxruntime
-    1.18's quantize_static cannot take a ModelProto), or the path itself for a model whose
-    weights live in external files (left unfolded: quantize_static reads those next to it)."""
+    its external data): the folded model, rewritten further by ``then``, in a temporary file
+    removed afterwards (onnxruntime 1.18's quantize_static cannot take a ModelProto), or the
+    path itself for a model whose weights live in external files (left as it is:
+    quantize_static reads those next to it)."""
     if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
         yield str(path)
         return
     with tempfile.TemporaryDirectory(prefix="mrvl_fold_bn_") as folder:
         folded = os.path.join(folder, os.path.basename(str(path)))
-        onnx.save(fold_batchnorm(model), folded)
+        onnx.save(then(fold_batchnorm(model)), folded)
         yield folded
 
 

@@ -8,6 +8,7 @@ running it is the reference the int8 simulator is compared with.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import logging
@@ -26,6 +27,7 @@ from mrvl_convert.quantize.fold_bn import without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
+from mrvl_convert.quantize.prelu import decompose_prelu
 
 PathLike = Union[str, "os.PathLike[str]"]
 # samples per input name, an .npz or directory of them, or a CalibrationDataReader
@@ -55,7 +57,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     reader = calibration_reader(proto, calibration, str(model))
     out = Path(out)
     try:
-        with _quantizer_quiet(), without_batchnorm(str(model), proto) as source:
+        prelu = functools.partial(decompose_prelu, keep=frozenset(exclude))
+        with _quantizer_quiet(), without_batchnorm(str(model), proto, prelu) as source:
             quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
                             weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
                             nodes_to_exclude=list(exclude),

@@ -17,6 +17,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, dtype_name, is_const, present, producer, scale_of, static_shape
+from mrvl_convert.layers.qnn.lut import CLAMP_OPS, clamp_bounds, is_relu_at, lut_issue, quantized_bounds
 
 Details = Optional[Dict[str, Any]]
 
@@ -92,64 +93,31 @@ def check_region_edge(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
     return None if issue is None else {"detail": issue}
 
 
-def quantized_value(value: float, scale: float) -> float:
-    """onnxruntime's QuantizeLinear of one float to int8, zero point 0."""
-    q = np.float32(value) / np.float32(scale) if np.isfinite(value) else np.float32(value)
-    return float(np.clip(np.rint(q), -128.0, 127.0))
-
-
-def clamp_bounds(node: gs.Node) -> Optional[tuple]:
-    """(low, high) of a Relu, Clip, Min or Max against constants; None: not such a clamp."""
-    if node.op == "Relu":
-        return 0.0, float("inf")
-    if node.op == "Clip":
-        bounds = [float(node.attrs.get("min", -np.inf)), float(node.attrs.get("max", np.inf))]
-        for i in (1, 2):
-            tensor = present(node, i)
-            if tensor is not None:
-                if not is_const(tensor) or const_value(tensor).size != 1:
-                    return None
-                bounds[i - 1] = float(const_value(tensor).reshape(-1)[0])
-        return bounds[0], bounds[1]
-    if node.op in ("Min", "Max") and len(node.inputs) == 2 and is_const(node.inputs[1]) \
-            and const_value(node.inputs[1]).size == 1:
-        value = float(const_value(node.inputs[1]).reshape(-1)[0])
-        return (-np.inf, value) if node.op == "Min" else (value, np.inf)
-    return None
-
-
-def _quantized_bounds(clamp: gs.Node, quantize: gs.Node) -> Optional[tuple]:
-    bounds = clamp_bounds(clamp)
-    if bounds is None:
-        return None
-    return tuple(quantized_value(b, scale_of(quantize)) for b in bounds)
-
-
-def check_fused_relu(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """A DequantizeLinear -> Relu (or a Clip that is a Relu at the output scale: its bounds
-    quantize to 0 and to at least 127) -> QuantizeLinear after the layer's own QuantizeLinear,
-    all symmetric per-tensor int8. quantize(clip(x, lo, hi)) = clip(quantize(x), quantize(lo),
-    quantize(hi)) as quantize is monotone, so the layer applies max(q, 0) in its own output scale
-    and, where the Relu's scale is another one, a requant layer follows (exact either way)."""
+def check_fused_activation(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A DequantizeLinear -> act -> QuantizeLinear after the layer's own QuantizeLinear, all
+    symmetric per-tensor int8, where act is a Relu (or a clamp that is one at the output scale:
+    its bounds quantize to 0 and to at least 127; the layer applies max(q, 0) in its own output
+    scale and, where the act has a scale of its own, a requant follows: exact either way, as
+    quantize is monotone) or any unary op a 256-entry table holds (``layers/qnn/lut.py``: the
+    codegen's LUT after the layer, exact by construction)."""
     quantize = producer(node.inputs[0])
-    relu = node.outputs[0].outputs[0] if len(node.outputs[0].outputs) == 1 else None
-    if relu is None or relu.op not in ("Relu", "Clip"):
-        return {"detail": "it does not feed a Relu or Clip only"}
+    act = node.outputs[0].outputs[0] if len(node.outputs[0].outputs) == 1 else None
+    if act is None or not act.inputs or act.inputs[0] is not node.outputs[0]:
+        return {"detail": "it does not feed one activation's data input only"}
     outputs = {t.name for t in graph.outputs}
-    after = relu.outputs[0].outputs
-    if relu.outputs[0].name in outputs or len(after) != 1 or after[0].op != "QuantizeLinear":
-        return {"detail": f"{relu.op} {relu.name!r} is not quantized again"}
+    after = act.outputs[0].outputs
+    if act.outputs[0].name in outputs or len(after) != 1 or after[0].op != "QuantizeLinear":
+        return {"detail": f"{act.op} {act.name!r} is not quantized again"}
     nodes = [n for n in (quantize, node, after[0]) if n is not None]
     issue = next((qdq_issue(n) for n in nodes if qdq_issue(n)), None)
     if issue:
         return {"detail": issue}
     if quantize is not None and scale_of(quantize) != scale_of(node):
         return {"detail": f"{node.name!r} dequantizes with another scale than it was quantized"}
-    bounds = _quantized_bounds(relu, after[0])
-    if bounds is None or bounds[0] != 0.0 or bounds[1] < 127.0:
-        return {"detail": f"{relu.op} {relu.name!r} is not a Relu at the output scale "
-                          f"(its bounds quantize to {bounds})"}
-    return None
+    if act.op in CLAMP_OPS and is_relu_at(act, after[0]):
+        return None
+    issue = lut_issue(act)
+    return None if issue is None else {"detail": issue}
 
 
 def check_vacuous_clamp(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
@@ -160,7 +128,7 @@ def check_vacuous_clamp(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
     issue = qdq_issue(node)
     if issue:
         return {"detail": issue}
-    bounds = _quantized_bounds(clamp, node) if clamp is not None else None
+    bounds = quantized_bounds(clamp, node) if clamp is not None else None
     if bounds is None or clamp.op == "Relu":
         return {"detail": f"{clamp.op if clamp else 'its input'} is not a clamp against constants"}
     if bounds[0] > -128.0 or bounds[1] < 127.0:
@@ -256,14 +224,50 @@ def check_same_scale(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) ->
     return None
 
 
+def check_int_clamp(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A Relu, or a Clip, Min or Max against constants: a clamp the int8 values take as they
+    are (quantize is monotone)."""
+    if clamp_bounds(node) is None:
+        return {"detail": f"{node.op} {node.name!r} does not clamp against constants"}
+    return None
+
+
+def check_lut_op(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """An elementwise function of its first input alone, which a 256-entry table holds."""
+    issue = lut_issue(node)
+    return None if issue is None else {"detail": issue}
+
+
+def check_qdq_difference(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Both operands of a Sub are dequantized symmetric per-tensor int8 activations, the first
+    of the output's shape and the second broadcasting into it."""
+    out_shape = static_shape(node.outputs[0])
+    for position, tensor in enumerate(node.inputs):
+        source = producer(tensor)
+        if source is None or source.op != "DequantizeLinear" or is_const(source.inputs[0]):
+            return {"detail": f"operand {tensor.name} is not a dequantized int8 activation"}
+        issue = qdq_issue(source)
+        if issue:
+            return {"detail": issue}
+    shapes = [static_shape(t) for t in node.inputs]
+    if shapes[0] != out_shape or len(shapes[1] or ()) != len(out_shape or ()):
+        return {"detail": f"the operands {shapes} are not the output's shape {out_shape} and one "
+                          f"of its rank that broadcasts into it"}
+    return None
+
+
 QNN_CHECKS = MappingProxyType({
     "int8_qdq": check_int8_qdq,
     "dequantizes_activation": check_dequantizes_activation,
     "region_edge": check_region_edge,
-    "fused_relu": check_fused_relu,
+    "fused_relu": check_fused_activation,   # its name before it took LUTs too
+    "fused_activation": check_fused_activation,
     "vacuous_clamp": check_vacuous_clamp,
     "qdq_weights": check_qdq_weights,
     "qdq_operands": check_qdq_operands,
     "qdq_inputs": check_qdq_inputs,
     "same_scale": check_same_scale,
+    "int_clamp": check_int_clamp,
+    "lut_op": check_lut_op,
+    "qdq_difference": check_qdq_difference,
 })

@@ -22,7 +22,7 @@ import pytest
 import mrvl_convert
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.layers import Activation
-from mrvl_convert.layers.qnn.kernels import Conv2DInt8Kernel, GlobalAvgpool2DInt8Kernel
+from mrvl_convert.layers.qnn.sums import Conv2DInt8Kernel, GlobalAvgpool2DInt8Kernel
 from mrvl_convert.layers.conv2d import Conv2DKernel
 from mrvl_convert.runtime import Fp16RangeWarning, HybridSession, MrvlSimulator
 from mrvl_convert.runtime import graph_engine

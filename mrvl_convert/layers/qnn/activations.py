@@ -12,9 +12,10 @@ never for these layers.
 
 Number model: what onnxruntime computes for the QDQ chain, the float function of the dequantized
 value, quantized: out = saturate(round_half_even(f(q * input_scale) / output_scale)). Every int8
-input has one output, so the kernel evaluates f once per value (a 256-entry table) in float32;
-onnxruntime's own Sigmoid and Tanh differ from numpy's by an ulp at most, which moves a value
-that falls within an ulp of a rounding boundary by one step.
+input has one output, so the kernel builds a 256-entry table at compile time by running that
+chain through onnxruntime itself (``as_written.py``): its own Sigmoid and Tanh, whose float32
+results numpy's differ from by an ulp (a step at near-ties), so the table is exact by
+construction.
 """
 from __future__ import annotations
 
@@ -28,28 +29,30 @@ from mrvl_convert.core.graph import scale_of
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.layerspec import LayerSpec
-from mrvl_convert.kernels.ufuncs import activate_inplace
-from mrvl_convert.layers._kind import Activation, Attr, LayerKind, roles
+from mrvl_convert.layers._kind import Attr, LayerKind, roles
 from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, emit_unary
-from mrvl_convert.layers.qnn.kernels import INT8_MAX, INT8_MIN, dequantize, quantize
+from mrvl_convert.layers.qnn.as_written import QdqOp
+from mrvl_convert.layers.qnn.kernels import INT8_MAX, INT8_MIN
 
 _ATTRS = (Attr("input_scale", "float", "int8: scale of the input"),
           Attr("output_scale", "float", "int8: scale of the output"))
 
 
 class _TableKernel(Kernel):
-    """out = table[in + 128], the table the quantized float function of every int8 value."""
+    """out = table[in + 128], the table onnxruntime's quantized float function of every int8
+    value."""
 
     exact = True
-    function: Callable[[np.ndarray], np.ndarray]
+    op_type = ""
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
         spec.expect_shape(spec.input_shapes[0])
         values = np.arange(-128, 128, dtype=np.float32)
-        inputs = dequantize(values, spec.value("input_scale"))
-        self.table = quantize(type(self).function(inputs), spec.value("output_scale"))
+        chain = QdqOp(self.op_type, [((values.size,), spec.value("input_scale"))],
+                      spec.value("output_scale"), {})
+        self.table = chain(values)
 
     def run(self, x: np.ndarray) -> np.ndarray:
         # The input is int8 already; clipping only keeps a crafted float input in the table.
@@ -58,11 +61,11 @@ class _TableKernel(Kernel):
 
 
 class QnnSigmoidKernel(_TableKernel):
-    function = staticmethod(lambda x: activate_inplace(x.copy(), Activation.SIGMOID))
+    op_type = "Sigmoid"
 
 
 class QnnTanhKernel(_TableKernel):
-    function = staticmethod(np.tanh)
+    op_type = "Tanh"
 
 
 def _lowering(kind: str, role: str) -> Callable[[Composite, LayoutContext], None]:

@@ -1,15 +1,13 @@
-"""Simulator kernels of the int8 layers (``qnn.py``), in onnxruntime's number model.
+"""Simulator kernels of the elementwise int8 layers and the int8 helpers every int8 kernel
+shares, in onnxruntime's number model of a QDQ model run as written.
 
 Int8 activations flow between layers as float32 arrays holding integers in [-128, 127] (every
 one exact in float16, so these kernels are ``exact``: the simulator leaves their outputs as they
-are). Integer products are summed in float64, where every partial sum of int8 x int8 products is
-an exact integer, so the int32 accumulator is exact whatever order the matrix product takes.
-
-Requantization is onnxruntime's (``MlasRequantizeOutput``, QLinearConv / QLinearMatMul):
-float32(acc) times the float32 multiplier input_scale * weight_scale / output_scale, saturated to
-[-128, 127] and rounded half to even. Quantization is onnxruntime's QuantizeLinear: x / scale in
-float32, saturated, rounded half to even; dequantization is q * scale in float32. The newer
-Marvell codegen's contract (princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3
+are). Quantization is onnxruntime's QuantizeLinear: x / scale in float32, saturated, rounded half
+to even; dequantization is q * scale in float32. An elementwise op between them (Add, Sub, Mul)
+is one float32 operation per element, which numpy computes exactly as onnxruntime does; the
+layers whose float op sums run it through onnxruntime itself (``sums.py``). The newer Marvell
+codegen's contract (princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3
 src/relay/backend/contrib/mrvl/codegen.cc ``SetScaleAttr``) carries only these per-tensor scales.
 """
 from __future__ import annotations
@@ -22,8 +20,6 @@ from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel, const_broadcast_shape
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.layers._kind import Activation
-from mrvl_convert.layers.conv2d import Conv2DKernel
-from mrvl_convert.layers.pool import Avgpool2DKernel, GlobalAvgpool2DKernel
 
 INT8_MIN, INT8_MAX = -128.0, 127.0
 
@@ -39,20 +35,7 @@ def dequantize(q: np.ndarray, scale: float) -> np.ndarray:
     return np.multiply(q, np.float32(scale), dtype=np.float32)
 
 
-class Requantize:
-    """int32 accumulator -> int8 output, with an optional fused relu (max(q, 0): the scale is
-    the same before and after it)."""
-
-    def __init__(self, spec: LayerSpec, weight_key: str = "weight_scale") -> None:
-        product = np.float32(spec.value("input_scale")) * np.float32(spec.value(weight_key))
-        self.multiplier = np.float32(product / np.float32(spec.value("output_scale")))
-        self.relu = spec.value("activation_type") is Activation.RELU
-
-    def __call__(self, acc: np.ndarray) -> np.ndarray:
-        y = acc.astype(np.float32)
-        y *= self.multiplier
-        np.clip(y, 0.0 if self.relu else INT8_MIN, INT8_MAX, out=y)
-        return np.rint(y, out=y)
+LUT_SIZE = 256
 
 
 def int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
@@ -64,65 +47,35 @@ def int_const(spec: LayerSpec, key: str, consts: Mapping[str, np.ndarray],
     return value
 
 
-def _bias(spec: LayerSpec, consts: Mapping[str, np.ndarray], o: int) -> np.ndarray:
-    bias = int_const(spec, "bias_const_name", consts, np.int32)
-    if bias.size != o:
-        raise spec.error("attrs.bias_const_name", f"bias has {bias.size} values, expected {o}")
-    return bias.reshape(o).astype(np.float64)
+class FusedInt8Activation:
+    """What an int8 layer applies to its int8 result: nothing, ``relu`` (max(q, 0): the QDQ
+    model's Q -> DQ -> Relu -> Q at one scale) or ``LUT``: a 256-entry int8 table indexed by the
+    int8 value reinterpreted as uint8 (the newer codegen's ``take`` after the layer, princekumar70
+    /tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc
+    ``activation_type`` "LUT" with ``lut_const_name``; TVM's ``create_integer_lookup_table``
+    orders the table by the uint8 bit pattern). The table is the QDQ model's own op evaluated by
+    onnxruntime at conversion (``lut.py``), so the lookup is exact by construction."""
 
+    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray]) -> None:
+        activation = spec.value("activation_type")
+        self.relu = activation is Activation.RELU
+        self.table: Optional[np.ndarray] = None
+        if activation is Activation.LUT:
+            table = int_const(spec, "lut_const_name", consts, np.int8)
+            if table.size != LUT_SIZE:
+                raise spec.error("attrs.lut_const_name", f"a LUT has {LUT_SIZE} entries, this "
+                                                         f"one {table.size}")
+            self.table = table.reshape(LUT_SIZE).astype(np.float32)
+        elif activation not in (None, Activation.RELU):
+            raise spec.error("attrs.activation_type", f"an int8 layer fuses relu or LUT, not "
+                                                      f"{activation.value}")
 
-class Conv2DInt8Kernel(Conv2DKernel):
-    """int8 NHWC convolution (OHWI int8 kernel, int32 bias), requantized to output_scale."""
-
-    exact = True
-
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
-                 gemm: GemmEngine = NUMPY_GEMM) -> None:
-        Kernel.__init__(self, spec, consts, gemm)
-        c = self._read_geometry()
-        if self.groups != 1:
-            raise spec.error("attrs.groups", "an int8 Conv2D is an ordinary convolution "
-                                             "(depthwise and grouped kernels are expanded)")
-        kernel = int_const(spec, "kernel_const_name", consts, np.int8)
-        o = self._take_kernel(kernel, c)
-        kh, kw = self.kernel_hw
-        self.pointwise = (kh == kw == 1 and not any(self.pads))
-        # [KH*KW*I, O]: the (kh, kw, c) order of an NHWC window flattened (as Conv2DKernel).
-        self.weights = kernel.reshape(o, -1).T.astype(np.float64)
-        self.bias = _bias(spec, consts, o)
-        self.requantize = Requantize(spec)
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        n = x.shape[0]
-        acc = self._columns(x).astype(np.float64) @ self.weights
-        acc += self.bias
-        return self.requantize(acc).reshape(n, *self.out_hw, self.out_channels)
-
-
-class FCInt8Kernel(Kernel):
-    """int8 fully connected (OI int8 kernel, int32 bias), requantized to output_scale."""
-
-    exact = True
-
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
-                 gemm: GemmEngine = NUMPY_GEMM) -> None:
-        super().__init__(spec, consts, gemm)
-        n, i = spec.input_rank(0, 2)
-        weight = int_const(spec, "kernel_const_name", consts, np.int8)
-        if weight.ndim != 2 or weight.shape[1] != i:
-            raise spec.error("attrs.kernel_const_name", f"kernel has shape {list(weight.shape)}"
-                                                        f", expected [O, {i}] (OI)")
-        spec.value("kernel_layout")
-        o = weight.shape[0]
-        spec.expect_shape((n, o))
-        self.weights = weight.T.astype(np.float64)
-        self.bias = _bias(spec, consts, o)
-        self.requantize = Requantize(spec)
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        acc = x.astype(np.float64) @ self.weights
-        acc += self.bias
-        return self.requantize(acc)
+    def __call__(self, q: np.ndarray) -> np.ndarray:
+        if self.relu:
+            return np.maximum(q, 0.0, out=q)
+        if self.table is not None:
+            return self.table[q.astype(np.int64) & 0xFF]
+        return q
 
 
 class BinaryInt8Kernel(Kernel):
@@ -154,7 +107,7 @@ class BinaryInt8Kernel(Kernel):
         spec.expect_shape(out)
         self.lhs, self.rhs = spec.value("lhs_input_scale"), spec.value("rhs_input_scale")
         self.out = spec.value("output_scale")
-        self.relu = spec.value("activation_type") is Activation.RELU
+        self.activation = FusedInt8Activation(spec, consts)
 
     def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover
         raise NotImplementedError
@@ -162,8 +115,7 @@ class BinaryInt8Kernel(Kernel):
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         total = self.combine(dequantize(a, self.lhs),
                              dequantize(self.const if b is None else b, self.rhs))
-        q = quantize(total, self.out)
-        return np.maximum(q, 0.0, out=q) if self.relu else q
+        return self.activation(quantize(total, self.out))
 
 
 def _broadcast(a: Tuple[int, ...], b: Tuple[int, ...]) -> Optional[Tuple[int, ...]]:
@@ -181,41 +133,14 @@ class Sum2DInt8Kernel(BinaryInt8Kernel):
         return a
 
 
-class Avgpool2DInt8Kernel(Avgpool2DKernel):
-    """int8 average pooling: dequantized, summed window by window in float32, divided by the
-    count and quantized to output_scale (onnxruntime's QLinearAveragePool with its int8 zero
-    point 0; on x86 onnxruntime first turns int8 into uint8 and adds that zero point, 128, in
-    float32 before rounding, which settles some near-ties the other way: one step)."""
+class SubInt8Kernel(BinaryInt8Kernel):
+    """int8 elementwise a - b of two activations (b may broadcast into a)."""
 
-    exact = True
+    broadcast = True
 
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
-                 gemm: GemmEngine = NUMPY_GEMM) -> None:
-        super().__init__(spec, consts, gemm)
-        self.scales = (spec.value("input_scale"), spec.value("output_scale"))
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        return quantize(super().run(dequantize(x, self.scales[0])), self.scales[1])
-
-
-class GlobalAvgpool2DInt8Kernel(GlobalAvgpool2DKernel):
-    """int8 global average pooling: the int32 sum over H and W requantized by
-    input_scale / (output_scale * H * W) (onnxruntime's QLinearGlobalAveragePool)."""
-
-    exact = True
-
-    def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
-                 gemm: GemmEngine = NUMPY_GEMM) -> None:
-        super().__init__(spec, consts, gemm)
-        _, h, w, _ = spec.input_shapes[0]
-        size = np.float32(spec.value("output_scale")) * np.float32(h * w)
-        self.multiplier = np.float32(np.float32(spec.value("input_scale")) / size)
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        y = x.sum(axis=(1, 2), keepdims=True, dtype=np.float64).astype(np.float32)
-        y *= self.multiplier
-        np.clip(y, INT8_MIN, INT8_MAX, out=y)
-        return np.rint(y, out=y)
+    def combine(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        a -= b
+        return a
 
 
 class ElementwiseEdgeKernel(Kernel):

@@ -7,19 +7,20 @@ src/relay/backend/contrib/mrvl/codegen.cc ``CreateCompositeMrvlQnnConv2DLayer``,
 ``CreateCompositeMrvlQnnFcLayer``, ``CreateCompositeMrvlQnnSumLayer``,
 ``CreateCompositeMrvlQnnAvgpool2DLayer``, ``CreateCompositeMrvlQnnGlobalAvgpool2DLayer``,
 ``CreateMrvlQuantLayer``, ``SetScaleAttr``): Conv2D and FC ``input_scale``, ``weight_scale``,
-``output_scale``; Sum2D ``lhs_input_scale``, ``rhs_input_scale``, ``output_scale``; pools
-``input_scale``, ``output_scale``; one float each, no zero point; int8 weights and int32 biases.
-Region edges become ``quant`` layers: ``output_scale`` quantizes float32 to int8, ``input_scale``
-dequantizes int8 to float32. The other int8 kinds have homes of their own: ``qnn_mul.py`` (Mul2D),
-``qnn_activations.py`` (QnnSigmoid, QnnTanh), ``qnn_concat.py`` (Concat of int8 values) and
-``qnn_requant.py`` (requant: another scale, e.g. after a fused Relu that has its own). Max pooling and layers that only move bytes run on the int8 values
-as they are, as in the codegen, which writes no scale for them.
+``output_scale``; Sum2D, Mul2D and Sub ``lhs_input_scale``, ``rhs_input_scale``,
+``output_scale``; pools and ReduceMean ``input_scale``, ``output_scale``; one float each, no zero
+point; int8 weights and int32 biases. Region edges become ``quant`` layers: ``output_scale``
+quantizes float32 to int8, ``input_scale`` dequantizes int8 to float32. The other int8 kinds
+and forms have homes of their own: ``mul.py`` (Mul2D), ``activations.py`` (QnnSigmoid,
+QnnTanh), ``concat.py`` (Concat of int8 values), ``requant.py`` (requant: another scale),
+``lut.py`` (the LUT a Conv2D, FC, Sum2D or Mul2D fuses), ``unary.py`` (a clamp or a LUT no
+layer fuses). Max pooling, Resize2D and layers that only move bytes run on the int8 values as
+they are, as in the codegen, which writes no scale for them.
 
-The number model (``kernels``: onnxruntime's, so that the simulator reproduces its execution of
-the QDQ model): int8 x int8 products summed exactly into int32 with the int32 bias, requantized
-by float32(acc) * (input_scale * weight_scale / output_scale) in float32, rounded half to even
-and saturated to [-128, 127]; Sum2D and pools dequantize to float32, compute, and quantize
-(x / scale, half to even, saturated). Int8 activations flow as float32 arrays of integers.
+The number model is onnxruntime's run of the QDQ model as written: elementwise ops in float32
+between dequantization and quantization (``kernels.py``), the ops that sum through onnxruntime
+itself (``sums.py``, ``as_written.py``: why). Int8 activations flow as float32 arrays of
+integers.
 """
 from __future__ import annotations
 
@@ -31,12 +32,14 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, conv_pads, present, static_shape
-from mrvl_convert.ir.layout import NHWC, Layer, LayoutContext, TensorLayout
+from mrvl_convert.ir.layout import NHWC, Layer, LayoutContext, TensorLayout, native
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.core.graph import producer, scale_of
 from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
-from mrvl_convert.layers._kind import MARVELL, Activation, Attr, LayerKind, roles
+from mrvl_convert.layers.qnn import lut, sums as qnn_sums, unary as qnn_unary
+from mrvl_convert.layers._kind import (INT8_ACTIVATION, LUT_CONST, MARVELL, Activation, Attr,
+                                       LayerKind, roles)
 from mrvl_convert.layers._lowering import new_layer, spatial_out
 from mrvl_convert.layers.qnn.requant import emit_with_requant
 
@@ -56,19 +59,29 @@ RHS_INPUT_SCALE = _scale("rhs_input_scale", "int8: scale of the second operand (
 
 # The int8 attributes and kernel each quantizable kind gains (``int8_form``).
 _INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
-    "Conv2D": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.Conv2DInt8Kernel),
-    "FC": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_kernels.FCInt8Kernel),
+    "Conv2D": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_sums.Conv2DInt8Kernel),
+    "FC": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE), qnn_sums.FCInt8Kernel),
     "Sum2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Sum2DInt8Kernel),
-    "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.Avgpool2DInt8Kernel),
-    "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.GlobalAvgpool2DInt8Kernel),
+    "Avgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_sums.Avgpool2DInt8Kernel),
+    "GlobalAvgpool2D": ((INPUT_SCALE, OUTPUT_SCALE), qnn_sums.GlobalAvgpool2DInt8Kernel),
     "Mul2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_mul.Mul2DInt8Kernel),
+    "Sub": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.SubInt8Kernel),
+    "ReduceMean": ((INPUT_SCALE, OUTPUT_SCALE), qnn_sums.ReduceMeanInt8Kernel),
 })
+# The kinds whose int8 form may fuse a LUT (the codegen's ``take`` after the layer).
+_LUT_KINDS = frozenset({"Conv2D", "FC", "Sum2D", "Mul2D"})
 
 
 def int8_form(kind: LayerKind) -> LayerKind:
-    """``kind`` with its int8 attributes (declared after its own) and int8 kernel."""
+    """``kind`` with its int8 attributes (declared after its own) and int8 kernel; the kinds
+    that fuse a LUT take ``LUT`` as an activation and the LUT constant."""
     attrs, kernel = _INT8[kind.name]
-    return dataclasses.replace(kind, attrs=kind.attrs + attrs, int8_kernel=kernel)
+    own, consts = kind.attrs, kind.consts
+    if kind.name in _LUT_KINDS:
+        own = tuple(INT8_ACTIVATION if a.name == INT8_ACTIVATION.name else a for a in own)
+        consts = consts + (LUT_CONST,)
+    return dataclasses.replace(kind, attrs=own + attrs, consts=consts, int8_kernel=kernel,
+                               quantizable=True)
 
 
 # ------------------------------------------------------------------------------------ lowering
@@ -98,19 +111,19 @@ def lower(composite: Composite, ctx: LayoutContext, float_lower: Optional[Lower]
 
 
 def _add_pool_scales(composite: Composite, layers: List[Layer]) -> None:
-    if composite.rule.layer not in ("Avgpool2D", "GlobalAvgpool2D"):
+    if composite.rule.layer not in ("Avgpool2D", "GlobalAvgpool2D", "ReduceMean"):
         return
     made = [layer for layer in layers if layer.rule == composite.rule.name][-1]
     made.attrs["input_scale"] = scale_of(composite.binding.node("in_dq"))
     made.attrs["output_scale"] = scale_of(composite.binding.node("out_q"))
 
 
-def _output(composite: Composite) -> Tuple[float, Optional[Activation]]:
-    """The output scale and fused activation of a chain ending ``out_q [act_dq act act_q]``
-    (the rules let in a Relu, or a Clip that is one at the output scale: max(q, 0) in the
-    layer's own output scale is exact, a requant follows where the Relu has another scale)."""
-    act = composite.binding.node("act")
-    return scale_of(composite.binding.node("out_q")), (Activation.RELU if act else None)
+def _output(composite: Composite) -> Tuple[float, Optional[Activation], List]:
+    """The output scale, fused activation and its constants of a chain ending ``out_q [act_dq
+    act act_q]`` (``lut.fused``: relu, exact in the layer's own output scale with a requant
+    after it where the Relu has another scale; or a LUT, whose table maps to the act's scale)."""
+    activation, consts = lut.fused(composite)
+    return scale_of(composite.binding.node("out_q")), activation, consts
 
 
 def _int_const(tensor: gs.Tensor, dtype: type) -> np.ndarray:
@@ -135,15 +148,16 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
         # convolution (the added taps are zeros, exact).
         weights = block_diagonal(weights, groups)
     index, layout = ctx.require(in_dq.inputs[0], NHWC)
-    output_scale, activation = _output(composite)
+    output_scale, activation, fused_consts = _output(composite)
     attrs = {"strides": tuple(strides), "padding": tuple(pads), "dilation": tuple(dilations),
              "groups": 1, "channels": out_channels, "kernel_size": (kh, kw),
              "activation_type": activation, "input_scale": scale_of(in_dq),
              "weight_scale": scale_of(producer(conv.inputs[1])), "output_scale": output_scale}
     consts = [("kernel", np.ascontiguousarray(weights.transpose(0, 2, 3, 1))),
-              ("bias", bias.reshape(1, 1, 1, out_channels))]
+              ("bias", bias.reshape(1, 1, 1, out_channels))] + fused_consts
     layer = new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
                       consts)
+    layer.inexact = _bias_scale_note(conv, in_dq)
     emit_with_requant(composite, ctx, layer)
 
 
@@ -162,32 +176,76 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
     bias = present(fc, 2) if fc.op == "Gemm" else None
     bias = np.broadcast_to(_int_const(bias, np.int32).reshape(-1), (out_features,)) \
         if bias is not None else np.zeros(out_features, np.int32)
+    inexact = _bias_scale_note(fc, in_dq)
     if layout.scrambled_from is not None:
         # The flatten kept the producer's NHWC order: reorder the weight columns to match.
         logical, perm = layout.scrambled_from
-        weights = weights.reshape([out_features] + list(logical[1:]))
-        weights = weights.transpose([0] + list(perm[1:])).reshape(out_features, -1)
+        reordered = weights.reshape([out_features] + list(logical[1:]))
+        reordered = reordered.transpose([0] + list(perm[1:])).reshape(out_features, -1)
+        if sum(d > 1 for d in logical[1:]) > 1:
+            inexact = _PERMUTED_FC
+        weights = reordered
         layout = TensorLayout(layout.shape, (0, 1), layout.labels)
-    output_scale, activation = _output(composite)
+    output_scale, activation, fused_consts = _output(composite)
     attrs = {"activation_type": activation, "input_scale": scale_of(in_dq),
              "weight_scale": scale_of(producer(fc.inputs[1])), "output_scale": output_scale}
     consts = [("kernel", np.ascontiguousarray(weights)),
-              ("bias", np.ascontiguousarray(bias, dtype=np.int32).reshape(1, out_features))]
+              ("bias", np.ascontiguousarray(bias, dtype=np.int32).reshape(1, out_features))] \
+        + fused_consts
     out = TensorLayout(tuple(static_shape(composite.output)), (0, 1), "NC")
     layer = new_layer(composite, "FC", [index], [layout], out, attrs, consts)
+    layer.inexact = inexact
     emit_with_requant(composite, ctx, layer)
+
+
+_PERMUTED_FC = ("int8 FC reading an NHWC flatten: its weight columns permuted, MLAS sums the "
+                "products in another order than the model's Gemm: a step where a value lies "
+                "within float32 rounding of a rounding boundary")
+
+
+def _bias_scale_note(node: gs.Node, in_dq: gs.Node) -> str:
+    """Why the layer's bias is not dequantized as the model does (its scale is not the float32
+    product input_scale x weight_scale, which is all the Nodes-JSON can say), or ""."""
+    bias = present(node, 2) if node.op in ("Conv", "Gemm") else None
+    if bias is None:
+        return ""
+    product = np.float32(scale_of(in_dq)) * np.float32(scale_of(producer(node.inputs[1])))
+    if np.float32(scale_of(producer(bias))) == product:
+        return ""
+    return (f"bias scale {scale_of(producer(bias))!r} is not input_scale x weight_scale "
+            f"({float(product)!r}) in float32: the bias is dequantized with the product, a step "
+            f"where a value lies that close to a rounding boundary")
 
 
 def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
-    """Two int8 activations, or one and an int8 constant (always the rhs: the sum commutes)."""
+    """Two int8 activations, or one and an int8 constant (always the rhs: the sum commutes);
+    or the carrier of a LUT no layer before it fuses (``unary.py``)."""
+    if composite.binding.node("lut") is not None:
+        qnn_unary.lower_lut(composite, ctx)
+        return
     add = composite.binding.node("add")
     dequantized, indices, layouts, consts = qnn_mul.int8_operands(add, ctx)
-    output_scale, activation = _output(composite)
+    output_scale, activation, fused_consts = _output(composite)
     attrs = {"activation_type": activation, "lhs_input_scale": scale_of(dequantized[0]),
              "rhs_input_scale": scale_of(dequantized[1]), "output_scale": output_scale}
     out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)
-    layer = new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts)
+    layer = new_layer(composite, "Sum2D", indices, layouts, out, attrs, consts + fused_consts)
     emit_with_requant(composite, ctx, layer)
+
+
+def _lower_sub(composite: Composite, ctx: LayoutContext) -> None:
+    """a - b of two int8 activations, b broadcasting into a (rules: ``qdq_difference``)."""
+    sub = composite.binding.node("sub")
+    perm = native(len(static_shape(sub.outputs[0])))
+    dequantized = [producer(t) for t in sub.inputs]
+    required = [ctx.require(dq.inputs[0], perm) for dq in dequantized]
+    attrs = {"activation_type": None, "lhs_input_scale": scale_of(dequantized[0]),
+             "rhs_input_scale": scale_of(dequantized[1]),
+             "output_scale": scale_of(composite.binding.node("out_q"))}
+    layouts = [layout for _, layout in required]
+    out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
+    ctx.emit(new_layer(composite, "Sub", [i for i, _ in required], layouts, out, attrs),
+             composite.output)
 
 
 def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
@@ -206,7 +264,8 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
 
 _LOWER: Mapping[str, Lower] = MappingProxyType({
     "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
-    "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower})
+    "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower, "Clip": qnn_unary.lower_clamp,
+    "Sub": _lower_sub})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:

@@ -23,8 +23,8 @@ from mrvl_convert.core.graph import const_value, is_const, static_shape
 from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.core.graph import producer, scale_of
-from mrvl_convert.layers._kind import Activation
 from mrvl_convert.layers._lowering import new_layer
+from mrvl_convert.layers.qnn import lut
 from mrvl_convert.layers.qnn.kernels import BinaryInt8Kernel
 from mrvl_convert.layers.qnn.requant import emit_with_requant
 
@@ -55,14 +55,14 @@ def int8_operands(node: gs.Node, ctx: LayoutContext
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     mul = composite.binding.node("mul")
     dequantized, indices, layouts, consts = int8_operands(mul, ctx)
-    act = composite.binding.node("act")
-    attrs = {"activation_type": Activation.RELU if act is not None else None,
+    activation, fused_consts = lut.fused(composite)
+    attrs = {"activation_type": activation,
              "lhs_input_scale": scale_of(dequantized[0]),
              "rhs_input_scale": scale_of(dequantized[1]),
              "output_scale": scale_of(composite.binding.node("out_q"))}
     out = TensorLayout(tuple(static_shape(composite.output)), layouts[0].perm, layouts[0].labels)
     emit_with_requant(composite, ctx, new_layer(composite, "Mul2D", indices, layouts, out, attrs,
-                                                consts))
+                                                consts + fused_consts))
 
 
 class Mul2DInt8Kernel(BinaryInt8Kernel):

@@ -11,7 +11,8 @@ The newer codegen writes it for a ``qnn.requantize`` left standalone (mrvl.py co
 Where it appears here: after a layer whose fused Relu (or a Clip that is a Relu at the output
 scale) is quantized with a scale of its own (onnxruntime 1.18's ``quantize_static`` gives the Relu
 after a Conv its own scale); for a ``Min`` against a constant the output range saturates anyway
-(MobileNet's ``Min(Relu(x), 6)``); and in front of a Concat input whose scale is not the output's.
+(MobileNet's ``Min(Relu(x), 6)``); in front of a Concat input whose scale is not the output's;
+and in front of an integer clamp whose output scale is not its input's (``unary.py``).
 The codegen instead folds a requantize that follows a layer's activation into that layer
 (``UnpackCompositeConvolution`` ``instrument_4``: the layer's ``output_scale`` becomes the
 requantize's), which rounds once instead of twice and so can differ from onnxruntime's run of the
@@ -32,7 +33,7 @@ from mrvl_convert.core.graph import scale_of
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.layers.qnn import kernels as qnn_kernels
-from mrvl_convert.layers._kind import MARVELL, Attr, LayerKind, roles
+from mrvl_convert.layers._kind import MARVELL, Activation, Attr, LayerKind, roles
 from mrvl_convert.layers._lowering import new_layer
 
 SOURCE = ("princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
@@ -69,9 +70,11 @@ def emit_requant(composite: Composite, ctx: LayoutContext, index: int, layout: T
 
 def emit_with_requant(composite: Composite, ctx: LayoutContext, layer: Layer) -> None:
     """Emit ``layer`` for the composite's output, or, where its fused Relu is quantized with a
-    scale of its own (``act_q``, onnxruntime 1.18), as an intermediate value and a requant."""
+    scale of its own (``act_q``, onnxruntime 1.18), as an intermediate value and a requant (a
+    LUT maps to the act's scale itself)."""
     act_q = composite.binding.node("act_q")
-    if act_q is None or scale_of(act_q) == layer.attrs["output_scale"]:
+    if act_q is None or layer.attrs.get("activation_type") is Activation.LUT \
+            or scale_of(act_q) == layer.attrs["output_scale"]:
         ctx.emit(layer, composite.output)
         return
     layer.source_nodes = []

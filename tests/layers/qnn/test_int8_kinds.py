@@ -224,9 +224,9 @@ def test_int8_relu_with_its_own_scale_is_a_fused_relu_and_a_requant(tmp_path):
 
 @pytest.mark.parametrize("factor, fused", [(None, True), (4.0, False)])
 def test_int8_clip_fuses_where_it_is_a_relu_at_the_output_scale(tmp_path, factor, fused):
-    """Clip(0, 0.05) quantized to 0.05/127 is max(q, 0): fused into the Conv2D. With its scale
-    four times larger the bound quantizes to 32, a clamp the layer cannot fuse: on CPU, with
-    the reason, and the hybrid still computes what onnxruntime does."""
+    """Clip(0, 0.05) quantized to 0.05/127 is max(q, 0): fused into the Conv2D as relu. With
+    its scale four times larger the bound quantizes to 32, a clamp relu is not: fused as a LUT
+    (layers/qnn/lut.py), and the hybrid still computes what onnxruntime does."""
     rng = np.random.default_rng(6)
     inits = dict(_convs(rng), lo=np.array(0.0), hi=np.array(0.05))
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
@@ -237,10 +237,8 @@ def test_int8_clip_fuses_where_it_is_a_relu_at_the_output_scale(tmp_path, factor
         _relabel_scale(qdq, "Clip", factor)
     result = mrvl_convert.convert(qdq, tmp_path / "out")
     place = placements(result)["clip"]
-    if fused:
-        assert place["rule"] == "mrvl.qnn_conv2d", place
-    else:
-        assert place["placement"] == "cpu" and "int8" in place["reason"], place
-        assert placements(result)["conv"]["rule"] == "mrvl.qnn_conv2d"
+    assert place["rule"] == "mrvl.qnn_conv2d", place
+    conv = next(a for a in _layers(result) if a["layer_name"] == ["Conv2D"])
+    assert conv["activation_type"] == (["relu"] if fused else ["LUT"])
     got, want = run_both(qdq, result.out_dir, feeds)
     assert steps(got, want, output_scale(onnx.load(qdq))).max() == 0
