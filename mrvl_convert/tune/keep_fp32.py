@@ -29,7 +29,9 @@ from mrvl_convert.emit.publish import dumps, write_file_atomically
 from mrvl_convert.emit.validate import validate
 from mrvl_convert.errors import OptionError
 from mrvl_convert.options import ConvertOptions
+from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.compare import compare
+from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
 from mrvl_convert.verify.report import Comparison
 from mrvl_convert.verify.tolerances import Tolerances
@@ -42,13 +44,17 @@ PathLike = Union[str, "os.PathLike[str]"]
 @dataclass
 class VerifySettings:
     """How each conversion is judged, as ``--verify`` judges it: the feeds (None: ``compare``'s
-    seeded random one), the tolerances and the criterion."""
+    seeded random one; ``npz``: read from that file, as ``--verify-inputs`` is, once the first
+    artifact gives the input shapes), the tolerances and the criterion."""
 
     inputs: Optional[List[Dict[str, Any]]] = None
     tolerances: Optional[Tolerances] = None
     criterion: str = "ours"
+    npz: Optional[PathLike] = None
 
     def run(self, model: PathLike, artifact: Path) -> Comparison:
+        if self.inputs is None and self.npz is not None:
+            self.inputs = load_npz_feeds(str(self.npz), HybridSession(artifact).input_specs)
         return compare(model, artifact, self.inputs, tolerances=self.tolerances,
                        criterion=self.criterion)
 
@@ -108,7 +114,7 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
         if AUTO in names and not check.passed:
             result.analysis = analyze_fp16(model, first, verify.inputs)
         _rounds(result, model, base, verify, Path(tmp), max_rounds)
-    if out_dir is not None and result.kept:
+    if out_dir is not None:  # nothing kept: the plain fp16 conversion, which passes
         convert_with(model, out_dir, replace(base, keep_fp32=tuple(result.kept)))
         record_measured(out_dir, result)
     return result
