@@ -1,0 +1,98 @@
+"""fp16 sensitivity: the per-layer analysis of an fp16 artifact (accumulated, isolated) and the
+error of each layer's weights rounded alone, naming the layers that cost most (issue 30)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import numpy_helper
+
+from mrvl_convert import convert
+from mrvl_convert.verify.fp16_analysis import analyze_fp16
+from mrvl_convert.verify.metrics import Sums, snr_db
+from support.fp16_sensitive import SHAPE, cancelling_model
+
+SAMPLES = 3
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("fp16")
+    onnx.save(cancelling_model(), tmp / "m.onnx")
+    convert(tmp / "m.onnx", tmp / "art")
+    feeds = [{"x": np.random.default_rng(k).standard_normal(SHAPE).astype(np.float32)}
+             for k in range(SAMPLES)]
+    return tmp, feeds, analyze_fp16(tmp / "m.onnx", tmp / "art", feeds)
+
+
+def row_of(analysis, node):
+    return next(r for r in analysis.layers.rows if node in r.op_nodes)
+
+
+def output_snr_with_rounded(names, feeds) -> float:
+    """The model's output with only ``names`` cast to float16 (numpy's cast, not ours) against
+    the model as it is, both on onnxruntime fp32."""
+    plain, rounded = cancelling_model(), cancelling_model()
+    for tensor in rounded.graph.initializer:
+        if tensor.name in names:
+            value = numpy_helper.to_array(tensor).astype(np.float16).astype(np.float32)
+            tensor.CopyFrom(numpy_helper.from_array(value, tensor.name))
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+           for m in (plain, rounded)]
+    sums = Sums()
+    for feed in feeds:
+        want, got = (s.run(["y"], feed)[0] for s in run)
+        sums.add(got, want)
+    return snr_db(sums)
+
+
+def test_the_cancelling_layer_costs_most(analysed):
+    _, feeds, analysis = analysed
+    culprit = row_of(analysis, "conv_cancel")
+    assert analysis.costliest[0].layer == culprit.layer
+    assert analysis.candidates()[0].layer == culprit.layer
+    figures = analysis.weights[culprit.layer]
+    assert figures.initializers == ["w_cancel", "b_cancel"]
+    want = output_snr_with_rounded({"w_cancel", "b_cancel"}, feeds)
+    assert figures.output_snr_db == pytest.approx(want, rel=1e-6)
+    assert figures.output_snr_db < analysis.layers.threshold_db
+    # The layer adds the error itself: isolated as low as accumulated.
+    assert culprit.isolated_snr_db < analysis.layers.threshold_db
+    assert culprit.isolated_snr_db == pytest.approx(culprit.snr_db, abs=0.5)
+
+
+def test_exact_weights_cost_nothing(analysed):
+    _, _, analysis = analysed
+    dup = analysis.weights[row_of(analysis, "conv_dup").layer]
+    assert dup.snr_db == math.inf and dup.output_snr_db == math.inf
+    assert row_of(analysis, "conv_dup").layer not in [r.layer for r in analysis.costliest]
+    # The layer after the culprit inherits its error but adds little.
+    tail = row_of(analysis, "conv_tail")
+    assert tail.snr_db < analysis.layers.threshold_db < tail.isolated_snr_db
+
+
+def test_table_and_json_name_the_costliest(analysed):
+    _, _, analysis = analysed
+    culprit = row_of(analysis, "conv_cancel").layer
+    table = analysis.format_table()
+    assert "weights->out SNR dB" in table
+    assert f"cost the outputs most: {culprit} (conv_cancel" in table
+    doc = json.loads(json.dumps(analysis.to_dict(), allow_nan=False))  # JSON has no inf
+    assert doc["precision"] == "fp16" and doc["costliest"][0] == culprit
+    dup = next(w for w in doc["weights"] if w["initializers"] == ["w_dup"])
+    assert dup["output_snr_db"] is None and dup["output_exact"] is True
+
+
+def test_cli_quant_analysis_without_quantize_is_fp16(tmp_path, capsys):
+    from mrvl_convert.cli.convert import main
+
+    onnx.save(cancelling_model(), tmp_path / "m.onnx")
+    code = main([str(tmp_path / "m.onnx"), "-o", str(tmp_path / "out"), "--quant-analysis"])
+    printed = capsys.readouterr().out
+    assert code == 0 and "fp16 sensitivity of m" in printed and "conv_cancel" in printed
+    doc = json.loads((tmp_path / "out" / "m" / "fp16_analysis.json").read_text())
+    assert doc["samples"] == 8 and doc["costliest"]
