@@ -124,11 +124,13 @@ def analyze_fp16(float_model: "str | os.PathLike[str] | onnx.ModelProto",
                  artifact_dir: "str | os.PathLike[str]",
                  inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None,
                  *, threshold_db: float = DEFAULT_THRESHOLD_DB, seed: int = 0,
-                 samples: int = 1) -> Fp16Analysis:
+                 samples: int = 1, gemm: str = "numpy") -> Fp16Analysis:
     """Every Mrvl layer of the fp16 artifact against the float model (module docstring).
-    ``inputs``: a feed dict, a list of them, or None for ``samples`` seeded random feeds."""
+    ``inputs``: a feed dict, a list of them, or None for ``samples`` seeded random feeds;
+    ``gemm``: how the simulator runs (``HybridSession``)."""
     feeds = sample_feeds(HybridSession(artifact_dir), inputs, seed, samples)
-    layers = analyze_quantization(float_model, artifact_dir, feeds, threshold_db=threshold_db)
+    layers = analyze_quantization(float_model, artifact_dir, feeds, threshold_db=threshold_db,
+                                  gemm=gemm)
     proto = load_model(float_model)
     name_nodes(proto)  # the names the rows' op nodes use
     return Fp16Analysis(layers, weight_rounding(proto, layers.rows, feeds))

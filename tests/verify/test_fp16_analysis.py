@@ -96,3 +96,15 @@ def test_cli_quant_analysis_without_quantize_is_fp16(tmp_path, capsys):
     assert code == 0 and "fp16 sensitivity of m" in printed and "conv_cancel" in printed
     doc = json.loads((tmp_path / "out" / "m" / "fp16_analysis.json").read_text())
     assert doc["samples"] == 8 and doc["costliest"]
+
+
+def test_mrvl_verify_quant_analysis_of_an_fp16_artifact(analysed, tmp_path, capsys):
+    from mrvl_convert.cli.verify import main
+
+    tmp, _, _ = analysed
+    code = main([str(tmp / "m.onnx"), str(tmp / "art"), "--quant-analysis", "--json",
+                 str(tmp_path / "fa.json")])
+    printed = capsys.readouterr().out
+    assert code == 0 and "weights->out SNR dB" in printed, printed
+    doc = json.loads((tmp_path / "fa.json").read_text())
+    assert doc["precision"] == "fp16" and doc["costliest"]
