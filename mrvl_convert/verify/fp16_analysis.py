@@ -59,6 +59,7 @@ class WeightRounding:
     snr_db: Optional[float] = None           # the layer's tensor
     output_snr_db: Optional[float] = None    # the worst model output
     output_max_rel: Optional[float] = None   # its max|err| / max|fp32|, worst sample
+    note: str = ""
 
 
 @dataclass
@@ -115,9 +116,10 @@ class Fp16Analysis:
         figures = self.weights.get(row.layer) or WeightRounding(row.layer, [])
         flag = "<" if _below(row.isolated_snr_db, threshold) else (
             "." if _below(row.snr_db, threshold) else "")
+        notes = "; ".join(n for n in (row.note, figures.note) if n)
         return (row.layer, row.layer_name, row.tensor, _fmt(row.snr_db),
                 _fmt(row.isolated_snr_db), _fmt(figures.snr_db), _fmt(figures.output_snr_db),
-                (flag + "  " + row.note).strip())
+                (flag + "  " + notes).strip())
 
 
 def analyze_fp16(float_model: "str | os.PathLike[str] | onnx.ModelProto",
@@ -148,17 +150,24 @@ def weight_rounding(proto: onnx.ModelProto, rows: Sequence[LayerQuality],
     refs = [dict(zip(wanted, run_reference(base, wanted, feed, base_proto))) for feed in feeds]
     found: Dict[str, WeightRounding] = {}
     for row in rows:
-        names = _float_initializers(proto, row.op_nodes)
+        readers = _float_initializers(proto, row.op_nodes)
+        names = list(dict.fromkeys(i for inits in readers.values() for i in inits))
         if names and row.tensor:
             found[row.layer] = _rounded_run(proto, row, names, feeds, refs, outputs)
+            if len(readers) > 1:
+                found[row.layer].note = (f"weights of {', '.join(readers)} rounded apart; the "
+                                         "artifact rounds their fold once: an estimate")
     return found
 
 
-def _float_initializers(proto: onnx.ModelProto, op_nodes: Sequence[str]) -> List[str]:
+def _float_initializers(proto: onnx.ModelProto, op_nodes: Sequence[str]
+                        ) -> Dict[str, List[str]]:
+    """Op node -> the float initializers it reads (nodes that read none left out)."""
     floats = {t.name for t in proto.graph.initializer if t.data_type in _FLOAT}
     ops = set(op_nodes)
-    return list(dict.fromkeys(i for n in proto.graph.node if n.name in ops
-                              for i in n.input if i in floats))
+    readers = {n.name: [i for i in n.input if i in floats] for n in proto.graph.node
+               if n.name in ops}
+    return {name: inits for name, inits in readers.items() if inits}
 
 
 def _rounded_run(proto: onnx.ModelProto, row: LayerQuality, names: List[str],

@@ -41,3 +41,22 @@ def cancelling_model(seed: int = 0) -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
     onnx.checker.check_model(model)
     return model
+
+
+def conv_bn_model(seed: int = 0) -> onnx.ModelProto:
+    """x[1,2,8,8] -> conv (3x3, 2->4) -> bn (BatchNormalization, folded into the Conv2D
+    layer) -> y: a layer made of two nodes that read weights."""
+    rng = np.random.default_rng(seed)
+    inits = {"w": rng.standard_normal((4, 2, 3, 3)), "scale": rng.uniform(0.5, 2, 4),
+             "shift": rng.standard_normal(4), "mean": rng.standard_normal(4) * 0.1,
+             "var": rng.uniform(0.5, 2, 4)}
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "scale", "shift", "mean", "var"],
+                              ["y"], name="bn")]
+    graph = helper.make_graph(
+        nodes, "conv_bn", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
+    onnx.checker.check_model(model)
+    return model

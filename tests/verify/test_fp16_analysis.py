@@ -14,7 +14,7 @@ from onnx import numpy_helper
 from mrvl_convert import convert
 from mrvl_convert.verify.fp16_analysis import analyze_fp16
 from mrvl_convert.verify.metrics import Sums, snr_db
-from support.fp16_sensitive import SHAPE, cancelling_model
+from support.fp16_sensitive import SHAPE, cancelling_model, conv_bn_model
 
 SAMPLES = 3
 
@@ -108,3 +108,17 @@ def test_mrvl_verify_quant_analysis_of_an_fp16_artifact(analysed, tmp_path, caps
     assert code == 0 and "weights->out SNR dB" in printed, printed
     doc = json.loads((tmp_path / "fa.json").read_text())
     assert doc["precision"] == "fp16" and doc["costliest"]
+
+
+def test_a_folded_layer_says_its_figure_is_an_estimate(tmp_path):
+    """Conv + BatchNormalization are one Conv2D layer: each node's weights are rounded apart,
+    where the artifact rounds the fold once, and the row says so."""
+    onnx.save(conv_bn_model(), tmp_path / "m.onnx")
+    convert(tmp_path / "m.onnx", tmp_path / "art")
+    analysis = analyze_fp16(tmp_path / "m.onnx", tmp_path / "art", samples=2)
+    (row,) = analysis.layers.rows
+    assert row.op_nodes == ["conv", "bn"]
+    figures = analysis.weights[row.layer]
+    assert figures.initializers == ["w", "scale", "shift", "mean", "var"]
+    assert "conv, bn rounded apart" in figures.note and "estimate" in analysis.format_table()
+    assert math.isfinite(figures.output_snr_db)
