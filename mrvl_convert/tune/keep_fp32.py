@@ -27,7 +27,7 @@ from mrvl_convert.convert import convert_with
 from mrvl_convert.core.artifact import read_json
 from mrvl_convert.emit.publish import dumps, write_file_atomically
 from mrvl_convert.emit.validate import validate
-from mrvl_convert.errors import OptionError
+from mrvl_convert.errors import MrvlConvertError, OptionError
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.compare import compare
@@ -122,26 +122,42 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
 
 def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
             verify: VerifySettings, tmp: Path, max_rounds: int) -> None:
-    """Convert and verify with the named nodes kept, then (``auto``) add the next candidate
-    layer while verify fails, at most ``max_rounds`` times."""
+    """Convert and verify with the named nodes kept, then (``auto``) keep the next candidate
+    layer while verify fails, at most ``max_rounds`` rounds. A layer whose keeping the
+    converter refuses (e.g. a node the partition cannot cut around) is recorded and skipped;
+    a named node it refuses is the caller's error."""
+    if result.kept and _measure(result, model, base, verify, tmp / "named", result.kept):
+        return
     candidates = result.analysis.candidates() if result.analysis is not None else []
-    for k in range(max_rounds + 1):
-        if result.kept:
-            artifact = tmp / f"round{k}"
-            kept = convert_with(model, artifact, replace(base, keep_fp32=tuple(result.kept)))
-            check = verify.run(model, artifact)
-            result.after, result.cost = _figures(check), dict(kept.report["keep_fp32"])
-            if result.rounds:
-                result.rounds[-1]["verify"] = result.after
-            if check.passed:
-                return
-        row = next((r for r in candidates if r.op_nodes
-                    and not set(r.op_nodes) <= set(result.kept)), None)
-        if row is None or k == max_rounds:
+    for row in candidates:
+        added = [n for n in row.op_nodes if n not in result.kept]
+        if not added:
+            continue
+        if len(result.rounds) == max_rounds:
             return
-        result.kept += [n for n in row.op_nodes if n not in result.kept]
-        result.rounds.append({"layer": row.layer, "layer_name": row.layer_name,
-                              "nodes": list(row.op_nodes), "why": _why(result.analysis, row)})
+        entry = {"layer": row.layer, "layer_name": row.layer_name, "nodes": list(row.op_nodes),
+                 "why": _why(result.analysis, row)}
+        result.rounds.append(entry)
+        try:
+            passed = _measure(result, model, base, verify, tmp / f"round{len(result.rounds)}",
+                              result.kept + added)
+        except MrvlConvertError as exc:
+            entry["refused"] = str(exc)
+            continue
+        entry["verify"] = result.after
+        if passed:
+            return
+
+
+def _measure(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
+             verify: VerifySettings, artifact: Path, kept: List[str]) -> bool:
+    """Convert with ``kept`` in fp32 and verify; the result then keeps them, with the
+    figures and the cost. Whether verify passed."""
+    converted = convert_with(model, artifact, replace(base, keep_fp32=tuple(kept)))
+    check = verify.run(model, artifact)
+    result.kept = list(kept)
+    result.after, result.cost = _figures(check), dict(converted.report["keep_fp32"])
+    return check.passed
 
 
 def _why(analysis: Optional[Fp16Analysis], row: Any) -> str:

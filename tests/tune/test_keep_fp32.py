@@ -146,3 +146,37 @@ def test_cli_refuses(model, tmp_path, capsys, extra, words):
     err = capsys.readouterr().err
     assert code == 2 and words in err, err
     assert not (tmp_path / "out").exists()
+
+
+def test_auto_skips_a_layer_the_converter_refuses_to_cut_around(model, monkeypatch):
+    """A layer whose keeping the conversion refuses is recorded with why and skipped; the next
+    candidate is tried (the refusal is simulated: such cuts are rare in real models)."""
+    import mrvl_convert.tune.keep_fp32 as keep_fp32
+    from mrvl_convert.errors import ShapeError
+
+    real = keep_fp32.convert_with
+
+    def refusing(source, out, options, *args):
+        if "conv_cancel" in options.keep_fp32:
+            raise ShapeError("is a stage boundary without a static shape", tensor="c")
+        return real(source, out, options, *args)
+
+    monkeypatch.setattr(keep_fp32, "convert_with", refusing)
+    result = convert_keep_fp32(model, None, "auto", max_rounds=2)
+    assert "static shape" in result.rounds[0]["refused"] and "verify" not in result.rounds[0]
+    assert "conv_cancel" not in result.kept and "conv_tail" in result.kept
+    assert result.rounds[1]["verify"] == result.after and result.after["passed"] is False
+
+
+def test_cli_uses_the_verify_inputs(model, tmp_path, capsys):
+    from mrvl_convert.cli.convert import main
+
+    x = np.random.default_rng(5).standard_normal((3, 2, 8, 8)).astype(np.float32)
+    np.savez(tmp_path / "in.npz", x=x)
+    code = main([str(model), "-o", str(tmp_path / "out"), "--keep-fp32", "conv_cancel",
+                 "--verify", "--verify-inputs", str(tmp_path / "in.npz")])
+    assert code == 0, capsys.readouterr()
+    measured = json.loads((tmp_path / "out" / "m" / "report.json").read_text()
+                          )["keep_fp32"]["measured"]
+    assert "FAIL over 3 sample(s)" in measured["before"]["line"]
+    assert "PASS over 3 sample(s)" in measured["after"]["line"]
