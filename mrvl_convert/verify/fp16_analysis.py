@@ -13,9 +13,10 @@ initializers this layer's op nodes read rounded to fp16 (all arithmetic in fp32)
 the layer's tensor and at the model outputs. It tells a layer whose fp16 weights cost accuracy
 (large weights of opposite sign that cancel, a bias far larger than the product it is added
 to) from one whose activations or arithmetic do, and ranks the layers by what their weights
-cost the outputs: ``costliest``. A layer made of several nodes (Conv with a BatchNormalization
-folded in) has each node's initializers rounded apart, where the artifact rounds the folded
-product once: for such layers the figure is an estimate of the same order, not the artifact's.
+cost the outputs: ``costliest``. A Conv with a BatchNormalization folded in has its fold rounded
+once, as the artifact holds it (``fp16_fold.py``); another layer made of several weighted nodes
+has each node's initializers rounded apart, where the artifact rounds their fold once: its
+figure is then an estimate of the same order, and its row says so.
 
 The auto remedy (``tune/keep_fp32.py``) keeps layers in fp32 on the CPU in ``candidates``'
 order: first the layers whose weights cost the outputs most (lowest output SNR, finite),
@@ -40,6 +41,7 @@ from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.metrics import Sums, Worst, snr_db
 from mrvl_convert.verify.quant_analysis import analyze_quantization
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
@@ -153,8 +155,12 @@ def weight_rounding(proto: onnx.ModelProto, rows: Sequence[LayerQuality],
         readers = _float_initializers(proto, row.op_nodes)
         names = list(dict.fromkeys(i for inits in readers.values() for i in inits))
         if names and row.tensor:
-            found[row.layer] = _rounded_run(proto, row, names, feeds, refs, outputs)
-            if len(readers) > 1:
+            copy = load_model(proto)
+            folded = round_folded(copy, list(readers))
+            if not folded:
+                _round_each(copy, names)
+            found[row.layer] = _rounded_run(copy, row, names, feeds, refs, outputs)
+            if len(readers) > 1 and not folded:
                 found[row.layer].note = (f"weights of {', '.join(readers)} rounded apart; the "
                                          "artifact rounds their fold once: an estimate")
     return found
@@ -170,17 +176,19 @@ def _float_initializers(proto: onnx.ModelProto, op_nodes: Sequence[str]
     return {name: inits for name, inits in readers.items() if inits}
 
 
-def _rounded_run(proto: onnx.ModelProto, row: LayerQuality, names: List[str],
-                 feeds: Sequence[Feed], refs: List[Dict[str, np.ndarray]],
-                 outputs: List[str]) -> WeightRounding:
-    """The model with ``names`` rounded to fp16, run on every feed and compared."""
-    copy = load_model(proto)
+def _round_each(copy: onnx.ModelProto, names: List[str]) -> None:
     chosen = set(names)
     for tensor in copy.graph.initializer:
         if tensor.name in chosen:
-            value = numpy_helper.to_array(tensor).astype(np.float32)
-            rounded = round_to_fp16(value)[0].astype(numpy_helper.to_array(tensor).dtype)
+            value = numpy_helper.to_array(tensor)
+            rounded = round_to_fp16(value.astype(np.float32))[0].astype(value.dtype)
             tensor.CopyFrom(numpy_helper.from_array(rounded, tensor.name))
+
+
+def _rounded_run(copy: onnx.ModelProto, row: LayerQuality, names: List[str],
+                 feeds: Sequence[Feed], refs: List[Dict[str, np.ndarray]],
+                 outputs: List[str]) -> WeightRounding:
+    """The model with the layer's weights rounded (``copy``), run on every feed, compared."""
     session = reference_session(copy, [TensorSpec(row.tensor, (), "float32")], 3)
     wanted = list(dict.fromkeys(outputs + [row.tensor]))
     own, per_output = Sums(), {o: (Sums(), Worst()) for o in outputs}

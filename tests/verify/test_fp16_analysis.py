@@ -110,15 +110,57 @@ def test_mrvl_verify_quant_analysis_of_an_fp16_artifact(analysed, tmp_path, caps
     assert doc["precision"] == "fp16" and doc["costliest"]
 
 
-def test_a_folded_layer_says_its_figure_is_an_estimate(tmp_path):
-    """Conv + BatchNormalization are one Conv2D layer: each node's weights are rounded apart,
-    where the artifact rounds the fold once, and the row says so."""
-    onnx.save(conv_bn_model(), tmp_path / "m.onnx")
+def folded_conv(model: onnx.ModelProto) -> onnx.ModelProto:
+    """conv_bn_model's Conv and BatchNormalization as one Conv whose folded weights and bias
+    are cast to float16 (numpy, in float64 from the model's numbers)."""
+    p = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    scale = p["scale"] / np.sqrt(p["var"] + 1e-5)
+    w = (p["w"] * scale[:, None, None, None]).astype(np.float16).astype(np.float32)
+    b = (p["shift"] - p["mean"] * scale).astype(np.float16).astype(np.float32)
+    conv = onnx.helper.make_node("Conv", ["x", "wf", "bf"], ["y"], pads=[1, 1, 1, 1])
+    graph = onnx.helper.make_graph([conv], "folded", list(model.graph.input),
+                                   list(model.graph.output),
+                                   [numpy_helper.from_array(w, "wf"),
+                                    numpy_helper.from_array(b, "bf")])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)],
+                                  ir_version=10)
+
+
+def test_a_folded_layer_rounds_its_fold_once(tmp_path):
+    """Conv + BatchNormalization are one Conv2D layer whose artifact holds the fold rounded
+    once: the weights-alone figure is that one, not each node's weights rounded apart."""
+    model = conv_bn_model()
+    onnx.save(model, tmp_path / "m.onnx")
     convert(tmp_path / "m.onnx", tmp_path / "art")
-    analysis = analyze_fp16(tmp_path / "m.onnx", tmp_path / "art", samples=2)
+    feeds = [{"x": np.random.default_rng(k).standard_normal(SHAPE).astype(np.float32)}
+             for k in range(2)]
+    analysis = analyze_fp16(tmp_path / "m.onnx", tmp_path / "art", feeds)
     (row,) = analysis.layers.rows
     assert row.op_nodes == ["conv", "bn"]
     figures = analysis.weights[row.layer]
-    assert figures.initializers == ["w", "scale", "shift", "mean", "var"]
-    assert "conv, bn rounded apart" in figures.note and "estimate" in analysis.format_table()
-    assert math.isfinite(figures.output_snr_db)
+    assert figures.note == "" and "estimate" not in analysis.format_table()
+    run = [ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+           for m in (model, folded_conv(model))]
+    sums = Sums()
+    for feed in feeds:
+        want, got = (s.run(["y"], feed)[0] for s in run)
+        sums.add(got, want)
+    assert figures.output_snr_db == pytest.approx(snr_db(sums), abs=0.05)
+
+
+def test_a_layer_of_other_weighted_nodes_says_its_figure_is_an_estimate(tmp_path):
+    """Conv, bias Add, BatchNormalization: not the pair the fold is rewritten for; each node's
+    weights are rounded apart and the row says so."""
+    model = conv_bn_model()
+    bias = numpy_helper.from_array(np.full((1, 4, 1, 1), 0.37, np.float32), "bias")
+    model.graph.initializer.append(bias)
+    conv, bn = model.graph.node
+    conv.output[0] = "c0"
+    model.graph.node.insert(1, onnx.helper.make_node("Add", ["c0", "bias"], ["c"], name="add"))
+    onnx.save(model, tmp_path / "m.onnx")
+    convert(tmp_path / "m.onnx", tmp_path / "art")
+    analysis = analyze_fp16(tmp_path / "m.onnx", tmp_path / "art", samples=2)
+    (row,) = analysis.layers.rows
+    figures = analysis.weights[row.layer]
+    assert "conv, add, bn rounded apart" in figures.note
+    assert "estimate" in analysis.format_table() and math.isfinite(figures.output_snr_db)
