@@ -148,8 +148,9 @@ def weight_rounding(proto: onnx.ModelProto, rows: Sequence[LayerQuality],
     base_proto = load_model(proto)
     base = reference_session(base_proto, [TensorSpec(r.tensor, (), "float32") for r in rows
                                           if r.tensor], 3)
-    wanted = outputs + sorted({r.tensor for r in rows if r.tensor} - set(outputs))
-    refs = [dict(zip(wanted, run_reference(base, wanted, feed, base_proto))) for feed in feeds]
+    # Only the outputs' references are kept for every feed; a layer's own tensor is run for
+    # it when its turn comes (kept for every layer, a large model's would not fit in memory).
+    refs = [dict(zip(outputs, run_reference(base, outputs, feed, base_proto))) for feed in feeds]
     found: Dict[str, WeightRounding] = {}
     for row in rows:
         readers = _float_initializers(proto, row.op_nodes)
@@ -159,7 +160,9 @@ def weight_rounding(proto: onnx.ModelProto, rows: Sequence[LayerQuality],
             folded = round_folded(copy, list(readers))
             if not folded:
                 _round_each(copy, names)
-            found[row.layer] = _rounded_run(copy, row, names, feeds, refs, outputs)
+            own = [{**ref, row.tensor: run_reference(base, [row.tensor], feed, base_proto)[0]}
+                   for feed, ref in zip(feeds, refs)]
+            found[row.layer] = _rounded_run(copy, row, names, feeds, own, outputs)
             if len(readers) > 1 and not folded:
                 found[row.layer].note = (f"weights of {', '.join(readers)} rounded apart; the "
                                          "artifact rounds their fold once: an estimate")
