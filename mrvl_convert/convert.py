@@ -12,7 +12,9 @@ from mrvl_convert.version import __version__
 from mrvl_convert.emit import cpu_onnx, documents
 from mrvl_convert.emit.publish import StagingDir
 from mrvl_convert.emit.stage_files import StageFiles, write_stages
-from mrvl_convert.errors import MrvlConvertError, NodeNotFoundError, UnsupportedModelError
+from mrvl_convert.errors import (MrvlConvertError, NodeNotFoundError, OptionError,
+                                 UnsupportedModelError)
+from mrvl_convert.core.macs import total_macs
 from mrvl_convert.estimate import estimate_documents, load_profile
 from mrvl_convert.estimate.device import check_device
 from mrvl_convert.estimate.profile import HardwareProfile
@@ -82,7 +84,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
             min_compute_layers: int = 1, estimate: Estimate = None, draw: bool = False,
             on_stage: Optional[StageFn] = None,
-            quantize: Optional[Quantization] = None) -> Result:
+            quantize: Optional[Quantization] = None, keep_fp32: Sequence[str] = ()) -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
@@ -100,11 +102,14 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     ``quantize``: a :class:`~mrvl_convert.quantize.recipe.Quantization` quantizes the model first
     (Marvell's int8 recipe) and converts the QDQ model, which is kept in ``out_dir`` as
     ``<name>.int8.onnx`` (the manifest's ``quantization`` section).
+    ``keep_fp32``: node names (as in report.json) of an fp16 conversion kept in fp32 on the
+    CPU, where fp16 weights cost too much (issue 30); report.json's ``keep_fp32`` section says
+    what that costs in stages, cuts and MACs. ``tune.keep_fp32`` chooses them (``auto``).
     """
     options = ConvertOptions(shapes=shapes, policy=policy, rules=rules, name=name,
                              layer_set=layer_set, max_subgraphs=max_subgraphs, deny=deny,
                              min_compute_layers=min_compute_layers, estimate=estimate,
-                             draw=draw, quantize=quantize)
+                             draw=draw, quantize=quantize, keep_fp32=tuple(keep_fp32))
     return convert_with(model, out_dir, options, on_stage)
 
 
@@ -112,10 +117,10 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
                  on_stage: Optional[StageFn] = None) -> Result:
     """``convert`` with its options as one object, as a batch worker holds them."""
     step = on_stage or _no_step
-    name, kept = options.name, None
+    name, quantized = options.name, None
     if options.quantize is not None:
         step("quantize")
-        model, name, kept = quantized_model(model, options.quantize, name, options.layer_set)
+        model, name, quantized = quantized_model(model, options.quantize, name, options.layer_set)
     step("load")
     rules = load_rules(options.rules, layer_set=options.layer_set)
     profile = _profile(options.estimate)
@@ -125,9 +130,12 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         _check_outputs(canonical.graph, loaded.label)
         step("match")
         denied = _denied(canonical, loaded, options.deny)
-        matches = match(canonical.graph, rules, deny=denied)
+        kept = _kept_fp32(canonical, loaded, options.keep_fp32)
+        # Without the nodes kept in fp32: the plan their cost is measured against.
+        baseline = _plan(canonical, rules, denied, loaded, options, profile) if kept else None
+        matches = match(canonical.graph, rules, deny={**denied, **kept})
         matches.elsewhere.update(layer_set_hints(canonical.graph, options.layer_set, matches,
-                                                 denied))
+                                                 {**denied, **kept}))
         plan = partition(canonical.graph, matches, options.policy, loaded.name,
                          max_subgraphs=options.max_subgraphs,
                          min_compute_layers=options.min_compute_layers,
@@ -138,8 +146,10 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
     step("emit")
-    converted = _Converted(loaded, canonical, matches, plan, subgraphs)
-    return _emit(converted, Path(out_dir), options, profile, kept)
+    converted = _Converted(loaded, canonical, matches, plan, subgraphs,
+                           None if baseline is None else
+                           _keep_fp32_entry(options.keep_fp32, baseline, plan))
+    return _emit(converted, Path(out_dir), options, profile, quantized)
 
 
 @dataclass(frozen=True)
@@ -150,6 +160,7 @@ class _Converted:
     matches: MatchPlan
     plan: Plan
     subgraphs: Dict[str, MrvlSubgraph]
+    keep_fp32: Optional[Dict[str, Any]] = None   # report.json's section, with keep_fp32
 
 
 def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
@@ -165,6 +176,8 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
                                       staging.digests)
         report = documents.report(loaded, converted.canonical, converted.matches, plan,
                                   subgraphs)
+        if converted.keep_fp32 is not None:
+            report["keep_fp32"] = converted.keep_fp32
         if profile is not None:
             report["estimate"] = _estimate(manifest, stages, profile)
         # Every conversion: will it load on one device (the estimate's profile, or the built-in)?
@@ -235,6 +248,56 @@ def _denied(canonical: CanonicalGraph, loaded: LoadedModel, deny: Sequence[str])
         if hit is not None:
             denied[node.name] = hit
     return denied
+
+
+def _kept_fp32(canonical: CanonicalGraph, loaded: LoadedModel, names: Sequence[str]
+               ) -> Dict[str, str]:
+    """Canonical node name -> ``keep_fp32 NAME`` for the nodes ``names`` names (its unique
+    name, or its name in the model file; a node canonicalize added answers to its origin's);
+    an OptionError for a name no node left to run has."""
+    wanted, kept, found = set(names), {}, set()
+    for node in canonical.graph.nodes:
+        origin = canonical.derived.get(node.name, node.name)
+        hit = next((n for n in (origin, loaded.original_names.get(origin, origin))
+                    if n in wanted), None)
+        if hit is not None:
+            kept[node.name] = f"keep_fp32 {hit}"
+            found.add(hit)
+    missing = [n for n in names if n not in found]
+    if missing:
+        raise OptionError(f"keep_fp32 {missing[0]!r}: no node of this name is left to run "
+                          f"(nodes are named as in report.json)", model=loaded.label)
+    return kept
+
+
+def _plan(canonical: CanonicalGraph, rules: Any, denied: Dict[str, str], loaded: LoadedModel,
+          options: ConvertOptions, profile: Optional[HardwareProfile]) -> Plan:
+    """The partition ``options`` give with only ``denied`` refused."""
+    matches = match(canonical.graph, rules, deny=denied)
+    return partition(canonical.graph, matches, options.policy, loaded.name,
+                     max_subgraphs=options.max_subgraphs,
+                     min_compute_layers=options.min_compute_layers,
+                     rank=_ranking(profile) if options.max_subgraphs is not None else None)
+
+
+def _keep_fp32_entry(names: Sequence[str], baseline: Plan, plan: Plan) -> Dict[str, Any]:
+    """What keeping ``names`` in fp32 costs: the stages, Mrvl<->CPU cuts and share of the
+    MACs on Mrvl without them (``without``), and the change keeping them makes."""
+    without, kept = _figures(baseline), _figures(plan)
+    total = total_macs(n for s in plan.stages for n in s.nodes)
+    return {"nodes": list(names), "without": without, "with": kept,
+            "extra_mrvl_subgraphs": kept["mrvl_subgraphs"] - without["mrvl_subgraphs"],
+            "extra_cpu_subgraphs": kept["cpu_subgraphs"] - without["cpu_subgraphs"],
+            "extra_transitions": kept["transitions"] - without["transitions"],
+            "mac_share_moved": round((without["mrvl_macs"] - kept["mrvl_macs"]) / total, 4)
+            if total else 0.0}
+
+
+def _figures(plan: Plan) -> Dict[str, int]:
+    kinds = [s.kind for s in plan.stages]
+    return {"mrvl_subgraphs": kinds.count("mrvl"), "cpu_subgraphs": kinds.count("cpu"),
+            "transitions": sum(a != b for a, b in zip(kinds, kinds[1:])),
+            "mrvl_macs": total_macs(n for s in plan.stages if s.kind == "mrvl" for n in s.nodes)}
 
 
 def _check_outputs(graph: gs.Graph, label: str) -> None:

@@ -42,6 +42,7 @@ class ConvertOptions:
     estimate: Estimate = None
     draw: bool = False
     quantize: Optional[Quantization] = None
+    keep_fp32: Tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -58,8 +59,10 @@ class ConvertOptions:
         if self.quantize is not None and not isinstance(self.quantize, Quantization):
             raise OptionError(f"quantize must be a Quantization, got "
                               f"{type(self.quantize).__name__}")
+        _check_keep_fp32(self.keep_fp32, self.quantize)
         # Copies: what the caller changes afterwards does not change these options.
         object.__setattr__(self, "deny", tuple(self.deny))
+        object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
         object.__setattr__(self, "rules", _rule_tuple(self.rules))
         if isinstance(self.shapes, Mapping):
             object.__setattr__(self, "shapes", dict(self.shapes))
@@ -91,7 +94,23 @@ class ConvertOptions:
             entry["deny"] = sorted(set(self.deny))
         if self.min_compute_layers != 1:
             entry["min_compute_layers"] = self.min_compute_layers
+        if self.keep_fp32:
+            entry["keep_fp32"] = sorted(set(self.keep_fp32))
         return entry
+
+
+def _check_keep_fp32(names: object, quantize: Optional[Quantization]) -> None:
+    """``keep_fp32``: node names (the converter's, as in report.json) of an fp16 conversion;
+    ``auto`` is chosen by ``tune.keep_fp32`` (it needs verify), int8 has ``keep_fp16``."""
+    if isinstance(names, str) or not all(isinstance(n, str) and n for n in names):
+        raise OptionError(f"keep_fp32 must be a list of node names, got {names!r}")
+    if "auto" in names:
+        raise OptionError("keep_fp32 'auto' is chosen by converting and verifying: use "
+                          "mrvl_convert.tune.keep_fp32.convert_keep_fp32 (mrvl-convert "
+                          "--keep-fp32 auto)")
+    if names and quantize is not None:
+        raise OptionError("keep_fp32 keeps nodes of an fp16 conversion in fp32 on the CPU; with "
+                          "quantize (int8) keep layers in float with keep_fp16")
 
 
 def _count(value: object) -> bool:

@@ -11,6 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 from mrvl_convert.core.paths import below, real_entry
 from mrvl_convert.version import __version__
 from mrvl_convert.batch.plan import VerifyOptions
+from mrvl_convert.cli.fp16 import add_fp16_args
 from mrvl_convert.cli.quant import add_quant_args
 from mrvl_convert.layers import MARVELL, UPSTREAM
 from mrvl_convert.options import ConvertOptions
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                                            "the samples (default: minmax)")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_quant_args(parser)
+    add_fp16_args(parser)
     _add_draw_estimate_args(parser)
     _add_verify_args(parser)
     return parser

@@ -24,6 +24,7 @@ from mrvl_convert.cli.exits import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT
                                     EXIT_VERIFY_FAILED, error, guarded)
 from mrvl_convert.cli.device import print_device, print_estimates
 from mrvl_convert.cli.output import _Progress, cut_line, format_table
+from mrvl_convert.cli.fp16 import keep_fp32_options, report_keep_fp32
 from mrvl_convert.cli.quant import keep_fp16_per_model, quantization, write_analyses
 from mrvl_convert.cli.notices import conversion_notices, print_override_lines
 from mrvl_convert.errors import InputRankError, MrvlConvertError, OptionError
@@ -40,6 +41,7 @@ class _Request:
     options: ConvertOptions
     verify: Optional[VerifyOptions]
     keep_fp16: Optional[Dict[str, Quantization]]   # per model: --quantize int8 --keep-fp16
+    keep_fp32: Any = None                          # --keep-fp32: tune.keep_fp32's result
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -88,13 +90,15 @@ def _check_args(args: argparse.Namespace) -> _Request:
     if not models:
         raise UsageError("no ONNX model found")
     try:
-        shapes_per_model(shapes, models)
+        common, own = shapes_per_model(shapes, models)
     except OptionError as exc:
         raise UsageError(f"--input-shape: {exc}") from None
     options = convert_options(args, estimate, quantization(args))
     keep_fp16 = keep_fp16_per_model(models, args, options)
+    options, keep_fp32 = keep_fp32_options(models, args, options, verify,
+                                           {**common, **own[0]})
     prepare_out_dir(args.output)
-    return _Request(models, Path(args.output), shapes, options, verify, keep_fp16)
+    return _Request(models, Path(args.output), shapes, options, verify, keep_fp16, keep_fp32)
 
 
 def _check_rules(rule_files: Sequence[str], layer_set: str) -> None:
@@ -140,6 +144,7 @@ def _convert(request: _Request, args: argparse.Namespace) -> int:
     print_device(result, error)
     if not args.quiet:
         print_estimates(result, layers=args.verbose)
+    report_keep_fp32(result, request.keep_fp32, args.quiet)
     write_analyses(result, request.models, args)
     return exit_code(result)
 

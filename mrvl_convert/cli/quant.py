@@ -27,7 +27,9 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quant-analysis", action="store_true",
                         help="--quantize: per-layer SNR and cosine of the int8 result against "
                              "the float model (accumulated and isolated), on calibration samples; "
-                             f"printed, and written to OUT/<model>/{ANALYSIS_FILE}")
+                             f"printed, and written to OUT/<model>/{ANALYSIS_FILE}. Without "
+                             "--quantize: the fp16 sensitivity (the same, plus each layer's "
+                             "weights rounded alone), in OUT/<model>/fp16_analysis.json")
     parser.add_argument("--snr-threshold", type=float, default=None, metavar="DB",
                         help="--quant-analysis / --keep-fp16 auto: the SNR below which a layer "
                              "is named (default 20)")
@@ -37,11 +39,11 @@ def quantization(args: argparse.Namespace) -> Optional[Quantization]:
     """What ``--quantize int8 --calibration DATA [--calibration-method M]`` asks for
     (``quantize.for_cli``; each worker quantizes its model and keeps the QDQ model in the
     artifact); None without --quantize, which the analysis options need."""
-    given = [flag for flag, value in (("--keep-fp16", args.keep_fp16),
-                                      ("--quant-analysis", args.quant_analysis),
-                                      ("--snr-threshold", args.snr_threshold is not None)) if value]
-    if given and args.quantize is None:
-        raise OptionError(f"{given[0]} is only used with --quantize int8")
+    # Without --quantize, --quant-analysis is the fp16 analysis (cli/fp16.py).
+    if args.keep_fp16 and args.quantize is None:
+        raise OptionError("--keep-fp16 is only used with --quantize int8")
+    if args.snr_threshold is not None and not (args.quant_analysis or args.keep_fp16):
+        raise OptionError("--snr-threshold is only used with --quant-analysis or --keep-fp16")
     from mrvl_convert.quantize.recipe import for_cli as quantize_for_cli
     return quantize_for_cli(args.quantize, args.calibration, args.calibration_method,
                             args.layer_set)
@@ -86,6 +88,10 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
 def write_analyses(result: BatchResult, models: List[Path], args: argparse.Namespace) -> None:
     """``--quant-analysis``: each converted model's table, printed and written as JSON."""
     if not getattr(args, "quant_analysis", False):
+        return
+    if args.quantize is None:
+        from mrvl_convert.cli.fp16 import write_fp16_analyses
+        write_fp16_analyses(result, models, args)
         return
     from mrvl_convert.emit.publish import write_file_atomically
     from mrvl_convert.quantize.keep import ANALYSIS_SAMPLES, analysis_feeds

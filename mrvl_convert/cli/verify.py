@@ -76,7 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--quant-analysis", action="store_true",
                         help="instead of the comparison: every Mrvl layer of an int8 artifact "
                              "against the float MODEL it was quantized from, SNR (dB) and "
-                             "cosine, accumulated and isolated (diagnostic: exit status 0)")
+                             "cosine, accumulated and isolated (diagnostic: exit status 0); of "
+                             "an fp16 artifact, also each layer's weights rounded alone")
     parser.add_argument("--snr-threshold", type=float, default=20.0, metavar="DB",
                         help="--quant-analysis: name the layers below this SNR (default 20)")
     add_tolerance_args(parser)
@@ -155,11 +156,20 @@ def _write_outputs(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.n
 
 def _quant_analysis(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.ndarray]]]
                     ) -> int:
+    from mrvl_convert.core.artifact import read_json
+    from mrvl_convert.verify.criteria import quantize_of
+    from mrvl_convert.verify.fp16_analysis import analyze_fp16
     from mrvl_convert.verify.quant_analysis import analyze_quantization
 
-    analysis = analyze_quantization(args.model, args.artifact_dir, feeds, seed=args.seed,
-                                    samples=args.samples or 1, gemm=args.gemm,
-                                    threshold_db=args.snr_threshold)
+    manifest = read_json(Path(args.artifact_dir) / "manifest.json", "manifest")
+    if quantize_of(manifest) == "fp16":  # fp16 sensitivity: the weights-alone figures too
+        analysis = analyze_fp16(args.model, args.artifact_dir, feeds, seed=args.seed,
+                                samples=args.samples or 1, gemm=args.gemm,
+                                threshold_db=args.snr_threshold)
+    else:
+        analysis = analyze_quantization(args.model, args.artifact_dir, feeds, seed=args.seed,
+                                        samples=args.samples or 1, gemm=args.gemm,
+                                        threshold_db=args.snr_threshold)
     print(analysis.format_table())
     return _write_json(args.json_path, analysis.to_dict())
 

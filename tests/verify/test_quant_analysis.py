@@ -308,7 +308,7 @@ def test_cli_keep_fp16_auto_and_quant_analysis_json(tmp_path, capsys):
 
 @pytest.mark.parametrize("extra, words", [
     (["--keep-fp16", "auto"], "--keep-fp16 is only used with --quantize"),
-    (["--quant-analysis"], "--quant-analysis is only used with --quantize"),
+    (["--snr-threshold", "30"], "--snr-threshold is only used with --quant-analysis"),
 ])
 def test_cli_analysis_options_need_quantize(tmp_path, capsys, extra, words):
     from mrvl_convert.cli.convert import main

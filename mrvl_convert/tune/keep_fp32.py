@@ -1,0 +1,202 @@
+"""fp16 with the layers fp16 costs most kept in fp32 on the CPU (``--keep-fp32 NODE|auto``).
+
+The accelerator computes in fp16 (or int8) only, so a layer kept in fp32 runs on the CPU: the
+named nodes are refused to the rules (``ConvertOptions.keep_fp32``, as ``deny`` does) and their
+stage is an onnxruntime fp32 model. With ``auto``, the conversion without kept nodes is
+verified; while it fails, the fp16 analysis of that conversion (``verify/fp16_analysis.py``,
+made once: its figures are each layer's own, so keeping one layer does not change another's)
+gives the next layer to keep, ``Fp16Analysis.candidates``' order (the layers whose fp16 weights
+cost the outputs most first), all op nodes of the layer at once; convert and verify again, at
+most ``max_rounds`` times.
+
+What it costs is measured, never estimated: the verify figures before (no node kept) and after
+(the nodes kept), every round's, and report.json's ``keep_fp32`` section (convert's: the extra
+Mrvl and CPU subgraphs, the extra Mrvl<->CPU cuts, the share of the MACs moved to the CPU),
+which gets these figures as ``measured``.
+"""
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from mrvl_convert.convert import convert_with
+from mrvl_convert.core.artifact import read_json
+from mrvl_convert.emit.publish import dumps, write_file_atomically
+from mrvl_convert.emit.validate import validate
+from mrvl_convert.errors import MrvlConvertError, OptionError
+from mrvl_convert.options import ConvertOptions
+from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.verify.compare import compare
+from mrvl_convert.verify.feeds import load_npz_feeds
+from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
+from mrvl_convert.verify.report import Comparison
+from mrvl_convert.verify.tolerances import Tolerances
+
+AUTO = "auto"
+DEFAULT_ROUNDS = 3
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+@dataclass
+class VerifySettings:
+    """How each conversion is judged, as ``--verify`` judges it: the feeds (None: ``compare``'s
+    seeded random one; ``npz``: read from that file, as ``--verify-inputs`` is, once the first
+    artifact gives the input shapes), the tolerances and the criterion."""
+
+    inputs: Optional[List[Dict[str, Any]]] = None
+    tolerances: Optional[Tolerances] = None
+    criterion: str = "ours"
+    npz: Optional[PathLike] = None
+
+    def run(self, model: PathLike, artifact: Path) -> Comparison:
+        if self.inputs is None and self.npz is not None:
+            self.inputs = load_npz_feeds(str(self.npz), HybridSession(artifact).input_specs)
+        return compare(model, artifact, self.inputs, tolerances=self.tolerances,
+                       criterion=self.criterion)
+
+
+@dataclass
+class KeepFp32Result:
+    """The nodes kept in fp32, the verify figures before (none kept) and after, the ``auto``
+    rounds, the fp16 analysis they were chosen by, and report.json's ``keep_fp32`` section."""
+
+    model: str
+    kept: List[str]
+    before: Dict[str, Any]
+    after: Dict[str, Any]
+    rounds: List[Dict[str, Any]] = field(default_factory=list)
+    analysis: Optional[Fp16Analysis] = None
+    cost: Optional[Dict[str, Any]] = None
+
+    @property
+    def measured(self) -> Dict[str, Any]:
+        return {"before": self.before, "after": self.after, "rounds": self.rounds}
+
+    def line(self) -> str:
+        """One line: what was kept, what it cost, and the error before and after."""
+        verdicts = (f"verify {_verdict(self.before)} -> {_verdict(self.after)}"
+                    if self.kept else f"verify {_verdict(self.before)}")
+        if not self.kept:
+            return f"keep-fp32 {self.model}: nothing kept in fp32; {verdicts}"
+        cost = self.cost or {}
+        return (f"keep-fp32 {self.model}: kept in fp32 on the CPU: {', '.join(self.kept)}; "
+                f"cost {cost.get('extra_mrvl_subgraphs', 0):+d} Mrvl / "
+                f"{cost.get('extra_cpu_subgraphs', 0):+d} CPU subgraph(s), "
+                f"{cost.get('extra_transitions', 0):+d} cut(s), "
+                f"{100 * cost.get('mac_share_moved', 0.0):.1f}% of the MACs moved to the CPU; "
+                f"{verdicts}")
+
+
+def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
+                      keep_fp32: Union[str, Sequence[str]], *,
+                      options: Optional[ConvertOptions] = None,
+                      verify: Optional[VerifySettings] = None,
+                      max_rounds: int = DEFAULT_ROUNDS) -> KeepFp32Result:
+    """Convert ``model`` (fp16) into ``out_dir`` with the nodes ``keep_fp32`` names kept in
+    fp32 on the CPU and, with ``"auto"`` among them, the layers the fp16 analysis names until
+    ``verify`` passes (module docstring); report.json's ``keep_fp32`` section gets the measured
+    figures. ``out_dir`` None: only choose and measure (the command line converts after)."""
+    names = [keep_fp32] if isinstance(keep_fp32, str) else list(keep_fp32)
+    if max_rounds < 0:
+        raise OptionError(f"max_rounds must be >= 0, got {max_rounds}")
+    base = replace(options or ConvertOptions(), keep_fp32=())
+    verify = verify or VerifySettings()
+    kept = [n for n in names if n != AUTO]
+    with tempfile.TemporaryDirectory(prefix="mrvl_keep_fp32_") as tmp:
+        first = Path(tmp) / "none"
+        convert_with(model, first, base)
+        check = verify.run(model, first)
+        result = KeepFp32Result(Path(model).name, list(kept), _figures(check), _figures(check))
+        if AUTO in names and not check.passed:
+            result.analysis = analyze_fp16(model, first, verify.inputs)
+        _rounds(result, model, base, verify, Path(tmp), max_rounds)
+    if out_dir is not None:  # nothing kept: the plain fp16 conversion, which passes
+        convert_with(model, out_dir, replace(base, keep_fp32=tuple(result.kept)))
+        record_measured(out_dir, result)
+    return result
+
+
+def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
+            verify: VerifySettings, tmp: Path, max_rounds: int) -> None:
+    """Convert and verify with the named nodes kept, then (``auto``) keep the next candidate
+    layer while verify fails, at most ``max_rounds`` rounds. A layer whose keeping the
+    converter refuses (e.g. a node the partition cannot cut around) is recorded and skipped;
+    a named node it refuses is the caller's error."""
+    if result.kept and _measure(result, model, base, verify, tmp / "named", result.kept):
+        return
+    candidates = result.analysis.candidates() if result.analysis is not None else []
+    for row in candidates:
+        added = [n for n in row.op_nodes if n not in result.kept]
+        if not added:
+            continue
+        if len(result.rounds) == max_rounds:
+            return
+        entry = {"layer": row.layer, "layer_name": row.layer_name, "nodes": list(row.op_nodes),
+                 "why": _why(result.analysis, row)}
+        result.rounds.append(entry)
+        try:
+            passed = _measure(result, model, base, verify, tmp / f"round{len(result.rounds)}",
+                              result.kept + added)
+        except MrvlConvertError as exc:
+            entry["refused"] = str(exc)
+            continue
+        entry["verify"] = result.after
+        if passed:
+            return
+
+
+def _measure(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
+             verify: VerifySettings, artifact: Path, kept: List[str]) -> bool:
+    """Convert with ``kept`` in fp32 and verify; the result then keeps them, with the
+    figures and the cost. Whether verify passed."""
+    converted = convert_with(model, artifact, replace(base, keep_fp32=tuple(kept)))
+    check = verify.run(model, artifact)
+    result.kept = list(kept)
+    result.after, result.cost = _figures(check), dict(converted.report["keep_fp32"])
+    return check.passed
+
+
+def _why(analysis: Optional[Fp16Analysis], row: Any) -> str:
+    figures = None if analysis is None else analysis.weights.get(row.layer)
+    if figures is not None and figures.output_snr_db is not None and \
+            row in analysis.costliest:
+        return f"its fp16 weights alone: {figures.output_snr_db:.1f} dB SNR at the outputs"
+    return f"isolated SNR {row.isolated_snr_db:.1f} dB"
+
+
+def record_measured(out_dir: PathLike, result: KeepFp32Result) -> None:
+    """Add the measured figures to report.json's ``keep_fp32`` section (validated, atomic)."""
+    path = Path(out_dir) / "report.json"
+    report = read_json(path, "report", max_bytes=None)
+    if "keep_fp32" not in report:
+        return
+    report["keep_fp32"]["measured"] = result.measured
+    validate(report, "report", label=str(path))
+    write_file_atomically(path, dumps(report))
+
+
+def _figures(check: Comparison) -> Dict[str, Any]:
+    """The verify verdict and its worst output figures, for report.json and the line."""
+    rows = check.judged_rows
+    worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
+    cosines = [r.cosine for r in rows if r.cosine is not None]
+    return {"passed": check.passed,
+            "max_abs": _finite(None if worst is None else worst.max_abs),
+            "max_rel": _finite(None if worst is None else worst.max_rel),
+            "min_cosine": _finite(min(cosines) if cosines else None),
+            "line": check.summary_line()}
+
+
+def _finite(value: Optional[float]) -> Optional[float]:
+    """JSON has no inf or NaN: such a figure is null (the line still says it)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _verdict(figures: Dict[str, Any]) -> str:
+    rel = figures.get("max_rel")
+    return ("PASS" if figures["passed"] else "FAIL") + (
+        f" (max_rel {rel:.3g})" if rel is not None else "")
