@@ -3,7 +3,7 @@
     pip install .[bench]
     python benchmarks/int8_photographs.py [--models mobilenet_v2 ...] [--calibrate 64] [--test 96]
 
-The int8 corpus (``tests/support/corpus_mobile.py``: MobileNetV2, MobileNetV3-small, a PRelu
+The int8 corpus (``tests/support/corpus_int8.py``: MobileNetV2, MobileNetV3-small, a PRelu
 net, a U-Net; seeded weights) is calibrated on ``--calibrate`` crops of scikit-image's
 photographs (``benchmarks/photographs.py``) and tested on ``--test`` other crops. For each
 recipe (calibration ``minmax``, ``percentile``, ``entropy``; and ``minmax`` with
@@ -29,7 +29,7 @@ import onnxruntime as ort
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 import photographs  # noqa: E402
-from support import corpus_mobile  # noqa: E402  (tests/support/corpus_mobile.py)
+from support.corpus_int8 import int8_corpus  # noqa: E402  (tests/support/corpus_int8.py)
 
 import mrvl_convert  # noqa: E402
 from mrvl_convert.quantize import Quantization  # noqa: E402
@@ -91,7 +91,7 @@ def _stages(artifact: Path) -> List[dict]:
 
 
 def measure(name: str, calibrate: int, test_count: int, tmp: Path) -> List[Dict[str, object]]:
-    model: onnx.ModelProto = corpus_mobile.int8_corpus(name)
+    model: onnx.ModelProto = int8_corpus(name)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     input_name = model.graph.input[0].name
     calib = photographs.samples(calibrate, shape[-1], seed=1)
