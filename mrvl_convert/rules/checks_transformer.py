@@ -37,6 +37,12 @@ def check_gelu_half(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> 
     return {"detail": "the GELU's gate already multiplies by 0.5 * x"}
 
 
+def check_onnx_domain(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """The op of the default ONNX domain (com.microsoft's Gelu is another op of the same name)."""
+    domain = getattr(node, "domain", None) or ""
+    return None if domain in ("", "ai.onnx") else {"domain": domain}
+
+
 def check_layer_norm(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """Over the last axis only (one ReduceMean axis, as mrvl.py's reduce_mean takes), constant
     scale and bias, and no consumer of the Mean / InvStdDev outputs."""
@@ -76,5 +82,6 @@ TRANSFORMER_CHECKS: Dict[str, Any] = {
     "gelu_erf": check_gelu_erf,
     "gelu_half": check_gelu_half,
     "layer_norm": check_layer_norm,
+    "onnx_domain": check_onnx_domain,
     "sqrt_divisor": check_sqrt_divisor,
 }

@@ -19,6 +19,7 @@ import warnings
 
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 
 import mrvl_convert
 from mrvl_convert.layers.gelu import TANH_APPROXIMATION_BOUND
@@ -184,3 +185,20 @@ def test_gelu_chain_attributes_are_the_codegen_writers(tmp_path):
     assert [float(a["input_const"]["max"]) for a in consts] == pytest.approx(
         [0.044715 * math.sqrt(2 / math.pi), math.sqrt(2 / math.pi), 0.5, 0.5], rel=1e-7)
     assert all(a["input_const_shape"] == ["1", "1", "1", "1"] for a in consts)
+
+
+def test_com_microsoft_gelu_is_not_the_onnx_op(tmp_path):
+    """The contrib op of the same name is left alone (its own domain, its own contract)."""
+    b = Builder()
+    x = token_front(b, [1, 8, 16])
+    b.nodes.append(helper.make_node("Gelu", [x], ["g"], name="gelu", domain="com.microsoft"))
+    b.nodes.append(helper.make_node("Relu", ["g"], ["y"], name="relu"))
+    graph = helper.make_graph(b.nodes, "ms", b.inputs, [helper.make_tensor_value_info(
+        "y", TensorProto.FLOAT, [1, 8, 16])], b.inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.microsoft", 1)],
+                              ir_version=8)
+    result = mrvl_convert.convert(model, tmp_path / "o")
+    entry = result.placement("gelu")
+    assert entry["placement"] == "cpu"
+    assert "domain com.microsoft" in entry["reason"], entry["reason"]
