@@ -144,7 +144,8 @@ KIND = LayerKind(
     lower=lower,
     one_of_roles=roles("mul", "div", "hardswish", "gelu", "gate", "quotient"),
     # a GELU's Erf form (gelu.py) and Div(d, Sqrt(v)) (layer_norm.py) name their other steps
-    optional_roles=roles("act", "scale", "erf", "one", "half", "sqrt"),
+    optional_roles=roles("act", "scale", "erf", "one", "half", "sqrt", "cube", "cubic", "inner",
+                         "arg", "tanh"),
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),
     quantizable=True,

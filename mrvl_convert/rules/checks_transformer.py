@@ -9,7 +9,7 @@ from typing import Any, Dict, Mapping, Optional
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, is_const, present, static_shape
-from mrvl_convert.layers.gelu import erf_gelu
+from mrvl_convert.layers.gelu import gelu_match
 from mrvl_convert.layers.layer_norm import layer_norm_axis
 from mrvl_convert.layers.reduce import MEAN_AXES
 
@@ -20,18 +20,19 @@ def _outputs(graph: gs.Graph) -> set:
     return {t.name for t in graph.outputs}
 
 
-def check_gelu_erf(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """``node`` is the Mul by 1 + erf(x / sqrt 2) of a GELU's Erf form (layers/gelu.py)."""
-    found = erf_gelu(node, _outputs(graph))
+def check_gelu_gate(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """``node`` is the Mul by 1 + erf(x / sqrt 2) (``form: erf``) or by
+    1 + tanh(sqrt(2/pi) * (x + 0.044715 x**3)) (``form: tanh``) of a GELU (layers/gelu.py)."""
+    found = gelu_match(node, args["form"], _outputs(graph))
     return {"detail": found} if isinstance(found, str) else None
 
 
 def check_gelu_half(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """``node`` is the Mul that completes an Erf-form GELU's 0.5 * x after its gate."""
+    """``node`` is the Mul that completes a GELU's 0.5 * x after its gate."""
     for tensor in node.inputs:
         gate = tensor.inputs[0] if tensor.inputs else None
         if gate is not None and gate.op == "Mul":
-            found = erf_gelu(gate, _outputs(graph))
+            found = gelu_match(gate, args["form"], _outputs(graph))
             if not isinstance(found, str) and found.half is node:
                 return None
     return {"detail": "the GELU's gate already multiplies by 0.5 * x"}
@@ -79,7 +80,7 @@ def check_sqrt_divisor(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
 
 
 TRANSFORMER_CHECKS: Dict[str, Any] = {
-    "gelu_erf": check_gelu_erf,
+    "gelu_gate": check_gelu_gate,
     "gelu_half": check_gelu_half,
     "layer_norm": check_layer_norm,
     "onnx_domain": check_onnx_domain,
