@@ -206,3 +206,16 @@ def test_com_microsoft_gelu_is_not_the_onnx_op(tmp_path):
     entry = result.placement("gelu")
     assert entry["placement"] == "cpu"
     assert "domain com.microsoft" in entry["reason"], entry["reason"]
+
+
+def test_constants_written_with_six_decimals_are_taken(tmp_path):
+    """Div by 1.414214 (sqrt 2 to six decimals: 3e-7 relative, within CONST_RTOL)."""
+    b = Builder()
+    x = token_front(b, [1, 8, 16])
+    scaled = b.op("Div", [x, b.const(np.float32(1.414214))], name="scale")
+    gate = b.op("Add", [b.op("Erf", [scaled], name="erf"), b.const(np.float32(1.0))], name="one")
+    y = b.op("Mul", [b.op("Mul", [x, gate], name="gate"), b.const(np.float32(0.5))], name="half")
+    model = b.model([y])
+    result = mrvl_convert.convert(model, tmp_path / "o")
+    assert result.placement("erf")["rule"] == "mrvl.gelu_erf"
+    assert mrvl_convert.compare(model, result.out_dir).passed
