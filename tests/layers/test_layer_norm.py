@@ -17,7 +17,7 @@ from mrvl_convert.runtime import Fp16RangeWarning, HybridSession
 from support.layer_chains import layer_kinds
 from support.models import Builder
 from support.onnxref import fp16_round
-from support.transformer_ops import layer_norm_decomposed, layer_norm_op, token_front
+from support.transformer_ops import gelu_erf, layer_norm_decomposed, layer_norm_op, token_front
 
 SHAPE = [1, 12, 32]
 LN_KINDS = ["ReduceMean", "Sub", "Mul2D", "ReduceMean", "Sum2D", "Rsqrt", "Mul2D", "Mul2D",
@@ -143,3 +143,17 @@ def test_layer_norm_chain_attributes_are_the_codegen_writers(tmp_path):
     assert gamma["input_const_shape"] == beta["input_const_shape"] == ["1", "1", "8", "1"]
     assert (gamma["input_const"]["min"], gamma["input_const"]["max"]) == ("0.5", "1.5")
     assert all(a["data_layout"] == a["out_layout"] == ["NHWC"] for a in layers)
+
+
+@pytest.mark.parametrize("opset", [13, 17])
+def test_a_bert_mlp_sub_block_is_one_region(tmp_path, opset):
+    """x + FC(GELU(FC(x))) then LayerNorm (post-norm, as BERT writes it; decomposed before
+    opset 17): nothing on CPU, and the hybrid computes what onnxruntime does."""
+    b = Builder(opset=opset)
+    x = token_front(b, SHAPE)
+    hidden = gelu_erf(b, b.matmul_add(x, SHAPE[-1], 4 * SHAPE[-1]))
+    y = b.op("Add", [x, b.matmul_add(hidden, 4 * SHAPE[-1], SHAPE[-1])], name="residual")
+    y = (layer_norm_op(b, y, SHAPE[-1]) if opset == 17
+         else layer_norm_decomposed(b, y, SHAPE[-1]))
+    result = _converted(b.model([y]), tmp_path)
+    assert result.summary["cpu_nodes"] == 0 and result.summary["mrvl_subgraphs"] == 1
