@@ -109,7 +109,7 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
         for k, layer in enumerate(sub.layers):
             for name in layer.source_nodes:
                 layer_of[name] = f"{sub.name}_{k}"
-    rule_of = {n.name: c.rule.name for c in matches.composites for n in c.nodes}
+    rule_of = {n.name: c.rule for c in matches.composites for n in c.nodes}
     entries: List[Dict[str, Any]] = []
     counts = {"mrvl": 0, "cpu": 0, "removed": 0}
     for index, node in enumerate(loaded.proto.graph.node):
@@ -191,7 +191,9 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
     stage = stage_of[name]
     entry["stage"] = stage.name
     if stage.kind == "mrvl":
-        entry.update(placement="mrvl", rule=rule_of[name])
+        entry.update(placement="mrvl", rule=rule_of[name].name)
+        if rule_of[name].note:
+            entry["note"] = rule_of[name].note
         if name in layer_of:
             entry["layer"] = layer_of[name]
         else:

@@ -42,6 +42,8 @@ class Rule:
     # Op types whose nodes feeding the chain only are fused too (the int8 rules absorb the
     # DequantizeLinear of their weights, biases and second operands).
     absorb: Tuple[str, ...] = ()
+    # What report.json says on each node the composite takes (an approximation and its bound).
+    note: str = ""
 
     @property
     def ops(self) -> Tuple[str, ...]:

@@ -1,7 +1,8 @@
 """Mul2D: elementwise product of two activations, or of one activation and a constant, with an
 optional fused activation. The second operand may broadcast into the first (a squeeze-excite gate
 ``[N, C, 1, 1]`` times ``[N, C, H, W]``). Also what a Div by a constant becomes (times the
-reciprocal) and the last layer of a HardSwish (``_decompose.py``).
+reciprocal), the last layer of a HardSwish (``_decompose.py``) and of a GELU (``gelu.py``), and
+``Div(d, Sqrt(v))`` as Rsqrt then Mul2D (``layer_norm.py``).
 
 The contract is the newer codegen's ``mrvl.mul``: ``CreateCompositeMrvlMulLayer`` (princekumar70/
 tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc), R4
@@ -32,6 +33,8 @@ from mrvl_convert.layers._decompose import lower_hardswish, physical_const
 from mrvl_convert.layers._kind import FUSED_ACTIVATION, Const, LayerKind, roles
 from mrvl_convert.layers._lowering import activation, new_layer
 from mrvl_convert.layers._unary import ONLY_MARVELL
+from mrvl_convert.layers.gelu import lower_gelu
+from mrvl_convert.layers.layer_norm import lower_sqrt_div
 
 SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
           "src/relay/backend/contrib/mrvl/codegen.cc CreateCompositeMrvlMulLayer")
@@ -58,6 +61,12 @@ def operands(node: gs.Node, ctx: LayoutContext, rank: int
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     if composite.binding.node("hardswish") is not None:
         lower_hardswish(composite, ctx)
+        return
+    if composite.binding.node("gelu") is not None or composite.binding.node("gate") is not None:
+        lower_gelu(composite, ctx)
+        return
+    if composite.binding.node("quotient") is not None:
+        lower_sqrt_div(composite, ctx)
         return
     div = composite.binding.node("div")
     node = div if div is not None else composite.binding.node("mul")
@@ -133,8 +142,10 @@ KIND = LayerKind(
             " constant (already in physical order) that numpy-broadcasts into the first",
     kernel=Mul2DKernel,
     lower=lower,
-    one_of_roles=roles("mul", "div", "hardswish"),
-    optional_roles=roles("act"),
+    one_of_roles=roles("mul", "div", "hardswish", "gelu", "gate", "quotient"),
+    # a GELU's Erf form (gelu.py) and Div(d, Sqrt(v)) (layer_norm.py) name their other steps
+    optional_roles=roles("act", "scale", "erf", "one", "half", "sqrt", "cube", "cubic", "inner",
+                         "arg", "tanh"),
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),
     quantizable=True,

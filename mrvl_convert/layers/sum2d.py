@@ -7,7 +7,7 @@ mrvl.py puts no shape condition on ``add``.
 The contract is upstream TVM v0.19's ``mrvl.sum2d`` (``src/relay/backend/contrib/mrvl/
 codegen.cc``); a constant operand is written as ``input_const_name``. The layer computes in the
 order its first operand has (``LayoutContext.keep_order``): NHWC for an image, the logical order
-for a token tensor.
+for a token tensor. Also the last layer of a LayerNormalization (``layer_norm.py``).
 """
 from __future__ import annotations
 
@@ -26,9 +26,13 @@ from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.kernels.ufuncs import activate_inplace
 from mrvl_convert.layers._kind import FUSED_ACTIVATION, MARVELL, Const, LayerKind, roles
 from mrvl_convert.layers._lowering import activation, new_layer
+from mrvl_convert.layers.layer_norm import lower_layer_norm
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:
+    if composite.binding.node("layer_norm") is not None:
+        lower_layer_norm(composite, ctx)
+        return
     add = composite.binding.node("add")
     out_shape = static_shape(add.outputs[0])
     rank = len(out_shape)
@@ -108,7 +112,7 @@ KIND = LayerKind(
             "constant already in physical order, numpy-broadcastable to the output)",
     kernel=Sum2DKernel,
     lower=lower,
-    one_of_roles=roles("add", "lut"),   # lut: the int8 carrier of a LUT (qnn/unary.py)
+    one_of_roles=roles("add", "lut", "layer_norm"),   # lut: the int8 carrier of a LUT (qnn/unary.py)
     optional_roles=roles("act"),
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),

@@ -17,6 +17,7 @@ from mrvl_convert.core.pooling import pool_out_size
 from mrvl_convert.rules import checks_shape
 from mrvl_convert.rules.qnn_checks import QNN_CHECKS
 from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
+from mrvl_convert.rules.checks_transformer import TRANSFORMER_CHECKS
 
 Details = Optional[Dict[str, Any]]
 Check = Callable[[gs.Node, Mapping[str, Any], gs.Graph], Details]
@@ -382,4 +383,5 @@ CHECKS: Dict[str, Check] = {
     "ranks_2_to_4": checks_shape.check_ranks_2_to_4,
     **QNN_CHECKS,
     **ELEMENTWISE_CHECKS,
+    **TRANSFORMER_CHECKS,
 }

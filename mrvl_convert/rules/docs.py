@@ -21,6 +21,8 @@ def list_rules_text(rules: Sequence[Rule]) -> str:
         lines.append(f"  pattern: {_chain(rule)}   ([..] = optional)")
         if rule.summary:
             lines.append(f"  {rule.summary}")
+        if rule.note:
+            lines.append(f"  report.json note: {rule.note}")
         for c in rule.constraints:
             lines.append(f"  - {c.describe()}: refused with \"{c.reason}\"")
     return "\n".join(lines) + "\n"
@@ -41,7 +43,8 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
     ]
     ordered = sorted(rules, key=lambda r: r.name)
     for rule in ordered:
-        lines.append(f"| `{rule.name}` | `{rule.layer}` | {_chain(rule)} | {rule.summary} |")
+        lines.append(f"| `{rule.name}` | `{rule.layer}` | {_chain(rule)} | "
+                     f"{_escape(rule.summary)} |")
     lines.append("")
     generic = _generic_constraints(ordered)
     if generic:
@@ -56,6 +59,8 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         lines.append("")
         lines.append(f"Pattern: {_chain(rule)} → `{rule.layer}`")
         lines.append("")
+        if rule.note:
+            lines += [f"report.json notes on each node it takes: {rule.note}.", ""]
         skipped = [c.check for c in generic
                    if not any(o.generic and o.check == c.check for o in rule.constraints)]
         if skipped:

@@ -149,7 +149,7 @@ def _build_rule(entry: dict, index: int, source: str, label: str, generic: Gener
     return Rule(name=entry["name"], layer=entry["layer"], steps=steps,
                 constraints=tuple(constraints), priority=int(entry.get("priority", 100)),
                 summary=entry.get("summary", ""), source=source,
-                absorb=tuple(entry.get("absorb", ())))
+                absorb=tuple(entry.get("absorb", ())), note=entry.get("note", ""))
 
 
 def _check_reason(reason: str, where: str) -> None:
