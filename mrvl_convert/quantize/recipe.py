@@ -23,7 +23,7 @@ import onnx
 
 from mrvl_convert.quantize.calibration import calibration_feeds, load_proto, read_calibration
 from mrvl_convert.errors import OptionError, UnsupportedModelError
-from mrvl_convert.quantize.fold_bn import without_batchnorm
+from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
@@ -92,6 +92,15 @@ def _quantizer_quiet() -> Iterator[None]:
     finally:
         for listener in listeners:
             listener.removeFilter(drop)
+
+
+def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = ()) -> onnx.ModelProto:
+    """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
+    the converter names it): BatchNormalization folded, PRelu decomposed (but the nodes in
+    ``keep``). Its tensors keep the names of the tensors of ``model`` they stand for (a folded
+    Conv writes the BatchNormalization's output), so the analysis maps a layer of the QDQ
+    model to the float tensor it really computes."""
+    return decompose_prelu(fold_batchnorm(model), keep=frozenset(keep))
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:

@@ -13,8 +13,13 @@ over the samples; ``QuantAnalysis`` holds the rows and says which layers are bel
 
 Mapping a layer to a tensor of the float model: a layer's ``source_nodes`` name the QDQ model's
 nodes. Its op nodes (Conv, Relu, ...) keep the float model's node names (``quantize_static``
-copies them), so the layer's tensor is the output of the last of them in the float model's node
-order. A ``quant`` layer (a region edge) has only a QuantizeLinear or DequantizeLinear, which
+copies them), so the layer's tensor is the output of the last of them, in node order, in the
+float model as ``quantize_int8`` rewrote it before quantizing (``quantized_float_form``): a
+Conv whose BatchNormalization was folded into it writes the BatchNormalization's output there,
+so the folded Conv2D is compared with the tensor after the BatchNormalization, never with the
+Conv's raw output; the steps of a decomposed PRelu have tensors only that form has, and take
+their reference from it (the decomposition is exact in float32). Every other tensor's
+reference is the float model's own. A ``quant`` layer (a region edge) has only a QuantizeLinear or DequantizeLinear, which
 ``quantize_static`` names ``<tensor>_QuantizeLinear`` / ``<tensor>_DequantizeLinear`` after the
 float tensor it quantizes. A layer neither way maps (a converter's own layout_transform, a float
 model whose node names differ from the QDQ model's) gets no row, or a row saying so.
@@ -46,6 +51,7 @@ from mrvl_convert.core.artifact import first_value
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.layers.qnn.kernels import dequantize, quantize
+from mrvl_convert.quantize.recipe import quantized_float_form
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
 from mrvl_convert.runtime.stages import TensorSpec
@@ -90,19 +96,22 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     proto = load_model(float_model)
     check_model_inputs(proto, session, model_label(float_model))
     name_nodes(proto)  # as the converter named the QDQ model's nodes, so names meet
+    form = quantized_float_form(proto)  # what the QDQ model was made of: its layers' tensors
     feeds = sample_feeds(session, inputs, seed, samples)
-    layers, unmapped = _plan(session, proto)
+    layers, unmapped = _plan(session, form)
     tensors = sorted({r.tensor for lay in layers for r in [lay.row] if r and r.tensor})
-    names = _tensor_names(proto)
+    names = _tensor_names(form)
     inputs_of = {_boundary_tensor(t.name, names) for s in session.stages if s.kind == "mrvl"
                  for t in s.inputs}
     model_inputs = {i.name for i in proto.graph.input}
     wanted = sorted((set(tensors) | (inputs_of & names)) - model_inputs)
-    reference = reference_session(proto, [TensorSpec(t, (), "float32") for t in wanted], 3)
+    references = _references(proto, form, wanted)
     events: List[str] = []
     for feed in feeds:
-        refs = dict(zip(wanted, run_reference(reference, wanted, feed, proto)))
-        _fold(session, layers, feed, {**feed, **refs}, events)
+        refs = dict(feed)
+        for reference, model, outputs in references:
+            refs.update(zip(outputs, run_reference(reference, outputs, feed, model)))
+        _fold(session, layers, feed, refs, events)
     rows = []
     for lay in layers:
         if lay.row is None:
@@ -116,6 +125,18 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
             row.note = f"isolated: {lay.iso_issue}"
         rows.append(row)
     return QuantAnalysis(rows, len(feeds), threshold_db, unmapped, list(dict.fromkeys(events)))
+
+
+def _references(proto: onnx.ModelProto, form: onnx.ModelProto, wanted: Sequence[str]
+                ) -> List[Tuple[Any, onnx.ModelProto, List[str]]]:
+    """The sessions that give the ``wanted`` tensors: the float model itself for every tensor
+    it has (a folded Conv's is the BatchNormalization's output there), its quantized form
+    only for the tensors a rewrite added (a decomposed PRelu's steps), exact in float32."""
+    own = _tensor_names(proto)
+    groups = [(proto, [t for t in wanted if t in own]),
+              (form, [t for t in wanted if t not in own])]
+    return [(reference_session(model, [TensorSpec(t, (), "float32") for t in names], 3),
+             model, names) for model, names in groups if names or model is proto]
 
 
 def _tensor_names(proto: onnx.ModelProto) -> set:
