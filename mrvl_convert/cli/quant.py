@@ -101,11 +101,11 @@ def write_analyses(result: BatchResult, models: List[Path], args: argparse.Names
         calibration = load_calibration(args.calibration, model)
         feeds = analysis_feeds(model, calibration)
         analysis = analyze_quantization(model, outcome.out_dir, feeds, threshold_db=threshold)
+        analysis.samples_note = samples_note(feeds, calibration, ANALYSIS_SAMPLES)
         out = write_file_atomically(Path(outcome.out_dir) / ANALYSIS_FILE,
                                     (json.dumps(analysis.to_dict(), indent=1) + "\n").encode())
         if not args.quiet:
-            sys.stdout.write(f"quantization analysis of {outcome.name} ({out})"
-                             f"{samples_note(feeds, calibration, ANALYSIS_SAMPLES)}:\n"
+            sys.stdout.write(f"quantization analysis of {outcome.name} ({out}):\n"
                              f"{analysis.format_table()}\n")
 
 
@@ -116,5 +116,5 @@ def samples_note(feeds: List[Dict[str, Any]], calibration: Mapping[str, Any],
     given = min((len(a) for a in calibration.values()), default=0)
     if used >= given:
         return ""
-    return (f"; {used} of the {given} calibration sample(s) given: the analysis takes at most "
+    return (f"{used} of the {given} calibration sample(s) given: the analysis takes at most "
             f"{most} feed(s)")

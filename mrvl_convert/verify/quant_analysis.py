@@ -124,7 +124,15 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
         elif lay.iso_issue and not row.note:
             row.note = f"isolated: {lay.iso_issue}"
         rows.append(row)
-    return QuantAnalysis(rows, len(feeds), threshold_db, unmapped, list(dict.fromkeys(events)))
+    return QuantAnalysis(rows, _sample_count(feeds, session), threshold_db, unmapped,
+                         list(dict.fromkeys(events)))
+
+
+def _sample_count(feeds: Sequence[Feed], session: HybridSession) -> int:
+    """Samples, not feeds: a feed of a batch-4 model holds four."""
+    first = session.input_specs[0].name if session.input_specs else None
+    return sum(int(np.shape(feed[first])[0]) if first in feed and np.ndim(feed[first]) else 1
+               for feed in feeds)
 
 
 def _references(proto: onnx.ModelProto, form: onnx.ModelProto, wanted: Sequence[str]

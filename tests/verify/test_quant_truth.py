@@ -22,7 +22,7 @@ from mrvl_convert.verify.metrics import Sums, snr_db
 THRESHOLD = 20.0
 
 
-def conv_bn_model(prelu: bool = False) -> onnx.ModelProto:
+def conv_bn_model(prelu: bool = False, batch: int = 1) -> onnx.ModelProto:
     """conv1 -> bn1 -> sigmoid (or PRelu) -> conv2. The BatchNormalization scales by 4..8 and
     shifts by several units: its output is far (in SNR) from the Conv's raw output, so a layer
     compared with the pre-BN tensor is flagged whatever its quantization does."""
@@ -40,8 +40,9 @@ def conv_bn_model(prelu: bool = False) -> onnx.ModelProto:
                               name="bn1"),
              act, helper.make_node("Conv", ["a1", "w2", "b2"], ["y"], name="conv2")]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4, 8, 8])],
+        nodes, "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [batch, 3, 8, 8])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [batch, 4, 8, 8])],
         [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()
          if prelu or k != "slope"])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=10)
@@ -141,3 +142,17 @@ def test_the_steps_of_a_decomposed_prelu_are_compared_with_their_own_tensors(tmp
     assert {"n1", "prelu1_pos", "prelu1_neg", "prelu1_scaled", "a1"} <= tensors
     assert not analysis.unmapped
     assert analysis.first_below is None and analysis.below_isolated == []
+
+
+def test_the_analysis_counts_samples_not_feeds(folded, tmp_path):
+    """A feed of two samples counts two: the verdict's count is the samples compared."""
+    test, analysis = folded[2], folded[3]
+    src = tmp_path / "bn2.onnx"
+    onnx.save(conv_bn_model(batch=2), src)
+    mrvl_convert.convert(quantize_int8(src, tmp_path / "q.onnx", {"x": samples(16, 1)}),
+                         tmp_path / "out")
+    pairs = [{"x": test[k:k + 2]} for k in range(0, 4, 2)]
+    doubled = mrvl_convert.analyze_quantization(src, tmp_path / "out", pairs,
+                                                threshold_db=THRESHOLD)
+    assert analysis.samples == 4 and doubled.samples == 4
+    assert doubled.verdict().startswith(f"{len(doubled.rows)} layers over 4 sample(s);")
