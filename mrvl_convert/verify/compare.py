@@ -35,6 +35,7 @@ from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
 from mrvl_convert.verify.metrics import Worst, top1
+from mrvl_convert.verify.quant_cost import quantization_cost
 from mrvl_convert.verify.reference import (check_model_inputs, element_types, load_model,
                                            model_label, reference_session, run_reference,
                                            sample_feeds)
@@ -50,8 +51,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
             samples: int = 1, gemm: str = "numpy", layers: bool = False,
             log_severity: int = QUIET, engine: str = "graph",
-            against: "str | os.PathLike[str] | None" = None, criterion: str = "ours"
-            ) -> Comparison:
+            against: "str | os.PathLike[str] | None" = None, criterion: str = "ours",
+            fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
@@ -59,7 +60,10 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     ``log_severity``: onnxruntime's log level for the sessions opened here (3: errors only,
     2: warnings too). ``against``: a Marvell ``-output.json`` (device or mlsim) compared with
     the simulator's outputs on the first feed instead (``against.py``; ``model`` is not run).
-    ``criterion``: "ours" (the tolerances) or "marvell" (``criteria.py``) for the verdict."""
+    ``criterion``: "ours" (the tolerances) or "marvell" (``criteria.py``) for the verdict.
+    ``fp32``: for an int8 artifact judged against its QDQ model, the fp32 model that was
+    quantized: its outputs on the same feeds give ``Comparison.fp32``, what quantization costs
+    (``quant_cost.py``; information, never the verdict)."""
     if criterion not in CRITERION_NAMES:
         raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
@@ -114,7 +118,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
-    return Comparison(rows, len(feeds), list(dict.fromkeys(events)))
+    cost = None if fp32 is None else quantization_cost(
+        fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
+    return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost)
 
 
 def _layer_row(plan: LayerPlan, worst: Optional[Worst], tols: Tolerances) -> Row:
