@@ -102,11 +102,12 @@ def _quantizer_quiet() -> Iterator[None]:
 
 def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = ()) -> onnx.ModelProto:
     """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
-    the converter names it): BatchNormalization folded, PRelu decomposed (but the nodes in
-    ``keep``). Its tensors keep the names of the tensors of ``model`` they stand for (a folded
+    the converter names it): BatchNormalization folded, PRelu decomposed, but the nodes in
+    ``keep``. Its tensors keep the names of the tensors of ``model`` they stand for (a folded
     Conv writes the BatchNormalization's output), so the analysis maps a layer of the QDQ
     model to the float tensor it really computes."""
-    return decompose_prelu(fold_batchnorm(model), keep=frozenset(keep))
+    kept = frozenset(keep)
+    return decompose_prelu(fold_batchnorm(model, kept), keep=kept)
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:

@@ -156,3 +156,16 @@ def test_the_analysis_counts_samples_not_feeds(folded, tmp_path):
                                                 threshold_db=THRESHOLD)
     assert analysis.samples == 4 and doubled.samples == 4
     assert doubled.verdict().startswith(f"{len(doubled.rows)} layers over 4 sample(s);")
+
+
+def test_a_batchnorm_the_converter_took_itself_is_not_folded_in_the_mapping(folded, tmp_path):
+    """fp16, the Conv denied to the accelerator: the BatchNormalization is a layer of its own
+    (a depthwise Conv2D named after it) and is compared with its own output, not left
+    unmapped because the quantizer would have folded it."""
+    src, _, test, _ = folded
+    mrvl_convert.convert(src, tmp_path / "out", deny=["conv1"])
+    analysis = mrvl_convert.analyze_quantization(src, tmp_path / "out", feeds(test),
+                                                 threshold_db=THRESHOLD)
+    row = analysis.row_for("bn1")
+    assert row is not None and row.tensor in ("n1", "a1") and not analysis.unmapped
+    assert analysis.first_below is None
