@@ -14,16 +14,17 @@ over the samples; ``QuantAnalysis`` holds the rows and says which layers are bel
 Mapping a layer to a tensor of the float model: a layer's ``source_nodes`` name the QDQ model's
 nodes. Its op nodes (Conv, Relu, ...) keep the float model's node names (``quantize_static``
 copies them), so the layer's tensor is the output of the last of them, in node order, in the
-float model as ``quantize_int8`` rewrote it before quantizing (``quantized_float_form``; a
-BatchNormalization that a layer names as its source, as an fp16 Conv2D that fuses it does, is
-left as it is): a Conv whose BatchNormalization was folded into it writes its output there,
-so the folded Conv2D is compared with the tensor after the BatchNormalization, never with the
-Conv's raw output; the steps of a decomposed PRelu have tensors only that form has, and take
-their reference from it (the decomposition is exact in float32). Every other tensor's
+float model put through the rewrites the layers saw (``float_form.py``: ``quantize_int8``'s
+BatchNormalization folding and PRelu decomposition, then the converter's canonicalization): a
+Conv whose BatchNormalization was folded into it writes the BN's output there, so the folded
+Conv2D is compared with the tensor after the BatchNormalization, never with the Conv's raw
+output; the steps of a decomposed PRelu and a Sum's partial sums have tensors only that form
+has, and take their reference from it (exact rewrites). Every other tensor's
 reference is the float model's own. A ``quant`` layer (a region edge) has only a
 QuantizeLinear or DequantizeLinear, which ``quantize_static`` names ``<tensor>_QuantizeLinear``
-/ ``<tensor>_DequantizeLinear`` after the float tensor it quantizes. A layer neither way maps (a converter's own layout_transform, a float
-model whose node names differ from the QDQ model's) gets no row, or a row saying so.
+/ ``<tensor>_DequantizeLinear`` after the float tensor it quantizes. A layer neither way maps
+(a converter's own layout_transform, a float model whose node names differ from the QDQ
+model's) gets no row, or a row saying so.
 
 Comparisons are made in the simulator's physical layout (NHWC), the fp32 reference being
 transposed to it: SNR and cosine are sums over elements, so the layout does not change them.
@@ -52,10 +53,10 @@ from mrvl_convert.core.artifact import first_value
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.layers.qnn.kernels import dequantize, quantize
-from mrvl_convert.quantize.recipe import quantized_float_form
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
 from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.float_form import mapped_form
 from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS
 from mrvl_convert.verify.metrics import Sums, cosine, snr_db
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
@@ -97,7 +98,7 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     proto = load_model(float_model)
     check_model_inputs(proto, session, model_label(float_model))
     name_nodes(proto)  # as the converter named the QDQ model's nodes, so names meet
-    form = quantized_float_form(proto, _batchnorms_of(session, proto))
+    form = mapped_form(proto, session)  # what the layers' source nodes name (float_form.py)
     feeds = sample_feeds(session, inputs, seed, samples)
     layers, unmapped = _plan(session, form)
     tensors = sorted({r.tensor for lay in layers for r in [lay.row] if r and r.tensor})
@@ -134,16 +135,6 @@ def _sample_count(feeds: Sequence[Feed], session: HybridSession) -> int:
     first = session.input_specs[0].name if session.input_specs else None
     return sum(int(np.shape(feed[first])[0]) if first in feed and np.ndim(feed[first]) else 1
                for feed in feeds)
-
-
-def _batchnorms_of(session: HybridSession, proto: onnx.ModelProto) -> List[str]:
-    """The BatchNormalizations a layer of the artifact names as its source: the converter
-    took them itself (an fp16 Conv2D fusing its BN, a standalone one), so they stay in the
-    float form; only a BN folded before quantizing (named by no layer) is folded there."""
-    named = {n for s in session.stages if s.kind == "mrvl" for step in s.runner.steps
-             for n in step.spec.source_nodes}
-    return [n.name for n in proto.graph.node if n.op_type == "BatchNormalization"
-            and n.name in named]
 
 
 def _references(proto: onnx.ModelProto, form: onnx.ModelProto, wanted: Sequence[str]
