@@ -122,6 +122,7 @@ def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
                "boundaries_over": [r.tensor for r in report.boundaries_over],
                "fp16_range_events": list(report.range_events), "line": report.summary_line()}
     if report.fp32 is not None:  # an int8 verify's second reference: what quantization costs
+        figures["reference"] = report.reference  # the first: the QDQ model, the verdict's
         figures["fp32"] = report.fp32.to_dict()
     return figures
 

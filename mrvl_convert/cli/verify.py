@@ -154,6 +154,9 @@ def _references(args: argparse.Namespace) -> Tuple[str, Optional[str], List[str]
     if not section:
         return args.model, fp32, []
     qdq = str(Path(args.artifact_dir) / section["file"])
+    if not Path(qdq).is_file():
+        return args.model, fp32, [f"int8 artifact whose QDQ model {qdq} is missing: judged "
+                                  f"against {args.model} itself (quantization loss included)"]
     return qdq, fp32 or args.model, [
         f"int8 artifact: judged against the QDQ model it was converted from ({qdq}: is the "
         f"conversion exact?); {args.model} is the fp32 reference (what quantization costs)"]

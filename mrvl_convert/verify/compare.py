@@ -120,7 +120,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     cost = None if fp32 is None else quantization_cost(
         fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
-    return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost)
+    return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
+                      reference=model_label(model))
 
 
 def _layer_row(plan: LayerPlan, worst: Optional[Worst], tols: Tolerances) -> Row:

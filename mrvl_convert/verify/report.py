@@ -38,6 +38,7 @@ class Comparison:
     range_events: List[str] = field(default_factory=list)
     # an int8 verify's second reference: the fp32 model (what quantization costs)
     fp32: Optional["QuantCost"] = None
+    reference: str = ""  # the model the verdict is judged against (its path or graph name)
 
     @property
     def passed(self) -> bool:
@@ -60,7 +61,7 @@ class Comparison:
 
     def to_dict(self) -> Dict[str, Any]:
         first = self.first_layer_over
-        return {"passed": self.passed, "samples": self.samples,
+        return {"passed": self.passed, "samples": self.samples, "reference": self.reference,
                 "range_events": list(self.range_events),
                 "first_layer_over": None if first is None else first.tensor,
                 "rows": [asdict(r) for r in self.rows],

@@ -103,6 +103,7 @@ def test_mrvl_convert_verify_writes_both_references_to_summary_json(tmp_path, ca
     assert code == 0
     verify = json.loads((tmp_path / "out" / "summary.json").read_text())["models"][0]["verify"]
     assert verify["passed"] and verify["outputs"][0]["max_abs"] == 0
+    assert Path(verify["reference"]).name == "mnist_cnn.int8.onnx"
     fp32 = verify["fp32"]
     assert fp32["model"] == str(MODEL) and fp32["samples"] == 16
     qdq = tmp_path / "out" / "mnist_cnn" / "mnist_cnn.int8.onnx"
