@@ -8,11 +8,13 @@ import re
 from pathlib import Path
 
 import numpy as np
+import onnx
 import pytest
 
 import mrvl_convert
 from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.verify.report import Comparison, Row
+from support.rewrites import sum_of_three
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_cnn"
 MODEL = EXAMPLE / "mnist_cnn.onnx"
@@ -59,3 +61,18 @@ def test_some_skipped_some_over():
     assert line == ("layer rows are diagnostics, not part of the verdict; 2 of 3 layer(s) "
                     "compared, 1 skipped (1: a source node the model does not have); the first "
                     "layer outside tolerance is b (L2)")
+
+
+def test_a_layer_of_a_node_canonicalization_added_is_compared(tmp_path):
+    """fp16, ``compare(..., layers=True)``: the first Add of a Sum of three inputs is a node
+    the model does not have; it is compared with its partial sum (the rewrite is exact), not
+    skipped."""
+    src = tmp_path / "sum.onnx"
+    onnx.save(sum_of_three(), src)
+    mrvl_convert.convert(src, tmp_path / "out")
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    report = mrvl_convert.compare(src, tmp_path / "out", {"x": x}, layers=True)
+    layers = {r.tensor: r for r in report.rows if r.kind == "layer"}
+    partial = next(r for t, r in layers.items() if "partial" in t)
+    assert partial.tolerance is not None and partial.passed and partial.max_abs > 0
+    assert all(r.tolerance is not None for r in layers.values())
