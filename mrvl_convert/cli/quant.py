@@ -7,12 +7,13 @@ import argparse
 import json
 import sys
 import tempfile
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from mrvl_convert.batch.outcome import BatchResult
-from mrvl_convert.errors import OptionError
+from mrvl_convert.errors import CalibrationWarning, OptionError
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.quantize.recipe import Quantization
 
@@ -72,9 +73,13 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
     # The rounds convert as they always have: with the partition options but upstream's
     # min_compute_layers, and without the estimate (it would rank the regions differently).
     rounds = replace(options, min_compute_layers=1, estimate=None, draw=False)
+    with warnings.catch_warnings():
+        # said once, from the manifest of the conversion that follows (cli/notices.py)
+        warnings.simplefilter("ignore", CalibrationWarning)
+        calibration = load_calibration(args.calibration, model)
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
         result = quantize_keep_fp16(model, Path(folder) / model.name,
-                                    load_calibration(args.calibration, model), args.keep_fp16,
+                                    calibration, args.keep_fp16,
                                     threshold_db=args.snr_threshold, options=rounds,
                                     method=options.quantize.method)
     if not args.quiet:

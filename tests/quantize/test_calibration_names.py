@@ -92,12 +92,17 @@ def test_the_reader_counts_the_samples_it_hands_out(batch, given, used, feeds):
                       f"model takes batches of {batch}, and only whole batches are fed"])
 
 
-def test_mrvl_convert_prints_the_warning_once_and_the_manifest_records_it(tmp_path, capsys):
+@pytest.mark.parametrize("extra", [[], ["--keep-fp16", "auto"]])
+def test_mrvl_convert_prints_the_warning_once_and_the_manifest_records_it(tmp_path, capsys,
+                                                                           extra):
+    """Once per model, also when --keep-fp16 auto reads the calibration in this process."""
     from mrvl_convert.cli.convert import main
 
     np.savez(tmp_path / "cal.npz", input=images(8), labels=np.arange(8))
-    code = main([str(MODEL), "-o", str(tmp_path / "out"), "--quantize", "int8",
-                 "--calibration", str(tmp_path / "cal.npz"), "--quiet"])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CalibrationWarning)  # a Python warning would be a second
+        code = main([str(MODEL), "-o", str(tmp_path / "out"), "--quantize", "int8",
+                     "--calibration", str(tmp_path / "cal.npz"), "--quiet", *extra])
     err = capsys.readouterr().err
     assert code == 0, err
     lines = [line for line in err.splitlines() if "labels" in line]
