@@ -60,6 +60,12 @@ class InputShapeOverrideWarning(UserWarning):
     ``--overwrite-input-shape`` does; the manifest records it as ``input_shape_overrides``)."""
 
 
+class CalibrationWarning(UserWarning):
+    """Calibration data not used in full: an array named after no model input (``labels``),
+    or samples a static batch size leaves over. The manifest records it too
+    (``quantization.calibration``)."""
+
+
 class UnsupportedModelError(MrvlConvertError):
     """Valid ONNX that this tool cannot take (opset out of range, unknown domain...)."""
 

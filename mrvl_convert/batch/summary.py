@@ -115,7 +115,8 @@ def load_summary(out_dir: PathLike) -> Dict[str, Any]:
 
 def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
     """What summary.json keeps of a comparison: the verdict, each output's errors and bounds,
-    the boundary tensors over tolerance (diagnostics) and the fp16 range events."""
+    the boundary tensors over tolerance (diagnostics), the fp16 range events and, for an int8
+    model, each output against the fp32 model (``fp32``: what quantization costs)."""
     outputs = []
     for row in report.judged_rows:
         tol = row.tolerance or {}
@@ -124,10 +125,14 @@ def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
                         "cosine": _finite(row.cosine), "top1": _finite(row.top1),
                         "atol": tol.get("atol"), "rtol": tol.get("max_rel"),
                         "note": row.note})
-    return {"passed": report.passed, "samples": report.samples,
-            "inputs": inputs or "random", "outputs": outputs,
-            "boundaries_over": [r.tensor for r in report.boundaries_over],
-            "fp16_range_events": list(report.range_events), "line": report.summary_line()}
+    figures = {"passed": report.passed, "samples": report.samples,
+               "inputs": inputs or "random", "outputs": outputs,
+               "boundaries_over": [r.tensor for r in report.boundaries_over],
+               "fp16_range_events": list(report.range_events), "line": report.summary_line()}
+    if report.fp32 is not None:  # an int8 verify's second reference: what quantization costs
+        figures["reference"] = report.reference  # the first: the QDQ model, the verdict's
+        figures["fp32"] = report.fp32.to_dict()
+    return figures
 
 
 def _finite(value: Optional[float]) -> Optional[float]:

@@ -155,8 +155,11 @@ def _verify(job: Job, checks: VerifyOptions) -> Dict[str, Any]:
                                           "given with --atol/--rtol")
     try:
         feeds = _verify_feeds(job, checks)
+        # int8: judged against the QDQ model, and the fp32 model says what quantizing cost
+        fp32 = job.model if job.options.quantize is not None else None
         report = compare(_reference(job), job.out_dir, feeds, tolerances=tolerances,
-                         log_severity=checks.log_severity, criterion=checks.criterion)
+                         log_severity=checks.log_severity, criterion=checks.criterion,
+                         fp32=fp32)
     except MrvlConvertError as exc:  # e.g. inputs that do not fit: the artifacts stay valid
         raise VerifyError(f"converted into {job.out_dir}, but verify could not run: "
                           f"{exc}", model=job.model,

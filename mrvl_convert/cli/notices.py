@@ -1,11 +1,13 @@
 """What mrvl-convert says about a conversion besides its table: third-party warnings (shown only
-with -v) and the one line per input whose static shape --input-shape replaced.
+with -v), the one line per input whose static shape --input-shape replaced, and the
+calibration's warnings (arrays not used, samples left over) the manifest recorded.
 
 Conversions may run in worker processes (forkserver/spawn) that inherit nothing of this process
 but its environment and its ``-W`` options: -v reaches them as ``MRVL_CONVERT_VERBOSE=1`` (read
-by ``frontend.folding``), and the library's ``InputShapeOverrideWarning`` is silenced there by a
-``-W`` option (multiprocessing passes ``sys.warnoptions`` on), since this process prints the
-line itself, once, from each artifact's manifest.
+by ``frontend.folding``), and the library's ``InputShapeOverrideWarning`` and
+``CalibrationWarning`` are silenced there by a ``-W`` option (multiprocessing passes
+``sys.warnoptions`` on), since this process prints the line itself, once, from each artifact's
+manifest.
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterator, List
 
-from mrvl_convert.errors import InputShapeOverrideWarning
+from mrvl_convert.errors import CalibrationWarning, InputShapeOverrideWarning
 from mrvl_convert.frontend.folding import VERBOSE_ENV
 from mrvl_convert.frontend.input_shapes import OVERRIDE_PREFIX
+from mrvl_convert.quantize.calibration import CALIBRATION_PREFIX
 
 
 @contextlib.contextmanager
@@ -30,10 +33,11 @@ def conversion_notices(verbose: bool) -> Iterator[None]:
     saved_options = list(sys.warnoptions)
     if verbose:
         os.environ[VERBOSE_ENV] = "1"
-    sys.warnoptions.append(f"ignore:{OVERRIDE_PREFIX}")
+    sys.warnoptions += [f"ignore:{OVERRIDE_PREFIX}", f"ignore:{CALIBRATION_PREFIX}"]
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", InputShapeOverrideWarning)
+            warnings.simplefilter("ignore", CalibrationWarning)
             yield
     finally:
         sys.warnoptions[:] = saved_options
@@ -54,6 +58,9 @@ def override_lines(result: Any) -> List[str]:
             lines.append(f"warning: model {outcome.model}: input {name!r} is declared "
                          f"{shapes['declared']}; converted for the given shape {shapes['used']} "
                          "(--input-shape replaces its static dims)")
+        calibration = manifest.get("quantization", {}).get("calibration", {})
+        lines += [f"warning: model {outcome.model}: {text}"
+                  for text in calibration.get("warnings", [])]
     return lines
 
 

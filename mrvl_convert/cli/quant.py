@@ -7,12 +7,13 @@ import argparse
 import json
 import sys
 import tempfile
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from mrvl_convert.batch.outcome import BatchResult
-from mrvl_convert.errors import OptionError
+from mrvl_convert.errors import CalibrationWarning, OptionError
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.quantize.recipe import Quantization
 
@@ -74,9 +75,13 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
     # The rounds convert as they always have: with the partition options but upstream's
     # min_compute_layers, and without the estimate (it would rank the regions differently).
     rounds = replace(options, min_compute_layers=1, estimate=None, draw=False)
+    with warnings.catch_warnings():
+        # said once, from the manifest of the conversion that follows (cli/notices.py)
+        warnings.simplefilter("ignore", CalibrationWarning)
+        calibration = load_calibration(args.calibration, model)
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
         result = quantize_keep_fp16(model, Path(folder) / model.name,
-                                    load_calibration(args.calibration, model), args.keep_fp16,
+                                    calibration, args.keep_fp16,
                                     threshold_db=args.snr_threshold, options=rounds,
                                     method=options.quantize.method)
     if not args.quiet:
@@ -107,11 +112,11 @@ def write_analyses(result: BatchResult, models: List[Path], args: argparse.Names
         calibration = load_calibration(args.calibration, model)
         feeds = analysis_feeds(model, calibration)
         analysis = analyze_quantization(model, outcome.out_dir, feeds, threshold_db=threshold)
+        analysis.samples_note = samples_note(feeds, calibration, ANALYSIS_SAMPLES)
         out = write_file_atomically(Path(outcome.out_dir) / ANALYSIS_FILE,
                                     (json.dumps(analysis.to_dict(), indent=1) + "\n").encode())
         if not args.quiet:
-            sys.stdout.write(f"quantization analysis of {outcome.name} ({out})"
-                             f"{samples_note(feeds, calibration, ANALYSIS_SAMPLES)}:\n"
+            sys.stdout.write(f"quantization analysis of {outcome.name} ({out}):\n"
                              f"{analysis.format_table()}\n")
 
 
@@ -122,5 +127,5 @@ def samples_note(feeds: List[Dict[str, Any]], calibration: Mapping[str, Any],
     given = min((len(a) for a in calibration.values()), default=0)
     if used >= given:
         return ""
-    return (f"; {used} of the {given} calibration sample(s) given: the analysis takes at most "
+    return (f"{used} of the {given} calibration sample(s) given: the analysis takes at most "
             f"{most} feed(s)")

@@ -1,6 +1,7 @@
 """``mrvl-verify MODEL ARTIFACT_DIR [--samples N] [--inputs file.npz|-input.json] [--gemm ENGINE]
 [--engine graph|layers] [--layers] [--quant-analysis [--snr-threshold DB]]
-[--write-outputs FILE.json] [--against FILE.json] [--criterion ours|marvell]``.
+[--write-outputs FILE.json] [--against FILE.json] [--criterion ours|marvell]
+[--fp32-model FLOAT.onnx]``.
 
 Runs the original model on fp32 onnxruntime and the artifact on the hybrid session, prints the
 comparison table (with ``--layers``, a row for every Mrvl layer too). Exit status, as
@@ -14,7 +15,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -78,6 +79,12 @@ def build_parser() -> argparse.ArgumentParser:
                              "against the float MODEL it was quantized from, SNR (dB) and "
                              "cosine, accumulated and isolated (diagnostic: exit status 0); of "
                              "an fp16 artifact, also each layer's weights rounded alone")
+    parser.add_argument("--fp32-model", metavar="FLOAT.onnx",
+                        help="int8 artifact verified against a QDQ MODEL: the fp32 model it was "
+                             "quantized from, to report what quantization costs (cosine, SNR, "
+                             "top-1 agreement per output; not part of the verdict). Given the "
+                             "fp32 model as MODEL instead, mrvl-verify judges the artifact "
+                             "against the QDQ model it keeps and reports the fp32 figures")
     parser.add_argument("--snr-threshold", type=float, default=20.0, metavar="DB",
                         help="--quant-analysis: name the layers below this SNR (default 20)")
     add_tolerance_args(parser)
@@ -112,10 +119,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             return _quant_analysis(args, feeds)
         if args.write_outputs:
             feeds = _write_outputs(args, feeds)
-        result = compare(args.model, args.artifact_dir, feeds, seed=args.seed,
+        reference, fp32, lines = _references(args)
+        result = compare(reference, args.artifact_dir, feeds, seed=args.seed,
                          samples=args.samples or 1, gemm=args.gemm, layers=args.layers,
                          tolerances=tolerances, engine=args.engine, against=args.against,
-                         criterion=args.criterion)
+                         criterion=args.criterion, fp32=None if args.against else fp32)
     except MrvlConvertError as exc:
         print(f"mrvl-verify: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
@@ -125,10 +133,40 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               f"is not an output of the model (outputs: "
               f"{', '.join(r.tensor for r in result.judged_rows)})", file=sys.stderr)
         return EXIT_USAGE
-    print(result.format_table())
+    print("\n".join(lines + [result.format_table()]))
     if _write_json(args.json_path, result.to_dict()) != EXIT_PASSED:
         return EXIT_USAGE
     return EXIT_PASSED if result.passed else EXIT_VERIFY_FAILED
+
+
+def _references(args: argparse.Namespace) -> Tuple[str, Optional[str], List[str]]:
+    """The model the verdict is judged against, the fp32 model of an int8 artifact's second
+    reference (None if not known) and the lines saying which is which. An int8 artifact is
+    judged against its QDQ model (is the conversion exact?): MODEL if it is one, else the QDQ
+    model the artifact keeps, MODEL then being the fp32 reference (what quantization costs)."""
+    from mrvl_convert.core.artifact import read_json
+    section = read_json(Path(args.artifact_dir) / "manifest.json", "manifest").get(
+        "quantization") or {}
+    fp32 = args.fp32_model
+    if _is_qdq(args.model):
+        return args.model, fp32, [] if fp32 else [
+            "int8 artifact, judged against the QDQ model given; no fp32 reference: give "
+            "--fp32-model FLOAT.onnx to see what quantization costs"]
+    if not section:
+        return args.model, fp32, []
+    qdq = str(Path(args.artifact_dir) / section["file"])
+    if not Path(qdq).is_file():
+        return args.model, fp32, [f"int8 artifact whose QDQ model {qdq} is missing: judged "
+                                  f"against {args.model} itself (quantization loss included)"]
+    return qdq, fp32 or args.model, [
+        f"int8 artifact: judged against the QDQ model it was converted from ({qdq}: is the "
+        f"conversion exact?); {args.model} is the fp32 reference (what quantization costs)"]
+
+
+def _is_qdq(model: str) -> bool:
+    from mrvl_convert.quantize.calibration import load_proto
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear")
+               for n in load_proto(model).graph.node)
 
 
 def _feeds(args: argparse.Namespace) -> Optional[List[Dict[str, np.ndarray]]]:

@@ -2,14 +2,20 @@
 
 Three sources, each giving ``{model input name: samples stacked on axis 0}``:
 
-- an ``.npz``: an array per model input (or, for a one-input model, its only float array);
+- an ``.npz``: the array named after each model input (or, for a one-input model with no array
+  of its name, the only float array: ``images`` beside integer ``labels``). Every other array is
+  not used, and named in a ``CalibrationWarning`` (it is not refused: a dataset's ``.npz``
+  often holds labels beside the images; the manifest records the warning);
 - a directory of ``.npy`` / ``.pb`` (``onnx.TensorProto``) files: either the files themselves or
   one sub-directory per sample set, as the onnx backend tests lay them out
   (``test_data_set_0/input_0.pb``). A file is matched to a model input by its stem (the input's
   name, or ``input_<k>`` for the k-th input) or, for ``.pb``, by the tensor's own name;
   ``output_*`` files (expected outputs in that layout) are skipped. Sets are read in natural
   order (``set_2`` before ``set_10``) and stacked;
-- in Python, also a mapping of arrays (used as it is).
+- in Python, also a mapping of arrays, one per model input (a key naming no input is warned
+  of, as an ``.npz``'s array).
+
+The inputs' sample counts must agree (the k-th sample of each input is one calibration sample).
 
 Every path stays inside the directory given (symlinks pointing out are refused), every file and
 the whole directory are bounded in size and count, ``.npy`` is read without pickle, ``.pb`` as a
@@ -21,6 +27,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import warnings
 import zipfile
 from pathlib import Path
 from types import MappingProxyType
@@ -31,11 +38,14 @@ import onnx
 from onnx import numpy_helper
 
 from mrvl_convert.core.arrays import check_npy_header, check_npz_sizes, check_samples
-from mrvl_convert.errors import InputFeedError, ModelLoadError
+from mrvl_convert.errors import CalibrationWarning, InputFeedError, ModelLoadError
 from mrvl_convert.frontend.input_shapes import static_dim
 
 PathLike = Union[str, "os.PathLike[str]"]
 
+# Every CalibrationWarning starts so: a ``-W ignore:<prefix>`` filter names it in worker
+# interpreters, where the CLI silences it (it prints the manifest's record instead).
+CALIBRATION_PREFIX = "calibration data"
 MAX_FILE_BYTES = 1 << 30      # one calibration file (or one .npz member, uncompressed)
 MAX_TOTAL_BYTES = 4 << 30     # everything read from one source
 MAX_FILES = 10_000            # files in one directory source, all sets together
@@ -55,21 +65,33 @@ def read_calibration(path: PathLike, inputs: Sequence[str]) -> Dict[str, np.ndar
 
 
 def read_npz(path: Path, inputs: Sequence[str]) -> Dict[str, np.ndarray]:
-    """The arrays of an ``.npz`` named as ``inputs``, or a one-input model's only float array;
-    members are bounded by their declared uncompressed size before any is inflated."""
+    """The arrays of an ``.npz`` named as ``inputs``, or a one-input model's only float array
+    (the module's rule); members are bounded by their declared uncompressed size before any is
+    inflated. Every array not used is named in a ``CalibrationWarning``."""
     check_npz_sizes(path, "calibration file", MAX_FILE_BYTES, MAX_TOTAL_BYTES)
     try:
         with np.load(path, allow_pickle=False) as data:
             arrays = {key: data[key] for key in data.files}
     except (OSError, ValueError, zipfile.BadZipFile, EOFError) as exc:
         raise InputFeedError(f"calibration file {path}: not a readable .npz ({exc})") from None
-    if all(name in arrays for name in inputs):
-        return {name: arrays[name] for name in inputs}
+    used = {name: name for name in inputs if name in arrays}
     floats = [key for key, value in arrays.items() if value.dtype.kind == "f"]
-    if len(inputs) == 1 and len(floats) == 1:
-        return {inputs[0]: arrays[floats[0]]}
-    raise InputFeedError(f"calibration file {path}: needs an array per model input "
-                         f"({list(inputs)}); it holds {sorted(arrays)}")
+    if len(inputs) == 1 and not used and len(floats) == 1:
+        used = {inputs[0]: floats[0]}
+    if len(used) < len(inputs):
+        raise InputFeedError(f"calibration file {path}: needs an array per model input "
+                             f"({list(inputs)}); it holds {sorted(arrays)}")
+    unused = sorted(set(arrays) - set(used.values()))
+    if unused:
+        taken = ", ".join(f"{array!r} for input {name!r}" for name, array in used.items())
+        warn_calibration(f"{path}: array(s) {unused} named after no model input, not used "
+                         f"(used: {taken})")
+    return {name: arrays[array] for name, array in used.items()}
+
+
+def warn_calibration(text: str) -> None:
+    """A ``CalibrationWarning`` starting with ``CALIBRATION_PREFIX``."""
+    warnings.warn(f"{CALIBRATION_PREFIX} {text}", CalibrationWarning, stacklevel=3)
 
 
 # ---- a directory of .npy / .pb -----------------------------------------------------------------
@@ -243,32 +265,31 @@ def load_proto(model: "PathLike") -> onnx.ModelProto:
 
 
 def calibration_feeds(proto: onnx.ModelProto, calibration: Mapping[str, np.ndarray], label: str):
+    """An onnxruntime ``CalibrationDataReader`` handing the samples out in feeds of the model's
+    batch size; ``samples_given`` / ``samples_used`` say how many samples there are and how
+    many the feeds hold (fewer when the count is not a multiple of a static batch size)."""
     from onnxruntime.quantization import CalibrationDataReader
 
     inits = {i.name for i in proto.graph.initializer}
     inputs = [i for i in proto.graph.input if i.name not in inits]
-    batches: List[Dict[str, np.ndarray]] = []
-    for tensor in inputs:
-        if tensor.name not in calibration:
-            raise InputFeedError(f"{label}: no calibration samples for input {tensor.name!r}",
-                                 tensor=tensor.name)
-        dims = tensor.type.tensor_type.shape.dim
-        given = np.asarray(calibration[tensor.name])
-        # Samples are concatenated along the batch axis, so that axis is free here.
-        check_samples(given, source=label, array_name=tensor.name, input_name=tensor.name,
-                      shape=[None] + [d.dim_value if static_dim(d) else None for d in dims[1:]])
-        samples = given.astype(np.float32)
-        batch = dims[0].dim_value if dims and static_dim(dims[0]) else 1
-        if samples.ndim != len(dims) or samples.shape[0] < batch:
-            raise InputFeedError(f"{label}: calibration samples of shape {list(samples.shape)} "
-                                 f"do not stack inputs of rank {len(dims)}", tensor=tensor.name)
-        for k, start in enumerate(range(0, samples.shape[0] - batch + 1, batch)):
-            if k == len(batches):
-                batches.append({})
-            batches[k][tensor.name] = samples[start:start + batch]
-    feeds = [b for b in batches if len(b) == len(inputs)]
+    _check_keys(calibration, [i.name for i in inputs], label)
+    per_input = {tensor.name: _batches(tensor, calibration[tensor.name], label)
+                 for tensor in inputs}
+    counts = {name: given for name, (_, given) in per_input.items()}
+    if len(set(counts.values())) > 1:
+        raise InputFeedError(f"{label}: the inputs' calibration sample counts differ ({counts}); "
+                             "the k-th sample of every input makes one calibration sample")
+    feeds = [dict(zip(per_input, batch)) for batch in zip(*(b for b, _ in per_input.values()))]
+    given = next(iter(counts.values()), 0)
+    used = sum(len(next(iter(feed.values()))) for feed in feeds if feed)
+    if used < given:
+        batch = len(next(iter(feeds[0].values())))
+        warn_calibration(f"of {label}: {used} of the {given} samples used: the model takes "
+                         f"batches of {batch}, and only whole batches are fed")
 
     class _Feeds(CalibrationDataReader):
+        samples_given, samples_used = given, used
+
         def __init__(self) -> None:
             self._it: Iterator[Dict[str, np.ndarray]] = iter(feeds)
 
@@ -276,3 +297,31 @@ def calibration_feeds(proto: onnx.ModelProto, calibration: Mapping[str, np.ndarr
             return next(self._it, None)
 
     return _Feeds()
+
+
+def _check_keys(calibration: Mapping[str, object], inputs: Sequence[str], label: str) -> None:
+    missing = [name for name in inputs if name not in calibration]
+    if missing:
+        raise InputFeedError(f"{label}: no calibration samples for input {missing[0]!r}",
+                             tensor=missing[0])
+    extra = sorted(set(calibration) - set(inputs))
+    if extra:
+        warn_calibration(f"of {label}: samples {extra} named after no model input, not used")
+
+
+def _batches(tensor: onnx.ValueInfoProto, given: np.ndarray, label: str
+             ) -> "tuple[List[np.ndarray], int]":
+    """One input's samples cut in batches of its static batch size (1 if dynamic), and the
+    count of samples given."""
+    dims = tensor.type.tensor_type.shape.dim
+    given = np.asarray(given)
+    # Samples are concatenated along the batch axis, so that axis is free here.
+    check_samples(given, source=label, array_name=tensor.name, input_name=tensor.name,
+                  shape=[None] + [d.dim_value if static_dim(d) else None for d in dims[1:]])
+    samples = given.astype(np.float32)
+    batch = dims[0].dim_value if dims and static_dim(dims[0]) else 1
+    if samples.ndim != len(dims) or samples.shape[0] < batch:
+        raise InputFeedError(f"{label}: calibration samples of shape {list(samples.shape)} "
+                             f"do not stack inputs of rank {len(dims)}", tensor=tensor.name)
+    starts = range(0, samples.shape[0] - batch + 1, batch)
+    return [samples[start:start + batch] for start in starts], samples.shape[0]

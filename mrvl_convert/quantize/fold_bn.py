@@ -22,7 +22,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
-from typing import Callable, Dict, Iterator, List, Optional
+from typing import AbstractSet, Callable, Dict, Iterator, List, Optional
 
 import numpy as np
 import onnx
@@ -51,9 +51,11 @@ def without_batchnorm(path: str, model: onnx.ModelProto,
         yield folded
 
 
-def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
+def fold_batchnorm(model: onnx.ModelProto, keep: AbstractSet[str] = frozenset()
+                   ) -> onnx.ModelProto:
     """A copy of ``model`` with every ``Conv -> BatchNormalization`` (constant weights and
-    statistics, the Conv's output read only by the BN) folded into one Conv; the rest as is."""
+    statistics, the Conv's output read only by the BN) folded into one Conv, but the
+    BatchNormalizations named in ``keep``; the rest as is."""
     folded = onnx.ModelProto()
     folded.CopyFrom(model)
     graph = folded.graph
@@ -64,7 +66,7 @@ def fold_batchnorm(model: onnx.ModelProto) -> onnx.ModelProto:
     drop: List[onnx.NodeProto] = []
     for bn in graph.node:
         conv = producers.get(bn.input[0]) if bn.op_type == "BatchNormalization" else None
-        if conv is None or not _foldable(conv, bn, inits, consumers, outputs):
+        if conv is None or bn.name in keep or not _foldable(conv, bn, inits, consumers, outputs):
             continue
         _fold(conv, bn, inits, graph)
         conv.output[0] = bn.output[0]

@@ -14,6 +14,7 @@ import io
 import logging
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
@@ -22,8 +23,8 @@ import numpy as np
 import onnx
 
 from mrvl_convert.quantize.calibration import calibration_feeds, load_proto, read_calibration
-from mrvl_convert.errors import OptionError, UnsupportedModelError
-from mrvl_convert.quantize.fold_bn import without_batchnorm
+from mrvl_convert.errors import CalibrationWarning, OptionError, UnsupportedModelError
+from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
@@ -42,19 +43,24 @@ def recipe() -> Dict[str, object]:
 
 
 def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
-                  exclude: Sequence[str] = (), *, method: str = "minmax") -> Path:
+                  exclude: Sequence[str] = (), *, method: str = "minmax",
+                  report: Optional[Dict[str, Any]] = None) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
     batches of the input's static batch size), an ``.npz`` or a directory of ``.npy``/``.pb``
     files (``mrvl_convert.quantize.calibration``), or an onnxruntime ``CalibrationDataReader``.
     ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
-    ranges are taken from the samples, one of ``CALIBRATION_METHODS``. Returns ``out``.
+    ranges are taken from the samples, one of ``CALIBRATION_METHODS``. ``report``, if given,
+    gets ``samples`` (the count fed to the calibration) and ``given`` (the count given), for
+    samples this module reads. Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     proto = load_proto(model)
     reader = calibration_reader(proto, calibration, str(model))
+    if report is not None and hasattr(reader, "samples_used"):
+        report.update(samples=reader.samples_used, given=reader.samples_given)
     out = Path(out)
     try:
         prelu = functools.partial(decompose_prelu, keep=frozenset(exclude))
@@ -92,6 +98,16 @@ def _quantizer_quiet() -> Iterator[None]:
     finally:
         for listener in listeners:
             listener.removeFilter(drop)
+
+
+def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = ()) -> onnx.ModelProto:
+    """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
+    the converter names it): BatchNormalization folded, PRelu decomposed, but the nodes in
+    ``keep``. Its tensors keep the names of the tensors of ``model`` they stand for (a folded
+    Conv writes the BatchNormalization's output), so the analysis maps a layer of the QDQ
+    model to the float tensor it really computes."""
+    kept = frozenset(keep)
+    return decompose_prelu(fold_batchnorm(model, kept), keep=kept)
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:
@@ -145,12 +161,31 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
         if quantization.keep_fp16:  # the names are the converter's: a copy with every node named
             named_copy(source, Path(tmp) / "named.onnx", quantization.keep_fp16)
             source = Path(tmp) / "named.onnx"
-        out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
-                            quantization.keep_fp16, method=quantization.method)
+        calibration: Dict[str, Any] = {}
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", CalibrationWarning)
+            out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
+                                quantization.keep_fp16, method=quantization.method,
+                                report=calibration)
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
+    notes = _reissue(said)
+    if calibration or notes:  # what the calibration used of what it was given, and why not all
+        entry["calibration"] = {**calibration, "warnings": notes}
     entry["data"] = data
     return onnx.load_from_string(data), name, entry
+
+
+def _reissue(said: List[warnings.WarningMessage]) -> List[str]:
+    """The calibration warnings recorded, for the manifest; every warning recorded is issued
+    again (to the caller's filters: the CLI's workers ignore these, printing the manifest's)."""
+    notes = []
+    for message in said:
+        if issubclass(message.category, CalibrationWarning):
+            notes.append(str(message.message))
+        warnings.warn_explicit(message.message, message.category, message.filename,
+                               message.lineno)
+    return list(dict.fromkeys(notes))
 
 
 def calibrate_method(method: str) -> Any:

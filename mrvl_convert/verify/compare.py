@@ -33,8 +33,11 @@ from mrvl_convert.runtime.simulator import Fp16RangeWarning
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
-from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS, LayerPlan, layer_plans, layer_values
+from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
+                                               layer_values, named_copy, names_missing)
 from mrvl_convert.verify.metrics import Worst, top1
+from mrvl_convert.verify.quant_cost import quantization_cost
 from mrvl_convert.verify.reference import (check_model_inputs, element_types, load_model,
                                            model_label, reference_session, run_reference,
                                            sample_feeds)
@@ -50,8 +53,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
             samples: int = 1, gemm: str = "numpy", layers: bool = False,
             log_severity: int = QUIET, engine: str = "graph",
-            against: "str | os.PathLike[str] | None" = None, criterion: str = "ours"
-            ) -> Comparison:
+            against: "str | os.PathLike[str] | None" = None, criterion: str = "ours",
+            fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
@@ -59,7 +62,10 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     ``log_severity``: onnxruntime's log level for the sessions opened here (3: errors only,
     2: warnings too). ``against``: a Marvell ``-output.json`` (device or mlsim) compared with
     the simulator's outputs on the first feed instead (``against.py``; ``model`` is not run).
-    ``criterion``: "ours" (the tolerances) or "marvell" (``criteria.py``) for the verdict."""
+    ``criterion``: "ours" (the tolerances) or "marvell" (``criteria.py``) for the verdict.
+    ``fp32``: for an int8 artifact judged against its QDQ model, the fp32 model that was
+    quantized: its outputs on the same feeds give ``Comparison.fp32``, what quantization costs
+    (``quant_cost.py``; information, never the verdict)."""
     if criterion not in CRITERION_NAMES:
         raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
@@ -76,11 +82,16 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     check_model_inputs(proto, session, model_label(model))
     present = _tensor_names(proto)
     judged = [s for s in specs if s.name in present]
-    plans = layer_plans(session, proto, {s.name for s in specs}) if layers else []
+    form = _rewritten(session, proto) if layers else None
+    plans = layer_plans(session, proto, {s.name for s in specs}, form) if layers else []
     traced = [p for p in plans if not p.skip]
-    types = element_types(proto) if traced else {}
+    own = [p.tensor for p in traced if p.tensor in present]
+    added = [p.tensor for p in traced if p.tensor not in present]  # only the rewrite has them
+    types = element_types(form or proto) if traced else {}
     reference = reference_session(proto, judged + [
-        TensorSpec(p.tensor, (), types.get(p.tensor, "float32")) for p in traced], log_severity)
+        TensorSpec(t, (), types.get(t, "float32")) for t in own], log_severity)
+    extra = reference_session(form, [TensorSpec(t, (), types.get(t, "float32"))
+                                     for t in added], log_severity) if added else None
     names = [s.name for s in judged]
     got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
@@ -94,14 +105,17 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             env, trace = session.run_layers(feed) if traced else \
                 (session.run(None, feed, capture=True)[1], [])
         events += [e.describe() for e in session.last_range_events]
-        results = run_reference(reference, names + [p.tensor for p in traced], feed, proto)
-        values = layer_values(traced, trace, {p.tensor: np.shape(r) for p, r in
-                                              zip(traced, results[len(names):])})
+        results = run_reference(reference, names + own, feed, proto)
+        if extra is not None:
+            results += run_reference(extra, added, feed, form)
+        shapes = dict(zip(own + added, (np.shape(r) for r in results[len(names):])))
+        values = layer_values(traced, trace, shapes)
         for name, value in zip(names, results):
             want[name].append(np.asarray(value))
             got[name].append(env[name])
-        for plan, value in zip(traced, results[len(names):]):
-            worst[plan.tensor].add(values[plan.tensor], np.asarray(value),
+        refs = dict(zip(own + added, results[len(names):]))
+        for plan in traced:
+            worst[plan.tensor].add(values[plan.tensor], np.asarray(refs[plan.tensor]),
                                    reshape=plan.layer_name in RESHAPE_LAYERS)
     rows = []
     for spec in specs:
@@ -115,7 +129,17 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
-    return Comparison(rows, len(feeds), list(dict.fromkeys(events)))
+    cost = None if fp32 is None else quantization_cost(
+        fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
+    return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
+                      reference=model_label(model))
+
+
+def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> Optional[onnx.ModelProto]:
+    """The model as the converter rewrote it (``float_form.py``), when a layer names a node
+    the model does not have; None otherwise (the model's own nodes map every layer)."""
+    named = named_copy(proto)
+    return mapped_form(named, session) if names_missing(session, named) else None
 
 
 def _layer_row(plan: LayerPlan, worst: Optional[Worst], tols: Tolerances) -> Row:

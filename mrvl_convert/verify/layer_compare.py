@@ -49,13 +49,29 @@ class LayerPlan:
         return f"Mrvl layer {self.layer} ({self.layer_name}, stage {self.stage})"
 
 
-def layer_plans(session: HybridSession, proto: onnx.ModelProto,
-                compared: set) -> List[LayerPlan]:
-    """One plan per Mrvl layer with ONNX source nodes, in run order, leaving out layers whose
-    tensor is already in ``compared`` (boundary tensors, outputs, an earlier layer's)."""
+def named_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` with its nodes named as the converter names them."""
     named = onnx.ModelProto()
     named.CopyFrom(proto)
     name_nodes(named)
+    return named
+
+
+def names_missing(session: HybridSession, named: onnx.ModelProto) -> bool:
+    """Whether a layer names a source node ``named`` does not have (a node the converter's
+    canonicalization added, or a QDQ node of an int8 layer)."""
+    have = {node.name for node in named.graph.node}
+    return any(n not in have for s in session.stages if s.kind == "mrvl"
+               for spec in s.runner.layers for n in spec.source_nodes)
+
+
+def layer_plans(session: HybridSession, proto: onnx.ModelProto,
+                compared: set, form: Optional[onnx.ModelProto] = None) -> List[LayerPlan]:
+    """One plan per Mrvl layer with ONNX source nodes, in run order, leaving out layers whose
+    tensor is already in ``compared`` (boundary tensors, outputs, an earlier layer's).
+    ``form``: the model as the converter rewrote it (``float_form.mapped_form``), whose nodes
+    are looked up instead, so a layer of a node canonicalization added maps to its tensor."""
+    named = form if form is not None else named_copy(proto)
     nodes = list(named.graph.node)
     position = {node.name: k for k, node in enumerate(nodes)}
     producer = {out: node for node in nodes for out in node.output}

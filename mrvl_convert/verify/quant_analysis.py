@@ -13,11 +13,18 @@ over the samples; ``QuantAnalysis`` holds the rows and says which layers are bel
 
 Mapping a layer to a tensor of the float model: a layer's ``source_nodes`` name the QDQ model's
 nodes. Its op nodes (Conv, Relu, ...) keep the float model's node names (``quantize_static``
-copies them), so the layer's tensor is the output of the last of them in the float model's node
-order. A ``quant`` layer (a region edge) has only a QuantizeLinear or DequantizeLinear, which
-``quantize_static`` names ``<tensor>_QuantizeLinear`` / ``<tensor>_DequantizeLinear`` after the
-float tensor it quantizes. A layer neither way maps (a converter's own layout_transform, a float
-model whose node names differ from the QDQ model's) gets no row, or a row saying so.
+copies them), so the layer's tensor is the output of the last of them, in node order, in the
+float model put through the rewrites the layers saw (``float_form.py``: ``quantize_int8``'s
+BatchNormalization folding and PRelu decomposition, then the converter's canonicalization): a
+Conv whose BatchNormalization was folded into it writes the BN's output there, so the folded
+Conv2D is compared with the tensor after the BatchNormalization, never with the Conv's raw
+output; the steps of a decomposed PRelu and a Sum's partial sums have tensors only that form
+has, and take their reference from it (exact rewrites). Every other tensor's
+reference is the float model's own. A ``quant`` layer (a region edge) has only a
+QuantizeLinear or DequantizeLinear, which ``quantize_static`` names ``<tensor>_QuantizeLinear``
+/ ``<tensor>_DequantizeLinear`` after the float tensor it quantizes. A layer neither way maps
+(a converter's own layout_transform, a float model whose node names differ from the QDQ
+model's) gets no row, or a row saying so.
 
 Comparisons are made in the simulator's physical layout (NHWC), the fp32 reference being
 transposed to it: SNR and cosine are sums over elements, so the layout does not change them.
@@ -49,6 +56,7 @@ from mrvl_convert.layers.qnn.kernels import dequantize, quantize
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
 from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.float_form import mapped_form
 from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS
 from mrvl_convert.verify.metrics import Sums, cosine, snr_db
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
@@ -90,19 +98,22 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     proto = load_model(float_model)
     check_model_inputs(proto, session, model_label(float_model))
     name_nodes(proto)  # as the converter named the QDQ model's nodes, so names meet
+    form = mapped_form(proto, session)  # what the layers' source nodes name (float_form.py)
     feeds = sample_feeds(session, inputs, seed, samples)
-    layers, unmapped = _plan(session, proto)
+    layers, unmapped = _plan(session, form)
     tensors = sorted({r.tensor for lay in layers for r in [lay.row] if r and r.tensor})
-    names = _tensor_names(proto)
+    names = _tensor_names(form)
     inputs_of = {_boundary_tensor(t.name, names) for s in session.stages if s.kind == "mrvl"
                  for t in s.inputs}
     model_inputs = {i.name for i in proto.graph.input}
     wanted = sorted((set(tensors) | (inputs_of & names)) - model_inputs)
-    reference = reference_session(proto, [TensorSpec(t, (), "float32") for t in wanted], 3)
+    references = _references(proto, form, wanted)
     events: List[str] = []
     for feed in feeds:
-        refs = dict(zip(wanted, run_reference(reference, wanted, feed, proto)))
-        _fold(session, layers, feed, {**feed, **refs}, events)
+        refs = dict(feed)
+        for reference, model, outputs in references:
+            refs.update(zip(outputs, run_reference(reference, outputs, feed, model)))
+        _fold(session, layers, feed, refs, events)
     rows = []
     for lay in layers:
         if lay.row is None:
@@ -115,7 +126,27 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
         elif lay.iso_issue and not row.note:
             row.note = f"isolated: {lay.iso_issue}"
         rows.append(row)
-    return QuantAnalysis(rows, len(feeds), threshold_db, unmapped, list(dict.fromkeys(events)))
+    return QuantAnalysis(rows, _sample_count(feeds, session), threshold_db, unmapped,
+                         list(dict.fromkeys(events)))
+
+
+def _sample_count(feeds: Sequence[Feed], session: HybridSession) -> int:
+    """Samples, not feeds: a feed of a batch-4 model holds four."""
+    first = session.input_specs[0].name if session.input_specs else None
+    return sum(int(np.shape(feed[first])[0]) if first in feed and np.ndim(feed[first]) else 1
+               for feed in feeds)
+
+
+def _references(proto: onnx.ModelProto, form: onnx.ModelProto, wanted: Sequence[str]
+                ) -> List[Tuple[Any, onnx.ModelProto, List[str]]]:
+    """The sessions that give the ``wanted`` tensors: the float model itself for every tensor
+    it has (a folded Conv's is the BatchNormalization's output there), its quantized form
+    only for the tensors a rewrite added (a decomposed PRelu's steps), exact in float32."""
+    own = _tensor_names(proto)
+    groups = [(proto, [t for t in wanted if t in own]),
+              (form, [t for t in wanted if t not in own])]
+    return [(reference_session(model, [TensorSpec(t, (), "float32") for t in names], 3),
+             model, names) for model, names in groups if names or model is proto]
 
 
 def _tensor_names(proto: onnx.ModelProto) -> set:

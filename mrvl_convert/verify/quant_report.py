@@ -44,6 +44,8 @@ class QuantAnalysis:
     threshold_db: float = DEFAULT_THRESHOLD_DB
     unmapped: List[str] = field(default_factory=list)
     range_events: List[str] = field(default_factory=list)  # fp16 layers' inf/NaN outputs
+    # why ``samples`` is fewer than the caller was given (e.g. the calibration set's size)
+    samples_note: str = ""
 
     @property
     def first_below(self) -> Optional[LayerQuality]:
@@ -69,6 +71,7 @@ class QuantAnalysis:
     def to_dict(self) -> Dict[str, Any]:
         first = self.first_below
         return {"threshold_db": self.threshold_db, "samples": self.samples,
+                "samples_note": self.samples_note,
                 "first_below": None if first is None else first.layer,
                 "below_isolated": [r.layer for r in self.below_isolated],
                 "unmapped": list(self.unmapped), "range_events": list(self.range_events),
@@ -89,7 +92,8 @@ class QuantAnalysis:
         """What the table says, in two sentences."""
         limit = f"{self.threshold_db:g} dB"
         first = self.first_below
-        words = [f"{len(self.rows)} layers over {self.samples} sample(s); " + (
+        why = f" ({self.samples_note})" if self.samples_note else ""
+        words = [f"{len(self.rows)} layers over {self.samples} sample(s){why}; " + (
             f"every layer's accumulated SNR is at least {limit}" if first is None else
             f"first layer below {limit} accumulated: {first.layer} ({first.layer_name}, "
             f"{first.tensor}, {first.snr_db:.1f} dB)")]

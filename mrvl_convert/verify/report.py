@@ -9,7 +9,10 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
+
+if TYPE_CHECKING:  # quant_cost runs onnxruntime; the report only reads its figures
+    from mrvl_convert.verify.quant_cost import QuantCost
 
 
 @dataclass
@@ -33,6 +36,9 @@ class Comparison:
     rows: List[Row]
     samples: int
     range_events: List[str] = field(default_factory=list)
+    # an int8 verify's second reference: the fp32 model (what quantization costs)
+    fp32: Optional["QuantCost"] = None
+    reference: str = ""  # the model the verdict is judged against (its path or graph name)
 
     @property
     def passed(self) -> bool:
@@ -55,10 +61,11 @@ class Comparison:
 
     def to_dict(self) -> Dict[str, Any]:
         first = self.first_layer_over
-        return {"passed": self.passed, "samples": self.samples,
+        return {"passed": self.passed, "samples": self.samples, "reference": self.reference,
                 "range_events": list(self.range_events),
                 "first_layer_over": None if first is None else first.tensor,
-                "rows": [asdict(r) for r in self.rows]}
+                "rows": [asdict(r) for r in self.rows],
+                "fp32": None if self.fp32 is None else self.fp32.to_dict()}
 
     def summary_line(self) -> str:
         """One line for a batch log: the verdict and the worst figures over all tensors."""
@@ -83,6 +90,8 @@ class Comparison:
             parts.append(f"{len(over)} stage-boundary tensor(s) over tolerance, first "
                          f"{over[0].tensor} (diagnostic)")
         parts += [f"fp16 range: {e}" for e in self.range_events]
+        if self.fp32 is not None:
+            parts.append(self.fp32.summary())
         return "; ".join(parts)
 
     def format_table(self) -> str:
@@ -102,11 +111,43 @@ class Comparison:
             text.append("boundary rows are diagnostics, not part of the verdict; the first "
                         f"boundary tensor outside tolerance is {self.boundaries_over[0].tensor}")
         if any(row.kind == "layer" for row in self.rows):
-            first = self.first_layer_over
-            text.append("layer rows are diagnostics, not part of the verdict; " + (
-                "every compared layer is within tolerance" if first is None else
-                f"the first layer outside tolerance is {first.tensor} ({first.note})"))
+            text.append(self._layer_verdict())
+        if self.fp32 is not None:
+            text += self.fp32.format_lines()
         return "\n".join(text)
+
+    def _layer_verdict(self) -> str:
+        """What the layer rows say, with how many were compared and why the others were not:
+        "every compared layer is within tolerance" only when some layer was compared."""
+        layers = [r for r in self.rows if r.kind == "layer"]
+        compared = [r for r in layers if r.tolerance is not None]
+        first = self.first_layer_over
+        counts = f"{len(compared)} of {len(layers)} layer(s) compared"
+        if len(compared) < len(layers):
+            reasons = _skip_reasons([r for r in layers if r.tolerance is None])
+            counts += f", {len(layers) - len(compared)} skipped ({reasons})"
+        if not compared:
+            verdict = "no layer was compared"
+        elif first is None:
+            verdict = "every compared layer is within tolerance"
+        else:
+            verdict = f"the first layer outside tolerance is {first.tensor} ({first.note})"
+        return f"layer rows are diagnostics, not part of the verdict; {counts}; {verdict}"
+
+
+def _skip_reasons(rows: List[Row], most: int = 2) -> str:
+    """The distinct reasons layer rows were not compared, most frequent first, with counts."""
+    counts: Dict[str, int] = {}
+    for row in rows:
+        why = row.note.split("not compared: ", 1)[-1]
+        if why.startswith("source node "):  # an int8 layer's QDQ node, if a float model is given
+            why = ("a QuantizeLinear/DequantizeLinear source node the model does not have (an "
+                   "int8 layer: --quant-analysis compares it with a float model)"
+                   if "QuantizeLinear'" in why else "a source node the model does not have")
+        counts[why] = counts.get(why, 0) + 1
+    ranked = sorted(counts.items(), key=lambda item: -item[1])
+    text = "; ".join(f"{n}: {why}" for why, n in ranked[:most])
+    return text + (f"; {len(ranked) - most} other reason(s)" if len(ranked) > most else "")
 
 
 def _fmt(value: Optional[float], spec: str = ".3g") -> str:

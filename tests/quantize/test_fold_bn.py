@@ -74,3 +74,12 @@ def test_fold_batchnorm_leaves_a_conv_read_elsewhere():
     """A Conv whose output is also a graph output keeps its BatchNormalization."""
     model = _conv_bn_model(1, True, shared=True)
     assert [n.op_type for n in fold_batchnorm(model).graph.node] == ["Conv", "BatchNormalization"]
+
+
+def test_fold_batchnorm_leaves_the_batchnorms_it_is_told_to_keep():
+    model = _conv_bn_model(1, True)
+    bn = next(n for n in model.graph.node if n.op_type == "BatchNormalization")
+    bn.name = bn.name or "bn"
+    assert [n.op_type for n in fold_batchnorm(model).graph.node] == ["Conv"]
+    kept = fold_batchnorm(model, keep={bn.name})
+    assert [n.op_type for n in kept.graph.node] == ["Conv", "BatchNormalization"]

@@ -1,0 +1,132 @@
+"""The second reference of an int8 verify: what quantization costs against the fp32 model.
+
+An int8 artifact is judged against the QDQ model it was converted from (onnxruntime running it
+as written): that verdict says whether the conversion is exact, and says nothing of what
+quantizing lost, since the QDQ model carries the same loss. So every int8 verify also runs the
+fp32 model the QDQ model was quantized from on the same inputs and reports, per output, the
+lowest cosine over the samples, the SNR (dB) over all of them, the share of rows whose argmax
+agrees (classifier-like ``[N, K]`` outputs) and the largest errors. These figures are
+information, not part of the verdict: the tolerances are for the conversion, and what loss a
+user accepts from quantization is theirs to say.
+
+- requires: the fp32 model (path or ``ModelProto``) taking the artifact's inputs, and the
+  hybrid's outputs on the feeds, per output name;
+- ensures: a ``QuantCost`` with a row per output the fp32 model has, in the order given; a
+  model whose inputs are not the artifact's raises ``ShapeError``.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+
+from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.metrics import Sums, Worst, snr_db, top1
+from mrvl_convert.verify.reference import (check_model_inputs, load_model, model_label,
+                                           reference_session, run_reference)
+
+
+@dataclass
+class CostRow:
+    """One output against the fp32 model (``None``: not measured, ``note`` says why)."""
+
+    tensor: str
+    cosine: Optional[float] = None     # lowest over the samples
+    snr_db: Optional[float] = None     # over every element of every sample
+    top1: Optional[float] = None       # share of rows whose argmax agrees
+    max_abs: Optional[float] = None
+    max_rel: Optional[float] = None
+    note: str = ""
+
+
+@dataclass
+class QuantCost:
+    """What quantization costs, per output, against ``model`` (the fp32 model's label)."""
+
+    model: str
+    samples: int
+    rows: List[CostRow] = field(default_factory=list)
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON has no infinity: an output equal to fp32 has SNR null and ``exact: true``."""
+        rows = []
+        for row in self.rows:
+            out = {k: _finite(v) if isinstance(v, float) else v for k, v in asdict(row).items()}
+            if row.snr_db == math.inf:
+                out["exact"] = True
+            rows.append(out)
+        return {"model": self.model, "samples": self.samples, "outputs": rows}
+
+    def summary(self) -> str:
+        """One clause for a batch log: the worst figures over the outputs."""
+        cosines = [r.cosine for r in self.rows if r.cosine is not None]
+        agree = [r.top1 for r in self.rows if r.top1 is not None]
+        parts = [f"min cosine {min(cosines):.4f}"] if cosines else []
+        parts += [f"top-1 agreement {min(agree):.4f}"] if agree else []
+        return "against fp32 (what quantization costs): " + (", ".join(parts) or "not measured")
+
+    def format_lines(self) -> List[str]:
+        """The table's section: a line per output."""
+        lines = [f"against the fp32 model {self.model} (what quantization costs; information, "
+                 f"not the verdict), over {self.samples} sample(s):"]
+        for row in self.rows:
+            figures = [f"min cosine {_fmt(row.cosine, '.6f')}", f"SNR {_fmt_snr(row.snr_db)}",
+                       f"top-1 agreement {_fmt(row.top1, '.4f')}",
+                       f"max_abs {_fmt(row.max_abs, '.3g')}", f"max_rel {_fmt(row.max_rel, '.3g')}"]
+            lines.append(f"  {row.tensor}: " + ", ".join(figures) +
+                         (f"  ({row.note})" if row.note else ""))
+        return lines
+
+
+def quantization_cost(fp32_model: "str | os.PathLike[str] | onnx.ModelProto",
+                      session: HybridSession, got: Mapping[str, Sequence[np.ndarray]],
+                      feeds: Sequence[Mapping[str, np.ndarray]], log_severity: int = 3
+                      ) -> QuantCost:
+    """The hybrid's outputs ``got`` (per output name, one array per feed) against the fp32
+    model run on the same ``feeds`` (module docstring)."""
+    proto = load_model(fp32_model)
+    label = model_label(fp32_model)
+    check_model_inputs(proto, session, label)
+    present = {o.name for o in proto.graph.output} | {o for n in proto.graph.node
+                                                      for o in n.output}
+    names = [n for n in got if n in present]
+    reference = reference_session(proto, [TensorSpec(n, (), "float32") for n in names],
+                                  log_severity)
+    want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
+    for feed in feeds:
+        for name, value in zip(names, run_reference(reference, names, dict(feed), proto)):
+            want[name].append(np.asarray(value))
+    rows = [_row(n, list(got[n]), want[n]) if n in want else
+            CostRow(n, note="not a tensor of the fp32 model") for n in got]
+    return QuantCost(label, len(feeds), rows)
+
+
+def _row(name: str, got: List[np.ndarray], want: List[np.ndarray]) -> CostRow:
+    if any(g.shape != w.shape for g, w in zip(got, want)) or not want or \
+            not np.issubdtype(want[0].dtype, np.floating):
+        return CostRow(name, note="not compared: a shape or element type differs")
+    worst, sums = Worst(), Sums()
+    for g, w in zip(got, want):
+        worst.add(g, w)
+        sums.add(g, w)
+    return CostRow(name, worst.cosine, snr_db(sums), top1(got, want), worst.max_abs,
+                   worst.max_rel, "" if worst.finite else "holds inf/NaN")
+
+
+def _finite(value: float) -> Optional[float]:
+    return float(value) if math.isfinite(value) else None
+
+
+def _fmt(value: Optional[float], spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def _fmt_snr(value: Optional[float]) -> str:
+    if value is None:
+        return "-"
+    return "exact" if value == math.inf else f"{value:.1f} dB"
