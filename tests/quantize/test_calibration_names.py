@@ -15,7 +15,7 @@ from onnx import TensorProto, helper
 
 from mrvl_convert.errors import CalibrationWarning, InputFeedError
 from mrvl_convert.quantize.calibration import calibration_feeds
-from mrvl_convert.quantize.recipe import load_calibration, quantize_int8
+from mrvl_convert.quantize.recipe import load_calibration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_cnn"
 MODEL = EXAMPLE / "mnist_cnn.onnx"
