@@ -115,16 +115,44 @@ def check_channel_varying(node: gs.Node, args: Mapping[str, Any], graph: gs.Grap
 
 
 def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Not inside an int8 (QDQ) region: no activation input comes from a DequantizeLinear and
-    the output feeds no QuantizeLinear. There the int8 model's result is onnxruntime's float op
-    between the two; an fp16 layer would round it differently (and the set has no int8 form)."""
+    """Not inside an int8 (QDQ) region: no activation input comes from a DequantizeLinear, and
+    the output feeds no QuantizeLinear unless the node continues a float island of the region
+    (a layer ``--keep-fp16`` left in float before it: its inputs reach a DequantizeLinear through
+    float ops only). Where an op reads dequantized int8 or writes what is quantized straight
+    from the model's float inputs, the int8 model's result is onnxruntime's float op between
+    the two; an fp16 layer would round it differently. In a float island the layers before it
+    are fp16 already, and this one joins them between the island's quant layers."""
     for tensor in node.inputs:
         if not is_const(tensor) and tensor.inputs and tensor.inputs[0].op == "DequantizeLinear":
             return {"detail": f"its input {tensor.name} is dequantized int8"}
     for consumer in node.outputs[0].outputs:
-        if consumer.op == "QuantizeLinear":
+        if consumer.op == "QuantizeLinear" and not _in_float_island(node):
             return {"detail": f"its output is quantized to int8 by {consumer.name}"}
     return None
+
+
+_ISLAND_DEPTH = 32  # float ops walked back before giving up (a kept layer is a few ops long)
+
+
+def _in_float_island(node: gs.Node) -> bool:
+    """Some activation input reaches a DequantizeLinear through float ops (no QuantizeLinear)."""
+    frontier, seen = [node], set()
+    for _ in range(_ISLAND_DEPTH):
+        producers = []
+        for current in frontier:
+            for tensor in current.inputs:
+                if is_const(tensor) or not tensor.inputs:
+                    continue
+                producer = tensor.inputs[0]
+                if producer.op == "DequantizeLinear":
+                    return True
+                if producer.op != "QuantizeLinear" and id(producer) not in seen:
+                    seen.add(id(producer))
+                    producers.append(producer)
+        if not producers:
+            return False
+        frontier = producers
+    return False
 
 
 ELEMENTWISE_CHECKS: Dict[str, Any] = {
