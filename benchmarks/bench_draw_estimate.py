@@ -113,8 +113,10 @@ def main() -> None:
         print(f"3,000-node model: convert + draw {t_big:.2f} s; browser layout {ms} ms for "
               f"{drawn} boxes (expanded)")
         if args.screenshot:
-            focus = next(n["name"] for n in result.report["nodes"]
-                         if n["placement"] == "cpu" and n["op_type"] == "BatchNormalization")
+            # A CPU node if the partition cuts, else the first Conv: a node with details to show.
+            nodes = result.report["nodes"]
+            focus = next((n["name"] for n in nodes if n["placement"] == "cpu"),
+                         next(n["name"] for n in nodes if n["op_type"] == "Conv"))
             chromium([f"--screenshot={args.screenshot.resolve()}", "--window-size=1600,1000"],
                      page.as_uri() + FOCUS + focus, tmp)
             print(f"screenshot of DenseNet-121's page: {args.screenshot} (node {focus} pinned)")
