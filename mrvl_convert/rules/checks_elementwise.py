@@ -107,9 +107,14 @@ def check_softmax_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
 def check_channel_varying(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """A BatchNormalization, or a Mul by a constant of more than one value: a per-channel
     scale. A Mul by one value is no depthwise convolution's business: as a Mul2D it computes in
-    the order its input has (a token tensor's logical order), where a Conv2D needs NHWC."""
+    the order its input has (a token tensor's logical order), where a Conv2D needs NHWC. Inside
+    an int8 region (a dequantized input) a Mul2D has no form for a float constant, so there the
+    depthwise Conv2D takes a Mul by one value too, as it takes any dequantized input."""
     consts = [t for t in node.inputs if is_const(t)]
     if node.op != "Mul" or len(consts) != 1 or const_value(consts[0]).size != 1:
+        return None
+    if any(t.inputs and t.inputs[0].op == "DequantizeLinear"
+           for t in node.inputs if not is_const(t)):
         return None
     return {"detail": "a Mul by one value is a Mul2D (mrvl.mul), not a per-channel scale"}
 
