@@ -42,7 +42,7 @@ from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.fp16_fold import round_folded
-from mrvl_convert.verify.metrics import Sums, Worst, snr_db
+from mrvl_convert.verify.metrics import Sums, Worst, json_snr, snr_db
 from mrvl_convert.verify.quant_analysis import analyze_quantization
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
 from mrvl_convert.verify.reference import (load_model, reference_session, run_reference,
@@ -223,10 +223,4 @@ def _fmt(value: Optional[float]) -> str:
 
 def _json(figures: WeightRounding) -> Dict[str, Any]:
     """JSON has no infinity: an exact figure is null with ``exact``: true."""
-    out = asdict(figures)
-    for key in ("snr_db", "output_snr_db"):
-        value = out[key]
-        if value is not None and not math.isfinite(value):
-            out[key] = None
-            out[key.replace("snr_db", "exact")] = value > 0
-    return out
+    return json_snr(asdict(figures), ("snr_db", "output_snr_db"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 
@@ -108,3 +108,14 @@ def cosine(sums: Sums) -> float:
     if norms == 0.0:
         return 1.0 if sums.err2 == 0.0 else 0.0
     return sums.dot / norms
+
+
+def json_snr(out: Dict[str, Any], keys: Iterable[str]) -> Dict[str, Any]:
+    """``out`` with each SNR of ``keys`` JSON can hold: JSON has no infinity, so an exact
+    figure (+inf dB) becomes null with ``<name>_exact``: true (``snr_db`` -> ``exact``)."""
+    for key in keys:
+        value = out[key]
+        if value is not None and not math.isfinite(value):
+            out[key] = None
+            out[key.replace("snr_db", "exact")] = value > 0
+    return out

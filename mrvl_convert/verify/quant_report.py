@@ -15,6 +15,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
+from mrvl_convert.verify.metrics import json_snr
+
 DEFAULT_THRESHOLD_DB = 20.0
 
 
@@ -126,12 +128,7 @@ def _cells(row: LayerQuality, threshold: float) -> Tuple[str, ...]:
 
 
 def _json_row(row: LayerQuality) -> Dict[str, Any]:
-    out = asdict(row)
-    for key in ("snr_db", "isolated_snr_db"):
-        value = out[key]
-        if value is not None and not math.isfinite(value):
-            out[key] = None
-            out[key.replace("snr_db", "exact")] = value > 0
+    out = json_snr(asdict(row), ("snr_db", "isolated_snr_db"))
     for key in ("cosine", "isolated_cosine"):  # NaN: an inf/NaN output (range_events)
         if out[key] is not None and not math.isfinite(out[key]):
             out[key] = None
