@@ -14,7 +14,7 @@ import io
 import logging
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -23,6 +23,7 @@ import onnx
 
 from mrvl_convert.quantize.calibration import calibration_feeds, load_proto, read_calibration
 from mrvl_convert.errors import OptionError, UnsupportedModelError
+from mrvl_convert.quantize.equalize import equalize as equalize_model
 from mrvl_convert.quantize.fold_bn import without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
@@ -42,14 +43,16 @@ def recipe() -> Dict[str, object]:
 
 
 def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
-                  exclude: Sequence[str] = (), *, method: str = "minmax") -> Path:
+                  exclude: Sequence[str] = (), *, method: str = "minmax",
+                  equalize: bool = False) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
     batches of the input's static batch size), an ``.npz`` or a directory of ``.npy``/``.pb``
     files (``mrvl_convert.quantize.calibration``), or an onnxruntime ``CalibrationDataReader``.
     ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
-    ranges are taken from the samples, one of ``CALIBRATION_METHODS``. Returns ``out``.
+    ranges are taken from the samples, one of ``CALIBRATION_METHODS``. ``equalize``: cross-layer
+    weight equalization of the float model first (``quantize/equalize.py``). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
@@ -58,7 +61,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     out = Path(out)
     try:
         prelu = functools.partial(decompose_prelu, keep=frozenset(exclude))
-        with _quantizer_quiet(), without_batchnorm(str(model), proto, prelu) as source:
+        rewrite = (lambda m: prelu(equalize_model(m))) if equalize else prelu
+        with _quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
             quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
                             weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
                             nodes_to_exclude=list(exclude),
@@ -105,10 +109,14 @@ class Quantization:
     """What ``convert(..., quantize=...)`` quantizes with: ``calibration`` (see
     :func:`quantize_int8`; only a path or a mapping can travel to a worker process),
     ``method`` (one of ``CALIBRATION_METHODS``) and ``keep_fp16``: names of nodes left in
-    float (as ``keep_fp16.quantize_keep_fp16`` chooses them, or the user names them)."""
+    float (as ``keep_fp16.quantize_keep_fp16`` chooses them, or the user names them);
+    ``equalize``: cross-layer weight equalization first (``quantize/equalize.py``);
+    ``keep_fp16_auto``: what ``--keep-fp16 auto`` measured, for the manifest (or None)."""
     calibration: Any
     method: str = "minmax"
     keep_fp16: Tuple[str, ...] = ()
+    equalize: bool = False
+    keep_fp16_auto: Optional[Mapping[str, Any]] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         calibrate_method(self.method)
@@ -122,6 +130,10 @@ class Quantization:
                  "source_sha256": source_sha256}
         if self.keep_fp16:
             entry["keep_fp16"] = list(self.keep_fp16)
+        if self.equalize:
+            entry["equalize"] = True
+        if self.keep_fp16_auto is not None:
+            entry["keep_fp16_auto"] = dict(self.keep_fp16_auto)
         return entry
 
 
@@ -146,7 +158,8 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
             named_copy(source, Path(tmp) / "named.onnx", quantization.keep_fp16)
             source = Path(tmp) / "named.onnx"
         out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
-                            quantization.keep_fp16, method=quantization.method)
+                            quantization.keep_fp16, method=quantization.method,
+                            equalize=quantization.equalize)
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
     entry["data"] = data
