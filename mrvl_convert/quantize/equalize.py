@@ -11,7 +11,8 @@ Conv2's input channel c without changing the function::
     s[c] = sqrt(r1[c] / r2[c])  (r1: max |W1[c]|, r2: max |W2[:, c]|; both become sqrt(r1 r2))
 
 It is exact in real arithmetic because ``Relu(x / s) = Relu(x) / s`` for every s > 0 (positive
-homogeneity), and a Conv2's zero padding stays zero. It is NOT done across:
+homogeneity; LeakyRelu and PRelu alike, each branch being linear through 0), and a Conv2's zero
+padding stays zero. It is NOT done across:
 
 - ``Relu6`` / ``Clip``: ``min(max(x / s, 0), 6) != min(max(x, 0), 6) / s`` once x > 6 s; it
   would hold only with the bound scaled per channel to 6 / s, which Clip's one scalar bound
@@ -35,8 +36,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-# Activations between the two convolutions that commute with positive per-channel scaling.
-HOMOGENEOUS = ("Relu",)
+# Activations between the two convolutions that commute with positive per-channel scaling:
+# piecewise linear through 0 with a breakpoint at 0 (PRelu's slope is per channel, unscaled).
+HOMOGENEOUS = ("Relu", "LeakyRelu", "PRelu")
 # Passes over the pairs: a Conv in the middle of a chain is scaled by both its pairs, so the
 # scales are re-balanced until they settle (Nagel et al. iterate the same way).
 PASSES = 20
@@ -67,7 +69,8 @@ def equalize(model: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def equalizable_pairs(graph: onnx.GraphProto) -> List[_Pair]:
-    """The ``Conv -> [Relu] -> Conv`` pairs the rewrite is exact for (module docstring)."""
+    """The ``Conv -> [Relu | LeakyRelu | PRelu] -> Conv`` pairs the rewrite is exact for
+    (module docstring)."""
     inits = {t.name for t in graph.initializer}
     readers: Dict[str, List[onnx.NodeProto]] = {}
     for node in graph.node:

@@ -39,6 +39,10 @@ def chain(middle: Optional[str] = "Relu", seed: int = 0, spread: float = 100.0
         nodes.append(helper.make_node("Clip", ["c1", "lo", "hi"], ["m1"], name="act"))
         inits.update(lo=np.array(0.0), hi=np.array(6.0))
         into = "m1"
+    elif middle == "PRelu":
+        nodes.append(helper.make_node("PRelu", ["c1", "slope"], ["m1"], name="act"))
+        inits["slope"] = rng.uniform(0.05, 0.5, (8, 1, 1))
+        into = "m1"
     elif middle is not None:
         nodes.append(helper.make_node(middle, ["c1"], ["m1"], name="act"))
         into = "m1"
@@ -78,13 +82,14 @@ def samples(count: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).standard_normal((count, 1, 3, 8, 8)).astype(np.float32)
 
 
-@pytest.mark.parametrize("middle", ["Relu", None])
+@pytest.mark.parametrize("middle", ["Relu", None, "LeakyRelu", "PRelu"])
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_the_equalized_model_equals_the_original_on_onnxruntime(middle, seed):
     """The stated bound, per output element: layers L = 3, fan-in K <= 72, each weight rounded
     once (2^-24) and each dot product in float32: |y' - y| <= L (K + 4) 2^-23 (|W3||W2||W1||x|),
     the right side computed by onnxruntime on the absolute model (Relu is the identity on
-    non-negative values, so it is the chain's sum of |products|)."""
+    non-negative values, and so are LeakyRelu and PRelu on the absolute model's non-negative
+    values, so it is the chain's sum of |products|)."""
     model = chain(middle, seed)
     equalized = equalize(model)
     assert len(equalizable_pairs(model.graph)) == 2
@@ -123,7 +128,7 @@ def test_a_chain_ends_balanced_within_the_settling_tolerance():
     np.testing.assert_allclose(out1, in2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("middle", ["Clip", "HardSwish", "HardSigmoid", "LeakyRelu"])
+@pytest.mark.parametrize("middle", ["Clip", "HardSwish", "HardSigmoid", "Sigmoid"])
 def test_no_pair_across_an_activation_scaling_does_not_commute_with(middle):
     """Relu6 (Clip 0..6) and hard-swish would need the bound scaled per channel; only
     conv2 -> conv3 is left, so conv1 keeps its weights exactly."""
