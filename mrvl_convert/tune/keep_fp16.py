@@ -11,10 +11,11 @@ inside an int8 region (``float_region``), which does not arise here since an exc
 has no QDQ pair around its own output.
 
 With a target top-1 agreement (``min_agreement``, ``--min-agreement``) ``auto`` goes on past the
-threshold: each round gives back the worst int8 compute layer by isolated SNR, whatever its
-SNR, until the artifact's top-1 agreement with the fp32 model (``tune/agreement.py``) reaches
-the target, no candidate is left or the rounds run out (``DEFAULT_TARGET_ROUNDS``); not
-reaching it is an outcome the result states (``reached``), not an error.
+threshold: each round tries the worst int8 compute layer by isolated SNR, whatever its SNR, and
+keeps it in float if the artifact's top-1 agreement with the fp32 model (``tune/agreement.py``)
+does not fall, until the agreement reaches the target, no candidate is left or the rounds run
+out (``DEFAULT_TARGET_ROUNDS``); not reaching it is an outcome the result states (``reached``),
+not an error.
 
 The float model's nodes are named first (``load.name_nodes``), as the converter names them, so
 that the names ``--keep-fp16`` takes, the names the report gives and the names
@@ -42,7 +43,7 @@ from mrvl_convert.verify.quant_analysis import (DEFAULT_THRESHOLD_DB, KEEPABLE_L
 from mrvl_convert.verify.quant_report import LayerQuality
 
 DEFAULT_ROUNDS = 3
-DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: each round is a quantize, convert and analyse
+DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: tries, each a quantize, convert and measure
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -54,6 +55,8 @@ class Round:
     layer_name: str
     isolated_snr_db: float
     nodes: List[str]
+    agreement: Optional[float] = None  # with a target: the artifact's with this layer tried
+    accepted: bool = True  # with a target: False if the agreement fell, the layer not kept
 
 
 @dataclass
@@ -82,8 +85,11 @@ class KeepFp16Result:
         """What the target cost, for the manifest's ``quantization.keep_fp16_auto``."""
         return {"min_agreement": self.min_agreement, "agreement": self.agreement,
                 "agreement_before": self.agreement_before, "reached": self.reached,
-                "layers": [r.layer for r in self.rounds],
-                "nodes": [n for r in self.rounds for n in r.nodes], "rounds": len(self.rounds),
+                "layers": [r.layer for r in self.rounds if r.accepted],
+                "nodes": [n for r in self.rounds if r.accepted for n in r.nodes],
+                "rejected": [r.layer for r in self.rounds if not r.accepted],
+                "rounds": len(self.rounds),
+                "agreement_per_round": [r.agreement for r in self.rounds],
                 "samples": self.samples, "stages_before": dict(self.stages_before),
                 "stages_after": dict(self.stages_after)}
 
@@ -92,9 +98,12 @@ class KeepFp16Result:
         if self.min_agreement is None:
             return ""
         before = "-" if self.agreement_before is None else f"{self.agreement_before:.4f}"
+        added = [r for r in self.rounds if r.accepted]
+        nodes = ", ".join(n for r in added for n in r.nodes) or "none"
         return (f"{describe(self.agreement, self.min_agreement, self.reached)} (int8 alone "
-                f"{before}, {self.samples} sample(s)); {len(self.rounds)} layer(s) added in "
-                f"fp16 ({', '.join(n for r in self.rounds for n in r.nodes) or 'none'}); stages {_stages(self.stages_before)} -> {_stages(self.stages_after)}")
+                f"{before}, {self.samples} sample(s)); {len(added)} layer(s) added in fp16 "
+                f"({nodes}), {len(self.rounds) - len(added)} tried and dropped (agreement "
+                f"fell); stages {_stages(self.stages_before)} -> {_stages(self.stages_after)}")
 
 
 def _stages(counts: Mapping[str, int]) -> str:
@@ -152,44 +161,81 @@ def _check_target(min_agreement: Optional[float], auto: bool) -> None:
 def _auto(result: KeepFp16Result, named: Path, quantize: Callable[..., Path],
           feeds: List[Dict], threshold: float, max_rounds: int, options: ConvertOptions,
           tmp: Path) -> None:
-    """Convert, analyse, give the worst compute layer below the threshold (with a target: the
-    worst, until the target is reached) back to float, quantize again; at most ``max_rounds``
-    times. The last analysis is the final model's."""
+    """Convert, analyse, give the worst compute layer below the threshold back to float,
+    quantize again; at most ``max_rounds`` times. The last analysis is the final model's.
+    With a target: ``_auto_target``."""
+    if result.min_agreement is not None:
+        _auto_target(result, named, quantize, feeds, threshold, max_rounds, options, tmp)
+        return
     for k in range(max_rounds + 1):
         artifact = tmp / f"round{k}"
         convert_with(result.model, artifact, options)
         result.analysis = analyze_quantization(named, artifact, feeds, threshold_db=threshold)
-        if result.min_agreement is not None and _measure(result, named, artifact, feeds, k):
-            break
-        worst = _candidate(result) if k < max_rounds else None
+        worst = _candidate(result, set()) if k < max_rounds else None
         if worst is None:
             break
-        result.rounds.append(Round(worst.layer, worst.layer_name, worst.isolated_snr_db,
-                                   list(worst.op_nodes)))
+        result.rounds.append(_round(worst))
         result.kept += [n for n in worst.op_nodes if n not in result.kept]
         quantize(exclude=result.kept)
 
 
-def _measure(result: KeepFp16Result, named: Path, artifact: Path, feeds: List[Dict],
-             round_: int) -> bool:
-    """Record the agreement and stages of this round's artifact; whether the target is met."""
+def _auto_target(result: KeepFp16Result, named: Path, quantize: Callable[..., Path],
+                 feeds: List[Dict], threshold: float, max_rounds: int,
+                 options: ConvertOptions, tmp: Path) -> None:
+    """Each round tries the next layer (worst isolated SNR first in the analysis of the model
+    kept so far) and keeps it only if the agreement does not fall: a layer's own SNR does not
+    say how the argmax fares, and with it in float its neighbours' scales change. Ends at the
+    target, with no candidate left or after ``max_rounds`` tries; the model written is the
+    best one (its kept nodes, agreement and stages the result's)."""
+    artifact = tmp / "round0"
+    convert_with(result.model, artifact, options)
+    result.analysis = analyze_quantization(named, artifact, feeds, threshold_db=threshold)
+    result.agreement_before = result.agreement = _agreement(named, artifact, feeds, result)
+    result.stages_before = result.stages_after = stage_counts(artifact)
+    tried: set = set()
+    for k in range(1, max_rounds + 1):
+        worst = None if result.reached else _candidate(result, tried)
+        if worst is None:
+            break
+        tried.add(tuple(worst.op_nodes))
+        trial = result.kept + [n for n in worst.op_nodes if n not in result.kept]
+        quantize(exclude=trial)
+        artifact = tmp / f"round{k}"
+        convert_with(result.model, artifact, options)
+        result.rounds.append(_round(worst, _agreement(named, artifact, feeds, result)))
+        if result.rounds[-1].agreement >= result.agreement:
+            result.kept, result.agreement = trial, result.rounds[-1].agreement
+            result.stages_after = stage_counts(artifact)
+            result.analysis = analyze_quantization(named, artifact, feeds,
+                                                   threshold_db=threshold)
+        else:
+            result.rounds[-1].accepted = False
+    if result.rounds and not result.rounds[-1].accepted:
+        quantize(exclude=result.kept)  # the model written is the best one's
+
+
+def _round(row: LayerQuality, agreement: Optional[float] = None) -> Round:
+    return Round(row.layer, row.layer_name, row.isolated_snr_db, list(row.op_nodes), agreement)
+
+
+def _agreement(named: Path, artifact: Path, feeds: List[Dict], result: KeepFp16Result
+               ) -> float:
+    """The artifact's top-1 agreement with the float model (an OptionError if it has none)."""
     agreement = top1_agreement(named, artifact, feeds)
     if agreement.value is None:
         raise OptionError("min_agreement: the model has no output with a last axis of 2 or "
                           "more to take a top-1 agreement over")
-    result.agreement, result.samples = agreement.value, agreement.samples
-    result.stages_after = stage_counts(artifact)
-    if round_ == 0:
-        result.agreement_before, result.stages_before = agreement.value, result.stages_after
-    return result.reached
+    result.samples = agreement.samples
+    return agreement.value
 
 
-def _candidate(result: KeepFp16Result) -> Optional[LayerQuality]:
+def _candidate(result: KeepFp16Result, tried: set) -> Optional[LayerQuality]:
     """The next layer to give back: worst isolated SNR first, among those below the threshold
-    (without a target) or all int8 compute layers not yet kept (with one)."""
+    (without a target) or all int8 compute layers neither kept nor tried (with one)."""
     analysis = result.analysis
     rows = analysis.below_isolated if result.min_agreement is None else sorted(
         (r for r in analysis.rows if r.isolated_snr_db is not None),
         key=lambda r: r.isolated_snr_db)
     return next((r for r in rows if r.layer_name in KEEPABLE_LAYERS and r.dtype == "int8"
-                 and r.op_nodes and not set(r.op_nodes) <= set(result.kept)), None)
+                 and r.op_nodes and not set(r.op_nodes) <= set(result.kept)
+                 and tuple(r.op_nodes) not in tried), None)

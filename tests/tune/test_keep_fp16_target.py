@@ -17,7 +17,7 @@ import mrvl_convert
 from mrvl_convert.cli.convert import main
 from mrvl_convert.errors import OptionError
 from mrvl_convert.quantize.recipe import quantize_int8
-from mrvl_convert.tune.agreement import top1_agreement
+from mrvl_convert.tune.agreement import Agreement, top1_agreement
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.verify.quant_analysis import KEEPABLE_LAYERS
 
@@ -98,7 +98,8 @@ def test_the_target_keeps_the_worst_layer_first_and_reaches_it(case, plain):
     src, calibration, test, tmp = case
     result = quantize_keep_fp16(src, tmp / "keep.onnx", calibration, "auto", inputs=test,
                                 min_agreement=0.95, threshold_db=-100.0)
-    assert result.rounds and result.rounds[0].nodes == ["conv1"]
+    assert result.rounds and result.rounds[0].nodes == ["conv1"] and result.rounds[0].accepted
+    assert float_nodes(result.model) == result.kept
     assert all(r.layer_name in KEEPABLE_LAYERS for r in result.rounds)
     assert result.agreement_before == pytest.approx(plain)
     assert result.reached and result.agreement >= 0.95
@@ -109,6 +110,39 @@ def test_the_target_keeps_the_worst_layer_first_and_reaches_it(case, plain):
     assert doc["reached"] is True and doc["layers"] == [r.layer for r in result.rounds]
     assert doc["nodes"][0] == "conv1" and "(conv1" in result.summary()
     assert "reached" in result.summary() and "NOT" not in result.summary()
+
+
+def float_nodes(qdq: Path) -> List[str]:
+    """The Conv nodes of a QDQ model whose weight is float (not read through a
+    DequantizeLinear): those left out of quantization."""
+    model = onnx.load(str(qdq))
+    dequantized = {o for n in model.graph.node if n.op_type == "DequantizeLinear"
+                   for o in n.output}
+    return [n.name for n in model.graph.node if n.op_type == "Conv"
+            and n.input[1] not in dequantized]
+
+
+def test_a_layer_that_lowers_the_agreement_is_tried_and_dropped(case, monkeypatch):
+    """The agreements measured, in order: 0.5 (int8), 0.4 (worst layer tried: dropped), 0.7
+    (next: kept), 0.6 (next: dropped). The model written is the 0.7 one."""
+    src, calibration, test, tmp = case
+    measured = iter([0.5, 0.4, 0.7, 0.6])
+
+    def fake(float_model, artifact, feeds):
+        return Agreement({"y": next(measured)}, len(feeds))
+
+    monkeypatch.setattr("mrvl_convert.tune.keep_fp16.top1_agreement", fake)
+    result = quantize_keep_fp16(src, tmp / "drop.onnx", calibration, "auto", inputs=test,
+                                min_agreement=0.95, max_rounds=3)
+    assert [r.accepted for r in result.rounds] == [False, True, False]
+    assert [r.agreement for r in result.rounds] == [0.4, 0.7, 0.6]
+    assert result.rounds[0].nodes == ["conv1"]  # the worst, tried first
+    assert result.kept == result.rounds[1].nodes and result.agreement == 0.7
+    assert float_nodes(result.model) == result.kept  # rewritten after the last drop
+    doc = result.to_dict()
+    assert doc["layers"] == [result.rounds[1].layer] and len(doc["rejected"]) == 2
+    assert not result.reached and "NOT reached" in result.summary()
+    assert "2 tried and dropped" in result.summary()
 
 
 def test_an_unreached_target_is_said_plainly_not_raised(case, plain):
