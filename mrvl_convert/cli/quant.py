@@ -25,10 +25,11 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
                              "quant/dequant layers (repeatable); 'auto': the layers whose "
                              "isolated SNR is below --snr-threshold, worst first, up to 3 rounds")
     parser.add_argument("--min-agreement", type=float, default=None, metavar="P",
-                        help="--keep-fp16 auto: go on keeping layers in fp16 (worst isolated "
-                             "SNR first, up to 8 rounds) until the int8 artifact's top-1 "
-                             "agreement with the fp32 model (last axis of each output, on "
-                             "calibration samples) reaches P, e.g. 0.99; says so if it does not")
+                        help="--keep-fp16 auto: go on trying layers in fp16 (worst isolated "
+                             "SNR first, up to 8 tries; one that lowers the agreement is "
+                             "dropped) until the int8 artifact's top-1 agreement with the fp32 "
+                             "model (last axis of each output, on calibration samples) reaches "
+                             "P, e.g. 0.99; says so if it does not")
     parser.add_argument("--equalize", action="store_true",
                         help="--quantize: cross-layer weight equalization of the float model "
                              "first (Conv -> [Relu] -> Conv pairs, where it is exact)")
