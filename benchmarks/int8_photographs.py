@@ -7,7 +7,7 @@ The int8 corpus (``tests/support/corpus_int8.py``: MobileNetV2, MobileNetV3-smal
 net, a U-Net; seeded weights) is calibrated on ``--calibrate`` crops of scikit-image's
 photographs (``benchmarks/photographs.py``) and tested on ``--test`` other crops. For each
 recipe (calibration ``minmax``, ``percentile``, ``entropy``; ``minmax`` after cross-layer
-weight equalization (``--equalize``); and ``minmax`` with ``--keep-fp16 auto``, alone and with
+weight equalization (``--equalize``) or with bias correction (``--bias-correction``); and ``minmax`` with ``--keep-fp16 auto``, alone and with
 ``--min-agreement 0.99``, its agreement measured on the calibration crops) it prints, against the fp32 model run by onnxruntime: top-1 agreement
 (the U-Net: per pixel; the PRelu net regresses landmarks, so none), the smallest and the mean
 cosine of the outputs, and against onnxruntime's run of the QDQ model as written: how many test
@@ -37,8 +37,8 @@ from mrvl_convert.quantize import Quantization  # noqa: E402
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16  # noqa: E402
 
 MODELS = ("mobilenet_v2", "mobilenet_v3_small", "prelu_net", "unet")
-RECIPES = ("minmax", "percentile", "entropy", "minmax + CLE", "keep-fp16 auto",
-           "keep-fp16 auto --min-agreement 0.99")
+RECIPES = ("minmax", "percentile", "entropy", "minmax + CLE", "minmax + bias correction",
+           "keep-fp16 auto", "keep-fp16 auto --min-agreement 0.99")
 TARGET = 0.99  # the --min-agreement row's target
 # The output axis top-1 is taken over; None: a regression output, no top-1.
 TOP1_AXIS: Dict[str, Optional[int]] = {"mobilenet_v2": -1, "mobilenet_v3_small": -1,
@@ -126,9 +126,10 @@ def measure(name: str, calibrate: int, test_count: int, tmp: Path) -> List[Dict[
                 f"{'reached' if result.reached else 'NOT reached'})")
             mrvl_convert.convert(onnx.load(str(qdq)), artifact, name=name)
         else:
-            method, _, cle = recipe.partition(" + ")
+            method, _, extra = recipe.partition(" + ")
             mrvl_convert.convert(model, artifact, name=name, quantize=Quantization(
-                {input_name: calib}, method, equalize=bool(cle)))
+                {input_name: calib}, method, equalize=extra == "CLE",
+                bias_correction=extra == "bias correction"))
             qdq = artifact / _manifest(artifact)["quantization"]["file"]
         rows.append(_artifact_row(name, recipe, artifact, qdq, test, fp32, input_name, kept))
         rows[-1]["kept"] = f"{len(kept)}{note}"

@@ -1,6 +1,7 @@
 """``mrvl-convert --quantize int8`` options of the per-layer analysis: ``--keep-fp16 NODE|auto``,
-``--min-agreement P``, ``--equalize``, ``--quant-analysis`` and ``--snr-threshold DB``
-(``tune/keep_fp16.py``, ``quantize/equalize.py``, ``verify/quant_analysis.py``)."""
+``--min-agreement P``, ``--equalize``, ``--bias-correction``, ``--quant-analysis`` and
+``--snr-threshold DB`` (``tune/keep_fp16.py``, ``quantize/equalize.py``,
+``quantize/bias_correct.py``, ``verify/quant_analysis.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +34,9 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--equalize", action="store_true",
                         help="--quantize: cross-layer weight equalization of the float model "
                              "first (Conv -> [Relu] -> Conv pairs, where it is exact)")
+    parser.add_argument("--bias-correction", action="store_true",
+                        help="--quantize: quantize, take the int8 weights' mean error on the "
+                             "calibration samples out of each Conv's float bias, quantize again")
     parser.add_argument("--quant-analysis", action="store_true",
                         help="--quantize: per-layer SNR and cosine of the int8 result against "
                              "the float model (accumulated and isolated), on calibration samples; "
@@ -57,14 +61,19 @@ def quantization(args: argparse.Namespace) -> Optional[Quantization]:
     from mrvl_convert.quantize.recipe import for_cli as quantize_for_cli
     chosen = quantize_for_cli(args.quantize, args.calibration, args.calibration_method,
                               args.layer_set)
-    return replace(chosen, equalize=True) if chosen is not None and args.equalize else chosen
+    if chosen is None:
+        return None
+    return replace(chosen, equalize=args.equalize, bias_correction=args.bias_correction)
 
 
 def _check_recipe_args(args: argparse.Namespace) -> None:
-    """--min-agreement and --equalize: with what they need, before any model is converted."""
+    """--min-agreement, --equalize, --bias-correction: with what they need, before any model
+    is converted."""
     from mrvl_convert.quantize.keep import AUTO
-    if args.equalize and args.quantize is None:
-        raise OptionError("--equalize is only used with --quantize int8")
+    for flag, given in (("--equalize", args.equalize),
+                        ("--bias-correction", args.bias_correction)):
+        if given and args.quantize is None:
+            raise OptionError(f"{flag} is only used with --quantize int8")
     if args.min_agreement is None:
         return
     if AUTO not in args.keep_fp16:
@@ -108,7 +117,8 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
                                     threshold_db=args.snr_threshold, options=rounds,
                                     method=options.quantize.method,
                                     min_agreement=args.min_agreement,
-                                    equalize=options.quantize.equalize)
+                                    equalize=options.quantize.equalize,
+                                    bias_correction=options.quantize.bias_correction)
     if not args.quiet:
         kept = ", ".join(result.kept) or "none"
         sys.stdout.write(f"keep-fp16 {model.name}: kept in fp16: {kept}\n")

@@ -114,8 +114,8 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
                        keep_fp16: Union[str, Sequence[str]], *, inputs: Optional[Sequence[Dict]] = None,
                        threshold_db: Optional[float] = None, max_rounds: Optional[int] = None,
                        options: Optional[ConvertOptions] = None, method: str = "minmax",
-                       min_agreement: Optional[float] = None,
-                       equalize: bool = False) -> KeepFp16Result:
+                       min_agreement: Optional[float] = None, equalize: bool = False,
+                       bias_correction: bool = False) -> KeepFp16Result:
     """``model`` quantized to ``out`` as ``quantize_int8`` does, but the nodes ``keep_fp16``
     names left in float, and with ``"auto"`` among them, the worst layers too (module
     docstring). ``inputs``: the feeds the ``auto`` analysis runs (default: calibration
@@ -123,7 +123,7 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
     ``quantize`` is not used); ``method``: the calibration method
     (``quantize.CALIBRATION_METHODS``); ``min_agreement``: the top-1 agreement with the fp32
     model ``auto`` keeps layers until (module docstring; ``max_rounds`` then defaults to
-    ``DEFAULT_TARGET_ROUNDS``); ``equalize``: cross-layer weight equalization first."""
+    ``DEFAULT_TARGET_ROUNDS``); ``equalize``, ``bias_correction``: as ``quantize_int8``."""
     if isinstance(keep_fp16, str):
         keep_fp16 = [keep_fp16]  # one name, not its letters
     _check_target(min_agreement, AUTO in keep_fp16)
@@ -138,7 +138,7 @@ def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str,
         kept = [n for n in keep_fp16 if n != AUTO]
         named_copy(model, named, kept)
         quantize = functools.partial(quantize_int8, named, out, calibration, method=method,
-                                     equalize=equalize)
+                                     equalize=equalize, bias_correction=bias_correction)
         quantize(exclude=kept)
         result = KeepFp16Result(out, kept, min_agreement=min_agreement)
         if auto:
