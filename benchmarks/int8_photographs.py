@@ -122,7 +122,8 @@ def measure(name: str, calibrate: int, test_count: int, tmp: Path) -> List[Dict[
             note = "" if target is None else (
                 f" (stages {result.stages_before.get('mrvl', 0)}/"
                 f"{result.stages_before.get('cpu', 0)} -> {result.stages_after.get('mrvl', 0)}/"
-                f"{result.stages_after.get('cpu', 0)}; {_fmt(result.agreement)} on {result.samples} calibration crops, "
+                f"{result.stages_after.get('cpu', 0)}; {_fmt(result.agreement)} on "
+                f"{result.samples} calibration crops, "
                 f"{'reached' if result.reached else 'NOT reached'})")
             mrvl_convert.convert(onnx.load(str(qdq)), artifact, name=name)
         else:

@@ -4,7 +4,7 @@ per-tensor int8 better for it."""
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional
+from typing import Optional
 
 import numpy as np
 import onnx
