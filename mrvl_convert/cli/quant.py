@@ -1,6 +1,7 @@
 """``mrvl-convert --quantize int8`` options of the per-layer analysis: ``--keep-fp16 NODE|auto``,
-``--quant-analysis`` and ``--snr-threshold DB`` (``tune/keep_fp16.py``,
-``verify/quant_analysis.py``)."""
+``--min-agreement P``, ``--equalize``, ``--bias-correction``, ``--quant-analysis`` and
+``--snr-threshold DB`` (``tune/keep_fp16.py``, ``quantize/equalize.py``,
+``quantize/bias_correct.py``, ``verify/quant_analysis.py``)."""
 from __future__ import annotations
 
 import argparse
@@ -25,6 +26,18 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
                         help="--quantize: leave this node in float, an fp16 Mrvl layer between "
                              "quant/dequant layers (repeatable); 'auto': the layers whose "
                              "isolated SNR is below --snr-threshold, worst first, up to 3 rounds")
+    parser.add_argument("--min-agreement", type=float, default=None, metavar="P",
+                        help="--keep-fp16 auto: go on trying layers in fp16 (worst isolated "
+                             "SNR first, up to 8 tries; one that lowers the agreement is "
+                             "dropped) until the int8 artifact's top-1 agreement with the fp32 "
+                             "model (last axis of each output, on calibration samples) reaches "
+                             "P, e.g. 0.99; says so if it does not")
+    parser.add_argument("--equalize", action="store_true",
+                        help="--quantize: cross-layer weight equalization of the float model "
+                             "first (Conv -> [Relu] -> Conv pairs, where it is exact)")
+    parser.add_argument("--bias-correction", action="store_true",
+                        help="--quantize: quantize, take the int8 weights' mean error on the "
+                             "calibration samples out of each Conv's float bias, quantize again")
     parser.add_argument("--quant-analysis", action="store_true",
                         help="--quantize: per-layer SNR and cosine of the int8 result against "
                              "the float model (accumulated and isolated), on calibration samples; "
@@ -45,9 +58,30 @@ def quantization(args: argparse.Namespace) -> Optional[Quantization]:
         raise OptionError("--keep-fp16 is only used with --quantize int8")
     if args.snr_threshold is not None and not (args.quant_analysis or args.keep_fp16):
         raise OptionError("--snr-threshold is only used with --quant-analysis or --keep-fp16")
+    _check_recipe_args(args)
     from mrvl_convert.quantize.recipe import for_cli as quantize_for_cli
-    return quantize_for_cli(args.quantize, args.calibration, args.calibration_method,
-                            args.layer_set)
+    chosen = quantize_for_cli(args.quantize, args.calibration, args.calibration_method,
+                              args.layer_set)
+    if chosen is None:
+        return None
+    return replace(chosen, equalize=args.equalize, bias_correction=args.bias_correction)
+
+
+def _check_recipe_args(args: argparse.Namespace) -> None:
+    """--min-agreement, --equalize, --bias-correction: with what they need, before any model
+    is converted."""
+    from mrvl_convert.quantize.keep import AUTO
+    for flag, given in (("--equalize", args.equalize),
+                        ("--bias-correction", args.bias_correction)):
+        if given and args.quantize is None:
+            raise OptionError(f"{flag} is only used with --quantize int8")
+    if args.min_agreement is None:
+        return
+    if AUTO not in args.keep_fp16:
+        raise OptionError("--min-agreement is only used with --keep-fp16 auto")
+    if not 0.0 < args.min_agreement <= 1.0:
+        raise OptionError(f"--min-agreement {args.min_agreement}: a share in (0, 1], "
+                          "e.g. 0.99")
 
 
 def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: ConvertOptions
@@ -57,12 +91,15 @@ def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: C
     without."""
     if not args.keep_fp16 or options.quantize is None:
         return None
-    return {str(model): replace(options.quantize, keep_fp16=_keep_fp16(model, args, options))
-            for model in models}
+    chosen = {}
+    for model in models:
+        kept, auto = _keep_fp16(model, args, options)
+        chosen[str(model)] = replace(options.quantize, keep_fp16=kept, keep_fp16_auto=auto)
+    return chosen
 
 
 def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
-               ) -> Tuple[str, ...]:
+               ) -> Tuple[Tuple[str, ...], Optional[Dict[str, Any]]]:
     """The nodes of ``model`` to keep in float: those named, checked against the model, and
     with ``auto`` those its rounds of quantize, convert and analyse choose."""
     from mrvl_convert.quantize.keep import AUTO, named_copy
@@ -71,7 +108,7 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
 
     if AUTO not in args.keep_fp16:  # checked here, quantized in the worker
         named_copy(model, None, args.keep_fp16)
-        return tuple(args.keep_fp16)
+        return tuple(args.keep_fp16), None
     # The rounds convert as they always have: with the partition options but upstream's
     # min_compute_layers, and without the estimate (it would rank the regions differently).
     rounds = replace(options, min_compute_layers=1, estimate=None, draw=False)
@@ -83,11 +120,17 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
         result = quantize_keep_fp16(model, Path(folder) / model.name,
                                     calibration, args.keep_fp16,
                                     threshold_db=args.snr_threshold, options=rounds,
-                                    method=options.quantize.method)
+                                    method=options.quantize.method,
+                                    min_agreement=args.min_agreement,
+                                    equalize=options.quantize.equalize,
+                                    bias_correction=options.quantize.bias_correction)
     if not args.quiet:
         kept = ", ".join(result.kept) or "none"
         sys.stdout.write(f"keep-fp16 {model.name}: kept in fp16: {kept}\n")
-    return tuple(result.kept)
+        if args.min_agreement is not None:
+            sys.stdout.write(f"keep-fp16 {model.name}: {result.summary()}\n")
+    auto = result.to_dict() if args.min_agreement is not None else None
+    return tuple(result.kept), auto
 
 
 def write_analyses(result: BatchResult, models: List[Path], args: argparse.Namespace) -> None:

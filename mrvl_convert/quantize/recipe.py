@@ -15,7 +15,7 @@ import logging
 import os
 import tempfile
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 
@@ -24,6 +24,8 @@ import onnx
 
 from mrvl_convert.quantize.calibration import calibration_feeds, load_proto, read_calibration
 from mrvl_convert.errors import CalibrationWarning, OptionError, UnsupportedModelError
+from mrvl_convert.quantize.bias_correct import conv_input_means, correct_biases
+from mrvl_convert.quantize.equalize import equalize as equalize_model
 from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
@@ -44,7 +46,8 @@ def recipe() -> Dict[str, object]:
 
 def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                   exclude: Sequence[str] = (), *, method: str = "minmax",
-                  report: Optional[Dict[str, Any]] = None) -> Path:
+                  report: Optional[Dict[str, Any]] = None, equalize: bool = False,
+                  bias_correction: bool = False) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
@@ -53,7 +56,10 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
     ranges are taken from the samples, one of ``CALIBRATION_METHODS``. ``report``, if given,
     gets ``samples`` (the count fed to the calibration) and ``given`` (the count given), for
-    samples this module reads. Returns ``out``.
+    samples this module reads. ``equalize``: cross-layer
+    weight equalization of the float model first (``quantize/equalize.py``);
+    ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on
+    the calibration samples, quantize again (``quantize/bias_correct.py``). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
@@ -64,16 +70,40 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     out = Path(out)
     try:
         prelu = functools.partial(decompose_prelu, keep=frozenset(exclude))
-        with _quantizer_quiet(), without_batchnorm(str(model), proto, prelu) as source:
-            quantize_static(source, str(out), reader, quant_format=QuantFormat.QDQ,
-                            weight_type=QuantType.QInt8, activation_type=QuantType.QInt8,
-                            nodes_to_exclude=list(exclude),
-                            calibrate_method=calibrate_method(method), **recipe())
+        rewrite = (lambda m: prelu(equalize_model(m))) if equalize else prelu
+        with _quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
+            if bias_correction and source == str(model):
+                raise OptionError("bias correction rewrites the float model, which it cannot "
+                                  "do for one whose weights live in external files")
+            quantize = functools.partial(
+                quantize_static, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
+                activation_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
+                calibrate_method=calibrate_method(method), **recipe())
+            quantize(source, str(out), reader)
+            if bias_correction:
+                _bias_corrected(Path(source), out, calibration, quantize)
     except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
         raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
                                     f"calibration method {method}: {exc}",
                                     model=str(model)) from None
     return out
+
+
+def _bias_corrected(source: Path, out: Path, calibration: "Calibration",
+                    quantize: Any) -> None:
+    """``out`` quantized again from ``source`` with its Conv biases corrected for the int8
+    weights ``out`` has (``quantize/bias_correct.py``), on the calibration samples."""
+    if not isinstance(calibration, (Mapping, str, os.PathLike)):
+        raise OptionError("bias correction reads the calibration samples twice: give them as "
+                          "arrays or files, not a CalibrationDataReader")
+    float_model = onnx.load(str(source))
+    reader = calibration_reader(float_model, calibration, str(source))
+    means = conv_input_means(float_model, iter(reader.get_next, None))
+    corrected = correct_biases(float_model, onnx.load(str(out)), means)
+    with tempfile.TemporaryDirectory(prefix="mrvl_bias_") as folder:
+        path = Path(folder) / source.name
+        onnx.save(corrected, str(path))
+        quantize(str(path), str(out), calibration_reader(corrected, calibration, str(source)))
 
 
 class _DropQuantizerRecords(logging.Filter):
@@ -121,10 +151,16 @@ class Quantization:
     """What ``convert(..., quantize=...)`` quantizes with: ``calibration`` (see
     :func:`quantize_int8`; only a path or a mapping can travel to a worker process),
     ``method`` (one of ``CALIBRATION_METHODS``) and ``keep_fp16``: names of nodes left in
-    float (as ``keep_fp16.quantize_keep_fp16`` chooses them, or the user names them)."""
+    float (as ``keep_fp16.quantize_keep_fp16`` chooses them, or the user names them);
+    ``equalize``: cross-layer weight equalization first (``quantize/equalize.py``);
+    ``bias_correction``: Conv biases corrected for the int8 weights (``quantize/bias_correct.py``);
+    ``keep_fp16_auto``: what ``--keep-fp16 auto`` measured, for the manifest (or None)."""
     calibration: Any
     method: str = "minmax"
     keep_fp16: Tuple[str, ...] = ()
+    equalize: bool = False
+    bias_correction: bool = False
+    keep_fp16_auto: Optional[Mapping[str, Any]] = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         calibrate_method(self.method)
@@ -138,6 +174,12 @@ class Quantization:
                  "source_sha256": source_sha256}
         if self.keep_fp16:
             entry["keep_fp16"] = list(self.keep_fp16)
+        if self.equalize:
+            entry["equalize"] = True
+        if self.bias_correction:
+            entry["bias_correction"] = True
+        if self.keep_fp16_auto is not None:
+            entry["keep_fp16_auto"] = dict(self.keep_fp16_auto)
         return entry
 
 
@@ -166,7 +208,8 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
             warnings.simplefilter("always", CalibrationWarning)
             out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
                                 quantization.keep_fp16, method=quantization.method,
-                                report=calibration)
+                                report=calibration, equalize=quantization.equalize,
+                                bias_correction=quantization.bias_correction)
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
     notes = _reissue(said)
