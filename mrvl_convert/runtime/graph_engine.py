@@ -38,6 +38,7 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.runtime.forms import runtime_form
 from mrvl_convert.runtime.options import session_options
 
 ENGINES = ("graph", "layers")
@@ -54,6 +55,16 @@ def has_onnx_form(kernel_class: type) -> bool:
     owner = next(k for k in mro if "to_onnx" in vars(k))
     runner = next(k for k in mro if "run" in vars(k) or "compute" in vars(k))
     return owner is not Kernel and issubclass(owner, runner)
+
+
+def onnx_form(kernel: Kernel) -> Optional[Callable[[OnnxBuilder, Sequence[str]],
+                                                   Optional[List[str]]]]:
+    """How to emit ``kernel`` into a segment: its class's own ``to_onnx``, or the runtime's
+    form for its exact class (``forms.py``), or None (it runs in numpy)."""
+    if has_onnx_form(type(kernel)):
+        return kernel.to_onnx
+    form = runtime_form(type(kernel))
+    return None if form is None else lambda builder, inputs: form(kernel, builder, inputs)
 
 
 @dataclass
@@ -84,13 +95,14 @@ class _Emitter:
 
     def add(self, step: Any) -> bool:
         """Emit ``step``; False (and nothing emitted) when its kernel has no ONNX form here."""
-        if not has_onnx_form(type(step.kernel)):
+        form = onnx_form(step.kernel)
+        if form is None:
             return False
         b, seg = self.builder, self.segment
         mark = (len(b.nodes), len(b.initializers), len(b.external), dict(self.rounded),
                 len(seg.inputs), dict(self.names))
         keys = list(zip(step.inputs, step.slots or (0,) * len(step.inputs)))
-        outs = step.kernel.to_onnx(b, [self._name(key) for key in keys])
+        outs = form(b, [self._name(key) for key in keys])
         if outs is None:  # undo the input names this step made
             del b.nodes[mark[0]:], b.initializers[mark[1]:], b.external[mark[2]:]
             del seg.inputs[mark[4]:]

@@ -1,0 +1,69 @@
+"""ONNX forms, for the graph engine, of the kernels whose layer modules give none themselves.
+
+Why: in a transformer every LayerNorm (ReduceMean, Power, Rsqrt) and every attention product
+(BatchMatmul) used to run in numpy, cutting a block into five or six graph-engine segments; the
+numpy step, the segment calls and the value hand-overs between them were most of the hybrid's
+time on ViT- and BERT-sized models. With these forms such a model is one segment.
+
+Each form computes what the kernel's ``run`` computes, in the same layout, before the fp16
+rounding the engine appends (``onnx_form.py``'s contract):
+
+- ReduceMean: ``np.mean(x, axis, dtype=float32)`` is a float32 sum divided by the count;
+  here ``ReduceSum`` then ``Div`` by the same count (onnxruntime sums in its own order: the
+  same float16 value or its neighbour, as for every summing layer);
+- Power: ``Pow(x, exponent)`` with the exponent the kernel's float32 scalar (onnxruntime and
+  numpy both square exactly for 2, the LayerNorm's exponent);
+- Rsqrt: ``Reciprocal(Sqrt(x))``, each correctly rounded in both libraries: identical;
+- BatchMatmul: ``MatMul``, whose broadcasting of the leading axes is numpy's ``matmul``'s; a
+  constant operand is the kernel's fp16-rounded one.
+
+A form is looked up by the kernel's exact class, so a subclass with another ``run`` (an int8
+kernel) never takes it, as ``graph_engine.has_onnx_form`` rules for forms on the classes.
+"""
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import Any, Callable, List, Mapping, Optional, Sequence
+
+import numpy as np
+
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.layers.batch_matmul import BatchMatmulKernel
+from mrvl_convert.layers.power import PowerKernel
+from mrvl_convert.layers.reduce import ReduceMeanKernel
+from mrvl_convert.layers.rsqrt import RsqrtKernel
+
+Form = Callable[[Any, OnnxBuilder, Sequence[str]], Optional[List[str]]]
+
+
+def _reduce_mean(kernel: ReduceMeanKernel, b: OnnxBuilder, inputs: Sequence[str]) -> List[str]:
+    count = kernel.spec.input_shapes[0][kernel.axis]
+    total = b.op("ReduceSum", [inputs[0], b.shape([kernel.axis])], keepdims=int(kernel.keep))
+    return [b.op("Div", [total, b.float_constant(np.float32(count))])]
+
+
+def _power(kernel: PowerKernel, b: OnnxBuilder, inputs: Sequence[str]) -> List[str]:
+    return [b.op("Pow", [inputs[0], b.float_constant(kernel.exponent)])]
+
+
+def _rsqrt(kernel: RsqrtKernel, b: OnnxBuilder, inputs: Sequence[str]) -> List[str]:
+    return [b.op("Reciprocal", [b.op("Sqrt", [inputs[0]])])]
+
+
+def _batch_matmul(kernel: BatchMatmulKernel, b: OnnxBuilder, inputs: Sequence[str]
+                  ) -> List[str]:
+    other = inputs[1] if kernel.const is None else b.constant(kernel.const, "w")
+    return [b.op("MatMul", [inputs[0], other])]
+
+
+FORMS: Mapping[type, Form] = MappingProxyType({
+    ReduceMeanKernel: _reduce_mean,
+    PowerKernel: _power,
+    RsqrtKernel: _rsqrt,
+    BatchMatmulKernel: _batch_matmul,
+})
+
+
+def runtime_form(kernel_class: type) -> Optional[Form]:
+    """The form given here for exactly this kernel class, or None."""
+    return FORMS.get(kernel_class)
