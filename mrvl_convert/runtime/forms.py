@@ -9,8 +9,8 @@ Each form computes what the kernel's ``run`` computes, in the same layout, befor
 rounding the engine appends (``onnx_form.py``'s contract):
 
 - ReduceMean: ``np.mean(x, axis, dtype=float32)`` is a float32 sum divided by the count;
-  here ``ReduceSum`` then ``Div`` by the same count (onnxruntime sums in its own order: the
-  same float16 value or its neighbour, as for every summing layer);
+  ``ReduceMean`` sums in its own order (and may scale by the reciprocal count): the same
+  float16 value or its neighbour, as for every summing layer;
 - Power: ``Pow(x, exponent)`` with the exponent the kernel's float32 scalar (onnxruntime and
   numpy both square exactly for 2, the LayerNorm's exponent);
 - Rsqrt: ``Reciprocal(Sqrt(x))``, each correctly rounded in both libraries: identical;
@@ -25,8 +25,6 @@ from __future__ import annotations
 from types import MappingProxyType
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
-import numpy as np
-
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.layers.batch_matmul import BatchMatmulKernel
 from mrvl_convert.layers.power import PowerKernel
@@ -37,9 +35,7 @@ Form = Callable[[Any, OnnxBuilder, Sequence[str]], Optional[List[str]]]
 
 
 def _reduce_mean(kernel: ReduceMeanKernel, b: OnnxBuilder, inputs: Sequence[str]) -> List[str]:
-    count = kernel.spec.input_shapes[0][kernel.axis]
-    total = b.op("ReduceSum", [inputs[0], b.shape([kernel.axis])], keepdims=int(kernel.keep))
-    return [b.op("Div", [total, b.float_constant(np.float32(count))])]
+    return [b.op("ReduceMean", [inputs[0]], axes=[kernel.axis], keepdims=int(kernel.keep))]
 
 
 def _power(kernel: PowerKernel, b: OnnxBuilder, inputs: Sequence[str]) -> List[str]:
@@ -62,6 +58,27 @@ FORMS: Mapping[type, Form] = MappingProxyType({
     RsqrtKernel: _rsqrt,
     BatchMatmulKernel: _batch_matmul,
 })
+
+
+def _every_input(kernel: Any, index: int) -> bool:
+    return True
+
+
+def _positive_exponent(kernel: PowerKernel, index: int) -> bool:
+    return bool(kernel.exponent > 0)
+
+
+PASSES_NONFINITE: Mapping[type, Callable[[Any, int], bool]] = MappingProxyType({
+    ReduceMeanKernel: _every_input,
+    BatchMatmulKernel: _every_input,
+    PowerKernel: _positive_exponent,
+})
+
+
+def passes_nonfinite(kernel: Any, index: int) -> bool:
+    """``kernel.passes_nonfinite(index)``, or this module's rule for its exact class."""
+    rule = PASSES_NONFINITE.get(type(kernel))
+    return kernel.passes_nonfinite(index) if rule is None else rule(kernel, index)
 
 
 def runtime_form(kernel_class: type) -> Optional[Form]:

@@ -22,8 +22,8 @@ Range check: rounded layer outputs feed a ``ReduceSum``; the segment's extra out
 the sum of those sums. A sum of float16-range values is finite exactly when every value is
 (fp16.py's argument), so one float32 scalar per segment says whether any layer overflowed to
 inf or made a NaN. A value every reader of which passes inf and NaN on (a Conv2D with no fused
-activation, an Add, a reshape: ``Kernel.passes_nonfinite``) is covered by its readers' checks
-and not summed itself (``range_checks``). Only when the range is not finite does the engine
+activation, an Add, a reshape: ``Kernel.passes_nonfinite``, or ``forms.passes_nonfinite``) is
+covered by its readers' checks and not summed itself (``range_checks``). Only when the range is not finite does the engine
 look further: it runs the call again on the per-layer path, which names the layer and its
 ``source_nodes`` (and warns or raises by the policy) exactly as before.
 """
@@ -38,7 +38,7 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
-from mrvl_convert.runtime.forms import runtime_form
+from mrvl_convert.runtime.forms import passes_nonfinite, runtime_form
 from mrvl_convert.runtime.options import session_options
 
 ENGINES = ("graph", "layers")
@@ -240,7 +240,7 @@ def range_checks(steps: Sequence[Any], rounded: Set[ValueKey],
 
     def settle(key: ValueKey, read_elsewhere: bool) -> None:
         passed = not read_elsewhere and bool(readers.get(key)) and all(
-            step.kernel.passes_nonfinite(index)
+            passes_nonfinite(step.kernel, index)
             and all(covered[(step.node, slot)] for slot in range(_output_count(step)))
             for step, index in readers[key])
         if key in rounded and not passed:

@@ -110,6 +110,42 @@ def test_every_overflowing_layer_of_a_corpus_model_is_found(tmp_path, name):
     assert reported > 10 and unchecked > 2
 
 
+@pytest.mark.parametrize("name", ["vit_tiny", "bert_tiny"])
+def test_every_overflowing_fc_of_a_transformer_is_found(tmp_path, name):
+    """Each FC of a transformer in turn made to overflow: the graph engine raises exactly when
+    the per-layer path does, naming the same nodes, with the LayerNorm pieces and attention
+    products leaving their inputs' checks to their own (runtime/forms.py)."""
+    model = corpus.built(name)
+    shapes = corpus.shapes_for(name)
+    feed = corpus.feeds(model, shapes)
+    result = mrvl_convert.convert(model, str(tmp_path / "art"), shapes=shapes)
+    session = HybridSession(result.out_dir, threads=1)
+    [stage] = [s for s in session.stages if s.kind == "mrvl"]
+    compiled = stage.runner
+    checked = {key[0] for p in compiled.graph.parts for key in p.checks}
+    fcs = [s for s in compiled.steps if s.spec.layer_name == "FC"]
+    paths = _stage_files(session, stage.name)
+    _, env = session.run(None, feed, capture=True)  # bert_tiny's embedding is a CPU stage
+    inputs = [env[n] for n in compiled.input_names]
+    reported, unchecked = [], 0
+    for step in fcs:
+        trial = _with_scaled_weights(*paths, step.spec.name, tmp_path / step.spec.name)
+        outcomes = [_outcome(trial, engine, inputs) for engine in ("layers", "graph")]
+        assert outcomes[0] == outcomes[1], step.spec.name
+        reported.append(outcomes[0] is not None)
+        unchecked += outcomes[0] is not None and step.node not in checked
+    assert sum(reported) > len(fcs) // 2 and unchecked > 2
+    # Values only LayerNorm means, attention products or squares read are no longer checked.
+    passing = {"ReduceMean", "BatchMatmul", "Power"}
+    read_by: dict = {}
+    for s in compiled.steps:
+        for ref in s.inputs:
+            read_by.setdefault(ref, set()).add(s.spec.layer_name)
+    only_passing = {ref for ref, kinds in read_by.items()
+                    if kinds <= passing and ref not in compiled.heads}
+    assert only_passing and not only_passing & checked
+
+
 def _with_scaled_weights(nodes_path, consts_path, layer: str, directory) -> "tuple[str, str]":
     """A copy of a Nodes-JSON / Constants-JSON pair, in ``directory``, with ``layer``'s kernel
     scaled up to just inside float16's range (the weights load, the products overflow)."""
