@@ -328,12 +328,14 @@ def check_engine(engine: str) -> str:
 
 
 def released_after(parts: Sequence[Any], heads: Sequence[int]) -> List[Tuple[int, ...]]:
-    """Per part, the values no later part reads (never the subgraph outputs)."""
+    """Per part, the values no later part reads (never the subgraph outputs). A segment reads
+    only its ``inputs`` from the values: what its steps make and read inside it never leaves
+    onnxruntime, and releasing it would be a dictionary miss per value on every call."""
     last: Dict[int, int] = {}
     for position, part in enumerate(parts):
-        for step in part.steps if isinstance(part, Segment) else [part]:
-            for ref in step.inputs:
-                last[ref] = position
+        reads = [node for node, _ in part.inputs] if isinstance(part, Segment) else part.inputs
+        for ref in reads:
+            last[ref] = position
     keep = set(heads)
     out: List[List[int]] = [[] for _ in parts]
     for ref, position in last.items():
