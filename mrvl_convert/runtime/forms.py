@@ -19,17 +19,40 @@ rounding the engine appends (``onnx_form.py``'s contract):
 
 A form is looked up by the kernel's exact class, so a subclass with another ``run`` (an int8
 kernel) never takes it, as ``graph_engine.has_onnx_form`` rules for forms on the classes.
+
+Range checks (``graph_engine.range_checks``): these kernels' own ``passes_nonfinite`` is the
+safe False, which left every LayerNorm input and every attention operand with a ``ReduceSum``
+check of its own. ``passes_nonfinite`` here says when an inf or NaN in an input always leaves
+one in the output, for both the numpy kernel and its form:
+
+- ReduceMean: every input value is a term of some output's sum (inf + -inf is NaN);
+- BatchMatmul: every value of either operand multiplies a whole row or column of the other into
+  a sum (inf * 0 is NaN), and the shared axis K is never empty;
+- Power with a positive exponent: inf ** e is inf, NaN ** e NaN (with e <= 0, inf ** e is 0 or
+  1). Rsqrt maps inf to 0: it keeps the default.
+
+``finite_on_finite`` names the layers that cannot overflow on a finite input: whenever their
+output holds inf or NaN, so does their input, and a check on the input's side finds it. An add
+of a constant of magnitude at most 8 (a LayerNorm's epsilon, a hard-swish's 3, a GELU's 1): a
+float16 value is at most 65504, the sum then at most 65512, below 65520 where rounding to
+float16 overflows; a product with a constant of magnitude at most 1 (a hard-swish's 1/6, a
+GELU's 0.5, attention's scale): never larger than its input. A fused Relu, Tanh or Sigmoid
+makes no inf either.
 """
 from __future__ import annotations
 
 from types import MappingProxyType
 from typing import Any, Callable, List, Mapping, Optional, Sequence
 
+import numpy as np
+
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.layers.batch_matmul import BatchMatmulKernel
+from mrvl_convert.layers.mul2d import Mul2DKernel
 from mrvl_convert.layers.power import PowerKernel
 from mrvl_convert.layers.reduce import ReduceMeanKernel
 from mrvl_convert.layers.rsqrt import RsqrtKernel
+from mrvl_convert.layers.sum2d import Sum2DKernel
 
 Form = Callable[[Any, OnnxBuilder, Sequence[str]], Optional[List[str]]]
 
@@ -79,6 +102,20 @@ def passes_nonfinite(kernel: Any, index: int) -> bool:
     """``kernel.passes_nonfinite(index)``, or this module's rule for its exact class."""
     rule = PASSES_NONFINITE.get(type(kernel))
     return kernel.passes_nonfinite(index) if rule is None else rule(kernel, index)
+
+
+# Constant operands within these bounds keep a finite float16 input's result finite.
+ADD_BOUND, MUL_BOUND = 8.0, 1.0
+
+
+def finite_on_finite(kernel: Any) -> bool:
+    """Whether ``kernel`` (a Sum2D or Mul2D of one activation and a constant) gives a finite
+    output whenever its input is finite, after rounding to float16."""
+    const = getattr(kernel, "const", None)
+    if const is None or type(kernel) not in (Sum2DKernel, Mul2DKernel):
+        return False
+    bound = ADD_BOUND if type(kernel) is Sum2DKernel else MUL_BOUND
+    return bool(np.all(np.abs(const) <= bound))
 
 
 def runtime_form(kernel_class: type) -> Optional[Form]:

@@ -205,3 +205,32 @@ def test_generated_models_report_an_overflow_alike_in_both_engines(gm, data):
         want, got = (_outcome(trial, engine, inputs) for engine in ("layers", "graph"))
         event("overflow" if want is not None else "in range")
         assert got == want
+
+
+def test_constant_bounds_keep_the_largest_float16_value_finite():
+    """forms.finite_on_finite's bounds: the largest float16 value plus or times the largest
+    constant allowed still rounds to a finite float16, in float32 as the kernels compute."""
+    from mrvl_convert.kernels.fp16 import round_to_fp16
+    from mrvl_convert.runtime.forms import ADD_BOUND, MUL_BOUND
+
+    top = np.float32(65504.0)
+    for value in (top + np.float32(ADD_BOUND), -top - np.float32(ADD_BOUND),
+                  top * np.float32(MUL_BOUND)):
+        assert round_to_fp16(np.array([value], np.float32))[1]
+    assert not round_to_fp16(np.array([top + np.float32(16.0)], np.float32))[1]
+
+
+def test_hard_swish_adds_leave_their_check_to_the_input(tmp_path):
+    """In MobileNetV3's hard-swish (x + 3, clipped, times x) the add cannot overflow on a finite
+    x, and x reaches a check through the product: the add needs no check of its own. The
+    corpus test above overflows every Conv2D and finds each alike in both engines."""
+    from mrvl_convert.runtime.forms import finite_on_finite
+
+    model = corpus.built("mobilenet_v3_small")
+    result = mrvl_convert.convert(model, str(tmp_path / "art"),
+                                  shapes=corpus.shapes_for("mobilenet_v3_small"))
+    [stage] = [s for s in HybridSession(result.out_dir, threads=1).stages if s.kind == "mrvl"]
+    [segment] = stage.runner.graph.parts
+    bounded = {s.node for s in segment.steps if finite_on_finite(s.kernel)}
+    assert len(bounded) > 10
+    assert not bounded & {node for node, _ in segment.checks}
