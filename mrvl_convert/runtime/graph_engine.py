@@ -21,11 +21,12 @@ element (Add, Mul, Relu, Clip, max/min, copies) give identical values.
 Range check: rounded layer outputs feed a ``ReduceSum``; the segment's extra output "range" is
 the sum of those sums. A sum of float16-range values is finite exactly when every value is
 (fp16.py's argument), so one float32 scalar per segment says whether any layer overflowed to
-inf or made a NaN. A value every reader of which passes inf and NaN on (a Conv2D with no fused
-activation, an Add, a reshape: ``Kernel.passes_nonfinite``, or ``forms.passes_nonfinite``) is
-covered by its readers' checks and not summed itself (``range_checks``). Only when the range is not finite does the engine
-look further: it runs the call again on the per-layer path, which names the layer and its
-``source_nodes`` (and warns or raises by the policy) exactly as before.
+inf or made a NaN. A value some reader of which passes inf and NaN on (a Conv2D with no fused
+activation, an Add, a reshape: ``Kernel.passes_nonfinite``, or ``forms.passes_nonfinite``) into
+a covered value is not summed itself, nor is the output of a layer that cannot overflow on a
+finite input whose input is covered (``range_checks``). Only when the range is not finite does
+the engine look further: it runs the call again on the per-layer path, which names the layer
+and its ``source_nodes`` (and warns or raises by the policy) exactly as before.
 """
 from __future__ import annotations
 
