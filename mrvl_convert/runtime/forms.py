@@ -37,7 +37,9 @@ of a constant of magnitude at most 8 (a LayerNorm's epsilon, a hard-swish's 3, a
 float16 value is at most 65504, the sum then at most 65512, below 65520 where rounding to
 float16 overflows; a product with a constant of magnitude at most 1 (a hard-swish's 1/6, a
 GELU's 0.5, attention's scale): never larger than its input. A fused Relu, Tanh or Sigmoid
-makes no inf either.
+makes no inf either. A mean (ReduceMean, GlobalAvgpool2D) of float16 values is at most their
+largest magnitude times (1 + a few float32 roundings), far below 65520, in any summation
+order.
 """
 from __future__ import annotations
 
@@ -49,6 +51,7 @@ import numpy as np
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.layers.batch_matmul import BatchMatmulKernel
 from mrvl_convert.layers.mul2d import Mul2DKernel
+from mrvl_convert.layers.pool import GlobalAvgpool2DKernel
 from mrvl_convert.layers.power import PowerKernel
 from mrvl_convert.layers.reduce import ReduceMeanKernel
 from mrvl_convert.layers.rsqrt import RsqrtKernel
@@ -109,8 +112,10 @@ ADD_BOUND, MUL_BOUND = 8.0, 1.0
 
 
 def finite_on_finite(kernel: Any) -> bool:
-    """Whether ``kernel`` (a Sum2D or Mul2D of one activation and a constant) gives a finite
-    output whenever its input is finite, after rounding to float16."""
+    """Whether ``kernel`` (a mean, or a Sum2D or Mul2D of one activation and a constant) gives
+    a finite output whenever its input is finite, after rounding to float16."""
+    if type(kernel) in (ReduceMeanKernel, GlobalAvgpool2DKernel):
+        return True
     const = getattr(kernel, "const", None)
     if const is None or type(kernel) not in (Sum2DKernel, Mul2DKernel):
         return False

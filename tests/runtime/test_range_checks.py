@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import mrvl_convert
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import HybridSession, MrvlSimulator
-from mrvl_convert.runtime import graph_engine
+from mrvl_convert.runtime import forms, graph_engine
 from mrvl_convert.kernels.windows import reads_every_position
 from support import corpus
 from support.jsonbuild import SubgraphBuilder, conv2d, pool, to_nhwc, write_pair
@@ -135,15 +135,12 @@ def test_every_overflowing_fc_of_a_transformer_is_found(tmp_path, name):
         reported.append(outcomes[0] is not None)
         unchecked += outcomes[0] is not None and step.node not in checked
     assert sum(reported) > len(fcs) // 2 and unchecked > 2
-    # Values only LayerNorm means, attention products or squares read are no longer checked.
-    passing = {"ReduceMean", "BatchMatmul", "Power"}
-    read_by: dict = {}
-    for s in compiled.steps:
-        for ref in s.inputs:
-            read_by.setdefault(ref, set()).add(s.spec.layer_name)
-    only_passing = {ref for ref, kinds in read_by.items()
-                    if kinds <= passing and ref not in compiled.heads}
-    assert only_passing and not only_passing & checked
+    # At most one check per layer that can swallow an inf (a LayerNorm's Rsqrt, a Softmax, a
+    # fused tanh) and per output: LayerNorm means, attention products and squares pass it on.
+    swallowing = [s for s in compiled.steps
+                  if not all(forms.passes_nonfinite(s.kernel, i) for i in range(len(s.inputs)))
+                  and s.spec.layer_name not in ("ReduceMean", "BatchMatmul", "Power")]
+    assert len(checked) <= len(swallowing) + len(compiled.heads)
 
 
 def _with_scaled_weights(nodes_path, consts_path, layer: str, directory) -> "tuple[str, str]":
