@@ -21,11 +21,12 @@ element (Add, Mul, Relu, Clip, max/min, copies) give identical values.
 Range check: rounded layer outputs feed a ``ReduceSum``; the segment's extra output "range" is
 the sum of those sums. A sum of float16-range values is finite exactly when every value is
 (fp16.py's argument), so one float32 scalar per segment says whether any layer overflowed to
-inf or made a NaN. A value every reader of which passes inf and NaN on (a Conv2D with no fused
-activation, an Add, a reshape: ``Kernel.passes_nonfinite``) is covered by its readers' checks
-and not summed itself (``range_checks``). Only when the range is not finite does the engine
-look further: it runs the call again on the per-layer path, which names the layer and its
-``source_nodes`` (and warns or raises by the policy) exactly as before.
+inf or made a NaN. A value some reader of which passes inf and NaN on (a Conv2D with no fused
+activation, an Add, a reshape: ``Kernel.passes_nonfinite``, or ``forms.passes_nonfinite``) into
+a covered value is not summed itself, nor is the output of a layer that cannot overflow on a
+finite input whose input is covered (``range_checks``). Only when the range is not finite does
+the engine look further: it runs the call again on the per-layer path, which names the layer
+and its ``source_nodes`` (and warns or raises by the policy) exactly as before.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.runtime.forms import finite_on_finite, passes_nonfinite, runtime_form
 from mrvl_convert.runtime.options import session_options
 
 ENGINES = ("graph", "layers")
@@ -56,6 +58,16 @@ def has_onnx_form(kernel_class: type) -> bool:
     return owner is not Kernel and issubclass(owner, runner)
 
 
+def onnx_form(kernel: Kernel) -> Optional[Callable[[OnnxBuilder, Sequence[str]],
+                                                   Optional[List[str]]]]:
+    """How to emit ``kernel`` into a segment: its class's own ``to_onnx``, or the runtime's
+    form for its exact class (``forms.py``), or None (it runs in numpy)."""
+    if has_onnx_form(type(kernel)):
+        return kernel.to_onnx
+    form = runtime_form(type(kernel))
+    return None if form is None else lambda builder, inputs: form(kernel, builder, inputs)
+
+
 @dataclass
 class Segment:
     """Consecutive steps run as one onnxruntime session."""
@@ -66,6 +78,10 @@ class Segment:
     session: Any = None
     keep: Any = None                     # arrays onnxruntime reads as external initializers
     checks: List[ValueKey] = field(default_factory=list)  # values summed into the range
+    # made once when the session opens, not on every call: (name, node, slot) per input, and
+    # the names of the outputs onnxruntime is asked for
+    feeds: List[Tuple[str, int, int]] = field(default_factory=list)
+    fetches: List[str] = field(default_factory=list)
 
 
 def value_name(key: ValueKey) -> str:
@@ -84,13 +100,14 @@ class _Emitter:
 
     def add(self, step: Any) -> bool:
         """Emit ``step``; False (and nothing emitted) when its kernel has no ONNX form here."""
-        if not has_onnx_form(type(step.kernel)):
+        form = onnx_form(step.kernel)
+        if form is None:
             return False
         b, seg = self.builder, self.segment
         mark = (len(b.nodes), len(b.initializers), len(b.external), dict(self.rounded),
                 len(seg.inputs), dict(self.names))
         keys = list(zip(step.inputs, step.slots or (0,) * len(step.inputs)))
-        outs = step.kernel.to_onnx(b, [self._name(key) for key in keys])
+        outs = form(b, [self._name(key) for key in keys])
         if outs is None:  # undo the input names this step made
             del b.nodes[mark[0]:], b.initializers[mark[1]:], b.external[mark[2]:]
             del seg.inputs[mark[4]:]
@@ -208,38 +225,56 @@ def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: 
                             f"{first} .. {last}: {str(exc).splitlines()[0]}; "
                             "engine='layers' runs them in numpy") from None
     segment.checks = checks
+    segment.feeds = [(value_name(k), k[0], k[1]) for k in segment.inputs]
+    segment.fetches = [o.name for o in segment.session.get_outputs()]
     return segment
 
 
 def range_checks(steps: Sequence[Any], rounded: Set[ValueKey],
                  read_outside: Set[int]) -> List[ValueKey]:
     """Which of the values rounded in a segment get a range check of their own. An overflow
-    shows first as an inf in a rounded value; it need not be checked there when every layer
+    shows first as an inf in a rounded value; it need not be checked there when some layer
     reading it passes inf and NaN on (``Kernel.passes_nonfinite``) into values that are
-    themselves covered, i.e. checked or passing on in turn. A value read outside the segment
-    (or by nothing) is checked, as are the values every saturating layer reads (a Clip, a fused
-    Relu): the range output then reports exactly the calls where some layer overflowed."""
+    themselves covered, i.e. checked or passing on in turn: one such reader carries the inf to
+    a check whatever the other readers do (a hard-swish's ``x`` reaches its Mul2D even though
+    ``x + 3`` is clipped). A value read outside the segment (or by nothing) is checked, as are
+    the values only saturating layers read (a Clip, a fused Relu): the range output then
+    reports exactly the calls where some layer overflowed. A layer that cannot overflow on a
+    finite input (``forms.finite_on_finite``) needs no check of its own once its input is
+    covered: that is settled last, in run order, the decisions before it having counted it
+    as not covered."""
     readers: Dict[ValueKey, List[Tuple[Any, int]]] = {}
     for step in steps:
         for index, key in enumerate(zip(step.inputs, step.slots or (0,) * len(step.inputs))):
             readers.setdefault(key, []).append((step, index))
     covered: Dict[ValueKey, bool] = {}
     checks: List[ValueKey] = []
+    deferred: List[Any] = []  # steps finite on finite inputs, their output not yet checked
 
-    def settle(key: ValueKey, read_elsewhere: bool) -> None:
-        passed = not read_elsewhere and bool(readers.get(key)) and all(
-            step.kernel.passes_nonfinite(index)
-            and all(covered[(step.node, slot)] for slot in range(_output_count(step)))
-            for step, index in readers[key])
+    def settle(key: ValueKey, read_elsewhere: bool, step: Any = None) -> None:
+        passed = not read_elsewhere and any(
+            passes_nonfinite(reader.kernel, index)
+            and all(covered[(reader.node, slot)] for slot in range(_output_count(reader)))
+            for reader, index in readers.get(key, ()))
+        if key in rounded and not passed and step is not None and not read_elsewhere \
+                and finite_on_finite(step.kernel):
+            deferred.append(step)
+            covered[key] = False
+            return
         if key in rounded and not passed:
             checks.append(key)
         covered[key] = passed or key in rounded
 
     for step in reversed(steps):  # readers come later in a segment: settled first
         for slot in range(_output_count(step)):
-            settle((step.node, slot), step.node in read_outside)
+            settle((step.node, slot), step.node in read_outside, step)
     for key in sorted(rounded - covered.keys()):  # subgraph inputs rounded here
         settle(key, False)
+    for step in reversed(deferred):  # in run order: an earlier one may cover a later one
+        if not all(covered.get(key, False) for key in
+                   zip(step.inputs, step.slots or (0,) * len(step.inputs))):
+            checks.append((step.node, 0))
+        covered[(step.node, 0)] = True
     return checks
 
 
@@ -299,8 +334,8 @@ def run_segment(segment: Segment, values: Dict[int, Any],
                 pick: Callable[[Any, int], np.ndarray]) -> bool:
     """Run one segment on ``values`` (node -> array, or tuple for several outputs), storing its
     outputs there; False when some layer went out of the float16 range."""
-    feed = {value_name(k): pick(values[k[0]], k[1]) for k in segment.inputs}
-    results = segment.session.run(None, feed)
+    feed = {name: pick(values[node], slot) for name, node, slot in segment.feeds}
+    results = segment.session.run(segment.fetches, feed)
     position = 0
     for node, count in segment.outputs:
         got = results[position:position + count]
@@ -316,12 +351,14 @@ def check_engine(engine: str) -> str:
 
 
 def released_after(parts: Sequence[Any], heads: Sequence[int]) -> List[Tuple[int, ...]]:
-    """Per part, the values no later part reads (never the subgraph outputs)."""
+    """Per part, the values no later part reads (never the subgraph outputs). A segment reads
+    only its ``inputs`` from the values: what its steps make and read inside it never leaves
+    onnxruntime, and releasing it would be a dictionary miss per value on every call."""
     last: Dict[int, int] = {}
     for position, part in enumerate(parts):
-        for step in part.steps if isinstance(part, Segment) else [part]:
-            for ref in step.inputs:
-                last[ref] = position
+        reads = [node for node, _ in part.inputs] if isinstance(part, Segment) else part.inputs
+        for ref in reads:
+            last[ref] = position
     keep = set(heads)
     out: List[List[int]] = [[] for _ in parts]
     for ref, position in last.items():

@@ -35,9 +35,10 @@ from support.jsonbuild import SubgraphBuilder, conv2d, to_nhwc, write_pair
 # Kinds whose ONNX form is the numpy kernel's float32 operation itself: identical results.
 ELEMENTWISE = {"Relu", "Clip", "LeakyRelu", "Sum2D", "Mul2D", "Maxpool2D", "GlobalMaxpool2D",
                "Concat", "reshape", "nn.batch_flatten", "squeeze", "expand_dims",
-               "layout_transform", "transpose", "Split", "Resize2D"}
+               "layout_transform", "transpose", "Split", "Resize2D", "Rsqrt"}
 # float32 accumulation slack relative to a layer's largest output (2^-24 per term, with margin).
 CANCELLATION = 2.0 ** -18
+TRANSFORMERS = ("vit_tiny", "bert_tiny", "svtr_mix", "c2psa")
 SMALL_MODELS = ("mobilenet_v2", "densenet_block", "shufflenet_unit", "paddle_cnn", "yolo_detect",
                 "mobilenet_v3_small")
 
@@ -79,6 +80,29 @@ def _one_float32_operation(spec) -> bool:
 
 @pytest.mark.parametrize("name", SMALL_MODELS)
 def test_every_layer_within_one_fp16_ulp_of_the_per_layer_path(name, tmp_path):
+    assert "Conv2D" in _every_layer_checked(name, tmp_path)
+
+
+@pytest.mark.parametrize("name", TRANSFORMERS)
+def test_runtime_forms_within_one_fp16_ulp_of_the_per_layer_path(name, tmp_path):
+    """The forms of runtime/forms.py (a LayerNorm's pieces, attention's products) hold the
+    same per-layer contract, and they are what makes a transformer block one segment."""
+    checked = _every_layer_checked(name, tmp_path)
+    assert "BatchMatmul" in checked
+    if name != "c2psa":  # the others normalise with LayerNorms, decomposed
+        assert {"ReduceMean", "Rsqrt"} <= checked
+    session = HybridSession(tmp_path / "art", threads=1)
+    for stage in session.stages:
+        if stage.kind == "mrvl":
+            plan = stage.runner.graph
+            assert [type(p) for p in plan.parts] == [graph_engine.Segment]
+            # What the segment makes stays in onnxruntime: only its inputs are released.
+            assert set(plan.release[0]) <= {node for node, _ in plan.parts[0].inputs}
+
+
+def _every_layer_checked(name: str, tmp_path) -> set:
+    """Every layer with an ONNX form, alone as a segment, against the per-layer path on the
+    same inputs; the kinds checked."""
     out_dir, feed = _converted(name, tmp_path)
     _, env = HybridSession(out_dir, engine="layers").run(None, feed, capture=True)
     checked = set()
@@ -91,7 +115,7 @@ def test_every_layer_within_one_fp16_ulp_of_the_per_layer_path(name, tmp_path):
                   for node in compiled.inputs}
         values.update({spec.index: out for spec, out in trace})
         for step in compiled.steps:
-            if not graph_engine.has_onnx_form(type(step.kernel)) or any(step.slots):
+            if graph_engine.onnx_form(step.kernel) is None or any(step.slots):
                 continue
             got = _one_layer(step, consts, {i: values[i] for i in step.inputs})
             want = values[step.node]
@@ -105,10 +129,10 @@ def test_every_layer_within_one_fp16_ulp_of_the_per_layer_path(name, tmp_path):
                 slack = np.abs(got - want) <= CANCELLATION * float(np.abs(want).max())
                 assert bool(((_ulps(got, want) <= 1.0) | slack).all()), where
             checked.add(step.spec.layer_name)
-    assert "Conv2D" in checked
+    return checked
 
 
-@pytest.mark.parametrize("name", SMALL_MODELS)
+@pytest.mark.parametrize("name", SMALL_MODELS + TRANSFORMERS)
 def test_default_engine_matches_the_per_layer_path_end_to_end(name, tmp_path):
     out_dir, feed = _converted(name, tmp_path)
     session = HybridSession(out_dir, threads=1)
