@@ -1,5 +1,6 @@
 """Clip: out = min(max(in, a_min), a_max). Relu6 is Clip 0..6 (canonicalize turns Min(Relu(x), 6)
-into Clip(x, 0, 6)); a HardSigmoid lowers to Mul2D, Sum2D and this layer (``_decompose.py``).
+into Clip(x, 0, 6)); a lone Min or Max against one constant value is a Clip with one bound (an
+exporter's Relu6 whose Relu an int8 model quantized apart); a HardSigmoid lowers to Mul2D, Sum2D and this layer (``_decompose.py``).
 
 The newer codegen writes it in ``CreateCompositeMrvlActivationLayer`` (princekumar70/tvm
 @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc): ``a_min``
@@ -34,8 +35,13 @@ def _bound(node: gs.Node, name: str, index: int) -> Optional[float]:
 
 
 def clip_bounds(node: gs.Node) -> Dict[str, Any]:
-    """``a_min`` and ``a_max`` of an ONNX Clip (constant bounds: its rule checks them)."""
-    low, high = _bound(node, "min", 1), _bound(node, "max", 2)
+    """``a_min`` and ``a_max`` of an ONNX Clip, or of a Min or Max of an activation and one
+    constant value (``min(x, c)`` is Clip with a_max c; constant bounds: the rules check them)."""
+    if node.op in ("Min", "Max"):
+        bound = float(const_value(node.inputs[1]).reshape(-1)[0])
+        low, high = (None, bound) if node.op == "Min" else (bound, None)
+    else:
+        low, high = _bound(node, "min", 1), _bound(node, "max", 2)
     return {"a_min": -_F32_MAX if low is None else low, "a_max": _F32_MAX if high is None else high}
 
 

@@ -122,13 +122,16 @@ def check_channel_varying(node: gs.Node, args: Mapping[str, Any], graph: gs.Grap
 def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """Not inside an int8 (QDQ) region: no activation input comes from a DequantizeLinear, and
     the output feeds no QuantizeLinear unless the node continues a float island of the region
-    (a layer ``--keep-fp16`` left in float before it: its inputs reach a DequantizeLinear through
-    float ops only). Where an op reads dequantized int8 or writes what is quantized straight
+    (a layer ``--keep-fp16`` left in float before it: its inputs reach a DequantizeLinear or a
+    kept layer through float ops only), and reads dequantized int8 only where it opens such an island (its output
+    reaches a Conv, Gemm or MatMul through float ops: a kept layer, since quantize_static
+    quantizes the input of every layer it quantizes). Where an op reads dequantized int8 or writes what is quantized straight
     from the model's float inputs, the int8 model's result is onnxruntime's float op between
     the two; an fp16 layer would round it differently. In a float island the layers before it
     are fp16 already, and this one joins them between the island's quant layers."""
     for tensor in node.inputs:
-        if not is_const(tensor) and tensor.inputs and tensor.inputs[0].op == "DequantizeLinear":
+        if not is_const(tensor) and tensor.inputs and tensor.inputs[0].op == "DequantizeLinear" \
+                and not _leads_to_float_layer(node):
             return {"detail": f"its input {tensor.name} is dequantized int8"}
     for consumer in node.outputs[0].outputs:
         if consumer.op == "QuantizeLinear" and not _in_float_island(node):
@@ -136,11 +139,33 @@ def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     return None
 
 
+_FLOAT_LAYERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 _ISLAND_DEPTH = 32  # float ops walked back before giving up (a kept layer is a few ops long)
 
 
+def _leads_to_float_layer(node: gs.Node) -> bool:
+    """The output reaches a Conv, Gemm or MatMul through float ops (no QuantizeLinear)."""
+    frontier, seen = [node], set()
+    for _ in range(_ISLAND_DEPTH):
+        consumers = []
+        for current in frontier:
+            for tensor in current.outputs:
+                for consumer in tensor.outputs:
+                    if consumer.op in _FLOAT_LAYERS:
+                        return True
+                    if consumer.op != "QuantizeLinear" and id(consumer) not in seen:
+                        seen.add(id(consumer))
+                        consumers.append(consumer)
+        if not consumers:
+            return False
+        frontier = consumers
+    return False
+
+
 def _in_float_island(node: gs.Node) -> bool:
-    """Some activation input reaches a DequantizeLinear through float ops (no QuantizeLinear)."""
+    """Some activation input reaches a DequantizeLinear, or a Conv, Gemm or MatMul (a kept
+    layer: quantize_static quantizes the input of every layer it quantizes), through float ops
+    (no QuantizeLinear)."""
     frontier, seen = [node], set()
     for _ in range(_ISLAND_DEPTH):
         producers = []
@@ -149,7 +174,7 @@ def _in_float_island(node: gs.Node) -> bool:
                 if is_const(tensor) or not tensor.inputs:
                     continue
                 producer = tensor.inputs[0]
-                if producer.op == "DequantizeLinear":
+                if producer.op == "DequantizeLinear" or producer.op in _FLOAT_LAYERS:
                     return True
                 if producer.op != "QuantizeLinear" and id(producer) not in seen:
                     seen.add(id(producer))

@@ -314,3 +314,24 @@ def test_float_layers_stay_out_of_an_int8_region(tmp_path):
     entry = convert(b.model([y]), tmp_path / "q").placement("op")
     assert entry["placement"] == "cpu"
     assert "in an int8 (QDQ) region (its input" in entry["reason"]
+
+
+@pytest.mark.parametrize("op,bounds", [
+    ("Min", {"a_min": -float(np.finfo(np.float32).max), "a_max": 6.0}),
+    ("Max", {"a_min": -0.5, "a_max": float(np.finfo(np.float32).max)}),
+])
+def test_a_lone_min_or_max_against_one_value_is_a_clip_with_one_bound(tmp_path, op, bounds):
+    value = 6.0 if op == "Min" else -0.5
+    model = chain([1, 3, 4, 5], lambda b, x: b.op(op, [x, b.const(np.float32(value))], name="op"))
+    result, got, want = run_both(model, tmp_path / "o", [1, 3, 4, 5])
+    assert result.placement("op")["placement"] == "mrvl"
+    attrs = the_layer(result, "Clip")
+    assert {k: float(attrs[k][0]) for k in bounds} == pytest.approx(bounds)
+    np.testing.assert_array_equal(got, fp16_round(want))  # a bound on the fp16 grid: exact
+
+
+def test_min_of_a_constant_and_an_activation_stays_on_cpu_with_why(tmp_path):
+    model = chain([1, 3, 4, 5], lambda b, x: b.op("Min", [b.const(np.float32(6)), x], name="op"))
+    entry = convert(model, tmp_path / "o").placement("op")
+    assert entry["placement"] == "cpu" and "not an activation against one constant" in \
+        entry["reason"], entry
