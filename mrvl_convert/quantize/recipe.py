@@ -130,14 +130,17 @@ def _quantizer_quiet() -> Iterator[None]:
             listener.removeFilter(drop)
 
 
-def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = ()) -> onnx.ModelProto:
+def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = (), *,
+                         equalize: bool = False) -> onnx.ModelProto:
     """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
-    the converter names it): BatchNormalization folded, PRelu decomposed, but the nodes in
-    ``keep``. Its tensors keep the names of the tensors of ``model`` they stand for (a folded
-    Conv writes the BatchNormalization's output), so the analysis maps a layer of the QDQ
-    model to the float tensor it really computes."""
+    the converter names it): BatchNormalization folded, equalized if ``equalize`` (as
+    ``--equalize`` did), PRelu decomposed, but the nodes in ``keep``. Its tensors keep the names
+    of the tensors of ``model`` they stand for (a folded Conv writes the BatchNormalization's
+    output), so the analysis maps a layer of the QDQ model to the float tensor it really
+    computes; an equalized pair's middle tensors are scaled per channel there."""
     kept = frozenset(keep)
-    return decompose_prelu(fold_batchnorm(model, kept), keep=kept)
+    folded = fold_batchnorm(model, kept)
+    return decompose_prelu(equalize_model(folded) if equalize else folded, keep=kept)
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:

@@ -32,7 +32,8 @@ from mrvl_convert.runtime.session import HybridSession
 
 def mapped_form(proto: onnx.ModelProto, session: HybridSession) -> onnx.ModelProto:
     """The float model as the artifact's layers saw it (module docstring)."""
-    form = quantized_float_form(proto, _batchnorms_of(session, proto))
+    form = quantized_float_form(proto, _batchnorms_of(session, proto),
+                                equalize=equalized(session))
     shapes = {spec.name: list(spec.shape) for spec in session.input_specs}
     try:
         with warnings.catch_warnings():
@@ -41,6 +42,14 @@ def mapped_form(proto: onnx.ModelProto, session: HybridSession) -> onnx.ModelPro
             return gs.export_onnx(graph, do_type_check=False)
     except MrvlConvertError:
         return form
+
+
+def equalized(session: HybridSession) -> bool:
+    """The artifact was quantized with cross-layer equalization (``--equalize``): the float
+    tensors between an equalized pair are scaled per channel, so every reference comes from the
+    form, none from the float model as given."""
+    quantization = session.manifest.get("quantization")
+    return isinstance(quantization, dict) and quantization.get("equalize") is True
 
 
 def _batchnorms_of(session: HybridSession, proto: onnx.ModelProto) -> List[str]:

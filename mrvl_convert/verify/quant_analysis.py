@@ -56,7 +56,7 @@ from mrvl_convert.layers.qnn.kernels import dequantize, quantize
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
 from mrvl_convert.runtime.stages import TensorSpec
-from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.float_form import equalized, mapped_form
 from mrvl_convert.verify.layer_compare import RESHAPE_LAYERS
 from mrvl_convert.verify.metrics import Sums, cosine, snr_db
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
@@ -107,7 +107,8 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
                  for t in s.inputs}
     model_inputs = {i.name for i in proto.graph.input}
     wanted = sorted((set(tensors) | (inputs_of & names)) - model_inputs)
-    references = _references(proto, form, wanted)
+    # After --equalize the float model's own tensors between a pair are not the layers' scale.
+    references = _references(form if equalized(session) else proto, form, wanted)
     events: List[str] = []
     for feed in feeds:
         refs = dict(feed)
