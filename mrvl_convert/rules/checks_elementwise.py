@@ -3,7 +3,7 @@ vocabulary of ``checks.CHECKS``: same signature, same contract (None, or the det
 reason's placeholders)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -145,43 +145,40 @@ _ISLAND_DEPTH = 32  # float ops walked back before giving up (a kept layer is a 
 
 def _leads_to_float_layer(node: gs.Node) -> bool:
     """The output reaches a Conv, Gemm or MatMul through float ops (no QuantizeLinear)."""
-    frontier, seen = [node], set()
-    for _ in range(_ISLAND_DEPTH):
-        consumers = []
-        for current in frontier:
-            for tensor in current.outputs:
-                for consumer in tensor.outputs:
-                    if consumer.op in _FLOAT_LAYERS:
-                        return True
-                    if consumer.op != "QuantizeLinear" and id(consumer) not in seen:
-                        seen.add(id(consumer))
-                        consumers.append(consumer)
-        if not consumers:
-            return False
-        frontier = consumers
-    return False
+    return _reaches(node, _consumers, _FLOAT_LAYERS)
 
 
 def _in_float_island(node: gs.Node) -> bool:
     """Some activation input reaches a DequantizeLinear, or a Conv, Gemm or MatMul (a kept
     layer: quantize_static quantizes the input of every layer it quantizes), through float ops
     (no QuantizeLinear)."""
+    return _reaches(node, _producers, _FLOAT_LAYERS | {"DequantizeLinear"})
+
+
+def _consumers(node: gs.Node) -> List[gs.Node]:
+    return [c for t in node.outputs for c in t.outputs]
+
+
+def _producers(node: gs.Node) -> List[gs.Node]:
+    return [t.inputs[0] for t in node.inputs if not is_const(t) and t.inputs]
+
+
+def _reaches(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
+             targets: AbstractSet[str]) -> bool:
+    """A node of an op in ``targets`` is ``step`` by ``step`` from ``node``, through float ops
+    (a QuantizeLinear ends the walk), within ``_ISLAND_DEPTH`` steps."""
     frontier, seen = [node], set()
     for _ in range(_ISLAND_DEPTH):
-        producers = []
-        for current in frontier:
-            for tensor in current.inputs:
-                if is_const(tensor) or not tensor.inputs:
-                    continue
-                producer = tensor.inputs[0]
-                if producer.op == "DequantizeLinear" or producer.op in _FLOAT_LAYERS:
-                    return True
-                if producer.op != "QuantizeLinear" and id(producer) not in seen:
-                    seen.add(id(producer))
-                    producers.append(producer)
-        if not producers:
+        following = []
+        for near in (n for current in frontier for n in step(current)):
+            if near.op in targets:
+                return True
+            if near.op != "QuantizeLinear" and id(near) not in seen:
+                seen.add(id(near))
+                following.append(near)
+        if not following:
             return False
-        frontier = producers
+        frontier = following
     return False
 
 
