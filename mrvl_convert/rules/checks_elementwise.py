@@ -8,8 +8,8 @@ from typing import AbstractSet, Any, Callable, Dict, List, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import (attr, const_value, is_const, present, softmax_axis,
-                                     static_shape)
+from mrvl_convert.core.graph import (activation_inputs, attr, const_value, is_const, present,
+                                     producer, softmax_axis, static_shape)
 
 Details = Optional[Dict[str, Any]]
 
@@ -113,30 +113,33 @@ def check_channel_varying(node: gs.Node, args: Mapping[str, Any], graph: gs.Grap
     consts = [t for t in node.inputs if is_const(t)]
     if node.op != "Mul" or len(consts) != 1 or const_value(consts[0]).size != 1:
         return None
-    if any(t.inputs and t.inputs[0].op == "DequantizeLinear"
-           for t in node.inputs if not is_const(t)):
+    if any(_dequantized(t) for t in activation_inputs(node)):
         return None
     return {"detail": "a Mul by one value is a Mul2D (mrvl.mul), not a per-channel scale"}
 
 
 def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Not inside an int8 (QDQ) region: no activation input comes from a DequantizeLinear, and
-    the output feeds no QuantizeLinear unless the node continues a float island of the region
-    (a layer ``--keep-fp16`` left in float before it: its inputs reach a DequantizeLinear or a
-    kept layer through float ops only), and reads dequantized int8 only where it opens such an island (its output
-    reaches a Conv, Gemm or MatMul through float ops: a kept layer, since quantize_static
-    quantizes the input of every layer it quantizes). Where an op reads dequantized int8 or writes what is quantized straight
-    from the model's float inputs, the int8 model's result is onnxruntime's float op between
-    the two; an fp16 layer would round it differently. In a float island the layers before it
-    are fp16 already, and this one joins them between the island's quant layers."""
-    for tensor in node.inputs:
-        if not is_const(tensor) and tensor.inputs and tensor.inputs[0].op == "DequantizeLinear" \
-                and not _leads_to_float_layer(node):
+    """Not inside an int8 (QDQ) region: no activation input comes from a DequantizeLinear and
+    the output feeds no QuantizeLinear. There the int8 model's result is onnxruntime's float op
+    between the two; an fp16 layer would round it differently (and the set has no int8 form).
+
+    The exception is a float island, a layer ``--keep-fp16`` left in float: an op that reads
+    dequantized int8 and leads to a kept layer (quantize_static quantizes the input of every
+    layer it quantizes, so a float Conv, Gemm or MatMul reached without a QuantizeLinear is a
+    kept one), or one that follows a kept layer or a DequantizeLinear into a QuantizeLinear.
+    The island's layers are fp16 already; this one joins them between its quant layers."""
+    for tensor in activation_inputs(node):
+        if _dequantized(tensor) and not _leads_to_float_layer(node):
             return {"detail": f"its input {tensor.name} is dequantized int8"}
     for consumer in node.outputs[0].outputs:
         if consumer.op == "QuantizeLinear" and not _in_float_island(node):
             return {"detail": f"its output is quantized to int8 by {consumer.name}"}
     return None
+
+
+def _dequantized(tensor: gs.Tensor) -> bool:
+    source = producer(tensor)
+    return source is not None and source.op == "DequantizeLinear"
 
 
 _FLOAT_LAYERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
@@ -149,9 +152,8 @@ def _leads_to_float_layer(node: gs.Node) -> bool:
 
 
 def _in_float_island(node: gs.Node) -> bool:
-    """Some activation input reaches a DequantizeLinear, or a Conv, Gemm or MatMul (a kept
-    layer: quantize_static quantizes the input of every layer it quantizes), through float ops
-    (no QuantizeLinear)."""
+    """Some activation input reaches a DequantizeLinear, or a kept Conv, Gemm or MatMul,
+    through float ops (no QuantizeLinear)."""
     return _reaches(node, _producers, _FLOAT_LAYERS | {"DequantizeLinear"})
 
 
@@ -160,7 +162,7 @@ def _consumers(node: gs.Node) -> List[gs.Node]:
 
 
 def _producers(node: gs.Node) -> List[gs.Node]:
-    return [t.inputs[0] for t in node.inputs if not is_const(t) and t.inputs]
+    return [n for n in map(producer, activation_inputs(node)) if n is not None]
 
 
 def _reaches(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
