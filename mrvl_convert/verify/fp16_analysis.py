@@ -45,6 +45,7 @@ from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.metrics import Sums, Worst, json_snr, snr_db
 from mrvl_convert.verify.quant_analysis import analyze_quantization
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
+from mrvl_convert.verify.report import aligned_lines
 from mrvl_convert.verify.reference import (load_model, reference_session, run_reference,
                                            sample_feeds)
 
@@ -97,10 +98,7 @@ class Fp16Analysis:
     def format_table(self) -> str:
         header = ("layer", "kind", "tensor", "SNR dB", "isol. SNR dB", "weights SNR dB",
                   "weights->out SNR dB", "")
-        lines = [header] + [self._cells(r) for r in self.layers.rows]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-        text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
-        text.insert(1, "  ".join("-" * w for w in widths[:-1]))
+        text = aligned_lines(header, [self._cells(r) for r in self.layers.rows], rule_last=False)
         text.append(self.verdict())
         return "\n".join(text)
 

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from mrvl_convert.verify.metrics import json_snr
+from mrvl_convert.verify.report import aligned_lines
 
 DEFAULT_THRESHOLD_DB = 20.0
 
@@ -83,10 +84,7 @@ class QuantAnalysis:
     def format_table(self) -> str:
         header = ("layer", "kind", "dtype", "tensor", "SNR dB", "cosine", "isol. SNR dB",
                   "isol. cosine", "")
-        lines = [header] + [_cells(r, self.threshold_db) for r in self.rows]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-        text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
-        text.insert(1, "  ".join("-" * w for w in widths[:-1]))
+        text = aligned_lines(header, [_cells(r, self.threshold_db) for r in self.rows], rule_last=False)
         text.append(self.verdict())
         return "\n".join(text)
 

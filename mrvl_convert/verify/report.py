@@ -9,10 +9,21 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 if TYPE_CHECKING:  # quant_cost runs onnxruntime; the report only reads its figures
     from mrvl_convert.verify.quant_cost import QuantCost
+
+
+def aligned_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *,
+                  rule_last: bool = True) -> List[str]:
+    """``header`` and ``rows`` as left-aligned columns two spaces apart, a rule of dashes under
+    the header (not under the last column when ``rule_last`` is False: an unlabelled note)."""
+    lines = [tuple(header)] + [tuple(row) for row in rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
+    text.insert(1, "  ".join("-" * w for w in (widths if rule_last else widths[:-1])))
+    return text
 
 
 @dataclass
@@ -97,10 +108,7 @@ class Comparison:
     def format_table(self) -> str:
         header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
                   "tol atol/rel/cos/top1", "ok")
-        lines = [header] + [_table_cells(row) for row in self.rows]
-        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-        text = ["  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip() for line in lines]
-        text.insert(1, "  ".join("-" * w for w in widths))
+        text = aligned_lines(header, [_table_cells(row) for row in self.rows])
         for event in self.range_events:
             text.append(f"fp16 range: {event}")
         verdict = "PASS" if self.passed else "FAIL"
