@@ -13,6 +13,8 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, static_shape
 
+MAC_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})  # what node_macs counts
+
 
 def node_macs(node: gs.Node) -> int:
     """Multiply-accumulates of one node with static shapes (0 when a shape is unknown)."""

@@ -34,7 +34,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
 from mrvl_convert.core.graph import static_shape
-from mrvl_convert.core.macs import node_macs
+from mrvl_convert.core.macs import MAC_OPS, node_macs
 
 VERBOSE_ENV = "MRVL_CONVERT_VERBOSE"
 TENSOR_FLOOR = 64 << 20
@@ -51,7 +51,6 @@ _SAME_SIZE = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose
                         "Log", "Sqrt", "Reciprocal", "Floor", "Ceil", "Round", "Sign", "Not",
                         "Erf", "Clip"})
 _NEVER = {"Loop": "a Loop's run time has no bound", "Scan": "a Scan's run time has no bound"}
-_MAC_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 _FATAL_ONLY, _QUIET, _WARNINGS = 4, 3, 2  # onnxruntime log severities
 # graphsurgeon's logger is one object per process: one conversion at a time sets and restores it
 # (re-entrant: canonicalize holds it around folding, which takes it too).
@@ -96,7 +95,7 @@ class _Budget:
             why = ("its output size is unknown before computing it (shape inference cannot "
                    "tell it)")
         total = sum(s or 0 for s in sizes)
-        macs = node_macs(node) if node.op in _MAC_OPS else 0
+        macs = node_macs(node) if node.op in MAC_OPS else 0
         if why is None and max(sizes, default=0) > self.bounds.tensor_bytes:
             why = (f"its output would take {_mib(max(sizes))}, more than the "
                    f"{_mib(self.bounds.tensor_bytes)} a folded tensor of this model may take")

@@ -10,6 +10,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import (activation_inputs, attr, const_value, is_const, present,
                                      producer, softmax_axis, static_shape)
+from mrvl_convert.core.macs import MAC_OPS
 
 Details = Optional[Dict[str, Any]]
 
@@ -142,7 +143,8 @@ def _dequantized(tensor: gs.Tensor) -> bool:
     return source is not None and source.op == "DequantizeLinear"
 
 
-_FLOAT_LAYERS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+# The layers --keep-fp16 keeps in float: the compute layers, those that carry weights.
+_FLOAT_LAYERS = MAC_OPS
 _ISLAND_DEPTH = 32  # float ops walked back before giving up (a kept layer is a few ops long)
 
 
