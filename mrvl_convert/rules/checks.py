@@ -48,6 +48,13 @@ def check_static_shape(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     return None
 
 
+def check_reads_activation(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """A layer computes on an activation: a node whose inputs are all constant is constant
+    folding's to compute (or the CPU's, where folding it would cost too much), not a layer's
+    (a QuantizeLinear of a reshaped weight, a MatMul of two constants)."""
+    return None if activation_inputs(node) else {"op": node.op}
+
+
 def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """The batch is axis 0 of the first activation the node reads: of ``[N, C, H, W]``, of a
     token tensor ``[B, T, C]`` or ``[B, heads, T, d]`` alike, never of a constant operand (an
@@ -352,6 +359,7 @@ CHECKS: Dict[str, Check] = {
     "rank": check_rank,
     "static_shape": check_static_shape,
     "batch_at_most": check_batch_at_most,
+    "reads_activation": check_reads_activation,
     "const_input": check_const_input,
     "attr_in": check_attr_in,
     "single_output": check_single_output,
