@@ -70,7 +70,7 @@ def _run(run_one, inputs: np.ndarray) -> np.ndarray:
 
 
 def _artifact_row(name: str, recipe: str, artifact: Path, qdq_file: Path, test: np.ndarray,
-                  fp32: np.ndarray, input_name: str, kept: List[str]) -> Dict[str, object]:
+                  fp32: np.ndarray, input_name: str, kept: str) -> Dict[str, object]:
     session = mrvl_convert.HybridSession(artifact)
     hybrid = _run(lambda x: session.run(None, {input_name: x})[0], test)
     reference = _session(qdq_file, qdq_as_written=True)
@@ -82,7 +82,7 @@ def _artifact_row(name: str, recipe: str, artifact: Path, qdq_file: Path, test: 
             "qdq_top1": _agreement(qdq, fp32, TOP1_AXIS[name]),
             "cos_min": float(cos.min()), "cos_mean": float(cos.mean()),
             "differ_from_qdq": int(sum(not np.array_equal(a, b) for a, b in zip(hybrid, qdq))),
-            "kept": len(kept)}
+            "kept": kept}
 
 
 def _manifest(artifact: Path) -> dict:
@@ -113,10 +113,10 @@ def measure(name: str, calibrate: int, test_count: int, tmp: Path) -> List[Dict[
             target = TARGET if "--min-agreement" in recipe else None
             if target is not None and TOP1_AXIS[name] != -1:
                 continue  # --min-agreement takes top-1 over the last axis: none to reach here
-            # The target is measured on the calibration crops, not on the crops it is tested on.
-            chosen = calib if target is not None else test[:16]
+            # Layers are chosen (and a target measured) on the calibration crops, never on the
+            # crops the row is tested on.
             result = quantize_keep_fp16(model_path, qdq, {input_name: calib}, "auto",
-                                        inputs=[{input_name: s[None]} for s in chosen],
+                                        inputs=[{input_name: s[None]} for s in calib],
                                         min_agreement=target)
             kept = result.kept
             note = "" if target is None else (
@@ -132,8 +132,8 @@ def measure(name: str, calibrate: int, test_count: int, tmp: Path) -> List[Dict[
                 {input_name: calib}, method, equalize=extra == "CLE",
                 bias_correction=extra == "bias correction"))
             qdq = artifact / _manifest(artifact)["quantization"]["file"]
-        rows.append(_artifact_row(name, recipe, artifact, qdq, test, fp32, input_name, kept))
-        rows[-1]["kept"] = f"{len(kept)}{note}"
+        rows.append(_artifact_row(name, recipe, artifact, qdq, test, fp32, input_name,
+                                  f"{len(kept)}{note}"))
     return rows
 
 
