@@ -30,6 +30,9 @@ class Outcome:
     mrvl_mac_share: Optional[float] = None
     cut_by: Tuple[Tuple[str, int], ...] = ()  # op types left on CPU, most nodes first
     device: Optional[Dict[str, Any]] = None  # the device check (estimate.device.device_row)
+    # What the CLI warns of, from the manifest as this run wrote it (another run may replace
+    # the directory before the CLI reads it): input_shape_overrides, calibration_warnings.
+    notices: Dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:

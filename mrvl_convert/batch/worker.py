@@ -71,7 +71,8 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
                      "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"]),
-                     "device": device_row(result.report["device"])}
+                     "device": device_row(result.report["device"]),
+                     "notices": _notices(result.manifest)}
         if job.verify is not None:
             _stage(on_stage, job, "verify")
         figures = _verify(job, job.verify) if job.verify is not None else None
@@ -86,6 +87,12 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
     return Outcome(job.model, job.name, OK, job.out_dir, counts, time.perf_counter() - start,
                    ignored_shapes=ignored, verified=True if job.verify is not None else None,
                    verify_note=figures and figures["line"], verify=figures, **fragments)
+
+
+def _notices(manifest: Dict[str, Any]) -> Dict[str, Any]:
+    calibration = manifest.get("quantization", {}).get("calibration", {})
+    return {"input_shape_overrides": manifest["model"].get("input_shape_overrides", {}),
+            "calibration_warnings": list(calibration.get("warnings", []))}
 
 
 def _with_shapes(job: Job) -> Tuple[ConvertOptions, Tuple[str, ...]]:

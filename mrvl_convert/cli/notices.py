@@ -12,11 +12,9 @@ manifest.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import sys
 import warnings
-from pathlib import Path
 from typing import Any, Callable, Iterator, List
 
 from mrvl_convert.errors import CalibrationWarning, InputShapeOverrideWarning
@@ -48,19 +46,19 @@ def conversion_notices(verbose: bool) -> Iterator[None]:
 
 
 def override_lines(result: Any) -> List[str]:
-    """One line per input whose static dims --input-shape replaced, from the manifests."""
+    """One line per input whose static dims --input-shape replaced, and per calibration
+    warning, from each model's manifest as its conversion wrote it (``Outcome.notices``)."""
     lines = []
     for outcome in result:
         if not outcome.converted:
             continue
-        manifest = json.loads((Path(outcome.out_dir) / "manifest.json").read_text("utf-8"))
-        for name, shapes in manifest["model"].get("input_shape_overrides", {}).items():
+        notices = outcome.notices
+        for name, shapes in notices.get("input_shape_overrides", {}).items():
             lines.append(f"warning: model {outcome.model}: input {name!r} is declared "
                          f"{shapes['declared']}; converted for the given shape {shapes['used']} "
                          "(--input-shape replaces its static dims)")
-        calibration = manifest.get("quantization", {}).get("calibration", {})
         lines += [f"warning: model {outcome.model}: {text}"
-                  for text in calibration.get("warnings", [])]
+                  for text in notices.get("calibration_warnings", [])]
     return lines
 
 
