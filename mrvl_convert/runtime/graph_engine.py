@@ -82,6 +82,7 @@ class Segment:
     # the names of the outputs onnxruntime is asked for
     feeds: List[Tuple[str, int, int]] = field(default_factory=list)
     fetches: List[str] = field(default_factory=list)
+    model: bytes = b""                   # the serialized graph, for fused.py to merge
 
 
 def value_name(key: ValueKey) -> str:
@@ -225,6 +226,7 @@ def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: 
                             f"{first} .. {last}: {str(exc).splitlines()[0]}; "
                             "engine='layers' runs them in numpy") from None
     segment.checks = checks
+    segment.model = model
     segment.feeds = [(value_name(k), k[0], k[1]) for k in segment.inputs]
     segment.fetches = [o.name for o in segment.session.get_outputs()]
     return segment

@@ -10,6 +10,11 @@ ONNX names through one environment dict. Reading the manifest into stages (and c
   ones (``InputFeedError``, as onnxruntime would), hands back the outputs asked for (model outputs
   or stage-boundary tensors), and leaves the call's fp16 range events in ``last_range_events``.
 
+One session: a model whose Mrvl stages are each one graph-engine segment runs, from its first
+call, as ONE onnxruntime session holding all the stages (``fused.py``),
+with the same numbers; ``fused`` and ``fused_reason`` say whether and why not. A call that asks
+for boundary tensors (``capture``, ``run_layers``) or meets a range error runs stage by stage.
+
 Threads: stages run one after another, so every CPU stage (and the onnxruntime GEMM engine) gets
 the same intra-op budget, ``threads``, and its idle workers sleep instead of spinning: a spinning
 pool left behind by one stage would take the cores from the simulator's numpy and from the next
@@ -21,6 +26,7 @@ do (``MrvlSimulator.compile(alone=True)``). (numpy's own BLAS threads are numpy'
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
@@ -31,6 +37,7 @@ from mrvl_convert.core.artifact import read_json, require
 from mrvl_convert.core.file_hashes import check_stage_files
 from mrvl_convert.kernels.gemm import GemmEngine
 from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.runtime import fused
 from mrvl_convert.runtime.options import QUIET, WARNINGS
 from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator, RangeEvent
 from mrvl_convert.runtime.stages import (DTYPES, Stage, StageReader, TensorSpec, check_wiring,
@@ -98,8 +105,13 @@ class HybridSession:
         check_wiring(self.manifest_path, self._inputs, self.stages, self._outputs)
         self._read_by_stages = {t.name for stage in self.stages for t in stage.inputs}
         self._known = {t.name for t in self._inputs} | {t.name for t in self.boundary_tensors}
+        self._model_outputs = {t.name for t in self._outputs}
         self.last_range_events: List[RangeEvent] = []
-
+        # The whole model as one session (fused.py), opened by the first call that can use it.
+        self._engine = engine
+        self._fused: Any = None
+        self._fused_lock = threading.Lock()
+        self.fused_reason = "not tried yet: the first run() tries it"
 
     # ----------------------------------------------------------- public API
     def get_inputs(self) -> List[NodeArg]:
@@ -136,9 +148,38 @@ class HybridSession:
             if name not in self._known:
                 raise InputFeedError(f"{self.manifest_path}: requested output is neither a model "
                                      f"output nor a stage boundary tensor", tensor=name)
+        if not capture and self._model_outputs.issuperset(names):
+            results = self._run_fused(env)
+            if results is not None:
+                self.last_range_events = []
+                return [results[name] for name in names]
         self._run_stages(env)
         outputs = [env[name] for name in names]
         return (outputs, env) if capture else outputs
+
+    @property
+    def fused(self) -> bool:
+        """Whether calls run as one onnxruntime session (``fused.py``, tried at the first
+        call); ``fused_reason`` says why not."""
+        return isinstance(self._fused, fused.FusedModel)
+
+    def _run_fused(self, env: Dict[str, np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
+        """The model outputs from the fused session; None when there is none, or when this call
+        must run stage by stage (a range check failed: the stages name the layer)."""
+        if self._fused is None:
+            with self._fused_lock:
+                if self._fused is None:
+                    self._fused = self._open_fused()
+        return self._fused.run(env) if self.fused else None
+
+    def _open_fused(self) -> Any:
+        if self._engine != "graph":
+            made: Any = f"engine {self._engine!r} runs layer by layer"
+        else:
+            made = fused.fuse(self.stages, self._inputs, self._outputs, self.threads,
+                              self.log_severity)
+        self.fused_reason = made if isinstance(made, str) else ""
+        return made
 
     def run_layers(self, input_feed: Mapping[str, Any]) -> Tuple[Dict[str, np.ndarray],
                                                                  List[LayerOutput]]:
