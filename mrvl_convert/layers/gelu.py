@@ -1,17 +1,22 @@
-"""GELU on the accelerator, as a chain of Mul2D, Sum2D and a Tanh fused into a Mul2D.
+"""GELU on the accelerator, as a chain of Mul2D, Sum2D and a sigmoid fused into a Mul2D.
 
 The newer codegen has no GELU or Erf layer (princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3
 src/relay/backend/contrib/mrvl/codegen.cc: ``CreateCompositeMrvlMulLayer``,
-``CreateCompositeMrvlSumLayer`` and ``setActivationFunction`` for the fused tanh), so a GELU
+``CreateCompositeMrvlSumLayer`` and ``setActivationFunction`` for the fused sigmoid), so a GELU
 lowers to the tanh approximation
 
     gelu(x) ~= 0.5 * x * (1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3)))
 
-written as seven layers that keep every intermediate small:
+which the identity 0.5 * (1 + tanh(u)) = sigmoid(2u) turns into five layers that keep every
+intermediate small (each layer is one more fp16 rounding):
 
-    s = x * x;  s = s * (0.044715 * sqrt(2/pi));  s = s + sqrt(2/pi)
-    t = tanh(x * s)                                  (Mul2D with activation_type tanh)
-    g = t * 0.5;  g = g + 0.5;  y = x * g            (or g = t + 1; y = (x/2) * g)
+    s = x * x;  s = s * (2 * 0.044715 * sqrt(2/pi));  s = s + 2 * sqrt(2/pi)
+    g = sigmoid(x * s)                               (Mul2D with activation_type sigmoid)
+    y = x * g
+
+When the model computes x/2 first (one Mul by it after the gate), that Mul is a layer of its own
+(``mrvl.mul``, outside the GELU composite); the chain reads it as sigmoid((x/2) * s) with s's
+constants doubled again (4 * 0.044715 * sqrt(2/pi), 4 * sqrt(2/pi)), so no layer is left unread.
 
 Forms matched (``rules/marvell/transformer.yaml``):
 
@@ -29,9 +34,12 @@ remains. A form's constants must be 1 and 0.5 exactly, and sqrt 2 (or 1/sqrt 2),
 and 0.044715 to within ``CONST_RTOL`` relative (2**-16: a constant written with six decimals
 passes; far below the 2**-11 rounding every constant gets as fp16 on the accelerator).
 
-fp16 range: x * x stays finite for |x| <= 255, and x * (sqrt(2/pi) + 0.0357 * x**2) for
-|x| <= 122. Beyond, an intermediate overflows to +-inf, the fused tanh maps it to +-1 and the
-result is x or 0 (the limits of GELU), and the simulator warns (Fp16RangeWarning).
+fp16 range: x * x stays finite for |x| <= 255, and the sigmoid's argument
+x * (2 * sqrt(2/pi) + 0.0714 * x**2) for |x| <= 97 (the tanh's argument, half of it, stayed
+finite to 122). Past 97 that argument exceeds fp16's largest value (the simulator applies
+the fused activation to the float32 product, the device may saturate it to +-inf); sigmoid of it
+is then 1 or 0 either way, so y is x or 0, GELU's limits. Past 255 x * x overflows to +inf, the
+result is again x or 0, and the simulator warns (Fp16RangeWarning).
 
 This is a lowering, not a canonical rewrite: the CPU side keeps the model's own nodes.
 """
@@ -207,16 +215,14 @@ def _chain(composite: Composite, ctx: LayoutContext, x: gs.Tensor, half_x: Optio
             layer.source_nodes = []   # partial results: the per-layer comparison skips them
         return ctx.emit(layer, output if last else None)
 
+    # The model's own x/2 is a layer of its own (mrvl.mul): it multiplies the sigmoid's
+    # argument (s doubled to match) so that it feeds the chain instead of being left unread.
+    v, scale = (xi, 2.0) if half_x is None else (ctx.require(half_x, perm)[0], 4.0)
     s = emit("Mul2D", [xi, xi]) if square is None else ctx.require(square, perm)[0]
-    s = emit("Mul2D", [s], CUBIC * SQRT_2_OVER_PI)
-    s = emit("Sum2D", [s], SQRT_2_OVER_PI)
-    t = emit("Mul2D", [xi, s], act=Activation.TANH)
-    if half_x is None:
-        g = emit("Sum2D", [emit("Mul2D", [t], 0.5)], 0.5)
-        emit("Mul2D", [xi, g], last=True)
-    else:
-        hi, _ = ctx.require(half_x, perm)
-        emit("Mul2D", [hi, emit("Sum2D", [t], 1.0)], last=True)
+    s = emit("Mul2D", [s], scale * CUBIC * SQRT_2_OVER_PI)
+    s = emit("Sum2D", [s], scale * SQRT_2_OVER_PI)
+    g = emit("Mul2D", [v, s], act=Activation.SIGMOID)
+    emit("Mul2D", [xi, g], last=True)
 
 
 def lower_gelu(composite: Composite, ctx: LayoutContext) -> None:
