@@ -23,6 +23,7 @@ from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.fp16 import fp16_const
 from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.layers._kind import MARVELL, Attr, Const, LayerKind, roles, written
 from mrvl_convert.layers._lowering import new_layer
 
@@ -77,6 +78,17 @@ class BatchMatmulKernel(Kernel):
 
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         return np.matmul(a, self.const if b is None else b)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX MatMul, whose broadcasting of the leading axes is numpy's ``matmul``'s; a
+        constant operand is the kernel's fp16-rounded one."""
+        other = inputs[1] if self.const is None else builder.constant(self.const, "w")
+        return [builder.op("MatMul", [inputs[0], other])]
+
+    def passes_nonfinite(self, index: int) -> bool:
+        """Every value of either operand multiplies a whole row or column of the other into a
+        sum (inf * 0 is NaN), and the shared axis K is never empty."""
+        return True
 
 
 def _product_shape(spec: LayerSpec, a: Sequence[int], b: Sequence[int]) -> Sequence[int]:

@@ -111,6 +111,10 @@ def broadcast_operand(spec: LayerSpec, consts: Mapping[str, np.ndarray]
     return None if const is None else fp16_const(spec, "input_const_name", const)
 
 
+#: Constant operands within this bound keep a finite float16 input's product finite.
+MUL_BOUND = 1.0
+
+
 class Mul2DKernel(Kernel):
     """a * b (b broadcast into a), or a * constant; optional fused activation."""
 
@@ -126,6 +130,11 @@ class Mul2DKernel(Kernel):
         """With no fused activation (which can map -inf to a finite value): inf or NaN times
         anything (0 too) is inf or NaN, and broadcasting reads every value."""
         return self.activation is None
+
+    def finite_on_finite(self) -> bool:
+        """A product with a constant of magnitude at most ``MUL_BOUND`` (a GELU's constants
+        after the square, attention's scale) is never larger than its input."""
+        return self.const is not None and bool(np.all(np.abs(self.const) <= MUL_BOUND))
 
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         return activate_inplace(a * (self.const if b is None else b), self.activation)

@@ -214,6 +214,10 @@ class GlobalAvgpool2DKernel(_GlobalPool2D):
         """A mean holding inf or NaN is inf or NaN."""
         return True
 
+    def finite_on_finite(self) -> bool:
+        """A mean of float16 values cannot overflow (``ReduceMeanKernel.finite_on_finite``)."""
+        return True
+
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
         return [builder.op("ReduceMean", [inputs[0]], axes=[1, 2], keepdims=1)]
 

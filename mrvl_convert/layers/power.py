@@ -6,7 +6,7 @@ The newer codegen writes it in ``CreateCompositeMrvlActivationLayer`` (princekum
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -14,6 +14,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import const_value
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.layers._kind import Attr, LayerKind, roles
 from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, lowering
 
@@ -33,6 +34,16 @@ class PowerKernel(UnaryKernel):
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return np.power(x, self.exponent)
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX Pow by the kernel's float32 exponent (onnxruntime and numpy both square
+        exactly for 2, the LayerNorm's exponent)."""
+        return [builder.op("Pow", [inputs[0], builder.float_constant(self.exponent)])]
+
+    def passes_nonfinite(self, index: int) -> bool:
+        """With a positive exponent inf ** e is inf and NaN ** e NaN (with e <= 0, inf ** e is
+        0 or 1)."""
+        return bool(self.exponent > 0)
 
 
 KIND = LayerKind(

@@ -16,7 +16,7 @@ the newer Marvell codegen's ``mrvl.reduce_mean`` / ``mrvl.reduce_max``: princeku
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Callable, Mapping, Tuple
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -68,6 +68,10 @@ def _lowering(kind: str, allowed: Mapping[int, Tuple[int, ...]]
     return lower
 
 
+if TYPE_CHECKING:  # pragma: no cover
+    from mrvl_convert.kernels.onnx_form import OnnxBuilder
+
+
 class _ReduceKernel(Kernel):
     reducer: Callable[..., np.ndarray] = staticmethod(np.mean)
 
@@ -88,6 +92,21 @@ class _ReduceKernel(Kernel):
 
 class ReduceMeanKernel(_ReduceKernel):
     """Mean over physical axis ``axis``, accumulated in float32."""
+
+    def to_onnx(self, builder: "OnnxBuilder", inputs: Sequence[str]) -> Optional[List[str]]:
+        """ONNX ReduceMean. ``np.mean(x, axis, dtype=float32)`` is a float32 sum divided by the
+        count; onnxruntime sums in its own order (and may scale by the reciprocal count): the
+        same float16 value or its neighbour, as for every summing layer."""
+        return [builder.op("ReduceMean", [inputs[0]], axes=[self.axis], keepdims=int(self.keep))]
+
+    def passes_nonfinite(self, index: int) -> bool:
+        """Every input value is a term of some output's sum (inf + -inf is NaN)."""
+        return True
+
+    def finite_on_finite(self) -> bool:
+        """A mean of float16 values is at most their largest magnitude times (1 + a few float32
+        roundings), far below 65520 where rounding to float16 overflows, in any order."""
+        return True
 
 
 class ReduceMaxKernel(_ReduceKernel):

@@ -6,10 +6,13 @@ attribute of its own.
 """
 from __future__ import annotations
 
+from typing import List, Optional, Sequence
+
 import numpy as np
 
 from mrvl_convert.ir.layout import LayoutContext
 from mrvl_convert.ir.match import Composite
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.layers._kind import LayerKind, roles
 from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, emit_unary
 
@@ -24,6 +27,11 @@ class RsqrtKernel(UnaryKernel):
 
     def compute(self, x: np.ndarray) -> np.ndarray:
         return np.reciprocal(np.sqrt(x))
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        """Reciprocal(Sqrt(x)), each correctly rounded in both libraries: identical. (Rsqrt
+        maps inf to 0: it keeps the default ``passes_nonfinite``.)"""
+        return [builder.op("Reciprocal", [builder.op("Sqrt", [inputs[0]])])]
 
 
 KIND = LayerKind(

@@ -63,6 +63,10 @@ def _broadcast(a, b) -> Optional[tuple]:
         return None
 
 
+#: Constant operands within this bound keep a finite float16 input's sum finite.
+ADD_BOUND = 8.0
+
+
 class Sum2DKernel(Kernel):
     """Elementwise add of two activations (the second of the first's physical shape or
     broadcasting into it), or of one activation and a constant (``input_const_name``, already in
@@ -95,6 +99,12 @@ class Sum2DKernel(Kernel):
         """With no fused activation (which can map -inf to a finite value): inf or NaN plus anything
         is inf or NaN, and broadcasting reads every value."""
         return self.activation is None
+
+    def finite_on_finite(self) -> bool:
+        """An add of a constant of magnitude at most ``ADD_BOUND`` (a LayerNorm's epsilon, a
+        hard-swish's 3): a float16 value is at most 65504, the sum then at most 65512, below
+        65520 where rounding to float16 overflows. (A fused activation makes no inf.)"""
+        return self.const is not None and bool(np.all(np.abs(self.const) <= ADD_BOUND))
 
     def run(self, a: np.ndarray, b: Optional[np.ndarray] = None) -> np.ndarray:
         return activate_inplace(a + (self.const if b is None else b), self.activation)

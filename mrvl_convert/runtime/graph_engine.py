@@ -22,7 +22,7 @@ Range check: rounded layer outputs feed a ``ReduceSum``; the segment's extra out
 the sum of those sums. A sum of float16-range values is finite exactly when every value is
 (fp16.py's argument), so one float32 scalar per segment says whether any layer overflowed to
 inf or made a NaN. A value some reader of which passes inf and NaN on (a Conv2D with no fused
-activation, an Add, a reshape: ``Kernel.passes_nonfinite``, or ``forms.passes_nonfinite``) into
+activation, an Add, a reshape: ``Kernel.passes_nonfinite``) into
 a covered value is not summed itself, nor is the output of a layer that cannot overflow on a
 finite input whose input is covered (``range_checks``). Only when the range is not finite does
 the engine look further: it runs the call again on the per-layer path, which names the layer
@@ -39,7 +39,6 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
-from mrvl_convert.runtime.forms import finite_on_finite, passes_nonfinite, runtime_form
 from mrvl_convert.runtime.options import session_options
 
 ENGINES = ("graph", "layers")
@@ -60,12 +59,9 @@ def has_onnx_form(kernel_class: type) -> bool:
 
 def onnx_form(kernel: Kernel) -> Optional[Callable[[OnnxBuilder, Sequence[str]],
                                                    Optional[List[str]]]]:
-    """How to emit ``kernel`` into a segment: its class's own ``to_onnx``, or the runtime's
-    form for its exact class (``forms.py``), or None (it runs in numpy)."""
-    if has_onnx_form(type(kernel)):
-        return kernel.to_onnx
-    form = runtime_form(type(kernel))
-    return None if form is None else lambda builder, inputs: form(kernel, builder, inputs)
+    """How to emit ``kernel`` into a segment: its class's own ``to_onnx``, or None (it runs in
+    numpy)."""
+    return kernel.to_onnx if has_onnx_form(type(kernel)) else None
 
 
 @dataclass
@@ -242,7 +238,7 @@ def range_checks(steps: Sequence[Any], rounded: Set[ValueKey],
     ``x + 3`` is clipped). A value read outside the segment (or by nothing) is checked, as are
     the values only saturating layers read (a Clip, a fused Relu): the range output then
     reports exactly the calls where some layer overflowed. A layer that cannot overflow on a
-    finite input (``forms.finite_on_finite``) needs no check of its own once its input is
+    finite input (``Kernel.finite_on_finite``) needs no check of its own once its input is
     covered: that is settled last, in run order, the decisions before it having counted it
     as not covered."""
     readers: Dict[ValueKey, List[Tuple[Any, int]]] = {}
@@ -255,11 +251,11 @@ def range_checks(steps: Sequence[Any], rounded: Set[ValueKey],
 
     def settle(key: ValueKey, read_elsewhere: bool, step: Any = None) -> None:
         passed = not read_elsewhere and any(
-            passes_nonfinite(reader.kernel, index)
+            reader.kernel.passes_nonfinite(index)
             and all(covered[(reader.node, slot)] for slot in range(_output_count(reader)))
             for reader, index in readers.get(key, ()))
         if key in rounded and not passed and step is not None and not read_elsewhere \
-                and finite_on_finite(step.kernel):
+                and step.kernel.finite_on_finite():
             deferred.append(step)
             covered[key] = False
             return

@@ -85,7 +85,8 @@ def test_every_layer_within_one_fp16_ulp_of_the_per_layer_path(name, tmp_path):
 
 @pytest.mark.parametrize("name", TRANSFORMERS)
 def test_runtime_forms_within_one_fp16_ulp_of_the_per_layer_path(name, tmp_path):
-    """The forms of runtime/forms.py (a LayerNorm's pieces, attention's products) hold the
+    """The ONNX forms of a LayerNorm's pieces and attention's products (ReduceMean, Power,
+    Rsqrt, BatchMatmul ``to_onnx``) hold the
     same per-layer contract, and they are what makes a transformer block one segment."""
     checked = _every_layer_checked(name, tmp_path)
     assert "BatchMatmul" in checked

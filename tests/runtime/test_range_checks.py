@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import mrvl_convert
 from mrvl_convert.errors import Fp16RangeError
 from mrvl_convert.runtime import HybridSession, MrvlSimulator
-from mrvl_convert.runtime import forms, graph_engine
+from mrvl_convert.runtime import graph_engine
 from mrvl_convert.kernels.windows import reads_every_position
 from support import corpus
 from support.jsonbuild import SubgraphBuilder, conv2d, pool, to_nhwc, write_pair
@@ -114,7 +114,7 @@ def test_every_overflowing_layer_of_a_corpus_model_is_found(tmp_path, name):
 def test_every_overflowing_fc_of_a_transformer_is_found(tmp_path, name):
     """Each FC of a transformer in turn made to overflow: the graph engine raises exactly when
     the per-layer path does, naming the same nodes, with the LayerNorm pieces and attention
-    products leaving their inputs' checks to their own (runtime/forms.py)."""
+    products leaving their inputs' checks to their own (their kernels' ``passes_nonfinite``)."""
     model = corpus.built(name)
     shapes = corpus.shapes_for(name)
     feed = corpus.feeds(model, shapes)
@@ -138,7 +138,7 @@ def test_every_overflowing_fc_of_a_transformer_is_found(tmp_path, name):
     # At most one check per layer that can swallow an inf (a LayerNorm's Rsqrt, a Softmax, a
     # fused tanh) and per output: LayerNorm means, attention products and squares pass it on.
     swallowing = [s for s in compiled.steps
-                  if not all(forms.passes_nonfinite(s.kernel, i) for i in range(len(s.inputs)))
+                  if not all(s.kernel.passes_nonfinite(i) for i in range(len(s.inputs)))
                   and s.spec.layer_name not in ("ReduceMean", "BatchMatmul", "Power")]
     assert len(checked) <= len(swallowing) + len(compiled.heads)
 
@@ -205,10 +205,12 @@ def test_generated_models_report_an_overflow_alike_in_both_engines(gm, data):
 
 
 def test_constant_bounds_keep_the_largest_float16_value_finite():
-    """forms.finite_on_finite's bounds: the largest float16 value plus or times the largest
-    constant allowed still rounds to a finite float16, in float32 as the kernels compute."""
+    """The bounds of Sum2D's and Mul2D's ``finite_on_finite``: the largest float16 value plus
+    or times the largest constant allowed still rounds to a finite float16, in float32 as the
+    kernels compute."""
     from mrvl_convert.kernels.fp16 import round_to_fp16
-    from mrvl_convert.runtime.forms import ADD_BOUND, MUL_BOUND
+    from mrvl_convert.layers.mul2d import MUL_BOUND
+    from mrvl_convert.layers.sum2d import ADD_BOUND
 
     top = np.float32(65504.0)
     for value in (top + np.float32(ADD_BOUND), -top - np.float32(ADD_BOUND),
@@ -221,13 +223,11 @@ def test_hard_swish_adds_leave_their_check_to_the_input(tmp_path):
     """In MobileNetV3's hard-swish (x + 3, clipped, times x) the add cannot overflow on a finite
     x, and x reaches a check through the product: the add needs no check of its own. The
     corpus test above overflows every Conv2D and finds each alike in both engines."""
-    from mrvl_convert.runtime.forms import finite_on_finite
-
     model = corpus.built("mobilenet_v3_small")
     result = mrvl_convert.convert(model, str(tmp_path / "art"),
                                   shapes=corpus.shapes_for("mobilenet_v3_small"))
     [stage] = [s for s in HybridSession(result.out_dir, threads=1).stages if s.kind == "mrvl"]
     [segment] = stage.runner.graph.parts
-    bounded = {s.node for s in segment.steps if finite_on_finite(s.kernel)}
+    bounded = {s.node for s in segment.steps if s.kernel.finite_on_finite()}
     assert len(bounded) > 10
     assert not bounded & {node for node, _ in segment.checks}
