@@ -49,10 +49,15 @@ class RangeEvent:
     source_nodes: Tuple[str, ...]
     n_inf: int
     n_nan: int
+    # True when the layer is a partial result of a decomposition (a LayerNorm's variance, a
+    # GELU's cube): ``source_nodes`` are then the nodes the decomposition's last layer stands for
+    partial: bool = False
 
     def describe(self) -> str:
         origin = ", ".join(self.source_nodes) or "(no ONNX source)"
-        return (f"Mrvl layer {self.layer} ({self.layer_name}, from ONNX nodes {origin}): "
+        where = f"a partial result of the layers for ONNX nodes {origin}" if self.partial \
+            else f"from ONNX nodes {origin}"
+        return (f"Mrvl layer {self.layer} ({self.layer_name}, {where}): "
                 f"float16 output has {self.n_inf} inf and {self.n_nan} NaN values "
                 f"(|x| > 65504 overflows float16); rescale the model or keep these nodes on CPU")
 
@@ -190,14 +195,36 @@ class CompiledSubgraph:
 
     def _range_error(self, spec: LayerSpec, out: np.ndarray, policy: str,
                      events: List[RangeEvent]) -> None:
-        event = RangeEvent(spec.name, spec.layer_name, spec.source_nodes,
+        sources, partial = self._origin(spec)
+        event = RangeEvent(spec.name, spec.layer_name, sources,
                            int(np.count_nonzero(np.isinf(out))),
-                           int(np.count_nonzero(np.isnan(out))))
+                           int(np.count_nonzero(np.isnan(out))), partial)
         events.append(event)
         if policy == "raise":
             raise Fp16RangeError(f"{self.file}: {event.describe()}", layer=spec.name,
-                                 source_nodes=spec.source_nodes)
+                                 source_nodes=sources)
         warnings.warn(Fp16RangeWarning(f"{self.file}: {event.describe()}"), stacklevel=4)
+
+
+    def _origin(self, spec: LayerSpec) -> Tuple[Tuple[str, ...], bool]:
+        """The ONNX nodes a layer stands for, and whether it is a partial result: a layer of a
+        decomposition before its last has none of its own (the per-layer comparison skips it),
+        so its error names those of the first layer after it that has some."""
+        if spec.source_nodes or spec.layer_name == "input":
+            return tuple(spec.source_nodes), False
+        readers: Dict[int, List[Step]] = {}
+        for step in self.steps:
+            for ref in step.inputs:
+                readers.setdefault(ref, []).append(step)
+        queue, seen = [spec.index], {spec.index}
+        while queue:
+            for step in readers.get(queue.pop(0), ()):
+                if step.spec.source_nodes:
+                    return tuple(step.spec.source_nodes), True
+                if step.node not in seen:
+                    seen.add(step.node)
+                    queue.append(step.node)
+        return (), False
 
 
 class MrvlSimulator:

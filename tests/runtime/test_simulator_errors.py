@@ -211,3 +211,38 @@ def test_get_capability_reports_each_layer():
     assert not rows[1]["supported"] and "Gelu" in rows[1]["reason"]
     assert all(r["supported"] for r in MrvlSimulator().get_capability(nodes))
     json.dumps(rows)  # plain data
+
+
+def _fc_then_layer_norm():
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array(np.eye(8, dtype=np.float32), "w"),
+             numpy_helper.from_array(rng.random(8).astype(np.float32) + 0.5, "gamma"),
+             numpy_helper.from_array(rng.random(8).astype(np.float32), "beta")]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="fc"),
+             helper.make_node("LayerNormalization", ["h", "gamma", "beta"], ["y"], name="ln",
+                              axis=-1, epsilon=1e-5)]
+    graph = helper.make_graph(nodes, "fc_ln",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8])],
+                              inits)
+    return onnx.helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+@pytest.mark.parametrize("engine", ["graph", "layers"])
+def test_an_overflow_inside_a_decomposition_names_its_onnx_nodes(tmp_path, engine):
+    """A LayerNorm is nine layers and only the last names the ONNX node: an overflow in the
+    square of x - mean (|x - mean| > 255) names the LayerNormalization as the layers' source."""
+    from mrvl_convert import convert
+    from mrvl_convert.errors import Fp16RangeError
+    from mrvl_convert.runtime import HybridSession
+
+    result = convert(_fc_then_layer_norm(), str(tmp_path / "o"))
+    session = HybridSession(result.out_dir, engine=engine)
+    x = np.zeros((1, 4, 8), np.float32)
+    x[0, 0, 0] = 1000.0
+    with pytest.raises(Fp16RangeError) as info:
+        session.run(None, {"x": x})
+    assert "a partial result of the layers for ONNX nodes ln" in str(info.value)
+    assert list(info.value.source_nodes) == ["ln"]
