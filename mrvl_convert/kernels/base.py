@@ -1,16 +1,21 @@
 """Base class of the simulator's kernels, modelled on onnx's reference evaluator ``OpRun``.
 
 The constructor does everything that depends only on the artifact (attribute parsing, shape
-checks, constant decoding, weight re-layout and fp16 rounding) once, at compile time;
-``run(*inputs)`` only computes. Inputs and outputs of ``run`` are fp16-valued float32 arrays in
-the layer's physical layout (see ``fp16.py``); the simulator rounds every output to float16, in
-place, so a kernel that is not ``exact`` must return a fresh array (never a view of an input).
-A kernel that multiplies by its weights binds them once to ``gemm`` (``gemm.py``), the engine
-the simulator was asked to use; other kernels ignore it.
+checks, constant decoding, fp16 rounding and its range check) once, at compile time;
+``run(*inputs)`` only computes. The one exception is the re-layout of big weights into the form
+only ``run`` uses (GEMM matrices, Winograd transforms: ``LazyWeights``): the graph engine never
+calls ``run`` for most layers, so that form is made by the first ``run``. Inputs and outputs of
+``run`` are fp16-valued float32 arrays in the layer's physical layout (see ``fp16.py``); the
+simulator rounds every output to float16, in place, so a kernel that is not ``exact`` must
+return a fresh array (never a view of an input). A kernel that multiplies by its weights binds
+them once (by its first ``run``) to ``gemm`` (``gemm.py``), the engine the simulator was asked
+to use; other kernels ignore it.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, ClassVar, List, Mapping, Optional, Sequence, Tuple
+import threading
+from typing import (TYPE_CHECKING, Any, Callable, ClassVar, Generic, List, Mapping, Optional,
+                    Sequence, Tuple, TypeVar)
 
 import numpy as np
 
@@ -34,6 +39,8 @@ class Kernel:
     #: True when every input value appears in the output (a rearrangement or a join), so an
     #: inf or NaN in an input is one in the output (``passes_nonfinite``).
     keeps_every_value: ClassVar[bool] = False
+    #: The weights only ``run`` uses, made on its first call; None when the kernel has none.
+    weights: "Optional[LazyWeights[Any]]" = None
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
@@ -80,6 +87,50 @@ class Kernel:
         elif n != self.num_inputs:
             raise self.spec.error("inputs", f"expected {self.num_inputs} activation input(s), "
                                             f"got {n}")
+
+
+T = TypeVar("T")
+
+
+class LazyWeights(Generic[T]):
+    """A kernel's numpy-only weight form, ``prepare(source())``, made on the first ``get``.
+
+    Why lazy: with the graph engine most layers run in onnxruntime and never call ``run``, and
+    their prepared forms would only hold memory. ``source`` gives the fp16-rounded weight, the
+    one the kernel validated at compile time; it should hold no more than that layer's own
+    array (a raw constant, or the segment's initializer: ``share``), and it is dropped once the
+    form is made. Two threads may ``get`` at once: a lock makes the form exactly once.
+    """
+
+    def __init__(self, source: Callable[[], np.ndarray], prepare: Callable[[np.ndarray], T]
+                 ) -> None:
+        self._source: Optional[Callable[[], np.ndarray]] = source
+        self._prepare = prepare
+        self._value: Optional[T] = None
+        self._lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        return self._value is not None
+
+    def get(self) -> T:
+        value = self._value
+        if value is None:  # checked again under the lock: another thread may have made it
+            with self._lock:
+                if self._value is None:
+                    assert self._source is not None
+                    self._value = self._prepare(self._source())
+                    self._source = None
+                value = self._value
+        return value
+
+    def share(self, source: Callable[[], np.ndarray]) -> None:
+        """Read the weight from ``source`` from now on (e.g. the array a graph-engine segment
+        keeps anyway), so the raw constant the old source held can be freed; it must give the
+        same values in the same layout."""
+        with self._lock:
+            if self._value is None:
+                self._source = source
 
 
 def const_broadcast_shape(spec: LayerSpec, const: np.ndarray) -> Tuple[int, ...]:

@@ -3,10 +3,10 @@
 Why: these convolutions are 37% of ResNet-50's multiply-adds, and F(2x2, 3x3) computes each
 2x2 output tile with 16 products per input/output channel pair instead of 36 (Lavin & Gray,
 "Fast Algorithms for Convolutional Neural Networks", 2016). The price is three linear transforms
-(input tiles, weights, output tiles). The weights are transformed once at compile time; the
-input and output transforms, whose matrices hold only 0 and +-1, run as separable adds and
-subtracts on whole arrays (8 numpy calls each), which measured faster than the same transforms as
-matrix products (docs/BENCHMARKS.md).
+(input tiles, weights, output tiles). The weights are transformed once, by the conv's first
+numpy run (``Conv2DKernel``, ``LazyWeights``); the input and output transforms, whose matrices
+hold only 0 and +-1, run as separable adds and subtracts on whole arrays (8 numpy calls each),
+which measured faster than the same transforms as matrix products (docs/BENCHMARKS.md).
 
 Numbers: the operands are still the fp16-valued inputs and weights, and everything is summed in
 float32, so the fp16 model of ``fp16.py`` is unchanged. What changes is float32 rounding inside

@@ -12,15 +12,15 @@ are ``kernels/conv_weights.py``.
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from mrvl_convert.core.graph import attr, const_value, conv_pads, is_const, pad_amounts, present, static_shape
 from mrvl_convert.ir.layout import NHWC, LayoutContext
 from mrvl_convert.ir.match import Composite
-from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
-from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine, Product
+from mrvl_convert.kernels.base import Kernel, LazyWeights, read_bias
 from mrvl_convert.kernels.conv_weights import (block_diagonal, channel_copies, diagonal_blocks,
                                                diagonal_groups)
 from mrvl_convert.kernels.fp16 import fp16_const
@@ -175,8 +175,8 @@ class Conv2DKernel(Kernel):
         o = self._take_kernel(kernel, c)
         self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.activation = spec.value("activation_type")
-        rounded = fp16_const(spec, "kernel_const_name", kernel)
-        self._prepare_weights(rounded, c)
+        rounded = fp16_const(spec, "kernel_const_name", kernel)  # its range error: now
+        self._choose_mode(kernel.shape, c)
         # A channel shuffle (or any 1x1 layer copying one input channel per output) moves
         # values: computed as a gather, with nothing to round (``exact``).
         self.copies = None
@@ -184,6 +184,10 @@ class Conv2DKernel(Kernel):
                 and not self.add_bias.row.any():
             self.copies = channel_copies(rounded)
         self.exact = self.copies is not None
+        if self.copies is None:
+            # Only the raw array: the rounded one is remade from it on the first run, if any.
+            self.weights = LazyWeights(lambda: fp16_const(spec, "kernel_const_name", kernel),
+                                       self._prepare)
 
     def _read_geometry(self) -> int:
         """Strides, pads, dilation and groups from the layer; returns the input channels."""
@@ -224,40 +228,66 @@ class Conv2DKernel(Kernel):
                                                   f"kernel has KH, KW = {kh}, {kw}")
         spec.value("kernel_layout")
 
-    def _prepare_weights(self, kernel: np.ndarray, c: int) -> None:
-        """Re-lay the OHWI weights once into the form this conv's algorithm uses."""
-        o, kh, kw, ig = kernel.shape
+    def _choose_mode(self, ohwi: Sequence[int], c: int) -> None:
+        """The algorithm ``run`` uses, from the shapes alone."""
+        o, kh, kw, ig = ohwi
         g = self.groups
         self.pointwise = (kh == kw == 1 and not any(self.pads))
         if winograd_applies((kh, kw), self.strides, self.dilation, g, self.out_hw, c, o):
             self.mode = "winograd"
-            self.winograd = Winograd3x3(kernel, self.pads, self.out_hw, self.gemm)
         elif g == 1:
             self.mode = "gemm"
-            # [KH*KW*I, O]: matches the (kh, kw, c) order of an NHWC window flattened.
-            self.product = self.gemm.bind(kernel.reshape(o, kh * kw * ig).T)
         elif ig == 1 and o == c:
             self.mode = "depthwise"
-            self.taps = np.ascontiguousarray(kernel.reshape(o, kh, kw).transpose(1, 2, 0))
         else:
             self.mode = "grouped"
-            og = o // g
-            # [G, KH*KW*I/G, O/G]: one product per group, batched.
-            self.product = self.gemm.bind(kernel.reshape(g, og, kh * kw * ig).transpose(0, 2, 1))
+
+    def _prepare(self, kernel: np.ndarray) -> Any:
+        """The fp16-rounded OHWI weights re-laid into the form this conv's algorithm uses."""
+        o, kh, kw, ig = kernel.shape
+        g = self.groups
+        if self.mode == "winograd":
+            return Winograd3x3(kernel, self.pads, self.out_hw, self.gemm)
+        if self.mode == "gemm":
+            # [KH*KW*I, O]: matches the (kh, kw, c) order of an NHWC window flattened.
+            return self.gemm.bind(kernel.reshape(o, kh * kw * ig).T)
+        if self.mode == "depthwise":
+            return np.ascontiguousarray(kernel.reshape(o, kh, kw).transpose(1, 2, 0))
+        # [G, KH*KW*I/G, O/G]: one product per group, batched.
+        return self.gemm.bind(kernel.reshape(g, o // g, kh * kw * ig).transpose(0, 2, 1))
+
+    # The prepared form under the names it had when it was made at compile time.
+    @property
+    def winograd(self) -> Winograd3x3:
+        return self._prepared_as("winograd")
+
+    @property
+    def product(self) -> Product:
+        return self._prepared_as("gemm", "grouped")
+
+    @property
+    def taps(self) -> np.ndarray:
+        return self._prepared_as("depthwise")
+
+    def _prepared_as(self, *modes: str) -> Any:
+        if self.mode not in modes or self.weights is None:
+            raise AttributeError(f"a {self.mode} Conv2D has no {' or '.join(modes)} weights")
+        return self.weights.get()
 
     def run(self, x: np.ndarray) -> np.ndarray:
         if self.copies is not None:  # 1.0 * x plus zeros is x: the same values, no products
             return np.take(x, self.copies, axis=3)
         n = x.shape[0]
         oh, ow = self.out_hw
+        prepared = self.weights.get()
         if self.mode == "winograd":
-            y = self.winograd.run(x)
+            y = prepared.run(x)
         elif self.mode == "depthwise":
-            y = self._depthwise(x)
+            y = self._depthwise(x, prepared)
         elif self.mode == "grouped":
-            y = self._grouped(x)
+            y = self._grouped(x, prepared)
         else:
-            y = self.product(self._columns(x))
+            y = prepared(self._columns(x))
         y = self.add_bias(y.reshape(n, oh, ow, self.out_channels))
         return activate_inplace(y, self.activation)
 
@@ -273,7 +303,7 @@ class Conv2DKernel(Kernel):
         view = window_view(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation)
         return view.reshape(n * self.out_hw[0] * self.out_hw[1], -1)
 
-    def _grouped(self, x: np.ndarray) -> np.ndarray:
+    def _grouped(self, x: np.ndarray, product: Product) -> np.ndarray:
         n, c = x.shape[0], x.shape[3]
         g = self.groups
         xp = pad_nhwc(x, self.pads)
@@ -281,17 +311,17 @@ class Conv2DKernel(Kernel):
         m = n * self.out_hw[0] * self.out_hw[1]
         kh, kw = self.kernel_hw
         cols = view.reshape(m, kh, kw, g, c // g).transpose(3, 0, 1, 2, 4).reshape(g, m, -1)
-        y = self.product(cols)                      # [G, M, O/G]
+        y = product(cols)                           # [G, M, O/G]
         return y.transpose(1, 0, 2).reshape(m, -1)  # group-major channel order, as ONNX
 
-    def _depthwise(self, x: np.ndarray) -> np.ndarray:
+    def _depthwise(self, x: np.ndarray, weights: np.ndarray) -> np.ndarray:
         """One multiply-add per kernel tap over the whole tensor: no pixel loop, no im2col."""
         xp = pad_nhwc(x, self.pads)
         oh, ow = self.out_hw
         acc = np.zeros((x.shape[0], oh, ow, x.shape[3]), dtype=np.float32)
         tmp = np.empty_like(acc)
         for i, j, view in taps(xp, self.out_hw, self.kernel_hw, self.strides, self.dilation):
-            np.multiply(view, self.taps[i, j], out=tmp)
+            np.multiply(view, weights[i, j], out=tmp)
             acc += tmp
         return acc
 
@@ -329,7 +359,12 @@ class Conv2DKernel(Kernel):
         groups = self.groups if self.groups > 1 else diagonal_groups(kernel)
         if groups != self.groups:
             kernel = np.concatenate([block for block in diagonal_blocks(kernel, groups)])
-        weight = builder.constant(kernel.transpose(0, 3, 1, 2), "w")  # OIHW
+        oihw = np.ascontiguousarray(kernel.transpose(0, 3, 1, 2))
+        weight = builder.constant(oihw, "w")  # the very array the segment keeps
+        if groups == self.groups and self.weights is not None:
+            # The first run's weights from it (contiguous OHWI again, as when read from the
+            # constants): the raw constant need not outlive compile.
+            self.weights.share(lambda: np.ascontiguousarray(oihw.transpose(0, 2, 3, 1)))
         y = builder.op("Conv", [builder.to_nchw(inputs[0]), weight, bias],
                        kernel_shape=list(self.kernel_hw), strides=list(self.strides),
                        pads=list(self.pads), dilations=list(self.dilation), group=groups)

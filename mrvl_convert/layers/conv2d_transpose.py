@@ -27,7 +27,7 @@ from mrvl_convert.core.graph import attr, const_value, is_const, present
 from mrvl_convert.ir.layout import NHWC, LayoutContext
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
-from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.base import Kernel, LazyWeights, read_bias
 from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.kernels.fp16 import fp16_const
 from mrvl_convert.kernels.layerspec import LayerSpec
@@ -84,15 +84,17 @@ class Conv2DTransposeKernel(Kernel):
                           zip((h, w), self.strides, (kh, kw), self.dilation, extra))
         spec.expect_shape((n, self.full[0] - self.pads[0] - self.pads[2],
                            self.full[1] - self.pads[1] - self.pads[3], o))
-        weights = fp16_const(spec, "kernel_const_name", kernel)
-        self.matrix = np.ascontiguousarray(weights.transpose(3, 1, 2, 0).reshape(c, -1))
+        fp16_const(spec, "kernel_const_name", kernel)  # its range error: now
+        self.weights = LazyWeights(
+            lambda: fp16_const(spec, "kernel_const_name", kernel),
+            lambda rounded: np.ascontiguousarray(rounded.transpose(3, 1, 2, 0).reshape(c, -1)))
         self.bias = read_bias(spec, consts, o)
         self.activation = spec.value("activation_type")
 
     def run(self, x: np.ndarray) -> np.ndarray:
         n, h, w, c = x.shape
         (kh, kw), (sh, sw), (dh, dw) = self.taps, self.strides, self.dilation
-        cols = (x.reshape(-1, c) @ self.matrix).reshape(n, h, w, kh, kw, -1)
+        cols = (x.reshape(-1, c) @ self.weights.get()).reshape(n, h, w, kh, kw, -1)
         full = np.zeros((n, *self.full, cols.shape[-1]), np.float32)
         for i in range(kh):
             for j in range(kw):

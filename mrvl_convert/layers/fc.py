@@ -21,8 +21,8 @@ import numpy as np
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.ir.layout import LayoutContext, TensorLayout, default_labels, identity
 from mrvl_convert.ir.match import Composite
-from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
-from mrvl_convert.kernels.base import Kernel, read_bias
+from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine, Product
+from mrvl_convert.kernels.base import Kernel, LazyWeights, read_bias
 from mrvl_convert.kernels.fp16 import fp16_const
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
@@ -90,8 +90,11 @@ class FCKernel(Kernel):
         o = weight.shape[0]
         spec.expect_shape((*in_shape[:-1], o))
         self.rows = (*in_shape[:-1], o)
-        # Pre-transposed to [I, O] so run() is one product.
-        self.product = self.gemm.bind(fp16_const(spec, "kernel_const_name", weight).T)
+        fp16_const(spec, "kernel_const_name", weight)  # its range error: now
+        # Pre-transposed to [I, O] so run() is one product; made on the first run, from the
+        # raw array until a graph-engine segment holds the rounded one (``to_onnx``).
+        self.weights = LazyWeights(lambda: fp16_const(spec, "kernel_const_name", weight),
+                                   lambda rounded: self.gemm.bind(rounded.T))
         self.add_bias = RowAdd(read_bias(spec, consts, o))
         self.activation = spec.value("activation_type")
 
@@ -102,7 +105,7 @@ class FCKernel(Kernel):
 
     def run(self, x: np.ndarray) -> np.ndarray:
         # One [rows, I] product whatever the rank: every row of [B, T, I] is one input vector.
-        y = self.product(x.reshape(-1, x.shape[-1])).reshape(self.rows)
+        y = self.weights.get()(x.reshape(-1, x.shape[-1])).reshape(self.rows)
         return activate_inplace(self.add_bias(y), self.activation)
 
     def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
@@ -110,13 +113,23 @@ class FCKernel(Kernel):
         3-D input: MatMul by the transposed weight, then Add)."""
         spec = self.spec
         bias = builder.float_constant(self.add_bias.row)
+        rounded = fp16_const(spec, "kernel_const_name", spec.const("kernel_const_name",
+                                                                   builder.consts))
         if len(self.rows) == 2:
-            weight = builder.fp16_weight(spec, "kernel_const_name")
-            y = builder.op("Gemm", [inputs[0], weight, bias], transB=1)
+            y = builder.op("Gemm", [inputs[0], builder.constant(rounded, "w"), bias], transB=1)
+            self.weights.share(lambda: rounded)  # the array the segment keeps
         else:
-            columns = builder.fp16_weight(spec, "kernel_const_name", perm=(1, 0))
-            y = builder.op("Add", [builder.op("MatMul", [inputs[0], columns]), bias])
+            columns = np.ascontiguousarray(rounded.T)
+            product = builder.op("MatMul", [inputs[0], builder.constant(columns, "w")])
+            y = builder.op("Add", [product, bias])
+            # Its transpose is the [I, O] product weight itself: one array for both.
+            self.weights.share(lambda: columns.T)
         return [builder.activation(y, self.activation)]
+
+    @property
+    def product(self) -> Product:
+        """The prepared product, as it was named when made at compile time."""
+        return self.weights.get()
 
 
 KIND = LayerKind(

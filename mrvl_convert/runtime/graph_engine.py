@@ -140,9 +140,10 @@ class GraphPlan:
     def __init__(self, steps: Sequence[Any], heads: Sequence[int], rounded_inputs: Set[int],
                  consts: Dict[str, np.ndarray], threads: int, file: str,
                  alone: bool = False) -> None:
-        """``rounded_inputs``: the subgraph input nodes that go in as float16 (the others feed
-        only int8 layers); a segment rounds those it reads itself. ``alone``: nothing but this
-        subgraph runs in a call (one stage), so if it is one segment, its workers may spin."""
+        """Emit the segments (``open`` opens them). ``rounded_inputs``: the subgraph input
+        nodes that go in as float16 (the others feed only int8 layers); a segment rounds those
+        it reads itself. ``alone``: nothing but this subgraph runs in a call (one stage), so if
+        it is one segment, its workers may spin. ``consts`` is not kept."""
         parts: List[Any] = []
         current: Optional[_Emitter] = None
         for step in steps:
@@ -156,9 +157,22 @@ class GraphPlan:
             parts.append(step)
         if current is not None:
             parts.append(current)
-        spin = alone and len(parts) == 1
+        for part in parts:  # emitted: nothing reads the raw constants any more
+            if isinstance(part, _Emitter):
+                part.builder.consts = {}
+        self._emitted = (parts, heads, rounded_inputs, threads, file, alone and len(parts) == 1)
+        self.parts: List[Any] = []
+        self.release: List[Tuple[int, ...]] = []
+        self.numpy_rounded: List[int] = []
+
+    def open(self) -> None:
+        """Open the segments' onnxruntime sessions. Apart from emitting them (the constructor)
+        so that the caller can let the raw constants go in between: onnxruntime copies the
+        weights here, and the raw ones would add to that peak (``MrvlSimulator.compile``)."""
+        parts, heads, rounded_inputs, threads, file, spin = self._emitted
         self.parts = [_finish(p, parts, heads, threads, file, spin) if isinstance(p, _Emitter)
                       else p for p in parts]
+        self._emitted = None
         self.release = released_after(self.parts, heads)
         read_by_numpy = {ref for part in self.parts if not isinstance(part, Segment)
                          for ref in part.inputs}

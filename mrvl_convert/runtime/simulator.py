@@ -83,9 +83,19 @@ class CompiledSubgraph:
     def use_graph_engine(self, consts: Dict[str, np.ndarray], threads: int,
                          alone: bool = False) -> None:
         """Compile the runs of layers that have an ONNX form into onnxruntime sessions."""
+        self.open_graph(self.plan_graph(consts, threads, alone))
+
+    def plan_graph(self, consts: Dict[str, np.ndarray], threads: int,
+                   alone: bool = False) -> graph_engine.GraphPlan:
+        """The graph engine's segments, emitted but not opened (``open_graph``): the caller
+        may let ``consts`` go in between, the segments hold what they need of it."""
         rounded = {node.index for node in self.inputs if node.fp16}
-        self.graph = graph_engine.GraphPlan(self.steps, self.heads, rounded, consts, threads,
-                                            self.file, alone)
+        return graph_engine.GraphPlan(self.steps, self.heads, rounded, consts, threads,
+                                      self.file, alone)
+
+    def open_graph(self, plan: graph_engine.GraphPlan) -> None:
+        plan.open()
+        self.graph = plan
 
     @property
     def input_names(self) -> List[str]:
@@ -272,7 +282,11 @@ class MrvlSimulator:
         compiled = CompiledSubgraph(program.symbol, program.file, program.inputs, program.steps,
                                     program.heads, program.shapes, self.on_range_error)
         if self.engine == "graph":
-            compiled.use_graph_engine(program.consts, self.threads, alone)
+            plan = compiled.plan_graph(program.consts, self.threads, alone)
+            # The raw constants die here (the kernels hold the few the segments do not), before
+            # onnxruntime makes its own copies of the weights: not all three at the peak.
+            del program
+            compiled.open_graph(plan)
         return compiled
 
 
