@@ -17,6 +17,7 @@ from mrvl_convert.batch.outcome import COUNT_KEYS, FAILED, OK, SKIPPED, VERIFY_F
 from mrvl_convert.batch.plan import Job, VerifyOptions
 from mrvl_convert.batch.summary import verify_figures
 from mrvl_convert.convert import convert_with
+from mrvl_convert.emit.publish import on_publish
 from mrvl_convert.estimate.device import device_row
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.options import ConvertOptions
@@ -31,19 +32,30 @@ FAIL_FAST = "not converted: an earlier model failed (--fail-fast)"
 class _Interrupt:
     """A pool worker's SIGINT handler. Ctrl-C reaches every process of the terminal's group:
     the model a worker converts stops (KeyboardInterrupt), and the handler remembers it, so
-    that the jobs the worker already holds are skipped rather than converted."""
+    that the jobs the worker already holds are skipped rather than converted.
+
+    It raises once: a second Ctrl-C must not cut short what the first one set off. And not
+    from the moment a model's directory is being published until the worker takes its next
+    job (``holding``): that model is finished, its outcome must reach the parent (raised
+    then, the summary would miss a model whose directory is there)."""
 
     def __init__(self) -> None:
         self.fired = False
+        self.holding = False
+        self.stopped = False  # it raised: the model running then was stopped by Ctrl-C
 
     def __call__(self, signum: int, frame: object) -> None:
+        raising = not (self.holding or self.fired)
         self.fired = True
-        raise KeyboardInterrupt
+        if raising:
+            self.stopped = True
+            raise KeyboardInterrupt
 
 
 def init_worker(log_severity: Optional[int] = None) -> None:
     """The initializer of a pool worker process of ours."""
     signal.signal(signal.SIGINT, _Interrupt())
+    on_publish(_hold)
     if log_severity is not None:  # verify runs onnxruntime here: its process-wide log level too
         import onnxruntime as ort
         ort.set_default_logger_severity(log_severity)
@@ -55,12 +67,58 @@ def interrupted() -> bool:
     return isinstance(handler, _Interrupt) and handler.fired
 
 
+def _handler() -> Optional[_Interrupt]:
+    handler = signal.getsignal(signal.SIGINT)
+    return handler if isinstance(handler, _Interrupt) else None
+
+
+def _hold(holding: bool = True) -> None:
+    """Whether Ctrl-C is only remembered from now on, not raised (the model is published)."""
+    handler = _handler()
+    if handler is not None:
+        handler.holding = holding
+
+
+def _rearm_to_verify() -> None:
+    """Verifying is part of the model's run: Ctrl-C stops it (the directory stays, unverified,
+    without a row), as it does when Ctrl-C came while the model was being published."""
+    _hold(False)
+    if interrupted():
+        raise KeyboardInterrupt
+
+
+def _caused_by_interrupt(exc: BaseException) -> bool:
+    """Ctrl-C, turned into another exception on its way up (an import it interrupted fails
+    with ImportError), or raised in this worker while the model ran: not the model's failure."""
+    handler = _handler()
+    if handler is not None and handler.stopped:
+        return True
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
+def _reraise_interrupt(exc: BaseException) -> None:
+    if _caused_by_interrupt(exc):
+        raise KeyboardInterrupt from exc
+
+
 def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
     """Convert one model; every exception becomes a failed Outcome (top level: picklable).
     ``on_stage(name, stage)`` is called as the conversion and the verification start (only
-    where it can be called: in this process)."""
+    where it can be called: in this process). Ctrl-C stops it with KeyboardInterrupt, whatever
+    exception it became, until the model's directory is being published."""
+    _hold(False)  # before the check: a Ctrl-C after it raises, it is not only remembered
     if interrupted():
         return skipped(job, INTERRUPTED)
+    return _convert_one(job, on_stage)
+
+
+def _convert_one(job: Job, on_stage: Optional[StageFn]) -> Outcome:
     start = time.perf_counter()
     ignored: Tuple[str, ...] = ()
     try:
@@ -74,15 +132,19 @@ def convert_one(job: Job, on_stage: Optional[StageFn] = None) -> Outcome:
                      "device": device_row(result.report["device"]),
                      "notices": _notices(result.manifest)}
         if job.verify is not None:
+            _rearm_to_verify()
             _stage(on_stage, job, "verify")
         figures = _verify(job, job.verify) if job.verify is not None else None
     except VerifyError as exc:  # converted, but the comparison failed: the artifacts stay
+        _reraise_interrupt(exc)
         return replace(failed(job, start, exc, ignored=ignored), status=VERIFY_FAILED,
                        counts=counts, verified=False, verify=exc.figures,
                        verify_note=exc.figures.get("line"), **fragments)
     except MrvlConvertError as exc:
+        _reraise_interrupt(exc)
         return failed(job, start, exc, ignored=ignored)
     except Exception as exc:  # a bug: report it with its traceback, never swallow it
+        _reraise_interrupt(exc)
         return failed(job, start, exc, ignored=ignored, trace=traceback.format_exc())
     return Outcome(job.model, job.name, OK, job.out_dir, counts, time.perf_counter() - start,
                    ignored_shapes=ignored, verified=True if job.verify is not None else None,

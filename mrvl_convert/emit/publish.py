@@ -2,7 +2,8 @@
 
 A failure anywhere leaves no partial directory behind, and never touches an existing directory
 that is not ours. SIGTERM (``timeout``, ``docker stop``, Kubernetes) during the write removes the
-staging directory, then ends the process as SIGTERM would have. A run killed outright (SIGKILL,
+staging directory, then ends the process as SIGTERM would have; Ctrl-C removes it too, and a
+SIGTERM during that removal waits for it to finish. A run killed outright (SIGKILL,
 power loss) leaves ``.<name>.tmp-<pid>-*``: the next run of the same model removes those whose
 process is gone (on this host: the PID is the owner).
 
@@ -24,13 +25,24 @@ import threading
 import time
 from itertools import chain
 from pathlib import Path
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
 import onnx
 
 from mrvl_convert.errors import OutputDirError
 from mrvl_convert.emit.external_data import externalize
 from mrvl_convert.emit.validate import validate
+
+
+_PUBLISH_HOOKS: List[Callable[[], None]] = []
+
+
+def on_publish(hook: Callable[[], None]) -> None:
+    """Call ``hook()`` in this process as each staged directory is about to be swapped into
+    place: from then on its model is written, whatever comes next (a pool worker stops
+    letting Ctrl-C end the model, or its outcome would be lost while its directory stays)."""
+    if hook not in _PUBLISH_HOOKS:
+        _PUBLISH_HOOKS.append(hook)
 
 
 def _encoder(compact: bool) -> json.JSONEncoder:
@@ -73,17 +85,22 @@ class StagingDir:
             _restore_sigterm(self._previous_sigterm)
             raise OutputDirError(f"cannot write the output directory {self.out_dir}: "
                                  f"{exc.strerror or exc}", model=self.label) from None
-        except _Terminated:
-            self.__exit__(_Terminated, None, None)
+        except BaseException as exc:  # SIGTERM or Ctrl-C: __exit__ is not called for us
+            self.__exit__(type(exc), exc, exc.__traceback__)
             raise
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if exc_type is not None and self.path is not None and self.path.exists():
-            shutil.rmtree(self.path, ignore_errors=True)
-        _restore_sigterm(self._previous_sigterm)
-        if exc_type is _Terminated:  # cleaned up: now end as SIGTERM would have
-            os.kill(os.getpid(), signal.SIGTERM)
+        terminated = exc_type is _Terminated
+        _HELD_SIGTERM.holding = True  # SIGTERM (the pool ending its workers after Ctrl-C)
+        try:                          # must not cut the removal short: it waits for it
+            if exc_type is not None and self.path is not None and self.path.exists():
+                shutil.rmtree(self.path, ignore_errors=True)
+        finally:
+            terminated = _HELD_SIGTERM.release() or terminated
+            _restore_sigterm(self._previous_sigterm)
+            if terminated:  # cleaned up: now end as SIGTERM would have
+                os.kill(os.getpid(), signal.SIGTERM)
 
     def _target(self, name: str) -> Path:
         # File names come from our own sanitised model name; still, never leave the directory.
@@ -137,6 +154,8 @@ class StagingDir:
         Under OUT's lock: of two runs publishing one name at once, the later one replaces
         the earlier one's directory whole, never mixing their files."""
         with out_lock(self.out_dir.parent, self.label):
+            for hook in _PUBLISH_HOOKS:
+                hook()
             self._swap()
 
     def _swap(self) -> None:
@@ -186,7 +205,28 @@ class _Terminated(BaseException):
     """SIGTERM arrived while a staging directory was open (a BaseException, like Ctrl-C)."""
 
 
+class _HeldSigterm:
+    """While ``holding``, our SIGTERM handler only remembers a SIGTERM (``release`` says
+    whether one came). Not a signal mask: another thread (onnxruntime's, OpenBLAS') would
+    take the signal, and Python runs the handler in the main thread all the same."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending = False
+
+    def release(self) -> bool:
+        self.holding = False
+        pending, self.pending = self.pending, False
+        return pending
+
+
+_HELD_SIGTERM = _HeldSigterm()
+
+
 def _on_sigterm(signum, frame) -> None:
+    if _HELD_SIGTERM.holding:
+        _HELD_SIGTERM.pending = True
+        return
     raise _Terminated()
 
 

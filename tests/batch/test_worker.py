@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mrvl_convert.batch import plan_jobs
+from mrvl_convert.batch import plan_jobs, worker
 from mrvl_convert.batch.worker import INTERRUPTED, convert_one, init_worker, interrupted
+from mrvl_convert.emit.publish import StagingDir
 
 from support.models import save_conv_relu
 
@@ -87,3 +88,48 @@ def test_ctrl_c_on_a_pool_run_writes_no_model_and_exits_130(tmp_path: Path) -> N
     rows = (json.loads((out / "summary.json").read_text())["models"]
             if "summary.json" in left else [])
     assert {r["name"] for r in rows} == {n for n in left if n != "summary.json"}
+
+
+def test_ctrl_c_turned_into_another_error_stops_the_model(tmp_path: Path, own_sigint,
+                                                         monkeypatch) -> None:
+    """Ctrl-C inside an import (onnxruntime's, imported lazily) comes out as ImportError: the
+    model was interrupted, it did not fail (a "failed" row would be written for it)."""
+    [job] = plan_jobs([save_conv_relu(tmp_path / "m.onnx")], tmp_path / "out")
+
+    def interrupted_import(*args, **kwargs):
+        try:
+            signal.raise_signal(signal.SIGINT)
+        except KeyboardInterrupt:
+            raise ImportError("initialization failed")  # as pybind11's module init does
+
+    monkeypatch.setattr(worker, "convert_with", interrupted_import)
+    init_worker()
+    with pytest.raises(KeyboardInterrupt):
+        convert_one(job)
+    assert interrupted()
+
+
+def test_ctrl_c_after_a_model_is_published_keeps_its_outcome(tmp_path: Path, own_sigint,
+                                                             monkeypatch) -> None:
+    """Its directory is in place: the model is finished, its outcome reaches the summary;
+    the worker's next job is skipped."""
+    first, second = plan_jobs([save_conv_relu(tmp_path / f"m{k}.onnx") for k in range(2)],
+                              tmp_path / "out")
+    swap = StagingDir._swap
+
+    def swap_then_ctrl_c(self):
+        swap(self)
+        signal.raise_signal(signal.SIGINT)
+
+    monkeypatch.setattr(StagingDir, "_swap", swap_then_ctrl_c)
+    init_worker()
+    try:
+        outcome = convert_one(first)
+    except KeyboardInterrupt:  # caught: it would end the whole test session
+        pytest.fail("Ctrl-C after the swap lost the outcome of a model published")
+    assert outcome.ok, outcome.error
+    assert (tmp_path / "out" / "m0" / "manifest.json").is_file()
+    assert interrupted()
+    skipped = convert_one(second)
+    assert (skipped.status, skipped.error) == ("skipped", INTERRUPTED)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["m0"]
