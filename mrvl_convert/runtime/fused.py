@@ -20,12 +20,15 @@ tensors between stages keep the manifest's names. The CPU stages' default-domain
 fused graph's; a segment (opset 13) is valid there up to opset 17 as written, and from opset 18
 its Reduce nodes take their axes as an input instead of an attribute.
 
-Memory: the fused session holds its own copy of the CPU stages' weights (the stages' sessions
-hold theirs, for the per-stage path), so a model whose CPU stages hold more than
-``CPU_WEIGHT_LIMIT`` bytes is not fused: there the per-call overhead is small beside the work.
+Memory: the fused session holds its own copy of every stage's weights in onnxruntime's forms
+(the stages' sessions hold theirs, for the per-stage path), so a model whose stages hold more
+than ``WEIGHT_LIMIT`` bytes of weights is not fused: there the per-call overhead is small beside
+the work. (A model that is one Mrvl stage of one segment calls that segment's own session: no
+second copy.)
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -34,7 +37,7 @@ import numpy as np
 from mrvl_convert.runtime.graph_engine import RANGE_OUTPUT, Segment, value_name
 from mrvl_convert.runtime.options import qdq_as_written, session_options
 
-CPU_WEIGHT_LIMIT = 16 << 20
+WEIGHT_LIMIT = 16 << 20
 # The opsets a segment's nodes (written at opset 13) are valid in once their Reduce nodes'
 # axes are inputs (``_as_opset``).
 FIRST_OPSET, AXES_AS_INPUT = 13, 18
@@ -80,6 +83,9 @@ def fuse(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], t
         return reason
     if len(stages) == 1:
         return _lone_segment(stages[0])
+    reason = _too_big(stages)
+    if reason:
+        return reason
     import onnx
 
     cpu = [onnx.load(stage.file) if stage.kind == "cpu" else None for stage in stages]
@@ -133,10 +139,26 @@ def _why_not(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any
     return ""
 
 
+def _too_big(stages: Sequence[Any]) -> str:
+    """Why a second copy of the weights is not made (module docstring), read from the files'
+    and the segments' sizes before anything is loaded."""
+    size = 0
+    for stage in stages:
+        if stage.kind == "cpu":
+            size += os.path.getsize(stage.file)
+        else:
+            segment: Segment = stage.runner.graph.parts[0]
+            size += len(segment.model) + sum(a.nbytes for _, a in
+                                             (segment.keep[0] if segment.keep else ()))
+    if size > WEIGHT_LIMIT:
+        return (f"the stages hold {size} bytes of weights, more than the {WEIGHT_LIMIT} "
+                "a second copy in one session may take")
+    return ""
+
+
 def _why_not_cpu(models: Sequence[Any]) -> str:
     from onnx import TensorProto
 
-    size = 0
     for model in models:
         if model is None:
             continue
@@ -147,10 +169,6 @@ def _why_not_cpu(models: Sequence[Any]) -> str:
             return "a CPU stage has control flow (If, Loop, Scan)"
         if any(t.data_location == TensorProto.EXTERNAL for t in g.initializer):
             return "a CPU stage keeps its weights in external data"
-        size += sum(t.ByteSize() for t in g.initializer)
-    if size > CPU_WEIGHT_LIMIT:
-        return (f"the CPU stages hold {size} bytes of weights, more than the "
-                f"{CPU_WEIGHT_LIMIT} a second copy may take")
     return ""
 
 

@@ -161,3 +161,14 @@ def test_calls_from_several_threads_agree(tmp_path):
     assert session.fused
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a, b)
+
+
+def test_a_model_with_more_weights_than_the_limit_runs_stage_by_stage(tmp_path, monkeypatch):
+    """A second copy of the weights in one session is made only for small models."""
+    from mrvl_convert.runtime import fused
+    monkeypatch.setattr(fused, "WEIGHT_LIMIT", 1000)
+    session = HybridSession(_converted(_sandwich(), tmp_path), threads=1)
+    feeds = _feeds(session, 0)
+    got = session.run(None, feeds)
+    assert not session.fused and "bytes of weights" in session.fused_reason
+    np.testing.assert_array_equal(got[0], session.run(None, feeds, capture=True)[0][0])
