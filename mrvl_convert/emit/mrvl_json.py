@@ -6,12 +6,12 @@ each layer kind's own declarations (``mrvl_convert/layers``).
 """
 from __future__ import annotations
 
-import base64
 from typing import Any, Dict, List, Tuple
 
 import numpy as np
 
 from mrvl_convert.core.graph import dtype_name
+from mrvl_convert.emit.publish import Base64Text
 from mrvl_convert.layers import MARVELL, LayerKind, layer_kind
 from mrvl_convert.layers import r4_shape
 from mrvl_convert.ir.layout import Layer, MrvlSubgraph, OutputRef, slot_of
@@ -41,11 +41,11 @@ def encode_const(array: np.ndarray) -> Dict[str, Any]:
         name, layout = _INT_CONSTS[array.dtype]
         data = np.ascontiguousarray(array, dtype=layout)
         return {"shape": [int(d) for d in data.shape], "dtype": name, "min": "0", "max": "0",
-                "data_base64": base64.b64encode(data.tobytes()).decode("ascii")}
+                "data_base64": Base64Text.of(data)}
     data = np.ascontiguousarray(array, dtype="<f4")
     return {"shape": [int(d) for d in data.shape], "dtype": "float32",
             "min": format_float(data.min()), "max": format_float(data.max()),
-            "data_base64": base64.b64encode(data.tobytes()).decode("ascii")}
+            "data_base64": Base64Text.of(data)}
 
 
 def _func_suffix(layer: Layer) -> str:

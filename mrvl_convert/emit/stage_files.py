@@ -46,7 +46,7 @@ def write_stages(staging: StagingDir, plan: Plan, subgraphs: Mapping[str, MrvlSu
             nodes_doc, consts_doc = mrvl_json.build(subgraphs[stage.name], layer_set)
             written.mrvl[stage.name] = (nodes_doc, {k: c["shape"] for k, c in consts_doc.items()})
             staging.write_json(names["nodes_json"], nodes_doc, "nodes")
-            staging.write_json(names["consts_json"], consts_doc, "consts", compact=True)
+            staging.write_consts(names["consts_json"], consts_doc)
         else:
             names = cpu_file_names(stage)
             cpu_model = cpu_onnx.build(stage, source)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,6 +33,10 @@ MAX_OPSET = onnx.defs.onnx_opset_version()
 MAX_RUNTIME_IR = 10
 # Domains onnxruntime can execute out of the box; anything else would leave a CPU stage nobody runs.
 KNOWN_DOMAINS = ("", "ai.onnx", "ai.onnx.ml", "com.microsoft")
+
+# Shape inference reads a constant's values only where it is a shape, axes, pads or scales (a few
+# elements): a larger initializer is given to it without its data, as an external one already is.
+INFERENCE_READS = 1024
 
 # Element types with a plain numpy dtype (bfloat16, float8 and 4-bit types have none).
 NUMPY_ELEM_TYPES = tuple(getattr(onnx.TensorProto, n) for n in (
@@ -58,12 +63,14 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
                name: Optional[str] = None) -> LoadedModel:
     proto, label, raw, default_name, path = _read(model)
     _check_opsets(proto, label)
-    _normalise_ir(proto)
+    renumbered = _normalise_ir(proto)
     original_names = name_nodes(proto)
     _check_unique_tensors(proto, label)
     # Before the checker: it names the node and the tensor of a cycle or a missing initializer.
     _check_initializers(proto, label)
-    _run_checker(proto, path, label)
+    # The bytes read are the model checked unless a step above changed it.
+    as_read = not renumbered and all(ours == theirs for ours, theirs in original_names.items())
+    _run_checker(proto, path, label, raw if as_read else None)
     _check_domains(proto, label)
     fixed = fix_input_shapes(proto, shapes or {}, label)
     proto = _infer_shapes(proto, label, list(fixed.overrides))
@@ -87,12 +94,16 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
-def _run_checker(proto: onnx.ModelProto, path: Optional[Path], label: str) -> None:
+def _run_checker(proto: onnx.ModelProto, path: Optional[Path], label: str,
+                 raw: Optional[bytes] = None) -> None:
+    """``raw``: ``proto`` serialised, when the caller has it (the checker would serialise
+    ``proto`` again, every weight)."""
     # Given a ModelProto the checker looks for external data files in the working directory;
     # given the path it looks next to the model (and never reads the weights).
     uses_external = path is not None and any(is_external(t) for t, _ in all_tensors(proto))
     try:
-        onnx.checker.check_model(str(path) if uses_external else proto)
+        onnx.checker.check_model(str(path) if uses_external else
+                                 proto if raw is None else raw)
     except onnx.checker.ValidationError as exc:
         message = " ".join(str(exc).split())[:400]  # the checker's messages span several lines
         raise InvalidModelError(f"fails the ONNX checker: {message}", model=label) from None
@@ -136,7 +147,9 @@ def _check_opsets(proto: onnx.ModelProto, label: str) -> None:
             "(convert it with onnx.version_converter first)", model=label)
 
 
-def _normalise_ir(proto: onnx.ModelProto) -> None:
+def _normalise_ir(proto: onnx.ModelProto) -> bool:
+    """Whether it changed ``proto``."""
+    before = proto.ir_version
     # IR < 4 lists initializers as graph inputs; the exporters keep them out from IR 4 on.
     if proto.ir_version < 4:
         init_names = {t.name for t in proto.graph.initializer}
@@ -147,6 +160,7 @@ def _normalise_ir(proto: onnx.ModelProto) -> None:
     if proto.ir_version > MAX_RUNTIME_IR:
         needed = max(onnx.helper.find_min_ir_version_for(list(proto.opset_import), True), 4)
         proto.ir_version = min(proto.ir_version, max(needed, MAX_RUNTIME_IR))
+    return proto.ir_version != before
 
 
 def name_nodes(proto: onnx.ModelProto) -> Dict[str, str]:
@@ -267,8 +281,8 @@ def _infer_shapes(proto: onnx.ModelProto, label: str,
             if overridden or (dim.HasField("dim_value") and dim.dim_value <= 0):
                 dim.Clear()
     try:
-        return shape_inference.infer_shapes(proto, check_type=True, strict_mode=True,
-                                            data_prop=True)
+        inferred = shape_inference.infer_shapes(_without_weights(proto), check_type=True,
+                                                strict_mode=True, data_prop=True)
     except Exception as exc:
         text = _first_line(exc)
         node = re.search(r"node name: ([^)]*)\)", text)
@@ -279,3 +293,22 @@ def _infer_shapes(proto: onnx.ModelProto, label: str,
                              node=node[1] if node else None) from None
         raise InvalidModelError(f"shape inference fails: {text}", model=label,
                                 node=node[1] if node else None) from None
+    return _with_weights(inferred, proto)
+
+
+def _without_weights(proto: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``proto`` whose large initializers hold no data: shape inference serialises
+    the model it is given and parses the one it returns, every weight each time."""
+    light = onnx.ModelProto()
+    light.CopyFrom(proto)
+    for tensor in light.graph.initializer:
+        if tensor.HasField("raw_data") and math.prod(tensor.dims) > INFERENCE_READS:
+            tensor.ClearField("raw_data")
+    return light
+
+
+def _with_weights(inferred: onnx.ModelProto, proto: onnx.ModelProto) -> onnx.ModelProto:
+    """``inferred`` with the initializers of ``proto`` back (inference leaves them as they are)."""
+    del inferred.graph.initializer[:]
+    inferred.graph.initializer.extend(proto.graph.initializer)
+    return inferred

@@ -80,17 +80,27 @@ def _emit(composite: Composite, ctx: LayoutContext, source, weights: np.ndarray,
     attrs = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
              **geometry, "channels": out_channels, "kernel_size": (kh, kw),
              "activation_type": activation(composite)}
-    consts = [("kernel", np.ascontiguousarray(weights.transpose(0, 2, 3, 1), dtype=np.float32)),
+    # Always a copy: ``weights`` may be the model's own constant (a 1x1 kernel transposes to a
+    # contiguous view of it).
+    consts = [("kernel", np.array(weights.transpose(0, 2, 3, 1), np.float32, order="C")),
               ("bias", bias.astype(np.float32).reshape(1, 1, 1, out_channels))]
     ctx.emit(new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
                        consts), composite.output)
+
+
+def _scaled(weights: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """OIHW ``weights`` times a float64 ``scale`` per output channel, rounded to float32 as
+    numpy computes it, block by block: (weights * scale).astype(float32) bit for bit, without
+    the float64 copy of the whole kernel in between."""
+    return np.multiply(weights, scale[:, None, None, None], dtype=np.float64,
+                       out=np.empty(weights.shape, np.float32), casting="same_kind")
 
 
 def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
     conv = composite.binding.node("conv")
     pad = composite.binding.node("pad")
     source = pad.inputs[0] if pad is not None else conv.inputs[0]
-    weights = const_value(conv.inputs[1]).astype(np.float32)
+    weights = const_value(conv.inputs[1]).astype(np.float32, copy=False)
     out_channels, _, kh, kw = weights.shape
     bias = present(conv, 2)
     bias = const_value(bias).astype(np.float32).reshape(-1) if bias is not None else \
@@ -110,12 +120,12 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
     bn = composite.binding.node("bn")
     if bn is not None:
         scale, shift = _bn_affine(bn)
-        weights = (weights * scale[:, None, None, None]).astype(np.float32)
+        weights = _scaled(weights, scale)
         bias = ((bias - const_value(bn.inputs[3]).astype(np.float64)) * scale
                 + const_value(bn.inputs[2]).astype(np.float64)).astype(np.float32)
     if composite.binding.node("scale") is not None or composite.binding.node("shift") is not None:
         scale, shift = _tail_affine(composite, out_channels)
-        weights = (weights * scale[:, None, None, None]).astype(np.float32)
+        weights = _scaled(weights, scale)
         bias = (bias * scale + shift).astype(np.float32)
     groups = int(attr(conv, "group", 1))
     in_channels = conv_in[1]

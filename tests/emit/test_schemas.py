@@ -60,3 +60,25 @@ def test_schema_rejects_a_broken_nodes_json(tmp_path):
     del doc["nodes"][1]["attrs"]["source_nodes"]
     assert list(schema("nodes").iter_errors(doc))
 
+
+
+@pytest.mark.parametrize("field, value, where", [
+    ("num_inputs", "x", "attrs/num_inputs"),               # intstr, through a $ref
+    ("strides", ["1", 2], "attrs/strides/1"),              # intstrlist -> intstr: two $refs
+    ("kernel_const", {"name": "k"}, "attrs/kernel_const"),  # const_ref's oneOf
+])
+def test_the_writers_validator_names_a_field_behind_a_ref(tmp_path, field, value, where):
+    """The validator the writer uses has the schema's $refs inlined: it refuses what the
+    schema refuses and names the same field."""
+    from mrvl_convert.emit.validate import validate
+    from mrvl_convert.errors import ArtifactError
+    result = mrvl_convert.convert(small_cnn(), tmp_path / "o")
+    path = next(p for p in result.files if p.name.endswith("-nodes.json"))
+    doc = json.loads(path.read_text())
+    k = next(k for k, n in enumerate(doc["nodes"]) if n["attrs"]["layer_name"] == ["Conv2D"])
+    validate(doc, "nodes", label=path.name)
+    doc["nodes"][k]["attrs"][field] = value
+    assert list(schema("nodes").iter_errors(doc))
+    with pytest.raises(ArtifactError,
+                       match=f"does not match nodes.schema.json at nodes/{k}/{where}:"):
+        validate(doc, "nodes", label=path.name)

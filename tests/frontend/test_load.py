@@ -7,7 +7,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import mrvl_convert
-from mrvl_convert.frontend.load import MAX_OPSET, MIN_OPSET
+from mrvl_convert.errors import InvalidModelError
+from mrvl_convert.frontend.load import INFERENCE_READS, MAX_OPSET, MIN_OPSET, load_model
 from support.models import Builder
 
 
@@ -140,3 +141,32 @@ def test_a_zero_dim_is_named_as_written_not_called_dynamic(tmp_path):
     text = str(info.value)
     assert "dim 0 of size 0" in text and "dynamic" not in text and "--input-shape" in text
     assert not (tmp_path / "o").exists()
+
+
+def test_shape_inference_leaves_every_weight_as_it_was(tmp_path):
+    """Initializers larger than INFERENCE_READS go to shape inference without their data; the
+    loaded model has them back, byte for byte, and the shapes inferred."""
+    from support.badmodels import small_cnn
+    model = small_cnn(3, channels=16, size=16)
+    sizes = [int(np.prod(t.dims)) for t in model.graph.initializer]
+    assert min(sizes) <= INFERENCE_READS < max(sizes)  # both kinds are in the model
+    loaded = load_model(model)
+    assert [t.SerializeToString() for t in loaded.proto.graph.initializer] == \
+        [t.SerializeToString() for t in model.graph.initializer]
+    inferred = {v.name for v in loaded.proto.graph.value_info}
+    assert {o for n in model.graph.node for o in n.output} - {o.name for o in model.graph.output} \
+        <= inferred
+
+
+@pytest.mark.parametrize("named", [True, False])
+def test_the_checker_refuses_a_model_read_from_a_file(tmp_path, named):
+    """Named nodes: the checker reads the bytes read; an unnamed node (named here): the model
+    as named. Either way a Conv without its weight is refused."""
+    from support import badmodels
+    model = badmodels.checker_failure()
+    if not named:
+        model.graph.node[1].name = ""
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    with pytest.raises(InvalidModelError, match="fails the ONNX checker"):
+        load_model(path)
