@@ -31,6 +31,7 @@ from mrvl_convert.kernels.winograd import Winograd3x3
 from mrvl_convert.kernels.winograd import applies as winograd_applies
 from mrvl_convert.kernels.windows import conv_out_size, pad_nhwc, reads_every_pixel, taps, window_view
 from mrvl_convert.layers._kind import FUSED_ACTIVATION, Attr, Const, LayerKind, ints, roles, written
+from mrvl_convert.layers._conv_fold import bn_affine, per_channel, scaled, tail_affine
 from mrvl_convert.layers._lowering import activation, new_layer, spatial_out
 
 
@@ -47,31 +48,6 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
         _lower_shuffle(composite, ctx)
 
 
-def _per_channel(tensor, channels: int) -> np.ndarray:
-    """A constant operand that varies at most along the channel axis, as [channels] float64."""
-    return np.broadcast_to(const_value(tensor).astype(np.float64).reshape(-1), (channels,))
-
-
-def _bn_affine(bn) -> "tuple[np.ndarray, np.ndarray]":
-    """BatchNormalization as y = x * scale + shift, in float64."""
-    gamma, beta, mean, var = (const_value(bn.inputs[i]).astype(np.float64) for i in (1, 2, 3, 4))
-    scale = gamma / np.sqrt(var + float(attr(bn, "epsilon", 1e-5)))
-    return scale, beta - mean * scale
-
-
-def _tail_affine(composite: Composite, channels: int) -> "tuple[np.ndarray, np.ndarray]":
-    """The per-channel ``scale`` (Mul) and ``shift`` (Add) steps after the anchor, folded into
-    one y = x * scale + shift (float64)."""
-    scale, shift = np.ones(channels), np.zeros(channels)
-    mul = composite.binding.node("scale")
-    if mul is not None and mul.op == "Mul":
-        scale = _per_channel([t for t in mul.inputs if is_const(t)][0], channels).copy()
-    add = composite.binding.node("shift")
-    if add is not None:
-        shift = _per_channel([t for t in add.inputs if is_const(t)][0], channels).copy()
-    return scale, shift
-
-
 def _emit(composite: Composite, ctx: LayoutContext, source, weights: np.ndarray,
           bias: np.ndarray, geometry: dict) -> None:
     """One Conv2D layer from OIHW float32 weights and a [O] bias."""
@@ -86,14 +62,6 @@ def _emit(composite: Composite, ctx: LayoutContext, source, weights: np.ndarray,
               ("bias", bias.astype(np.float32).reshape(1, 1, 1, out_channels))]
     ctx.emit(new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
                        consts), composite.output)
-
-
-def _scaled(weights: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """OIHW ``weights`` times a float64 ``scale`` per output channel, rounded to float32 as
-    numpy computes it, block by block: (weights * scale).astype(float32) bit for bit, without
-    the float64 copy of the whole kernel in between."""
-    return np.multiply(weights, scale[:, None, None, None], dtype=np.float64,
-                       out=np.empty(weights.shape, np.float32), casting="same_kind")
 
 
 def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
@@ -119,13 +87,13 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
                                       (out_channels,))
     bn = composite.binding.node("bn")
     if bn is not None:
-        scale, shift = _bn_affine(bn)
-        weights = _scaled(weights, scale)
+        scale, shift = bn_affine(bn)
+        weights = scaled(weights, scale)
         bias = ((bias - const_value(bn.inputs[3]).astype(np.float64)) * scale
                 + const_value(bn.inputs[2]).astype(np.float64)).astype(np.float32)
     if composite.binding.node("scale") is not None or composite.binding.node("shift") is not None:
-        scale, shift = _tail_affine(composite, out_channels)
-        weights = _scaled(weights, scale)
+        scale, shift = tail_affine(composite, out_channels)
+        weights = scaled(weights, scale)
         bias = (bias * scale + shift).astype(np.float32)
     groups = int(attr(conv, "group", 1))
     in_channels = conv_in[1]
@@ -143,12 +111,12 @@ def _lower_affine(composite: Composite, ctx: LayoutContext) -> None:
     anchor = composite.binding.node("scale")
     channels = static_shape(anchor.outputs[0])[1]
     if anchor.op == "BatchNormalization":
-        scale, shift = _bn_affine(anchor)
+        scale, shift = bn_affine(anchor)
         add = composite.binding.node("shift")
         if add is not None:
-            shift = shift + _per_channel([t for t in add.inputs if is_const(t)][0], channels)
+            shift = shift + per_channel([t for t in add.inputs if is_const(t)][0], channels)
     else:
-        scale, shift = _tail_affine(composite, channels)
+        scale, shift = tail_affine(composite, channels)
     source = next(t for t in anchor.inputs if not is_const(t))
     _emit(composite, ctx, source, scale.astype(np.float32).reshape(channels, 1, 1, 1),
           shift.astype(np.float32), {"groups": channels})
