@@ -73,6 +73,10 @@ def ort_session(model, threads: int):
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.log_severity_level = 3
+    # onnxruntime's own spinning, but ended with each call, as the hybrid's: timed in turn in
+    # one process, a pool left spinning takes the cores from the other session's workers (at
+    # 2 threads on 2 cores: several times that session's time alone).
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     return ort.InferenceSession(model.SerializeToString(), options,
                                 providers=["CPUExecutionProvider"])
 

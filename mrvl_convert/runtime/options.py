@@ -39,6 +39,9 @@ def session_options(threads: int, log_severity: int = QUIET, spin: bool = False)
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = log_severity
     options.add_session_config_entry("session.intra_op.allow_spinning", str(int(spin)))
+    # Spinning ends with each call: workers left spinning would take the cores from whatever
+    # the caller does between calls (another session, its own pre-processing).
+    options.add_session_config_entry("session.force_spinning_stop", "1")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options
 
