@@ -44,6 +44,9 @@ class Rule:
     absorb: Tuple[str, ...] = ()
     # What report.json says on each node the composite takes (an approximation and its bound).
     note: str = ""
+    # The role of the node the rule is about, where not the first required step's (a channel
+    # shuffle is about its Transpose: a node's most telling miss is the rule about it).
+    anchor: str = ""
 
     @property
     def ops(self) -> Tuple[str, ...]:
@@ -68,7 +71,10 @@ class Binding:
 
     @property
     def anchor(self) -> gs.Node:
-        """The node of the first required step: what the rule is about."""
+        """The node of the rule's ``anchor`` role, or of the first required step: what the rule
+        is about."""
+        if self.rule.anchor:
+            return self.node(self.rule.anchor)
         required = [node for role, node in self.roles
                     if role in {s.role for s in self.rule.steps if not s.optional}]
         # An int8 chain is about its op, not the DequantizeLinear / QuantizeLinear around it.

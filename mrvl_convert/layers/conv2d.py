@@ -357,7 +357,7 @@ KIND = LayerKind(
     lower=lower,
     one_of_roles=roles("conv", "scale", "shuffle"),
     optional_roles=roles("pad", "conv", "bias", "bn", "scale", "shift", "act", "shuffle",
-                         "transpose", "merge"),
+                         "transpose", "merge", "split_q", "split_dq", "moved_q", "moved_dq"),
     attrs=(
         ints("strides", "[sh, sw]", 2, default=(1, 1)),
         ints("padding", "[top, left, bottom, right]", 4, default=(0, 0, 0, 0)),

@@ -31,6 +31,7 @@ from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
 from mrvl_convert.quantize.prelu import decompose_prelu
+from mrvl_convert.quantize.sums import sums_as_add
 
 PathLike = Union[str, "os.PathLike[str]"]
 # samples per input name, an .npz or directory of them, or a CalibrationDataReader
@@ -69,8 +70,11 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
         report.update(samples=reader.samples_used, given=reader.samples_given)
     out = Path(out)
     try:
-        prelu = functools.partial(decompose_prelu, keep=frozenset(exclude))
-        rewrite = (lambda m: prelu(equalize_model(m))) if equalize else prelu
+        kept = frozenset(exclude)
+
+        def rewrite(m: onnx.ModelProto) -> onnx.ModelProto:
+            return sums_as_add(decompose_prelu(equalize_model(m) if equalize else m, keep=kept),
+                               keep=kept)
         with _quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
             if bias_correction and source == str(model):
                 raise OptionError("bias correction rewrites the float model, which it cannot "
@@ -134,13 +138,15 @@ def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = (), *,
                          equalize: bool = False) -> onnx.ModelProto:
     """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
     the converter names it): BatchNormalization folded, equalized if ``equalize`` (as
-    ``--equalize`` did), PRelu decomposed, but the nodes in ``keep``. Its tensors keep the names
-    of the tensors of ``model`` they stand for (a folded Conv writes the BatchNormalization's
-    output), so the analysis maps a layer of the QDQ model to the float tensor it really
-    computes; an equalized pair's middle tensors are scaled per channel there."""
+    ``--equalize`` did), PRelu decomposed, a Sum of two an Add, but the nodes in ``keep``. Its
+    tensors keep the names of the tensors of ``model`` they stand for (a folded Conv writes the
+    BatchNormalization's output), so the analysis maps a layer of the QDQ model to the float
+    tensor it really computes; an equalized pair's middle tensors are scaled per channel
+    there."""
     kept = frozenset(keep)
     folded = fold_batchnorm(model, kept)
-    return decompose_prelu(equalize_model(folded) if equalize else folded, keep=kept)
+    return sums_as_add(decompose_prelu(equalize_model(folded) if equalize else folded,
+                                       keep=kept), keep=kept)
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:

@@ -106,21 +106,13 @@ def check_channel_affine(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
 def check_channel_shuffle(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """Reshape [N, C, H, W] -> [N, g1, .., gk, H, W], Transpose permuting only the g axes,
     Reshape back to [N, C, H, W]: a permutation of the channels."""
-    src, split = static_shape(node.inputs[0]), static_shape(node.outputs[0])
-    if src is None or split is None or len(src) != 4 or len(split) < 5:
-        return {"detail": f"the first Reshape ({src} -> {split}) does not split the channel axis "
-                          "of a 4-D tensor"}
-    if split[0] != src[0] or split[-2:] != src[2:] or int(np.prod(split[1:-2])) != src[1]:
-        return {"detail": f"the first Reshape ({src} -> {split}) moves more than the channels"}
-    transpose = node.outputs[0].outputs[0] if len(node.outputs[0].outputs) == 1 else None
-    perm = list(attr(transpose, "perm", [])) if transpose is not None else []
-    rank = len(split)
-    if not perm or perm[0] != 0 or perm[-2:] != [rank - 2, rank - 1]:
-        return {"detail": f"the Transpose (perm {perm}) moves more than the channel groups"}
-    merge = transpose.outputs[0].outputs[0] if len(transpose.outputs[0].outputs) == 1 else None
-    if merge is None or static_shape(merge.outputs[0]) != src:
-        return {"detail": "the last Reshape does not restore the input shape"}
-    return None
+    issue = checks_shape.channel_shuffle_issue(node, _sole_consumer)
+    return None if issue is None else {"detail": issue}
+
+
+def _sole_consumer(node: gs.Node) -> Optional[gs.Node]:
+    consumers = node.outputs[0].outputs
+    return consumers[0] if len(consumers) == 1 else None
 
 
 def check_pad_foldable(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:

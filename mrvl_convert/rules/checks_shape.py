@@ -6,7 +6,7 @@ fill the rule's reason.
 """
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -208,3 +208,26 @@ def check_ranks_2_to_4(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     if all(2 <= r <= 4 for r in ranks):
         return None
     return {"detail": f"ranks {ranks[0]} -> {ranks[1]}; the layer takes ranks 2 to 4"}
+
+
+def channel_shuffle_issue(node: gs.Node, after: Callable[[gs.Node], Optional[gs.Node]]
+                          ) -> Optional[str]:
+    """Why the Reshape ``node``, the Transpose ``after(node)`` and the Reshape after that are not
+    a channel shuffle (None: they are). ``after`` finds the next op of the shuffle (the int8 one
+    steps over QuantizeLinear -> DequantizeLinear pairs)."""
+    src, split = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    if src is None or split is None or len(src) != 4 or len(split) < 5:
+        return (f"the first Reshape ({src} -> {split}) does not split the channel axis of a "
+                "4-D tensor")
+    if split[0] != src[0] or split[-2:] != src[2:] or int(np.prod(split[1:-2])) != src[1]:
+        return f"the first Reshape ({src} -> {split}) moves more than the channels"
+    transpose = after(node)
+    perm = list(attr(transpose, "perm", [])) if transpose is not None \
+        and transpose.op == "Transpose" else []
+    rank = len(split)
+    if not perm or perm[0] != 0 or perm[-2:] != [rank - 2, rank - 1]:
+        return f"the Transpose (perm {perm}) moves more than the channel groups"
+    merge = after(transpose)
+    if merge is None or merge.op != "Reshape" or static_shape(merge.outputs[0]) != src:
+        return "the last Reshape does not restore the input shape"
+    return None

@@ -128,6 +128,10 @@ def _build_rule(entry: dict, index: int, source: str, label: str, generic: Gener
         raise RuleFileError(f"{where}.pattern: layer {entry['layer']} needs one of the roles "
                             f"{sorted(kind.one_of_roles)}")
     anchor = next(s.role for s in steps if not s.optional)
+    about = entry.get("anchor", "")
+    if about and about not in {s.role for s in steps if not s.optional}:
+        raise RuleFileError(f"{where}.anchor: {about!r} is not the role of a required step of "
+                            f"the pattern ({roles})")
     opt_out = set(entry.get("opt_out", []))
     constraints = []
     for g_index, g in enumerate(generic.defaults):
@@ -149,7 +153,7 @@ def _build_rule(entry: dict, index: int, source: str, label: str, generic: Gener
     return Rule(name=entry["name"], layer=entry["layer"], steps=steps,
                 constraints=tuple(constraints), priority=int(entry.get("priority", 100)),
                 summary=entry.get("summary", ""), source=source,
-                absorb=tuple(entry.get("absorb", ())), note=entry.get("note", ""))
+                absorb=tuple(entry.get("absorb", ())), note=entry.get("note", ""), anchor=about)
 
 
 def _check_reason(reason: str, where: str) -> None:

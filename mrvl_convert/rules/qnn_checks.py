@@ -11,13 +11,14 @@ zero point must stay on CPU rather than be cut to its first value.
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, dtype_name, is_const, present, producer, scale_of, static_shape
 from mrvl_convert.layers.qnn.lut import CLAMP_OPS, clamp_bounds, is_relu_at, lut_issue, quantized_bounds
+from mrvl_convert.rules.checks_shape import channel_shuffle_issue
 
 Details = Optional[Dict[str, Any]]
 
@@ -256,6 +257,71 @@ def check_qdq_difference(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
     return None
 
 
+def _sole_consumer(node: gs.Node) -> Optional[gs.Node]:
+    consumers = node.outputs[0].outputs
+    return consumers[0] if len(consumers) == 1 else None
+
+
+def _op_after(node: gs.Node) -> "tuple[Optional[gs.Node], List[gs.Node]]":
+    """The op after ``node`` over any QuantizeLinear -> DequantizeLinear pairs between them,
+    and those Q/DQ nodes."""
+    between: List[gs.Node] = []
+    following = _sole_consumer(node)
+    while following is not None and following.op == "QuantizeLinear":
+        dequantize = _sole_consumer(following)
+        if dequantize is None or dequantize.op != "DequantizeLinear":
+            return None, between
+        between += [following, dequantize]
+        following = _sole_consumer(dequantize)
+    return following, between
+
+
+def check_qdq_channel_shuffle(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """The Reshape ``node`` starts a channel shuffle (Reshape, Transpose of the channel groups,
+    Reshape back) whose three ops may each be wrapped in QuantizeLinear -> DequantizeLinear."""
+    issue = channel_shuffle_issue(node, lambda n: _op_after(n)[0])
+    return None if issue is None else {"detail": issue}
+
+
+def _op_before(node: gs.Node) -> "tuple[Optional[gs.Node], List[gs.Node]]":
+    """The op before ``node`` over any QuantizeLinear -> DequantizeLinear pairs between them,
+    and those Q/DQ nodes."""
+    between: List[gs.Node] = []
+    before = producer(node.inputs[0])
+    while before is not None and before.op == "DequantizeLinear":
+        quantize = producer(before.inputs[0])
+        if quantize is None or quantize.op != "QuantizeLinear":
+            return None, between
+        between = [quantize, before] + between
+        before = producer(quantize.inputs[0])
+    return before, between
+
+
+def check_shuffle_copies(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """The DequantizeLinear before the channel shuffle around the Transpose ``node``, every
+    QuantizeLinear / DequantizeLinear between its three ops and the QuantizeLinear after it are
+    symmetric per-tensor int8 (zero point 0) of one and the same scale: each DequantizeLinear ->
+    op -> QuantizeLinear gives back the int8 values it was given, rearranged (quantize(q * s / s)
+    is q), so the shuffle copies values and never requantizes them."""
+    split, before = _op_before(node)
+    merge, after = _op_after(node)
+    if split is None or merge is None:
+        return {"detail": f"{node.name!r} is not between two Reshapes"}
+    chain = [producer(split.inputs[0]), *before, *after, _sole_consumer(merge)]
+    ends = [n.op if n is not None else None for n in (chain[0], chain[-1])]
+    if ends != ["DequantizeLinear", "QuantizeLinear"]:
+        return {"detail": "the shuffle is not between a DequantizeLinear and a QuantizeLinear"}
+    issue = next((qdq_issue(n) for n in chain if qdq_issue(n)), None)
+    if issue:
+        return {"detail": issue}
+    first = chain[0]
+    other = next((n for n in chain if scale_of(n) != scale_of(first)), None)
+    if other is None:
+        return None
+    return {"detail": f"{other.op} {other.name!r} has scale {scale_of(other)!r} but "
+                      f"{first.name!r} dequantizes the shuffle's input with {scale_of(first)!r}"}
+
+
 QNN_CHECKS = MappingProxyType({
     "int8_qdq": check_int8_qdq,
     "dequantizes_activation": check_dequantizes_activation,
@@ -270,4 +336,6 @@ QNN_CHECKS = MappingProxyType({
     "int_clamp": check_int_clamp,
     "lut_op": check_lut_op,
     "qdq_difference": check_qdq_difference,
+    "qdq_channel_shuffle": check_qdq_channel_shuffle,
+    "shuffle_copies": check_shuffle_copies,
 })

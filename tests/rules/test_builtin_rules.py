@@ -330,6 +330,9 @@ def test_user_rule_file_adds_a_composite(tmp_path):
      "    constraints: [{role: fc, check: nonsense, reason: r}]\n", "composites[0].constraints[0].check"),
     ("format_version: 1\ncomposites:\n  - name: x\n    layer: FC\n    pattern: [{role: fc, op: [Gemm]}]\n"
      "    constraints: [{role: other, check: float32, reason: r}]\n", "composites[0].constraints[0].role"),
+    ("format_version: 1\ncomposites:\n  - name: x\n    layer: FC\n    anchor: act\n"
+     "    pattern: [{role: fc, op: [Gemm]}, {role: act, op: [Relu], optional: true}]\n",
+     "composites[0].anchor"),
     ("format_version: [1\n", "YAML"),
 ])
 def test_bad_rule_files_name_the_field(tmp_path, text, field):

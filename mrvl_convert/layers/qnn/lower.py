@@ -36,6 +36,7 @@ from mrvl_convert.ir.layout import NHWC, Layer, LayoutContext, TensorLayout, nat
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.core.graph import producer, scale_of
 from mrvl_convert.kernels.conv_weights import block_diagonal
+from mrvl_convert.layers.conv2d import channel_shuffle_order
 from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
 from mrvl_convert.layers.qnn import lut, sums as qnn_sums, unary as qnn_unary
 from mrvl_convert.layers._kind import (INT8_ACTIVATION, LUT_CONST, MARVELL, Activation, Attr,
@@ -132,6 +133,9 @@ def _int_const(tensor: gs.Tensor, dtype: type) -> np.ndarray:
 
 
 def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
+    if composite.binding.node("shuffle") is not None:
+        _lower_shuffle(composite, ctx)
+        return
     conv, in_dq = composite.binding.node("conv"), composite.binding.node("in_dq")
     weights = _int_const(conv.inputs[1], np.int8)
     out_channels, _, kh, kw = weights.shape
@@ -159,6 +163,24 @@ def _lower_conv(composite: Composite, ctx: LayoutContext) -> None:
                       consts)
     layer.inexact = _bias_scale_note(conv, in_dq)
     emit_with_requant(composite, ctx, layer)
+
+
+def _lower_shuffle(composite: Composite, ctx: LayoutContext) -> None:
+    """A channel shuffle of int8 values in one scale (rules: ``shuffle_copies``) as the int8 1x1
+    Conv2D whose int8 weight is the permutation matrix, weight scale 1, input and output scales
+    the shuffle's one scale: each output is 1 x one input, requantized by s x 1 / s, a copy."""
+    in_dq = composite.binding.node("in_dq")
+    channels = static_shape(in_dq.outputs[0])[1]
+    weights = np.zeros((channels, 1, 1, channels), np.int8)   # OHWI
+    weights[np.arange(channels), 0, 0, channel_shuffle_order(composite)] = 1
+    scale = scale_of(in_dq)
+    index, layout = ctx.require(in_dq.inputs[0], NHWC)
+    attrs = {"strides": (1, 1), "padding": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1,
+             "channels": channels, "kernel_size": (1, 1), "activation_type": None,
+             "input_scale": scale, "weight_scale": 1.0, "output_scale": scale}
+    consts = [("kernel", weights), ("bias", np.zeros((1, 1, 1, channels), np.int32))]
+    ctx.emit(new_layer(composite, "Conv2D", [index], [layout], spatial_out(composite), attrs,
+                       consts), composite.output)
 
 
 def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:

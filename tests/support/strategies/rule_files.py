@@ -26,7 +26,7 @@ BAD_VALUES = {
     "layer": [1, None, "Conv3D", "conv2d", ["Conv2D"]],
     "priority": ["100", 1.5, -1, 1001, None, True],
     "summary": [1, None, ["x"], {"a": 1}],
-    "pattern": [[], "Conv", {"role": "conv"}, None, [{"role": "conv", "op": ["Conv"]}] * 9],
+    "pattern": [[], "Conv", {"role": "conv"}, None, [{"role": "conv", "op": ["Conv"]}] * 10],
     "constraints": ["x", {"role": "conv"}, None, 3],
     "step.role": [1, None, "Conv", "bad-role", "", ["conv"]],
     "step.op": [[], "Conv", [1], ["bad op"], ["1Conv"], None],
