@@ -88,7 +88,10 @@ def fuse(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], t
         return reason
     import onnx
 
-    cpu = [onnx.load(stage.file) if stage.kind == "cpu" else None for stage in stages]
+    # Never the external data a file names: a stage that has some is not fused (``_why_not_cpu``)
+    # and its location is the artifact's word, not ours.
+    cpu = [onnx.load(stage.file, load_external_data=False) if stage.kind == "cpu" else None
+           for stage in stages]
     reason = _why_not_cpu(cpu)
     if reason:
         return reason

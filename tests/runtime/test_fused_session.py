@@ -172,3 +172,41 @@ def test_a_model_with_more_weights_than_the_limit_runs_stage_by_stage(tmp_path, 
     got = session.run(None, feeds)
     assert not session.fused and "bytes of weights" in session.fused_reason
     np.testing.assert_array_equal(got[0], session.run(None, feeds, capture=True)[0][0])
+
+
+def test_a_cpu_stage_naming_external_data_is_not_fused_and_its_file_not_read(tmp_path):
+    """A CPU stage whose weight lives in external data runs stage by stage; the fused graph
+    never opens the file its location names (here one outside the artifact)."""
+    import json
+    import os
+    out = _converted(conv_then_cpu_tail(), tmp_path)
+    manifest = json.load(open(os.path.join(out, "manifest.json")))
+    [cpu] = [s for s in manifest["stages"] if s["kind"] == "cpu"]
+    path = os.path.join(out, cpu["onnx"])
+    from onnx.external_data_helper import convert_model_to_external_data
+    from mrvl_convert.core.file_hashes import FIELD, file_sha256
+    model = onnx.load(path)
+    convert_model_to_external_data(model, all_tensors_to_one_file=True,
+                                   location="weights.bin", size_threshold=0)
+    onnx.save(model, path)
+    cpu[FIELD][cpu["onnx"]] = file_sha256(path)  # the manifest's word for the changed file
+    with open(os.path.join(out, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    session = HybridSession(out, threads=1)
+    feeds = _feeds(session, 0)
+    opened = []
+    real_open = open
+
+    def watch(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    import builtins
+    builtins.open = watch
+    try:
+        got = session.run(None, feeds)
+    finally:
+        builtins.open = real_open
+    assert not session.fused and "external data" in session.fused_reason
+    assert not [f for f in opened if f.endswith("weights.bin")]
+    np.testing.assert_array_equal(got[0], session.run(None, feeds, capture=True)[0][0])
