@@ -52,6 +52,25 @@ def _differing(qdq: Path, artifact: Path, inputs: int) -> List[int]:
     return off
 
 
+def _steps_off(qdq: Path, artifact: Path, inputs: int) -> float:
+    """The largest difference from onnxruntime's run over the seeded inputs, in steps of the
+    model output's DequantizeLinear scale."""
+    model = onnx.load(qdq)
+    name, shape = model.graph.input[0].name, _shape(model)
+    [last] = [n for n in model.graph.node if model.graph.output[0].name in n.output]
+    assert last.op_type == "DequantizeLinear"
+    scale = float(next(numpy_helper.to_array(t) for t in model.graph.initializer
+                       if t.name == last.input[1]))
+    hybrid, reference = mrvl_convert.HybridSession(artifact), reference_session(qdq)
+    rng = np.random.default_rng(1)
+    worst = 0.0
+    for _ in range(inputs):
+        feed = {name: rng.uniform(-1, 1, shape).astype(np.float32)}
+        diff = np.abs(hybrid.run(None, feed)[0] - reference.run(None, feed)[0]).max()
+        worst = max(worst, float(diff) / scale)
+    return worst
+
+
 def _cpu(result) -> Dict[str, str]:
     return {n["name"]: n.get("reason") for n in result.report["nodes"]
             if n["placement"] == "cpu"}
@@ -140,7 +159,8 @@ def test_a_shuffle_whose_scale_changes_is_refused_with_the_rules_reason(unit, tm
               and n.input[0] == q.output[0])
     scale = next(numpy_helper.to_array(t) for t in model.graph.initializer
                  if t.name == q.input[1])
-    model.graph.initializer.append(numpy_helper.from_array(scale * 2, "doubled_scale"))
+    model.graph.initializer.append(numpy_helper.from_array((scale * 2).astype(np.float32),
+                                                           "doubled_scale"))
     q.input[1] = dq.input[1] = "doubled_scale"
     path = tmp_path / "rescaled.onnx"
     onnx.save(model, path)
@@ -156,11 +176,14 @@ def test_a_shuffle_whose_scale_changes_is_refused_with_the_rules_reason(unit, tm
 
 def test_zoo_shufflenet_int8_fits_the_device(tmp_path):
     """The onnx zoo's ShuffleNet in int8, every shuffle once a CPU stage between two Mrvl ones
-    (more models than the device has slots): one Mrvl subgraph, exact."""
+    (more models than the device has slots): one Mrvl subgraph, exact up to its Softmax head.
+    That Softmax is an fp16 layer between quant layers (``int8_forms``), at most one output
+    step from onnxruntime's float Softmax (docs/QUANTIZATION.md): onnxruntime 1.18 lands one
+    step off on one of these inputs, newer versions on none."""
     result, qdq = _convert_int8(corpus.zoo("shufflenet"), tmp_path / "out")
     summary = result.summary
     assert (summary["mrvl_subgraphs"], summary["cpu_subgraphs"]) == (1, 0), _cpu(result)
     assert result.report["device"]["fits"] is True, result.report["device"]["reasons"]
     assert "int8_forms" not in result.report or \
         {f["layer_name"] for f in result.report["int8_forms"]} == {"Softmax"}
-    assert _differing(qdq, result.out_dir, inputs=20) == []
+    assert _steps_off(qdq, result.out_dir, inputs=20) <= 1.0 + 1e-6
