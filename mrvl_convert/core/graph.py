@@ -161,6 +161,12 @@ def producer(tensor: gs.Tensor) -> Optional[gs.Node]:
     return tensor.inputs[0] if tensor.inputs else None
 
 
+def sole_consumer(node: gs.Node) -> Optional[gs.Node]:
+    """The one node reading ``node``'s first output, or None when none or several do."""
+    consumers = node.outputs[0].outputs
+    return consumers[0] if len(consumers) == 1 else None
+
+
 def reduce_axes(node: gs.Node) -> Optional[List[int]]:
     """The node's reduced axes, normalised and sorted (all axes when none are given), or None
     when they are computed at run time."""

@@ -12,7 +12,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import (activation_inputs, attr, const_value, conv_pads, dtype_name, is_const,
-                      pad_amounts, pad_value, present, static_shape, squeeze_axes)
+                      pad_amounts, pad_value, present, sole_consumer, static_shape, squeeze_axes)
 from mrvl_convert.core.pooling import pool_out_size
 from mrvl_convert.rules import checks_shape
 from mrvl_convert.rules.qnn_checks import QNN_CHECKS
@@ -106,13 +106,8 @@ def check_channel_affine(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
 def check_channel_shuffle(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """Reshape [N, C, H, W] -> [N, g1, .., gk, H, W], Transpose permuting only the g axes,
     Reshape back to [N, C, H, W]: a permutation of the channels."""
-    issue = checks_shape.channel_shuffle_issue(node, _sole_consumer)
+    issue = checks_shape.channel_shuffle_issue(node, sole_consumer)
     return None if issue is None else {"detail": issue}
-
-
-def _sole_consumer(node: gs.Node) -> Optional[gs.Node]:
-    consumers = node.outputs[0].outputs
-    return consumers[0] if len(consumers) == 1 else None
 
 
 def check_pad_foldable(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:

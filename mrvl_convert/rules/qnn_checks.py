@@ -16,7 +16,8 @@ from typing import Any, Dict, List, Mapping, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import const_value, dtype_name, is_const, present, producer, scale_of, static_shape
+from mrvl_convert.core.graph import (const_value, dtype_name, is_const, present, producer, scale_of,
+                                     sole_consumer, static_shape)
 from mrvl_convert.layers.qnn.lut import CLAMP_OPS, clamp_bounds, is_relu_at, lut_issue, quantized_bounds
 from mrvl_convert.rules.checks_shape import channel_shuffle_issue
 
@@ -102,7 +103,7 @@ def check_fused_activation(node: gs.Node, args: Mapping[str, Any], graph: gs.Gra
     quantize is monotone) or any unary op a 256-entry table holds (``layers/qnn/lut.py``: the
     codegen's LUT after the layer, exact by construction)."""
     quantize = producer(node.inputs[0])
-    act = node.outputs[0].outputs[0] if len(node.outputs[0].outputs) == 1 else None
+    act = sole_consumer(node)
     if act is None or not act.inputs or act.inputs[0] is not node.outputs[0]:
         return {"detail": "it does not feed one activation's data input only"}
     outputs = {t.name for t in graph.outputs}
@@ -257,22 +258,17 @@ def check_qdq_difference(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
     return None
 
 
-def _sole_consumer(node: gs.Node) -> Optional[gs.Node]:
-    consumers = node.outputs[0].outputs
-    return consumers[0] if len(consumers) == 1 else None
-
-
 def _op_after(node: gs.Node) -> "tuple[Optional[gs.Node], List[gs.Node]]":
     """The op after ``node`` over any QuantizeLinear -> DequantizeLinear pairs between them,
     and those Q/DQ nodes."""
     between: List[gs.Node] = []
-    following = _sole_consumer(node)
+    following = sole_consumer(node)
     while following is not None and following.op == "QuantizeLinear":
-        dequantize = _sole_consumer(following)
+        dequantize = sole_consumer(following)
         if dequantize is None or dequantize.op != "DequantizeLinear":
             return None, between
         between += [following, dequantize]
-        following = _sole_consumer(dequantize)
+        following = sole_consumer(dequantize)
     return following, between
 
 
@@ -307,11 +303,11 @@ def check_shuffle_copies(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
     merge, after = _op_after(node)
     if split is None or merge is None:
         return {"detail": f"{node.name!r} is not between two Reshapes"}
-    chain = [producer(split.inputs[0]), *before, *after, _sole_consumer(merge)]
+    chain = [producer(split.inputs[0]), *before, *after, sole_consumer(merge)]
     ends = [n.op if n is not None else None for n in (chain[0], chain[-1])]
     if ends != ["DequantizeLinear", "QuantizeLinear"]:
         return {"detail": "the shuffle is not between a DequantizeLinear and a QuantizeLinear"}
-    issue = next((qdq_issue(n) for n in chain if qdq_issue(n)), None)
+    issue = next(filter(None, map(qdq_issue, chain)), None)
     if issue:
         return {"detail": issue}
     first = chain[0]
