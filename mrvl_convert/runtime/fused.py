@@ -130,7 +130,7 @@ def _why_not(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any
             continue
         plan = stage.runner.graph
         if plan is None:
-            return f"Mrvl stage {stage.name} runs on the per-layer engine"
+            return f"Mrvl stage {stage.name} runs layer by layer (engine 'layers')"
         if len(plan.parts) != 1 or not isinstance(plan.parts[0], Segment) or \
                 plan.numpy_rounded:
             return f"Mrvl stage {stage.name} has layers that run in numpy"
@@ -253,8 +253,9 @@ class _Graph:
         graph_outputs = [info(t) for t in outputs]
         graph_outputs += [helper.make_tensor_value_info(r, TensorProto.FLOAT, [])
                           for r in self.ranges]
+        model_outputs = {t.name for t in outputs}
         graph_outputs += [helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
-                          for name, _ in shapes if name not in {t.name for t in outputs}]
+                          for name, _ in shapes if name not in model_outputs]
         graph = helper.make_graph(self.nodes, "mrvl_fused", [info(t) for t in inputs],
                                   graph_outputs, self.initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)

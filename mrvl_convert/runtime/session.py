@@ -11,9 +11,9 @@ ONNX names through one environment dict. Reading the manifest into stages (and c
   or stage-boundary tensors), and leaves the call's fp16 range events in ``last_range_events``.
 
 One session: a model whose Mrvl stages are each one graph-engine segment runs, from its first
-call, as ONE onnxruntime session holding all the stages (``fused.py``),
-with the same numbers; ``fused`` and ``fused_reason`` say whether and why not. A call that asks
-for boundary tensors (``capture``, ``run_layers``) or meets a range error runs stage by stage.
+call, as ONE onnxruntime session holding all the stages (``fused.py``), with the same numbers;
+``fused`` and ``fused_reason`` say whether and why not. A call that asks for boundary tensors
+(``capture``, ``run_layers``) or meets a range error runs stage by stage.
 
 Threads: stages run one after another, so every CPU stage (and the onnxruntime GEMM engine) gets
 the same intra-op budget, ``threads``, and its idle workers sleep instead of spinning: a spinning
@@ -108,7 +108,6 @@ class HybridSession:
         self._model_outputs = {t.name for t in self._outputs}
         self.last_range_events: List[RangeEvent] = []
         # The whole model as one session (fused.py), opened by the first call that can use it.
-        self._engine = engine
         self._fused: Any = None
         self._fused_lock = threading.Lock()
         self.fused_reason = "not tried yet: the first run() tries it"
@@ -173,11 +172,8 @@ class HybridSession:
         return self._fused.run(env) if self.fused else None
 
     def _open_fused(self) -> Any:
-        if self._engine != "graph":
-            made: Any = f"engine {self._engine!r} runs layer by layer"
-        else:
-            made = fused.fuse(self.stages, self._inputs, self._outputs, self.threads,
-                              self.log_severity)
+        made = fused.fuse(self.stages, self._inputs, self._outputs, self.threads,
+                          self.log_severity)
         self.fused_reason = made if isinstance(made, str) else ""
         return made
 

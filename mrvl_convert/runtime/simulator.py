@@ -215,7 +215,6 @@ class CompiledSubgraph:
                                  source_nodes=sources)
         warnings.warn(Fp16RangeWarning(f"{self.file}: {event.describe()}"), stacklevel=4)
 
-
     def _origin(self, spec: LayerSpec) -> Tuple[Tuple[str, ...], bool]:
         """The ONNX nodes a layer stands for, and whether it is a partial result: a layer of a
         decomposition before its last has none of its own (the per-layer comparison skips it),
