@@ -243,6 +243,7 @@ def test_one_thread_budget_and_no_spinning(artifact, threads):
         assert (options.intra_op_num_threads, options.inter_op_num_threads) == (threads, 1)
         for pool in ("intra_op", "inter_op"):
             assert options.get_session_config_entry(f"session.{pool}.allow_spinning") == "0"
+        assert not options.enable_mem_pattern  # its block grows the peak (runtime/options.py)
     assert session.simulator.gemm.threads == threads
     x = feed()
     np.testing.assert_array_equal(session.run(None, x)[0], HybridSession(directory).run(None, x)[0])
