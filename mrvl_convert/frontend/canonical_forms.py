@@ -41,7 +41,7 @@ class Rewrites:
 def rewrite(graph: gs.Graph, opset: int) -> Rewrites:
     """Apply every rewrite to ``graph`` in place (the caller cleans up and sorts it)."""
     done = Rewrites()
-    names = _Names(graph)
+    names = Names(graph)
     for node in list(graph.nodes):
         handler = _HANDLERS.get(node.op)
         if handler is not None and node.outputs:
@@ -49,7 +49,7 @@ def rewrite(graph: gs.Graph, opset: int) -> Rewrites:
     return done
 
 
-class _Names:
+class Names:
     """Fresh node and tensor names that collide with nothing in the graph."""
 
     def __init__(self, graph: gs.Graph) -> None:
@@ -93,7 +93,7 @@ def _split_const(node: gs.Node):
     return act, const, value
 
 
-def _sum(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+def _sum(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     inputs = list(node.inputs)
     if len(inputs) < 2 or any(not t.name for t in inputs):
         return
@@ -124,7 +124,7 @@ def _to_relu(node: gs.Node, act: gs.Tensor, done: Rewrites, what: str) -> None:
     done.rewritten[node.name] = f"{what} became Relu"
 
 
-def _max(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+def _max(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     act, _, value = _split_const(node)
     if act is not None and value.size and not np.any(value):
         _to_relu(node, act, done, "Max(x, 0)")
@@ -148,7 +148,7 @@ def _clip_bounds(node: gs.Node, opset: int):
     return tuple(bounds)
 
 
-def _clip(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+def _clip(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     bounds = _clip_bounds(node, opset)
     if not bounds or bounds[0] != 0.0:
         return
@@ -159,7 +159,7 @@ def _clip(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: 
                                 "float, where Relu keeps +inf")
 
 
-def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     act, _, value = _split_const(node)
     if act is None or not value.size or not np.all(value == 6.0) or len(act.inputs) != 1:
         return
@@ -183,7 +183,7 @@ def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: i
     done.rewritten[node.name] = f"Min(Relu(x), 6) became Clip(x, 0, 6) (with {relu.name})"
 
 
-def _sub(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+def _sub(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     act, const, value = _split_const(node)
     if act is None or node.inputs[0] is not act:
         return  # c - x would need a Neg
@@ -193,7 +193,7 @@ def _sub(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: i
     done.rewritten[node.name] = "Sub by a constant became Add of its negation"
 
 
-def _div(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+def _div(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     act, const, value = _split_const(node)
     if act is None or node.inputs[0] is not act:
         return
@@ -212,7 +212,7 @@ def _div(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: i
     done.rewritten[node.name] = "Div by a power-of-two constant became Mul by its inverse"
 
 
-def _reshape(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opset: int) -> None:
+def _reshape(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
     if not src or not dst or len(src) != 4 or len(dst) != 2:
         return
@@ -225,7 +225,7 @@ def _reshape(graph: gs.Graph, node: gs.Node, done: Rewrites, names: _Names, opse
     done.rewritten[node.name] = "Reshape of a 4-D tensor to [batch, features] became Flatten"
 
 
-_Handler = Callable[[gs.Graph, gs.Node, Rewrites, _Names, int], None]
+_Handler = Callable[[gs.Graph, gs.Node, Rewrites, Names, int], None]
 _HANDLERS: Dict[str, _Handler] = {
     "Sum": _sum, "Max": _max, "Clip": _clip, "Min": _min, "Sub": _sub, "Div": _div,
     "Reshape": _reshape,

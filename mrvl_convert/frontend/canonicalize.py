@@ -6,14 +6,16 @@ constant subgraphs are folded (by onnxruntime, so the values are the ones the ru
 compute) within the bounds of ``folding.py`` (a node beyond them stays, listed in ``kept``),
 shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``),
 Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
-one form (``canonical_forms.py``), and dead nodes are removed. Every node of the loaded model
+one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``),
+and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
 node that now computes it. Every model output has a static shape (``shapes.py``: else a
 ShapeError), and so has every other tensor that onnxruntime can give one.
 
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
-the original did; the one exception, ``Max(x, 0) -> Relu``, differs only in the sign of a zero
-(onnxruntime's Relu keeps -0, its Max gives +0). Fusions that change rounding (BatchNormalization into Conv) happen when a rule
+the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
+(``token_forms.py``), differ only in the sign of a zero (onnxruntime's Relu keeps -0, its Max
+gives +0; its Conv turns -0 into +0). Fusions that change rounding (BatchNormalization into Conv) happen when a rule
 lowers a composite onto the accelerator, never on a CPU path.
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, v
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
 from mrvl_convert.frontend.shapes import resolve_shapes
+from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.qdq import dedicate_dequantize
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
@@ -80,6 +83,9 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    # After the shapes that depended on folded values are known: the token rewrites need them.
+    if rewrite_tokens(graph, _opset(loaded), forms):
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     return CanonicalGraph(graph=graph, removed=removed, op_types=op_types, merged=forms.merged,

@@ -2,7 +2,10 @@
 
 The physical input is already in the order the reshape needs (the layout pass sees to it), so
 the layer is a plain C-order reshape to ``shape``. A Flatten of an NHWC tensor that feeds only
-FC layers keeps the NHWC order instead (see ``fc.py``). The contract is upstream TVM v0.19's
+FC layers keeps the NHWC order instead (see ``fc.py``). A 4-D output that feeds only Conv2D
+layers and whose NHWC order is its own but for size-1 axes (a token tensor [B, T, C] unsqueezed
+to [B, 1, T, C], ``frontend/token_forms.py``) is written NHWC: the same bytes, reshaped, so no
+layout_transform follows it. The contract is upstream TVM v0.19's
 ``mrvl.reshape`` and ``mrvl.batch_flatten`` (``src/relay/backend/contrib/mrvl/codegen.cc``).
 """
 from __future__ import annotations
@@ -13,7 +16,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import static_shape
-from mrvl_convert.ir.layout import LayoutContext, TensorLayout, default_labels
+from mrvl_convert.ir.layout import NHWC, LayoutContext, TensorLayout, default_labels
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel
@@ -39,6 +42,27 @@ def _flatten_feeds_fc_only(composite: Composite, ctx: LayoutContext) -> bool:
     return bool(consumers) and all(c.name in fc_nodes and c.inputs[0] is out for c in consumers)
 
 
+def _feeds_conv_only(composite: Composite, ctx: LayoutContext) -> bool:
+    out = composite.output
+    if out.name in {t.name for t in ctx.stage.outputs}:
+        return False
+    conv_nodes = {n.name for u in ctx.stage.units
+                  if u.composite is not None and u.composite.rule.layer == "Conv2D"
+                  for n in u.composite.nodes}
+    return bool(out.outputs) and all(c.name in conv_nodes and c.inputs[0] is out
+                                     for c in out.outputs)
+
+
+def _out_perm(composite: Composite, ctx: LayoutContext, shape: Sequence[int]) -> tuple:
+    """NHWC when that holds the bytes of the logical order and only Conv2D layers read the
+    output (they would ask for NHWC: a layout_transform moving size-1 axes); else logical."""
+    logical = tuple(range(len(shape)))
+    if len(shape) == 4 and TensorLayout(tuple(shape), logical, "NCHW").bytes_like(NHWC) \
+            and _feeds_conv_only(composite, ctx):
+        return NHWC
+    return logical
+
+
 def lowering(kind: str, attrs_of: AttrsOf = _no_attrs) -> Callable[[Composite, LayoutContext], None]:
     """The lowering of a reshape-like layer ``kind`` whose attributes ``attrs_of`` reads."""
     def lower(composite: Composite, ctx: LayoutContext) -> None:
@@ -57,7 +81,8 @@ def lowering(kind: str, attrs_of: AttrsOf = _no_attrs) -> Callable[[Composite, L
         index, layout = ctx.require(source, tuple(range(len(current.shape))), any_shape=True)
         # A reshape keeping the rank keeps the axis names; otherwise they start afresh.
         labels = layout.labels if rank_out == len(layout.labels) else default_labels(rank_out)
-        out = TensorLayout(tuple(static_shape(composite.output)), tuple(range(rank_out)), labels)
+        shape = tuple(static_shape(composite.output))
+        out = TensorLayout(shape, _out_perm(composite, ctx, shape), labels)
         ctx.emit(new_layer(composite, kind, [index], [layout], out, attrs_of(node)),
                  composite.output)
     return lower

@@ -1,4 +1,5 @@
-"""StridedSlice: ``out = in[begin:end:strides]`` on every physical axis (2-D or 4-D NHWC).
+"""StridedSlice: ``out = in[begin:end:strides]`` on every physical axis (2-D or 4-D NHWC; a
+3-D token tensor [B, T, C] as the NHWC [B, T, C, 1] it is).
 
 Matched from ONNX ``Slice`` with constant starts, ends, axes and positive steps. The contract
 is the newer Marvell codegen's ``mrvl.strided_slice``: princekumar70/tvm
@@ -6,7 +7,9 @@ is the newer Marvell codegen's ``mrvl.strided_slice``: princekumar70/tvm
 ``CreateCompositeMrvlStridedSliceLayer`` (data_layout NHWC for 4-D, NC for 2-D; the attributes
 are Relay's ``StridedSliceAttrs`` as ``SetCallNodeAttribute`` writes them: ``begin``, ``end``,
 ``strides``, ``slice_mode``), with one value per physical axis, normalised to
-0 <= begin <= end <= size.
+0 <= begin <= end <= size. The codegen ICHECKs a 2-D or 4-D input, so a token tensor's layer
+is written 4-D (``nhwc_3d``: layout shapes with a trailing 1, NHWC) with a fourth begin, end,
+stride of 0, 1, 1.
 """
 from __future__ import annotations
 
@@ -51,21 +54,26 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
     index, layout = ctx.require(node.inputs[0], perm)
     begin, end, strides = slice_bounds(node)
     out = TensorLayout(tuple(static_shape(composite.output)), perm, layout.labels)
-    attrs = {"begin": tuple(begin[p] for p in perm), "end": tuple(end[p] for p in perm),
-             "strides": tuple(strides[p] for p in perm)}
+    begin, end, strides = ([v[p] for p in perm] for v in (begin, end, strides))
+    if rank == 3:  # [B, T, C] is NHWC [B, T, C, 1]: the trailing unit axis taken whole
+        begin, end, strides = begin + [0], end + [1], strides + [1]
+    attrs = {"begin": tuple(begin), "end": tuple(end), "strides": tuple(strides)}
     ctx.emit(new_layer(composite, "StridedSlice", [index], [layout], out, attrs),
              composite.output)
 
 
 class StridedSliceKernel(Kernel):
-    """out = in[b0:e0:s0, b1:e1:s1, ...] over the physical axes."""
+    """out = in[b0:e0:s0, b1:e1:s1, ...] over the physical axes (a 3-D input's as 4-D NHWC)."""
 
     exact = True
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
-        in_shape = spec.input_shapes[0]
+        in_shape = tuple(spec.input_shapes[0])
+        self.tokens = len(in_shape) == 3
+        if self.tokens:  # sliced as the NHWC [B, T, C, 1] the codegen sees
+            in_shape += (1,)
         rank = len(in_shape)
         begin, end = spec.ints("begin", rank), spec.ints("end", rank)
         strides = spec.ints("strides", rank)
@@ -75,9 +83,15 @@ class StridedSliceKernel(Kernel):
             raise spec.error("attrs.begin", f"begin {list(begin)} and end {list(end)} are not "
                                             f"within 0 <= begin <= end <= {list(in_shape)}")
         self.index = tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))
-        spec.expect_shape([len(range(b, e, s)) for b, e, s in zip(begin, end, strides)])
+        out = [len(range(b, e, s)) for b, e, s in zip(begin, end, strides)]
+        if self.tokens and out[3] != 1:
+            raise spec.error("attrs.end", f"{list(end)}: the unit axis of a token tensor "
+                                          "[B, T, C, 1] must be kept whole (0:1)")
+        spec.expect_shape(out[:3] if self.tokens else out)
 
     def run(self, x: np.ndarray) -> np.ndarray:
+        if self.tokens:
+            return np.ascontiguousarray(x[..., None][self.index][..., 0])
         return np.ascontiguousarray(x[self.index])
 
 
@@ -94,6 +108,7 @@ KIND = LayerKind(
            written("slice_mode", "end", "how `end` is read (Relay's StridedSliceAttrs)",
                    checked=True)),
     layer_sets=frozenset({MARVELL}),
+    nhwc_3d=True,
     source="princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
            "src/relay/backend/contrib/mrvl/codegen.cc CreateCompositeMrvlStridedSliceLayer",
 )

@@ -75,9 +75,11 @@ def check_split_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
 
 
 def check_slice_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """A 2-D or 4-D Slice with constant starts, ends, axes and steps, all steps positive,
-    keeping the batch."""
-    issue = _rank_2_or_4(node)
+    """A 2-D, 3-D or 4-D Slice with constant starts, ends, axes and steps, all steps positive,
+    keeping the batch. A 3-D token tensor [B, T, C] is sliced as the NHWC [B, T, C, 1] it is
+    (``ir/layout.py``), so the codegen sees the 4-D tensor it lays out."""
+    src = static_shape(node.inputs[0])
+    issue = None if src is not None and len(src) == 3 else _rank_2_or_4(node)
     if issue:
         return issue
     if "starts" in node.attrs:

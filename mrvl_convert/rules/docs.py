@@ -37,6 +37,10 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "in sync.",
         "Optional steps are in brackets. A node that fails a constraint stays on CPU, and",
         "`report.json` gives it the reason shown here.",
+        "A ViT's class token is rewritten before matching: a Concat of constant tokens before or "
+        "after [B, T, C] on the token axis becomes Unsqueeze, a 1x1 Conv padding the rows, "
+        "Squeeze and an Add of the tokens; a Gather of one token becomes Slice and Squeeze "
+        "(`frontend/token_forms.py`).",
         "",
         "| composite | Marvell layer | ONNX pattern | summary |",
         "|---|---|---|---|",

@@ -5,7 +5,9 @@ weights, batch 1, fixed shapes).
   embedding Add, 4 encoder blocks (decomposed LayerNorm: ReduceMean, Sub, Pow, ReduceMean, Add
   eps, Sqrt, Div, Mul gamma, Add beta; 4-head attention with separate Q, K, V linears, head
   split Reshape/Transpose, Q.K^T, Mul by the scale, Softmax, .V, merge; Erf GELU MLP), final
-  LayerNorm, mean over tokens, head FC.
+  LayerNorm, head FC. ``pool="token"`` (the default, as timm): a class token Parameter
+  expanded to the batch (Shape -> Gather -> Unsqueeze -> Concat -> Expand) and Concat-ed before
+  the patch tokens, the head reading token 0 (Gather axis 1); ``pool="mean"``: mean over tokens.
 - ``bert_tiny``: one BERT layer, opset 17: int64 ``input_ids`` and ``attention_mask``, word and
   position embedding Gathers, the LayerNormalization op, the additive mask
   ((1 - mask) * -10000 as [B, 1, 1, T]), attention (scores Div by sqrt(depth)), Erf GELU FFN.
@@ -139,7 +141,9 @@ class Tokens:
         return self.b.model([output], name=name, shapes={output: list(shape)})
 
 
-def vit_tiny(seed: int = 0, channels: int = 64, heads: int = 4, blocks: int = 4) -> onnx.ModelProto:
+def vit_tiny(seed: int = 0, channels: int = 64, heads: int = 4, blocks: int = 4,
+             pool: str = "token") -> onnx.ModelProto:
+    """``pool``: "token", timm's class token (prepended, read back by the head) or "mean"."""
     t, patch, image, classes = Tokens(seed), 4, 32, 10
     tokens = (image // patch) ** 2
     x = t.b.input("image", [1, 3, image, image])
@@ -147,10 +151,20 @@ def vit_tiny(seed: int = 0, channels: int = 64, heads: int = 4, blocks: int = 4)
                       t.weight(channels, scale=0.05)], kernel_shape=[patch, patch],
              strides=[patch, patch])
     y = t.op("Transpose", [t.reshape(y, [t.dim(y, 0), t.dim(y, 1), -1])], perm=[0, 2, 1])
+    if pool == "token":   # torch.cat((cls_token.expand(B, -1, -1), x), dim=1)
+        size = t.op("Concat", [t.unsqueezed(t.dim(y, 0)), t.const(np.array([1, channels],
+                                                                            np.int64))], axis=0)
+        cls = t.op("Expand", [t.weight(1, 1, channels, scale=0.5), size])
+        y = t.op("Concat", [cls, y], axis=1)
+        tokens += 1
     y = t.op("Add", [y, t.weight(1, tokens, channels, scale=0.1)])
     for _ in range(blocks):
         y = t.encoder(y, channels, heads)
-    y = t.op("ReduceMean", [t.layer_norm(y, channels)], axes=[1], keepdims=0)
+    y = t.layer_norm(y, channels)
+    if pool == "token":   # x[:, 0]
+        y = t.op("Gather", [y, t.const(np.array(0, np.int64))], axis=1)
+    else:
+        y = t.op("ReduceMean", [y], axes=[1], keepdims=0)
     y = t.op("Gemm", [y, t.weight(classes, channels, scale=channels ** -0.5),
                       t.weight(classes, scale=0.05)], transB=1)
     return t.model(y, [1, classes], "vit_tiny")
