@@ -13,7 +13,7 @@ stride of 0, 1, 1.
 """
 from __future__ import annotations
 
-from typing import List, Mapping, Tuple
+from typing import List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -24,6 +24,7 @@ from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.layers._kind import MARVELL, LayerKind, ints, roles, written
 from mrvl_convert.layers._lowering import new_layer
 
@@ -93,6 +94,12 @@ class StridedSliceKernel(Kernel):
         if self.tokens:
             return np.ascontiguousarray(x[..., None][self.index][..., 0])
         return np.ascontiguousarray(x[self.index])
+
+    def to_onnx(self, builder: OnnxBuilder, inputs: Sequence[str]) -> Optional[List[str]]:
+        index = self.index[:3] if self.tokens else self.index
+        starts, ends, steps = ([getattr(i, a) for i in index] for a in ("start", "stop", "step"))
+        return [builder.op("Slice", [inputs[0], builder.shape(starts), builder.shape(ends),
+                                     builder.shape(range(len(index))), builder.shape(steps)])]
 
 
 KIND = LayerKind(
