@@ -7,7 +7,8 @@ compute) within the bounds of ``folding.py`` (a node beyond them stays, listed i
 shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``),
 Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``),
-and dead nodes are removed. Every node of the loaded model
+a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are folded into the
+FC that reads them (``fc_folds.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
 node that now computes it. Every model output has a static shape (``shapes.py``: else a
 ShapeError), and so has every other tensor that onnxruntime can give one.
@@ -15,7 +16,8 @@ ShapeError), and so has every other tensor that onnxruntime can give one.
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
 (``token_forms.py``), differ only in the sign of a zero (onnxruntime's Relu keeps -0, its Max
-gives +0; its Conv turns -0 into +0). Fusions that change rounding (BatchNormalization into Conv) happen when a rule
+gives +0; its Conv turns -0 into +0), and the LayerNorm fold of ``fc_folds.py``, exact in real
+arithmetic but rounded differently (its bound is in that module). Other fusions that change rounding (BatchNormalization into Conv) happen when a rule
 lowers a composite onto the accelerator, never on a CPU path.
 """
 from __future__ import annotations
@@ -29,6 +31,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.canonical_forms import rewrite
+from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, verbose_requested
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
@@ -85,6 +88,9 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites need them.
     if rewrite_tokens(graph, _opset(loaded), forms):
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    # After shapes too: the folds check the activations' shapes and read constant head splits.
+    if fold_into_fcs(graph, forms):
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")

@@ -2,7 +2,8 @@
 
 The newer codegen has no LayerNorm layer (princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3
 src/relay/backend/contrib/mrvl/codegen.cc), so the opset-17 ``LayerNormalization`` op over the
-last axis lowers to nine layers, each as its codegen function writes it:
+last axis lowers to nine layers (seven once ``frontend/fc_folds.py`` has folded its scale
+and bias into the FCs reading it), each as its codegen function writes it:
 
     m = ReduceMean(x)          CreateCompositeMrvlReduceLayer (keepdims)
     d = Sub(x, m)              CreateCompositeMrvlSubtractLayer (m broadcasts into x)
@@ -11,16 +12,17 @@ last axis lowers to nine layers, each as its codegen function writes it:
     v = Sum2D(v, epsilon)      CreateCompositeMrvlSumLayer (input_const_name)
     r = Rsqrt(v)               CreateCompositeMrvlActivationLayer
     n = Mul2D(d, r)            (r broadcasts into d)
-    n = Mul2D(n, gamma)
-    y = Sum2D(n, beta)         (zeros when the op has no bias: x + 0 is x)
+    n = Mul2D(n, gamma)        (none when gamma is all ones: x * 1 is x)
+    y = Sum2D(n, beta)         (none when the op has no bias)
 
 The decomposed form exporters write (ReduceMean, Sub, Pow 2 or Mul(d, d), ReduceMean, Add eps,
 Sqrt, Div, Mul gamma, Add beta) maps node by node to the same layers; its one gap was
 ``Div(d, Sqrt(v))``, a division by an activation, which becomes Rsqrt(v) then Mul2D(d, r)
 (``lower_sqrt_div``). ``Sqrt`` then ``Reciprocal`` then ``Mul`` is Rsqrt and Mul2D already.
 
-Each layer rounds to fp16 once; nothing is rewritten in the ONNX graph, so a LayerNorm left on
-CPU computes what the model does. fp16 range: every layer stays finite while each
+Each layer rounds to fp16 once; the lowering rewrites nothing in the ONNX graph, so a LayerNorm
+left on CPU computes what the model does (apart from ``fc_folds.py``, which moves a pre-norm
+LayerNorm's scale and bias into the FCs after it, within the bound stated there). fp16 range: every layer stays finite while each
 |x - mean(x)| <= 255 along the normalised axis (then d * d <= 65025 < 65504, and their mean is
 no larger); r <= 1 / sqrt(epsilon), and |d * r| <= sqrt(C) for C normalised values, since
 d**2 <= C * var. Past that bound d * d overflows and the simulator warns (Fp16RangeWarning).
@@ -83,16 +85,23 @@ def lower_layer_norm(composite: Composite, ctx: LayoutContext) -> None:
     eps = np.float32(attr(node, "epsilon", 1e-5))
     scale = const_value(node.inputs[1]).astype(np.float32)
     bias_t = present(node, 2)
-    bias = np.zeros_like(scale) if bias_t is None else const_value(bias_t).astype(np.float32)
+    # x * 1 and x + 0 are exact: a scale of ones (and an absent bias), as fc_folds.py leaves
+    # after folding them into the FCs, emit no layer.
+    tail = [] if np.all(scale == 1) else [("Mul2D", scale)]
+    if bias_t is not None:
+        tail.append(("Sum2D", const_value(bias_t).astype(np.float32)))
     m = chain.layer("ReduceMean", [xi], [full], narrow, mean)
     d = chain.layer("Sub", [xi, m], [full, narrow], full, _NONE)
     q = chain.layer("Mul2D", [d, d], [full, full], full, _NONE)
     v = chain.layer("ReduceMean", [q], [full], narrow, mean)
     v = chain.layer("Sum2D", [v], [narrow], narrow, _NONE, np.full([1] * rank, eps))
     r = chain.layer("Rsqrt", [v], [narrow], narrow, {})
-    n = chain.layer("Mul2D", [d, r], [full, narrow], full, _NONE)
-    n = chain.layer("Mul2D", [n], [full], full, _NONE, scale)
-    chain.layer("Sum2D", [n], [full], full, _NONE, bias, output=composite.output)
+    n = chain.layer("Mul2D", [d, r], [full, narrow], full, _NONE,
+                    output=None if tail else composite.output)
+    for i, (kind, const) in enumerate(tail):
+        last = i == len(tail) - 1
+        n = chain.layer(kind, [n], [full], full, _NONE, const,
+                        output=composite.output if last else None)
 
 
 def lower_sqrt_div(composite: Composite, ctx: LayoutContext) -> None:

@@ -41,6 +41,12 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "after [B, T, C] on the token axis becomes Unsqueeze, a 1x1 Conv padding the rows, "
         "Squeeze and an Add of the tokens; a Gather of one token becomes Slice and Squeeze "
         "(`frontend/token_forms.py`).",
+        "A pre-norm LayerNorm's scale and shift (the Mul and Add of the decomposed form, or the "
+        "LayerNormalization op's Scale and B) are folded into the MatMul / Gemm FCs that alone "
+        "read it, W' = gamma * W and b' = b + beta @ W, before matching (`frontend/fc_folds.py`).",
+        "A power-of-two attention scale (Mul or Div of Q.K^T, or torch SDPA's Mul of q and of k) "
+        "is folded into the weight and bias of the FC computing Q (or K), exactly "
+        "(`frontend/fc_folds.py`).",
         "",
         "| composite | Marvell layer | ONNX pattern | summary |",
         "|---|---|---|---|",

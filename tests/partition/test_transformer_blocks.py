@@ -180,7 +180,11 @@ def test_vit_block_is_one_mrvl_subgraph_within_fp16_tolerance(tmp_path):
     entries = nodes_of(result)
     assert all("batch 384" not in e.get("reason", "") for e in entries.values())
     assert entries["qk"]["rule"] == entries["av"]["rule"] == "mrvl.batch_matmul"
-    assert entries["scale"]["rule"] == "mrvl.mul" and entries["softmax"]["rule"] == "mrvl.softmax"
+    # The scale 1/8 is folded into Q's FC (frontend/fc_folds.py): it goes where that FC went.
+    q_fc = entries["scale"]["merged_into"]
+    assert entries[q_fc]["op_type"] == "MatMul"
+    assert entries["scale"]["rule"] == entries[q_fc]["rule"]
+    assert entries["softmax"]["rule"] == "mrvl.softmax"
     # The shape arithmetic is gone: folded at conversion time, nothing of it left to run.
     assert all(e["placement"] == "removed" for e in entries.values() if e["op_type"] in SHAPE_OPS)
     # Tokens never go to NHWC and back: one layout_transform into the Conv, one out of it for
