@@ -195,6 +195,8 @@ def _fold_layer_norm_op(graph: gs.Graph, node: gs.Node, done: Rewrites, names: N
         return False
     for fc in fcs:
         _apply(graph, fc, node.outputs[0], gamma, beta.reshape(-1), done, names)
+    normalized = node.outputs[0]   # no longer the model's value: not compared as it
+    normalized.name = names.fresh(f"{normalized.name}_normalized")
     ones = gs.Constant(names.fresh(f"{node.name}_scale_ones"), np.ones(shape[-1], np.float32))
     x = node.inputs[0]
     node.inputs.clear()
@@ -219,7 +221,8 @@ def _apply(graph: gs.Graph, fc: _Fc, n: gs.Tensor, gamma: np.ndarray, beta: np.n
     node.inputs[1] = gs.Constant(names.fresh(f"{node.name}_weight_folded"),
                                  weight.T.copy() if transposed else weight)
     _set_bias(graph, fc, bias, done, names)
-    note = "the LayerNorm's scale folded into its weight, its shift into its bias"
+    note = ("the per-channel scale and shift before it (a pre-norm LayerNorm's) folded into "
+            "its weight and bias")
     done.rewritten[node.name] = _joined(done.rewritten.get(node.name), note)
 
 
@@ -313,14 +316,30 @@ def _fold_scale(node: gs.Node, done: Rewrites, names: Names, outputs: set) -> bo
         return False
     if fc is None or not _rescale(fc, factor, names):
         return False
-    for reader in list(out.outputs):
-        reader.inputs[[i for i, t in enumerate(reader.inputs) if t is out][0]] = x
+    # The values from the FC up to x are now scaled: fresh names, so that no comparison with
+    # the original model takes them for its own; x is now the Mul's result and takes its name.
+    q_end = producer.inputs[0] if _two_activations(producer) else x
+    for value in _values_from(fc, q_end):
+        if value is not x:
+            value.name = names.fresh(f"{value.name}_scaled")
     node.inputs.clear()
     node.outputs.clear()
+    x.inputs[0].outputs[0] = out
     done.merged[node.name] = fc.node.name
     note = f"scaled by {factor:g}, the attention scale {node.op} {node.name} folded in"
     done.rewritten[fc.node.name] = _joined(done.rewritten.get(fc.node.name), note)
     return True
+
+
+def _values_from(fc: _Fc, tensor: gs.Tensor) -> List[gs.Tensor]:
+    """``tensor`` and the values before it back to the FC's product (through Reshape /
+    Transpose, as ``_scaled_fc`` walked them)."""
+    chain = [tensor]
+    while chain[-1].inputs[0] is not fc.node and chain[-1].inputs[0] is not fc.bias_node:
+        chain.append(chain[-1].inputs[0].inputs[0])
+    if fc.bias_node is not None:
+        chain.append(fc.node.outputs[0])
+    return chain
 
 
 def _rescale(fc: _Fc, factor: float, names: Names) -> bool:

@@ -35,7 +35,7 @@ from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
-                                               layer_values, named_copy, names_missing)
+                                               layer_values, named_copy)
 from mrvl_convert.verify.metrics import Worst, top1
 from mrvl_convert.verify.quant_cost import quantization_cost
 from mrvl_convert.verify.reference import (check_model_inputs, element_types, load_model,
@@ -135,11 +135,12 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                       reference=model_label(model))
 
 
-def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> Optional[onnx.ModelProto]:
-    """The model as the converter rewrote it (``float_form.py``), when a layer names a node
-    the model does not have; None otherwise (the model's own nodes map every layer)."""
-    named = named_copy(proto)
-    return mapped_form(named, session) if names_missing(session, named) else None
+def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:
+    """The model as the converter rewrote it (``float_form.py``): a layer of a node its
+    canonicalization added, or of a node whose value a fold changed (``fc_folds.py`` gives that
+    value a new name), finds its tensor there; every other tensor keeps its name and is taken
+    from the model itself."""
+    return mapped_form(named_copy(proto), session)
 
 
 def _layer_row(plan: LayerPlan, worst: Optional[Worst], tols: Tolerances) -> Row:

@@ -57,14 +57,6 @@ def named_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
     return named
 
 
-def names_missing(session: HybridSession, named: onnx.ModelProto) -> bool:
-    """Whether a layer names a source node ``named`` does not have (a node the converter's
-    canonicalization added, or a QDQ node of an int8 layer)."""
-    have = {node.name for node in named.graph.node}
-    return any(n not in have for s in session.stages if s.kind == "mrvl"
-               for spec in s.runner.layers for n in spec.source_nodes)
-
-
 def layer_plans(session: HybridSession, proto: onnx.ModelProto,
                 compared: set, form: Optional[onnx.ModelProto] = None) -> List[LayerPlan]:
     """One plan per Mrvl layer with ONNX source nodes, in run order, leaving out layers whose

@@ -121,7 +121,8 @@ def test_pre_norm_layer_norm_is_folded_within_the_float32_bound(form, swap, gemm
     else:
         assert canonical.merged == {"ln_scale": "fc_bias", "ln_shift": "fc_bias"}
         assert ops["fc_bias"].inputs[0].name == "normalised_out"
-    assert "scale folded into its weight" in canonical.rewritten["fc_plain"]
+    assert "scale and shift before it (a pre-norm LayerNorm's) folded into its weight" in \
+        canonical.rewritten["fc_plain"]
 
 
 def test_matmul_without_bias_gets_one():
@@ -247,5 +248,23 @@ def test_corpus_vit_has_fewer_layers_and_is_one_subgraph_in_tolerance(tmp_path, 
     assert len(merged) == 5 and all(e["placement"] == "mrvl" for e in merged)
     feeds = {"image": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(
         np.float32)}
-    comparison = mrvl_convert.compare(model, folded.out_dir, feeds)
+    comparison = mrvl_convert.compare(model, folded.out_dir, feeds, layers=True)
     assert comparison.passed, json.dumps(comparison.to_dict())[:2000]
+    # Every layer, the rescaled Q FC's included, is judged against what it computes: the
+    # folds' new values against the model as rewritten, the others against the model itself.
+    rows = [r for r in comparison.rows if r.kind == "layer"]
+    assert rows and all(r.passed for r in rows), [r.note for r in rows if not r.passed]
+    assert any(r.tensor.endswith("_scaled") for r in rows)
+
+
+def test_folded_layer_norm_op_is_compared_as_the_normalised_value(tmp_path):
+    b = Builder(opset=17)
+    y = _layer_norm(b, b.input("x", [1, TOKENS, CHANNELS]), "op")
+    model = b.model([_fc(b, y, "fc", True, fout=32)[0]])
+    result = mrvl_convert.convert(model, tmp_path / "art")
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, TOKENS, CHANNELS)).astype(
+        np.float32)}
+    comparison = mrvl_convert.compare(model, result.out_dir, feeds, layers=True)
+    rows = [r for r in comparison.rows if r.kind == "layer"]
+    assert any(r.tensor.endswith("_normalized") for r in rows)
+    assert all(r.passed for r in rows), [(r.tensor, r.max_abs) for r in rows]
