@@ -136,7 +136,7 @@ def test_rank_4_and_other_axes_are_not_rewritten():
 
 @pytest.fixture(scope="module")
 def class_token_vit(tmp_path_factory):
-    model = corpus_transformer.vit_tiny(pool="token", blocks=1)
+    model = corpus_transformer.vit_tiny(pool="token", blocks=1, channels=64, heads=4)
     return model, mrvl_convert.convert(model, tmp_path_factory.mktemp("vit") / "art")
 
 
@@ -181,7 +181,8 @@ def test_class_token_vit_runs_within_fp16_tolerance(class_token_vit):
 
 
 def test_mean_pooled_vit_is_still_one_mrvl_subgraph(tmp_path):
-    result = mrvl_convert.convert(corpus_transformer.vit_tiny(pool="mean", blocks=1), tmp_path)
+    result = mrvl_convert.convert(corpus_transformer.vit_tiny(pool="mean", blocks=1, channels=64,
+                                                           heads=4), tmp_path)
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
     assert not [e for e in result.report["nodes"] if e["placement"] == "cpu"]
     assert "StridedSlice" not in {n["attrs"]["layer_name"][0] for n in layers(result)}

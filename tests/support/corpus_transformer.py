@@ -1,15 +1,18 @@
 """Transformer models for the partition corpus, written as torch.onnx writes them (seeded random
-weights, batch 1, fixed shapes).
+weights, batch 1, fixed shapes). The widths are the published models' (ViT-Ti, BERT-Tiny, SVTR-T's
+first stage); ``benchmarks/bench_transformer_width.py`` runs narrower and wider ones.
 
-- ``vit_tiny``: 3x32x32 image, 4x4 patch-embedding Conv, 64 tokens of 64 channels, position
+- ``vit_tiny``: 3x32x32 image, 4x4 patch-embedding Conv, 64 patch tokens of 192 channels
+  (ViT-Ti's width: 3 heads of 64, as timm's ``vit_tiny_patch16_224`` and DeiT-Ti), position
   embedding Add, 4 encoder blocks (decomposed LayerNorm: ReduceMean, Sub, Pow, ReduceMean, Add
-  eps, Sqrt, Div, Mul gamma, Add beta; 4-head attention with separate Q, K, V linears, head
+  eps, Sqrt, Div, Mul gamma, Add beta; attention with separate Q, K, V linears, head
   split Reshape/Transpose, Q.K^T, Mul by the scale, Softmax, .V, merge; Erf GELU MLP), final
   LayerNorm, head FC. ``pool="token"`` (the default, as timm): a class token Parameter
   expanded to the batch (Shape -> Gather -> Unsqueeze -> Concat -> Expand) and Concat-ed before
   the patch tokens, the head reading token 0 (Gather axis 1); ``pool="mean"``: mean over tokens.
-- ``bert_tiny``: one BERT layer, opset 17: int64 ``input_ids`` and ``attention_mask``, word and
-  position embedding Gathers, the LayerNormalization op, the additive mask
+- ``bert_tiny``: one BERT layer of BERT-Tiny's width (hidden 128, 2 heads, FFN 512, as
+  ``google/bert_uncased_L-2_H-128_A-2``), 16 tokens, opset 17: int64 ``input_ids`` and
+  ``attention_mask``, word and position embedding Gathers, the LayerNormalization op, the additive mask
   ((1 - mask) * -10000 as [B, 1, 1, T]), attention (scores Div by sqrt(depth)), Erf GELU FFN.
 - ``svtr_mix``: an SVTR mixing block: depthwise 3x3 Conv (local mixing) on [B, C, H, W],
   flattened to tokens [B, HW, C], LayerNorm, 2-head attention (global mixing), Erf GELU MLP.
@@ -141,7 +144,7 @@ class Tokens:
         return self.b.model([output], name=name, shapes={output: list(shape)})
 
 
-def vit_tiny(seed: int = 0, channels: int = 64, heads: int = 4, blocks: int = 4,
+def vit_tiny(seed: int = 0, channels: int = 192, heads: int = 3, blocks: int = 4,
              pool: str = "token") -> onnx.ModelProto:
     """``pool``: "token", timm's class token (prepended, read back by the head) or "mean"."""
     t, patch, image, classes = Tokens(seed), 4, 32, 10
@@ -170,7 +173,7 @@ def vit_tiny(seed: int = 0, channels: int = 64, heads: int = 4, blocks: int = 4,
     return t.model(y, [1, classes], "vit_tiny")
 
 
-def bert_tiny(seed: int = 0, channels: int = 64, heads: int = 4) -> onnx.ModelProto:
+def bert_tiny(seed: int = 0, channels: int = 128, heads: int = 2) -> onnx.ModelProto:
     t, tokens = Tokens(seed, opset=17), BERT_TOKENS
     for name in TOKEN_INPUTS:
         t.b.input(name, [1, tokens], TensorProto.INT64)
