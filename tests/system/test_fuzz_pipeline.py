@@ -414,6 +414,7 @@ def test_convert_properties_of_transformer_blocks(gm, policy):
     again = transformer_from_spec(gm.spec)
     assert again.model.SerializeToString() == gm.model.SerializeToString()
     event(f"layer norm {gm.spec['ln']}, gelu {gm.spec['gelu']}")
+    event(f"class tokens {gm.spec.get('cls', 0)}, output {gm.spec.get('read', 'all')}")
     report = check_pipeline(gm, policy)
     assert report is not None, "a valid transformer block was refused"
     on_cpu = [(e.get("name_in_model", e["name"]), e["op_type"], e.get("reason", ""))

@@ -1,7 +1,8 @@
 """Random transformer blocks for the pipeline properties: rank-3 token tensors [1, T, C],
 attention with 1-4 heads, LayerNorm as the op or decomposed, GELU in its Erf and tanh forms or
 as the Gelu op, residuals or none, pre- or post-norm, shape arithmetic constant or as exporters
-write it (Shape -> Gather -> Unsqueeze -> Concat), tokens given or made by a patch-embedding Conv.
+write it (Shape -> Gather -> Unsqueeze -> Concat), tokens given or made by a patch-embedding Conv,
+0-2 constant class tokens prepended (ViT, DeiT), every token or token 0 alone as the output.
 
 ``transformer_models()`` draws a spec (a flat JSON-able dict); ``transformer_from_spec(spec)``
 builds the model and feeds from it alone, so a falsifying example hypothesis prints
@@ -86,6 +87,16 @@ class _Block(Tokens):
             return super().dim(tensor, axis)
         return 1 if axis == 0 else self.sizes[axis]
 
+    def class_tokens(self, x: str, count: int, channels: int) -> str:
+        """torch.cat((tokens.expand(B, -1, -1), x), dim=1): ViT's class token, or DeiT's class
+        and distillation tokens."""
+        tokens = self.weight(1, count, channels, scale=0.5)
+        if self.spec["shape_arithmetic"]:
+            size = self.op("Concat", [self.unsqueezed(super().dim(x, 0)),
+                                      self.const(np.array([count, channels], np.int64))], axis=0)
+            tokens = self.op("Expand", [tokens, size])
+        return self.op("Concat", [tokens, x], axis=1)
+
     def finish(self, output: str, shape: Sequence[int]) -> onnx.ModelProto:
         return self.b.model([output], name="transformer", shapes={output: list(shape)},
                             ir_version=OPSET_IR[self.spec["opset"]])
@@ -109,10 +120,16 @@ def transformer_from_spec(spec: dict) -> TransformerModel:
     block = _Block(spec)
     channels = spec["heads"] * spec["depth"]
     x = _tokens_in(block, spec)
-    block.sizes = {1: spec["tokens"]}
+    tokens = spec["tokens"] + spec.get("cls", 0)
+    if spec.get("cls"):
+        x = block.class_tokens(x, spec["cls"], channels)
+    block.sizes = {1: tokens}
     for _ in range(spec["blocks"]):
         x = _encoder(block, spec, x, channels)
-    model = block.finish(x, [1, spec["tokens"], channels])
+    shape = [1, tokens, channels]
+    if spec.get("read") == "token":   # the head's x[:, 0]
+        x, shape = block.op("Gather", [x, block.const(np.array(0, np.int64))], axis=1), [1, channels]
+    model = block.finish(x, shape)
     feeds = _feeds(model, spec["seed"])
     return TransformerModel(model, feeds, _describe(spec), spec)
 
@@ -168,6 +185,8 @@ def transformer_models(draw, max_blocks: int = 2) -> TransformerModel:
         "pre_norm": draw(st.booleans(), label="pre-norm"),
         "divide": draw(st.booleans(), label="scale by Div"),
         "shape_arithmetic": draw(st.booleans(), label="shape arithmetic"),
+        "cls": draw(st.sampled_from([0, 0, 1, 2]), label="class tokens"),
+        "read": draw(st.sampled_from(["all", "token"]), label="output"),
     }
     return transformer_from_spec(spec)
 
