@@ -11,17 +11,11 @@ import pytest
 import mrvl_convert
 from mrvl_convert.frontend.canonicalize import canonicalize
 from mrvl_convert.frontend.load import load_model
-from support.models import Builder, run_ort
+from support.models import Builder, canonicalized, run_ort
 
 SHAPE = [1, 4, 5, 5]
 
 
-def _canonical_model(model):
-    canonical = canonicalize(load_model(model))
-    proto = gs.export_onnx(canonical.graph, do_type_check=False)
-    proto.ir_version = 8
-    proto.opset_import[0].version = model.opset_import[0].version
-    return canonical, proto
 
 
 def _feed(n_inputs=1, seed=0):
@@ -37,7 +31,7 @@ def _feed(n_inputs=1, seed=0):
 
 
 def _same(model, n_inputs=1, *, signed_zero_may_differ=False):
-    canonical, rewritten = _canonical_model(model)
+    canonical, rewritten = canonicalized(model)
     feeds = _feed(n_inputs)
     want = run_ort(model, feeds)
     got = run_ort(rewritten, feeds)
@@ -181,7 +175,7 @@ def test_reshape_to_batch_features_becomes_flatten(tmp_path):
     canonical = canonicalize(load_model(model))
     ops = {n.name: n.op for n in canonical.graph.nodes}
     assert ops == {"reshape": "Flatten", "batch_changed": "Reshape"}
-    _, rewritten = _canonical_model(model)
+    _, rewritten = canonicalized(model)
     x_val = np.random.default_rng(0).standard_normal([2, 4, 3, 3]).astype(np.float32)
     want, got = run_ort(model, {"x0": x_val}), run_ort(rewritten, {"x0": x_val})
     assert all(want[k].tobytes() == got[k].tobytes() for k in want)

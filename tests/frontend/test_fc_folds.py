@@ -9,17 +9,14 @@ from typing import Dict, Optional, Tuple
 
 import numpy as np
 import onnx
-import onnx_graphsurgeon as gs
 import pytest
 from onnx import numpy_helper
 
 import mrvl_convert
 import mrvl_convert.frontend.canonicalize as canonicalize_module
-from mrvl_convert.frontend.canonicalize import canonicalize
-from mrvl_convert.frontend.load import load_model
 from support import corpus_transformer
 from support.layer_chains import convert_and_compare, layers
-from support.models import Builder, run_ort
+from support.models import Builder, canonicalized, run_ort
 
 TOKENS, CHANNELS, EPS = 6, 16, 1e-5
 U32 = 2.0 ** -24
@@ -28,12 +25,6 @@ GAMMA = (1 + 0.5 * RNG.standard_normal(CHANNELS)).astype(np.float32)
 BETA = (0.5 * RNG.standard_normal(CHANNELS)).astype(np.float32)
 
 
-def _rewritten(model: onnx.ModelProto):
-    canonical = canonicalize(load_model(model))
-    proto = gs.export_onnx(canonical.graph, do_type_check=False)
-    proto.ir_version = 8
-    proto.opset_import[0].version = model.opset_import[0].version
-    return canonical, proto
 
 
 def _x(shape) -> Dict[str, np.ndarray]:
@@ -110,7 +101,7 @@ def _wrong_shift(proto: onnx.ModelProto) -> onnx.ModelProto:
                                               ("op", False, False), ("op", False, True)])
 def test_pre_norm_layer_norm_is_folded_within_the_float32_bound(form, swap, gemm):
     model, fcs, shape = _pre_norm(form, swap, gemm)
-    canonical, proto = _rewritten(model)
+    canonical, proto = canonicalized(model)
     assert _within(model, proto, fcs, shape)
     assert not _within(model, _wrong_shift(proto), fcs, shape)   # the bound can fail
     ops = {n.name: n for n in canonical.graph.nodes}
@@ -127,7 +118,7 @@ def test_pre_norm_layer_norm_is_folded_within_the_float32_bound(form, swap, gemm
 
 def test_matmul_without_bias_gets_one():
     model, _, _ = _pre_norm("decomposed")
-    canonical, _ = _rewritten(model)
+    canonical, _ = canonicalized(model)
     ops = {n.name: n for n in canonical.graph.nodes}
     [added] = [n for n, origin in canonical.derived.items() if origin == "fc_plain"]
     assert ops[added].op == "Add" and ops[added].inputs[0] is ops["fc_plain"].outputs[0]
@@ -136,7 +127,7 @@ def test_matmul_without_bias_gets_one():
 
 
 def _untouched(model: onnx.ModelProto):
-    canonical, _ = _rewritten(model)
+    canonical, _ = canonicalized(model)
     assert not canonical.merged, canonical.merged
     assert not any("folded" in v for v in canonical.rewritten.values()), canonical.rewritten
 
@@ -187,7 +178,7 @@ def _attention(op: str = "Mul", c: float = 0.25, extra_q_reader: bool = False,
 
 
 def _exact(model: onnx.ModelProto):
-    canonical, proto = _rewritten(model)
+    canonical, proto = canonicalized(model)
     feeds = _x([1, TOKENS, CHANNELS])
     want, got = run_ort(model, feeds), run_ort(proto, feeds)
     for name, value in want.items():

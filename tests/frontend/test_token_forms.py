@@ -12,25 +12,16 @@ from __future__ import annotations
 import json
 
 import numpy as np
-import onnx_graphsurgeon as gs
 import pytest
 
 import mrvl_convert
-from mrvl_convert.frontend.canonicalize import canonicalize
-from mrvl_convert.frontend.load import load_model
 from support import corpus_transformer
 from support.layer_chains import layers, the_layer
-from support.models import Builder, run_ort
+from support.models import Builder, canonicalized, run_ort
 
 TOKENS, CHANNELS = 6, 5
 
 
-def _rewritten(model):
-    canonical = canonicalize(load_model(model))
-    proto = gs.export_onnx(canonical.graph, do_type_check=False)
-    proto.ir_version = 8
-    proto.opset_import[0].version = model.opset_import[0].version
-    return canonical, proto
 
 
 def _feed(batch: int):
@@ -42,7 +33,7 @@ def _feed(batch: int):
 
 
 def _same(model, batch: int = 1):
-    canonical, rewritten = _rewritten(model)
+    canonical, rewritten = canonicalized(model)
     feeds = _feed(batch)
     want, got = run_ort(model, feeds), run_ort(rewritten, feeds)
     for name, value in want.items():
@@ -103,7 +94,7 @@ def test_token_gather_is_exact(index, expected):
 
 
 def _untouched(model):
-    canonical, _ = _rewritten(model)
+    canonical, _ = canonicalized(model)
     assert not canonical.rewritten, canonical.rewritten
     return canonical
 

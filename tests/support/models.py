@@ -173,3 +173,18 @@ def conv_then_cpu_tail(relu_name: str = "relu") -> onnx.ModelProto:
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], [w, m])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def canonicalized(model: onnx.ModelProto):
+    """The converter's canonical graph of ``model`` and that graph as a ``ModelProto``
+    onnxruntime runs, to compare a rewrite with the original."""
+    import onnx_graphsurgeon as gs
+
+    from mrvl_convert.frontend.canonicalize import canonicalize
+    from mrvl_convert.frontend.load import load_model
+
+    canonical = canonicalize(load_model(model))
+    proto = gs.export_onnx(canonical.graph, do_type_check=False)
+    proto.ir_version = 8
+    proto.opset_import[0].version = model.opset_import[0].version
+    return canonical, proto
