@@ -19,6 +19,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import tempfile
@@ -135,8 +136,12 @@ class StagingDir:
         try:
             parent.mkdir(parents=True, exist_ok=True)
             clean_stale(parent, self.out_dir.name)
-            self.path = Path(tempfile.mkdtemp(prefix=_prefix(self.out_dir.name, "tmp"),
-                                              dir=parent))
+            for self.path in _fresh_names(parent, _prefix(self.out_dir.name, "tmp")):
+                try:   # named before it exists: a Ctrl-C right after mkdir still finds it
+                    os.mkdir(self.path, 0o700)
+                    break
+                except FileExistsError:
+                    continue
         except OSError as exc:
             _restore_sigterm(self._previous_sigterm)
             raise OutputDirError(f"cannot write the output directory {self.out_dir}: "
@@ -307,6 +312,13 @@ def _catch_sigterm() -> object:
 def _restore_sigterm(previous: object) -> None:
     if previous is not None:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _fresh_names(parent: Path, prefix: str) -> Iterator[Path]:
+    """Candidate staging paths, random as ``tempfile.mkdtemp``'s."""
+    for _ in range(tempfile.TMP_MAX):
+        yield parent / f"{prefix}{secrets.token_hex(4)}"
+    raise FileExistsError(f"no free staging name {prefix}* in {parent}")
 
 
 def _prefix(name: str, kind: str) -> str:

@@ -7,7 +7,7 @@
   ``W' = gamma[:, None] * W`` and ``b' = b + beta @ W`` (float64, stored float32); a MatMul
   without a bias Add gets one (listed in ``derived``). The Mul and Add are listed in ``merged``
   with the first FC. The opset-17 ``LayerNormalization`` op the same way: its Scale becomes
-  ones and its bias absent, and ``layers/layer_norm.py`` then emits neither the Mul2D(scale)
+  ones and its bias zeros, and ``layers/layer_norm.py`` then emits neither the Mul2D(scale)
   nor the Sum2D(bias) (9 -> 7 layers). A y that feeds anything else (a post-norm block's
   residual Add) is left as it is.
 - **A power-of-two attention scale.** ``Mul(MatMul(q, k), c)`` or ``Div(MatMul(q, k), c)`` with
@@ -33,6 +33,11 @@ float32, 2**-11 in fp16):
   or overflow is not folded, but an activation (a score) that was normal before may come out
   subnormal (rounded) or overflow in the scaled FC where the original only reached that range
   after the Mul; with c <= 1 and fp16 scores near 2**-14 this can flush a tiny score.
+
+A value whose meaning a fold changes (the LayerNorm op's output, the scaled Q path) gets a new
+name, and the value that now equals the model's (the scores after the scale) takes the old one:
+``compare(..., layers=True)`` then judges each layer against the model as rewritten
+(``verify/float_form.py``), never against the original's tensor of the same name.
 """
 from __future__ import annotations
 
@@ -188,7 +193,7 @@ def _fold_layer_norm_op(graph: gs.Graph, node: gs.Node, done: Rewrites, names: N
     beta = np.zeros(shape[-1], np.float32) if bias_t is None else _float32(bias_t)
     if gamma is None or beta is None or gamma.shape != (shape[-1],) or beta.size != shape[-1]:
         return False
-    if bias_t is None and np.all(gamma == 1):
+    if np.all(gamma == 1) and not np.any(beta):
         return False   # nothing to fold
     fcs = _readers(node.outputs[0], outputs)
     if fcs is None or any(fc.weight.shape[0] != shape[-1] for fc in fcs):
@@ -198,12 +203,15 @@ def _fold_layer_norm_op(graph: gs.Graph, node: gs.Node, done: Rewrites, names: N
     normalized = node.outputs[0]   # no longer the model's value: not compared as it
     normalized.name = names.fresh(f"{normalized.name}_normalized")
     ones = gs.Constant(names.fresh(f"{node.name}_scale_ones"), np.ones(shape[-1], np.float32))
+    # The bias stays, as zeros: onnxruntime 1.18 aborts (an out-of-range input index in a
+    # fusion) creating a session whose LayerNormalization without bias feeds MatMul and Add.
+    zeros = gs.Constant(names.fresh(f"{node.name}_bias_zeros"), np.zeros(shape[-1], np.float32))
     x = node.inputs[0]
     node.inputs.clear()
-    node.inputs.extend([x, ones])
+    node.inputs.extend([x, ones, zeros])
     done.rewritten[node.name] = (
-        "LayerNormalization's scale and bias folded into the FCs reading it (scale ones, no "
-        f"bias): {', '.join(fc.node.name for fc in fcs)}")
+        "LayerNormalization's scale and bias folded into the FCs reading it (scale ones, bias "
+        f"zeros): {', '.join(fc.node.name for fc in fcs)}")
     return True
 
 

@@ -13,7 +13,7 @@ and bias into the FCs reading it), each as its codegen function writes it:
     r = Rsqrt(v)               CreateCompositeMrvlActivationLayer
     n = Mul2D(d, r)            (r broadcasts into d)
     n = Mul2D(n, gamma)        (none when gamma is all ones: x * 1 is x)
-    y = Sum2D(n, beta)         (none when the op has no bias)
+    y = Sum2D(n, beta)         (none when the bias is absent or zeros)
 
 The decomposed form exporters write (ReduceMean, Sub, Pow 2 or Mul(d, d), ReduceMean, Add eps,
 Sqrt, Div, Mul gamma, Add beta) maps node by node to the same layers; its one gap was
@@ -85,11 +85,12 @@ def lower_layer_norm(composite: Composite, ctx: LayoutContext) -> None:
     eps = np.float32(attr(node, "epsilon", 1e-5))
     scale = const_value(node.inputs[1]).astype(np.float32)
     bias_t = present(node, 2)
-    # x * 1 and x + 0 are exact: a scale of ones (and an absent bias), as fc_folds.py leaves
-    # after folding them into the FCs, emit no layer.
+    # x * 1 and x + 0 are exact: a scale of ones and a bias of zeros (or none), as fc_folds.py
+    # leaves them after folding them into the FCs, emit no layer.
     tail = [] if np.all(scale == 1) else [("Mul2D", scale)]
-    if bias_t is not None:
-        tail.append(("Sum2D", const_value(bias_t).astype(np.float32)))
+    bias = None if bias_t is None else const_value(bias_t).astype(np.float32)
+    if bias is not None and np.any(bias):   # x + 0 is x (up to the sign of a zero)
+        tail.append(("Sum2D", bias))
     m = chain.layer("ReduceMean", [xi], [full], narrow, mean)
     d = chain.layer("Sub", [xi, m], [full, narrow], full, _NONE)
     q = chain.layer("Mul2D", [d, d], [full, full], full, _NONE)
