@@ -452,8 +452,15 @@ def test_7_read_only_output_that_exists(tmp_path, monkeypatch, capsys):
     model = bm.save(bm.small_cnn(), tmp_path / "m.onnx")
     out = tmp_path / "out"
     out.mkdir()
+    real_mkdir = os.mkdir
+
+    def erofs_inside_out(path, *args, **kwargs):   # the staging directory is an os.mkdir
+        if str(path).startswith(str(out)):
+            erofs()
+        return real_mkdir(path, *args, **kwargs)
     monkeypatch.setattr(tempfile, "mkdtemp", erofs)
     monkeypatch.setattr(tempfile, "mkstemp", erofs)
+    monkeypatch.setattr(os, "mkdir", erofs_inside_out)
     assert cli_main([str(model), "-o", str(out), "-j", "1", "-q"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "Read-only file system" in err
