@@ -10,7 +10,7 @@ layout_transform follows it. The contract is upstream TVM v0.19's
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -32,25 +32,27 @@ def _no_attrs(node: gs.Node) -> Dict[str, Any]:
     return {}
 
 
-def _flatten_feeds_fc_only(composite: Composite, ctx: LayoutContext) -> bool:
+def _read_only_by(composite: Composite, ctx: LayoutContext, layer: str,
+                  readers: Callable[[Composite], Iterable[gs.Node]]) -> bool:
+    """Whether the output stays in the stage and every node reading it reads it as its first
+    input and is one of ``readers`` of a ``layer`` composite of the stage."""
     out = composite.output
     if out.name in {t.name for t in ctx.stage.outputs}:
         return False
-    consumers = out.outputs
-    fc_nodes = {u.composite.binding.node("fc").name for u in ctx.stage.units
-                if u.composite is not None and u.composite.rule.layer == "FC"}
-    return bool(consumers) and all(c.name in fc_nodes and c.inputs[0] is out for c in consumers)
+    allowed = {n.name for u in ctx.stage.units
+               if u.composite is not None and u.composite.rule.layer == layer
+               for n in readers(u.composite)}
+    return bool(out.outputs) and all(c.name in allowed and c.inputs[0] is out
+                                     for c in out.outputs)
+
+
+def _flatten_feeds_fc_only(composite: Composite, ctx: LayoutContext) -> bool:
+    return _read_only_by(composite, ctx, "FC", lambda fc: [fc.binding.node("fc")])
 
 
 def _feeds_conv_only(composite: Composite, ctx: LayoutContext) -> bool:
-    out = composite.output
-    if out.name in {t.name for t in ctx.stage.outputs}:
-        return False
-    conv_nodes = {n.name for u in ctx.stage.units
-                  if u.composite is not None and u.composite.rule.layer == "Conv2D"
-                  for n in u.composite.nodes}
-    return bool(out.outputs) and all(c.name in conv_nodes and c.inputs[0] is out
-                                     for c in out.outputs)
+    # Any node of the composite: a Pad fused into the Conv2D is what reads the image.
+    return _read_only_by(composite, ctx, "Conv2D", lambda conv: conv.nodes)
 
 
 def _out_perm(composite: Composite, ctx: LayoutContext, shape: Sequence[int]) -> tuple:
