@@ -77,7 +77,7 @@ def _float_const(tensor: Optional[gs.Tensor]) -> Optional[np.ndarray]:
     return value if np.issubdtype(value.dtype, np.floating) else None
 
 
-def _split_const(node: gs.Node):
+def split_const(node: gs.Node):
     """(activation, constant value) of a binary op with exactly one float constant operand."""
     if len(node.inputs) != 2:
         return None, None, None
@@ -125,7 +125,7 @@ def _to_relu(node: gs.Node, act: gs.Tensor, done: Rewrites, what: str) -> None:
 
 
 def _max(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
-    act, _, value = _split_const(node)
+    act, _, value = split_const(node)
     if act is not None and value.size and not np.any(value):
         _to_relu(node, act, done, "Max(x, 0)")
 
@@ -160,7 +160,7 @@ def _clip(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: i
 
 
 def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
-    act, _, value = _split_const(node)
+    act, _, value = split_const(node)
     if act is None or not value.size or not np.all(value == 6.0) or len(act.inputs) != 1:
         return
     relu = act.inputs[0]
@@ -184,7 +184,7 @@ def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: in
 
 
 def _sub(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
-    act, const, value = _split_const(node)
+    act, const, value = split_const(node)
     if act is None or node.inputs[0] is not act:
         return  # c - x would need a Neg
     negated = gs.Constant(names.fresh(f"{const.name}_negated"), np.asarray(np.negative(value)))
@@ -194,7 +194,7 @@ def _sub(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: in
 
 
 def _div(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
-    act, const, value = _split_const(node)
+    act, const, value = split_const(node)
     if act is None or node.inputs[0] is not act:
         return
     with np.errstate(divide="ignore", over="ignore"):

@@ -48,7 +48,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, split_const
 
 _PASS_THROUGH = ("Reshape", "Transpose")
 
@@ -93,14 +93,10 @@ def _float32(tensor: Optional[gs.Tensor]) -> Optional[np.ndarray]:
 
 
 def _split(node: gs.Node):
-    """(the activation, the constant's value) of a two-input node with one float32 constant."""
-    if len(node.inputs) != 2:
-        return None
-    for i in (0, 1):
-        value = _float32(node.inputs[1 - i])
-        if value is not None and not is_const(node.inputs[i]):
-            return node.inputs[i], value
-    return None
+    """(the activation, the constant's value) of a two-input node with one float32 constant
+    that does not broadcast the activation (``canonical_forms.split_const``)."""
+    act, _, value = split_const(node)
+    return (act, value) if act is not None and value.dtype == np.float32 else None
 
 
 def _bias_of(out: gs.Tensor, size: int, outputs: set):
