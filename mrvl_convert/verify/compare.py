@@ -83,7 +83,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     present = _tensor_names(proto)
     judged = [s for s in specs if s.name in present]
     form = _rewritten(session, proto) if layers else None
-    plans = layer_plans(session, proto, {s.name for s in specs}, form) if layers else []
+    plans = layer_plans(session, form, {s.name for s in specs}) if layers else []
     traced = [p for p in plans if not p.skip]
     own = [p.tensor for p in traced if p.tensor in present]
     added = [p.tensor for p in traced if p.tensor not in present]  # only the rewrite has them

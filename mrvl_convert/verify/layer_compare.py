@@ -57,14 +57,14 @@ def named_copy(proto: onnx.ModelProto) -> onnx.ModelProto:
     return named
 
 
-def layer_plans(session: HybridSession, proto: onnx.ModelProto,
-                compared: set, form: Optional[onnx.ModelProto] = None) -> List[LayerPlan]:
+def layer_plans(session: HybridSession, form: onnx.ModelProto,
+                compared: set) -> List[LayerPlan]:
     """One plan per Mrvl layer with ONNX source nodes, in run order, leaving out layers whose
     tensor is already in ``compared`` (boundary tensors, outputs, an earlier layer's).
     ``form``: the model as the converter rewrote it (``float_form.mapped_form``), whose nodes
-    are looked up instead, so a layer of a node canonicalization added maps to its tensor."""
-    named = form if form is not None else named_copy(proto)
-    nodes = list(named.graph.node)
+    are looked up, so a layer of a node canonicalization added, or of a node whose value a fold
+    changed, maps to its tensor."""
+    nodes = list(form.graph.node)
     position = {node.name: k for k, node in enumerate(nodes)}
     producer = {out: node for node in nodes for out in node.output}
     seen = set(compared)
