@@ -17,8 +17,9 @@ Only exact rewrites happen here, so a CPU subgraph cut from this graph computes 
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
 (``token_forms.py``), differ only in the sign of a zero (onnxruntime's Relu keeps -0, its Max
 gives +0; its Conv turns -0 into +0), and the LayerNorm fold of ``fc_folds.py``, exact in real
-arithmetic but rounded differently (its bound is in that module). Other fusions that change rounding (BatchNormalization into Conv) happen when a rule
-lowers a composite onto the accelerator, never on a CPU path.
+arithmetic but rounded differently (its bound is in that module). Other fusions that change
+rounding (BatchNormalization into Conv) happen when a rule lowers a composite onto the
+accelerator, never on a CPU path.
 """
 from __future__ import annotations
 
@@ -86,11 +87,10 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
-    # After the shapes that depended on folded values are known: the token rewrites need them.
-    if rewrite_tokens(graph, _opset(loaded), forms):
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    # After shapes too: the folds check the activations' shapes and read constant head splits.
-    if fold_into_fcs(graph, forms):
+    # After the shapes that depended on folded values are known: the token rewrites and the
+    # folds check the activations' shapes (and the folds read constant head splits).
+    tokens = rewrite_tokens(graph, _opset(loaded), forms)
+    if fold_into_fcs(graph, forms) or tokens:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")

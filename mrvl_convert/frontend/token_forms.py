@@ -80,7 +80,7 @@ def _token_const(lead: List[np.ndarray], x_shape: List[int], trail: List[np.ndar
     batch, tokens, channels = x_shape
     const = np.full((batch, _rows(lead) + tokens + _rows(trail), channels), -0.0, dtype)
     row = 0
-    for i, value in enumerate([*lead, None, *trail]):
+    for value in [*lead, None, *trail]:
         size = tokens if value is None else value.shape[1]
         if value is not None:
             const[:, row:row + size] = value
