@@ -22,10 +22,10 @@ Sqrt, Div, Mul gamma, Add beta) maps node by node to the same layers; its one ga
 
 Each layer rounds to fp16 once; the lowering rewrites nothing in the ONNX graph, so a LayerNorm
 left on CPU computes what the model does (apart from ``fc_folds.py``, which moves a pre-norm
-LayerNorm's scale and bias into the FCs after it, within the bound stated there). fp16 range: every layer stays finite while each
-|x - mean(x)| <= 255 along the normalised axis (then d * d <= 65025 < 65504, and their mean is
-no larger); r <= 1 / sqrt(epsilon), and |d * r| <= sqrt(C) for C normalised values, since
-d**2 <= C * var. Past that bound d * d overflows and the simulator warns (Fp16RangeWarning).
+LayerNorm's scale and bias into the FCs after it, within the bound stated there). fp16 range:
+every layer stays finite while each |x - mean(x)| <= 255 along the normalised axis (then
+d * d <= 65025 < 65504, and their mean is no larger); r <= 1 / sqrt(epsilon), and
+|d * r| <= sqrt(C) for C normalised values, since d**2 <= C * var. Past that bound d * d overflows and the simulator warns (Fp16RangeWarning).
 An epsilon below fp16's smallest normal (2**-14) is held as a subnormal, on a grid of 2**-24.
 """
 from __future__ import annotations

@@ -29,8 +29,9 @@ def session_options(threads: int, log_severity: int = QUIET, spin: bool = False)
     """The options of every session the hybrid runs (segments and CPU stages): ``threads``
     intra-op workers that sleep when idle (a spinning pool left behind by one session would take
     the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only.
-    No memory pattern (see below). ``spin``: the workers may spin between parallel sections, as onnxruntime's default, for a
-    session that runs alone (nothing else in the call to take the cores from)."""
+    No memory pattern (see below). ``spin``: the workers may spin between parallel sections,
+    as onnxruntime's default, for a session that runs alone (nothing else in the call to take
+    the cores from)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -44,9 +45,8 @@ def session_options(threads: int, log_severity: int = QUIET, spin: bool = False)
     options.add_session_config_entry("session.force_spinning_stop", "1")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     # No memory pattern: its one block, planned over every value of a segment (a Cast pair per
-    # rounded layer makes three per layer), comes on top of the arena chunks of the first run;
-    # on ResNet-50 it was a quarter of the hybrid's peak and bought no measured speed
-    # (docs/BENCHMARKS.md, "Memory").
+    # rounded layer makes three per layer), comes on top of the arena chunks of the first run:
+    # it raised the hybrid's peak and bought no measured speed (docs/BENCHMARKS.md, "Memory").
     options.enable_mem_pattern = False
     return options
 
