@@ -6,7 +6,8 @@ constant subgraphs are folded (by onnxruntime, so the values are the ones the ru
 compute) within the bounds of ``folding.py`` (a node beyond them stays, listed in ``kept``),
 shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``),
 Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
-one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``),
+one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``;
+a packed Q/K/V head split through 5-D tensors: ``packed_qkv.py``),
 a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are folded into the
 FC that reads them (``fc_folds.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
@@ -35,6 +36,7 @@ from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, verbose_requested
 from mrvl_convert.frontend.load import LoadedModel
+from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
@@ -90,7 +92,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
-    if fold_into_fcs(graph, forms) or tokens:
+    heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
+    if fold_into_fcs(graph, forms) or tokens or heads:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")

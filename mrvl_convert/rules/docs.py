@@ -41,6 +41,10 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "after [B, T, C] on the token axis becomes Unsqueeze, a 1x1 Conv padding the rows, "
         "Squeeze and an Add of the tokens; a Gather of one token becomes Slice and Squeeze "
         "(`frontend/token_forms.py`).",
+        "A packed Q/K/V head split through 5-D tensors (Reshape to [B, N, 3, H, d], Transpose "
+        "[2, 0, 3, 1, 4], Slice and Squeeze of each piece, as PaddlePaddle exports attention) "
+        "becomes, per piece, a Slice of the last axis, Reshape to [B, N, H, d] and Transpose "
+        "[0, 2, 1, 3], exactly (`frontend/packed_qkv.py`).",
         "A pre-norm LayerNorm's scale and shift (the Mul and Add of the decomposed form, or the "
         "LayerNormalization op's Scale and B) are folded into the MatMul / Gemm FCs that alone "
         "read it, W' = gamma * W and b' = b + beta @ W, before matching (`frontend/fc_folds.py`).",

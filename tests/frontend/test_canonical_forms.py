@@ -16,8 +16,6 @@ from support.models import Builder, canonicalized, run_ort
 SHAPE = [1, 4, 5, 5]
 
 
-
-
 def _feed(n_inputs=1, seed=0):
     rng = np.random.default_rng(seed)
     # Wide range, both signs, exact zeros of both signs, and non-finite values.

@@ -25,8 +25,6 @@ GAMMA = (1 + 0.5 * RNG.standard_normal(CHANNELS)).astype(np.float32)
 BETA = (0.5 * RNG.standard_normal(CHANNELS)).astype(np.float32)
 
 
-
-
 def _x(shape) -> Dict[str, np.ndarray]:
     return {"x": (np.random.default_rng(3).standard_normal(shape) * 3 + 1).astype(np.float32)}
 

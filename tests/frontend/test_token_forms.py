@@ -22,8 +22,6 @@ from support.models import Builder, canonicalized, run_ort
 TOKENS, CHANNELS = 6, 5
 
 
-
-
 def _feed(batch: int):
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((batch, TOKENS, CHANNELS)) * 10.0 ** rng.integers(

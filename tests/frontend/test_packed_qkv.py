@@ -1,0 +1,72 @@
+"""The packed Q/K/V head split (frontend/packed_qkv.py), as PaddlePaddle exports attention
+(PP-OCRv4's SVTR recognizer): the rewrite computes bit for bit what the original computes on
+onnxruntime, the splits it does not describe stay as they were, and the attention block converts
+as one Mrvl subgraph where the 5-D split used to be cut to CPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mrvl_convert
+from support.models import Builder, canonicalized, run_ort
+
+TOKENS, HEADS, DEPTH = 6, 2, 4
+WIDTH = HEADS * DEPTH
+
+
+def _attention(opset: int = 13, step: int = 1, extra_reader: bool = False,
+               perm=(2, 0, 3, 1, 4)):
+    """qkv FC, Reshape [B, N, 3, H, d], Transpose, Slice + Squeeze per piece, q k^T, Softmax,
+    times v, merged back to [B, N, C]."""
+    b = Builder(opset=opset)
+    x = b.input("x", [1, TOKENS, WIDTH])
+    qkv = b.matmul_add(x, WIDTH, 3 * WIDTH)
+    five = b.op("Reshape", [qkv, b.const(np.array([0, TOKENS, 3, HEADS, DEPTH], np.int64))])
+    packed = b.op("Transpose", [five], name="split", perm=list(perm))
+    pieces = []
+    for i in range(3):
+        bounds = [b.const(np.array([v], np.int64)) for v in (i, i + 1, 0, step)]
+        piece = b.op("Slice", [packed, *bounds], name=f"slice{i}")
+        squeeze = ([b.const(np.array([0], np.int64))], {}) if opset >= 13 else ([], {"axes": [0]})
+        pieces.append(b.op("Squeeze", [piece, *squeeze[0]], name=f"squeeze{i}", **squeeze[1]))
+    q, k, v = pieces
+    scores = b.op("MatMul", [b.op("Mul", [q, b.const(np.array([0.5], np.float32))]),
+                             b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    out = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    out = b.op("Reshape", [b.op("Transpose", [out], perm=[0, 2, 1, 3]),
+                           b.const(np.array([1, TOKENS, WIDTH], np.int64))])
+    outputs = [out] + ([b.op("Relu", [packed])] if extra_reader else [])
+    return b.model(outputs)
+
+
+def _feed():
+    return {"x": np.random.default_rng(1).standard_normal((1, TOKENS, WIDTH)).astype(np.float32)}
+
+
+@pytest.mark.parametrize("opset", [11, 13])
+def test_packed_split_becomes_slices_of_the_last_axis_bit_for_bit(opset):
+    model = _attention(opset)
+    canonical, rewritten = canonicalized(model)
+    want, got = run_ort(model, _feed()), run_ort(rewritten, _feed())
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), name
+    assert not [n for n in canonical.graph.nodes if len(n.outputs[0].shape or []) == 5]
+    assert canonical.merged["split"] == "slice0"
+    assert "Slice 8:16 of its last axis" in canonical.rewritten["slice1"]
+    assert "Transpose [0, 2, 1, 3]" in canonical.rewritten["squeeze2"]
+
+
+@pytest.mark.parametrize("kwargs", [{"step": 2}, {"extra_reader": True},
+                                    {"perm": (2, 0, 1, 3, 4)}])
+def test_other_splits_are_left_as_they_are(kwargs):
+    canonical, _ = canonicalized(_attention(**kwargs))
+    assert "split" not in canonical.merged
+    assert not [k for k in canonical.rewritten if k.startswith(("slice", "squeeze"))]
+
+
+def test_packed_attention_is_one_mrvl_subgraph(tmp_path):
+    model = _attention()
+    result = mrvl_convert.convert(model, tmp_path / "art")
+    assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
+    comparison = mrvl_convert.compare(model, result.out_dir, _feed(), layers=True)
+    assert comparison.passed
