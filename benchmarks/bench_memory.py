@@ -9,6 +9,8 @@ session, runs it ``--runs`` times on one input and reads its RSS again ("after r
 peak RSS ("peak"). Then it asks glibc to hand freed heap memory back to the system
 (``malloc_trim``) and reads RSS once more ("trimmed"): what the session really holds, without
 the freed memory (e.g. of parsing a large JSON file) that the allocator keeps for reuse.
+"open (s)" is the time to open the session (reading the artifact, compiling, onnxruntime's
+session creation), one measurement per row.
 Figures are growth over the baseline, in MiB, so the interpreter and the imported libraries do
 not count; "ratio" is the hybrid's peak growth over onnxruntime fp32's, taken in the same run.
 "weights" is the model's float32 initializers, the floor for anything that holds them once.
@@ -23,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -56,6 +59,7 @@ def child(engine: str, model_path: str, artifact: str, runs: int, threads: int) 
     from mrvl_convert.kernels.gemm import GemmEngine
 
     base = status_mib()
+    start = time.perf_counter()
     if engine == "ort":
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
@@ -64,6 +68,7 @@ def child(engine: str, model_path: str, artifact: str, runs: int, threads: int) 
         simulator, gemm = engine.split("/")
         session = HybridSession(artifact, gemm=GemmEngine(gemm, threads), engine=simulator,
                                 threads=threads)
+    seconds = time.perf_counter() - start
     opened = status_mib()
     spec = session.get_inputs()[0]
     feed = {spec.name: np.random.default_rng(0).standard_normal(spec.shape).astype(np.float32)}
@@ -75,7 +80,7 @@ def child(engine: str, model_path: str, artifact: str, runs: int, threads: int) 
     print(json.dumps({"open": opened["VmRSS"] - base["VmRSS"],
                       "after": after["VmRSS"] - base["VmRSS"],
                       "peak": after["VmHWM"] - base["VmRSS"],
-                      "trimmed": trimmed["VmRSS"] - base["VmRSS"]}))
+                      "trimmed": trimmed["VmRSS"] - base["VmRSS"], "seconds": seconds}))
 
 
 def measure(engine: str, model_path: str, artifact: str, runs: int,
@@ -113,12 +118,12 @@ def bench_model(name: str, gemms: List[str], runs: int, threads: int,
 
 def format_table(rows: List[Dict[str, object]]) -> str:
     header = f"{'model':10s} {'engine':24s} {'weights':>8s} {'open':>8s} {'after runs':>10s} " \
-             f"{'peak':>8s} {'ratio':>6s} {'trimmed':>8s}"
+             f"{'peak':>8s} {'ratio':>6s} {'trimmed':>8s} {'open (s)':>8s}"
     lines = [header, "-" * len(header)]
     for r in rows:
         lines.append(f"{r['model']:10s} {r['engine']:24s} {r['weights']:8.1f} {r['open']:8.1f} "
                      f"{r['after']:10.1f} {r['peak']:8.1f} {r['ratio']:6.2f} "
-                     f"{r['trimmed']:8.1f}")
+                     f"{r['trimmed']:8.1f} {r['seconds']:8.2f}")
     return "\n".join(lines)
 
 

@@ -62,14 +62,14 @@ class Kernel:
     def finite_on_finite(self) -> bool:
         """Whether the output, rounded to float16, is finite whenever every input is: then an
         inf or NaN in the output means one in an input, and a range check on the input's side
-        finds it (``graph_engine.range_checks`` leaves this layer without a check of its own
+        finds it (``range_checks.range_checks`` leaves this layer without a check of its own
         once its input is covered). False is always safe."""
         return False
 
     def passes_nonfinite(self, index: int) -> bool:
         """Whether an inf or NaN anywhere in activation input ``index`` always leaves an inf or
         NaN somewhere in the output, whatever the other inputs hold. The graph engine then
-        leaves the input's own range check to this layer's (``graph_engine.range_checks``), so
+        leaves the input's own range check to this layer's (``range_checks.range_checks``), so
         True must be shown for every input; False is always safe."""
         return self.keeps_every_value
 

@@ -13,12 +13,13 @@ elementwise nodes between them).
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from mrvl_convert.kernels.fp16 import fp16_const
 from mrvl_convert.kernels.layerspec import LayerSpec
+from mrvl_convert.kernels.weight_store import WeightStore
 
 NCHW_FROM_NHWC = (0, 3, 1, 2)
 NHWC_FROM_NCHW = (0, 2, 3, 1)
@@ -34,7 +35,7 @@ class OnnxBuilder:
         self.consts = consts
         self.nodes: List[Any] = []
         self.initializers: List[Any] = []
-        self.external: List[Tuple[str, np.ndarray]] = []   # (name, array) kept alive
+        self.weights = WeightStore()  # the external initializers' arrays
         self._count = 0
 
     def fresh(self, hint: str = "t") -> str:
@@ -66,11 +67,21 @@ class OnnxBuilder:
             for key, text in (("location", f"{name}.bin"), ("offset", "0"),
                               ("length", str(value.nbytes))):
                 tensor.external_data.add(key=key, value=text)
-            self.external.append((name, value))
+            self.weights.add(name, value)
         else:
             tensor = numpy_helper.from_array(value, name)
         self.initializers.append(tensor)
         return name
+
+    def reader(self, name: str) -> Callable[[], np.ndarray]:
+        """How to get constant ``name`` back later (for a kernel's numpy form) without holding
+        it: the segment may spill its weights to a file (``weight_store.py``)."""
+        if name in self.weights:
+            return self.weights.reader(name)
+        from onnx import numpy_helper
+
+        tensor = next(t for t in self.initializers if t.name == name)
+        return lambda: numpy_helper.to_array(tensor)
 
     def fp16_weight(self, spec: LayerSpec, key: str, perm: Optional[Sequence[int]] = None,
                     ) -> str:

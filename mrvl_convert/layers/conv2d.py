@@ -338,11 +338,15 @@ class Conv2DKernel(Kernel):
         if groups != self.groups:
             kernel = np.concatenate([block for block in diagonal_blocks(kernel, groups)])
         oihw = np.ascontiguousarray(kernel.transpose(0, 3, 1, 2))
-        weight = builder.constant(oihw, "w")  # the very array the segment keeps
-        if groups == self.groups and self.weights is not None:
-            # The first run's weights from it (contiguous OHWI again, as when read from the
-            # constants): the raw constant need not outlive compile.
-            self.weights.share(lambda: np.ascontiguousarray(oihw.transpose(0, 2, 3, 1)))
+        weight = builder.constant(oihw, "w")
+        if self.weights is not None:
+            # The first run's weights from the segment's own (contiguous OHWI again, as when
+            # read from the constants; block-diagonal again if written so): the raw constant
+            # need not outlive compile.
+            read = builder.reader(weight)
+            self.weights.share(lambda: np.ascontiguousarray(
+                (read() if groups == self.groups else block_diagonal(read(), groups))
+                .transpose(0, 2, 3, 1)))
         y = builder.op("Conv", [builder.to_nchw(inputs[0]), weight, bias],
                        kernel_shape=list(self.kernel_hw), strides=list(self.strides),
                        pads=list(self.pads), dilations=list(self.dilation), group=groups)

@@ -115,15 +115,18 @@ class FCKernel(Kernel):
         bias = builder.float_constant(self.add_bias.row)
         rounded = fp16_const(spec, "kernel_const_name", spec.const("kernel_const_name",
                                                                    builder.consts))
+        # The first run's weights from the segment's own (the raw constant need not outlive
+        # compile); a 3-D input's [I, O] product weight is the transpose of the MatMul's.
         if len(self.rows) == 2:
-            y = builder.op("Gemm", [inputs[0], builder.constant(rounded, "w"), bias], transB=1)
-            self.weights.share(lambda: rounded)  # the array the segment keeps
+            weight = builder.constant(rounded, "w")
+            y = builder.op("Gemm", [inputs[0], weight, bias], transB=1)
+            self.weights.share(builder.reader(weight))
         else:
-            columns = np.ascontiguousarray(rounded.T)
-            product = builder.op("MatMul", [inputs[0], builder.constant(columns, "w")])
+            weight = builder.constant(np.ascontiguousarray(rounded.T), "w")
+            product = builder.op("MatMul", [inputs[0], weight])
             y = builder.op("Add", [product, bias])
-            # Its transpose is the [I, O] product weight itself: one array for both.
-            self.weights.share(lambda: columns.T)
+            read = builder.reader(weight)
+            self.weights.share(lambda: read().T)
         return [builder.activation(y, self.activation)]
 
     @property

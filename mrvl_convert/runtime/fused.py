@@ -151,8 +151,7 @@ def _too_big(stages: Sequence[Any]) -> str:
             size += os.path.getsize(stage.file)
         else:
             segment: Segment = stage.runner.graph.parts[0]
-            size += len(segment.model) + sum(a.nbytes for _, a in
-                                             (segment.keep[0] if segment.keep else ()))
+            size += len(segment.model) + segment.weights.nbytes
     if size > WEIGHT_LIMIT:
         return (f"the stages hold {size} bytes of weights, more than the {WEIGHT_LIMIT} "
                 "a second copy in one session may take")
@@ -219,8 +218,8 @@ class _Graph:
                 if entry.key == "location":
                     entry.value = f"{tensor.name}.bin"
             self.initializers.append(tensor)
-        self.external += [(rename(name), array) for name, array in segment.keep[0]] \
-            if segment.keep else []
+        # Read back from the segment's file if it spilled them: a fused model is small.
+        self.external += [(rename(name), array) for name, array in segment.weights.items()]
         for node in graph.node:
             _rename_node(node, rename)
             self.nodes.extend(_as_opset(node, opset, rename))

@@ -27,6 +27,11 @@ a covered value is not summed itself, nor is the output of a layer that cannot o
 finite input whose input is covered (``range_checks``). Only when the range is not finite does
 the engine look further: it runs the call again on the per-layer path, which names the layer
 and its ``source_nodes`` (and warns or raises by the policy) exactly as before.
+
+Memory: a segment with ``SPILL_BYTES`` of weights or more writes them to one file in a private
+temporary directory (``TMPDIR``) and onnxruntime opens the segment from there, so that our
+arrays are freed before onnxruntime builds its own form of them (``_session``); the kernels'
+numpy path reads them back from that file, kept open, when it first needs them.
 """
 from __future__ import annotations
 
@@ -39,13 +44,15 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.kernels.base import Kernel
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
+from mrvl_convert.kernels.weight_store import WeightStore
 from mrvl_convert.runtime.options import session_options
+from mrvl_convert.runtime.range_checks import ValueKey, range_checks
 
 ENGINES = ("graph", "layers")
+# From this many bytes of weights a segment's session reads them from a file (``_session``).
+SPILL_BYTES = 4 << 20
 RANGE_OUTPUT = "mrvl_range"
 
-#: (producing node index, output slot) of one activation value.
-ValueKey = Tuple[int, int]
 
 
 def has_onnx_form(kernel_class: type) -> bool:
@@ -72,7 +79,8 @@ class Segment:
     inputs: List[ValueKey]               # values read from outside, in session-input order
     outputs: List[Tuple[int, int]] = field(default_factory=list)  # (node, slots) handed out
     session: Any = None
-    keep: Any = None                     # arrays onnxruntime reads as external initializers
+    weights: Any = None                  # WeightStore: its external initializers
+    keep: Any = None                     # the OrtValues onnxruntime reads, when in memory
     checks: List[ValueKey] = field(default_factory=list)  # values summed into the range
     # made once when the session opens, not on every call: (name, node, slot) per input, and
     # the names of the outputs onnxruntime is asked for
@@ -101,12 +109,13 @@ class _Emitter:
         if form is None:
             return False
         b, seg = self.builder, self.segment
-        mark = (len(b.nodes), len(b.initializers), len(b.external), dict(self.rounded),
+        mark = (len(b.nodes), len(b.initializers), len(b.weights), dict(self.rounded),
                 len(seg.inputs), dict(self.names))
         keys = list(zip(step.inputs, step.slots or (0,) * len(step.inputs)))
         outs = form(b, [self._name(key) for key in keys])
         if outs is None:  # undo the input names this step made
-            del b.nodes[mark[0]:], b.initializers[mark[1]:], b.external[mark[2]:]
+            del b.nodes[mark[0]:], b.initializers[mark[1]:]
+            b.weights.drop_after(mark[2])
             del seg.inputs[mark[4]:]
             self.rounded, self.names = mark[3], mark[5]
             return False
@@ -139,11 +148,13 @@ class GraphPlan:
 
     def __init__(self, steps: Sequence[Any], heads: Sequence[int], rounded_inputs: Set[int],
                  consts: Dict[str, np.ndarray], threads: int, file: str,
-                 alone: bool = False) -> None:
+                 alone: bool = False, spill_bytes: int = SPILL_BYTES) -> None:
         """Emit the segments (``open`` opens them). ``rounded_inputs``: the subgraph input
         nodes that go in as float16 (the others feed only int8 layers); a segment rounds those
         it reads itself. ``alone``: nothing but this subgraph runs in a call (one stage), so if
-        it is one segment, its workers may spin. ``consts`` is not kept."""
+        it is one segment, its workers may spin. ``consts`` is not kept. A segment with at
+        least ``spill_bytes`` of weights hands them to onnxruntime through a file (``_session``).
+        """
         parts: List[Any] = []
         current: Optional[_Emitter] = None
         for step in steps:
@@ -160,7 +171,8 @@ class GraphPlan:
         for part in parts:  # emitted: nothing reads the raw constants any more
             if isinstance(part, _Emitter):
                 part.builder.consts = {}
-        self._emitted = (parts, heads, rounded_inputs, threads, file, alone and len(parts) == 1)
+        self._emitted = (parts, heads, rounded_inputs, threads, file, alone and len(parts) == 1,
+                         spill_bytes)
         self.parts: List[Any] = []
         self.release: List[Tuple[int, ...]] = []
         self.numpy_rounded: List[int] = []
@@ -169,8 +181,9 @@ class GraphPlan:
         """Open the segments' onnxruntime sessions. Apart from emitting them (the constructor)
         so that the caller can let the raw constants go in between: onnxruntime copies the
         weights here, and the raw ones would add to that peak (``MrvlSimulator.compile``)."""
-        parts, heads, rounded_inputs, threads, file, spin = self._emitted
-        self.parts = [_finish(p, parts, heads, threads, file, spin) if isinstance(p, _Emitter)
+        parts, heads, rounded_inputs, threads, file, spin, spill_bytes = self._emitted
+        self.parts = [_finish(p, parts, heads, threads, file, spin, spill_bytes)
+                      if isinstance(p, _Emitter)
                       else p for p in parts]
         self._emitted = None
         self.release = released_after(self.parts, heads)
@@ -204,10 +217,8 @@ class GraphPlan:
 
 
 def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: int,
-            file: str, spin: bool = False) -> Segment:
+            file: str, spin: bool = False, spill_bytes: int = SPILL_BYTES) -> Segment:
     """The emitted segment with its outputs (what later parts and the heads read), opened."""
-    import onnxruntime as ort
-
     segment, builder = emitter.segment, emitter.builder
     read_later: Set[int] = set(heads)
     for part in parts:
@@ -222,14 +233,10 @@ def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: 
     sums = [builder.op("ReduceSum", [emitter.rounded[key]], keepdims=0) for key in checks]
     total = None if not sums else sums[0] if len(sums) == 1 else builder.op("Sum", sums)
     model = _model(segment, builder, emitter.names, total)
-    options = session_options(threads, spin=spin)
-    if builder.external:
-        values = [ort.OrtValue.ortvalue_from_numpy(a) for _, a in builder.external]
-        options.add_external_initializers([n for n, _ in builder.external], values)
-        segment.keep = (builder.external, values)
+    segment.weights = builder.weights
     try:
-        segment.session = ort.InferenceSession(model, options,
-                                               providers=["CPUExecutionProvider"])
+        segment.session = _session(segment, model, session_options(threads, spin=spin),
+                                   spill_bytes)
     except Exception as exc:  # onnxruntime's own untyped errors: a kernel's form is wrong
         first, last = segment.steps[0].spec.name, segment.steps[-1].spec.name
         raise ArtifactError(f"{file}: onnxruntime refuses the graph engine's segment of layers "
@@ -242,52 +249,30 @@ def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: 
     return segment
 
 
-def range_checks(steps: Sequence[Any], rounded: Set[ValueKey],
-                 read_outside: Set[int]) -> List[ValueKey]:
-    """Which of the values rounded in a segment get a range check of their own. An overflow
-    shows first as an inf in a rounded value; it need not be checked there when some layer
-    reading it passes inf and NaN on (``Kernel.passes_nonfinite``) into values that are
-    themselves covered, i.e. checked or passing on in turn: one such reader carries the inf to
-    a check whatever the other readers do (a hard-swish's ``x`` reaches its Mul2D even though
-    ``x + 3`` is clipped). A value read outside the segment (or by nothing) is checked, as are
-    the values only saturating layers read (a Clip, a fused Relu): the range output then
-    reports exactly the calls where some layer overflowed. A layer that cannot overflow on a
-    finite input (``Kernel.finite_on_finite``) needs no check of its own once its input is
-    covered: that is settled last, in run order, the decisions before it having counted it
-    as not covered."""
-    readers: Dict[ValueKey, List[Tuple[Any, int]]] = {}
-    for step in steps:
-        for index, key in enumerate(zip(step.inputs, step.slots or (0,) * len(step.inputs))):
-            readers.setdefault(key, []).append((step, index))
-    covered: Dict[ValueKey, bool] = {}
-    checks: List[ValueKey] = []
-    deferred: List[Any] = []  # steps finite on finite inputs, their output not yet checked
+def _session(segment: Segment, model: bytes, options: Any, spill_bytes: int) -> Any:
+    """The segment's onnxruntime session. Weights of ``spill_bytes`` or more go through a
+    file in a private temporary directory (``WeightStore.spill``): onnxruntime then reads them
+    itself and ours are dropped before it builds its own form, the peak of opening. Where no
+    such directory can be written, or below that size, onnxruntime reads our arrays in place."""
+    import tempfile
 
-    def settle(key: ValueKey, read_elsewhere: bool, step: Any = None) -> None:
-        passed = not read_elsewhere and any(
-            reader.kernel.passes_nonfinite(index)
-            and all(covered[(reader.node, slot)] for slot in range(_output_count(reader)))
-            for reader, index in readers.get(key, ()))
-        if key in rounded and not passed and step is not None and not read_elsewhere \
-                and step.kernel.finite_on_finite():
-            deferred.append(step)
-            covered[key] = False
-            return
-        if key in rounded and not passed:
-            checks.append(key)
-        covered[key] = passed or key in rounded
+    import onnxruntime as ort
 
-    for step in reversed(steps):  # readers come later in a segment: settled first
-        for slot in range(_output_count(step)):
-            settle((step.node, slot), step.node in read_outside, step)
-    for key in sorted(rounded - covered.keys()):  # subgraph inputs rounded here
-        settle(key, False)
-    for step in reversed(deferred):  # in run order: an earlier one may cover a later one
-        if not all(covered.get(key, False) for key in
-                   zip(step.inputs, step.slots or (0,) * len(step.inputs))):
-            checks.append((step.node, 0))
-        covered[(step.node, 0)] = True
-    return checks
+    store: WeightStore = segment.weights
+    if store.nbytes >= spill_bytes:
+        try:
+            with tempfile.TemporaryDirectory(prefix="mrvl-segment-",
+                                             ignore_cleanup_errors=True) as tmp:
+                path = store.spill(tmp, model)
+                return ort.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        except OSError:  # no writable temporary directory: the arrays stay ours
+            if store.spilled:
+                raise
+    arrays = store.arrays()
+    if arrays:
+        segment.keep = [ort.OrtValue.ortvalue_from_numpy(a) for a in arrays.values()]
+        options.add_external_initializers(list(arrays), segment.keep)
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def _output_shapes(step: Any) -> Tuple[Tuple[int, ...], ...]:

@@ -1,5 +1,5 @@
 """The graph engine's range checks: which rounded values it sums, and that leaving one out never
-hides an overflow the per-layer path reports (graph_engine.range_checks).
+hides an overflow the per-layer path reports (runtime/range_checks.py).
 
 A value's own check may be left out only when every layer reading it passes inf and NaN on
 (``Kernel.passes_nonfinite``); these tests overflow such a layer and expect the same error, naming

@@ -1,0 +1,79 @@
+"""A graph-engine segment with many weights hands them to onnxruntime through a file and keeps
+none itself (``graph_engine._session``, ``kernels/weight_store.py``): the same outputs as when
+onnxruntime reads our arrays in place, the numpy path reads the weights back from that file,
+and the temporary directory is left empty."""
+from __future__ import annotations
+
+import os
+import tempfile
+
+import numpy as np
+import pytest
+
+from mrvl_convert import convert
+from mrvl_convert.runtime import HybridSession
+from mrvl_convert.runtime.graph_engine import SPILL_BYTES
+from support import models
+
+
+def _wide_cnn():
+    """A 3x3 conv of 256 -> 512 channels: more weight bytes than a segment keeps in memory."""
+    b = models.Builder(seed=5)
+    x = b.input("x", [1, 256, 6, 6])
+    y = b.op("Relu", [b.conv(x, 256, 512, pads=[1, 1, 1, 1])])
+    y = b.op("Relu", [b.conv(y, 512, 32, k=1)])
+    return b.model([b.conv(y, 32, 8, k=3, group=2)])
+
+
+def _token_fcs():
+    """Two FCs on a [1, 8, 1024] token tensor (MatMul by the transposed weight in onnxruntime,
+    its transpose in numpy): 4 MiB and more of weights."""
+    b = models.Builder(seed=6)
+    x = b.input("x", [1, 8, 1024])
+    return b.model([b.matmul_add(b.op("Relu", [b.matmul_add(x, 1024, 1024)]), 1024, 16)])
+
+
+MODELS = {"wide_cnn": (_wide_cnn, (1, 256, 6, 6)), "token_fcs": (_token_fcs, (1, 8, 1024))}
+
+
+@pytest.fixture(scope="module", params=sorted(MODELS))
+def artifact(tmp_path_factory, request):
+    directory = str(tmp_path_factory.mktemp("spill") / request.param)
+    convert(MODELS[request.param][0](), directory)
+    return directory
+
+
+def _feed(artifact: str):
+    shape = MODELS[os.path.basename(artifact)][1]
+    return {"x": np.random.default_rng(1).standard_normal(shape).astype(np.float32)}
+
+
+def _opened(artifact: str, temp: str, monkeypatch) -> "tuple[HybridSession, object]":
+    monkeypatch.setattr(tempfile, "tempdir", temp)
+    session = HybridSession(artifact)
+    [segment] = session.stages[0].runner.graph.parts
+    return session, segment
+
+
+def test_a_big_segment_reads_its_weights_from_a_file_and_keeps_none(artifact, tmp_path,
+                                                                    monkeypatch):
+    spilled, segment = _opened(artifact, str(tmp_path), monkeypatch)
+    assert segment.weights.nbytes >= SPILL_BYTES
+    assert segment.weights.spilled and segment.weights.arrays() == {} and segment.keep is None
+    assert os.listdir(tmp_path) == []  # the files are gone; the weights file stays open
+    in_memory, other = _opened(artifact, str(tmp_path / "missing"), monkeypatch)
+    assert not other.weights.spilled and other.keep  # no temporary directory: in place
+    feed = _feed(artifact)
+    for got, want in zip(spilled.run(None, feed), in_memory.run(None, feed)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_the_numpy_path_reads_the_spilled_weights_back(artifact, tmp_path, monkeypatch):
+    """Against the per-layer engine, whose kernels keep the raw constants (no segment)."""
+    spilled, _ = _opened(artifact, str(tmp_path), monkeypatch)
+    feed = _feed(artifact)
+    (_, got), (_, want) = spilled.run_layers(feed), \
+        HybridSession(artifact, engine="layers").run_layers(feed)
+    assert [t.spec.name for t in got] == [t.spec.name for t in want] and len(got) >= 2
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a.value, b.value, err_msg=a.spec.name)
