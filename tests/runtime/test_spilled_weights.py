@@ -77,3 +77,23 @@ def test_the_numpy_path_reads_the_spilled_weights_back(artifact, tmp_path, monke
     assert [t.spec.name for t in got] == [t.spec.name for t in want] and len(got) >= 2
     for a, b in zip(got, want):
         np.testing.assert_array_equal(a.value, b.value, err_msg=a.spec.name)
+
+
+def test_a_fused_session_reads_a_spilled_segments_weights_back(tmp_path, monkeypatch):
+    """Two Mrvl stages around a CPU Mod, one of them spilled: the one fused session takes the
+    weights back from its file and gives what the stages give."""
+    b = models.Builder(seed=7)
+    x = b.input("x", [1, 256, 6, 6])
+    y = b.op("Relu", [b.conv(x, 256, 512, pads=[1, 1, 1, 1])])
+    y = b.op("Mod", [y, b.const(np.full((1, 512, 6, 6), 0.75, np.float32))], fmod=1)
+    model = b.model([b.op("Relu", [b.conv(y, 512, 8, k=1)])])
+    directory = str(tmp_path / "fused")
+    convert(model, directory)
+    session, first = _opened(directory, str(tmp_path), monkeypatch)
+    assert first.weights.spilled and len(session.stages) == 3
+    feed = {"x": np.random.default_rng(2).standard_normal((1, 256, 6, 6)).astype(np.float32)}
+    fused = session.run(None, feed)
+    assert session.fused, session.fused_reason
+    staged, _ = session.run(None, feed, capture=True)
+    for got, want in zip(fused, staged):
+        np.testing.assert_array_equal(got, want)
