@@ -191,6 +191,7 @@ class _Graph:
         self.initializers: List[Any] = []
         self.external: List[Tuple[str, np.ndarray]] = []
         self.ranges: List[str] = []
+        self.pattern = True  # every segment's values are few enough for one block
 
     def add_cpu(self, k: int, stage: Any, model: Any) -> None:
         boundary = {t.name for t in stage.inputs + stage.outputs}
@@ -207,6 +208,7 @@ class _Graph:
 
         compiled = stage.runner
         segment: Segment = compiled.graph.parts[0]
+        self.pattern = self.pattern and segment.pattern
         graph = onnx.load_from_string(segment.model).graph
         outer = {value_name((node.index, 0)): spec.name
                  for node, spec in zip(compiled.inputs, stage.inputs)}
@@ -260,7 +262,8 @@ class _Graph:
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v)
                                                         for d, v in sorted(opsets.items())])
         model.ir_version = max(7, min(onnx.IR_VERSION, 9))
-        options = qdq_as_written(session_options(threads, log_severity, spin=True))
+        options = qdq_as_written(session_options(threads, log_severity, spin=True,
+                                                 mem_pattern=self.pattern))
         keep = None
         if self.external:
             values = [ort.OrtValue.ortvalue_from_numpy(a) for _, a in self.external]

@@ -51,6 +51,9 @@ from mrvl_convert.runtime.range_checks import ValueKey, range_checks
 ENGINES = ("graph", "layers")
 # From this many bytes of weights a segment's session reads them from a file (``_session``).
 SPILL_BYTES = 4 << 20
+# Up to this many bytes of values (three per rounded layer: its float32 result, the float16
+# and the float32 rounded one) a segment's session plans them in one block (memory pattern).
+PATTERN_BYTES = 16 << 20
 RANGE_OUTPUT = "mrvl_range"
 
 
@@ -87,6 +90,7 @@ class Segment:
     feeds: List[Tuple[str, int, int]] = field(default_factory=list)
     fetches: List[str] = field(default_factory=list)
     model: bytes = b""                   # the serialized graph, for fused.py to merge
+    pattern: bool = False                # whether its values are few enough for one block
 
 
 def value_name(key: ValueKey) -> str:
@@ -234,9 +238,11 @@ def _finish(emitter: _Emitter, parts: List[Any], heads: Sequence[int], threads: 
     total = None if not sums else sums[0] if len(sums) == 1 else builder.op("Sum", sums)
     model = _model(segment, builder, emitter.names, total)
     segment.weights = builder.weights
+    segment.pattern = 3 * sum(4 * int(np.prod(shape)) for step in segment.steps
+                              for shape in _output_shapes(step)) <= PATTERN_BYTES
+    options = session_options(threads, spin=spin, mem_pattern=segment.pattern)
     try:
-        segment.session = _session(segment, model, session_options(threads, spin=spin),
-                                   spill_bytes)
+        segment.session = _session(segment, model, options, spill_bytes)
     except Exception as exc:  # onnxruntime's own untyped errors: a kernel's form is wrong
         first, last = segment.steps[0].spec.name, segment.steps[-1].spec.name
         raise ArtifactError(f"{file}: onnxruntime refuses the graph engine's segment of layers "

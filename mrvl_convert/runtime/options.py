@@ -25,13 +25,14 @@ def ort_options(log_severity: int = QUIET) -> Any:
     return options
 
 
-def session_options(threads: int, log_severity: int = QUIET, spin: bool = False) -> Any:
+def session_options(threads: int, log_severity: int = QUIET, spin: bool = False,
+                    mem_pattern: bool = False) -> Any:
     """The options of every session the hybrid runs (segments and CPU stages): ``threads``
     intra-op workers that sleep when idle (a spinning pool left behind by one session would take
     the cores from the next), no inter-op pool (nodes run in order); log level 3, errors only.
-    No memory pattern (see below). ``spin``: the workers may spin between parallel sections,
-    as onnxruntime's default, for a session that runs alone (nothing else in the call to take
-    the cores from)."""
+    No memory pattern unless ``mem_pattern`` (see below). ``spin``: the workers may spin
+    between parallel sections, as onnxruntime's default, for a session that runs alone (nothing
+    else in the call to take the cores from)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -44,10 +45,12 @@ def session_options(threads: int, log_severity: int = QUIET, spin: bool = False)
     # the caller does between calls (another session, its own pre-processing).
     options.add_session_config_entry("session.force_spinning_stop", "1")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
-    # No memory pattern: its one block, planned over every value of a segment (a Cast pair per
+    # The memory pattern's one block, planned over every value of a segment (a Cast pair per
     # rounded layer makes three per layer), comes on top of the arena chunks of the first run:
-    # it raised the hybrid's peak and bought no measured speed (docs/BENCHMARKS.md, "Memory").
-    options.enable_mem_pattern = False
+    # on a large network it raised the hybrid's peak and bought no measured speed; on a small
+    # one it costs little and saves an allocation per node (docs/BENCHMARKS.md), so the
+    # caller asks for it where the values are small.
+    options.enable_mem_pattern = mem_pattern
     return options
 
 

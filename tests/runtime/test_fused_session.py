@@ -83,6 +83,8 @@ def test_fused_run_is_bit_identical_to_the_stages(build, stages, tmp_path):
     assert len(session.stages) == stages
     for seed in range(3):
         _same_as_stages(session, _feeds(session, seed))
+    # small segments: the fused session plans its values in one block, as each segment does
+    assert session._fused.session.get_session_options().enable_mem_pattern
 
 
 def test_bert_with_its_int64_embedding_stage_runs_fused(tmp_path):

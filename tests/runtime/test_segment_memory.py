@@ -1,7 +1,10 @@
-"""A graph-engine segment with many weights hands them to onnxruntime through a file and keeps
-none itself (``graph_engine._session``, ``kernels/weight_store.py``): the same outputs as when
-onnxruntime reads our arrays in place, the numpy path reads the weights back from that file,
-and the temporary directory is left empty."""
+"""How a graph-engine segment holds memory.
+
+A segment with many weights hands them to onnxruntime through a file and keeps none itself
+(``graph_engine._session``, ``kernels/weight_store.py``): the same outputs as when onnxruntime
+reads our arrays in place, the numpy path reads the weights back from that file, and the
+temporary directory is left empty. Only a segment with few values has onnxruntime plan them in
+one block (the memory pattern)."""
 from __future__ import annotations
 
 import os
@@ -12,7 +15,7 @@ import pytest
 
 from mrvl_convert import convert
 from mrvl_convert.runtime import HybridSession
-from mrvl_convert.runtime.graph_engine import SPILL_BYTES
+from mrvl_convert.runtime.graph_engine import PATTERN_BYTES, SPILL_BYTES
 from support import models
 
 
@@ -97,3 +100,16 @@ def test_a_fused_session_reads_a_spilled_segments_weights_back(tmp_path, monkeyp
     staged, _ = session.run(None, feed, capture=True)
     for got, want in zip(fused, staged):
         np.testing.assert_array_equal(got, want)
+
+
+def test_only_a_segment_with_few_values_plans_them_in_one_block(artifact, tmp_path):
+    small = HybridSession(artifact).stages[0].runner.graph.parts[0]
+    assert small.pattern and small.session.get_session_options().enable_mem_pattern
+    b = models.Builder(seed=8)
+    x = b.input("x", [1, 3, 256, 256])
+    big_values = b.model([b.op("Relu", [b.conv(x, 3, 32, pads=[1, 1, 1, 1])])])
+    directory = str(tmp_path / "big")
+    convert(big_values, directory)
+    big = HybridSession(directory).stages[0].runner.graph.parts[0]
+    assert 3 * 32 * 256 * 256 * 4 > PATTERN_BYTES
+    assert not big.pattern and not big.session.get_session_options().enable_mem_pattern
