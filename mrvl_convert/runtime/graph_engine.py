@@ -31,7 +31,9 @@ and its ``source_nodes`` (and warns or raises by the policy) exactly as before.
 Memory: a segment with ``SPILL_BYTES`` of weights or more writes them to one file in a private
 temporary directory (``TMPDIR``) and onnxruntime opens the segment from there, so that our
 arrays are freed before onnxruntime builds its own form of them (``_session``); the kernels'
-numpy path reads them back from that file, kept open, when it first needs them.
+numpy path reads them back from that file, kept open, when it first needs them. A segment
+whose values are few (``PATTERN_BYTES``) has onnxruntime plan them in one block (its memory
+pattern: an allocation less per node, which counts on a small network).
 """
 from __future__ import annotations
 
@@ -55,7 +57,6 @@ SPILL_BYTES = 4 << 20
 # and the float32 rounded one) a segment's session plans them in one block (memory pattern).
 PATTERN_BYTES = 16 << 20
 RANGE_OUTPUT = "mrvl_range"
-
 
 
 def has_onnx_form(kernel_class: type) -> bool:

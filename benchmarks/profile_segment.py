@@ -1,0 +1,96 @@
+"""Where a small network's graph-engine segment spends its nodes, against onnxruntime on the
+original model. Not a test.
+
+    python benchmarks/profile_segment.py [--threads 1] [--runs 300] [--models mobilenet_v3_small ...]
+
+For each corpus model that runs as one graph-engine segment: the nodes of the graph onnxruntime
+runs (after its optimizations, ``optimized_model_filepath``) by op type, for the original model
+and for the segment, and the median latency of onnxruntime on the original model, of the
+segment as the hybrid opens it, and of the segment with onnxruntime's NCHWc layout transformer
+disabled, timed in turn (``bench_partition.interleaved_ms``).
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import tempfile
+from typing import Dict, List, Optional
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+from support import corpus  # noqa: E402  (tests/support/corpus.py)
+
+import mrvl_convert  # noqa: E402
+from mrvl_convert.runtime import HybridSession  # noqa: E402
+from mrvl_convert.runtime.options import session_options  # noqa: E402
+from bench_partition import interleaved_ms  # noqa: E402
+
+
+def _session(model: bytes, threads: int, arrays, optimized: Optional[str] = None,
+             disabled: Optional[List[str]] = None, pattern: bool = False):
+    import onnxruntime as ort
+
+    options = session_options(threads, spin=True, mem_pattern=pattern)
+    if arrays:
+        options.add_external_initializers([n for n, _ in arrays],
+                                          [ort.OrtValue.ortvalue_from_numpy(a) for _, a in arrays])
+    if optimized:
+        options.optimized_model_filepath = optimized
+    return ort.InferenceSession(model, options, providers=["CPUExecutionProvider"],
+                                disabled_optimizers=disabled or [])
+
+
+def _ops(path: str) -> Dict[str, int]:
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    return dict(collections.Counter(node.op_type for node in graph.node).most_common())
+
+
+def profile(name: str, threads: int, runs: int) -> str:
+    model = corpus.zoo(name) if name in corpus.ZOO else corpus.built(name)
+    shapes = corpus.shapes_for(name)
+    feed = corpus.feeds(model, shapes)
+    with tempfile.TemporaryDirectory() as tmp:
+        result = mrvl_convert.convert(model, os.path.join(tmp, "art"), shapes=shapes)
+        hybrid = HybridSession(result.out_dir, threads=threads)
+        parts = hybrid.stages[0].runner.graph.parts if len(hybrid.stages) == 1 else []
+        if len(parts) != 1:
+            return f"{name}: not one graph-engine segment, skipped"
+        segment, stage = parts[0], hybrid.stages[0]
+        by_node = {node.index: spec.name for node, spec in zip(stage.runner.inputs, stage.inputs)}
+        inner = {value: feed[by_node[node]] for value, node, _ in segment.feeds}
+        arrays = segment.weights.items()
+        reference = _session(model.SerializeToString(), threads, [], os.path.join(tmp, "o.onnx"),
+                             pattern=True)
+        as_opened = _session(segment.model, threads, arrays, os.path.join(tmp, "s.onnx"),
+                             pattern=segment.pattern)
+        no_nchwc = _session(segment.model, threads, arrays, disabled=["NchwcTransformer"],
+                            pattern=segment.pattern)
+        times = interleaved_ms([lambda: reference.run(None, feed),
+                                lambda: as_opened.run(segment.fetches, inner),
+                                lambda: no_nchwc.run(segment.fetches, inner)], runs)
+        original, ours = _ops(os.path.join(tmp, "o.onnx")), _ops(os.path.join(tmp, "s.onnx"))
+    return "\n".join([
+        f"{name} @{threads}t: onnxruntime {times[0]:.3f} ms, segment {times[1]:.3f} ms "
+        f"({times[1] / times[0]:.2f}x), segment without NCHWc {times[2]:.3f} ms "
+        f"({times[2] / times[0]:.2f}x)",
+        f"  onnxruntime runs {sum(original.values())} nodes: {original}",
+        f"  the segment runs {sum(ours.values())} nodes: {ours}"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--models", nargs="+", default=["mobilenet_v3_small", "mobilenet_v2",
+                                                        "shufflenet_unit", "densenet_block"])
+    args = parser.parse_args()
+    for name in args.models:
+        print(profile(name, args.threads, args.runs), flush=True)
+
+
+if __name__ == "__main__":
+    main()
