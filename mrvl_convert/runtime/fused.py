@@ -28,6 +28,7 @@ second copy.)
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
@@ -60,19 +61,20 @@ class FusedModel:
     # (session input, model input) where they differ: a lone segment's inputs are its values
     renamed: Optional[List[Tuple[str, str]]] = None
 
-    def run(self, feed: Dict[str, np.ndarray]) -> Optional[Dict[str, np.ndarray]]:
-        """The model outputs by name, or None (see the module docstring)."""
+    def run(self, feed: Dict[str, np.ndarray]) -> Optional[List[np.ndarray]]:
+        """The model outputs in ``outputs`` order, or None (see the module docstring). Kept to
+        a few Python steps: on a small model this call's own time is a share of the whole."""
         if self.renamed is not None:
             feed = {inner: feed[outer] for inner, outer in self.renamed}
         results = self.session.run(self.fetches, feed)
-        n = len(self.outputs)
-        ranges = results[n:n + len(self.ranges)]
-        if not all(np.isfinite(r) for r in ranges):
-            return None
-        for got, (_, want) in zip(results[n + len(self.ranges):], self.shapes):
+        n, checks = len(self.outputs), len(self.ranges)
+        for total in results[n:n + checks]:
+            if not math.isfinite(total.item()):
+                return None
+        for got, (_, want) in zip(results[n + checks:], self.shapes):
             if got.shape != want:
                 return None
-        return dict(zip(self.outputs, results[:n]))
+        return results[:n]
 
 
 def fuse(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], threads: int,
@@ -82,7 +84,7 @@ def fuse(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], t
     if reason:
         return reason
     if len(stages) == 1:
-        return _lone_segment(stages[0])
+        return _lone_segment(stages[0], outputs)
     reason = _too_big(stages)
     if reason:
         return reason
@@ -105,16 +107,18 @@ def fuse(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], t
     return graph.open(stages, inputs, outputs, opsets, threads, log_severity)
 
 
-def _lone_segment(stage: Any) -> Union[FusedModel, str]:
+def _lone_segment(stage: Any, outputs: Sequence[Any]) -> Union[FusedModel, str]:
     """A model that is one Mrvl stage of one segment: that segment's own session, called
-    directly (what the stages would do, without the Python between)."""
+    directly (what the stages would do, without the Python between), asked for the model
+    outputs in the model's order (the stage may list them in another)."""
     compiled = stage.runner
     segment: Segment = compiled.graph.parts[0]
     by_node = {node.index: spec.name for node, spec in zip(compiled.inputs, stage.inputs)}
-    fused = FusedModel(segment.session, [t.name for t in stage.outputs],
+    heads = {spec.name: value_name((h, s))
+             for spec, h, s in zip(stage.outputs, compiled.heads, compiled.head_slots)}
+    fused = FusedModel(segment.session, [t.name for t in outputs],
                        [RANGE_OUTPUT] if segment.checks else [], [])
-    fused.fetches = [value_name((h, s)) for h, s in zip(compiled.heads, compiled.head_slots)]
-    fused.fetches += fused.ranges
+    fused.fetches = [heads[t.name] for t in outputs] + fused.ranges
     fused.renamed = [(name, by_node[node]) for name, node, _ in segment.feeds]
     made = {o.name for o in segment.session.get_outputs()}
     if not made.issuperset(fused.fetches):
