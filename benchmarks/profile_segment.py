@@ -1,13 +1,14 @@
-"""Where a small network's graph-engine segment spends its nodes, against onnxruntime on the
-original model. Not a test.
+"""Where a small network's graph-engine segment spends its nodes and time, against onnxruntime
+on the original model. Not a test.
 
     python benchmarks/profile_segment.py [--threads 1] [--runs 300] [--models mobilenet_v3_small ...]
 
 For each corpus model that runs as one graph-engine segment: the nodes of the graph onnxruntime
 runs (after its optimizations, ``optimized_model_filepath``) by op type, for the original model
-and for the segment, and the median latency of onnxruntime on the original model, of the
-segment as the hybrid opens it, and of the segment with onnxruntime's NCHWc layout transformer
-disabled, timed in turn (``bench_partition.interleaved_ms``).
+and for the segment, and the median latency, timed in turn (``bench_partition.interleaved_ms``),
+of onnxruntime on the original model and of the segment opened with the options of a model that
+is one segment (workers may spin) in three ways: without onnxruntime's memory pattern, with it,
+and with it but without onnxruntime's NCHWc layout transformer.
 """
 from __future__ import annotations
 
@@ -65,18 +66,20 @@ def profile(name: str, threads: int, runs: int) -> str:
         arrays = segment.weights.items()
         reference = _session(model.SerializeToString(), threads, [], os.path.join(tmp, "o.onnx"),
                              pattern=True)
-        as_opened = _session(segment.model, threads, arrays, os.path.join(tmp, "s.onnx"),
-                             pattern=segment.pattern)
+        without = _session(segment.model, threads, arrays, os.path.join(tmp, "s.onnx"))
+        pattern = _session(segment.model, threads, arrays, pattern=True)
         no_nchwc = _session(segment.model, threads, arrays, disabled=["NchwcTransformer"],
-                            pattern=segment.pattern)
-        times = interleaved_ms([lambda: reference.run(None, feed),
-                                lambda: as_opened.run(segment.fetches, inner),
-                                lambda: no_nchwc.run(segment.fetches, inner)], runs)
+                            pattern=True)
+        times = interleaved_ms([lambda: reference.run(None, feed)] +
+                               [lambda s=s: s.run(segment.fetches, inner)
+                                for s in (without, pattern, no_nchwc)], runs)
         original, ours = _ops(os.path.join(tmp, "o.onnx")), _ops(os.path.join(tmp, "s.onnx"))
+    ratios = [t / times[0] for t in times[1:]]
     return "\n".join([
-        f"{name} @{threads}t: onnxruntime {times[0]:.3f} ms, segment {times[1]:.3f} ms "
-        f"({times[1] / times[0]:.2f}x), segment without NCHWc {times[2]:.3f} ms "
-        f"({times[2] / times[0]:.2f}x)",
+        f"{name} @{threads}t: onnxruntime {times[0]:.3f} ms; segment without the memory pattern "
+        f"{times[1]:.3f} ms ({ratios[0]:.2f}x), with it {times[2]:.3f} ms ({ratios[1]:.2f}x), "
+        f"with it and without NCHWc {times[3]:.3f} ms ({ratios[2]:.2f}x); the hybrid opens it "
+        f"{'with' if segment.pattern else 'without'} the pattern",
         f"  onnxruntime runs {sum(original.values())} nodes: {original}",
         f"  the segment runs {sum(ours.values())} nodes: {ours}"])
 
