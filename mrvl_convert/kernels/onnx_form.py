@@ -19,7 +19,7 @@ import numpy as np
 
 from mrvl_convert.kernels.fp16 import fp16_const
 from mrvl_convert.kernels.layerspec import LayerSpec
-from mrvl_convert.kernels.weight_store import WeightStore
+from mrvl_convert.kernels.weight_store import WeightStore, point
 
 NCHW_FROM_NHWC = (0, 3, 1, 2)
 NHWC_FROM_NCHW = (0, 2, 3, 1)
@@ -64,9 +64,7 @@ class OnnxBuilder:
         if value.dtype == np.float32 and value.nbytes > _EXTERNAL_BYTES:
             tensor = TensorProto(name=name, data_type=TensorProto.FLOAT, dims=value.shape,
                                  data_location=TensorProto.EXTERNAL)
-            for key, text in (("location", f"{name}.bin"), ("offset", "0"),
-                              ("length", str(value.nbytes))):
-                tensor.external_data.add(key=key, value=text)
+            point(tensor, f"{name}.bin", 0)
             self.weights.add(name, value)
         else:
             tensor = numpy_helper.from_array(value, name)

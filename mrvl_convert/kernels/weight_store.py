@@ -110,7 +110,7 @@ class WeightStore:
             handle.flush()
             for tensor in proto.graph.initializer:
                 if tensor.name in places:
-                    _point(tensor, places[tensor.name][0])
+                    point(tensor, WEIGHTS_FILE, places[tensor.name][0])
             path = os.path.join(directory, MODEL_FILE)
             with open(path, "wb") as f:
                 f.write(proto.SerializeToString())
@@ -121,11 +121,10 @@ class WeightStore:
         return path
 
 
-def _point(tensor: Any, offset: int) -> None:
-    """Name ``weights.bin`` at ``offset`` as the tensor's external data."""
+def point(tensor: Any, location: str, offset: int) -> None:
+    """Name ``location`` at ``offset`` as the float32 tensor's external data (replacing any)."""
     length = 4 * int(np.prod(tensor.dims))
     del tensor.external_data[:]
-    for key, value in (("location", WEIGHTS_FILE), ("offset", str(offset)),
+    for key, value in (("location", location), ("offset", str(offset)),
                        ("length", str(length))):
         tensor.external_data.add(key=key, value=value)
-
