@@ -25,5 +25,8 @@ settings.register_profile(
     print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+# Every document the converter writes in a test is checked against its schema as it is written
+# (``mrvl_convert.emit.validate.self_check``); a test that needs it off unsets it itself.
+os.environ.setdefault("MRVL_CONVERT_SELF_CHECK", "1")
 # Only a default: hypothesis' pytest plugin loads --hypothesis-profile after conftest is imported.
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "quick"))

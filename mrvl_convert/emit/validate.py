@@ -1,8 +1,18 @@
-"""Schema validation of every JSON file the library writes (schemas/ ships inside the package)."""
+"""Schema validation of the JSON files the library writes and reads (schemas/ ships inside the
+package).
+
+A document the converter has just built (Nodes-JSON, Constants-JSON, manifest, report) is checked
+as it is written only under ``MRVL_CONVERT_SELF_CHECK`` (``self_check``): the test suite sets it,
+so every artifact its tests write is checked, and a user can set it, or check a directory
+afterwards with ``python -m mrvl_convert.emit DIR``. Why not always: checking a transformer's
+Nodes-JSON with jsonschema took as long as building it (docs/BENCHMARKS.md). Documents read
+from disk (an artifact handed to the estimator, an earlier summary.json) are always checked.
+"""
 from __future__ import annotations
 
 import functools
 import json
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Dict, Tuple
@@ -12,6 +22,13 @@ import jsonschema
 from mrvl_convert.errors import ArtifactError
 
 SCHEMAS = ("nodes", "consts", "manifest", "report", "rules", "summary")
+SELF_CHECK_ENV = "MRVL_CONVERT_SELF_CHECK"
+
+
+def self_check() -> bool:
+    """``MRVL_CONVERT_SELF_CHECK`` set (not empty, not 0): the converter checks each document
+    it builds against its schema as it writes it."""
+    return os.environ.get(SELF_CHECK_ENV, "") not in ("", "0")
 
 
 @functools.lru_cache(maxsize=None)

@@ -37,7 +37,7 @@ from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, verbose_requested
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
-from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
+from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.qdq import dedicate_dequantize
@@ -134,7 +134,7 @@ def _reinfer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> gs.Graph:
         if any(not d.HasField("dim_value") for d in dims):
             output.type.tensor_type.ClearField("shape")
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        proto = infer_model_shapes(proto)
     except Exception:  # the shapes we had stay: rules report the tensors still unknown
         return graph
     return gs.import_onnx(proto).cleanup(remove_unused_graph_inputs=False).toposort()

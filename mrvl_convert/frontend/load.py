@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx
-from onnx import shape_inference
 
 from mrvl_convert.core.tensors import (all_tensors, check_sizes, external_files, is_external, load_external,
                        model_dir)
@@ -26,6 +25,7 @@ from mrvl_convert.errors import (InvalidModelError, ModelLoadError, ShapeError,
                      UnsupportedModelError)
 from mrvl_convert.frontend.input_shapes import check_channels, fix_input_shapes
 from mrvl_convert.frontend.names import name_source, safe_name
+from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -281,8 +281,8 @@ def _infer_shapes(proto: onnx.ModelProto, label: str,
             if overridden or (dim.HasField("dim_value") and dim.dim_value <= 0):
                 dim.Clear()
     try:
-        inferred = shape_inference.infer_shapes(_without_weights(proto), check_type=True,
-                                                strict_mode=True, data_prop=True)
+        inferred = infer_model_shapes(_without_weights(proto), check_type=True,
+                                      strict_mode=True)
     except Exception as exc:
         text = _first_line(exc)
         node = re.search(r"node name: ([^)]*)\)", text)

@@ -10,10 +10,13 @@ it is constant, but neither tool alone sees that through a whole model:
   them), but it does not infer the shapes its folding makes known;
 - onnx's shape inference (``data_prop=True``) propagates shape values, but Reshape's inference
   before opset 14 does not read them, so the output shape of such a Reshape stays unknown, and so
-  do the shapes of everything after it, including the next ``Shape``.
+  do the shapes of everything after it, including the next ``Shape``. An opset-13 model is
+  inferred as opset 14 (``infer_model_shapes``), where one inference sees through every block
+  of a transformer; older opsets cannot be (Squeeze, Split, Reduce* changed at 13).
 
 So the two alternate: infer the shapes the folded values give, fold what is now known, until a
 round resolves nothing more. Each round resolves at least one node or shape, so the loop ends.
+Before opset 13, a chain of such Reshapes (one per transformer block) takes a round each.
 Nothing here is approximate: a folded value is onnxruntime's own result for constant inputs, and
 a weight-only int8 tensor (``Cast(int8 initializer) -> Mul(scale initializer)``) folds the same
 way into the float32 weight onnxruntime computes at run time (int8 to float32 is exact, the
@@ -61,7 +64,7 @@ def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> bool:
             output.type.tensor_type.ClearField("shape")
     _drop_weight_data(proto)
     try:
-        proto = onnx.shape_inference.infer_shapes(proto, data_prop=True)
+        proto = infer_model_shapes(proto)
     except Exception:  # onnx raises several types; the shapes we had stay
         return False
     tensors = graph.tensors()
@@ -70,6 +73,30 @@ def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> bool:
         if isinstance(tensor, gs.Variable) and static_shape(tensor) is None:
             _take(tensor, value.type.tensor_type)
     return True
+
+
+def infer_model_shapes(proto: onnx.ModelProto, **options: bool) -> onnx.ModelProto:
+    """onnx's shape inference with data propagation (``options``: its other flags), on
+    ``proto`` (changed meanwhile, restored). An opset-13 model is inferred as opset 14, whose
+    Reshape reads a target shape that data propagation computed (Reshape-13 reads only a
+    constant one). That changes no inferred shape or type of a valid opset-13 model: what
+    opset 14 changed is Reshape's ``allowzero`` (default 0, as 13), BatchNormalization's
+    ``training_mode`` (default 0, as 13), the recurrent ops' ``layout`` (default 0, as 13),
+    more element types, and two new ops. The result names the model's own opset."""
+    default = [entry for entry in proto.opset_import if entry.domain in ("", "ai.onnx")]
+    bumped = len(default) == 1 and default[0].version == 13
+    if bumped:
+        default[0].version = 14
+    try:
+        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True, **options)
+    finally:
+        if bumped:
+            default[0].version = 13
+    if bumped:
+        for entry in inferred.opset_import:
+            if entry.domain in ("", "ai.onnx"):
+                entry.version = 13
+    return inferred
 
 
 # Inference reads the shape and type of a float weight, never its values (shape values are

@@ -15,7 +15,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from mrvl_convert.frontend.canonicalize import canonicalize
 from mrvl_convert.frontend.load import load_model
-from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
+from mrvl_convert.frontend.folding import fold_constants
+from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 
 SHAPE_ARITHMETIC = {"Shape", "Gather", "Unsqueeze", "Concat", "Slice", "Cast", "Range", "Equal",
                     "Where", "ConstantOfShape", "Expand"}
@@ -157,3 +158,49 @@ def test_a_data_dependent_shape_stays_and_the_rounds_end():
     model = g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])], total, [])
     canonical = canonicalize(load_model(model))
     assert {"NonZero", "Shape", "ConstantOfShape"} <= {n.op for n in canonical.graph.nodes}
+
+
+def reshape_chain(blocks: int) -> onnx.ModelProto:
+    """Reshapes whose targets are each computed from the shape of the one before (a transformer
+    block each, as exporters write them): one round of folding per block at opset 13, before."""
+    g, y = _Graph(), "x"
+    for _ in range(blocks):
+        y = g.op("Reshape", [y, g.op("Concat", [g.dim(y, 0), g.dim(y, 1),
+                                                g.const(np.array([2, 4], np.int64))], axis=0)])
+        y = g.op("Relu", [y])
+        head = g.op("Slice", [g.op("Shape", [y]), g.const(np.array([0], np.int64)),
+                              g.const(np.array([2], np.int64))])
+        y = g.op("Reshape", [y, g.op("Concat", [head, g.const(np.array([-1], np.int64))],
+                                     axis=0)])
+    return g.model([helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 6, 8])], y,
+                   [1, 6, 8])
+
+
+def test_an_opset_13_model_is_inferred_through_its_reshapes_at_once():
+    """Inferred as opset 14, whose Reshape reads a target shape data propagation computed,
+    loading already knows every shape: no round of inference and folding is left to do."""
+    model = reshape_chain(3)
+    loaded = load_model(model).proto
+    assert [(o.domain, o.version) for o in loaded.opset_import] == [("", 13)]
+    known = {v.name: [d.dim_value if d.HasField("dim_value") else None
+                      for d in v.type.tensor_type.shape.dim]
+             for v in list(loaded.graph.value_info) + list(loaded.graph.output)}
+    reshapes = [n.output[0] for n in model.graph.node if n.op_type == "Reshape"]
+    assert [known[name] for name in reshapes] == [[1, 6, 2, 4], [1, 6, 8]] * 3
+    graph = gs.import_onnx(loaded)
+    rounds = []
+    fold_constants(graph)
+    fold_shape_arithmetic(graph, loaded, rounds.append)
+    assert rounds == []
+    canonical = canonicalize(load_model(model))
+    assert [n.op for n in canonical.graph.nodes] == ["Reshape", "Relu", "Reshape"] * 3
+    feed = {"x": np.random.default_rng(3).standard_normal((1, 6, 8)).astype(np.float32)}
+    assert np.array_equal(run(exported(canonical.graph), feed)[0], run(model, feed)[0])
+
+
+def test_inferring_as_opset_14_leaves_the_models_opset_as_it_was():
+    model = exporter_style()
+    inferred = infer_model_shapes(model)
+    assert [o.version for o in model.opset_import] == [13]
+    assert [o.version for o in inferred.opset_import] == [13]
+    assert any(v.name.startswith("Reshape") for v in inferred.graph.value_info)
