@@ -4,6 +4,8 @@ model. Not a test.
 
     python benchmarks/bench_call_overhead.py [--runs 3000] [--models shufflenet_unit ...]
 
+``--models example`` takes the bundled RFC CNN.
+
 The three are timed in turn (``bench_partition.interleaved_ms``), at one thread. "Python" is
 the median of ``HybridSession.run`` minus that of its session alone: checking the feed, naming
 the inputs, the range check, handing back the outputs.
@@ -25,7 +27,7 @@ from bench_partition import interleaved_ms, ort_session  # noqa: E402
 
 
 def bench(name: str, runs: int) -> str:
-    model = corpus.zoo(name) if name in corpus.ZOO else corpus.built(name)
+    model = corpus.model(name)
     shapes = corpus.shapes_for(name)
     feed = corpus.feeds(model, shapes)
     with tempfile.TemporaryDirectory() as tmp:

@@ -135,7 +135,7 @@ def table(rows: List[Dict[str, object]], threads: List[int]) -> str:
 
 def child(names: List[str], runs: int, threads: int, engine: str) -> None:
     for name in names:
-        model = corpus.zoo(name) if name in corpus.ZOO else corpus.built(name)
+        model = corpus.model(name)
         row = measure(name, model, corpus.shapes_for(name), runs, [threads], engine)
         print(json.dumps(row), flush=True)
         print(f"done {name} at {threads} thread(s)", file=sys.stderr, flush=True)

@@ -3,9 +3,9 @@ on the original model. Not a test.
 
     python benchmarks/profile_segment.py [--threads 1] [--runs 300] [--models mobilenet_v3_small ...]
 
-For each corpus model that runs as one graph-engine segment: the nodes of the graph onnxruntime
-runs (after its optimizations, ``optimized_model_filepath``) by op type, for the original model
-and for the segment, and the median latency, timed in turn (``bench_partition.interleaved_ms``),
+For each corpus model (or ``example``, the bundled RFC CNN) that runs as one graph-engine
+segment: the nodes of the graph onnxruntime runs (after its optimizations,
+``optimized_model_filepath``) by op type, for the original model and for the segment, and the median latency, timed in turn (``bench_partition.interleaved_ms``),
 of onnxruntime on the original model and of the segment opened with the options of a model that
 is one segment (workers may spin) in four ways: without onnxruntime's memory pattern, with it,
 with it but without onnxruntime's NCHWc layout transformer, and with it but with every rounding
@@ -82,7 +82,7 @@ def _ops(path: str) -> Dict[str, int]:
 
 
 def profile(name: str, threads: int, runs: int) -> str:
-    model = corpus.zoo(name) if name in corpus.ZOO else corpus.built(name)
+    model = corpus.model(name)
     shapes = corpus.shapes_for(name)
     feed = corpus.feeds(model, shapes)
     with tempfile.TemporaryDirectory() as tmp:

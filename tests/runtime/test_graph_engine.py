@@ -44,7 +44,7 @@ SMALL_MODELS = ("mobilenet_v2", "densenet_block", "shufflenet_unit", "paddle_cnn
 
 
 def _converted(name: str, tmp_path) -> "tuple[str, Dict[str, np.ndarray]]":
-    model = corpus.zoo(name) if name in corpus.ZOO else corpus.built(name)
+    model = corpus.model(name)
     shapes = corpus.shapes_for(name)
     result = mrvl_convert.convert(model, tmp_path / "art", shapes=shapes)
     return result.out_dir, corpus.feeds(model, shapes)

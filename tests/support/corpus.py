@@ -171,6 +171,18 @@ def built(name: str, seed: int = 0) -> onnx.ModelProto:
             **corpus_transformer.MODELS}[name](seed)
 
 
+#: ``model("example")``: the bundled example, the RFC's CNN (not one of the corpus' ALL)
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "mnist_cnn",
+                       "mnist_cnn.onnx")
+
+
+def model(name: str) -> onnx.ModelProto:
+    """The zoo or built model ``name``, or ``example``."""
+    if name == "example":
+        return onnx.load(EXAMPLE)
+    return zoo(name) if name in ZOO else built(name)
+
+
 def shapes_for(name: str) -> Optional[Dict[str, List[int]]]:
     return PADDLE_SHAPES if name == "paddle_cnn" else None
 
