@@ -114,8 +114,11 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
 
 
 def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOptions,
-                 on_stage: Optional[StageFn] = None) -> Result:
-    """``convert`` with its options as one object, as a batch worker holds them."""
+                 on_stage: Optional[StageFn] = None,
+                 on_publish: Optional[Callable[[], None]] = None) -> Result:
+    """``convert`` with its options as one object, as a batch worker holds them;
+    ``on_publish()`` is called as the written directory is about to take its place
+    (``StagingDir.publish``)."""
     step = on_stage or _no_step
     name, quantized = options.name, None
     if options.quantize is not None:
@@ -149,7 +152,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     converted = _Converted(loaded, canonical, matches, plan, subgraphs,
                            None if baseline is None else
                            _keep_fp32_entry(options.keep_fp32, baseline, plan))
-    return _emit(converted, Path(out_dir), options, profile, quantized)
+    return _emit(converted, Path(out_dir), options, profile, quantized, on_publish)
 
 
 @dataclass(frozen=True)
@@ -164,7 +167,8 @@ class _Converted:
 
 
 def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
-          profile: Optional[HardwareProfile], kept: Optional[Dict[str, Any]]) -> Result:
+          profile: Optional[HardwareProfile], kept: Optional[Dict[str, Any]],
+          on_publish: Optional[Callable[[], None]] = None) -> Result:
     """Write the artifact directory, all of it or nothing: the stage files, manifest.json,
     report.json (with the estimate), the drawing and the QDQ model quantized."""
     loaded, plan, subgraphs = converted.loaded, converted.plan, converted.subgraphs
@@ -192,7 +196,7 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
             manifest["quantization"] = kept
         staging.write_json("manifest.json", manifest, "manifest")
         staging.write_json("report.json", report, "report")
-        staging.publish()
+        staging.publish(on_publish)
         written = tuple(sorted(out_dir / f for f in staging.files))
     return Result(loaded.name, out_dir, written, manifest, report, graph)
 

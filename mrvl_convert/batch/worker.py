@@ -17,7 +17,6 @@ from mrvl_convert.batch.outcome import COUNT_KEYS, FAILED, OK, SKIPPED, VERIFY_F
 from mrvl_convert.batch.plan import Job, VerifyOptions
 from mrvl_convert.batch.summary import verify_figures
 from mrvl_convert.convert import convert_with
-from mrvl_convert.emit.publish import on_publish
 from mrvl_convert.estimate.device import device_row
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.options import ConvertOptions
@@ -55,7 +54,6 @@ class _Interrupt:
 def init_worker(log_severity: Optional[int] = None) -> None:
     """The initializer of a pool worker process of ours."""
     signal.signal(signal.SIGINT, _Interrupt())
-    on_publish(_hold)
     if log_severity is not None:  # verify runs onnxruntime here: its process-wide log level too
         import onnxruntime as ort
         ort.set_default_logger_severity(log_severity)
@@ -125,7 +123,8 @@ def _convert_one(job: Job, on_stage: Optional[StageFn]) -> Outcome:
         options, ignored = _with_shapes(job)
         _stage(on_stage, job, "convert")
         result = convert_with(job.model, job.out_dir, options,
-                              on_stage and (lambda stage: _stage(on_stage, job, stage)))
+                              on_stage and (lambda stage: _stage(on_stage, job, stage)),
+                              on_publish=_hold)
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
                      "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"]),

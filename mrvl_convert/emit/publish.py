@@ -37,17 +37,6 @@ from mrvl_convert.emit.external_data import externalize
 from mrvl_convert.emit.validate import self_check, validate
 
 
-_PUBLISH_HOOKS: List[Callable[[], None]] = []
-
-
-def on_publish(hook: Callable[[], None]) -> None:
-    """Call ``hook()`` in this process as each staged directory is about to be swapped into
-    place: from then on its model is written, whatever comes next (a pool worker stops
-    letting Ctrl-C end the model, or its outcome would be lost while its directory stays)."""
-    if hook not in _PUBLISH_HOOKS:
-        _PUBLISH_HOOKS.append(hook)
-
-
 def _encoder(compact: bool) -> json.JSONEncoder:
     if compact:
         return json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
@@ -219,13 +208,16 @@ class StagingDir:
         digests[name] = self._write(name, [model.SerializeToString()])
         self.digests[name] = digests
 
-    def publish(self) -> None:
+    def publish(self, before: Optional[Callable[[], None]] = None) -> None:
         """Swap the staged directory into place (an old artifact directory is replaced).
         Under OUT's lock: of two runs publishing one name at once, the later one replaces
-        the earlier one's directory whole, never mixing their files."""
+        the earlier one's directory whole, never mixing their files. ``before()`` is called
+        under the lock just before the swap: from then on the model is written, whatever
+        comes next (a batch worker stops letting Ctrl-C end it, or its outcome would be lost
+        while its directory stays)."""
         with out_lock(self.out_dir.parent, self.label):
-            for hook in _PUBLISH_HOOKS:
-                hook()
+            if before is not None:
+                before()
             self._swap()
 
     def _swap(self) -> None:
