@@ -79,24 +79,26 @@ def infer_model_shapes(proto: onnx.ModelProto, **options: bool) -> onnx.ModelPro
     """onnx's shape inference with data propagation (``options``: its other flags), on
     ``proto`` (changed meanwhile, restored). An opset-13 model is inferred as opset 14, whose
     Reshape reads a target shape that data propagation computed (Reshape-13 reads only a
-    constant one). That changes no inferred shape or type of a valid opset-13 model: what
-    opset 14 changed is Reshape's ``allowzero`` (default 0, as 13), BatchNormalization's
+    constant one). For a model both opsets accept, that changes no inferred shape or type:
+    what 14 changed is Reshape's ``allowzero`` (default 0, as 13), BatchNormalization's
     ``training_mode`` (default 0, as 13), the recurrent ops' ``layout`` (default 0, as 13),
-    more element types, and two new ops. The result names the model's own opset."""
+    more element types, and two new ops. One that 14 refuses (a BatchNormalization with its
+    training outputs) is inferred as written. The result names the model's own opset."""
     default = [entry for entry in proto.opset_import if entry.domain in ("", "ai.onnx")]
-    bumped = len(default) == 1 and default[0].version == 13
-    if bumped:
+    if len(default) == 1 and default[0].version == 13:
         default[0].version = 14
-    try:
-        inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True, **options)
-    finally:
-        if bumped:
+        try:
+            inferred = onnx.shape_inference.infer_shapes(proto, data_prop=True, **options)
+        except Exception:  # refused at 14 (onnx raises several types): as written, below
+            inferred = None
+        finally:
             default[0].version = 13
-    if bumped:
-        for entry in inferred.opset_import:
-            if entry.domain in ("", "ai.onnx"):
-                entry.version = 13
-    return inferred
+        if inferred is not None:
+            for entry in inferred.opset_import:
+                if entry.domain in ("", "ai.onnx"):
+                    entry.version = 13
+            return inferred
+    return onnx.shape_inference.infer_shapes(proto, data_prop=True, **options)
 
 
 # Inference reads the shape and type of a float weight, never its values (shape values are

@@ -204,3 +204,20 @@ def test_inferring_as_opset_14_leaves_the_models_opset_as_it_was():
     assert [o.version for o in model.opset_import] == [13]
     assert [o.version for o in inferred.opset_import] == [13]
     assert any(v.name.startswith("Reshape") for v in inferred.graph.value_info)
+
+
+def test_an_opset_13_model_that_opset_14_refuses_is_inferred_as_written():
+    """BatchNormalization-9 may write its training outputs; at 14 inference refuses them."""
+    stats = [numpy_helper.from_array(np.ones(3, np.float32), n) for n in "sbmv"]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"],
+                            ["y", "mean", "var", "saved_mean", "saved_var"], name="bn")
+    graph = helper.make_graph(
+        [node], "bn", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 4, 4])], stats)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    onnx.checker.check_model(model)
+    inferred = infer_model_shapes(model, check_type=True, strict_mode=True)
+    assert [o.version for o in model.opset_import] == [13]
+    assert [o.version for o in inferred.opset_import] == [13]
+    [y] = inferred.graph.output
+    assert [d.dim_value for d in y.type.tensor_type.shape.dim] == [1, 3, 4, 4]
