@@ -2,10 +2,13 @@
 a test.
 
     python benchmarks/convert_external.py MODEL.onnx --input-shape x:1,3,48,320 [--seed 0]
+        [--runs 200 [--threads 1]]
 
 Prints the Mrvl and CPU subgraph counts, each CPU node's op and reason (counted), and the
 model outputs' comparison with onnxruntime fp32 on one standard-normal input
-(``mrvl_convert.compare``, default tolerances). Used on models shipped in PyPI wheels, e.g.
+(``mrvl_convert.compare``, default tolerances). With ``--runs``: the median latency of the
+hybrid (``HybridSession.run``) and of onnxruntime on the model, timed in turn
+(``bench_partition.interleaved_ms``). Used on models shipped in PyPI wheels, e.g.
 rapidocr-onnxruntime's PP-OCRv4 recognizer (docs/BENCHMARKS.md).
 """
 from __future__ import annotations
@@ -24,6 +27,8 @@ def main() -> None:
     parser.add_argument("model")
     parser.add_argument("--input-shape", required=True, help="NAME:D0,D1,... (one input)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--runs", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     name, dims = args.input_shape.split(":")
     shape = [int(d) for d in dims.split(",")]
@@ -43,6 +48,24 @@ def main() -> None:
                 print(f"  output {row.tensor}: max abs {row.max_abs:.3g}, max rel "
                       f"{row.max_rel:.3g}, cosine {row.cosine:.6f}, within tolerance: "
                       f"{row.passed}")
+        if args.runs:
+            print(_timing(args.model, result.out_dir, feed, args.runs, args.threads))
+
+
+def _timing(model: str, out_dir: str, feed, runs: int, threads: int) -> str:
+    import onnxruntime as ort
+
+    from bench_partition import interleaved_ms
+    from mrvl_convert.runtime import HybridSession
+
+    hybrid = HybridSession(out_dir, threads=threads)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    reference = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+    ort_ms, hybrid_ms = interleaved_ms([lambda: reference.run(None, feed),
+                                        lambda: hybrid.run(None, feed)], runs)
+    return (f"  @{threads}t: onnxruntime {ort_ms:.2f} ms, hybrid {hybrid_ms:.2f} ms "
+            f"({hybrid_ms / ort_ms:.2f}x)")
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.canonical_forms import rewrite
+from mrvl_convert.frontend.concat_sinking import sink_concats
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, verbose_requested
 from mrvl_convert.frontend.load import LoadedModel
@@ -93,7 +94,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # folds check the activations' shapes (and the folds read constant head splits).
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
-    if fold_into_fcs(graph, forms) or tokens or heads:
+    sunk = sink_concats(graph, _opset(loaded), forms)
+    if fold_into_fcs(graph, forms) or tokens or heads or sunk:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")

@@ -1,0 +1,213 @@
+"""Exact rewrites that move a Concat the accelerator does not take past the layers after it.
+
+An ultralytics detection head (YOLOv8, YOLO11), as exported, joins its scales on the anchor
+axis first, ``Concat(axis=2)`` of ``[B, C, H_i*W_i]``, then splits the channels into box and
+class, runs the DFL (Reshape, Transpose, Softmax, 1x1 Conv, Reshape) on the box part and a
+Sigmoid on the class part. The newer codegen's Concat takes 4-D tensors on the channel axis
+only, and its Split only 2-D and 4-D ones, so the Concat and the Split were cut to CPU and the
+DFL became a second Mrvl subgraph.
+
+- **Sinking.** A Concat on the last axis of tensors of rank 2 or more moves past every reader
+  that computes each position of that axis from the same position alone; a copy of the reader
+  runs on each input of the Concat, and the Concat is written after it (one per output), in
+  front of the first value with a reader of any other kind or that is a model output. The
+  readers it moves past:
+
+  - elementwise ops of one activation (Sigmoid, Relu, Tanh, ...; Clip with constant bounds);
+  - Split on another axis;
+  - Transpose that keeps the last axis last;
+  - Softmax and LogSoftmax on another axis (from opset 13: before, they normalize over every
+    axis from theirs to the last);
+  - Reshape that keeps the last axis (same length, and the same product of the others);
+  - Conv with a 1x1 kernel, stride 1 and no padding (the last axis is W).
+
+- **A Split of a Concat.** ``Split(axis=k)`` whose pieces are those of a ``Concat(axis=k)``,
+  directly or through a Reshape that only merges the axes after k, becomes the Concat's
+  inputs (reshaped likewise). After sinking, each scale's copy of the head's Split is one.
+
+Exact: every copy computes the same elements from the same elements, and the moved Concat and
+the Split that undoes a Concat copy elements. Softmax and the 1x1 Conv sum over another axis,
+in the order onnxruntime's kernel takes for one position, as before; the tests compare the
+outputs bit for bit (``tests/frontend/test_concat_sinking.py``).
+
+The first copy of a reader keeps its name, and the first moved Concat its Concat's; both are
+listed in ``rewritten``, the other copies and Concats in ``derived``.
+"""
+from __future__ import annotations
+
+import math
+from typing import List, Optional, Sequence
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import attr, is_const, present, static_shape
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+
+_ELEMENTWISE = frozenset({"Sigmoid", "Relu", "Tanh", "LeakyRelu", "HardSigmoid", "HardSwish",
+                          "Elu", "Exp", "Identity", "Clip"})
+
+
+def sink_concats(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
+    """Apply both rewrites to ``graph`` in place, recording them in ``done``; True when one
+    happened (the caller then cleans up and sorts the graph)."""
+    names, moved = Names(graph), False
+    for node in list(graph.nodes):
+        if node.op == "Concat" and node.outputs and _sinkable(graph, node, opset):
+            _sink(graph, node, opset, done, names)
+            moved = True
+    for node in list(graph.nodes):
+        if node.op == "Split" and node.outputs:
+            moved = _undo_concat(graph, node, done, names) or moved
+    return moved
+
+
+def _sinkable(graph: gs.Graph, concat: gs.Node, opset: int) -> bool:
+    shape = static_shape(concat.outputs[0])
+    parts = concat.inputs
+    if shape is None or len(shape) < 2 or len(parts) < 2 or _last_axis(concat, shape) is None:
+        return False
+    if any(is_const(p) or static_shape(p) is None for p in parts):
+        return False
+    return _movable(graph, concat.outputs[0], opset)
+
+
+def _last_axis(concat: gs.Node, shape: Sequence[int]) -> Optional[int]:
+    axis = attr(concat, "axis")
+    if axis is None or axis % len(shape) != len(shape) - 1:
+        return None
+    return len(shape) - 1
+
+
+def _movable(graph: gs.Graph, value: gs.Tensor, opset: int) -> bool:
+    """Every reader of ``value`` computes each position of its last axis from that position,
+    and ``value`` is not a model output."""
+    shape = static_shape(value)
+    if shape is None or not value.outputs or any(value is out for out in graph.outputs):
+        return False
+    return all(sum(t is value for t in reader.inputs) == 1 and reader.inputs[0] is value
+               and all(static_shape(o) is not None for o in reader.outputs)
+               and _per_position(reader, shape, opset) for reader in value.outputs)
+
+
+def _per_position(reader: gs.Node, shape: List[int], opset: int) -> bool:
+    last, op = len(shape) - 1, reader.op
+    if op in _ELEMENTWISE:
+        return all(is_const(t) or present(reader, k) is None
+                   for k, t in enumerate(reader.inputs) if k > 0)
+    if op == "Split":
+        return attr(reader, "axis", 0) % len(shape) != last
+    if op == "Transpose":
+        perm = attr(reader, "perm") or list(range(last, -1, -1))
+        return perm[-1] == last
+    if op in ("Softmax", "LogSoftmax"):
+        return opset >= 13 and attr(reader, "axis", -1) % len(shape) != last
+    if op == "Reshape":
+        out = static_shape(reader.outputs[0])
+        return (out is not None and len(out) >= 2 and out[-1] == shape[-1]
+                and math.prod(out[:-1]) == math.prod(shape[:-1]) and is_const(reader.inputs[1]))
+    if op == "Conv":
+        return len(shape) == 4 and _pointwise_conv(reader)
+    return False
+
+
+def _pointwise_conv(conv: gs.Node) -> bool:
+    weight = conv.inputs[1] if len(conv.inputs) > 1 else None
+    bias = present(conv, 2)
+    return (is_const(weight) and len(weight.shape) == 4 and list(weight.shape[2:]) == [1, 1]
+            and (bias is None or is_const(bias))
+            and all(s == 1 for s in attr(conv, "strides", [1, 1]))
+            and all(p == 0 for p in attr(conv, "pads", [0, 0, 0, 0]))
+            and attr(conv, "auto_pad", "NOTSET") in ("NOTSET", "VALID", b"NOTSET", b"VALID"))
+
+
+def _sink(graph: gs.Graph, concat: gs.Node, opset: int, done: Rewrites, names: Names) -> None:
+    value, parts, origin = concat.outputs[0], list(concat.inputs), concat.name
+    lengths = [static_shape(p)[-1] for p in parts]
+    _detach(graph, concat)
+    ends: List[gs.Node] = []
+    _place(graph, value, parts, lengths, opset, done, names, ends)
+    for k, end in enumerate(ends):
+        end.name = origin if k == 0 else names.fresh(f"{origin}_moved")
+        if k:
+            done.derived[end.name] = origin
+    done.rewritten[origin] = ("moved past the layers after it that work position by position "
+                              "on its axis (a copy of each per input)")
+
+
+def _detach(graph: gs.Graph, node: gs.Node) -> None:
+    node.inputs.clear()
+    node.outputs.clear()
+    graph.nodes.remove(node)
+
+
+def _place(graph: gs.Graph, value: gs.Tensor, parts: List[gs.Tensor], lengths: List[int],
+           opset: int, done: Rewrites, names: Names, ends: List[gs.Node]) -> None:
+    """Make ``value`` the concatenation of ``parts`` on its last axis: by copies of its
+    readers, one per part, when they allow it, otherwise by a Concat."""
+    if not _movable(graph, value, opset):
+        end = gs.Node("Concat", attrs={"axis": len(static_shape(value)) - 1}, inputs=parts,
+                      outputs=[value])
+        graph.nodes.append(end)
+        ends.append(end)
+        return
+    for reader in list(value.outputs):
+        op, attrs, name = reader.op, dict(reader.attrs), reader.name
+        inputs, outputs = list(reader.inputs), list(reader.outputs)
+        _detach(graph, reader)
+        copies = []
+        for k, (part, length) in enumerate(zip(parts, lengths)):
+            outs = [gs.Variable(names.fresh(f"{o.name}_part{k}"), o.dtype,
+                                static_shape(o)[:-1] + [length]) for o in outputs]
+            ins = [part] + inputs[1:]
+            if op == "Reshape":
+                ins[1] = gs.Constant(names.fresh(f"{name}_shape{k}"), np.array(
+                    static_shape(outputs[0])[:-1] + [length], np.int64))
+            copy = gs.Node(op, name=name if k == 0 else names.fresh(f"{name}_part{k}"),
+                           attrs=dict(attrs), inputs=ins, outputs=outs)
+            graph.nodes.append(copy)
+            copies.append(outs)
+            if k:
+                done.derived[copy.name] = name
+        done.rewritten[name] = "one copy per input of a Concat moved past it"
+        for slot, out in enumerate(outputs):
+            _place(graph, out, [c[slot] for c in copies], lengths, opset, done, names, ends)
+
+
+def _undo_concat(graph: gs.Graph, split: gs.Node, done: Rewrites, names: Names) -> bool:
+    """``Split(axis=k)`` of ``Reshape(Concat(axis=k))``, the Reshape merging only axes after k
+    and the pieces matching: each output becomes the Reshape of the matching Concat input."""
+    source = split.inputs[0]
+    shape = static_shape(source)
+    reshape = source.inputs[0] if shape is not None and source.inputs else None
+    if reshape is None or reshape.op != "Reshape" or len(source.outputs) != 1:
+        return False
+    axis = attr(split, "axis", 0) % len(shape)
+    joined = reshape.inputs[0]
+    inner = static_shape(joined)
+    concat = joined.inputs[0] if joined.inputs else None
+    if inner is None or inner[:axis + 1] != shape[:axis + 1] or concat is None \
+            or concat.op != "Concat" or attr(concat, "axis") % len(inner) != axis \
+            or len(joined.outputs) != 1:
+        return False
+    pieces, outputs = list(concat.inputs), list(split.outputs)
+    sizes = [(static_shape(p) or [None] * (axis + 1))[axis] for p in pieces]
+    if len(pieces) != len(outputs) or sizes != [static_shape(o)[axis] for o in outputs]:
+        return False
+    name, origin = split.name, done.derived.pop(split.name, None)
+    _detach(graph, split)
+    for k, (piece, out) in enumerate(zip(pieces, outputs)):
+        node = gs.Node("Reshape", name=name if k == 0 else names.fresh(f"{name}_piece{k}"),
+                       inputs=[piece, gs.Constant(names.fresh(f"{name}_shape{k}"),
+                                                  np.array(static_shape(out), np.int64))],
+                       outputs=[out])
+        graph.nodes.append(node)
+        if k or origin is not None:
+            done.derived[node.name] = origin or name
+    undone = "its outputs are the inputs of the Concat it splits again, reshaped"
+    before = done.rewritten.get(origin or name)
+    if not before or undone not in before:
+        done.rewritten[origin or name] = f"{before}; {undone}" if before else undone
+    for merged in (concat, reshape):  # read by nothing else now: what they did is done here
+        done.merged[merged.name] = name
+    return True

@@ -1,0 +1,141 @@
+"""A Concat the accelerator does not take moves past the per-position layers after it
+(``frontend/concat_sinking.py``): the ultralytics head, as exported, stays in one Mrvl
+subgraph, and the rewritten graph gives onnxruntime's outputs bit for bit."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import onnxruntime as ort
+import pytest
+
+import mrvl_convert
+from mrvl_convert.frontend.canonicalize import canonicalize
+from mrvl_convert.frontend.load import load_model
+from support.models import Builder
+
+REG, CLASSES = 4, 3
+SIZES = (8, 4)  # two scales: 8x8 and 4x4 anchors
+
+
+def ultralytics_head(opset: int = 17, tail: Optional[str] = None) -> onnx.ModelProto:
+    """Backbone convs, then the head as the ultralytics exporter writes it: per scale
+    Concat(box, cls) on channels and Reshape to [1, C, HW]; the scales joined on the anchor
+    axis; Split into box and class; the DFL (Reshape, Transpose, Softmax, 1x1 Conv, Reshape);
+    Sigmoid; a decode (Mul by per-anchor strides, a constant over the anchors); Concat.
+    ``tail``: what reads the anchor Concat instead of the Split (the negative cases)."""
+    b = Builder(seed=3, opset=opset)
+    x = b.op("Relu", [b.conv(b.input("images", [1, 3, 32, 32]), 3, 8, strides=[4, 4],
+                             pads=[1, 1, 1, 1])])
+    joined: List[str] = []
+    for size in SIZES:
+        x = b.op("Relu", [b.conv(x, 8, 8, strides=[1, 1] if size == 8 else [2, 2],
+                                 pads=[1, 1, 1, 1])])
+        box, cls = b.conv(x, 8, 4 * REG, k=1), b.conv(x, 8, CLASSES, k=1)
+        both = b.op("Concat", [box, cls], axis=1)
+        joined.append(b.op("Reshape", [both, b.const(np.array([1, 4 * REG + CLASSES,
+                                                               size * size], np.int64))]))
+    anchors = sum(s * s for s in SIZES)
+    if tail == "conv3x3":  # [1, C, 1, HW]: the anchors are W, which a 3x3 Conv mixes
+        joined = [b.op("Unsqueeze", [j, b.const(np.array([2], np.int64))]) for j in joined]
+    y = b.op("Concat", joined, name="anchor_concat", axis=-1 if tail == "conv3x3" else 2)
+    if tail is not None:
+        return b.model([_tail(b, y, tail)])
+    box, cls = b.op("Split", [y, b.const(np.array([4 * REG, CLASSES], np.int64))],
+                    name="head_split", outputs=2, axis=1), "head_split_out1"
+    box = b.op("Reshape", [box, b.const(np.array([1, 4, REG, anchors], np.int64))])
+    box = b.op("Transpose", [box], perm=[0, 2, 1, 3])
+    box = b.op("Softmax", [box], axis=1)
+    bins = np.arange(REG, dtype=np.float32).reshape(1, REG, 1, 1)
+    box = b.op("Conv", [box, b.const(bins)], name="dfl_conv", kernel_shape=[1, 1])
+    box = b.op("Reshape", [box, b.const(np.array([1, 4, anchors], np.int64))])
+    strides = np.concatenate([np.full(s * s, 32 // s, np.float32) for s in SIZES])
+    box = b.op("Mul", [box, b.const(strides.reshape(1, 1, anchors))])
+    out = b.op("Concat", [box, b.op("Sigmoid", [cls])], axis=1)
+    return b.model([out])
+
+
+def _tail(b: Builder, y: str, tail: str) -> str:
+    if tail == "softmax_on_anchors":
+        return b.op("Softmax", [y], axis=2)
+    if tail == "softmax_on_channels":
+        return b.op("Softmax", [y], axis=1)
+    if tail == "conv3x3":
+        return b.conv(y, 4 * REG + CLASSES, 4, k=3, pads=[1, 1, 1, 1])
+    raise ValueError(tail)
+
+
+def run(model: onnx.ModelProto, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(None, feed)
+
+
+def exported(graph: gs.Graph) -> onnx.ModelProto:
+    model = gs.export_onnx(graph, do_type_check=False)
+    model.ir_version = 8
+    return model
+
+
+FEED = {"images": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}
+
+
+def test_the_head_keeps_onnxruntimes_outputs_bit_for_bit():
+    model = ultralytics_head()
+    canonical = canonicalize(load_model(model))
+    ops = [n.op for n in canonical.graph.nodes]
+    assert "Split" not in ops  # each scale's copy reads its box and class convs again
+    assert ops.count("Softmax") == ops.count("Sigmoid") == len(SIZES)
+    moved = [n for n in canonical.graph.nodes if n.op == "Concat" and n.attrs["axis"] == 2]
+    assert {n.outputs[0].outputs[0].op for n in moved} == {"Mul", "Concat"}
+    for got, want in zip(run(exported(canonical.graph), FEED), run(model, FEED)):
+        assert np.array_equal(got, want)
+
+
+def test_the_head_is_one_mrvl_subgraph_and_the_report_says_where_each_node_went(tmp_path):
+    model = ultralytics_head()
+    result = mrvl_convert.convert(model, tmp_path / "o")
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 1)
+    entries = {e["name"]: e for e in result.report["nodes"]}
+    assert entries["anchor_concat"]["placement"] == "cpu"
+    assert "moved past" in entries["anchor_concat"]["canonical"]
+    assert entries["dfl_conv"]["placement"] == "mrvl"
+    assert [d["stage"] for d in entries["dfl_conv"]["derived"]] == \
+        [entries["dfl_conv"]["stage"]]
+    assert "inputs of the Concat" in entries["head_split"]["canonical"]
+    merged = [e for e in entries.values() if e.get("merged_into")]
+    assert len(merged) == 2 * len(SIZES)  # each scale's Concat and Reshape
+    assert all(e["placement"] == "mrvl" for e in merged)
+    report = mrvl_convert.compare(model, result.out_dir, FEED)
+    assert report.passed, report.summary_line()
+
+
+@pytest.mark.parametrize("tail", ["softmax_on_anchors", "conv3x3"])
+def test_a_reader_that_mixes_positions_keeps_the_concat_in_front(tail):
+    model = ultralytics_head(tail=tail)
+    canonical = canonicalize(load_model(model))
+    [concat] = [n for n in canonical.graph.nodes if n.name == "anchor_concat"]
+    assert concat.op == "Concat" and len(concat.inputs) == len(SIZES)
+    for got, want in zip(run(exported(canonical.graph), FEED), run(model, FEED)):
+        assert np.array_equal(got, want)
+
+
+def test_softmax_before_opset_13_normalizes_over_the_concat_axis_too():
+    """Softmax-11 on axis 1 flattens axes 1.. into one: it mixes the anchors, and stays."""
+    for opset, moved in ((11, False), (13, True)):
+        canonical = canonicalize(load_model(ultralytics_head(opset, "softmax_on_channels")))
+        names = {n.name for n in canonical.graph.nodes if n.op == "Concat"}
+        assert ("anchor_concat" in names and
+                canonical.graph.nodes[-1].op == "Concat") is moved, opset
+
+
+def test_a_concat_that_is_a_model_output_stays():
+    b = Builder(opset=17)
+    x = b.input("x", [1, 4, 6])
+    y = b.op("Concat", [b.op("Relu", [x]), b.op("Tanh", [x])], name="joined", axis=2)
+    model = b.model([y, b.op("Sigmoid", [y])])
+    canonical = canonicalize(load_model(model))
+    assert [n.op for n in canonical.graph.nodes].count("Sigmoid") == 1
