@@ -7,23 +7,24 @@ Sigmoid on the class part. The newer codegen's Concat takes 4-D tensors on the c
 only, and its Split only 2-D and 4-D ones, so the Concat and the Split were cut to CPU and the
 DFL became a second Mrvl subgraph.
 
-- **Sinking.** A Concat on the last axis of tensors of rank 2 or more moves past every reader
-  that computes each position of that axis from the same position alone; a copy of the reader
-  runs on each input of the Concat, and the Concat is written after it (one per output), in
-  front of the first value with a reader of any other kind or that is a model output. The
-  readers it moves past:
+- **Sinking.** A Concat of activations on any axis but the channel axis of 4-D tensors moves
+  past every reader that computes each position of that axis from the same position alone; a
+  copy of the reader runs on each input of the Concat, and the Concat is written after it (one
+  per output), in front of the first value with a reader of any other kind or that is a model
+  output. The axis is followed through the readers it moves past:
 
   - elementwise ops of one activation (Sigmoid, Relu, Tanh, ...; Clip with constant bounds);
   - Split on another axis;
-  - Transpose that keeps the last axis last;
-  - Softmax and LogSoftmax on another axis (from opset 13: before, they normalize over every
-    axis from theirs to the last);
-  - Reshape that keeps the last axis (same length, and the same product of the others);
-  - Conv with a 1x1 kernel, stride 1 and no padding (the last axis is W).
+  - Transpose (the axis goes where the permutation puts it);
+  - Softmax and LogSoftmax on another axis (before opset 13 only on the last axis: they
+    normalize over every axis from theirs to the last), so also the Transpose, Softmax,
+    Transpose that exporters write for a Softmax on another axis before opset 13;
+  - Reshape that keeps the axis: the same length, with the same product of the axes before it;
+  - Conv with a 1x1 kernel, stride 1 and no padding, when the axis is H or W.
 
-- **A Split of a Concat.** ``Split(axis=k)`` whose pieces are those of a ``Concat(axis=k)``,
-  directly or through a Reshape that only merges the axes after k, becomes the Concat's
-  inputs (reshaped likewise). After sinking, each scale's copy of the head's Split is one.
+- **A Split of a Concat.** ``Split(axis=k)`` of a Reshape that only merges the axes after k
+  of a ``Concat(axis=k)`` whose pieces the Split's are becomes the Reshapes of the Concat's
+  inputs. After sinking, each scale's copy of the head's Split is one.
 
 Exact: every copy computes the same elements from the same elements, and the moved Concat and
 the Split that undoes a Concat copy elements. Softmax and the 1x1 Conv sum over another axis,
@@ -36,7 +37,7 @@ listed in ``rewritten``, the other copies and Concats in ``derived``.
 from __future__ import annotations
 
 import math
-from typing import List, Optional, Sequence
+from typing import List, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -53,8 +54,9 @@ def sink_concats(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     happened (the caller then cleans up and sorts the graph)."""
     names, moved = Names(graph), False
     for node in list(graph.nodes):
-        if node.op == "Concat" and node.outputs and _sinkable(graph, node, opset):
-            _sink(graph, node, opset, done, names)
+        axis = _joined_axis(node)
+        if axis is not None and _movable(graph, node.outputs[0], axis, opset):
+            _sink(graph, node, axis, opset, done, names)
             moved = True
     for node in list(graph.nodes):
         if node.op == "Split" and node.outputs:
@@ -62,53 +64,68 @@ def sink_concats(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     return moved
 
 
-def _sinkable(graph: gs.Graph, concat: gs.Node, opset: int) -> bool:
-    shape = static_shape(concat.outputs[0])
-    parts = concat.inputs
-    if shape is None or len(shape) < 2 or len(parts) < 2 or _last_axis(concat, shape) is None:
-        return False
-    if any(is_const(p) or static_shape(p) is None for p in parts):
-        return False
-    return _movable(graph, concat.outputs[0], opset)
-
-
-def _last_axis(concat: gs.Node, shape: Sequence[int]) -> Optional[int]:
-    axis = attr(concat, "axis")
-    if axis is None or axis % len(shape) != len(shape) - 1:
+def _joined_axis(concat: gs.Node) -> Optional[int]:
+    """The axis of a Concat of activations the accelerator does not take (every Concat but
+    one on the channel axis of 4-D tensors), or None."""
+    if concat.op != "Concat" or not concat.outputs or len(concat.inputs) < 2:
         return None
-    return len(shape) - 1
+    shape = static_shape(concat.outputs[0])
+    if shape is None or len(shape) < 2 or attr(concat, "axis") is None:
+        return None
+    axis = attr(concat, "axis") % len(shape)
+    if (len(shape), axis) == (4, 1):
+        return None
+    if any(is_const(p) or static_shape(p) is None for p in concat.inputs):
+        return None
+    return axis
 
 
-def _movable(graph: gs.Graph, value: gs.Tensor, opset: int) -> bool:
-    """Every reader of ``value`` computes each position of its last axis from that position,
-    and ``value`` is not a model output."""
+def _movable(graph: gs.Graph, value: gs.Tensor, axis: int, opset: int) -> bool:
+    """Every reader of ``value`` computes each position of ``axis`` from that position alone
+    (``_next_axis``), and ``value`` is not a model output."""
     shape = static_shape(value)
     if shape is None or not value.outputs or any(value is out for out in graph.outputs):
         return False
     return all(sum(t is value for t in reader.inputs) == 1 and reader.inputs[0] is value
                and all(static_shape(o) is not None for o in reader.outputs)
-               and _per_position(reader, shape, opset) for reader in value.outputs)
+               and _next_axis(reader, shape, axis, opset) is not None
+               for reader in value.outputs)
 
 
-def _per_position(reader: gs.Node, shape: List[int], opset: int) -> bool:
-    last, op = len(shape) - 1, reader.op
+def _next_axis(reader: gs.Node, shape: List[int], axis: int, opset: int) -> Optional[int]:
+    """Where ``axis`` of ``reader``'s input is in its outputs when the reader computes each of
+    its positions from the same position alone; None otherwise."""
+    rank, op = len(shape), reader.op
     if op in _ELEMENTWISE:
-        return all(is_const(t) or present(reader, k) is None
-                   for k, t in enumerate(reader.inputs) if k > 0)
+        simple = all(is_const(t) or present(reader, k) is None
+                     for k, t in enumerate(reader.inputs) if k > 0)
+        return axis if simple else None
     if op == "Split":
-        return attr(reader, "axis", 0) % len(shape) != last
+        return axis if attr(reader, "axis", 0) % rank != axis else None
     if op == "Transpose":
-        perm = attr(reader, "perm") or list(range(last, -1, -1))
-        return perm[-1] == last
+        perm = list(attr(reader, "perm") or range(rank - 1, -1, -1))
+        return perm.index(axis)
     if op in ("Softmax", "LogSoftmax"):
-        return opset >= 13 and attr(reader, "axis", -1) % len(shape) != last
+        # Before opset 13 they normalize over every axis from theirs to the last.
+        over = attr(reader, "axis", -1 if opset >= 13 else 1) % rank
+        return axis if over != axis and (opset >= 13 or over == rank - 1) else None
     if op == "Reshape":
-        out = static_shape(reader.outputs[0])
-        return (out is not None and len(out) >= 2 and out[-1] == shape[-1]
-                and math.prod(out[:-1]) == math.prod(shape[:-1]) and is_const(reader.inputs[1]))
+        return _reshaped_axis(reader, shape, axis)
     if op == "Conv":
-        return len(shape) == 4 and _pointwise_conv(reader)
-    return False
+        return axis if rank == 4 and axis in (2, 3) and _pointwise_conv(reader) else None
+    return None
+
+
+def _reshaped_axis(reshape: gs.Node, shape: List[int], axis: int) -> Optional[int]:
+    """The output axis holding ``axis`` unchanged: the same length, with the same product of
+    the axes before it (so also after it); the row-major order then maps the axes before and
+    after it as they are, whatever its length."""
+    out = static_shape(reshape.outputs[0])
+    if out is None or not is_const(reshape.inputs[1]):
+        return None
+    before = math.prod(shape[:axis])
+    return next((j for j in range(len(out))
+                 if out[j] == shape[axis] and math.prod(out[:j]) == before), None)
 
 
 def _pointwise_conv(conv: gs.Node) -> bool:
@@ -121,12 +138,13 @@ def _pointwise_conv(conv: gs.Node) -> bool:
             and attr(conv, "auto_pad", "NOTSET") in ("NOTSET", "VALID", b"NOTSET", b"VALID"))
 
 
-def _sink(graph: gs.Graph, concat: gs.Node, opset: int, done: Rewrites, names: Names) -> None:
+def _sink(graph: gs.Graph, concat: gs.Node, axis: int, opset: int, done: Rewrites,
+          names: Names) -> None:
     value, parts, origin = concat.outputs[0], list(concat.inputs), concat.name
-    lengths = [static_shape(p)[-1] for p in parts]
+    lengths = [static_shape(p)[axis] for p in parts]
     _detach(graph, concat)
     ends: List[gs.Node] = []
-    _place(graph, value, parts, lengths, opset, done, names, ends)
+    _place(graph, value, parts, lengths, axis, opset, done, names, ends)
     for k, end in enumerate(ends):
         end.name = origin if k == 0 else names.fresh(f"{origin}_moved")
         if k:
@@ -142,27 +160,27 @@ def _detach(graph: gs.Graph, node: gs.Node) -> None:
 
 
 def _place(graph: gs.Graph, value: gs.Tensor, parts: List[gs.Tensor], lengths: List[int],
-           opset: int, done: Rewrites, names: Names, ends: List[gs.Node]) -> None:
-    """Make ``value`` the concatenation of ``parts`` on its last axis: by copies of its
-    readers, one per part, when they allow it, otherwise by a Concat."""
-    if not _movable(graph, value, opset):
-        end = gs.Node("Concat", attrs={"axis": len(static_shape(value)) - 1}, inputs=parts,
-                      outputs=[value])
+           axis: int, opset: int, done: Rewrites, names: Names, ends: List[gs.Node]) -> None:
+    """Make ``value`` the concatenation of ``parts`` on ``axis``: by copies of its readers,
+    one per part, when they allow it, otherwise by a Concat."""
+    if not _movable(graph, value, axis, opset):
+        end = gs.Node("Concat", attrs={"axis": axis}, inputs=parts, outputs=[value])
         graph.nodes.append(end)
         ends.append(end)
         return
     for reader in list(value.outputs):
         op, attrs, name = reader.op, dict(reader.attrs), reader.name
         inputs, outputs = list(reader.inputs), list(reader.outputs)
+        after = _next_axis(reader, static_shape(value), axis, opset)
         _detach(graph, reader)
         copies = []
         for k, (part, length) in enumerate(zip(parts, lengths)):
             outs = [gs.Variable(names.fresh(f"{o.name}_part{k}"), o.dtype,
-                                static_shape(o)[:-1] + [length]) for o in outputs]
+                                _with(static_shape(o), after, length)) for o in outputs]
             ins = [part] + inputs[1:]
             if op == "Reshape":
                 ins[1] = gs.Constant(names.fresh(f"{name}_shape{k}"), np.array(
-                    static_shape(outputs[0])[:-1] + [length], np.int64))
+                    _with(static_shape(outputs[0]), after, length), np.int64))
             copy = gs.Node(op, name=name if k == 0 else names.fresh(f"{name}_part{k}"),
                            attrs=dict(attrs), inputs=ins, outputs=outs)
             graph.nodes.append(copy)
@@ -171,7 +189,12 @@ def _place(graph: gs.Graph, value: gs.Tensor, parts: List[gs.Tensor], lengths: L
                 done.derived[copy.name] = name
         done.rewritten[name] = "one copy per input of a Concat moved past it"
         for slot, out in enumerate(outputs):
-            _place(graph, out, [c[slot] for c in copies], lengths, opset, done, names, ends)
+            _place(graph, out, [c[slot] for c in copies], lengths, after, opset, done, names,
+                   ends)
+
+
+def _with(shape: List[int], axis: int, length: int) -> List[int]:
+    return shape[:axis] + [length] + shape[axis + 1:]
 
 
 def _undo_concat(graph: gs.Graph, split: gs.Node, done: Rewrites, names: Names) -> bool:

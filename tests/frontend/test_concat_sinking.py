@@ -43,11 +43,19 @@ def ultralytics_head(opset: int = 17, tail: Optional[str] = None) -> onnx.ModelP
     y = b.op("Concat", joined, name="anchor_concat", axis=-1 if tail == "conv3x3" else 2)
     if tail is not None:
         return b.model([_tail(b, y, tail)])
-    box, cls = b.op("Split", [y, b.const(np.array([4 * REG, CLASSES], np.int64))],
-                    name="head_split", outputs=2, axis=1), "head_split_out1"
+    if opset >= 13:
+        box = b.op("Split", [y, b.const(np.array([4 * REG, CLASSES], np.int64))],
+                   name="head_split", outputs=2, axis=1)
+    else:
+        box = b.op("Split", [y], name="head_split", outputs=2, axis=1, split=[4 * REG, CLASSES])
+    cls = "head_split_out1"
     box = b.op("Reshape", [box, b.const(np.array([1, 4, REG, anchors], np.int64))])
     box = b.op("Transpose", [box], perm=[0, 2, 1, 3])
-    box = b.op("Softmax", [box], axis=1)
+    if opset >= 13:
+        box = b.op("Softmax", [box], axis=1)
+    else:  # softmax(dim=1) as torch exports it before opset 13: over the last axis, between
+        box = b.op("Transpose", [box], perm=[0, 3, 2, 1])  # two Transposes
+        box = b.op("Transpose", [b.op("Softmax", [box], axis=3)], perm=[0, 3, 2, 1])
     bins = np.arange(REG, dtype=np.float32).reshape(1, REG, 1, 1)
     box = b.op("Conv", [box, b.const(bins)], name="dfl_conv", kernel_shape=[1, 1])
     box = b.op("Reshape", [box, b.const(np.array([1, 4, anchors], np.int64))])
@@ -83,8 +91,9 @@ def exported(graph: gs.Graph) -> onnx.ModelProto:
 FEED = {"images": np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)}
 
 
-def test_the_head_keeps_onnxruntimes_outputs_bit_for_bit():
-    model = ultralytics_head()
+@pytest.mark.parametrize("opset", [17, 12])
+def test_the_head_keeps_onnxruntimes_outputs_bit_for_bit(opset):
+    model = ultralytics_head(opset)
     canonical = canonicalize(load_model(model))
     ops = [n.op for n in canonical.graph.nodes]
     assert "Split" not in ops  # each scale's copy reads its box and class convs again
@@ -95,8 +104,10 @@ def test_the_head_keeps_onnxruntimes_outputs_bit_for_bit():
         assert np.array_equal(got, want)
 
 
-def test_the_head_is_one_mrvl_subgraph_and_the_report_says_where_each_node_went(tmp_path):
-    model = ultralytics_head()
+@pytest.mark.parametrize("opset", [17, 12])
+def test_the_head_is_one_mrvl_subgraph_and_the_report_says_where_each_node_went(tmp_path,
+                                                                                 opset):
+    model = ultralytics_head(opset)
     result = mrvl_convert.convert(model, tmp_path / "o")
     assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 1)
     entries = {e["name"]: e for e in result.report["nodes"]}
