@@ -51,12 +51,12 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "A power-of-two attention scale (Mul or Div of Q.K^T, or torch SDPA's Mul of q and of k) "
         "is folded into the weight and bias of the FC computing Q (or K), exactly "
         "(`frontend/fc_folds.py`).",
-        "A Concat on the last axis (an ultralytics YOLOv8/YOLO11 head joining its scales on the "
-        "anchors) moves past the layers after it that compute each anchor from that anchor "
-        "alone (Split on another axis, Reshape and Transpose keeping the last axis, Softmax on "
-        "another axis, a 1x1 Conv, Sigmoid, ...), one copy per input; a Split of a Concat into "
-        "the same pieces then reads them directly. The DFL and the Sigmoid stay with the "
-        "convolutions, exactly (`frontend/concat_sinking.py`).",
+        "A Concat the accelerator does not take (an ultralytics YOLOv8/YOLO11 head joining its "
+        "scales on the anchor axis) moves past the layers after it that compute each position "
+        "of its axis from that position alone (Split on another axis, Transpose, Reshape "
+        "keeping the axis, Softmax on another axis, a 1x1 Conv, Sigmoid, ...), one copy per "
+        "input; a Split of a Concat into the same pieces then reads them directly. The DFL and "
+        "the Sigmoid stay with the convolutions, exactly (`frontend/concat_sinking.py`).",
         "",
         "| composite | Marvell layer | ONNX pattern | summary |",
         "|---|---|---|---|",
