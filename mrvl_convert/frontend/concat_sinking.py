@@ -163,6 +163,8 @@ def _place(graph: gs.Graph, value: gs.Tensor, parts: List[gs.Tensor], lengths: L
            axis: int, opset: int, done: Rewrites, names: Names, ends: List[gs.Node]) -> None:
     """Make ``value`` the concatenation of ``parts`` on ``axis``: by copies of its readers,
     one per part, when they allow it, otherwise by a Concat."""
+    if not value.outputs and not any(value is out for out in graph.outputs):
+        return  # read by nothing (a Split's unused piece): nothing to join
     if not _movable(graph, value, axis, opset):
         end = gs.Node("Concat", attrs={"axis": axis}, inputs=parts, outputs=[value])
         graph.nodes.append(end)

@@ -150,3 +150,22 @@ def test_a_concat_that_is_a_model_output_stays():
     model = b.model([y, b.op("Sigmoid", [y])])
     canonical = canonicalize(load_model(model))
     assert [n.op for n in canonical.graph.nodes].count("Sigmoid") == 1
+
+
+def test_a_piece_nothing_reads_gets_no_concat_and_the_first_moved_one_keeps_the_name(tmp_path):
+    b = Builder(opset=17)
+    x = b.input("x", [1, 6, 4, 4])
+    parts = [b.op("Reshape", [b.op("Relu", [b.conv(x, 6, 6, k=1)]),
+                              b.const(np.array([1, 6, 16], np.int64))]) for _ in range(2)]
+    y = b.op("Concat", parts, name="joined", axis=2)
+    b.op("Split", [y, b.const(np.array([2, 4], np.int64))], name="pieces", outputs=2, axis=1)
+    model = b.model([b.op("Sigmoid", ["pieces_out1"], name="gate")])
+    canonical = canonicalize(load_model(model))
+    concats = [n for n in canonical.graph.nodes if n.op == "Concat"]
+    assert [n.name for n in concats] == ["joined"]
+    assert concats[0].outputs[0].name == "gate_out"
+    feed = {"x": np.random.default_rng(1).standard_normal((1, 6, 4, 4)).astype(np.float32)}
+    assert np.array_equal(run(exported(canonical.graph), feed)[0], run(model, feed)[0])
+    result = mrvl_convert.convert(model, tmp_path / "o")
+    entries = {e["name"]: e for e in result.report["nodes"]}
+    assert entries["joined"]["placement"] != "removed"
