@@ -10,6 +10,7 @@ import onnx
 import onnx_graphsurgeon as gs
 import onnxruntime as ort
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import mrvl_convert
 from mrvl_convert.frontend.canonicalize import canonicalize
@@ -169,3 +170,61 @@ def test_a_piece_nothing_reads_gets_no_concat_and_the_first_moved_one_keeps_the_
     result = mrvl_convert.convert(model, tmp_path / "o")
     entries = {e["name"]: e for e in result.report["nodes"]}
     assert entries["joined"]["placement"] != "removed"
+
+
+@st.composite
+def joined_chains(draw) -> onnx.ModelProto:
+    """Random Concats (any axis but 4-D channels) of activations, followed by a random chain
+    of layers the rewrite may move it past, each kept only where it applies."""
+    rank = draw(st.sampled_from([3, 4]))
+    axis = draw(st.sampled_from([a for a in range(1, rank) if (rank, a) != (4, 1)]))
+    base = [1] + [draw(st.integers(2, 3)) for _ in range(rank - 1)]
+    b = Builder(seed=draw(st.integers(0, 99)), opset=17)
+    lengths = draw(st.lists(st.integers(1, 4), min_size=2, max_size=3))
+    parts = [b.op("Relu", [b.input(f"x{k}", base[:axis] + [n] + base[axis + 1:])])
+             for k, n in enumerate(lengths)]
+    y = b.op("Concat", parts, axis=axis)
+    shape = base[:axis] + [sum(lengths)] + base[axis + 1:]
+    outputs = []
+    for op in draw(st.lists(st.sampled_from(["Sigmoid", "Transpose", "Softmax", "Reshape",
+                                             "Conv", "Split"]), max_size=4)):
+        others = [i for i in range(len(shape)) if i != axis]
+        if op == "Sigmoid":
+            y = b.op("Sigmoid", [y])
+        elif op == "Transpose":
+            perm = draw(st.permutations(range(len(shape))))
+            y = b.op("Transpose", [y], perm=list(perm))
+            shape, axis = [shape[p] for p in perm], list(perm).index(axis)
+        elif op == "Softmax":
+            y = b.op("Softmax", [y], axis=draw(st.sampled_from(others)))
+        elif op == "Reshape":
+            pairs = [i for i in others if i + 1 in others]
+            if not pairs:
+                continue
+            i = draw(st.sampled_from(pairs))
+            shape = shape[:i] + [shape[i] * shape[i + 1]] + shape[i + 2:]
+            axis -= axis > i
+            y = b.op("Reshape", [y, b.const(np.array(shape, np.int64))])
+        elif op == "Conv" and len(shape) == 4 and axis in (2, 3):
+            out = draw(st.integers(1, 3))
+            y = b.op("Conv", [y, b.weight(out, shape[1], 1, 1), b.weight(out)],
+                     kernel_shape=[1, 1])
+            shape = [shape[0], out] + shape[2:]
+        elif op == "Split" and any(shape[i] >= 2 for i in others):
+            i = draw(st.sampled_from([i for i in others if shape[i] >= 2]))
+            y = b.op("Split", [y, b.const(np.array([1, shape[i] - 1], np.int64))],
+                     outputs=2, axis=i)
+            outputs.append(y + "1")
+            shape = shape[:i] + [1] + shape[i + 1:]
+    return b.model([y] + outputs)
+
+
+@given(joined_chains())
+@settings(max_examples=150)
+def test_moving_a_concat_keeps_onnxruntimes_outputs_bit_for_bit(model):
+    canonical = canonicalize(load_model(model))
+    rng = np.random.default_rng(0)
+    feed = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
+            .astype(np.float32) for i in model.graph.input}
+    for got, want in zip(run(exported(canonical.graph), feed), run(model, feed)):
+        assert np.array_equal(got, want)
