@@ -216,8 +216,9 @@ def _undo_concat(graph: gs.Graph, split: gs.Node, done: Rewrites, names: Names) 
             or len(joined.outputs) != 1:
         return False
     pieces, outputs = list(concat.inputs), list(split.outputs)
-    sizes = [(static_shape(p) or [None] * (axis + 1))[axis] for p in pieces]
-    if len(pieces) != len(outputs) or sizes != [static_shape(o)[axis] for o in outputs]:
+    if any(static_shape(t) is None for t in pieces + outputs) or len(pieces) != len(outputs) \
+            or [static_shape(p)[axis] for p in pieces] != [static_shape(o)[axis]
+                                                            for o in outputs]:
         return False
     name, origin = split.name, done.derived.pop(split.name, None)
     _detach(graph, split)
