@@ -35,13 +35,14 @@ from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
-from mrvl_convert.frontend.folding import fold_constants, quiet_third_parties, verbose_requested
+from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
+                                          verbose_requested)
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
-from mrvl_convert.frontend.qdq import dedicate_dequantize
+from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
 
@@ -74,6 +75,10 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     unfolded = fold_constants(graph, verbose)
     fold_shape_arithmetic(graph, loaded.proto,
                           lambda g: unfolded.update(fold_constants(g, verbose)))
+    weights = {t.name for t in loaded.proto.graph.initializer}
+    while fold_quantized_constants(graph, _opset(loaded), FoldBounds.of(graph).tensor_bytes,
+                                   weights):
+        unfolded.update(fold_constants(graph, verbose))
     after_fold = {n.name for n in graph.nodes}
     for name in op_types:
         if name not in after_fold:

@@ -1,4 +1,5 @@
-"""QDQ models (onnxruntime's QuantFormat.QDQ): one DequantizeLinear per consumer.
+"""QDQ models (onnxruntime's QuantFormat.QDQ): one DequantizeLinear per consumer, and the
+quantized pairs of paths that are constant.
 
 quantize_static writes one QuantizeLinear -> DequantizeLinear pair per tensor, and the
 DequantizeLinear's output feeds every consumer (a residual branch, a weight shared by two
@@ -6,12 +7,24 @@ convolutions). The int8 rules (``rules/marvell/qnn.yaml``) fuse each consumer wi
 DequantizeLinear in front of it, so each consumer gets its own copy here: exact, since a
 DequantizeLinear is a pure elementwise function of its inputs (onnxruntime's
 ``DedicatedQDQPair`` option writes models this way to begin with).
+
+graphsurgeon never folds a QuantizeLinear or a DequantizeLinear, so that a QDQ weight (the
+DequantizeLinear of an int8 initializer) stays one. But a path that becomes constant only
+once the input shapes are fixed (the anchors a detection head computes from its feature maps'
+shapes) was quantized as an activation, and its pairs would stop folding there: the rest of
+the path, on CPU, then held tensors the device check takes for a batch of 2100.
+``fold_quantized_constants`` computes such a pair, a QuantizeLinear of a constant and the
+DequantizeLinears reading it, with onnxruntime, so the value is the QDQ model's own.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import AbstractSet, Dict, List
 
+import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import const_value, is_const
 
 
 def dedicate_dequantize(graph: gs.Graph) -> Dict[str, str]:
@@ -33,3 +46,90 @@ def dedicate_dequantize(graph: gs.Graph) -> Dict[str, str]:
                                        [copy], domain=node.domain))
             copies[name] = node.name
     return copies
+
+
+def fold_quantized_constants(graph: gs.Graph, opset: int, max_bytes: int,
+                             weights: AbstractSet[str]) -> bool:
+    """Replace by the constants onnxruntime computes for them the DequantizeLinears of
+    constants (directly or through a QuantizeLinear; each constant at most ``max_bytes``)
+    where the constant was computed here (not one of the model's initializers, ``weights``),
+    or where every reader reads nothing but constants and such values (a constant the
+    quantizer took for a weight, on a path that is constant). True when one was: fold the graph
+    again, what follows may be constant now. A QDQ weight read by a layer with an activation
+    input stays as it is, whether written as an int8 initializer or as a float one with its
+    QuantizeLinear."""
+    chosen = [node for node in graph.nodes if node.op == "DequantizeLinear" and node.outputs
+              and _computable(node, max_bytes)
+              and (_source(node).name not in weights or _read_with_constants(node, max_bytes))
+              and not any(node.outputs[0] is out for out in graph.outputs)]
+    if not chosen:
+        return False
+    values = _computed(chosen, opset)
+    for node in chosen:
+        out = node.outputs[0]
+        node.outputs.clear()
+        out.to_constant(values[out.name])
+    graph.cleanup(remove_unused_graph_inputs=False)
+    return True
+
+
+def _source(dequantize: gs.Node) -> gs.Tensor:
+    """The constant a ``_computable`` DequantizeLinear computes from."""
+    source = dequantize.inputs[0]
+    return source if is_const(source) else source.inputs[0].inputs[0]
+
+
+def _computable(dequantize: gs.Node, max_bytes: int) -> bool:
+    """A DequantizeLinear of constants, or of a QuantizeLinear of constants."""
+    if not _constant_inputs(dequantize, skip=1):
+        return False
+    source = dequantize.inputs[0]
+    if is_const(source):
+        return source.values.nbytes <= max_bytes
+    producer = source.inputs[0] if source.inputs else None
+    return (producer is not None and producer.op == "QuantizeLinear"
+            and _constant_inputs(producer) and producer.inputs[0].values.nbytes <= max_bytes)
+
+
+def _read_with_constants(dequantize: gs.Node, max_bytes: int) -> bool:
+    """Every reader of this DequantizeLinear of a constant reads only constants and values
+    ``_computable`` DequantizeLinears give: the reader is constant once they are."""
+    readers = dequantize.outputs[0].outputs
+    return bool(readers) and all(
+        reader.op not in ("QuantizeLinear", "DequantizeLinear") and all(
+            is_const(t) or not t.name or (t.inputs and t.inputs[0].op == "DequantizeLinear"
+                                          and _computable(t.inputs[0], max_bytes))
+            for t in reader.inputs) for reader in readers)
+
+
+def _constant_inputs(node: gs.Node, skip: int = 0) -> bool:
+    return all(is_const(t) or not t.name for t in node.inputs[skip:])
+
+
+def _computed(chosen: List[gs.Node], opset: int) -> Dict[str, np.ndarray]:
+    """The outputs of the DequantizeLinears ``chosen`` (with the QuantizeLinears they read),
+    by one onnxruntime run of them alone."""
+    import onnxruntime as ort
+
+    nodes, inits, seen = [], [], set()
+    for dequantize in chosen:
+        source = dequantize.inputs[0]
+        steps = [dequantize] if is_const(source) else [source.inputs[0], dequantize]
+        for node in steps:
+            for tensor in node.inputs:
+                if is_const(tensor) and tensor.name not in seen:
+                    seen.add(tensor.name)
+                    inits.append(onnx.numpy_helper.from_array(const_value(tensor), tensor.name))
+            if node.outputs[0].name not in seen:
+                seen.add(node.outputs[0].name)
+                nodes.append(onnx.helper.make_node(node.op, [t.name for t in node.inputs],
+                                                   [t.name for t in node.outputs], **node.attrs))
+    outputs = [onnx.helper.make_empty_tensor_value_info(d.outputs[0].name) for d in chosen]
+    graph = onnx.helper.make_graph(nodes, "quantized_constants", [], outputs, inits)
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(names, {})))
