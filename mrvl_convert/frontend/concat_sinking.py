@@ -13,7 +13,8 @@ DFL became a second Mrvl subgraph.
   per output), in front of the first value with a reader of any other kind or that is a model
   output. The axis is followed through the readers it moves past:
 
-  - elementwise ops of one activation (Sigmoid, Relu, Tanh, ...; Clip with constant bounds);
+  - elementwise ops of one activation (Sigmoid, Relu, Tanh, ...; Clip with constant bounds;
+    a QuantizeLinear or DequantizeLinear with one scale and zero point, so an int8 head too);
   - Split on another axis;
   - Transpose (the axis goes where the permutation puts it);
   - Softmax and LogSoftmax on another axis (before opset 13 only on the last axis: they
@@ -96,6 +97,9 @@ def _next_axis(reader: gs.Node, shape: List[int], axis: int, opset: int) -> Opti
     """Where ``axis`` of ``reader``'s input is in its outputs when the reader computes each of
     its positions from the same position alone; None otherwise."""
     rank, op = len(shape), reader.op
+    if op in ("QuantizeLinear", "DequantizeLinear"):  # per tensor: elementwise
+        per_tensor = all(is_const(t) and t.values.size == 1 for t in reader.inputs[1:])
+        return axis if per_tensor else None
     if op in _ELEMENTWISE:
         simple = all(is_const(t) or present(reader, k) is None
                      for k, t in enumerate(reader.inputs) if k > 0)

@@ -54,7 +54,8 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "A Concat the accelerator does not take (an ultralytics YOLOv8/YOLO11 head joining its "
         "scales on the anchor axis) moves past the layers after it that compute each position "
         "of its axis from that position alone (Split on another axis, Transpose, Reshape "
-        "keeping the axis, Softmax on another axis, a 1x1 Conv, Sigmoid, ...), one copy per "
+        "keeping the axis, Softmax on another axis, a 1x1 Conv, Sigmoid, a Q/DQ pair of one "
+        "scale, ...), one copy per "
         "input; a Split of a Concat into the same pieces then reads them directly. The DFL and "
         "the Sigmoid stay with the convolutions, exactly (`frontend/concat_sinking.py`).",
         "",

@@ -228,3 +228,42 @@ def test_moving_a_concat_keeps_onnxruntimes_outputs_bit_for_bit(model):
             .astype(np.float32) for i in model.graph.input}
     for got, want in zip(run(exported(canonical.graph), feed), run(model, feed)):
         assert np.array_equal(got, want)
+
+
+def test_the_int8_head_moves_past_its_per_tensor_pairs_and_is_one_mrvl_subgraph(tmp_path):
+    """quantize_static puts a QuantizeLinear / DequantizeLinear pair (one scale) after the
+    anchor Concat and after each step of the head: the Concat moves past them too."""
+    from mrvl_convert.quantize.recipe import Quantization, quantize_int8
+    from mrvl_convert.runtime.options import qdq_as_written
+
+    fp32 = tmp_path / "head.onnx"
+    onnx.save(ultralytics_head(), str(fp32))
+    samples = {"images": np.random.default_rng(5).random((4, 3, 32, 32)).astype(np.float32)}
+    qdq = onnx.load(str(quantize_int8(fp32, tmp_path / "head.int8.onnx", samples)))
+    canonical = canonicalize(load_model(qdq))
+    ops = [n.op for n in canonical.graph.nodes]
+    assert ops.count("Softmax") == ops.count("Sigmoid") == len(SIZES)  # one DFL per scale
+    options = qdq_as_written(ort.SessionOptions())
+    options.log_severity_level = 3
+    rewritten = ort.InferenceSession(exported(canonical.graph).SerializeToString(), options,
+                                     providers=["CPUExecutionProvider"])
+    original = ort.InferenceSession(qdq.SerializeToString(), options,
+                                    providers=["CPUExecutionProvider"])
+    for got, want in zip(rewritten.run(None, FEED), original.run(None, FEED)):
+        assert np.array_equal(got, want)
+    result = mrvl_convert.convert(fp32, tmp_path / "o",
+                                  quantize=Quantization(calibration=samples))
+    assert result.summary["mrvl_subgraphs"] == 1
+
+
+def test_a_pair_with_a_scale_per_position_of_the_axis_keeps_the_concat_in_front():
+    b = Builder(opset=17)
+    parts = [b.op("Relu", [b.input(f"x{k}", [1, 4, n])]) for k, n in enumerate((3, 5))]
+    y = b.op("Concat", parts, name="joined", axis=2)
+    scale = b.const(np.linspace(0.01, 0.02, 8).astype(np.float32))
+    zero = b.const(np.zeros(8, np.int8))
+    q = b.op("QuantizeLinear", [y, scale, zero], axis=2)
+    model = b.model([b.op("DequantizeLinear", [q, scale, zero], axis=2)])
+    canonical = canonicalize(load_model(model))
+    [concat] = [n for n in canonical.graph.nodes if n.op == "Concat"]
+    assert concat.name == "joined" and concat.outputs[0].outputs[0].op == "QuantizeLinear"
