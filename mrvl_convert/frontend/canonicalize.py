@@ -75,9 +75,12 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     unfolded = fold_constants(graph, verbose)
     fold_shape_arithmetic(graph, loaded.proto,
                           lambda g: unfolded.update(fold_constants(g, verbose)))
-    weights = {t.name for t in loaded.proto.graph.initializer}
+    # What the model gives as constants (its weights), not what folding computed here.
+    given = {t.name for t in loaded.proto.graph.initializer} | {
+        out for node in loaded.proto.graph.node if node.op_type == "Constant"
+        for out in node.output}
     while fold_quantized_constants(graph, _opset(loaded), FoldBounds.of(graph).tensor_bytes,
-                                   weights):
+                                   given):
         unfolded.update(fold_constants(graph, verbose))
     after_fold = {n.name for n in graph.nodes}
     for name in op_types:

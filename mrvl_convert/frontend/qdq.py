@@ -52,7 +52,8 @@ def fold_quantized_constants(graph: gs.Graph, opset: int, max_bytes: int,
                              weights: AbstractSet[str]) -> bool:
     """Replace by the constants onnxruntime computes for them the DequantizeLinears of
     constants (directly or through a QuantizeLinear; each constant at most ``max_bytes``)
-    where the constant was computed here (not one of the model's initializers, ``weights``),
+    where the constant was computed here (not one of the model's initializers or Constant
+    nodes, ``weights``),
     or where every reader reads nothing but constants and such values (a constant the
     quantizer took for a weight, on a path that is constant). True when one was: fold the graph
     again, what follows may be constant now. A QDQ weight read by a layer with an activation

@@ -26,8 +26,9 @@ def _dq(b: Builder, values: np.ndarray, scale: float) -> str:
 def anchored(batch: object = 1) -> onnx.ModelProto:
     """An activation scaled by anchors computed from its own shape, quantized as onnxruntime's
     quantize_static writes them (the path was not constant when quantized: the length was
-    dynamic), beside two convolutions whose QDQ weights must stay: an int8 initializer, and a
-    float one with its QuantizeLinear (as other tools write QDQ weights)."""
+    dynamic), beside three convolutions whose QDQ weights must stay: an int8 initializer, and a
+    float one with its QuantizeLinear (as other tools write QDQ weights), as an initializer and
+    as a Constant node."""
     b = Builder(seed=2, opset=13)
     x = b.input("x", [batch, 4, 8])
     n = b.op("Gather", [b.op("Shape", [x]), b.const(np.int64(2))], axis=0)
@@ -42,7 +43,11 @@ def anchored(batch: object = 1) -> onnx.ModelProto:
     float_conv = b.op("Conv", [_qdq(b, image, 0.05),
                                _qdq(b, b.const((weight * 0.01).astype(np.float32)), 0.01)],
                       name="float_weight", kernel_shape=[1, 1])
-    return b.model([int8_conv, float_conv])
+    node_weight = b.op("Constant", [], value=onnx.numpy_helper.from_array(
+        (weight * 0.01).astype(np.float32), "node_weight_value"))  # as Paddle writes weights
+    node_conv = b.op("Conv", [_qdq(b, image, 0.05), _qdq(b, node_weight, 0.01)],
+                     name="node_weight", kernel_shape=[1, 1])
+    return b.model([int8_conv, float_conv, node_conv])
 
 
 def _run(model: onnx.ModelProto, feed):
@@ -57,7 +62,7 @@ def test_the_constant_paths_pairs_are_computed_and_the_weights_pairs_stay():
     canonical = canonicalize(load_model(model, shapes={"x": [1, 4, 8]}))
     nodes = {n.name: n for n in canonical.graph.nodes}
     assert isinstance(nodes["scaled"].inputs[1], gs.Constant)
-    for conv in ("int8_weight", "float_weight"):
+    for conv in ("int8_weight", "float_weight", "node_weight"):
         weight = nodes[conv].inputs[1]
         assert weight.inputs and weight.inputs[0].op == "DequantizeLinear", conv
     assert nodes["float_weight"].inputs[1].inputs[0].inputs[0].inputs[0].op == "QuantizeLinear"
