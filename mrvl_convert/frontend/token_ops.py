@@ -11,7 +11,9 @@ node keeps its name; added nodes are in ``derived``; a node dropped into its rea
   Expand's input instead (``jnp.broadcast_to`` before a Sub, as jax2tf writes flax's
   LayerNorm). Exact: broadcasting inside the reader reads the same values.
 - ``GlobalMaxPool`` of a rank-3 tensor ``[N, C, L]`` -> ``ReduceMax`` over axis 2 keeping it
-  (the layer set's ReduceMax takes one axis of a 3-D tensor). Exact: a max selects.
+  (the layer set's ReduceMax takes one axis of a 3-D tensor). Exact on every input without a
+  NaN (a max selects); where a row holds a NaN, ReduceMax gives NaN while onnxruntime's
+  GlobalMaxPool may skip it (its max keeps the larger of the two operands it compares).
 - ``ReduceSum`` over the last axis of a rank-3 float tensor ``[B, T, L]`` (axes constant) ->
   ``MatMul`` by a constant ``ones [L, 1]`` (an FC over the last axis), with ``Squeeze(-1)``
   after it when keepdims is 0. The layer set has no sum layer; an FC of weight 1 sums in float32
