@@ -140,8 +140,8 @@ def check_vacuous_clamp(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
 
 
 def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Conv / MatMul / Gemm between symmetric per-tensor int8 QDQ pairs, whose weight is an
-    int8 constant dequantized per tensor and whose bias (Conv, Gemm input 2) is an int32
+    """Conv / ConvTranspose / MatMul / Gemm between symmetric per-tensor int8 QDQ pairs, whose
+    weight is an int8 constant dequantized per tensor and whose bias (input 2) is an int32
     constant in the scale input_scale x weight_scale. (Checked on the op, so that the report
     names the op when its int8 form fails.)"""
     data = producer(node.inputs[0])
@@ -152,10 +152,10 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
                                      if c.op == "QuantizeLinear" and qdq_issue(c)), None)
     if issue:
         return {"detail": issue}
-    issue = _dequantized_const(node.inputs[1], "int8")
+    issue = _dequantized_const(node.inputs[1], "int8") or _transposed_geometry(node)
     if issue:
         return {"detail": issue}
-    bias = present(node, 2) if node.op in ("Conv", "Gemm") else None
+    bias = present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
     if bias is None:
         return None
     issue = _dequantized_const(bias, "int32")
@@ -166,6 +166,20 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
     if abs(bias_scale - float(product)) > _BIAS_SCALE_RTOL * float(product):
         return {"detail": f"the bias scale {bias_scale!r} is not input_scale x weight_scale "
                           f"({float(product)!r})"}
+    return None
+
+
+def _transposed_geometry(node: gs.Node) -> Optional[str]:
+    """Why a ConvTranspose's int8 weight is not [I, O, KH, KW] over its input's channels or its
+    output size is not given by explicit pads (None: it is, or the node is no ConvTranspose)."""
+    if node.op != "ConvTranspose":
+        return None
+    if "output_shape" in node.attrs:
+        return "output_shape is given: write explicit pads"
+    src = static_shape(node.inputs[0])
+    shape = const_value(producer(node.inputs[1]).inputs[0]).shape
+    if src is None or len(shape) != 4 or len(src) != 4 or shape[0] != src[1]:
+        return f"the weight {list(shape)} is not [I, O, KH, KW] over the input's channels"
     return None
 
 

@@ -6,15 +6,16 @@ composites (princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3
 src/relay/backend/contrib/mrvl/codegen.cc ``CreateCompositeMrvlQnnConv2DLayer``,
 ``CreateCompositeMrvlQnnFcLayer``, ``CreateCompositeMrvlQnnSumLayer``,
 ``CreateCompositeMrvlQnnAvgpool2DLayer``, ``CreateCompositeMrvlQnnGlobalAvgpool2DLayer``,
-``CreateMrvlQuantLayer``, ``SetScaleAttr``): Conv2D and FC ``input_scale``, ``weight_scale``,
+``CreateMrvlQuantLayer``, ``SetScaleAttr``): Conv2D, FC (and Conv2DTranspose, which the codegen
+writes in float only: ``conv_transpose.py``) ``input_scale``, ``weight_scale``,
 ``output_scale``; Sum2D, Mul2D and Sub ``lhs_input_scale``, ``rhs_input_scale``,
 ``output_scale``; pools and ReduceMean ``input_scale``, ``output_scale``; one float each, no zero
 point; int8 weights and int32 biases. Region edges become ``quant`` layers: ``output_scale``
 quantizes float32 to int8, ``input_scale`` dequantizes int8 to float32. The other int8 kinds
-and forms have homes of their own: ``mul.py`` (Mul2D), ``activations.py`` (QnnSigmoid,
-QnnTanh), ``concat.py`` (Concat of int8 values), ``requant.py`` (requant: another scale),
-``lut.py`` (the LUT a Conv2D, FC, Sum2D or Mul2D fuses), ``unary.py`` (a clamp or a LUT no
-layer fuses). Max pooling, Resize2D and layers that only move bytes run on the int8 values as
+and forms have homes of their own: ``mul.py`` (Mul2D), ``conv_transpose.py``
+(Conv2DTranspose), ``activations.py`` (QnnSigmoid, QnnTanh), ``concat.py`` (Concat of int8
+values), ``requant.py`` (requant: another scale), ``lut.py`` (the LUT a Conv2D, FC, Sum2D, Mul2D
+or Conv2DTranspose fuses), ``unary.py`` (a clamp or a LUT no layer fuses). Max pooling, Resize2D and layers that only move bytes run on the int8 values as
 they are, as in the codegen, which writes no scale for them.
 
 The number model is onnxruntime's run of the QDQ model as written: elementwise ops in float32
@@ -38,6 +39,7 @@ from mrvl_convert.core.graph import producer, scale_of
 from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.layers.conv2d import channel_shuffle_order
 from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
+from mrvl_convert.layers.qnn import conv_transpose as qnn_conv_transpose
 from mrvl_convert.layers.qnn import lut, sums as qnn_sums, unary as qnn_unary
 from mrvl_convert.layers._kind import (INT8_ACTIVATION, LUT_CONST, MARVELL, Activation, Attr,
                                        LayerKind, roles)
@@ -68,9 +70,11 @@ _INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
     "Mul2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_mul.Mul2DInt8Kernel),
     "Sub": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.SubInt8Kernel),
     "ReduceMean": ((INPUT_SCALE, OUTPUT_SCALE), qnn_sums.ReduceMeanInt8Kernel),
+    "Conv2DTranspose": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE),
+                        qnn_conv_transpose.Conv2DTransposeInt8Kernel),
 })
 # The kinds whose int8 form may fuse a LUT (the codegen's ``take`` after the layer).
-_LUT_KINDS = frozenset({"Conv2D", "FC", "Sum2D", "Mul2D"})
+_LUT_KINDS = frozenset({"Conv2D", "FC", "Sum2D", "Mul2D", "Conv2DTranspose"})
 
 
 def int8_form(kind: LayerKind) -> LayerKind:
@@ -287,7 +291,7 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
 _LOWER: Mapping[str, Lower] = MappingProxyType({
     "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
     "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower, "Clip": qnn_unary.lower_clamp,
-    "Sub": _lower_sub})
+    "Sub": _lower_sub, "Conv2DTranspose": qnn_conv_transpose.lower})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:
