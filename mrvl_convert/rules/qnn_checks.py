@@ -226,7 +226,25 @@ def check_qdq_inputs(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) ->
 
 def check_same_scale(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """A QuantizeLinear whose scale is the one its producer's input was dequantized with: the op
-    between them (MaxPool, Relu, Transpose, ...) runs on the int8 values as they are."""
+    between them (MaxPool, Relu, Transpose, ...) runs on the int8 values as they are. Given the
+    op itself (a Split, whose several outputs no chain follows): each of its outputs is read by
+    QuantizeLinears only, each such, and none is a graph output."""
+    if node.op == "QuantizeLinear":
+        return _same_scale(node)
+    outputs = {t.name for t in graph.outputs}
+    for tensor in node.outputs:
+        readers = tensor.outputs
+        if tensor.name in outputs or not readers or \
+                any(r.op != "QuantizeLinear" for r in readers):
+            return {"detail": f"{node.op} {node.name!r}: its output {tensor.name} is not "
+                              f"quantized again (read as float)"}
+        issue = next(filter(None, map(_same_scale, readers)), None)
+        if issue:
+            return issue
+    return None
+
+
+def _same_scale(node: gs.Node) -> Details:
     op = producer(node.inputs[0])
     dq = producer(op.inputs[0]) if op is not None and op.inputs else None
     if dq is None or dq.op != "DequantizeLinear":

@@ -276,9 +276,14 @@ def _lower_sub(composite: Composite, ctx: LayoutContext) -> None:
 
 def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
     """A region edge: QuantizeLinear (float32 -> int8) or DequantizeLinear (int8 -> float32),
-    elementwise, in whatever layout its input already has."""
+    elementwise, in whatever layout its input already has. A QuantizeLinear of a value an int8
+    layer wrote (an output of an int8 Split: its rule checked the scale is the Split input's)
+    is no edge: the int8 value itself (quantize(q * s / s) is q)."""
     node = composite.binding.node("edge")
     index, layout = ctx.values[node.inputs[0].name]
+    if node.op == "QuantizeLinear" and ctx.dtype_of(int(index)) == "int8":
+        ctx.alias(node.outputs[0], node.inputs[0], layout)
+        return
     index, layout = ctx.require(node.inputs[0], layout.perm)
     key = "output_scale" if node.op == "QuantizeLinear" else "input_scale"
     attrs = {key: scale_of(node), "src_layout": layout.name, "dst_layout": layout.name}
