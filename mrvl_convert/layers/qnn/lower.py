@@ -13,9 +13,10 @@ writes in float only: ``conv_transpose.py``) ``input_scale``, ``weight_scale``,
 point; int8 weights and int32 biases. Region edges become ``quant`` layers: ``output_scale``
 quantizes float32 to int8, ``input_scale`` dequantizes int8 to float32. The other int8 kinds
 and forms have homes of their own: ``mul.py`` (Mul2D), ``conv_transpose.py``
-(Conv2DTranspose), ``activations.py`` (QnnSigmoid, QnnTanh), ``concat.py`` (Concat of int8
-values), ``requant.py`` (requant: another scale), ``lut.py`` (the LUT a Conv2D, FC, Sum2D, Mul2D
-or Conv2DTranspose fuses), ``unary.py`` (a clamp or a LUT no layer fuses). Max pooling, Resize2D and layers that only move bytes run on the int8 values as
+(Conv2DTranspose), ``split.py`` (Split), ``activations.py`` (QnnSigmoid, QnnTanh),
+``concat.py`` (Concat of int8 values), ``requant.py`` (requant: another scale), ``lut.py`` (the
+LUT a Conv2D, FC, Sum2D, Mul2D or Conv2DTranspose fuses), ``unary.py`` (a clamp or a LUT no
+layer fuses). Max pooling, Resize2D and layers that only move bytes run on the int8 values as
 they are, as in the codegen, which writes no scale for them.
 
 The number model is onnxruntime's run of the QDQ model as written: elementwise ops in float32
@@ -27,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -40,7 +41,7 @@ from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.layers.conv2d import channel_shuffle_order
 from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
 from mrvl_convert.layers.qnn import conv_transpose as qnn_conv_transpose
-from mrvl_convert.layers.qnn import lut, sums as qnn_sums, unary as qnn_unary
+from mrvl_convert.layers.qnn import lut, split as qnn_split, sums as qnn_sums, unary as qnn_unary
 from mrvl_convert.layers._kind import (INT8_ACTIVATION, LUT_CONST, MARVELL, Activation, Attr,
                                        LayerKind, roles)
 from mrvl_convert.layers._lowering import new_layer, spatial_out
@@ -95,23 +96,26 @@ def is_quantized(composite: Composite) -> bool:
     return composite.rule.layer == "quant" or composite.binding.node("in_dq") is not None
 
 
-Lower = Callable[[Composite, LayoutContext], None]
+Lower = Callable[[Composite, LayoutContext], Optional[Sequence[Layer]]]
 
 
 def lower(composite: Composite, ctx: LayoutContext, float_lower: Optional[Lower]) -> None:
     """Lower an int8 composite; ``float_lower`` is its kind's own lowering, which layers that
-    only move or select values (Maxpool2D, reshape, ...) reuse on the int8 data."""
+    only move or select values (Maxpool2D, reshape, ...) reuse on the int8 data. An own
+    lowering may return the layers it made that stay float (the int8 Split's fp16 form)."""
     first = len(ctx.layers)
     own = _LOWER.get(composite.rule.layer)
+    kept: Sequence[Layer] = ()
     if own is not None:
-        own(composite, ctx)
+        kept = own(composite, ctx) or ()
     else:
         in_dq = composite.binding.node("in_dq")
         ctx.alias(in_dq.outputs[0], in_dq.inputs[0], ctx.layout(in_dq.inputs[0]))
         float_lower(composite, ctx)
         _add_pool_scales(composite, ctx.layers[first:])
+    floats = {id(layer) for layer in kept}
     for layer in ctx.layers[first:]:
-        if layer.kind != "quant":
+        if layer.kind != "quant" and id(layer) not in floats:
             layer.dtype = "int8"
 
 
@@ -296,7 +300,7 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
 _LOWER: Mapping[str, Lower] = MappingProxyType({
     "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
     "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower, "Clip": qnn_unary.lower_clamp,
-    "Sub": _lower_sub, "Conv2DTranspose": qnn_conv_transpose.lower})
+    "Sub": _lower_sub, "Conv2DTranspose": qnn_conv_transpose.lower, "Split": qnn_split.lower})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:

@@ -197,3 +197,22 @@ def test_a_split_output_read_as_float_keeps_the_split_off_the_int8_form(tmp_path
     assert node.get("rule") != "mrvl.qnn_split"
     got, want = run_both(path, result.out_dir, feeds)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("piece", [0, 1])
+def test_a_split_piece_quantized_on_another_stage_is_read_as_float(tmp_path, piece):
+    """The QuantizeLinear after one piece denied (CPU): that stage reads the Split's output as
+    the float it is in ONNX, so the Split is lowered as the exact fp16 form (dequantized, split,
+    quantized); the model still computes what onnxruntime does, bit for bit."""
+    qdq, feeds = quantized(tmp_path, _model(_split), SHAPE, samples=3)
+    model = onnx.load(qdq)
+    split = next(n for n in model.graph.node if n.op_type == "Split")
+    first = mrvl_convert.convert(qdq, tmp_path / "whole")
+    [q] = [n["name"] for n in first.report["nodes"] if n["op_type"] == "QuantizeLinear"
+           and n["name"].startswith(split.output[piece])]
+    result = mrvl_convert.convert(qdq, tmp_path / "out", deny=[q])
+    assert placements(result)[q]["placement"] == "cpu"
+    split_layers = [a for a in _layers(result) if a["layer_name"] == ["Split"]]
+    assert len(split_layers) == 1 and split_layers[0]["dtype"] == ["float32"]
+    got, want = run_both(qdq, result.out_dir, feeds)
+    assert np.array_equal(got, want)
