@@ -65,7 +65,8 @@ def _transposed_net(relu: bool, **geometry) -> onnx.ModelProto:
         last = "r"
     nodes.append(onnx.helper.make_node("Conv", [last, "w1", "b1"], ["y"], kernel_shape=[1, 1]))
     inits = {"w0": rng.standard_normal((8, 3, 3, 3)) * 0.3, "b0": rng.standard_normal(8) * 0.1,
-             "wt": rng.standard_normal((8, per_group, kh, kw)) * 0.3, "bt": rng.standard_normal(4) * 0.1,
+             "wt": rng.standard_normal((8, per_group, kh, kw)) * 0.3,
+             "bt": rng.standard_normal(4) * 0.1,
              "w1": rng.standard_normal((2, 4, 1, 1)) * 0.5, "b1": np.zeros(2)}
     graph = onnx.helper.make_graph(
         nodes, "transposed", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
