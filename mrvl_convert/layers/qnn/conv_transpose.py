@@ -6,9 +6,10 @@ The newer codegen has a float ``mrvl.conv2d_transpose`` (princekumar70/tvm
 ``CreateCompositeMrvlConv2DTransposeLayer``) and no int8 one; the layer here is that kind with
 the int8 attributes its Conv2D carries (``input_scale``, ``weight_scale``, ``output_scale``;
 int8 OHWI kernel, int32 bias dequantized with input_scale x weight_scale), the form the reference
-table gives the transposed convolution ("as Conv2D"). Groups 1 only (the rule says why): the
-float kind expands a grouped kernel block-diagonally, whose sums MLAS would form in another order
-than the QDQ model's grouped ConvTranspose.
+table gives the transposed convolution ("as Conv2D"). Groups 1 only: the float kind expands a
+grouped kernel block-diagonally, and that dense kernel is not shown to sum as onnxruntime's
+grouped ConvTranspose does (the int8 Conv2D runs its expanded kernel grouped again for that
+reason), so a grouped one stays on CPU with the rule's reason.
 
 Number model: onnxruntime's own ConvTranspose between the layer's DequantizeLinear and
 QuantizeLinear (``as_written.py``: why onnxruntime), then the fused activation on the int8 result
