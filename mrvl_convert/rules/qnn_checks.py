@@ -19,7 +19,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (const_value, dtype_name, is_const, present, producer, scale_of,
                                      sole_consumer, static_shape)
 from mrvl_convert.layers.qnn.lut import CLAMP_OPS, clamp_bounds, is_relu_at, lut_issue, quantized_bounds
-from mrvl_convert.rules.checks_shape import channel_shuffle_issue
+from mrvl_convert.rules.checks_shape import MAX_DENSE_TRANSPOSE_KERNEL, channel_shuffle_issue
 
 Details = Optional[Dict[str, Any]]
 
@@ -170,7 +170,8 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
 
 
 def _transposed_geometry(node: gs.Node) -> Optional[str]:
-    """Why a ConvTranspose's int8 weight is not [I, O, KH, KW] over its input's channels or its
+    """Why a ConvTranspose's int8 weight is not [I, O/group, KH, KW] over its input's channels,
+    its groups do not divide them or expand to a kernel beyond the float layer's bound, or its
     output size is not given by explicit pads (None: it is, or the node is no ConvTranspose)."""
     if node.op != "ConvTranspose":
         return None
@@ -179,7 +180,14 @@ def _transposed_geometry(node: gs.Node) -> Optional[str]:
     src = static_shape(node.inputs[0])
     shape = const_value(producer(node.inputs[1]).inputs[0]).shape
     if src is None or len(shape) != 4 or len(src) != 4 or shape[0] != src[1]:
-        return f"the weight {list(shape)} is not [I, O, KH, KW] over the input's channels"
+        return f"the weight {list(shape)} is not [I, O/group, KH, KW] over the input's channels"
+    groups = int(node.attrs.get("group", 1))
+    dense = int(np.prod(shape, dtype=np.int64)) * groups
+    if groups < 1 or shape[0] % groups:
+        return f"group={groups} does not divide the {shape[0]} input channels"
+    if dense > MAX_DENSE_TRANSPOSE_KERNEL:
+        return (f"group={groups}: the block-diagonal groups-1 kernel would hold {dense} values, "
+                f"above {MAX_DENSE_TRANSPOSE_KERNEL}")
     return None
 
 

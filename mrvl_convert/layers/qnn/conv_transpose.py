@@ -6,10 +6,9 @@ The newer codegen has a float ``mrvl.conv2d_transpose`` (princekumar70/tvm
 ``CreateCompositeMrvlConv2DTransposeLayer``) and no int8 one; the layer here is that kind with
 the int8 attributes its Conv2D carries (``input_scale``, ``weight_scale``, ``output_scale``;
 int8 OHWI kernel, int32 bias dequantized with input_scale x weight_scale), the form the reference
-table gives the transposed convolution ("as Conv2D"). Groups 1 only: the float kind expands a
-grouped kernel block-diagonally, and that dense kernel is not shown to sum as onnxruntime's
-grouped ConvTranspose does (the int8 Conv2D runs its expanded kernel grouped again for that
-reason), so a grouped one stays on CPU with the rule's reason.
+table gives the transposed convolution ("as Conv2D"). A grouped one is written as the float
+kind writes it, groups 1 with a block-diagonal kernel; the simulator runs it grouped again (the
+most diagonal blocks the kernel has, as the int8 Conv2D does), the QDQ model's own op.
 
 Number model: onnxruntime's own ConvTranspose between the layer's DequantizeLinear and
 QuantizeLinear (``as_written.py``: why onnxruntime), then the fused activation on the int8 result
@@ -25,6 +24,7 @@ from mrvl_convert.core.graph import attr, const_value, present, producer, scale_
 from mrvl_convert.ir.layout import NHWC, LayoutContext
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.kernels.base import Kernel
+from mrvl_convert.kernels.conv_weights import block_diagonal, diagonal_blocks, diagonal_groups
 from mrvl_convert.kernels.gemm import NUMPY_GEMM, GemmEngine
 from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.layers._lowering import new_layer, spatial_out
@@ -39,9 +39,12 @@ NHWC_FROM_NCHW = (0, 2, 3, 1)
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     """The int8 chain as one Conv2DTranspose with the chain's scales (the rule checked the
-    weight is int8 and the bias int32, both constants, and groups is 1)."""
+    weight is int8 and the bias int32, both constants)."""
     conv, in_dq = composite.binding.node("conv"), composite.binding.node("in_dq")
-    weights = const_value(producer(conv.inputs[1]).inputs[0]).astype(np.int8)  # [I, O, KH, KW]
+    weights = const_value(producer(conv.inputs[1]).inputs[0]).astype(np.int8)  # [I, O/g, ...]
+    groups = int(attr(conv, "group", 1))
+    if groups > 1:  # as the float kind: groups 1, block-diagonal over [I, O] (exact zeros)
+        weights = block_diagonal(weights, groups)
     _, out_channels, kh, kw = weights.shape
     bias = present(conv, 2)
     bias = const_value(producer(bias).inputs[0]).astype(np.int32).reshape(-1) \
@@ -65,7 +68,8 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
 class Conv2DTransposeInt8Kernel(Kernel):
     """int8 NHWC transposed convolution (OHWI int8 kernel, int32 bias): onnxruntime's
     ConvTranspose of the dequantized values, quantized to output_scale, then the fused
-    activation."""
+    activation. A block-diagonal kernel (a grouped one, written expanded) runs grouped again,
+    as the QDQ model's ConvTranspose does."""
 
     exact = True
 
@@ -90,7 +94,11 @@ class Conv2DTransposeInt8Kernel(Kernel):
         s_in, s_w = spec.value("input_scale"), spec.value("weight_scale")
         attrs = {"kernel_shape": [kh, kw], "strides": list(strides), "pads": list(pads),
                  "dilations": list(dilation), "output_padding": list(extra), "group": 1}
-        weights = [(np.ascontiguousarray(kernel.transpose(3, 0, 1, 2)), s_w),   # IOHW
+        groups = diagonal_groups(kernel)
+        blocks = diagonal_blocks(kernel, groups) if groups > 1 else [kernel]
+        attrs["group"] = groups
+        grouped = np.concatenate([b.transpose(3, 0, 1, 2) for b in blocks])   # [I, O/g, KH, KW]
+        weights = [(np.ascontiguousarray(grouped), s_w),
                    (bias.reshape(o), float(np.float32(s_in) * np.float32(s_w)))]
         self.op = QdqOp("ConvTranspose", [((n, c, h, w), s_in)], spec.value("output_scale"),
                         attrs, weights)

@@ -1,8 +1,8 @@
 """int8 ConvTranspose (``mrvl.qnn_conv2d_transpose``, ``layers/qnn/conv_transpose.py``): a U-Net
 whose upsampling is ConvTranspose, quantized with Marvell's recipe, is one Mrvl subgraph in int8
 as in fp16, and its output is bit-equal to onnxruntime's run of the QDQ model as written; the
-transposed convolution's geometries (stride, pads, output_padding, dilation, fused Relu) each
-exact; a grouped one stays on CPU with the rule's reason.
+transposed convolution's geometries (stride, pads, output_padding, dilation, fused Relu, groups,
+depthwise) each exact; one whose size comes from output_shape stays on CPU with the reason.
 """
 from __future__ import annotations
 
@@ -51,11 +51,12 @@ def test_unet_with_conv_transpose_is_one_mrvl_subgraph_in_int8_bit_equal(tmp_pat
     assert np.array_equal(got, want)
 
 
-def _transposed_net(relu: bool, **geometry) -> onnx.ModelProto:
-    """Conv 3->8 (8x8), ConvTranspose 8->4 of ``geometry``, [Relu], Conv 4->2 (1x1)."""
+def _transposed_net(relu: bool, out_channels: int = 4, **geometry) -> onnx.ModelProto:
+    """Conv 3->8 (8x8), ConvTranspose 8->``out_channels`` of ``geometry``, [Relu], Conv ->2
+    (1x1)."""
     rng = np.random.default_rng(3)
     kh, kw = geometry.setdefault("kernel_shape", [3, 3])
-    per_group = 4 // geometry.get("group", 1)
+    per_group = out_channels // geometry.get("group", 1)
     nodes = [onnx.helper.make_node("Conv", ["x", "w0", "b0"], ["h"], kernel_shape=[3, 3],
                                    pads=[1, 1, 1, 1]),
              onnx.helper.make_node("ConvTranspose", ["h", "wt", "bt"], ["t"], **geometry)]
@@ -66,8 +67,8 @@ def _transposed_net(relu: bool, **geometry) -> onnx.ModelProto:
     nodes.append(onnx.helper.make_node("Conv", [last, "w1", "b1"], ["y"], kernel_shape=[1, 1]))
     inits = {"w0": rng.standard_normal((8, 3, 3, 3)) * 0.3, "b0": rng.standard_normal(8) * 0.1,
              "wt": rng.standard_normal((8, per_group, kh, kw)) * 0.3,
-             "bt": rng.standard_normal(4) * 0.1,
-             "w1": rng.standard_normal((2, 4, 1, 1)) * 0.5, "b1": np.zeros(2)}
+             "bt": rng.standard_normal(out_channels) * 0.1,
+             "w1": rng.standard_normal((2, out_channels, 1, 1)) * 0.5, "b1": np.zeros(2)}
     graph = onnx.helper.make_graph(
         nodes, "transposed", [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT,
                                                                  [1, 3, 8, 8])],
@@ -99,13 +100,25 @@ def test_every_geometry_is_one_int8_layer_bit_equal(tmp_path, geometry, relu):
     assert np.array_equal(got, want)
 
 
-def test_a_grouped_conv_transpose_stays_on_cpu_with_the_rules_reason(tmp_path):
-    model = _transposed_net(False, strides=[2, 2], group=2)
+@pytest.mark.parametrize("group", [2, 8], ids=["grouped", "depthwise"])
+def test_a_grouped_conv_transpose_is_one_int8_layer_bit_equal(tmp_path, group):
+    """Written as groups 1 with a block-diagonal kernel (as in float), run grouped again."""
+    model = _transposed_net(False, strides=[2, 2], group=group, out_channels=8)
+    qdq, feeds = quantized(tmp_path, model, [1, 3, 8, 8], samples=6)
+    result = mrvl_convert.convert(qdq, tmp_path / "out")
+    assert _stages(result) == ["mrvl"], _cpu(result)
+    [attrs] = _layers(result, "Conv2DTranspose")
+    assert attrs["rule"] == [RULE] and attrs["groups"] == ["1"]
+    got, want = run_both(qdq, result.out_dir, feeds)
+    assert np.array_equal(got, want)
+
+
+def test_a_conv_transpose_with_output_shape_stays_on_cpu_with_the_rules_reason(tmp_path):
+    model = _transposed_net(False, strides=[2, 2], output_shape=[16, 16])
     qdq, feeds = quantized(tmp_path, model, [1, 3, 8, 8], samples=3)
     result = mrvl_convert.convert(qdq, tmp_path / "out")
     [node] = [n for n in placements(result).values() if n["op_type"] == "ConvTranspose"]
     assert node["placement"] == "cpu"
-    reason = node.get("reason", "")
-    assert "group=2: the int8 layer takes groups 1 only" in reason, reason
+    assert "output_shape is given: write explicit pads" in node.get("reason", ""), node
     got, want = run_both(qdq, result.out_dir, feeds)
     assert np.array_equal(got, want)
