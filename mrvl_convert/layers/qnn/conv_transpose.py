@@ -37,9 +37,10 @@ NCHW_FROM_NHWC = (0, 3, 1, 2)
 NHWC_FROM_NCHW = (0, 2, 3, 1)
 
 
-def lower(composite: Composite, ctx: LayoutContext) -> None:
+def lower(composite: Composite, ctx: LayoutContext, inexact: str = "") -> None:
     """The int8 chain as one Conv2DTranspose with the chain's scales (the rule checked the
-    weight is int8 and the bias int32, both constants)."""
+    weight is int8 and the bias int32, both constants); ``inexact``: why its form is not exact
+    (a bias scale the Nodes-JSON cannot state), or ""."""
     conv, in_dq = composite.binding.node("conv"), composite.binding.node("in_dq")
     weights = const_value(producer(conv.inputs[1]).inputs[0]).astype(np.int8)  # [I, O/g, ...]
     groups = int(attr(conv, "group", 1))
@@ -62,6 +63,7 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
               ("bias", bias.reshape(1, 1, 1, out_channels))] + fused_consts
     layer = new_layer(composite, "Conv2DTranspose", [index], [layout], spatial_out(composite),
                       attrs, consts)
+    layer.inexact = inexact
     emit_with_requant(composite, ctx, layer)
 
 

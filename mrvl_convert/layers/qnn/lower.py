@@ -236,7 +236,7 @@ _PERMUTED_FC = ("int8 FC reading an NHWC flatten: its weight columns permuted, M
 def _bias_scale_note(node: gs.Node, in_dq: gs.Node) -> str:
     """Why the layer's bias is not dequantized as the model does (its scale is not the float32
     product input_scale x weight_scale, which is all the Nodes-JSON can say), or ""."""
-    bias = present(node, 2) if node.op in ("Conv", "Gemm") else None
+    bias = present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
     if bias is None:
         return ""
     product = np.float32(scale_of(in_dq)) * np.float32(scale_of(producer(node.inputs[1])))
@@ -245,6 +245,11 @@ def _bias_scale_note(node: gs.Node, in_dq: gs.Node) -> str:
     return (f"bias scale {scale_of(producer(bias))!r} is not input_scale x weight_scale "
             f"({float(product)!r}) in float32: the bias is dequantized with the product, a step "
             f"where a value lies that close to a rounding boundary")
+
+
+def _lower_conv_transpose(composite: Composite, ctx: LayoutContext) -> None:
+    conv, in_dq = composite.binding.node("conv"), composite.binding.node("in_dq")
+    qnn_conv_transpose.lower(composite, ctx, _bias_scale_note(conv, in_dq))
 
 
 def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
@@ -300,7 +305,7 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
 _LOWER: Mapping[str, Lower] = MappingProxyType({
     "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
     "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower, "Clip": qnn_unary.lower_clamp,
-    "Sub": _lower_sub, "Conv2DTranspose": qnn_conv_transpose.lower, "Split": qnn_split.lower})
+    "Sub": _lower_sub, "Conv2DTranspose": _lower_conv_transpose, "Split": qnn_split.lower})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:

@@ -122,3 +122,21 @@ def test_a_conv_transpose_with_output_shape_stays_on_cpu_with_the_rules_reason(t
     assert "output_shape is given: write explicit pads" in node.get("reason", ""), node
     got, want = run_both(qdq, result.out_dir, feeds)
     assert np.array_equal(got, want)
+
+
+def test_a_bias_scale_the_json_cannot_state_is_named_in_int8_forms(tmp_path):
+    """The ConvTranspose's int32 bias dequantized with another scale than input x weight scale
+    (another quantizer's rounding, within the rule's 1e-5): the layer is named in int8_forms,
+    exactness is not claimed for it."""
+    qdq, _ = quantized(tmp_path, _transposed_net(False, strides=[2, 2]), [1, 3, 8, 8],
+                       samples=1)
+    model = onnx.load(qdq)
+    conv = next(n for n in model.graph.node if n.op_type == "ConvTranspose")
+    bias_dq = next(n for n in model.graph.node if n.output[0] == conv.input[2])
+    scale = next(t for t in model.graph.initializer if t.name == bias_dq.input[1])
+    value = onnx.numpy_helper.to_array(scale) * np.float32(1 + 2e-6)
+    scale.CopyFrom(onnx.numpy_helper.from_array(value.astype(np.float32), scale.name))
+    onnx.save(model, qdq)
+    result = mrvl_convert.convert(qdq, tmp_path / "out")
+    [entry] = result.report["int8_forms"]
+    assert entry["layer_name"] == "Conv2DTranspose" and "bias scale" in entry["form"]
