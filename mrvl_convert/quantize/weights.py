@@ -35,8 +35,8 @@ before):
 - chains of these (``Constant -> Identity -> Cast``) are followed; a constant is an initializer
   that is not also a graph input (one that is can be fed at run time) or a tensor this step
   made;
-- a node whose output is a graph output, and a Constant holding strings or a sparse tensor,
-  stay as they are; an initializer only the turned nodes read, or one made and read by none,
+- a node whose output is a graph output, a Constant holding strings or a sparse tensor, and a
+  node numpy cannot evaluate (a Reshape to a wrong element count) stay as they are; an initializer only the turned nodes read, or one made and read by none,
   is dropped; every other node, its name and every tensor name are unchanged, so a weight
   read by two layers stays one initializer read by both (quantize_static quantizes it once and
   both layers read its DequantizeLinear).
@@ -128,10 +128,13 @@ def _constant_output(node: onnx.NodeProto, constants: Dict[str, onnx.TensorProto
         tensor.CopyFrom(constants[node.input[0]])
         tensor.name = name
         return tensor
-    if node.op_type == "Cast":
-        return _cast(constants[node.input[0]], node, name)
-    inputs = [numpy_helper.to_array(constants[i]) if i else None for i in node.input]
-    moved = _MOVES[node.op_type](inputs, _attributes(node), opset)
+    try:
+        if node.op_type == "Cast":
+            return _cast(constants[node.input[0]], node, name)
+        inputs = [numpy_helper.to_array(constants[i]) if i else None for i in node.input]
+        moved = _MOVES[node.op_type](inputs, _attributes(node), opset)
+    except (ValueError, IndexError, KeyError, TypeError):
+        return None  # a malformed node stays, for onnxruntime to name in its own refusal
     return None if moved is None else numpy_helper.from_array(moved, name)
 
 
@@ -148,7 +151,8 @@ def _axes(inputs: List[Optional[np.ndarray]], attrs: Dict[str, object], opset: i
     return [int(a) for a in attrs["axes"]] if "axes" in attrs else None
 
 
-def _reshape(inputs, attrs, opset) -> Optional[np.ndarray]:
+def _reshape(inputs: List[Optional[np.ndarray]], attrs: Dict[str, object], opset: int
+             ) -> Optional[np.ndarray]:
     data, shape = inputs[0], inputs[1] if len(inputs) > 1 else None
     if shape is None:
         return None
@@ -158,23 +162,26 @@ def _reshape(inputs, attrs, opset) -> Optional[np.ndarray]:
     return data.reshape(dims)
 
 
-def _unsqueeze(inputs, attrs, opset) -> Optional[np.ndarray]:
+def _unsqueeze(inputs: List[Optional[np.ndarray]], attrs: Dict[str, object], opset: int
+             ) -> Optional[np.ndarray]:
     axes = _axes(inputs, attrs, opset)
     if axes is None:
         return None
     rank = inputs[0].ndim + len(axes)
-    return np.expand_dims(inputs[0], tuple(sorted(a % rank for a in axes)))
+    return np.expand_dims(inputs[0], tuple(sorted(a + rank if a < 0 else a for a in axes)))
 
 
-def _squeeze(inputs, attrs, opset) -> Optional[np.ndarray]:
+def _squeeze(inputs: List[Optional[np.ndarray]], attrs: Dict[str, object], opset: int
+             ) -> Optional[np.ndarray]:
     axes = _axes(inputs, attrs, opset)
     data = inputs[0]
     if axes is None:
         return np.squeeze(data)
-    return np.squeeze(data, tuple(a % data.ndim for a in axes))
+    return np.squeeze(data, tuple(axes))  # numpy refuses an axis out of range, as ONNX does
 
 
-def _transpose(inputs, attrs, opset) -> Optional[np.ndarray]:
+def _transpose(inputs: List[Optional[np.ndarray]], attrs: Dict[str, object], opset: int
+             ) -> Optional[np.ndarray]:
     perm = attrs.get("perm")
     return np.transpose(inputs[0], None if perm is None else [int(p) for p in perm])
 

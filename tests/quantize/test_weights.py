@@ -186,6 +186,20 @@ def test_what_is_not_a_constant_weight_stays():
     assert weights_as_initializers(old) is old
 
 
+@pytest.mark.parametrize("op, inputs, attrs", [
+    ("Reshape", [[1.0, 2.0], [3]], {}),              # 2 values into 3
+    ("Squeeze", [[1.0, 2.0], [0]], {}),              # axis 0 has 2 elements
+    ("Unsqueeze", [[1.0, 2.0], [5]], {}),            # no axis 5 in rank 2
+    ("Transpose", [[1.0, 2.0]], {"perm": [1, 0]}),  # rank 1
+])
+def test_a_malformed_move_of_a_constant_stays_a_node(op, inputs, attrs):
+    inits = [numpy_helper.from_array(np.array(v, np.float32 if k == 0 else np.int64), f"i{k}")
+             for k, v in enumerate(inputs)]
+    model = _tiny([helper.make_node(op, [i.name for i in inits], ["m"], name="move", **attrs),
+                   helper.make_node("Add", ["x", "m"], ["y"], name="add")], inits)
+    assert weights_as_initializers(model) is model
+
+
 def _int8_layers(out_dir: Path) -> List[dict]:
     layers = []
     for path in sorted(out_dir.glob("*-nodes.json")):
@@ -261,3 +275,37 @@ def test_paddle_style_model_through_the_cli(tmp_path, paddle_files, capsys):
     got, want = run_both(artifact / manifest["quantization"]["file"], artifact, _feeds(4))
     assert np.all(steps(got, want, output_scale(onnx.load(
         artifact / manifest["quantization"]["file"]))) <= 2)
+
+
+@pytest.mark.parametrize("opset, op, extra, attrs", [
+    (11, "Unsqueeze", [], {"axes": [0, -1]}),
+    (11, "Squeeze", [], {"axes": [1]}),
+    (13, "Squeeze", [], {}),
+    (13, "Unsqueeze", [[-1]], {}),
+    (13, "Reshape", [[0, -1]], {}),
+    (14, "Reshape", [[2, 0, 3]], {"allowzero": 1}),
+])
+def test_moves_of_constants_hold_what_onnxruntime_computes(opset, op, extra, attrs):
+    """Squeeze's and Unsqueeze's axes as attributes before opset 13 and inputs from it on,
+    Reshape's 0 (copy the dim; with allowzero, a zero dim)."""
+    data = np.arange(6, dtype=np.float32).reshape(2, 1, 3)
+    if op == "Reshape" and attrs.get("allowzero"):
+        data = np.zeros((2, 0, 3), np.float32)
+    inits = [numpy_helper.from_array(data, "d")] + [
+        numpy_helper.from_array(np.array(v, np.int64), f"e{k}") for k, v in enumerate(extra)]
+    node = helper.make_node(op, [i.name for i in inits], ["m"], name="move", **attrs)
+    graph = helper.make_graph([node], "g", [], [helper.make_empty_tensor_value_info("m")],
+                              inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                              ir_version=8)
+    assert weights_as_initializers(model) is model  # the graph's output: it stays a node
+    consumer = onnx.ModelProto()
+    consumer.CopyFrom(model)
+    consumer.graph.node.append(helper.make_node("Identity", ["m"], ["out"], name="read"))
+    del consumer.graph.output[:]
+    consumer.graph.output.append(helper.make_empty_tensor_value_info("out"))
+    turned = weights_as_initializers(consumer)
+    assert [n.name for n in turned.graph.node] == ["read"]
+    made = {t.name: numpy_helper.to_array(t) for t in turned.graph.initializer}
+    want = _run(consumer, [{}])[0]
+    assert made["m"].shape == want.shape and made["m"].tobytes() == want.tobytes()
