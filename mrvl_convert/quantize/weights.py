@@ -36,10 +36,11 @@ before):
   that is not also a graph input (one that is can be fed at run time) or a tensor this step
   made;
 - a node whose output is a graph output, a Constant holding strings or a sparse tensor, and a
-  node numpy cannot evaluate (a Reshape to a wrong element count) stay as they are; an initializer only the turned nodes read, or one made and read by none,
-  is dropped; every other node, its name and every tensor name are unchanged, so a weight
-  read by two layers stays one initializer read by both (quantize_static quantizes it once and
-  both layers read its DequantizeLinear).
+  node numpy cannot evaluate (a Reshape to a wrong element count) stay as they are;
+- an initializer only the turned nodes read, or one made and read by none, is dropped; every
+  other node, its name and every tensor name are unchanged, so a weight read by two layers
+  stays one initializer read by both (quantize_static quantizes it once, per tensor, and both
+  layers read its one DequantizeLinear).
 
 Exact: every tensor holds the bits it held (each new initializer is, bit for bit, what
 onnxruntime computes for that tensor in the original model), so the model computes what it did.

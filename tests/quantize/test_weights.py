@@ -64,8 +64,10 @@ class _Paddle:
 
 
 def paddle_style_model(seed: int = 0) -> onnx.ModelProto:
-    """Conv+BN+Relu; a depthwise Conv whose weight is an Identity of a Constant, +BN+hard-swish;
-    a Conv whose weight is a float16 Constant Cast to float; two Convs sharing one weight; a MatMul and its bias Add with Constant weights."""
+    """Conv+BN+Relu; a depthwise Conv whose weight is an Identity of a Constant, +BN+hard-swish
+    (Paddle's spelling); a Conv whose weight is a float16 Constant Cast to float and whose bias
+    is added as a Reshape of a Constant; two Convs sharing one weight; a MatMul whose weight is
+    a Transpose and whose bias an Unsqueeze of a Constant."""
     p = _Paddle(seed)
     x = p.node("Conv", ["x", p.weight("w1", (8, 3, 3, 3))], "conv1", pads=[1] * 4,
                strides=[2, 2])
