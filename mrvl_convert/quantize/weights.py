@@ -92,12 +92,11 @@ def weights_as_initializers(model: onnx.ModelProto) -> onnx.ModelProto:
     out.CopyFrom(model)
     del out.graph.node[:]
     out.graph.node.extend(kept)
-    out.graph.initializer.extend(made)
     # an Identity's source read by nothing else would be a second, unused copy of the weight
     unused = (read | {t.name for t in made}) - _referenced(out.graph)
-    stale = [t for t in out.graph.initializer if t.name in unused]
-    for tensor in stale:
-        out.graph.initializer.remove(tensor)
+    tensors = [t for t in [*graph.initializer, *made] if t.name not in unused]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(tensors)
     return out
 
 
