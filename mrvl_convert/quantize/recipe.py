@@ -32,6 +32,7 @@ from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
 from mrvl_convert.quantize.prelu import decompose_prelu
 from mrvl_convert.quantize.sums import sums_as_add
+from mrvl_convert.quantize.weights import weights_as_initializers
 
 PathLike = Union[str, "os.PathLike[str]"]
 # samples per input name, an .npz or directory of them, or a CalibrationDataReader
@@ -64,7 +65,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    proto = load_proto(model)
+    # weights written as nodes (Paddle's Constants) quantized as weights, not calibrated
+    proto = weights_as_initializers(load_proto(model))
     reader = calibration_reader(proto, calibration, str(model))
     if report is not None and hasattr(reader, "samples_used"):
         report.update(samples=reader.samples_used, given=reader.samples_given)
@@ -137,14 +139,15 @@ def _quantizer_quiet() -> Iterator[None]:
 def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = (), *,
                          equalize: bool = False) -> onnx.ModelProto:
     """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
-    the converter names it): BatchNormalization folded, equalized if ``equalize`` (as
+    the converter names it): weights written as nodes made initializers (``weights.py``),
+    BatchNormalization folded, equalized if ``equalize`` (as
     ``--equalize`` did), PRelu decomposed, a Sum of two an Add, but the nodes in ``keep``. Its
     tensors keep the names of the tensors of ``model`` they stand for (a folded Conv writes the
     BatchNormalization's output), so the analysis maps a layer of the QDQ model to the float
     tensor it really computes; an equalized pair's middle tensors are scaled per channel
     there."""
     kept = frozenset(keep)
-    folded = fold_batchnorm(model, kept)
+    folded = fold_batchnorm(weights_as_initializers(model), kept)
     return sums_as_add(decompose_prelu(equalize_model(folded) if equalize else folded,
                                        keep=kept), keep=kept)
 
