@@ -45,6 +45,7 @@ from mrvl_convert.verify.report import Comparison, Row
 from mrvl_convert.verify.tolerances import Tolerance, Tolerances
 
 _OVERFLOW_NOTE = "hybrid value holds inf/NaN (fp16 overflow)"
+MISSING_NOTE = "not a tensor of the reference model: not compared"
 
 
 def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
@@ -121,8 +122,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     for spec in specs:
         kind = "output" if spec.name in outputs else "boundary"
         if spec.name not in present:
-            rows.append(Row(spec.name, kind, list(spec.shape),
-                            note="not a tensor of the original model: not compared"))
+            # An output the reference lacks fails the verdict: passed, it would let a model
+            # that is not the artifact's source (a re-export with its outputs renamed) PASS
+            # with nothing compared. A boundary tensor is a diagnostic: it is only skipped.
+            rows.append(Row(spec.name, kind, list(spec.shape), passed=kind != "output",
+                            note=MISSING_NOTE))
             continue
         rows.append(_row(spec, kind, got[spec.name], want[spec.name],
                          tols.for_tensor(spec.name)))

@@ -3,7 +3,8 @@
 - requires: rows made by ``compare`` (figures from ``metrics.py``, verdicts against the
   tolerances), in run order;
 - ensures: the verdict is the model outputs' rows only (boundary and layer rows are
-  diagnostics); ``format_table`` (the CLI's table), ``summary_line`` (one line of a batch log)
+  diagnostics), and never PASS over nothing: an output not compared fails it, named, and so
+  does a comparison with no output; ``format_table`` (the CLI's table), ``summary_line`` (one line of a batch log)
   and ``to_dict`` (JSON) say the same thing.
 """
 from __future__ import annotations
@@ -53,7 +54,24 @@ class Comparison:
 
     @property
     def passed(self) -> bool:
-        return all(row.passed for row in self.judged_rows)
+        """Every output compared and within tolerance; no output compared is no PASS."""
+        rows = self.judged_rows
+        return bool(rows) and all(row.passed for row in rows)
+
+    @property
+    def not_compared(self) -> List[str]:
+        """The outputs the verdict could not compare (the reference has no such tensor, or
+        a device file lacks it): each fails it."""
+        return [r.tensor for r in self.judged_rows if r.tolerance is None and not r.passed]
+
+    def _unjudged(self) -> Optional[str]:
+        """Why the verdict is FAIL without figures: outputs not compared, or none at all."""
+        if not self.judged_rows:
+            return "no output was compared"
+        missing = self.not_compared
+        return None if not missing else (
+            f"output(s) not compared: {', '.join(missing[:5])} (not in the reference "
+            f"{self.reference or 'model'}: is it the model the artifact was converted from?)")
 
     @property
     def judged_rows(self) -> List[Row]:
@@ -87,7 +105,10 @@ class Comparison:
         if worst is not None and worst.max_rel is not None:
             parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
                          f"({worst.tensor})")
-        failing = [r.tensor for r in rows if not r.passed]
+        unjudged = self._unjudged()
+        if unjudged:
+            parts.append(unjudged)
+        failing = [r.tensor for r in rows if not r.passed and r.tensor not in self.not_compared]
         if failing:
             parts.append(f"outside tolerance: {', '.join(failing[:5])}")
         cosines = [r.cosine for r in rows if r.cosine is not None]
@@ -115,6 +136,9 @@ class Comparison:
         rows = self.judged_rows
         text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} outputs "
                     f"within tolerance over {self.samples} sample(s)")
+        unjudged = self._unjudged()
+        if unjudged:
+            text.append(f"FAIL: {unjudged}")
         if self.boundaries_over:
             text.append("boundary rows are diagnostics, not part of the verdict; the first "
                         f"boundary tensor outside tolerance is {self.boundaries_over[0].tensor}")
