@@ -126,6 +126,7 @@ def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
                         "atol": tol.get("atol"), "rtol": tol.get("max_rel"),
                         "note": row.note})
     figures = {"passed": report.passed, "samples": report.samples,
+               **({"origin": report.origin.to_dict()} if report.origin is not None else {}),
                "inputs": inputs or "random", "outputs": outputs,
                "boundaries_over": [r.tensor for r in report.boundaries_over],
                "fp16_range_events": list(report.range_events), "line": report.summary_line()}

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import onnx
 
+from mrvl_convert.core.samples import DEFAULT_VERIFY_SAMPLES, GIVEN, RANDOM, SampleOrigin
 from mrvl_convert.errors import OptionError
 from mrvl_convert.runtime.options import QUIET
 from mrvl_convert.runtime.session import HybridSession
@@ -52,10 +53,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             artifact_dir: "str | os.PathLike[str]",
             inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
-            samples: int = 1, gemm: str = "numpy", layers: bool = False,
+            samples: int = DEFAULT_VERIFY_SAMPLES, gemm: str = "numpy", layers: bool = False,
             log_severity: int = QUIET, engine: str = "graph",
             against: "str | os.PathLike[str] | None" = None, criterion: str = "ours",
-            fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None) -> Comparison:
+            fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None,
+            origin: Optional[SampleOrigin] = None) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
@@ -66,7 +68,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     ``criterion``: "ours" (the tolerances) or "marvell" (``criteria.py``) for the verdict.
     ``fp32``: for an int8 artifact judged against its QDQ model, the fp32 model that was
     quantized: its outputs on the same feeds give ``Comparison.fp32``, what quantization costs
-    (``quant_cost.py``; information, never the verdict)."""
+    (``quant_cost.py``; information, never the verdict). ``origin``: where ``inputs`` came
+    from, for the report (default: "given", or "random" without ``inputs``)."""
     if criterion not in CRITERION_NAMES:
         raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
@@ -135,8 +138,10 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     cost = None if fp32 is None else quantization_cost(
         fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
+    if origin is None:
+        origin = SampleOrigin(((GIVEN if inputs is not None else RANDOM, len(feeds)),))
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
-                      reference=model_label(model))
+                      reference=model_label(model), origin=origin)
 
 
 def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:

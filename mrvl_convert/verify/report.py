@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
+from mrvl_convert.core.samples import SampleOrigin
+
 if TYPE_CHECKING:  # quant_cost runs onnxruntime; the report only reads its figures
     from mrvl_convert.verify.quant_cost import QuantCost
 
@@ -51,6 +53,13 @@ class Comparison:
     # an int8 verify's second reference: the fp32 model (what quantization costs)
     fp32: Optional["QuantCost"] = None
     reference: str = ""  # the model the verdict is judged against (its path or graph name)
+    origin: Optional[SampleOrigin] = None  # where the samples came from (None: not said)
+
+    @property
+    def samples_text(self) -> str:
+        """e.g. "8 samples: 2 held out of calibration, 6 random", or "1 sample(s)"."""
+        return self.origin.describe() if self.origin is not None else \
+            f"{self.samples} sample(s)"
 
     @property
     def passed(self) -> bool:
@@ -91,6 +100,7 @@ class Comparison:
     def to_dict(self) -> Dict[str, Any]:
         first = self.first_layer_over
         return {"passed": self.passed, "samples": self.samples, "reference": self.reference,
+                "origin": None if self.origin is None else self.origin.to_dict(),
                 "range_events": list(self.range_events),
                 "first_layer_over": None if first is None else first.tensor,
                 "rows": [asdict(r) for r in self.rows],
@@ -101,7 +111,7 @@ class Comparison:
         verdict = "PASS" if self.passed else "FAIL"
         rows = self.judged_rows
         worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
-        parts = [f"{verdict} over {self.samples} sample(s), {len(rows)} output(s)"]
+        parts = [f"{verdict} over {self.samples_text}; {len(rows)} output(s)"]
         if worst is not None and worst.max_rel is not None:
             parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
                          f"({worst.tensor})")
@@ -135,7 +145,7 @@ class Comparison:
         verdict = "PASS" if self.passed else "FAIL"
         rows = self.judged_rows
         text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} outputs "
-                    f"within tolerance over {self.samples} sample(s)")
+                    f"within tolerance over {self.samples_text}")
         unjudged = self._unjudged()
         if unjudged:
             text.append(f"FAIL: {unjudged}")
