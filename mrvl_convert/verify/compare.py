@@ -35,6 +35,7 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.kept_fp16 import rounded_as_artifact, topologically_sorted
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
                                                layer_values, named_copy)
 from mrvl_convert.verify.metrics import Worst, top1
@@ -84,6 +85,13 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     specs = _compared_tensors(session)
     proto = load_model(model)
     check_model_inputs(proto, session, model_label(model))
+    label = model_label(model)
+    if quantize_of(session.manifest) == "int8" and _is_qdq(proto):
+        rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
+        if rounded:
+            topologically_sorted(proto)
+            label += (f" (its {len(rounded)} node(s) the artifact runs as fp16 layers rounded "
+                      "to fp16 as it rounds them)")
     present = _tensor_names(proto)
     judged = [s for s in specs if s.name in present]
     form = _rewritten(session, proto) if layers else None
@@ -141,7 +149,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     if origin is None:
         origin = SampleOrigin(((GIVEN if inputs is not None else RANDOM, len(feeds)),))
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
-                      reference=model_label(model), origin=origin)
+                      reference=label, origin=origin)
 
 
 def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -168,6 +176,10 @@ def _layer_row(plan: LayerPlan, worst: Optional[Worst], tols: Tolerances) -> Row
     if not worst.finite:
         row.note = f"{plan.note}; {_OVERFLOW_NOTE}"
     return row
+
+
+def _is_qdq(proto: onnx.ModelProto) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node)
 
 
 def _compared_tensors(session: HybridSession) -> List[TensorSpec]:
