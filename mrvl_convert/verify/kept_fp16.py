@@ -37,9 +37,8 @@ _SUFFIX = "__as_fp16"
 
 
 def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[List[str]]:
-    """The source nodes of each fp16 layer of the artifact's Mrvl stages (no scale
-    attribute, not a quant layer), as nodes of ``proto`` other than QuantizeLinear and
-    DequantizeLinear."""
+    """The source nodes (in ``proto``) of each fp16 layer of the artifact's Mrvl stages: no
+    scale attribute, no QuantizeLinear/DequantizeLinear among its sources."""
     ops = {n.name: n.op_type for n in proto.graph.node}
     groups = []
     for stage in session.stages:
@@ -47,9 +46,12 @@ def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[Li
             continue
         for step in stage.runner.steps:
             spec = step.spec
-            if spec.kind.name == "quant" or any("scale" in k for k in spec.attrs):
+            # an int8 layer: scales, or a QDQ node among its sources (a pool, a flatten
+            # moving int8 values)
+            if spec.kind.name == "quant" or any("scale" in k for k in spec.attrs) or any(
+                    ops.get(n) in _QDQ for n in spec.source_nodes):
                 continue
-            group = [n for n in spec.source_nodes if ops.get(n) not in (None, *_QDQ)]
+            group = [n for n in spec.source_nodes if n in ops]
             if group and group not in groups:
                 groups.append(group)
     return groups
