@@ -56,7 +56,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     files (``mrvl_convert.quantize.calibration``), or an onnxruntime ``CalibrationDataReader``.
     ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
     ranges are taken from the samples, one of ``CALIBRATION_METHODS``. ``report``, if given,
-    gets ``samples`` (the count fed to the calibration) and ``given`` (the count given), for
+    gets ``samples`` (the count fed to the calibration), ``given`` (the count given) and
+    ``held_out`` (those held out of calibration for verify, ``calibration_choice``), for
     samples this module reads. ``equalize``: cross-layer
     weight equalization of the float model first (``quantize/equalize.py``);
     ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on

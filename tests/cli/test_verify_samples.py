@@ -67,6 +67,7 @@ def test_int8_verify_takes_the_held_out_calibration_samples_first(tmp_path, caps
                  "--calibration", str(tmp_path / "cal.npz"), "--verify"]) == 0
     held = len(calibration_split(16).judge)
     assert held >= 1
+    assert _verify(out)["inputs"] == "held_out_calibration+random"
     assert _verify(out)["origin"] == {
         "count": DEFAULT_VERIFY_SAMPLES,
         "from": {"held_out_calibration": held, "random": DEFAULT_VERIFY_SAMPLES - held}}
