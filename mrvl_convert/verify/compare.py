@@ -35,7 +35,7 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
-from mrvl_convert.verify.kept_fp16 import rounded_as_artifact, topologically_sorted
+from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
                                                layer_values, named_copy)
 from mrvl_convert.verify.metrics import Worst, top1
@@ -89,7 +89,6 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     if quantize_of(session.manifest) == "int8" and _is_qdq(proto):
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
-            topologically_sorted(proto)
             label += (f" (its {len(rounded)} node(s) the artifact runs as fp16 layers rounded "
                       "to fp16 as it rounds them)")
     present = _tensor_names(proto)

@@ -60,11 +60,19 @@ def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[Li
 def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[str]:
     """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
     the names of the nodes rounded."""
-    groups = fp16_layer_groups(session, proto)
+    return round_groups(proto, fp16_layer_groups(session, proto))
+
+
+def round_groups(proto: onnx.ModelProto, groups: List[List[str]]) -> List[str]:
+    """Round each group of nodes (one fp16 layer's source nodes) as the artifact computes
+    that layer (module docstring), in place, nodes left in an order onnxruntime accepts; the
+    names of the nodes rounded."""
     done: List[str] = []
     for group in groups:
         _round_group(proto, group)
         done += group
+    if done:
+        topologically_sorted(proto)
     return done
 
 
