@@ -8,10 +8,10 @@ an fp16 rounding moves a value across a quantization boundary, and one int8 step
 several at the output (issue 40). This module gives the verdict a reference that rounds where
 the artifact rounds, with onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32
 pairs, as the graph engine rounds): every input of such a layer that is not a weight, every
-weight (rounded in place; a Conv + BatchNormalization pair the layer folds as ``fp16_fold.py``
-rounds it), every result that leaves the layer, and a HardSigmoid's and a HardSwish's steps as
-the lowering writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded). The weights stay the QDQ model's own: a wrong
-weight in the artifact still fails.
+weight (a rounded copy for the layer; a Conv + BatchNormalization pair the layer folds as
+``fp16_fold.py`` rounds it), every result that leaves the layer, and a HardSigmoid's and a
+HardSwish's steps as the lowering writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded). The
+weights stay the QDQ model's own: a wrong weight in the artifact still fails.
 
 - requires: the QDQ model (a copy: changed in place) and the int8 artifact's session;
 - ensures: the same model with Cast pairs inserted at the fp16 layers' edges and their weights

@@ -4,8 +4,8 @@
   tolerances), in run order;
 - ensures: the verdict is the model outputs' rows only (boundary and layer rows are
   diagnostics), and never PASS over nothing: an output not compared fails it, named, and so
-  does a comparison with no output; ``format_table`` (the CLI's table), ``summary_line`` (one line of a batch log)
-  and ``to_dict`` (JSON) say the same thing.
+  does a comparison with no output; ``format_table`` (the CLI's table), ``summary_line`` (one
+  line of a batch log) and ``to_dict`` (JSON) say the same thing.
 """
 from __future__ import annotations
 
