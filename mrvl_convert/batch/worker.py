@@ -19,7 +19,7 @@ from mrvl_convert.batch.plan import Job, VerifyOptions
 from mrvl_convert.batch.summary import verify_figures
 from mrvl_convert.convert import convert_with
 from mrvl_convert.estimate.device import device_row
-from mrvl_convert.errors import CalibrationWarning, MrvlConvertError
+from mrvl_convert.errors import CalibrationWarning, InputFeedError, MrvlConvertError
 from mrvl_convert.options import ConvertOptions
 
 # (model name, stage): "convert", then convert's steps ("quantize" with quantize=, "load",
@@ -281,7 +281,12 @@ def _held_out_feeds(job: Job, specs: Any) -> List[Dict[str, Any]]:
     if len(arrays) != len(names) or len(counts) != 1:
         return []
     _, judge = calibration_split(counts.pop()).take_stacked(arrays)
-    return stacked_feeds(judge, specs, "the calibration data") if judge[names[0]].size else []
+    if not judge[names[0]].size:
+        return []
+    try:
+        return stacked_feeds(judge, specs, "the calibration data")
+    except InputFeedError:  # rows that are no feed (an input of static batch > 1): random ones
+        return []
 
 
 def _reference(job: Job) -> str:
