@@ -86,7 +86,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     proto = load_model(model)
     check_model_inputs(proto, session, model_label(model))
     label = model_label(model)
-    if quantize_of(session.manifest) == "int8" and _is_qdq(proto):
+    if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
             label += (f" (its {len(rounded)} node(s) the artifact runs as fp16 layers rounded "
