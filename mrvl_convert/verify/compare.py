@@ -14,8 +14,11 @@ the layer-to-tensor maps ``layer_compare.py``.
 - requires: the model the artifact was converted from (path or ``ModelProto``) and the artifact
   directory;
 - ensures: a ``Comparison`` with one row per boundary tensor and output (and per Mrvl layer with
-  ``layers=True``), judged against the tolerances; a model that is not the artifact's source
-  raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError``.
+  ``layers=True``), judged against the tolerances; an output the model does not have fails the
+  verdict (never PASS over nothing); an input whose static dims the conversion overrode is run
+  at the artifact's shape (``reference.check_model_inputs``); a QDQ model has the artifact's
+  fp16 layers rounded as the artifact rounds them (``kept_fp16.py``); a model that is not the
+  artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError``.
 """
 from __future__ import annotations
 
