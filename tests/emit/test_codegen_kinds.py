@@ -5,6 +5,7 @@ codegen Marvell's released flow pins, and if not which kinds go beyond them, whi
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -92,3 +93,12 @@ def test_an_int8_artifact_needs_the_newer_codegen(tmp_path) -> None:
     assert codegen["layer_set"] == "marvell"
     assert [k["kind"] for k in codegen["beyond_upstream"]] == ["int8 layers"]
     assert "mrvl.qnn_conv2d" in codegen["beyond_upstream"][0]["composites"]
+
+
+def test_cli_md_names_the_twelve_kinds_the_classifier_uses() -> None:
+    """docs/CLI.md tells the user which kinds upstream v0.19 emits: the list must stay the one
+    the classifier checks against."""
+    text = " ".join((Path(__file__).parents[2] / "docs" / "CLI.md").read_text().split())
+    listed = re.search(r"whose codegen emits twelve composites: (.*?), in float", text).group(1)
+    names = {n.strip() for n in listed.replace(" and ", ", ").split(",")}
+    assert names == UPSTREAM_KINDS and len(names) == 12
