@@ -65,6 +65,16 @@ def codegen_line(outcome: Outcome, out: Path) -> str:
             f"of them; see {out / outcome.name / 'manifest.json'} codegen")
 
 
+def codegen_note(result: Sequence[Outcome]) -> str:
+    """', 2 of them need only upstream TVM v0.19's codegen' for the run's last line: how many of
+    the converted models the released flow's codegen would take whole."""
+    needs = [o.codegen["layer_set"] for o in result if o.converted and o.codegen]
+    if not needs:
+        return ""
+    only = needs.count("upstream-0.19")
+    return f", {only} of them need{'s' if only == 1 else ''} only upstream TVM v0.19's codegen"
+
+
 def _short(text: str, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
