@@ -47,8 +47,7 @@ def _why_not_int8(entry: Mapping[str, Any], placement: str, kept: frozenset) -> 
         return f"on CPU: {entry.get('reason', 'no rule matched')}"
     if {entry.get("name"), entry.get("name_in_model")} & kept:
         return KEPT_FP16
-    return (f"an fp16 layer ({entry.get('rule', 'no rule')}): the QDQ model does not quantize "
-            "it")
+    return f"an fp16 layer ({entry.get('rule', 'no rule')}): no int8 form took it"
 
 
 def mac_split(plan: Plan, documents: Mapping[str, Mapping[str, Any]],
