@@ -32,8 +32,10 @@ def test_what_upstream_v019_wrote_needs_only_upstream_v019() -> None:
     assert needs([document]) == {"layer_set": "upstream-0.19", "beyond_upstream": []}
 
 
-def test_the_rfc_cnn_under_the_default_set_needs_only_upstream_v019(tmp_path) -> None:
-    result = mrvl_convert.convert(REF / "rfc_fashion_cnn.onnx", tmp_path / "rfc")
+@pytest.mark.parametrize("model", [REF / "rfc_fashion_cnn.onnx", Path(__file__).parents[2]
+                                   / "examples" / "mnist_cnn" / "mnist_cnn.onnx"])
+def test_the_rfc_cnn_under_the_default_set_needs_only_upstream_v019(tmp_path, model) -> None:
+    result = mrvl_convert.convert(model, tmp_path / "rfc")
     assert result.manifest["options"].get("layer_set", "marvell") == "marvell"
     assert result.manifest["codegen"] == {"layer_set": "upstream-0.19", "beyond_upstream": []}
     written = json.loads((tmp_path / "rfc" / "manifest.json").read_text())
