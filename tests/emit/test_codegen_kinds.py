@@ -13,6 +13,7 @@ import pytest
 
 import mrvl_convert
 from mrvl_convert.emit.codegen import UPSTREAM_KINDS, needs
+from support import corpus
 from support.models import Builder, small_cnn
 from support.transformer_ops import layer_norm_op, token_front
 
@@ -104,3 +105,23 @@ def test_cli_md_names_the_twelve_kinds_the_classifier_uses() -> None:
     listed = re.search(r"whose codegen emits twelve composites: (.*?), in float", text).group(1)
     names = {n.strip() for n in listed.replace(" and ", ", ").split(",")}
     assert names == UPSTREAM_KINDS and len(names) == 12
+
+
+@pytest.mark.parametrize("name", corpus.BUILT)
+def test_what_the_upstream_set_makes_needs_only_upstream(tmp_path, name) -> None:
+    """The classifier and the upstream set's rules agree: every artifact made with
+    ``--layer-set upstream-0.19`` is reported as needing only v0.19's codegen."""
+    result = mrvl_convert.convert(corpus.built(name), tmp_path / name,
+                                  layer_set="upstream-0.19", shapes=corpus.shapes_for(name))
+    assert result.manifest["codegen"] == {"layer_set": "upstream-0.19", "beyond_upstream": []}
+
+
+@pytest.mark.parametrize("name, beyond", [
+    ("densenet_block", []), ("shufflenet_unit", []), ("mobilenet_v2", [("Clip", 10)]),
+    ("bert_tiny", [("Mul2D", 14), ("FC on a 3-D tensor", 6), ("ReduceMean", 6), ("Rsqrt", 3),
+                   ("Sub", 3), ("transpose", 3), ("BatchMatmul", 2), ("Softmax", 1)])])
+def test_the_corpus_under_the_default_set(tmp_path, name, beyond) -> None:
+    """The figures docs/CLI.md quotes."""
+    codegen = mrvl_convert.convert(corpus.built(name), tmp_path / name).manifest["codegen"]
+    assert [(k["kind"], k["layers"]) for k in codegen["beyond_upstream"]] == beyond
+    assert codegen["layer_set"] == ("marvell" if beyond else "upstream-0.19")
