@@ -3,11 +3,11 @@ v0.19's codegen emits, and if not, which kinds go beyond it.
 
 Marvell's released flow pins upstream TVM (``legacy-v0.19.post``), whose codegen emits twelve
 layer kinds (the catalogue's kinds whose ``layer_sets`` hold ``upstream-0.19``: Conv2D, FC, the
-four pools, Sum2D, Concat, reshape, nn.batch_flatten, squeeze, layout_transform) in float only,
-with relu as the one fused activation and FC over a 2-D input (so any int8 layer is beyond it). The default ``--layer-set
-marvell`` follows one commit of a public fork of the newer codegen; a layer beyond the twelve may
-not compile with the released ``mrvl-tmlc``. A model whose layers are all of the twelve needs
-only the released codegen, whichever set converted it.
+four pools, Sum2D, Concat, reshape, nn.batch_flatten, squeeze, layout_transform) in float only
+(so any int8 layer is beyond it), with relu as the one fused activation and FC over a 2-D
+input. The default ``--layer-set marvell`` follows one commit of a public fork of the newer
+codegen; a layer beyond the twelve may not compile with the released ``mrvl-tmlc``. A model
+whose layers are all of the twelve needs only the released codegen, whichever set converted it.
 
 Read from the Nodes-JSON documents as written (``layer_name``, ``composite_name``, the int8
 attributes, ``activation_type``, ``data_layout``), so it speaks of the artifact itself.

@@ -8,11 +8,14 @@ on the accelerator is int8 when the Nodes-JSON layer made from it carries int8 a
 
 Contract: requires the plan, the Nodes-JSON document of each Mrvl stage and report.json's node
 entries of the same conversion; ensures the three MAC counts add up to ``summary.macs`` and
-``not_int8`` (int8 conversions only: ``--quantize`` or a QDQ model) groups every MAC not in int8 by its reason, most MACs first.
+``not_int8`` (int8 conversions only: ``--quantize`` or a QDQ model) groups every MAC not in
+int8 by its reason, most MACs first.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Sequence, Tuple
+
+import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.macs import node_macs
 from mrvl_convert.emit.codegen import is_int8
@@ -54,27 +57,22 @@ def mac_split(plan: Plan, documents: Mapping[str, Mapping[str, Any]],
               entries: Sequence[Mapping[str, Any]], derived: Mapping[str, str],
               quantized: bool, keep_fp16: Sequence[str] = ()) -> Dict[str, Any]:
     """report.json's ``precision``: MACs and MAC shares in int8 and fp16 on the accelerator and
-    on the CPU; with ``quantized`` (or any int8 layer), ``not_int8``: per reason, the MACs it keeps out of int8 on
-    the accelerator and the nodes (``derived``: a node canonicalize added -> its origin)."""
-    int8_of = _int8_sources(documents)
+    on the CPU; with ``quantized`` (or any int8 layer), ``not_int8``: per reason, the MACs it
+    keeps out of int8 on the accelerator and the nodes (``derived``: a node canonicalize added
+    -> its origin)."""
     entry_of = _entries_by_node(entries)
     macs = {INT8: 0, FP16: 0, CPU: 0}
     reasons: Dict[str, Dict[str, Any]] = {}
-    for stage in plan.stages:
-        for node in stage.nodes:
-            count = node_macs(node)
-            if not count:
-                continue
-            where = CPU if stage.kind == "cpu" else (INT8 if int8_of.get(node.name) else FP16)
-            macs[where] += count
-            if where == INT8:
-                continue
-            entry = entry_of.get(node.name) or entry_of.get(derived.get(node.name, ""), {})
-            why = _why_not_int8(entry, where, frozenset(keep_fp16))
-            group = reasons.setdefault(why, {"reason": why, "placement": where, "macs": 0,
-                                             "nodes": []})
-            group["macs"] += count
-            group["nodes"].append(entry.get("name", node.name))
+    for node, where, count in _mac_nodes(plan, _int8_sources(documents)):
+        macs[where] += count
+        if where == INT8:
+            continue
+        entry = entry_of.get(node.name) or entry_of.get(derived.get(node.name, ""), {})
+        why = _why_not_int8(entry, where, frozenset(keep_fp16))
+        group = reasons.setdefault(why, {"reason": why, "placement": where, "macs": 0,
+                                         "nodes": []})
+        group["macs"] += count
+        group["nodes"].append(entry.get("name", node.name))
     total = sum(macs.values())
     section: Dict[str, Any] = {
         "macs": macs,
@@ -82,6 +80,16 @@ def mac_split(plan: Plan, documents: Mapping[str, Mapping[str, Any]],
     if quantized or macs[INT8]:  # an int8 conversion, or a QDQ model given as it is
         section["not_int8"] = _ranked(reasons.values(), total)
     return section
+
+
+def _mac_nodes(plan: Plan, int8_of: Mapping[str, bool]) -> Iterator[Tuple[gs.Node, str, int]]:
+    """(node, int8 / fp16 / cpu, its MACs) for every node of the plan with MACs."""
+    for stage in plan.stages:
+        for node in stage.nodes:
+            count = node_macs(node)
+            if count:
+                yield node, (CPU if stage.kind == "cpu" else
+                             INT8 if int8_of.get(node.name) else FP16), count
 
 
 def _ranked(groups: Any, total: int) -> List[Dict[str, Any]]:
