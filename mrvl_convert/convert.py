@@ -9,7 +9,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Union
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.version import __version__
-from mrvl_convert.emit import cpu_onnx, documents
+from mrvl_convert.emit import codegen, cpu_onnx, documents
+from mrvl_convert.emit.mac_shares import mac_split
 from mrvl_convert.emit.publish import StagingDir
 from mrvl_convert.emit.stage_files import StageFiles, write_stages
 from mrvl_convert.errors import (MrvlConvertError, NodeNotFoundError, OptionError,
@@ -182,6 +183,11 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
                                   subgraphs)
         if converted.keep_fp32 is not None:
             report["keep_fp32"] = converted.keep_fp32
+        documents_of = {name: docs[0] for name, docs in stages.mrvl.items()}
+        manifest["codegen"] = codegen.needs(documents_of.values())
+        report["precision"] = mac_split(plan, documents_of, report["nodes"],
+                                        converted.canonical.derived, kept is not None,
+                                        (kept or {}).get("keep_fp16", ()))
         if profile is not None:
             report["estimate"] = _estimate(manifest, stages, profile)
         # Every conversion: will it load on one device (the estimate's profile, or the built-in)?

@@ -30,6 +30,9 @@ class Outcome:
     mrvl_mac_share: Optional[float] = None
     cut_by: Tuple[Tuple[str, int], ...] = ()  # op types left on CPU, most nodes first
     device: Optional[Dict[str, Any]] = None  # the device check (estimate.device.device_row)
+    # MAC shares int8 / fp16 on the accelerator and on the CPU (report.json precision.shares)
+    mac_shares: Optional[Dict[str, float]] = None
+    codegen: Optional[Dict[str, Any]] = None  # the codegen it needs (manifest.json codegen)
     # What the CLI warns of, from the manifest as this run wrote it (another run may replace
     # the directory before the CLI reads it): input_shape_overrides, calibration_warnings.
     notices: Dict[str, Any] = field(default_factory=dict)

@@ -66,6 +66,8 @@ def _summary_row(o: Outcome) -> Dict[str, Any]:
                              "out_dir": o.name if written else None}
     entry.update({k: (o.counts.get(k) if written else None) for k in COUNT_KEYS})
     entry["mrvl_mac_share"] = o.mrvl_mac_share if written else None
+    entry["mac_shares"] = dict(o.mac_shares) if written and o.mac_shares else None
+    entry["codegen"] = _codegen(o.codegen) if written and o.codegen else None
     entry["fits_device"] = o.device["fits"] if written and o.device else None
     entry["device_reasons"] = list(o.device["reasons"]) if written and o.device else []
     entry.update(seconds=round(o.seconds, 3), error=o.error, error_type=o.error_type,
@@ -76,6 +78,13 @@ def _summary_row(o: Outcome) -> Dict[str, Any]:
     if o.traceback:
         entry["traceback"] = o.traceback
     return entry
+
+
+def _codegen(codegen: Mapping[str, Any]) -> Dict[str, Any]:
+    """summary.json's ``codegen``: the layer set whose codegen the artifact needs and the kinds
+    beyond upstream v0.19's (manifest.json ``codegen`` has their layer counts and composites)."""
+    return {"layer_set": codegen["layer_set"],
+            "beyond_upstream": [k["kind"] for k in codegen["beyond_upstream"]]}
 
 
 def earlier_rows(out_dir: PathLike) -> List[Dict[str, Any]]:

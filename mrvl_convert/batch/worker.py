@@ -130,7 +130,9 @@ def _convert_one(job: Job, on_stage: Optional[StageFn]) -> Outcome:
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
                      "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"]),
                      "device": device_row(result.report["device"]),
-                     "notices": _notices(result.manifest)}
+                     "mac_shares": dict(result.report["precision"]["shares"]),
+                     "codegen": result.manifest["codegen"],
+                     "notices": _notices(result.manifest, result.report)}
         if job.verify is not None:
             _rearm_to_verify()
             _stage(on_stage, job, "verify")
@@ -151,10 +153,14 @@ def _convert_one(job: Job, on_stage: Optional[StageFn]) -> Outcome:
                    verify_note=figures and figures["line"], verify=figures, **fragments)
 
 
-def _notices(manifest: Dict[str, Any]) -> Dict[str, Any]:
+def _notices(manifest: Dict[str, Any], report: Dict[str, Any]) -> Dict[str, Any]:
     calibration = manifest.get("quantization", {}).get("calibration", {})
-    return {"input_shape_overrides": manifest["model"].get("input_shape_overrides", {}),
-            "calibration_warnings": list(calibration.get("warnings", []))}
+    notices = {"input_shape_overrides": manifest["model"].get("input_shape_overrides", {}),
+               "calibration_warnings": list(calibration.get("warnings", []))}
+    if "quantization" in manifest:  # --quantize int8: how much of it stayed int8, and why not
+        notices["int8"] = {"shares": report["precision"]["shares"],
+                           "not_int8": report["precision"]["not_int8"][:1]}
+    return notices
 
 
 def _with_shapes(job: Job) -> Tuple[ConvertOptions, Tuple[str, ...]]:

@@ -70,7 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "(default 1, upstream's rule; 0: any matched region runs on Mrvl)")
     parser.add_argument("--layer-set", choices=(MARVELL, UPSTREAM), default=MARVELL,
                         help="the Marvell layer kinds your backend compiler reads: the newer "
-                             "Marvell codegen's (default) or upstream TVM 0.19's 12 composites")
+                             "Marvell codegen's, as one commit of a public fork has them "
+                             "(default), or upstream TVM 0.19's 12 composites, the codegen of "
+                             "Marvell's released flow (the table's codegen column says which "
+                             "each artifact needs)")
     parser.add_argument("--quantize", choices=("int8",), default=None,
                         help="quantize each model first (onnxruntime quantize_static, QDQ, "
                              "symmetric per-tensor int8: Marvell's recipe) and emit int8 layers")

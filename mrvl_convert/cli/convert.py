@@ -23,7 +23,8 @@ from mrvl_convert.cli.args import (UsageError, build_parser, convert_options, es
 from mrvl_convert.cli.exits import (EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE,
                                     EXIT_VERIFY_FAILED, error, guarded)
 from mrvl_convert.cli.device import print_device, print_estimates
-from mrvl_convert.cli.output import _Progress, cut_line, format_table
+from mrvl_convert.cli.output import (_Progress, codegen_line, codegen_note, cut_line,
+                                     format_table)
 from mrvl_convert.cli.fp16 import keep_fp32_options, report_keep_fp32
 from mrvl_convert.cli.quant import keep_fp16_per_model, quantization, write_analyses
 from mrvl_convert.cli.notices import conversion_notices, print_override_lines
@@ -180,14 +181,14 @@ def _print_table(result: BatchResult, out: Path) -> None:
             sys.stdout.write(f"verify {outcome.name}: {outcome.verify_note}\n")
     sys.stdout.write(format_table(result))
     for outcome in result:
-        line = cut_line(outcome, out)
-        if line:
-            sys.stdout.write(line + "\n")
+        for line in (cut_line(outcome, out), codegen_line(outcome, out)):
+            if line:
+                sys.stdout.write(line + "\n")
     converted = sum(o.converted for o in result)
     failed_verify = len(result.verify_failed)
     verify_text = f" ({failed_verify} failed verify)" if failed_verify else ""
     sys.stdout.write(f"{converted} of {len(result)} models converted{verify_text} into "
-                     f"{out}; summary in {out / 'summary.json'}\n")
+                     f"{out}{codegen_note(result)}; summary in {out / 'summary.json'}\n")
 
 
 def _warn_unused_tolerances(result: BatchResult, verify: Optional[VerifyOptions]) -> None:

@@ -9,7 +9,9 @@ from typing import Optional, Sequence, TextIO
 from mrvl_convert.batch.outcome import Outcome
 
 TABLE_COLUMNS = ("model", "status", "Mrvl nodes", "CPU nodes", "Mrvl subgraphs",
-                 "CPU subgraphs", "cuts", "MACs on Mrvl", "seconds", "error")
+                 "CPU subgraphs", "cuts", "MACs on Mrvl", "codegen", "seconds", "error")
+# The codegen column: the layer set whose codegen emits every Mrvl layer (manifest.json codegen).
+CODEGEN_LABELS = {"upstream-0.19": "v0.19", "marvell": "marvell"}
 # More Mrvl<->CPU transitions than this and the CLI names the op types that cut the model.
 FEW_CUTS = 3
 
@@ -24,7 +26,8 @@ def format_table(result: Sequence[Outcome]) -> str:
         error = "" if o.ok else _short(o.error_type or o.status)
         if o.status == "verify_failed":
             error = _short(_first_failing_output(o) or "verify failed")
-        rows.append([o.name, o.status, *counts, share, f"{o.seconds:.2f}", error])
+        codegen = CODEGEN_LABELS[o.codegen["layer_set"]] if o.codegen else "-"
+        rows.append([o.name, o.status, *counts, share, codegen, f"{o.seconds:.2f}", error])
     widths = [max(len(r[i]) for r in rows) for i in range(len(TABLE_COLUMNS))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -46,6 +49,30 @@ def cut_line(outcome: Outcome, out: Path) -> str:
         return ""
     ops = ", ".join(f"{op} x{n}" for op, n in outcome.cut_by[:3])
     return f"{outcome.name}: {cuts} cuts: {ops}; see {out / outcome.name / 'report.json'}"
+
+
+def codegen_line(outcome: Outcome, out: Path) -> str:
+    """'name: needs the newer Marvell codegen for Sigmoid x2, Mul2D x1; ...' for a converted
+    model with a layer beyond upstream TVM v0.19's kinds; '' otherwise."""
+    codegen = outcome.codegen if outcome.converted else None
+    if not codegen or not codegen["beyond_upstream"]:
+        return ""
+    beyond = codegen["beyond_upstream"]
+    kinds = ", ".join(f"{k['kind']} x{k['layers']}" for k in beyond[:5])
+    more = f" and {len(beyond) - 5} more" if len(beyond) > 5 else ""
+    return (f"{outcome.name}: needs the newer Marvell codegen (--layer-set marvell) for "
+            f"{kinds}{more}: upstream TVM v0.19, which Marvell's released flow pins, emits none "
+            f"of them; see {out / outcome.name / 'manifest.json'} codegen")
+
+
+def codegen_note(result: Sequence[Outcome]) -> str:
+    """', 2 of them need only upstream TVM v0.19's codegen' for the run's last line: how many of
+    the converted models the released flow's codegen would take whole."""
+    needs = [o.codegen["layer_set"] for o in result if o.converted and o.codegen]
+    if not needs:
+        return ""
+    only = needs.count("upstream-0.19")
+    return f", {only} of them need{'s' if only == 1 else ''} only upstream TVM v0.19's codegen"
 
 
 def _short(text: str, limit: int = 60) -> str:
