@@ -83,6 +83,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
                                    given):
         unfolded.update(fold_constants(graph, verbose))
     after_fold = {n.name for n in graph.nodes}
+    # A node refused in one pass (its size input not yet computed) may fold in a later one.
+    unfolded = {name: why for name, why in unfolded.items() if name in after_fold}
     for name in op_types:
         if name not in after_fold:
             removed[name] = ("Constant node turned into an initializer" if name in constant_nodes
