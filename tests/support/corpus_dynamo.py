@@ -142,7 +142,7 @@ def dynamo_bert(seed: int = 0, layers: int = 1, channels: int = 128, heads: int 
     mask = d.op("Unsqueeze", ["attention_mask", d.constant(np.array([1, 2], np.int64))])
     mask = d.op("Sub", [d.constant(np.array(1.0, np.float32)),
                         d.op("Cast", [mask], to=TensorProto.FLOAT)])
-    mask = d.op("Mul", [mask, d.constant(np.array(-3.4028234663852886e38, np.float32))])
+    mask = d.op("Mul", [mask, d.constant(np.array(-10000.0, np.float32))])
     for _ in range(layers):
         x = d.layer_norm(d.op("Add", [x, _attention(d, x, mask, batch, length, channels, heads,
                                                      int8)]), channels)
