@@ -2,11 +2,12 @@
 as a Conv1d front end, then an ``If`` on a scalar sample-rate input choosing the branch for
 16 kHz or 8 kHz, with a recurrent state as an input (``state``) and an output (``stateN``).
 
-- the front end: ``input`` [1, 512] -> Unsqueeze -> Conv1d (kernel 64, stride 32: 33 real and
-  33 imaginary filters) -> magnitude (Slice, Mul, Add, Sqrt) -> Conv1d 33 -> 64 + Relu;
-- ``If(Equal(sr, 16000))``: the 16 kHz branch pools the features over time, a tanh RNN cell on
-  ``state[0]`` makes the new state (``Concat`` of the new cell and ``state[1]``) and a Sigmoid
-  the speech probability; the 8 kHz branch first reshapes the features to the 8 kHz frame
+- the front end: ``input`` [1, 512] -> Unsqueeze to [1, 1, 1, 512] -> Conv (kernel 1x64,
+  stride 32: 33 real and 33 imaginary filters) -> power (Slice, Mul, Add) -> Conv 33 -> 64
+  (1x3) + Relu;
+- ``If(Equal(sr, 16000))``: the 16 kHz branch pools the features (GlobalAveragePool, Flatten),
+  a tanh RNN cell on ``state`` [1, 1, 64] makes the new state and a Sigmoid the speech
+  probability; the 8 kHz branch first reshapes the features to the 8 kHz frame
   layout (a target computed from their size), which the 16 kHz input shape does not fit: it
   fails on onnxruntime whenever it runs on 512 samples, and shape inference cannot tell the
   If's outputs' shapes.
@@ -21,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 SAMPLES = 512
 HIDDEN = 64
-SHAPES = {"input": [1, SAMPLES], "state": [2, 1, HIDDEN], "sr": []}
+SHAPES = {"input": [1, SAMPLES], "state": [1, 1, HIDDEN]}
 
 
 class _Nodes:
@@ -51,27 +52,24 @@ class _Nodes:
 def _cell(g: _Nodes, pooled: str, width: int, outputs: List[str],
           reshaped: bool = False) -> onnx.GraphProto:
     """The RNN step on ``pooled`` [1, width]: new state and speech probability."""
-    h0 = g.op("Reshape", [g.op("Slice", ["state", g.ints(0), g.ints(1), g.ints(0)]),
-                          g.ints(1, HIDDEN)])
-    c1 = g.op("Slice", ["state", g.ints(1), g.ints(2), g.ints(0)])
+    h0 = g.op("Reshape", ["state", g.ints(1, HIDDEN)])
     h = g.op("Tanh", [g.op("Add", [g.op("MatMul", [pooled, g.weight(width, HIDDEN)]),
                                    g.op("MatMul", [h0, g.weight(HIDDEN, HIDDEN)])])])
-    new = g.op("Concat", [g.op("Unsqueeze", [h, g.ints(0)]), c1], axis=0)
-    if reshaped:  # to [2, 1, size / 2]: a target shape inference cannot tell
-        half = g.op("Div", [g.op("Size", [new]), g.const(np.int64(2))])
-        new = g.op("Reshape", [new, g.op("Concat", [g.ints(2, 1), g.op("Unsqueeze", [
-            half, g.ints(0)])], axis=0)])
+    new = g.op("Unsqueeze", [h, g.ints(0)])
+    if reshaped:  # to [1, 1, size]: a target shape inference cannot tell
+        size = g.op("Unsqueeze", [g.op("Size", [new]), g.ints(0)])
+        new = g.op("Reshape", [new, g.op("Concat", [g.ints(1, 1), size], axis=0)])
     prob = g.op("Sigmoid", [g.op("MatMul", [h, g.weight(HIDDEN, 1)])])
     g.nodes.append(helper.make_node("Identity", [prob], [outputs[0]], name=f"{g.prefix}out"))
     g.nodes.append(helper.make_node("Identity", [new], [outputs[1]], name=f"{g.prefix}state"))
     outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, dims)
-            for o, dims in zip(outputs, (["n", 1], ["two", "n", "hidden"]))]
+            for o, dims in zip(outputs, (["n", 1], ["one", "n", "hidden"]))]
     return helper.make_graph(g.nodes, f"{g.prefix}branch", [], outs, g.inits)
 
 
 def _branch_16k(rng: np.random.Generator, features: str) -> onnx.GraphProto:
     g = _Nodes(rng, "b16_")
-    pooled = g.op("ReduceMean", [features], axes=[2, 3], keepdims=0)
+    pooled = g.op("Flatten", [g.op("GlobalAveragePool", [features])], axis=1)
     return _cell(g, pooled, HIDDEN, ["out_16k", "state_16k"])
 
 
@@ -102,7 +100,7 @@ def audio_vad(seed: int = 0) -> onnx.ModelProto:
                                     then_branch=_branch_16k(rng, features),
                                     else_branch=_branch_8k(rng, features)))
     inputs = [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", SAMPLES]),
-              helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", HIDDEN]),
+              helper.make_tensor_value_info("state", TensorProto.FLOAT, [1, "batch", HIDDEN]),
               helper.make_tensor_value_info("sr", TensorProto.INT64, [])]
     outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, ["unk_0", 1]),
                helper.make_tensor_value_info("stateN", TensorProto.FLOAT,
@@ -116,5 +114,5 @@ def audio_vad(seed: int = 0) -> onnx.ModelProto:
 def feeds(seed: int = 0, sr: int = 16000) -> Dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     return {"input": rng.standard_normal((1, SAMPLES)).astype(np.float32),
-            "state": (0.5 * rng.standard_normal((2, 1, HIDDEN))).astype(np.float32),
+            "state": (0.5 * rng.standard_normal((1, 1, HIDDEN))).astype(np.float32),
             "sr": np.array(sr, np.int64)}
