@@ -112,9 +112,13 @@ def _as_input(name: str, value: Any, elem: int, shape: List[int],
     except (KeyError, TypeError, ValueError):
         raise OptionError("the input's element type has no numpy dtype; it cannot be pinned",
                           model=label, tensor=name) from None
-    given = np.asarray(value)
-    if given.dtype == object or given.dtype.kind not in "biuf":
+    try:
+        given = np.asarray(value)
+    except ValueError:  # ragged lists
         raise OptionError(f"the value {value!r} given for it must be numbers of a regular shape",
+                          model=label, tensor=name) from None
+    if given.dtype == object or given.dtype.kind not in "biuf":  # ints past 64 bits
+        raise OptionError(f"the input is {dtype.name}: {value!r} is not a value of it",
                           model=label, tensor=name)
     array = _exact(name, given, dtype, label)
     if list(array.shape) != list(shape):

@@ -1,5 +1,5 @@
 """An audio model as Silero-VAD-style exporters write it (seeded random weights): an STFT written
-as a Conv1d front end, then an ``If`` on a scalar sample-rate input choosing the branch for
+as a Conv front end, then an ``If`` on a scalar sample-rate input choosing the branch for
 16 kHz or 8 kHz, with a recurrent state as an input (``state``) and an output (``stateN``).
 
 - the front end: ``input`` [1, 512] -> Unsqueeze to [1, 1, 1, 512] -> Conv (kernel 1x64,
@@ -7,10 +7,9 @@ as a Conv1d front end, then an ``If`` on a scalar sample-rate input choosing the
   (1x3) + Relu;
 - ``If(Equal(sr, 16000))``: the 16 kHz branch pools the features (GlobalAveragePool, Flatten),
   a tanh RNN cell on ``state`` [1, 1, 64] makes the new state and a Sigmoid the speech
-  probability; the 8 kHz branch first reshapes the features to the 8 kHz frame
-  layout (a target computed from their size), which the 16 kHz input shape does not fit: it
-  fails on onnxruntime whenever it runs on 512 samples, and shape inference cannot tell the
-  If's outputs' shapes.
+  probability; the 8 kHz branch does the same with its own weights and writes the state's
+  width as ``sr / 125`` (a Reshape whose target reads ``sr``): 64 at 8 kHz, 0 on zeros, where
+  onnxruntime fails on it. Shape inference cannot tell the If's ``stateN``.
 """
 from __future__ import annotations
 
@@ -56,9 +55,9 @@ def _cell(g: _Nodes, pooled: str, width: int, outputs: List[str],
     h = g.op("Tanh", [g.op("Add", [g.op("MatMul", [pooled, g.weight(width, HIDDEN)]),
                                    g.op("MatMul", [h0, g.weight(HIDDEN, HIDDEN)])])])
     new = g.op("Unsqueeze", [h, g.ints(0)])
-    if reshaped:  # to [1, 1, size]: a target shape inference cannot tell
-        size = g.op("Unsqueeze", [g.op("Size", [new]), g.ints(0)])
-        new = g.op("Reshape", [new, g.op("Concat", [g.ints(1, 1), size], axis=0)])
+    if reshaped:  # to [1, 1, sr / 125]: the state's width follows from the sample rate
+        width = g.op("Unsqueeze", [g.op("Div", ["sr", g.const(np.int64(125))]), g.ints(0)])
+        new = g.op("Reshape", [new, g.op("Concat", [g.ints(1, 1), width], axis=0)])
     prob = g.op("Sigmoid", [g.op("MatMul", [h, g.weight(HIDDEN, 1)])])
     g.nodes.append(helper.make_node("Identity", [prob], [outputs[0]], name=f"{g.prefix}out"))
     g.nodes.append(helper.make_node("Identity", [new], [outputs[1]], name=f"{g.prefix}state"))
@@ -75,13 +74,8 @@ def _branch_16k(rng: np.random.Generator, features: str) -> onnx.GraphProto:
 
 def _branch_8k(rng: np.random.Generator, features: str) -> onnx.GraphProto:
     g = _Nodes(rng, "b8_")
-    frames = g.op("Div", [g.op("Size", [features]), g.const(np.int64(2 * HIDDEN))])
-    target = g.op("Concat", [g.ints(1, 2 * HIDDEN), g.op("Unsqueeze", [frames, g.ints(0)])],
-                  axis=0)
-    # 960 values in frames of 128: the 16 kHz shape does not fit the 8 kHz layout.
-    framed = g.op("Reshape", [features, target])
-    pooled = g.op("ReduceMean", [framed], axes=[2], keepdims=0)
-    return _cell(g, pooled, 2 * HIDDEN, ["out_8k", "state_8k"], reshaped=True)
+    pooled = g.op("Flatten", [g.op("GlobalAveragePool", [features])], axis=1)
+    return _cell(g, pooled, HIDDEN, ["out_8k", "state_8k"], reshaped=True)
 
 
 def audio_vad(seed: int = 0) -> onnx.ModelProto:
