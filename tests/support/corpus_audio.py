@@ -8,8 +8,8 @@ as a Conv front end, then an ``If`` on a scalar sample-rate input choosing the b
 - ``If(Equal(sr, 16000))``: the 16 kHz branch pools the features (GlobalAveragePool, Flatten),
   a tanh RNN cell on ``state`` [1, 1, 64] makes the new state and a Sigmoid the speech
   probability; the 8 kHz branch does the same with its own weights and writes the state's
-  width as ``sr / 125`` (a Reshape whose target reads ``sr``): 64 at 8 kHz, 0 on zeros, where
-  onnxruntime fails on it. Shape inference cannot tell the If's ``stateN``.
+  width as ``sr / 125`` (a Reshape whose target reads ``sr``, ``allowzero``): 64 at 8 kHz, 0
+  on zeros, where onnxruntime fails on it. Shape inference cannot tell the If's ``stateN``.
 """
 from __future__ import annotations
 
@@ -57,7 +57,8 @@ def _cell(g: _Nodes, pooled: str, width: int, outputs: List[str],
     new = g.op("Unsqueeze", [h, g.ints(0)])
     if reshaped:  # to [1, 1, sr / 125]: the state's width follows from the sample rate
         width = g.op("Unsqueeze", [g.op("Div", ["sr", g.const(np.int64(125))]), g.ints(0)])
-        new = g.op("Reshape", [new, g.op("Concat", [g.ints(1, 1), width], axis=0)])
+        new = g.op("Reshape", [new, g.op("Concat", [g.ints(1, 1), width], axis=0)],
+                   allowzero=1)
     prob = g.op("Sigmoid", [g.op("MatMul", [h, g.weight(HIDDEN, 1)])])
     g.nodes.append(helper.make_node("Identity", [prob], [outputs[0]], name=f"{g.prefix}out"))
     g.nodes.append(helper.make_node("Identity", [new], [outputs[1]], name=f"{g.prefix}state"))
