@@ -147,3 +147,51 @@ def test_a_value_is_cast_to_its_input_exactly():
     assert loaded.values["mode"].dtype == np.int64 and loaded.values["mode"].shape == ()
     assert loaded.values["x"].dtype == np.float32
     assert loaded.values["x"].tolist() == [[np.float32(0.1).item(), 2.0, 3.0, 4.0]]
+
+
+def _shape_if_model(else_width: int) -> onnx.ModelProto:
+    """``If(mode == 1)``: then ``Relu(x)`` [1, 4], else ``x`` reshaped to [1, 4 / w, w] by a
+    target that reads ``mode`` (``w = else_width * (1 + mode)``), which shape inference cannot
+    tell. On zeros the else branch runs, on ones the then branch."""
+    then_branch = _graph("then", [helper.make_node("Relu", ["x"], ["y_then"], name="relu")],
+                         ["y_then"])
+    width = [helper.make_node("Add", ["mode", "mode_one"], ["m1"], name="m1"),
+             helper.make_node("Mul", ["m1", "w"], ["wide"], name="wide"),
+             helper.make_node("Unsqueeze", ["wide", "axes"], ["wide1"], name="wide1"),
+             helper.make_node("Concat", ["ones", "wide1"], ["target"], name="target", axis=0),
+             helper.make_node("Reshape", ["x", "target"], ["y_else"], name="reshape")]
+    else_branch = _graph("else", width, ["y_else"])
+    nodes = [helper.make_node("Equal", ["mode", "mode_one"], ["is_one"], name="equal"),
+             helper.make_node("If", ["is_one"], ["y"], name="if_mode",
+                              then_branch=then_branch, else_branch=else_branch)]
+    graph = helper.make_graph(
+        nodes, "shape_if",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+         helper.make_tensor_value_info("mode", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["d0", "d1"])],
+        [_const("mode_one", np.int64(1)), _const("w", np.int64(else_width)),
+         _const("axes", np.array([0], np.int64)), _const("ones", np.array([1, -1], np.int64))])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16)], ir_version=8)
+    onnx.checker.check_model(model)
+    return model
+
+
+def test_a_shape_the_branches_disagree_on_is_not_guessed():
+    """On zeros the else branch gives [1, 2, 2] (w = 2), on ones the then branch [1, 4]."""
+    with pytest.raises(mrvl_convert.errors.ShapeError) as raised:
+        canonicalize(load_model(_shape_if_model(2)))
+    assert "depends on the input values ([1, 2, 2] for zeros, [1, 4] for ones)" in str(
+        raised.value)
+
+
+def test_the_shape_is_taken_from_the_branch_that_runs(tmp_path):
+    """w = 3 does not divide 4: the else branch fails on zeros (so the runs fail), the then
+    branch gives [1, 4] on zeros and ones: the artifact's output shape, right whenever the
+    model runs (mode == 1)."""
+    model = _shape_if_model(3)
+    canonical = canonicalize(load_model(model))
+    assert canonical.graph.outputs[0].shape == [1, 4]
+    result = mrvl_convert.convert(model, tmp_path / "art")
+    assert result.manifest["model"]["outputs"][0]["shape"] == [1, 4]
+    got = mrvl_convert.HybridSession(tmp_path / "art").run(None, _feed(1))[0]
+    assert np.array_equal(got, run_ort(model, _feed(1))["y"])
