@@ -7,7 +7,8 @@ flattens such an If itself, but rebinds only the first of its outputs (it walks 
 outputs while each rebinding removes one from them), so a two-output If (a model's output and
 its recurrent state) lost the second; here every output is rebound.
 
-Requires: a graphsurgeon graph, folded (the condition is a ``gs.Constant``).
+Requires: a graphsurgeon graph, folded (the condition is a ``gs.Constant``; one that is not a
+single value is left for onnxruntime to refuse).
 Ensures: exact, an If's outputs are computed by the nodes of the branch onnxruntime would run
 for that condition; the branch's own tensors are renamed ``<name>_<if node>`` (they may
 repeat names of the outer graph, or of the other branch) and so are its nodes where their name
@@ -44,7 +45,8 @@ def flatten_decided_ifs(graph: gs.Graph, origins: Optional[Dict[str, str]] = Non
     index = 0
     while index < len(graph.nodes):
         node = graph.nodes[index]
-        if node.op == "If" and node.inputs and is_const(node.inputs[0]):
+        if node.op == "If" and node.inputs and is_const(node.inputs[0]) \
+                and np.asarray(const_value(node.inputs[0])).size == 1:
             nodes = _branch_nodes(graph, node)
             graph.nodes[index:index + 1] = nodes
             origin = origins.pop(node.name, node.name)

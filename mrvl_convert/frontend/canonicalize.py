@@ -4,7 +4,11 @@ Requires: a ``LoadedModel`` (checked, shaped).
 Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
 constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
 compute) within the bounds of ``folding.py`` (a node beyond them stays, listed in ``kept``),
-shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``),
+shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``; a Range,
+ConstantOfShape, Expand or Tile sized by folded values: ``sized_ops.py``), inputs pinned to a
+value (``input_values.py``) are constants, an If whose condition is constant is the branch it
+chooses (``branches.py``; its nodes are ``derived`` from it) and one left says why it stays
+(``kept``), weight-only int8 weights are float ones (``qdq.py``),
 Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``;
 a packed Q/K/V head split through 5-D tensors: ``packed_qkv.py``),

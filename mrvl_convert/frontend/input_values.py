@@ -13,7 +13,8 @@ the value given (no rounding, no wrapping: 16000.5 for an int64 input, 300 for a
 True for a float one is an OptionError naming the input); an unknown name, a value that is not a
 number or a list of numbers, or one of the wrong shape is an OptionError naming the input.
 ``pin_inputs`` replaces every read of a pinned input, nested subgraphs' reads included, by a
-constant of its value; the graph input stays.
+constant of its value (named ``<input>_value``, or with a number where the model has that
+name); the graph input stays.
 """
 from __future__ import annotations
 
@@ -71,12 +72,18 @@ def pin_inputs(graph: gs.Graph, values: Mapping[str, np.ndarray]) -> List[str]:
     """Every read of each input of ``values``, in ``graph`` and its nested subgraphs, reads a
     constant ``<input>_value`` instead; returns the inputs pinned."""
     inputs = {t.name: t for t in graph.inputs}
+    taken = set(graph.tensors())
     pinned = []
     for name, value in values.items():
         tensor = inputs.get(name)
         if tensor is None:
             continue
-        constant = gs.Constant(f"{name}_value", np.array(value))
+        label, k = f"{name}_value", 0
+        while label in taken:  # a name of the model's own
+            k += 1
+            label = f"{name}_value_{k}"
+        taken.add(label)
+        constant = gs.Constant(label, np.array(value))
         for node in _all_nodes(graph):
             for i, read in enumerate(node.inputs):
                 if read is tensor:
