@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 import onnx_graphsurgeon as gs
 
@@ -85,7 +85,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             max_subgraphs: Optional[int] = None, deny: Sequence[str] = (),
             min_compute_layers: int = 1, estimate: Estimate = None, draw: bool = False,
             on_stage: Optional[StageFn] = None,
-            quantize: Optional[Quantization] = None, keep_fp32: Sequence[str] = ()) -> Result:
+            quantize: Optional[Quantization] = None, keep_fp32: Sequence[str] = (),
+            values: Optional[Mapping[str, Any]] = None) -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
@@ -106,11 +107,15 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     ``keep_fp32``: node names (as in report.json) of an fp16 conversion kept in fp32 on the
     CPU, where fp16 weights cost too much (issue 30); report.json's ``keep_fp32`` section says
     what that costs in stages, cuts and MACs. ``tune.keep_fp32`` chooses them (``auto``).
+    ``values``: inputs pinned to one value for the conversion (``{"sr": 16000}``): what they
+    decide is folded (an ``If`` on them becomes its branch); the artifact still takes them and
+    computes what the model does for these values only (the manifest's ``options.values``).
     """
     options = ConvertOptions(shapes=shapes, policy=policy, rules=rules, name=name,
                              layer_set=layer_set, max_subgraphs=max_subgraphs, deny=deny,
                              min_compute_layers=min_compute_layers, estimate=estimate,
-                             draw=draw, quantize=quantize, keep_fp32=tuple(keep_fp32))
+                             draw=draw, quantize=quantize, keep_fp32=tuple(keep_fp32),
+                             values=values)
     return convert_with(model, out_dir, options, on_stage)
 
 
@@ -128,7 +133,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     step("load")
     rules = load_rules(options.rules, layer_set=options.layer_set)
     profile = _profile(options.estimate)
-    loaded = load_model(model, shapes=options.shapes, name=name)
+    loaded = load_model(model, shapes=options.shapes, name=name, values=options.values)
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)

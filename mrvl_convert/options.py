@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from mrvl_convert.errors import MrvlConvertError, OptionError
 from mrvl_convert.estimate.profile import HardwareProfile
+from mrvl_convert.frontend.input_values import check_values
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.partition.plan import POLICIES
 from mrvl_convert.quantize.recipe import Quantization
@@ -43,6 +44,7 @@ class ConvertOptions:
     draw: bool = False
     quantize: Optional[Quantization] = None
     keep_fp32: Tuple[str, ...] = ()
+    values: Optional[Mapping[str, Any]] = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -66,6 +68,7 @@ class ConvertOptions:
         object.__setattr__(self, "rules", _rule_tuple(self.rules))
         if isinstance(self.shapes, Mapping):
             object.__setattr__(self, "shapes", dict(self.shapes))
+        object.__setattr__(self, "values", check_values(self.values) or None)
 
     def with_absolute_paths(self) -> "ConvertOptions":
         """These options with the rule files, the hardware profile file and the calibration
@@ -96,6 +99,8 @@ class ConvertOptions:
             entry["min_compute_layers"] = self.min_compute_layers
         if self.keep_fp32:
             entry["keep_fp32"] = sorted(set(self.keep_fp32))
+        if self.values:
+            entry["values"] = {k: self.values[k] for k in sorted(self.values)}
         return entry
 
 

@@ -45,7 +45,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                  deny: Sequence[str] = (), layer_set: str = "marvell",
                  min_compute_layers: int = 1,
                  on_stage: Optional[StageFn] = None,
-                 quantize: Quantize = None, one_device: bool = False) -> BatchResult:
+                 quantize: Quantize = None, one_device: bool = False,
+                 values: Optional[Mapping[str, Any]] = None) -> BatchResult:
     """Convert every model into ``out_dir/<name>/`` and write ``out_dir/summary.json``.
 
     ``executor``: any ``concurrent.futures.Executor`` (used as is, not shut down). Without one,
@@ -66,7 +67,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     model path, as given, to one); verify then compares with the QDQ model.
     ``one_device``: the models are to be loaded on one device together: the device check
     counts their model slots together (summary.json ``one_device`` and each row's
-    ``fits_device``).
+    ``fits_device``). ``values``: inputs pinned for the conversion, as ``convert`` takes them
+    (every model must have them).
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
     guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """
@@ -75,7 +77,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                              max_subgraphs=max_subgraphs, deny=deny,
                              min_compute_layers=min_compute_layers, draw=draw,
                              estimate=True if estimate == "builtin" else estimate,
-                             quantize=None if per_model is not None else quantize)
+                             quantize=None if per_model is not None else quantize,
+                             values=values)
     return run_batch(models, out_dir, options, shapes=shapes, quantize_per_model=per_model,
                      verify=verify, jobs=jobs, executor=executor, fail_fast=fail_fast,
                      progress=progress, on_stage=on_stage, one_device=one_device)

@@ -43,6 +43,10 @@ def build_parser() -> argparse.ArgumentParser:
                         metavar="[MODEL_GLOB=]NAME:D0,D1,...",
                         help="fix an input's shape, e.g. x:1,3,224,224, or for some models "
                              "only: 'det*.onnx=images:1,3,416,416' (repeatable)")
+    parser.add_argument("--input-value", action="append", default=[], metavar="NAME=V",
+                        help="pin an input to a value for the conversion, e.g. sr=16000 (a "
+                             "list: mode=1,0): an If it decides becomes its branch; the "
+                             "artifact computes the model for this value only (repeatable)")
     parser.add_argument("--policy", choices=("single", "multi"), default="multi",
                         help="partitioning policy (default: multi)")
     parser.add_argument("--rules", action="append", default=[], metavar="FILE",
@@ -165,7 +169,37 @@ def convert_options(args: argparse.Namespace, estimate: Union[None, bool, str],
     return ConvertOptions(policy=args.policy, rules=list(args.rules), layer_set=args.layer_set,
                           max_subgraphs=args.max_subgraphs, deny=list(args.deny),
                           min_compute_layers=args.min_compute_layers, estimate=estimate,
-                          draw=args.draw, quantize=quantize)
+                          draw=args.draw, quantize=quantize,
+                          values=parse_values(args.input_value) or None)
+
+
+_NUMBER = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
+
+
+def parse_values(specs: Sequence[str]) -> Dict[str, Any]:
+    """``--input-value NAME=V`` options as ``convert``'s ``values``: V a number, ``true`` or
+    ``false``, or a comma-separated list of them; a UsageError if one is malformed or one input
+    is given two values."""
+    values: Dict[str, Any] = {}
+    for spec in specs:
+        name, sep, text = spec.partition("=")
+        if not sep or not name or not text:
+            raise UsageError(f"--input-value {spec!r}: expected NAME=V, e.g. sr=16000")
+        items = [_scalar(spec, t.strip()) for t in text.split(",")]
+        value = items if "," in text else items[0]
+        if values.get(name, value) != value:
+            raise UsageError(f"--input-value gives input {name!r} two different values")
+        values[name] = value
+    return values
+
+
+def _scalar(spec: str, text: str) -> Any:
+    if text in ("true", "false"):
+        return text == "true"
+    if not _NUMBER.fullmatch(text):
+        raise UsageError(f"--input-value {spec!r}: {text!r} is not a number (nor true/false)")
+    is_int = re.fullmatch(r"[-+]?[0-9]+", text)
+    return int(text) if is_int else float(text)
 
 
 def _positive_int(text: str, minimum: int = 1) -> int:

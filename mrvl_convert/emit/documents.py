@@ -175,6 +175,9 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
         entry["name_in_model"] = in_model
     if name in canonical.removed:
         entry.update(placement="removed", reason=canonical.removed[name])
+        # A decided If is gone, its branch's nodes are not: say where they went.
+        branch = [_derived(n, stage_of, layer_of) for n, o in canonical.derived.items() if o == name]
+        entry.update({"derived": branch} if branch else {})
         return entry
     # A node merged into another by a canonical rewrite goes wherever that one went.
     name = canonical.merged.get(name, name)

@@ -4,7 +4,11 @@ Requires: a ``LoadedModel`` (checked, shaped).
 Ensures: a graphsurgeon graph, topologically sorted, in which Constant nodes are initializers,
 constant subgraphs are folded (by onnxruntime, so the values are the ones the runtime would
 compute) within the bounds of ``folding.py`` (a node beyond them stays, listed in ``kept``),
-shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``),
+shape arithmetic on the fixed input shapes is folded too (``shape_arithmetic.py``; a Range,
+ConstantOfShape, Expand or Tile sized by folded values: ``sized_ops.py``), inputs pinned to a
+value (``input_values.py``) are constants, an If whose condition is constant is the branch it
+chooses (``branches.py``; its nodes are ``derived`` from it) and one left says why it stays
+(``kept``), weight-only int8 weights are float ones (``qdq.py``),
 Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``;
 a packed Q/K/V head split through 5-D tensors: ``packed_qkv.py``),
@@ -34,11 +38,13 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.errors import ShapeError
+from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
+from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
@@ -72,22 +78,27 @@ def canonicalize(loaded: LoadedModel, *, verbose: Optional[bool] = None) -> Cano
 def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     graph = gs.import_onnx(loaded.proto)
     op_types = {n.name: n.op for n in graph.nodes}
+    pin_inputs(graph, loaded.values)
     removed: Dict[str, str] = {}
     constant_nodes = {n.name for n in graph.nodes if n.op == "Constant"}
-    unfolded = fold_constants(graph, verbose)
-    fold_shape_arithmetic(graph, loaded.proto,
-                          lambda g: unfolded.update(fold_constants(g, verbose)))
+    branch_of: Dict[str, str] = {}  # node of a decided If's branch -> the If
+    unfolded = fold_constants(graph, verbose, origins=branch_of)
+    fold_shape_arithmetic(graph, loaded.proto, lambda g: unfolded.update(
+        fold_constants(g, verbose, origins=branch_of)))
     # What the model gives as constants (its weights), not what folding computed here.
     given = {t.name for t in loaded.proto.graph.initializer} | {
         out for node in loaded.proto.graph.node if node.op_type == "Constant"
         for out in node.output}
     while fold_quantized_constants(graph, _opset(loaded), FoldBounds.of(graph).tensor_bytes,
                                    given):
-        unfolded.update(fold_constants(graph, verbose))
+        unfolded.update(fold_constants(graph, verbose, origins=branch_of))
     after_fold = {n.name for n in graph.nodes}
+    # A node refused in one pass (its size input not yet computed) may fold in a later one.
+    unfolded = {name: why for name, why in unfolded.items() if name in after_fold}
     for name in op_types:
         if name not in after_fold:
             removed[name] = ("Constant node turned into an initializer" if name in constant_nodes
+                             else decided_if(name, loaded.values) if name in branch_of.values()
                              else "computed at conversion time (constant folding)")
     for node in list(graph.nodes):
         reason = _REMOVABLE.get(node.op)
@@ -109,9 +120,12 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
+    left = {n.name for n in graph.nodes}
+    branches = {n: origin for n, origin in branch_of.items() if n in left}
     return CanonicalGraph(graph=graph, removed=removed, op_types=op_types, merged=forms.merged,
-                          rewritten=forms.rewritten, kept={**unfolded, **forms.kept},
-                          derived={**forms.derived, **copies}, copies=copies)
+                          rewritten=forms.rewritten,
+                          kept={**unfolded, **kept_reasons(graph), **forms.kept},
+                          derived={**branches, **forms.derived, **copies}, copies=copies)
 
 
 def _opset(loaded: LoadedModel) -> int:

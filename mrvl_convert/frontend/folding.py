@@ -10,7 +10,11 @@ only while what folding creates stays within bounds taken from the model itself:
   bytes (an upper bound on what onnxruntime holds while folding);
 - the multiply-accumulates of folded Conv/MatMul/Gemm nodes are at most 2**32 in all (time);
 - a node whose output size shape inference cannot tell is folded only when that size follows
-  from its inputs' (Reshape, Cast...), and Loop/Scan are never folded (no bound on their time).
+  from its inputs' (Reshape, Cast...) or from their constant values (Range, ConstantOfShape,
+  Expand, Tile: ``sized_ops.py``), and Loop/Scan are never folded (no bound on their time).
+
+An If whose condition folds to a constant becomes the branch it chooses (``branches.py``), and
+folding goes on into it.
 
 A node beyond a bound is left as it is: it runs on CPU, as it would in onnxruntime, and
 ``canonicalize`` reports why it was not folded. The converter never runs it (verify does).
@@ -35,6 +39,8 @@ from onnx_graphsurgeon.logger import G_LOGGER
 
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.core.macs import MAC_OPS, node_macs
+from mrvl_convert.frontend.branches import flatten_decided_ifs
+from mrvl_convert.frontend.sized_ops import fold_sliced_shapes, sized_shape
 
 VERBOSE_ENV = "MRVL_CONVERT_VERBOSE"
 TENSOR_FLOOR = 64 << 20
@@ -116,6 +122,8 @@ class _Budget:
 
     def _size(self, node: gs.Node, tensor: gs.Tensor) -> Optional[int]:
         size = _nbytes(static_shape(tensor), tensor.dtype)
+        if size is None and node.outputs and tensor is node.outputs[0]:
+            size = _nbytes(sized_shape(node), tensor.dtype)
         if size is not None or node.op not in _SAME_SIZE or not node.inputs:
             return size
         source = node.inputs[0]
@@ -128,14 +136,21 @@ class _Budget:
 
 
 def fold_constants(graph: gs.Graph, verbose: Optional[bool] = None,
-                   bounds: Optional[FoldBounds] = None) -> Dict[str, str]:
+                   bounds: Optional[FoldBounds] = None,
+                   origins: Optional[Dict[str, str]] = None) -> Dict[str, str]:
     """Fold ``graph``'s constant subgraphs within ``bounds`` (default ``FoldBounds.of(graph)``);
-    returns the nodes left unfolded by a bound, each with the reason."""
+    returns the nodes left unfolded by a bound, each with the reason. ``origins`` (filled):
+    each node a decided If's branch put in the graph -> that If (``branches.py``)."""
     budget = _Budget(bounds or FoldBounds.of(graph))
     with quiet_third_parties(verbose):
-        graph.fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT,
-                             should_exclude_node=budget).cleanup(remove_unused_graph_inputs=False)
-    return budget.refused
+        while True:  # each round flattens an If at least, or ends
+            fold_sliced_shapes(graph)
+            # graphsurgeon's own flattening loses an If's outputs but the first (branches.py)
+            graph.fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT,
+                                 should_exclude_node=budget, flatten_subgraphs=False)
+            graph.cleanup(remove_unused_graph_inputs=False)
+            if not flatten_decided_ifs(graph, origins):
+                return budget.refused
 
 
 def verbose_requested() -> bool:

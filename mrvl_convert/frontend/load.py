@@ -24,6 +24,7 @@ from mrvl_convert.core.tensors import (all_tensors, check_sizes, external_files,
 from mrvl_convert.errors import (InvalidModelError, ModelLoadError, ShapeError,
                      UnsupportedModelError)
 from mrvl_convert.frontend.input_shapes import check_channels, fix_input_shapes
+from mrvl_convert.frontend.input_values import Values, input_values
 from mrvl_convert.frontend.names import name_source, safe_name
 from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
 
@@ -57,10 +58,12 @@ class LoadedModel:
     name_original: Optional[str] = None  # the text ``name`` was made from, when it differs
     # input -> {"declared": [...], "used": [...]} for inputs whose static dims were replaced
     input_shape_overrides: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict)
+    # input -> the value it is pinned to for the conversion (``input_values.py``)
+    values: Dict[str, Any] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
-               name: Optional[str] = None) -> LoadedModel:
+               name: Optional[str] = None, values: Optional[Values] = None) -> LoadedModel:
     proto, label, raw, default_name, path = _read(model)
     _check_opsets(proto, label)
     renumbered = _normalise_ir(proto)
@@ -73,6 +76,7 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     _run_checker(proto, path, label, raw if as_read else None)
     _check_domains(proto, label)
     fixed = fix_input_shapes(proto, shapes or {}, label)
+    pinned = input_values(proto, values or {}, fixed.shapes, label)
     proto = _infer_shapes(proto, label, list(fixed.overrides))
     check_channels(proto, label, list(fixed.overrides))
     _check_dtypes(proto, label)
@@ -86,7 +90,7 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
                        proto=proto, original_names=original_names, input_shapes=fixed.shapes,
                        name_original=source if source != model_name else None,
-                       input_shape_overrides=fixed.overrides)
+                       input_shape_overrides=fixed.overrides, values=pinned)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -14,7 +14,10 @@ once the input shapes are fixed (the anchors a detection head computes from its 
 shapes) was quantized as an activation, and its pairs would stop folding there: the rest of
 the path, on CPU, then held tensors the device check takes for a batch of 2100.
 ``fold_quantized_constants`` computes such a pair, a QuantizeLinear of a constant and the
-DequantizeLinears reading it, with onnxruntime, so the value is the QDQ model's own.
+DequantizeLinears reading it, with onnxruntime, so the value is the QDQ model's own. In a
+weight-only int8 model (``weight_only``: no activation quantized, as ``torch.ao``'s and
+onnxruntime's weight-only quantizers write them) every weight's DequantizeLinear is computed so:
+its layers are float layers of the float weight onnxruntime computes at run time, bit for bit.
 """
 from __future__ import annotations
 
@@ -59,9 +62,11 @@ def fold_quantized_constants(graph: gs.Graph, opset: int, max_bytes: int,
     again, what follows may be constant now. A QDQ weight read by a layer with an activation
     input stays as it is, whether written as an int8 initializer or as a float one with its
     QuantizeLinear."""
+    only_weights = weight_only(graph)
     chosen = [node for node in graph.nodes if node.op == "DequantizeLinear" and node.outputs
               and _computable(node, max_bytes)
-              and (_source(node).name not in weights or _read_with_constants(node, max_bytes))
+              and (only_weights or _source(node).name not in weights
+                   or _read_with_constants(node, max_bytes))
               and not any(node.outputs[0] is out for out in graph.outputs)]
     if not chosen:
         return False
@@ -72,6 +77,14 @@ def fold_quantized_constants(graph: gs.Graph, opset: int, max_bytes: int,
         out.to_constant(values[out.name])
     graph.cleanup(remove_unused_graph_inputs=False)
     return True
+
+
+def weight_only(graph: gs.Graph) -> bool:
+    """Weight-only int8: every QuantizeLinear and DequantizeLinear reads a constant (no
+    activation is quantized), so no layer is an int8 one and a weight's DequantizeLinear is
+    its float weight, the one onnxruntime computes at run time."""
+    return all(_constant_inputs(node) for node in graph.nodes
+               if node.op in ("QuantizeLinear", "DequantizeLinear"))
 
 
 def _source(dequantize: gs.Node) -> gs.Tensor:

@@ -6,7 +6,11 @@ unknown after an op it has no rule for (``com.microsoft`` ops such as ``Gelu``),
 cannot propagate; the inputs are static by now, so onnxruntime computes these tensors on zeros of
 the input shapes, and again on ones: a shape both runs agree on is the tensor's shape; one they
 disagree on depends on the input values (``NonZero``...) and stays unknown, as does one
-onnxruntime cannot compute. A stage boundary or model output still unknown is a ShapeError
+onnxruntime cannot compute. When the runs fail on an ``If`` (a branch that does not fit the
+input shapes, chosen on zeros: a recurrent model's branch for another sample rate), they are
+made again with every If's condition forced true, then false: a shape all the runs that
+succeed agree on is the tensor's shape for any input that onnxruntime runs the model on, a
+branch that fails on zeros and ones of the input shapes being one it does not run on them. A stage boundary or model output still unknown is a ShapeError
 naming the tensor (``canonicalize`` and ``emit.documents``), never an artifact that does not load.
 """
 from __future__ import annotations
@@ -49,19 +53,52 @@ def resolve_shapes(graph: gs.Graph, ir_version: int, *, blocked: Collection[str]
                "compute at conversion time")
         return {t.name: why for t in unknown}
     runs = _run(part, ir_version, verbose)
+    branches: List[str] = []
+    if isinstance(runs, str):
+        runs, branches = _run_each_branch(part, ir_version, verbose, runs)
     if isinstance(runs, str):
         return {t.name: runs for t in unknown}
     unresolved: Dict[str, str] = {}
-    for tensor, on_zeros, on_ones in zip(unknown, *runs):
-        if on_zeros.shape != on_ones.shape:
-            unresolved[tensor.name] = (
-                f"its shape depends on the input values ({list(on_zeros.shape)} for zeros, "
-                f"{list(on_ones.shape)} for ones)")
+    for tensor, results in zip(unknown, zip(*runs)):
+        shapes = [list(r.shape) for r in results]
+        if any(shape != shapes[0] for shape in shapes):
+            unresolved[tensor.name] = _disagreement(shapes, branches)
             continue
-        tensor.shape = [int(d) for d in on_zeros.shape]
+        tensor.shape = [int(d) for d in shapes[0]]
         if tensor.dtype is None:
-            tensor.dtype = on_zeros.dtype
+            tensor.dtype = results[0].dtype
     return unresolved
+
+
+def _disagreement(shapes: List[List[int]], branches: List[str]) -> str:
+    if not branches:
+        return (f"its shape depends on the input values ({shapes[0]} for zeros, {shapes[1]} "
+                "for ones)")
+    runs = ", ".join(f"{s} ({b})" for s, b in zip(shapes, branches))
+    return f"its shape depends on the input values or on the branch an If takes: {runs}"
+
+
+def _run_each_branch(part: gs.Graph, ir_version: int, verbose: bool, why: str):
+    """When the runs fail and ``part`` has Ifs: the runs with every If's condition forced true,
+    then false, of those that succeed (and a name for each run), or ``why``. A branch that
+    fails on zeros and ones of the input shapes is one onnxruntime does not run on them; the
+    shape the others agree on is the one any run that succeeds gives (for such inputs)."""
+    if not any(n.op == "If" for n in part.nodes):
+        return why, []
+    runs: List[List[np.ndarray]] = []
+    names: List[str] = []
+    for choice in (True, False):
+        forced = part.copy()
+        for node in forced.nodes:
+            if node.op == "If" and not isinstance(node.inputs[0], gs.Constant):
+                node.inputs[0] = gs.Constant(f"{node.name}_forced", np.array(choice))
+        result = _run(forced, ir_version, verbose)
+        if isinstance(result, str):
+            continue
+        runs += result
+        branch = "then" if choice else "else"
+        names += [f"{branch} branch on zeros", f"{branch} branch on ones"]
+    return (runs, names) if runs else (why, [])
 
 
 def _run(part: gs.Graph, ir_version: int, verbose: bool):

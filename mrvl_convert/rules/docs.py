@@ -37,6 +37,16 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "in sync.",
         "Optional steps are in brackets. A node that fails a constraint stays on CPU, and",
         "`report.json` gives it the reason shown here.",
+        "Before matching, what the input shapes (`--input-shape`) and pinned input values "
+        "(`--input-value`) decide is computed: shape arithmetic (`Shape` with start/end too, the "
+        "dynamo exporter's `sym_size_int`), and a `Range`, `ConstantOfShape`, `Expand` or `Tile` "
+        "whose inputs fold, sized by them within the folding bounds (`frontend/sized_ops.py`); "
+        "an `If` whose condition folds becomes the branch it chooses (`frontend/branches.py`). "
+        "An `If`, `Loop` or `Scan` left runs on CPU, and `report.json` says why.",
+        "Weight-only int8 weights (`Cast(int8) -> Mul(scale)`, or the `DequantizeLinear` of an "
+        "int8 initializer in a model that quantizes no activation) are folded into the float "
+        "weights onnxruntime computes, exactly: an fp16 conversion sees float layers "
+        "(`frontend/qdq.py`).",
         "A ViT's class token is rewritten before matching: a Concat of constant tokens before or "
         "after [B, T, C] on the token axis becomes Unsqueeze, a 1x1 Conv padding the rows, "
         "Squeeze and an Add of the tokens; a Gather of one token becomes Slice and Squeeze "

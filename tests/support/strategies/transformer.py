@@ -2,7 +2,9 @@
 attention with 1-4 heads, LayerNorm as the op or decomposed, GELU in its Erf and tanh forms or
 as the Gelu op, residuals or none, pre- or post-norm, shape arithmetic constant or as exporters
 write it (Shape -> Gather -> Unsqueeze -> Concat), tokens given or made by a patch-embedding Conv,
-0-2 constant class tokens prepended (ViT, DeiT), every token or token 0 alone as the output.
+0-2 constant class tokens prepended (ViT, DeiT), every token or token 0 alone as the output;
+the dynamo exporter's spellings (``sym_size_int`` as Shape(start, end) -> Squeeze, position ids
+from Range over it, weight-only int8 ``Cast -> Mul`` linear weights).
 
 ``transformer_models()`` draws a spec (a flat JSON-able dict); ``transformer_from_spec(spec)``
 builds the model and feeds from it alone, so a falsifying example hypothesis prints
@@ -76,6 +78,27 @@ class _Block(Tokens):
         y = self.part("gelu", "Mul", [x, self.part("gelu", "Add", [t, self.scalar(1.0)])])
         return self.part("gelu", "Mul", [y, self.scalar(0.5)])
 
+    def linear(self, x: str, fin: int, fout: int) -> str:
+        """With ``int8_weights``: the weight weight-only int8 per output channel, as torch.ao
+        exports it (``Cast(int8) -> Mul(scale)``)."""
+        if not self.spec.get("int8_weights"):
+            return super().linear(x, fin, fout)
+        w = (self.rng.standard_normal((fin, fout)) * fin ** -0.5).astype(np.float32)
+        scale = (np.abs(w).max(axis=0) / 127 + 1e-8).astype(np.float32)
+        q = self.const(np.clip(np.round(w / scale), -127, 127).astype(np.int8))
+        w = self.op("Mul", [self.op("Cast", [q], to=onnx.TensorProto.FLOAT), self.const(scale)])
+        return self.op("Add", [self.weight(fout, scale=0.05), self.op("MatMul", [x, w])])
+
+    def positions(self, x: str, tokens: int, channels: int) -> str:
+        """``x + pos_embed[torch.arange(x.shape[1])]`` as the dynamo exporter writes it:
+        ``node_arange`` = Range(0, sym_size_int, 1) -> Gather of the table."""
+        table = self.weight(tokens + 3, channels, scale=0.1)
+        count = self.dim(x, 1)
+        count = count if isinstance(count, str) else self.const(np.array(count, np.int64))
+        steps = self.op("Range", [self.const(np.array(0, np.int64)), count,
+                                  self.const(np.array(1, np.int64))])
+        return self.op("Add", [x, self.op("Gather", [table, steps], axis=0)])
+
     def reshape(self, tensor: str, parts: Sequence) -> str:
         if self.spec["shape_arithmetic"]:
             return super().reshape(tensor, parts)
@@ -83,6 +106,9 @@ class _Block(Tokens):
 
     def dim(self, tensor: str, axis: int):
         """A run-time dim (exporter form) or, without shape arithmetic, the constant one."""
+        if self.spec["shape_arithmetic"] and self.spec.get("dynamo"):   # sym_size_int
+            shape = self.op("Shape", [tensor], start=axis, end=axis + 1)
+            return self.op("Squeeze", [shape, self.const(np.array([0], np.int64))])
         if self.spec["shape_arithmetic"]:
             return super().dim(tensor, axis)
         return 1 if axis == 0 else self.sizes[axis]
@@ -124,6 +150,8 @@ def transformer_from_spec(spec: dict) -> TransformerModel:
     if spec.get("cls"):
         x = block.class_tokens(x, spec["cls"], channels)
     block.sizes = {1: tokens}
+    if spec.get("positions"):
+        x = block.positions(x, tokens, channels)
     for _ in range(spec["blocks"]):
         x = _encoder(block, spec, x, channels)
     shape = [1, tokens, channels]
@@ -188,5 +216,11 @@ def transformer_models(draw, max_blocks: int = 2) -> TransformerModel:
         "cls": draw(st.sampled_from([0, 0, 1, 2]), label="class tokens"),
         "read": draw(st.sampled_from(["all", "token"]), label="output"),
     }
+    # The dynamo exporter's spellings (opset >= 15: Shape's start and end): sym_size_int,
+    # arange position ids, weight-only int8 linears.
+    if spec["opset"] >= 15:
+        spec["dynamo"] = draw(st.booleans(), label="dynamo sym_size_int")
+        spec["positions"] = draw(st.booleans(), label="arange position ids")
+    spec["int8_weights"] = draw(st.booleans(), label="weight-only int8")
     return transformer_from_spec(spec)
 
