@@ -11,7 +11,7 @@ import tempfile
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mrvl_convert.batch.outcome import BatchResult
 from mrvl_convert.errors import CalibrationWarning, OptionError
@@ -84,18 +84,40 @@ def _check_recipe_args(args: argparse.Namespace) -> None:
                           "e.g. 0.99")
 
 
-def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: ConvertOptions
+def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: ConvertOptions,
+                        common: Optional[Mapping[str, List[int]]] = None,
+                        own: Optional[Sequence[Mapping[str, List[int]]]] = None
                         ) -> Optional[Dict[str, Quantization]]:
     """With ``--keep-fp16``, per model (its path as given) ``options.quantize`` naming the
-    nodes it keeps in float (``auto`` chooses them here, converting with ``options``); None
+    nodes it keeps in float (``auto`` chooses them here, converting with ``options`` and the
+    input shapes the model's own conversion takes: ``common`` to every model that has the
+    input, ``own[k]`` to ``models[k]``, as ``batch.shapes_per_model`` splits them); None
     without."""
     if not args.keep_fp16 or options.quantize is None:
         return None
     chosen = {}
-    for model in models:
-        kept, auto = _keep_fp16(model, args, options)
+    for k, model in enumerate(models):
+        shapes = _shapes_of(model, common or {}, (own or [{}] * len(models))[k],
+                            len(models) > 1)
+        kept, auto = _keep_fp16(model, args, replace(options, shapes=shapes or None))
         chosen[str(model)] = replace(options.quantize, keep_fp16=kept, keep_fp16_auto=auto)
     return chosen
+
+
+def _shapes_of(model: Path, common: Mapping[str, List[int]], own: Mapping[str, List[int]],
+               batch: bool) -> Dict[str, List[int]]:
+    """The shapes ``model`` is converted with: in a batch, the all-model overrides naming one
+    of its inputs (the others are ignored, as the batch worker ignores them), then its own."""
+    shapes = dict(common)
+    if shapes and batch:
+        import onnx
+        try:
+            inputs = {i.name for i in onnx.load_model(str(model),
+                                                      load_external_data=False).graph.input}
+        except Exception:  # not ONNX: the conversion says so in its own words
+            inputs = set(shapes)
+        shapes = {k: v for k, v in shapes.items() if k in inputs}
+    return {**shapes, **own}
 
 
 def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
