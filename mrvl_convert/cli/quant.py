@@ -27,11 +27,13 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
                              "quant/dequant layers (repeatable); 'auto': the layers whose "
                              "isolated SNR is below --snr-threshold, worst first, up to 3 rounds")
     parser.add_argument("--min-agreement", type=float, default=None, metavar="P",
-                        help="--keep-fp16 auto: go on trying layers in fp16 (worst isolated "
-                             "SNR first, up to 8 tries; one that lowers the agreement is "
-                             "dropped) until the int8 artifact's top-1 agreement with the fp32 "
-                             "model (last axis of each output, on calibration samples) reaches "
-                             "P, e.g. 0.99; says so if it does not")
+                        help="--keep-fp16 auto: search for the layers to keep in fp16 until the "
+                             "int8 artifact's top-1 agreement with the fp32 model (last axis of "
+                             "each output) reaches P, e.g. 0.95: half the calibration samples "
+                             "rank the layers (most noise per MAC first) and choose them (up "
+                             "to 8 tries; one that does not help is dropped), the other half "
+                             "judges; the line gives both figures, the int8 MAC share and the "
+                             "subgraphs, and says so if the held-out figure misses P")
     parser.add_argument("--equalize", action="store_true",
                         help="--quantize: cross-layer weight equalization of the float model "
                              "first (Conv -> [Relu] -> Conv pairs, where it is exact)")
