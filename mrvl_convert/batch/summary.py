@@ -126,13 +126,20 @@ def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
                         "atol": tol.get("atol"), "rtol": tol.get("max_rel"),
                         "note": row.note})
     figures = {"passed": report.passed, "samples": report.samples,
-               "inputs": inputs or "random", "outputs": outputs,
+               **({"origin": report.origin.to_dict()} if report.origin is not None else {}),
+               "inputs": inputs or _inputs_word(report), "outputs": outputs,
                "boundaries_over": [r.tensor for r in report.boundaries_over],
                "fp16_range_events": list(report.range_events), "line": report.summary_line()}
     if report.fp32 is not None:  # an int8 verify's second reference: what quantization costs
         figures["reference"] = report.reference  # the first: the QDQ model, the verdict's
         figures["fp32"] = report.fp32.to_dict()
     return figures
+
+
+def _inputs_word(report: Comparison) -> str:
+    """"random", or the origins of the samples (``verify.origin`` gives the counts)."""
+    origins = [k for k, n in (report.origin.counts if report.origin else ()) if n]
+    return "+".join(origins) if origins and origins != ["random"] else "random"
 
 
 def _finite(value: Optional[float]) -> Optional[float]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import signal
 import time
 import traceback
+import warnings
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
@@ -18,7 +19,7 @@ from mrvl_convert.batch.plan import Job, VerifyOptions
 from mrvl_convert.batch.summary import verify_figures
 from mrvl_convert.convert import convert_with
 from mrvl_convert.estimate.device import device_row
-from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.errors import CalibrationWarning, InputFeedError, MrvlConvertError
 from mrvl_convert.options import ConvertOptions
 
 # (model name, stage): "convert", then convert's steps ("quantize" with quantize=, "load",
@@ -222,12 +223,12 @@ def _verify(job: Job, checks: VerifyOptions) -> Dict[str, Any]:
     tolerances = Tolerances().with_bounds(dict(checks.atol), dict(checks.rtol),
                                           "given with --atol/--rtol")
     try:
-        feeds = _verify_feeds(job, checks)
+        feeds, origin = _verify_feeds(job, checks)
         # int8: judged against the QDQ model, and the fp32 model says what quantizing cost
         fp32 = job.model if job.options.quantize is not None else None
         report = compare(_reference(job), job.out_dir, feeds, tolerances=tolerances,
                          log_severity=checks.log_severity, criterion=checks.criterion,
-                         fp32=fp32)
+                         fp32=fp32, origin=origin)
     except MrvlConvertError as exc:  # e.g. inputs that do not fit: the artifacts stay valid
         raise VerifyError(f"converted into {job.out_dir}, but verify could not run: "
                           f"{exc}", model=job.model,
@@ -239,13 +240,53 @@ def _verify(job: Job, checks: VerifyOptions) -> Dict[str, Any]:
     return figures
 
 
-def _verify_feeds(job: Job, checks: VerifyOptions) -> Optional[List[Dict[str, Any]]]:
-    if checks.inputs is None:
-        return None
+def _verify_feeds(job: Job, checks: VerifyOptions) -> Tuple[Optional[List[Dict[str, Any]]],
+                                                          Any]:
+    """The samples verify judges and their ``SampleOrigin``: ``--verify-inputs``' if given;
+    else the calibration samples held out of calibration (``calibration_split``'s ``judge``:
+    the quantizer never saw them), then seeded random ones up to ``DEFAULT_VERIFY_SAMPLES``;
+    else (None, None): ``compare``'s own random ones, that many."""
+    from mrvl_convert.core.samples import (DEFAULT_VERIFY_SAMPLES, HELD_OUT, RANDOM,
+                                           VERIFY_INPUTS, SampleOrigin)
     from mrvl_convert.runtime.session import HybridSession
     from mrvl_convert.verify.feeds import load_npz_feeds
+    from mrvl_convert.verify.reference import random_feeds
+    if checks.inputs is None and job.options.quantize is None:
+        return None, None
     specs = HybridSession(job.out_dir).input_specs
-    return load_npz_feeds(str(checks.inputs), specs)
+    if checks.inputs is not None:
+        feeds = load_npz_feeds(str(checks.inputs), specs)
+        return feeds, SampleOrigin(((VERIFY_INPUTS, len(feeds)),))
+    held = _held_out_feeds(job, specs)
+    extra = random_feeds(specs, 0, max(0, DEFAULT_VERIFY_SAMPLES - len(held)))
+    return held + extra, SampleOrigin(((HELD_OUT, len(held)), (RANDOM, len(extra))))
+
+
+def _held_out_feeds(job: Job, specs: Any) -> List[Dict[str, Any]]:
+    """The calibration samples the quantizer held out (``recipe.calibration_choice``), one
+    feed each; none from a CalibrationDataReader (it cannot be split)."""
+    from mrvl_convert.core.samples import calibration_split
+    from mrvl_convert.quantize.recipe import load_calibration
+    from mrvl_convert.verify.feeds import stacked_feeds
+    data = job.options.quantize.calibration
+    if isinstance(data, (str, Path)):
+        with warnings.catch_warnings():  # said once, when the model was quantized
+            warnings.simplefilter("ignore", CalibrationWarning)
+            data = load_calibration(data, job.model)
+    if not isinstance(data, Mapping):
+        return []
+    names = [spec.name for spec in specs]
+    arrays = {k: v for k, v in data.items() if k in names}
+    counts = {len(v) for v in arrays.values()}
+    if len(arrays) != len(names) or len(counts) != 1:
+        return []
+    _, judge = calibration_split(counts.pop()).take_stacked(arrays)
+    if not judge[names[0]].size:
+        return []
+    try:
+        return stacked_feeds(judge, specs, "the calibration data")
+    except InputFeedError:  # rows that are no feed (an input of static batch > 1): random ones
+        return []
 
 
 def _reference(job: Job) -> str:

@@ -20,6 +20,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from mrvl_convert.cli.exits import guarded
+from mrvl_convert.core.samples import (DEFAULT_VERIFY_SAMPLES, RANDOM, VERIFY_INPUTS,
+                                       SampleOrigin)
 from mrvl_convert.errors import ArtifactError, MrvlConvertError
 from mrvl_convert.verify.compare import Comparison, compare
 from mrvl_convert.verify.criteria import CRITERION_NAMES
@@ -45,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("model", help="the original .onnx file")
     parser.add_argument("artifact_dir", help="the directory mrvl-convert wrote")
     parser.add_argument("--samples", type=int, default=None,
-                        help="number of samples (random inputs: default 1; with --inputs: the "
-                             "first N of the file, default all)")
+                        help="number of samples (random inputs: default "
+                             f"{DEFAULT_VERIFY_SAMPLES}; with --inputs: the first N of the "
+                             "file, default all)")
     parser.add_argument("--inputs", help=".npz whose arrays are named after the model inputs, "
                                          "each one sample or a stack of samples; or Marvell's "
                                          "-input.json ({\"inputs\": [[flat values], ...]}, "
@@ -121,9 +124,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             feeds = _write_outputs(args, feeds)
         reference, fp32, lines = _references(args)
         result = compare(reference, args.artifact_dir, feeds, seed=args.seed,
-                         samples=args.samples or 1, gemm=args.gemm, layers=args.layers,
+                         samples=args.samples or DEFAULT_VERIFY_SAMPLES, gemm=args.gemm,
+                         layers=args.layers,
                          tolerances=tolerances, engine=args.engine, against=args.against,
-                         criterion=args.criterion, fp32=None if args.against else fp32)
+                         criterion=args.criterion, fp32=None if args.against else fp32,
+                         origin=_origin(args, feeds))
     except MrvlConvertError as exc:
         print(f"mrvl-verify: error: {' '.join(str(exc).split())}", file=sys.stderr)
         return EXIT_USAGE
@@ -163,6 +168,15 @@ def _references(args: argparse.Namespace) -> Tuple[str, Optional[str], List[str]
         f"conversion exact?); {args.model} is the fp32 reference (what quantization costs)"]
 
 
+def _origin(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.ndarray]]]
+            ) -> Optional[SampleOrigin]:
+    """--inputs' samples are the user's verify inputs; random ones (made by --write-outputs,
+    or by ``compare``, which says so itself) are random."""
+    if feeds is None:
+        return None
+    return SampleOrigin(((VERIFY_INPUTS if args.inputs else RANDOM, len(feeds)),))
+
+
 def _is_qdq(model: str) -> bool:
     from mrvl_convert.quantize.calibration import load_proto
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear")
@@ -186,7 +200,8 @@ def _write_outputs(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.n
     session = HybridSession(args.artifact_dir, gemm=args.gemm, engine=args.engine,
                             on_range_error="warn")
     if feeds is None:
-        feeds = random_feeds(session.input_specs, args.seed, args.samples or 1)
+        feeds = random_feeds(session.input_specs, args.seed,
+                             args.samples or DEFAULT_VERIFY_SAMPLES)
     names = [spec.name for spec in session.output_specs]
     write_output_json(args.write_outputs, dict(zip(names, session.run(None, feeds[0]))))
     return feeds

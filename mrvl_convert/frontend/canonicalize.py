@@ -17,8 +17,10 @@ ShapeError), and so has every other tensor that onnxruntime can give one.
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
 (``token_forms.py``), differ only in the sign of a zero (onnxruntime's Relu keeps -0, its Max
-gives +0; its Conv turns -0 into +0), and the LayerNorm fold of ``fc_folds.py``, exact in real
-arithmetic but rounded differently (its bound is in that module). Other fusions that change
+gives +0; its Conv turns -0 into +0), a 3-D GlobalMaxPool as ReduceMax (a NaN it may skip
+propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
+``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
+rounded differently (their bounds are in those modules). Other fusions that change
 rounding (BatchNormalization into Conv) happen when a rule lowers a composite onto the
 accelerator, never on a CPU path.
 """

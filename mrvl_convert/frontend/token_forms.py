@@ -35,18 +35,22 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.token_ops import rewrite_token_ops
+from mrvl_convert.frontend.variance_form import rewrite_variance
 
 
 def rewrite_tokens(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
-    """Apply both rewrites to ``graph`` in place, recording them in ``done``; True when one
-    happened (the caller then sorts the graph)."""
+    """Apply both rewrites to ``graph`` in place, after the token ops of ``token_ops.py`` and
+    the variance form of ``variance_form.py``, recording them in ``done``; True when one happened (the caller then sorts the graph)."""
+    ops = rewrite_token_ops(graph, opset, done)
+    ops = rewrite_variance(graph, done) or ops  # after the Expands: it finds the model's x - m
     names, before = Names(graph), len(done.rewritten)
     for node in list(graph.nodes):
         if node.op == "Concat" and node.outputs:
             _concat(graph, node, done, names, opset)
         elif node.op == "Gather" and node.outputs and opset >= 10:
             _gather(graph, node, done, names, opset)
-    return len(done.rewritten) > before
+    return len(done.rewritten) > before or ops
 
 
 def _token_parts(node: gs.Node) -> Optional[Tuple[List[np.ndarray], gs.Tensor,

@@ -40,7 +40,7 @@ _KINDS = (
     transpose.KIND,
     qnn.int8_form(reduce.REDUCE_MEAN),
     reduce.REDUCE_MAX,
-    conv2d_transpose.KIND,
+    qnn.int8_form(conv2d_transpose.KIND),
     batch_matmul.KIND,
     expand_dims.KIND,
     qnn.QUANT,

@@ -32,6 +32,7 @@ from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
 from mrvl_convert.quantize.prelu import decompose_prelu
 from mrvl_convert.quantize.sums import sums_as_add
+from mrvl_convert.quantize.weights import weights_as_initializers
 
 PathLike = Union[str, "os.PathLike[str]"]
 # samples per input name, an .npz or directory of them, or a CalibrationDataReader
@@ -56,7 +57,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     files (``mrvl_convert.quantize.calibration``), or an onnxruntime ``CalibrationDataReader``.
     ``exclude``: names of nodes left in float (``keep_fp16.py``). ``method``: how activation
     ranges are taken from the samples, one of ``CALIBRATION_METHODS``. ``report``, if given,
-    gets ``samples`` (the count fed to the calibration) and ``given`` (the count given), for
+    gets ``samples`` (the count fed to the calibration), ``given`` (the count given) and
+    ``held_out`` (those held out of calibration for verify, ``calibration_choice``), for
     samples this module reads. ``equalize``: cross-layer
     weight equalization of the float model first (``quantize/equalize.py``);
     ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on
@@ -64,10 +66,13 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     """
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    proto = load_proto(model)
+    # weights written as nodes (Paddle's Constants) quantized as weights, not calibrated
+    proto = weights_as_initializers(load_proto(model))
     reader = calibration_reader(proto, calibration, str(model))
     if report is not None and hasattr(reader, "samples_used"):
-        report.update(samples=reader.samples_used, given=reader.samples_given)
+        held_out = getattr(reader, "samples_held_out", 0)  # for verify (calibration_choice)
+        report.update(samples=reader.samples_used, given=reader.samples_given + held_out,
+                      held_out=held_out)
     out = Path(out)
     try:
         kept = frozenset(exclude)
@@ -137,14 +142,15 @@ def _quantizer_quiet() -> Iterator[None]:
 def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = (), *,
                          equalize: bool = False) -> onnx.ModelProto:
     """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
-    the converter names it): BatchNormalization folded, equalized if ``equalize`` (as
+    the converter names it): weights written as nodes made initializers (``weights.py``),
+    BatchNormalization folded, equalized if ``equalize`` (as
     ``--equalize`` did), PRelu decomposed, a Sum of two an Add, but the nodes in ``keep``. Its
     tensors keep the names of the tensors of ``model`` they stand for (a folded Conv writes the
     BatchNormalization's output), so the analysis maps a layer of the QDQ model to the float
     tensor it really computes; an equalized pair's middle tensors are scaled per channel
     there."""
     kept = frozenset(keep)
-    folded = fold_batchnorm(model, kept)
+    folded = fold_batchnorm(weights_as_initializers(model), kept)
     return sums_as_add(decompose_prelu(equalize_model(folded) if equalize else folded,
                                        keep=kept), keep=kept)
 
@@ -288,4 +294,23 @@ def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: 
         raise OptionError(f"{label}: calibration must be samples per input name, an .npz or a "
                           "directory of .npy/.pb files, or a CalibrationDataReader; got "
                           f"{type(calibration).__name__}")
-    return calibration_feeds(proto, calibration, label)
+    chosen, held_out = calibration_choice(calibration, _input_names(proto))
+    reader = calibration_feeds(proto, chosen, label)
+    reader.samples_held_out = held_out
+    return reader
+
+
+def calibration_choice(calibration: Mapping[str, Any], inputs: Sequence[str]
+                       ) -> Tuple[Dict[str, Any], int]:
+    """The samples that calibrate (``calibration_split``'s ``choose``, the same every run) and
+    how many are held out of calibration for verify to judge on (issue 40): a verdict on data
+    the quantizer saw says little. Samples per input are rows of axis 0; inputs whose counts
+    differ are handed on whole (``calibration_feeds`` refuses them, naming the counts)."""
+    from mrvl_convert.core.samples import calibration_split
+    given = {k: np.asarray(v) for k, v in calibration.items() if k in inputs}
+    counts = {a.shape[0] if a.ndim else -1 for a in given.values()}
+    if len(counts) != 1 or min(counts) < 2:
+        return dict(calibration), 0
+    split = calibration_split(counts.pop())
+    chosen, _ = split.take_stacked(given)
+    return {**calibration, **chosen}, len(split.judge)

@@ -58,6 +58,24 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "scale, ...), one copy per "
         "input; a Split of a Concat into the same pieces then reads them directly. The DFL and "
         "the Sigmoid stay with the convolutions, exactly (`frontend/concat_sinking.py`).",
+        "Token-tensor ops as jax2tf and torch write them (`frontend/token_ops.py`): an Expand "
+        "of an activation to a constant shape whose every reader is an Add, Sub, Mul or Div "
+        "broadcasting to that shape is folded into them, exactly (any other reader: the Expand "
+        "stays on CPU); a GlobalMaxPool of a 3-D [N, C, L] is a ReduceMax over axis 2 "
+        "(mrvl.reduce_max; exact, but a NaN onnxruntime's GlobalMaxPool may skip propagates); "
+        "a ReduceSum over the last axis of a 3-D float tensor is a MatMul by ones [L, 1] (an "
+        "FC; float32 sums in another order, at most 2 (L - 1) 2**-24 sum |x| apart; other axes "
+        "stay on CPU); a BatchNormalization of a 3-D [N, C, L] (BatchNorm1d over tokens) "
+        "computes on its 4-D view [N, C, L, 1] between an Unsqueeze and a Squeeze, exactly, "
+        "and maps as mrvl.channel_affine.",
+        "The variance E[x^2] - E[x]^2 (ReduceMean(x * x) - ReduceMean(x)^2 over the same axes, "
+        "keeping them; flax's LayerNorm), which cancels in fp16 where the mean is large next to "
+        "the spread, becomes E[(x - E[x])^2], reusing the model's x - E[x]: exact in real "
+        "arithmetic, in float32 within (4 C + 11) 2**-24 E[x^2] of the original "
+        "(`frontend/variance_form.py`).",
+        "A one-hot of integer ids (jax2tf's Equal against a constant range, then Cast) stays on "
+        "CPU before the accelerator stage, as an embedding lookup by ids does: no layer "
+        "compares, and int tensors have no carrier in the artifact.",
         "",
         "| composite | Marvell layer | ONNX pattern | summary |",
         "|---|---|---|---|",

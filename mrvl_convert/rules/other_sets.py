@@ -32,6 +32,9 @@ NOT_MAPPED: Mapping[str, str] = MappingProxyType({
     "Gather": ("neither codegen has a layer that gathers by index, and ONNX's int64 indices "
                "have no carrier in the artifact: an embedding lookup by token ids runs on CPU, "
                "before the accelerator stage"),
+    # jax.nn.one_hot as jax2tf writes it: Equal(ids, range) then Cast, int work at the edge.
+    "Equal": ("no layer compares: a one-hot of integer ids (Equal against a constant range, "
+              "then Cast) runs on CPU before the accelerator stage, as an embedding lookup does"),
 })
 
 

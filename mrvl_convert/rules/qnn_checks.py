@@ -19,7 +19,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (const_value, dtype_name, is_const, present, producer, scale_of,
                                      sole_consumer, static_shape)
 from mrvl_convert.layers.qnn.lut import CLAMP_OPS, clamp_bounds, is_relu_at, lut_issue, quantized_bounds
-from mrvl_convert.rules.checks_shape import channel_shuffle_issue
+from mrvl_convert.rules.checks_shape import MAX_DENSE_TRANSPOSE_KERNEL, channel_shuffle_issue
 
 Details = Optional[Dict[str, Any]]
 
@@ -140,8 +140,8 @@ def check_vacuous_clamp(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
 
 
 def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """Conv / MatMul / Gemm between symmetric per-tensor int8 QDQ pairs, whose weight is an
-    int8 constant dequantized per tensor and whose bias (Conv, Gemm input 2) is an int32
+    """Conv / ConvTranspose / MatMul / Gemm between symmetric per-tensor int8 QDQ pairs, whose
+    weight is an int8 constant dequantized per tensor and whose bias (input 2) is an int32
     constant in the scale input_scale x weight_scale. (Checked on the op, so that the report
     names the op when its int8 form fails.)"""
     data = producer(node.inputs[0])
@@ -152,10 +152,10 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
                                      if c.op == "QuantizeLinear" and qdq_issue(c)), None)
     if issue:
         return {"detail": issue}
-    issue = _dequantized_const(node.inputs[1], "int8")
+    issue = _dequantized_const(node.inputs[1], "int8") or _transposed_geometry(node)
     if issue:
         return {"detail": issue}
-    bias = present(node, 2) if node.op in ("Conv", "Gemm") else None
+    bias = present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
     if bias is None:
         return None
     issue = _dequantized_const(bias, "int32")
@@ -166,6 +166,28 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
     if abs(bias_scale - float(product)) > _BIAS_SCALE_RTOL * float(product):
         return {"detail": f"the bias scale {bias_scale!r} is not input_scale x weight_scale "
                           f"({float(product)!r})"}
+    return None
+
+
+def _transposed_geometry(node: gs.Node) -> Optional[str]:
+    """Why a ConvTranspose's int8 weight is not [I, O/group, KH, KW] over its input's channels,
+    its groups do not divide them or expand to a kernel beyond the float layer's bound, or its
+    output size is not given by explicit pads (None: it is, or the node is no ConvTranspose)."""
+    if node.op != "ConvTranspose":
+        return None
+    if "output_shape" in node.attrs:
+        return "output_shape is given: write explicit pads"
+    src = static_shape(node.inputs[0])
+    shape = const_value(producer(node.inputs[1]).inputs[0]).shape
+    if src is None or len(shape) != 4 or len(src) != 4 or shape[0] != src[1]:
+        return f"the weight {list(shape)} is not [I, O/group, KH, KW] over the input's channels"
+    groups = int(node.attrs.get("group", 1))
+    dense = int(np.prod(shape, dtype=np.int64)) * groups
+    if groups < 1 or shape[0] % groups:
+        return f"group={groups} does not divide the {shape[0]} input channels"
+    if dense > MAX_DENSE_TRANSPOSE_KERNEL:
+        return (f"group={groups}: the block-diagonal groups-1 kernel would hold {dense} values, "
+                f"above {MAX_DENSE_TRANSPOSE_KERNEL}")
     return None
 
 
@@ -212,7 +234,25 @@ def check_qdq_inputs(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) ->
 
 def check_same_scale(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """A QuantizeLinear whose scale is the one its producer's input was dequantized with: the op
-    between them (MaxPool, Relu, Transpose, ...) runs on the int8 values as they are."""
+    between them (MaxPool, Relu, Transpose, ...) runs on the int8 values as they are. Given the
+    op itself (a Split, whose several outputs no chain follows): each of its outputs is read by
+    QuantizeLinears only, each such, and none is a graph output."""
+    if node.op == "QuantizeLinear":
+        return _same_scale(node)
+    outputs = {t.name for t in graph.outputs}
+    for tensor in node.outputs:
+        readers = tensor.outputs
+        if tensor.name in outputs or not readers or \
+                any(r.op != "QuantizeLinear" for r in readers):
+            return {"detail": f"{node.op} {node.name!r}: its output {tensor.name} is not "
+                              f"quantized again (read as float)"}
+        issue = next(filter(None, map(_same_scale, readers)), None)
+        if issue:
+            return issue
+    return None
+
+
+def _same_scale(node: gs.Node) -> Details:
     op = producer(node.inputs[0])
     dq = producer(op.inputs[0]) if op is not None and op.inputs else None
     if dq is None or dq.op != "DequantizeLinear":

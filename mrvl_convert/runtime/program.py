@@ -183,15 +183,18 @@ class _ProgramReader:
     @staticmethod
     def _check_layout_shapes(spec: LayerSpec) -> None:
         """data_layout_shape / out_layout_shape, when present, must agree with the graph, as
-        they are, padded to 4-D the way the newer codegen writes R4 layers, or padded in front
-        as it writes BatchMatmul."""
+        they are, padded to 4-D the way the newer codegen writes R4 layers (a Softmax's 3-D
+        [B, T, C] as [B, 1, T, C], ``r4_keeps_last``), or padded in front as it writes
+        BatchMatmul."""
         checks = (("data_layout_shape", spec.input_shapes[0] if spec.input_shapes else None),
                   ("out_layout_shape", spec.shape))
         for key, actual in checks:
             if key in spec.attrs and actual is not None:
                 stated = spec.ints(key)
                 lead = (1,) * (4 - len(actual)) + tuple(actual)  # BatchMatmul pads in front
-                if stated not in (tuple(actual), tuple(r4_shape(list(actual))), lead):
+                keeps_last = bool(getattr(spec.kind, "r4_keeps_last", False))
+                r4 = tuple(r4_shape(list(actual), keep_last=keeps_last))
+                if stated not in (tuple(actual), r4, lead):
                     raise spec.error(f"attrs.{key}", f"is {list(stated)} but the graph gives "
                                                      f"{list(actual)}")
 

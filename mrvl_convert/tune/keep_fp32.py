@@ -7,7 +7,9 @@ verified; while it fails, the fp16 analysis of that conversion (``verify/fp16_an
 made once: its figures are each layer's own, so keeping one layer does not change another's)
 gives the next layer to keep, ``Fp16Analysis.candidates``' order (the layers whose fp16 weights
 cost the outputs most first), all op nodes of the layer at once; convert and verify again, at
-most ``max_rounds`` times.
+most ``max_rounds`` times. ``auto`` chooses on one part of the verify samples and reports the
+verdict on the other (``core/samples.py`` ``remedy_split``): a verdict judged on the samples
+that chose the layers says little (issue 40); both are reported.
 
 What it costs is measured, never estimated: the verify figures before (no node kept) and after
 (the nodes kept), every round's, and report.json's ``keep_fp32`` section (convert's: the extra
@@ -21,10 +23,12 @@ import os
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from mrvl_convert.convert import convert_with
 from mrvl_convert.core.artifact import read_json
+from mrvl_convert.core.samples import (DEFAULT_VERIFY_SAMPLES, GIVEN, RANDOM, VERIFY_INPUTS,
+                                       SampleOrigin, remedy_split)
 from mrvl_convert.emit.publish import dumps, write_file_atomically
 from mrvl_convert.emit.validate import validate
 from mrvl_convert.errors import MrvlConvertError, OptionError
@@ -33,6 +37,7 @@ from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
+from mrvl_convert.verify.reference import random_feeds
 from mrvl_convert.verify.report import Comparison
 from mrvl_convert.verify.tolerances import Tolerances
 
@@ -43,20 +48,40 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 @dataclass
 class VerifySettings:
-    """How each conversion is judged, as ``--verify`` judges it: the feeds (None: ``compare``'s
-    seeded random one; ``npz``: read from that file, as ``--verify-inputs`` is, once the first
-    artifact gives the input shapes), the tolerances and the criterion."""
+    """How each conversion is judged, as ``--verify`` judges it: the feeds (None:
+    ``DEFAULT_VERIFY_SAMPLES`` seeded random ones; ``npz``: read from that file, as
+    ``--verify-inputs`` is, once the first artifact gives the input shapes), the tolerances
+    and the criterion."""
 
     inputs: Optional[List[Dict[str, Any]]] = None
     tolerances: Optional[Tolerances] = None
     criterion: str = "ours"
     npz: Optional[PathLike] = None
 
+    source: str = GIVEN  # where ``inputs`` came from (core/samples.py's origin keys)
+
     def run(self, model: PathLike, artifact: Path) -> Comparison:
-        if self.inputs is None and self.npz is not None:
-            self.inputs = load_npz_feeds(str(self.npz), HybridSession(artifact).input_specs)
-        return compare(model, artifact, self.inputs, tolerances=self.tolerances,
-                       criterion=self.criterion)
+        feeds = self.feeds(artifact)
+        return compare(model, artifact, feeds, tolerances=self.tolerances,
+                       criterion=self.criterion, origin=SampleOrigin(((self.source,
+                                                                        len(feeds)),)))
+
+    def feeds(self, artifact: Path) -> List[Dict[str, Any]]:
+        """The samples judged: the given ones, the npz's, or ``DEFAULT_VERIFY_SAMPLES`` seeded
+        random ones of the artifact's input shapes (made once)."""
+        if self.inputs is None:
+            specs = HybridSession(artifact).input_specs
+            self.source = VERIFY_INPUTS if self.npz is not None else RANDOM
+            self.inputs = load_npz_feeds(str(self.npz), specs) if self.npz is not None \
+                else random_feeds(specs, 0, DEFAULT_VERIFY_SAMPLES)
+        return self.inputs
+
+    def split(self, artifact: Path) -> Tuple["VerifySettings", Optional["VerifySettings"]]:
+        """``remedy_split`` of the samples: the settings that choose, and those that judge
+        the choice out of sample (None with a single sample: nothing can be held out)."""
+        choose, judge = remedy_split(len(self.feeds(artifact))).take(self.feeds(artifact))
+        return (replace(self, inputs=choose, npz=None),
+                replace(self, inputs=judge, npz=None) if judge else None)
 
 
 @dataclass
@@ -71,15 +96,28 @@ class KeepFp32Result:
     rounds: List[Dict[str, Any]] = field(default_factory=list)
     analysis: Optional[Fp16Analysis] = None
     cost: Optional[Dict[str, Any]] = None
+    # ``auto``: how many samples chose (``before``/``after`` are theirs), and the verdicts
+    # before and after on the samples held out of the choice ({"samples", "before", "after"})
+    chosen_on: Optional[int] = None
+    held_out: Optional[Dict[str, Any]] = None
 
     @property
     def measured(self) -> Dict[str, Any]:
-        return {"before": self.before, "after": self.after, "rounds": self.rounds}
+        figures = {"before": self.before, "after": self.after, "rounds": self.rounds}
+        if self.chosen_on is not None:
+            figures.update(chosen_on=self.chosen_on, held_out=self.held_out)
+        return figures
 
     def line(self) -> str:
-        """One line: what was kept, what it cost, and the error before and after."""
+        """One line: what was kept, what it cost, and the error before and after (with
+        ``auto``: on the samples that chose, then on those held out of the choice)."""
         verdicts = (f"verify {_verdict(self.before)} -> {_verdict(self.after)}"
                     if self.kept else f"verify {_verdict(self.before)}")
+        if self.chosen_on is not None:
+            verdicts = f"chosen on {_count(self.chosen_on)}: {verdicts}; " + (
+                f"held out {_count(self.held_out['samples'])}: "
+                f"{_verdict(self.held_out['before'])} -> {_verdict(self.held_out['after'])}"
+                if self.held_out else "no sample held out (one sample): judged in sample")
         if not self.kept:
             return f"keep-fp32 {self.model}: nothing kept in fp32; {verdicts}"
         cost = self.cost or {}
@@ -109,11 +147,20 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
     with tempfile.TemporaryDirectory(prefix="mrvl_keep_fp32_") as tmp:
         first = Path(tmp) / "none"
         convert_with(model, first, base)
+        judge = None
+        if AUTO in names:  # choose on one split, judge the choice on the other
+            verify, judge = verify.split(first)
         check = verify.run(model, first)
         result = KeepFp32Result(Path(model).name, list(kept), _figures(check), _figures(check))
         if AUTO in names and not check.passed:
             result.analysis = analyze_fp16(model, first, verify.inputs)
-        _rounds(result, model, base, verify, Path(tmp), max_rounds)
+        last = _rounds(result, model, base, verify, Path(tmp), max_rounds) or first
+        if AUTO in names:
+            result.chosen_on = len(verify.feeds(first))
+            result.held_out = None if judge is None else {
+                "samples": len(judge.feeds(first)),
+                "before": _figures(judge.run(model, first)),
+                "after": _figures(judge.run(model, last))}
     if out_dir is not None:  # nothing kept: the plain fp16 conversion, which passes
         convert_with(model, out_dir, replace(base, keep_fp32=tuple(result.kept)))
         record_measured(out_dir, result)
@@ -121,32 +168,38 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
 
 
 def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
-            verify: VerifySettings, tmp: Path, max_rounds: int) -> None:
+            verify: VerifySettings, tmp: Path, max_rounds: int) -> Optional[Path]:
     """Convert and verify with the named nodes kept, then (``auto``) keep the next candidate
     layer while verify fails, at most ``max_rounds`` rounds. A layer whose keeping the
     converter refuses (e.g. a node the partition cannot cut around) is recorded and skipped;
-    a named node it refuses is the caller's error."""
-    if result.kept and _measure(result, model, base, verify, tmp / "named", result.kept):
-        return
+    a named node it refuses is the caller's error. The artifact of the nodes kept (None: no
+    node kept)."""
+    last = None
+    if result.kept:
+        last = tmp / "named"
+        if _measure(result, model, base, verify, last, result.kept):
+            return last
     candidates = result.analysis.candidates() if result.analysis is not None else []
     for row in candidates:
         added = [n for n in row.op_nodes if n not in result.kept]
         if not added:
             continue
         if len(result.rounds) == max_rounds:
-            return
+            return last
         entry = {"layer": row.layer, "layer_name": row.layer_name, "nodes": list(row.op_nodes),
                  "why": _why(result.analysis, row)}
         result.rounds.append(entry)
+        artifact = tmp / f"round{len(result.rounds)}"
         try:
-            passed = _measure(result, model, base, verify, tmp / f"round{len(result.rounds)}",
-                              result.kept + added)
+            passed = _measure(result, model, base, verify, artifact, result.kept + added)
         except MrvlConvertError as exc:
             entry["refused"] = str(exc)
             continue
+        last = artifact
         entry["verify"] = result.after
         if passed:
-            return
+            return last
+    return last
 
 
 def _measure(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
@@ -194,6 +247,10 @@ def _figures(check: Comparison) -> Dict[str, Any]:
 def _finite(value: Optional[float]) -> Optional[float]:
     """JSON has no inf or NaN: such a figure is null (the line still says it)."""
     return value if value is not None and math.isfinite(value) else None
+
+
+def _count(samples: int) -> str:
+    return f"{samples} sample" + ("" if samples == 1 else "s")
 
 
 def _verdict(figures: Dict[str, Any]) -> str:

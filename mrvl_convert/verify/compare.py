@@ -14,8 +14,11 @@ the layer-to-tensor maps ``layer_compare.py``.
 - requires: the model the artifact was converted from (path or ``ModelProto``) and the artifact
   directory;
 - ensures: a ``Comparison`` with one row per boundary tensor and output (and per Mrvl layer with
-  ``layers=True``), judged against the tolerances; a model that is not the artifact's source
-  raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError``.
+  ``layers=True``), judged against the tolerances; an output the model does not have fails the
+  verdict (never PASS over nothing); an input whose static dims the conversion overrode is run
+  at the artifact's shape (``reference.check_model_inputs``); a QDQ model has the artifact's
+  fp16 layers rounded as the artifact rounds them (``kept_fp16.py``); a model that is not the
+  artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError``.
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 import numpy as np
 import onnx
 
+from mrvl_convert.core.samples import DEFAULT_VERIFY_SAMPLES, GIVEN, RANDOM, SampleOrigin
 from mrvl_convert.errors import OptionError
 from mrvl_convert.runtime.options import QUIET
 from mrvl_convert.runtime.session import HybridSession
@@ -34,6 +38,7 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
                                                layer_values, named_copy)
 from mrvl_convert.verify.metrics import Worst, top1
@@ -45,16 +50,18 @@ from mrvl_convert.verify.report import Comparison, Row
 from mrvl_convert.verify.tolerances import Tolerance, Tolerances
 
 _OVERFLOW_NOTE = "hybrid value holds inf/NaN (fp16 overflow)"
+MISSING_NOTE = "not a tensor of the reference model: not compared"
 
 
 def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             artifact_dir: "str | os.PathLike[str]",
             inputs: Union[None, Mapping[str, Any], Sequence[Mapping[str, Any]]] = None, *,
             tolerances: Union[None, Tolerances, Mapping[str, Any]] = None, seed: int = 0,
-            samples: int = 1, gemm: str = "numpy", layers: bool = False,
+            samples: int = DEFAULT_VERIFY_SAMPLES, gemm: str = "numpy", layers: bool = False,
             log_severity: int = QUIET, engine: str = "graph",
             against: "str | os.PathLike[str] | None" = None, criterion: str = "ours",
-            fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None) -> Comparison:
+            fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None,
+            origin: Optional[SampleOrigin] = None) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
@@ -65,7 +72,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     ``criterion``: "ours" (the tolerances) or "marvell" (``criteria.py``) for the verdict.
     ``fp32``: for an int8 artifact judged against its QDQ model, the fp32 model that was
     quantized: its outputs on the same feeds give ``Comparison.fp32``, what quantization costs
-    (``quant_cost.py``; information, never the verdict)."""
+    (``quant_cost.py``; information, never the verdict). ``origin``: where ``inputs`` came
+    from, for the report (default: "given", or "random" without ``inputs``)."""
     if criterion not in CRITERION_NAMES:
         raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
@@ -80,6 +88,12 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     specs = _compared_tensors(session)
     proto = load_model(model)
     check_model_inputs(proto, session, model_label(model))
+    label = model_label(model)
+    if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
+        rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
+        if rounded:
+            label += (f" (its {len(rounded)} node(s) the artifact runs as fp16 layers rounded "
+                      "to fp16 as it rounds them)")
     present = _tensor_names(proto)
     judged = [s for s in specs if s.name in present]
     form = _rewritten(session, proto) if layers else None
@@ -121,8 +135,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     for spec in specs:
         kind = "output" if spec.name in outputs else "boundary"
         if spec.name not in present:
-            rows.append(Row(spec.name, kind, list(spec.shape),
-                            note="not a tensor of the original model: not compared"))
+            # An output the reference lacks fails the verdict: passed, it would let a model
+            # that is not the artifact's source (a re-export with its outputs renamed) PASS
+            # with nothing compared. A boundary tensor is a diagnostic: it is only skipped.
+            rows.append(Row(spec.name, kind, list(spec.shape), passed=kind != "output",
+                            note=MISSING_NOTE))
             continue
         rows.append(_row(spec, kind, got[spec.name], want[spec.name],
                          tols.for_tensor(spec.name)))
@@ -131,8 +148,10 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     cost = None if fp32 is None else quantization_cost(
         fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
+    if origin is None:
+        origin = SampleOrigin(((GIVEN if inputs is not None else RANDOM, len(feeds)),))
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
-                      reference=model_label(model))
+                      reference=label, origin=origin)
 
 
 def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -159,6 +178,10 @@ def _layer_row(plan: LayerPlan, worst: Optional[Worst], tols: Tolerances) -> Row
     if not worst.finite:
         row.note = f"{plan.note}; {_OVERFLOW_NOTE}"
     return row
+
+
+def _is_qdq(proto: onnx.ModelProto) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in proto.graph.node)
 
 
 def _compared_tensors(session: HybridSession) -> List[TensorSpec]:

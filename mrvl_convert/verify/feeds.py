@@ -2,7 +2,7 @@
 checked by ``core.arrays`` (bounded sizes, dtype, finite values, shape)."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -21,7 +21,13 @@ def load_npz_feeds(path: str, specs: Sequence[TensorSpec], limit: Optional[int] 
     with any key, as long as exactly one array fits (e.g. ``images`` next to ``labels``).
     ``warn`` is told, in one line, of the arrays not used (``labels``).
     """
-    arrays = read_arrays(path, "verify inputs")
+    return stacked_feeds(read_arrays(path, "verify inputs"), specs, path, limit, warn)
+
+
+def stacked_feeds(arrays: Mapping[str, np.ndarray], specs: Sequence[TensorSpec], path: str,
+                  limit: Optional[int] = None, warn: Optional[Callable[[str], None]] = None
+                  ) -> List[Dict[str, np.ndarray]]:
+    """``load_npz_feeds`` of arrays already read (``path`` names where they came from)."""
     stacks = {}
     picked: List[str] = []
     for spec in specs:

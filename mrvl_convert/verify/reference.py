@@ -11,14 +11,15 @@ out every tensor compared (``reference_session``, run by ``run_reference``).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Dict, List, Mapping, Sequence
 
 import numpy as np
 import onnx
 import onnxruntime as ort
 
-from mrvl_convert.errors import ModelLoadError, ShapeError
-from mrvl_convert.frontend.input_shapes import static_dim
+from mrvl_convert.errors import InputShapeOverrideWarning, ModelLoadError, ShapeError
+from mrvl_convert.frontend.input_shapes import fix_input_shapes, static_dim
 from mrvl_convert.runtime.options import QUIET, ort_options, qdq_as_written
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import DTYPES, TensorSpec
@@ -73,9 +74,13 @@ def model_label(model: Any) -> str:
 
 def check_model_inputs(proto: onnx.ModelProto, session: HybridSession, label: str) -> None:
     """The original model must take the inputs the artifact was converted for (same names, and
-    no static dimension that disagrees), or onnxruntime refuses the feeds with its own error."""
+    no static dimension that disagrees), or onnxruntime refuses the feeds with its own error.
+    An input whose static dims the conversion overrode (``--input-shape``, the manifest's
+    ``input_shape_overrides``) is given the same override here, in ``proto``, when the model
+    declares what the manifest says was declared: the reference runs at the artifact's shape."""
     inits = {t.name for t in proto.graph.initializer}
     declared = {i.name: i for i in proto.graph.input if i.name not in inits}
+    _override_inputs(proto, declared, session, label)
     for spec in session.input_specs:
         value = declared.get(spec.name)
         if value is None:
@@ -89,6 +94,31 @@ def check_model_inputs(proto: onnx.ModelProto, session: HybridSession, label: st
             raise ShapeError(f"has shape {static} but the artifact {session.artifact_dir} was "
                              f"converted for {list(spec.shape)}: is it the model the artifact was "
                              "converted from?", model=label, tensor=spec.name)
+
+
+def _override_inputs(proto: onnx.ModelProto, declared: Mapping[str, onnx.ValueInfoProto],
+                     session: HybridSession, label: str) -> None:
+    """The conversion's static-dim overrides applied to ``proto`` (``fix_input_shapes``, as the
+    frontend applied them), its inferred shapes dropped: they were the declared shape's."""
+    recorded = session.manifest.get("model", {}).get("input_shape_overrides", {})
+    used = {spec.name: list(spec.shape) for spec in session.input_specs}
+    shapes = {name: used[name] for name, entry in recorded.items()
+              if name in declared and name in used
+              and _declared_dims(declared[name]) == list(entry.get("declared", []))}
+    if not shapes:
+        return
+    with warnings.catch_warnings():  # the conversion said it once; verify follows it
+        warnings.simplefilter("ignore", InputShapeOverrideWarning)
+        fix_input_shapes(proto, shapes, label)
+    del proto.graph.value_info[:]
+    for output in proto.graph.output:
+        output.type.tensor_type.ClearField("shape")
+
+
+def _declared_dims(value: onnx.ValueInfoProto) -> List[Any]:
+    """An input's dims as the manifest records them (a size, a name, or None)."""
+    return [d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
+            for d in value.type.tensor_type.shape.dim]
 
 
 def element_types(proto: onnx.ModelProto) -> Dict[str, str]:

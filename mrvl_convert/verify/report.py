@@ -3,13 +3,16 @@
 - requires: rows made by ``compare`` (figures from ``metrics.py``, verdicts against the
   tolerances), in run order;
 - ensures: the verdict is the model outputs' rows only (boundary and layer rows are
-  diagnostics); ``format_table`` (the CLI's table), ``summary_line`` (one line of a batch log)
-  and ``to_dict`` (JSON) say the same thing.
+  diagnostics), and never PASS over nothing: an output not compared fails it, named, and so
+  does a comparison with no output; ``format_table`` (the CLI's table), ``summary_line`` (one
+  line of a batch log) and ``to_dict`` (JSON) say the same thing.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+
+from mrvl_convert.core.samples import SampleOrigin
 
 if TYPE_CHECKING:  # quant_cost runs onnxruntime; the report only reads its figures
     from mrvl_convert.verify.quant_cost import QuantCost
@@ -50,10 +53,34 @@ class Comparison:
     # an int8 verify's second reference: the fp32 model (what quantization costs)
     fp32: Optional["QuantCost"] = None
     reference: str = ""  # the model the verdict is judged against (its path or graph name)
+    origin: Optional[SampleOrigin] = None  # where the samples came from (None: not said)
+
+    @property
+    def samples_text(self) -> str:
+        """e.g. "8 samples: 2 held out of calibration, 6 random", or "1 sample(s)"."""
+        return self.origin.describe() if self.origin is not None else \
+            f"{self.samples} sample(s)"
 
     @property
     def passed(self) -> bool:
-        return all(row.passed for row in self.judged_rows)
+        """Every output compared and within tolerance; no output compared is no PASS."""
+        rows = self.judged_rows
+        return bool(rows) and all(row.passed for row in rows)
+
+    @property
+    def not_compared(self) -> List[str]:
+        """The outputs the verdict could not compare (the reference has no such tensor, or
+        a device file lacks it): each fails it."""
+        return [r.tensor for r in self.judged_rows if r.tolerance is None and not r.passed]
+
+    def _unjudged(self) -> Optional[str]:
+        """Why the verdict is FAIL without figures: outputs not compared, or none at all."""
+        if not self.judged_rows:
+            return "no output was compared"
+        missing = self.not_compared
+        return None if not missing else (
+            f"output(s) not compared: {', '.join(missing[:5])} (not in the reference "
+            f"{self.reference or 'model'}: is it the model the artifact was converted from?)")
 
     @property
     def judged_rows(self) -> List[Row]:
@@ -73,6 +100,7 @@ class Comparison:
     def to_dict(self) -> Dict[str, Any]:
         first = self.first_layer_over
         return {"passed": self.passed, "samples": self.samples, "reference": self.reference,
+                "origin": None if self.origin is None else self.origin.to_dict(),
                 "range_events": list(self.range_events),
                 "first_layer_over": None if first is None else first.tensor,
                 "rows": [asdict(r) for r in self.rows],
@@ -83,11 +111,14 @@ class Comparison:
         verdict = "PASS" if self.passed else "FAIL"
         rows = self.judged_rows
         worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
-        parts = [f"{verdict} over {self.samples} sample(s), {len(rows)} output(s)"]
+        parts = [f"{verdict} over {self.samples_text}; {len(rows)} output(s)"]
         if worst is not None and worst.max_rel is not None:
             parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
                          f"({worst.tensor})")
-        failing = [r.tensor for r in rows if not r.passed]
+        unjudged = self._unjudged()
+        if unjudged:
+            parts.append(unjudged)
+        failing = [r.tensor for r in rows if not r.passed and r.tensor not in self.not_compared]
         if failing:
             parts.append(f"outside tolerance: {', '.join(failing[:5])}")
         cosines = [r.cosine for r in rows if r.cosine is not None]
@@ -114,7 +145,10 @@ class Comparison:
         verdict = "PASS" if self.passed else "FAIL"
         rows = self.judged_rows
         text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} outputs "
-                    f"within tolerance over {self.samples} sample(s)")
+                    f"within tolerance over {self.samples_text}")
+        unjudged = self._unjudged()
+        if unjudged:
+            text.append(f"FAIL: {unjudged}")
         if self.boundaries_over:
             text.append("boundary rows are diagnostics, not part of the verdict; the first "
                         f"boundary tensor outside tolerance is {self.boundaries_over[0].tensor}")

@@ -168,7 +168,9 @@ _IMPORT_ALONE = """
 import importlib.util, sys
 sys.path.insert(0, sys.argv[1])
 spec = importlib.util.spec_from_file_location(sys.argv[3], sys.argv[2])
-spec.loader.exec_module(importlib.util.module_from_spec(spec))
+module = importlib.util.module_from_spec(spec)
+sys.modules[sys.argv[3]] = module  # as an import does: a dataclass looks its module up there
+spec.loader.exec_module(module)
 """
 
 

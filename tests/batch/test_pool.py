@@ -201,7 +201,7 @@ def test_verify_with_the_real_compare(tmp_path: Path, capsys) -> None:
     model = bm.save(bm.small_cnn(), tmp_path / "cnn.onnx")
     out = tmp_path / "out"
     assert cli_main([str(model), "-o", str(out), "--verify"]) == 0, capsys.readouterr().err
-    assert "verify cnn: PASS over 1 sample(s)" in capsys.readouterr().out
+    assert "verify cnn: PASS over 8 samples: 8 random" in capsys.readouterr().out
     assert json.loads((out / "summary.json").read_text())["models"][0]["verified"] is True
 
 

@@ -17,6 +17,9 @@ ROOT = Path(__file__).resolve().parents[2]
 PUBLIC_US = 5674.071            # mrvl-mlsim, ResNet-50 v1, cn10ka, fp16, 8 tiles (1 GHz)
 PUBLIC_MATMUL_OPS = 3_857_973_248
 PUBLIC_DMA_BYTES = 51_464_160 + 2_000   # DRAM->OCM plus OCM->DRAM
+# What mrvl-mlsim loaded into DRAM before that run (the same log): figures nothing was fitted to
+PUBLIC_WEIGHT_BIAS_BYTES = 51_116_064   # "Weight and Bias data: Loaded 51116064 bytes"
+PUBLIC_INPUT_BYTES = 301_056            # "Batch[0] - Input[0] data: Loaded 301056 bytes"
 
 
 def _bench_models():
@@ -34,11 +37,26 @@ def resnet50(tmp_path_factory):
     return result
 
 
-def test_resnet50_within_15_percent_of_the_public_figure(resnet50):
+def test_resnet50_torchvision_shape_within_15_percent_of_the_calibration_figure(resnet50):
+    """Not an independent check: the one public timing (mrvl-mlsim on ResNet-50 v1) is the
+    figure ``efficiency.Conv2D`` was fitted to, and this network is v1 with the stride on the
+    3x3 conv instead of the first 1x1 (6% more MACs). It shows the estimate moves by about
+    what the work moves near its calibration point. No second public timing of the MLIP was
+    found (docs/ESTIMATE.md); the held-out figures of that run are checked below."""
     est = resnet50.report["estimate"]
     assert est["tiles"] == 8
     assert abs(est["mrvl_microseconds"] - PUBLIC_US) / PUBLIC_US < 0.15, est["mrvl_microseconds"]
     assert "ESTIMATE" in est["note"]
+
+
+def test_resnet50_weight_and_input_bytes_equal_what_mlsim_loaded(resnet50):
+    """Held out of the calibration: the bytes of fp16 weights and fp32 biases, and of the fp16
+    input, that mrvl-mlsim loaded into DRAM for the public run (the 3x3/1x1 stride placement
+    changes neither)."""
+    est = resnet50.report["estimate"]
+    assert est["stages"][0]["weight_bytes"] == PUBLIC_WEIGHT_BIAS_BYTES
+    [into] = [b for b in est["boundaries"] if b["from"] == "host"]
+    assert into["bytes"] == PUBLIC_INPUT_BYTES
 
 
 def test_resnet50_mac_count_is_exact(resnet50):

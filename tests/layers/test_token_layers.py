@@ -166,6 +166,15 @@ def test_softmax_over_the_last_axis_of_a_3d_tensor_is_written_with_c_last(tmp_pa
     assert softmax["shape"] == [[1, 5, 12]]
 
 
+def test_softmax_of_a_3d_batch_of_3_runs_as_it_is_written(tmp_path):
+    """[3, T, C] written [3, 1, T, C]: the simulator reads it so (it once took only the trailing-1
+    pad [3, T, C, 1] and refused the converter's own artifact for a batch above 1)."""
+    net = _Net(("x", [3, 5, 12]))
+    result = converted(net.model(net.op("Softmax", ["x"], axis=-1)), tmp_path,
+                       min_compute_layers=0)
+    assert the(result, "Softmax")["data_layout_shape"] == ["3", "1", "5", "12"]
+
+
 def test_reduce_mean_over_the_last_axis_of_tokens(tmp_path):
     """mrvl.py reduce_mean: 3-D axis 2 (written R4 with a trailing 1, as the codegen does), and
     4-D axis 3 of a token tensor as it lies (no layout_transform after the BatchMatmul)."""

@@ -109,5 +109,6 @@ def test_mrvl_convert_prints_the_warning_once_and_the_manifest_records_it(tmp_pa
     assert len(lines) == 1 and f"warning: model {MODEL}: calibration data" in lines[0]
     manifest = json.loads((tmp_path / "out" / "mnist_cnn" / "manifest.json").read_text())
     record = manifest["quantization"]["calibration"]
-    assert record["samples"] == record["given"] == 8
+    # 2 of the 8 held out of calibration for verify (core/samples.py calibration_split)
+    assert (record["samples"], record["given"], record["held_out"]) == (6, 8, 2)
     assert len(record["warnings"]) == 1 and "['labels']" in record["warnings"][0]

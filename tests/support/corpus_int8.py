@@ -2,7 +2,8 @@
 
 MobileNetV2 and MobileNetV3-small (the partition corpus's), a face-landmark-like PRelu net
 (Conv -> PRelu blocks, per-channel slopes) and a small U-Net (Conv/Relu down, MaxPool, nearest
-Resize up, Concat skip connections). Used by ``tests/layers/qnn/test_int8_mobile.py`` and
+Resize up, Concat skip connections; ``unet_transposed``: the same with ConvTranspose up, not in
+``MODELS``). Used by ``tests/layers/qnn/test_int8_mobile.py`` and
 ``benchmarks/int8_photographs.py``.
 """
 from __future__ import annotations
@@ -77,6 +78,29 @@ def unet(seed: int = 0) -> onnx.ModelProto:
     up1 = net.op("Concat", [net.op("Resize", [d2, "", scales], mode="nearest"), e1], axis=1)
     d1 = net.op("Relu", [net.conv(up1, 24, 8)])
     return net.model([1, 3, 32, 32], net.conv(d1, 8, 2, k=1), "unet")
+
+
+def unet_transposed(seed: int = 0) -> onnx.ModelProto:
+    """``unet`` with learned upsampling: each nearest Resize x2 is a ConvTranspose (2x2 kernel,
+    stride 2, bias) followed by a Relu, as U-Nets are usually written."""
+    net = _Net(seed)
+    e1 = net.op("Relu", [net.conv("x", 3, 8)])
+    e2 = net.op("Relu", [net.conv(net.op("MaxPool", [e1], kernel_shape=[2, 2], strides=[2, 2]),
+                                  8, 16)])
+    mid = net.op("Relu", [net.conv(net.op("MaxPool", [e2], kernel_shape=[2, 2], strides=[2, 2]),
+                                   16, 32)])
+    up2 = net.op("Concat", [_up(net, mid, 32, 16), e2], axis=1)
+    d2 = net.op("Relu", [net.conv(up2, 32, 16)])
+    up1 = net.op("Concat", [_up(net, d2, 16, 8), e1], axis=1)
+    d1 = net.op("Relu", [net.conv(up1, 16, 8)])
+    return net.model([1, 3, 32, 32], net.conv(d1, 8, 2, k=1), "unet_transposed")
+
+
+def _up(net: _Net, x: str, cin: int, cout: int) -> str:
+    w = net.rng.standard_normal((cin, cout, 2, 2)) * (2.0 / (cin * 4)) ** 0.5
+    b = net.rng.standard_normal(cout) * 0.1
+    return net.op("Relu", [net.op("ConvTranspose", [x, net.const(w), net.const(b)],
+                                  kernel_shape=[2, 2], strides=[2, 2])])
 
 
 MODELS: Mapping[str, Callable[[], onnx.ModelProto]] = MappingProxyType({

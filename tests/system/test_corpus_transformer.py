@@ -5,13 +5,14 @@ Each is one Mrvl subgraph (BERT: after its int64 work on CPU at the edge: the em
 and the mask's Unsqueeze, Cast and Sub), with >= 95% of the MACs on the accelerator, and the
 hybrid run within fp16 tolerance of onnxruntime (``mrvl_convert.compare``).
 
-The LayerNorm and GELU lowering is another change's (issue 27's A part): until it is in, the
-models using them are cut at those nodes only (named ``ln_*`` / ``gelu_*`` by the corpus), which
-``test_nothing_but_layer_norm_gelu_and_int64_work_leaves_the_accelerator`` asserts, and the
-one-subgraph test says it is blocked (xfail) rather than passing or failing on it.
+Their LayerNorm and GELU chains (nodes named ``ln_*`` / ``gelu_*`` by the corpus) run on the
+accelerator, every node of them: a chain that falls back to the CPU fails
+``test_no_layer_norm_or_gelu_node_leaves_the_accelerator``, which a planted fallback (the
+conversion without the LayerNorm or GELU rule) checks.
 """
 from __future__ import annotations
 
+import importlib
 from typing import Dict, List
 
 import numpy as np
@@ -27,7 +28,9 @@ pytestmark = pytest.mark.system
 NAMES = tuple(corpus_transformer.MODELS)
 #: BERT's int64 work at the model's edge: ids and mask, before the accelerator stage.
 INT64_EDGE = {"Gather", "Unsqueeze", "Cast", "Sub"}
-ISLAND = "its Mrvl region has no compute-heavy layer"
+#: The chains each model has (``corpus_transformer.PIECES``): C2PSA has neither.
+CHAINS = {"vit_tiny": {"ln_", "gelu_"}, "bert_tiny": {"ln_", "gelu_"},
+          "svtr_mix": {"ln_", "gelu_"}, "c2psa": set()}
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +54,24 @@ def _on_cpu(result) -> List[dict]:
     return [e for e in result.report["nodes"] if e["placement"] == "cpu"]
 
 
-def _blocked_on_layer_norm_or_gelu(result) -> List[str]:
-    return [e["name"] for e in _on_cpu(result)
+def _chain_nodes(result) -> List[dict]:
+    return [e for e in result.report["nodes"]
             if e["name"].startswith(corpus_transformer.PIECES)]
+
+
+def _chain_fallbacks(result) -> List[tuple]:
+    """The LayerNorm / GELU nodes not on the accelerator, with where they are and why."""
+    return [(e["name"], e["placement"], e.get("reason", "")) for e in _chain_nodes(result)
+            if e["placement"] != "mrvl"]
+
+
+def _convert_without(model: onnx.ModelProto, out, rule_names, monkeypatch):
+    """``model`` converted with the built-in rules less ``rule_names``: a planted fallback."""
+    module = importlib.import_module("mrvl_convert.convert")
+    real = module.load_rules
+    monkeypatch.setattr(module, "load_rules", lambda *args, **kwargs: [
+        r for r in real(*args, **kwargs) if r.name not in rule_names])
+    return mrvl_convert.convert(model, out)
 
 
 def test_models_are_in_the_corpus_valid_and_finite():
@@ -81,25 +99,37 @@ def test_at_least_95_percent_of_the_macs_run_on_the_accelerator(converted, name)
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_nothing_but_layer_norm_gelu_and_int64_work_leaves_the_accelerator(converted, name):
+def test_no_layer_norm_or_gelu_node_leaves_the_accelerator(converted, name):
+    _, result = converted(name)
+    groups = {prefix for prefix in corpus_transformer.PIECES
+              if any(e["name"].startswith(prefix) for e in _chain_nodes(result))}
+    assert groups == CHAINS[name]
+    assert not _chain_fallbacks(result)
+
+
+@pytest.mark.parametrize("rule, prefix", [("mrvl.layer_norm", "ln_"), ("mrvl.gelu_erf", "gelu_")])
+def test_a_layer_norm_or_gelu_fallback_is_seen(rule, prefix, tmp_path, monkeypatch):
+    """The check above fails when a chain falls back: BERT converted without the rule of its
+    LayerNormalization op, or of its erf GELU."""
+    result = _convert_without(corpus.built("bert_tiny"), tmp_path / "art", {rule}, monkeypatch)
+    fallbacks = _chain_fallbacks(result)
+    assert fallbacks and all(n.startswith(prefix) for n, _, _ in fallbacks), fallbacks
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_nothing_but_bert_int64_work_leaves_the_accelerator(converted, name):
     """Shape arithmetic folded, head split and merge, the 4-D attention of C2PSA, the additive
     mask, ViT's class token (its Concat rewritten, ``frontend/token_forms.py``) and the head's
-    read of it: all on the accelerator; what is left is a LayerNorm or GELU
-    node (until their lowering is in) or, for BERT, the int64 edge."""
+    read of it: all on the accelerator; what is left, for BERT only, is the int64 edge."""
     _, result = converted(name)
-    blocked = set(_blocked_on_layer_norm_or_gelu(result))
-    # While those are cut, a light node between two of them (the embeddings' Add before
-    # BERT's first LayerNorm) stays on CPU with them: an island of no compute-heavy layer.
-    islands = {e["name"] for e in _on_cpu(result) if blocked and ISLAND in e.get("reason", "")}
-    others = [(e["name"], e["op_type"], e.get("reason", "")) for e in _on_cpu(result)
-              if e["name"] not in blocked | islands]
+    on_cpu = [(e["name"], e["op_type"], e.get("reason", "")) for e in _on_cpu(result)]
     if name == "bert_tiny":
-        assert {op for _, op, _ in others} == INT64_EDGE, others
+        assert sorted(op for _, op, _ in on_cpu) == sorted(INT64_EDGE), on_cpu
         gather = next(e for e in result.report["nodes"] if e["op_type"] == "Gather"
                       and e["placement"] == "cpu")
         assert "embedding lookup by token ids runs on CPU" in gather["reason"]
     else:
-        assert not others, others
+        assert not on_cpu, on_cpu
     shape_ops = [e for e in result.report["nodes"]
                  if e["op_type"] in ("Shape", "Concat", "Range") and e["placement"] != "removed"
                  and not (name == "c2psa" and e["op_type"] == "Concat")
@@ -110,12 +140,9 @@ def test_nothing_but_layer_norm_gelu_and_int64_work_leaves_the_accelerator(conve
 @pytest.mark.parametrize("name", NAMES)
 def test_each_model_is_one_mrvl_subgraph(converted, name):
     _, result = converted(name)
-    blocked = _blocked_on_layer_norm_or_gelu(result)
-    if blocked:
-        pytest.xfail(f"{len(blocked)} LayerNorm / GELU nodes on CPU (their lowering is issue "
-                     f"27's A part), e.g. {blocked[:3]}")
     kinds = [s["kind"] for s in result.manifest["stages"]]
     assert kinds == (["cpu", "mrvl"] if name == "bert_tiny" else ["mrvl"]), kinds
+    assert result.summary["mrvl_subgraphs"] == 1
 
 
 def test_c2psa_attention_runs_as_batch_matmuls_on_the_accelerator(converted):

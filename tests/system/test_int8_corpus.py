@@ -7,6 +7,7 @@ each model is one Mrvl subgraph.
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +52,8 @@ def test_corpus_int8_is_one_mrvl_subgraph_within_one_step(tmp_path, name):
     FC int8 on the accelerator in one subgraph (ResNet-50's final Softmax stays on CPU: the set
     has no int8 Softmax); the hybrid meets the issue's numbers."""
     if name == "resnet50" and name not in corpus.zoo_names():
+        if os.environ.get("CI") == "true":  # .ci/run runs -m slow: a skip there would hide it
+            pytest.fail("CI=true but this onnx wheel has no light ResNet-50")
         pytest.skip("this onnx wheel has no light ResNet-50")
     model = corpus.built(name) if name in corpus.BUILT else corpus.zoo(name)
     qdq, feeds = _quantized_corpus_model(tmp_path, model, samples=2 if name == "resnet50" else 20)

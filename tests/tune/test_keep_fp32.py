@@ -178,5 +178,5 @@ def test_cli_uses_the_verify_inputs(model, tmp_path, capsys):
     assert code == 0, capsys.readouterr()
     measured = json.loads((tmp_path / "out" / "m" / "report.json").read_text()
                           )["keep_fp32"]["measured"]
-    assert "FAIL over 3 sample(s)" in measured["before"]["line"]
-    assert "PASS over 3 sample(s)" in measured["after"]["line"]
+    assert "FAIL over 3 samples: 3 from --verify-inputs" in measured["before"]["line"]
+    assert "PASS over 3 samples: 3 from --verify-inputs" in measured["after"]["line"]

@@ -6,14 +6,16 @@ composites (princekumar70/tvm @9446d803b92cdc8c4996a11f52b8f13dec1a02a3
 src/relay/backend/contrib/mrvl/codegen.cc ``CreateCompositeMrvlQnnConv2DLayer``,
 ``CreateCompositeMrvlQnnFcLayer``, ``CreateCompositeMrvlQnnSumLayer``,
 ``CreateCompositeMrvlQnnAvgpool2DLayer``, ``CreateCompositeMrvlQnnGlobalAvgpool2DLayer``,
-``CreateMrvlQuantLayer``, ``SetScaleAttr``): Conv2D and FC ``input_scale``, ``weight_scale``,
+``CreateMrvlQuantLayer``, ``SetScaleAttr``): Conv2D, FC (and Conv2DTranspose, which the codegen
+writes in float only: ``conv_transpose.py``) ``input_scale``, ``weight_scale``,
 ``output_scale``; Sum2D, Mul2D and Sub ``lhs_input_scale``, ``rhs_input_scale``,
 ``output_scale``; pools and ReduceMean ``input_scale``, ``output_scale``; one float each, no zero
 point; int8 weights and int32 biases. Region edges become ``quant`` layers: ``output_scale``
 quantizes float32 to int8, ``input_scale`` dequantizes int8 to float32. The other int8 kinds
-and forms have homes of their own: ``mul.py`` (Mul2D), ``activations.py`` (QnnSigmoid,
-QnnTanh), ``concat.py`` (Concat of int8 values), ``requant.py`` (requant: another scale),
-``lut.py`` (the LUT a Conv2D, FC, Sum2D or Mul2D fuses), ``unary.py`` (a clamp or a LUT no
+and forms have homes of their own: ``mul.py`` (Mul2D), ``conv_transpose.py``
+(Conv2DTranspose), ``split.py`` (Split), ``activations.py`` (QnnSigmoid, QnnTanh),
+``concat.py`` (Concat of int8 values), ``requant.py`` (requant: another scale), ``lut.py`` (the
+LUT a Conv2D, FC, Sum2D, Mul2D or Conv2DTranspose fuses), ``unary.py`` (a clamp or a LUT no
 layer fuses). Max pooling, Resize2D and layers that only move bytes run on the int8 values as
 they are, as in the codegen, which writes no scale for them.
 
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from types import MappingProxyType
-from typing import Callable, List, Mapping, Optional, Tuple
+from typing import Callable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -38,7 +40,8 @@ from mrvl_convert.core.graph import producer, scale_of
 from mrvl_convert.kernels.conv_weights import block_diagonal
 from mrvl_convert.layers.conv2d import channel_shuffle_order
 from mrvl_convert.layers.qnn import concat as qnn_concat, kernels as qnn_kernels, mul as qnn_mul
-from mrvl_convert.layers.qnn import lut, sums as qnn_sums, unary as qnn_unary
+from mrvl_convert.layers.qnn import conv_transpose as qnn_conv_transpose
+from mrvl_convert.layers.qnn import lut, split as qnn_split, sums as qnn_sums, unary as qnn_unary
 from mrvl_convert.layers._kind import (INT8_ACTIVATION, LUT_CONST, MARVELL, Activation, Attr,
                                        LayerKind, roles)
 from mrvl_convert.layers._lowering import new_layer, spatial_out
@@ -68,9 +71,11 @@ _INT8: Mapping[str, Tuple[Tuple[Attr, ...], type]] = MappingProxyType({
     "Mul2D": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_mul.Mul2DInt8Kernel),
     "Sub": ((LHS_INPUT_SCALE, RHS_INPUT_SCALE, OUTPUT_SCALE), qnn_kernels.SubInt8Kernel),
     "ReduceMean": ((INPUT_SCALE, OUTPUT_SCALE), qnn_sums.ReduceMeanInt8Kernel),
+    "Conv2DTranspose": ((INPUT_SCALE, WEIGHT_SCALE, OUTPUT_SCALE),
+                        qnn_conv_transpose.Conv2DTransposeInt8Kernel),
 })
 # The kinds whose int8 form may fuse a LUT (the codegen's ``take`` after the layer).
-_LUT_KINDS = frozenset({"Conv2D", "FC", "Sum2D", "Mul2D"})
+_LUT_KINDS = frozenset({"Conv2D", "FC", "Sum2D", "Mul2D", "Conv2DTranspose"})
 
 
 def int8_form(kind: LayerKind) -> LayerKind:
@@ -91,23 +96,26 @@ def is_quantized(composite: Composite) -> bool:
     return composite.rule.layer == "quant" or composite.binding.node("in_dq") is not None
 
 
-Lower = Callable[[Composite, LayoutContext], None]
+Lower = Callable[[Composite, LayoutContext], Optional[Sequence[Layer]]]
 
 
 def lower(composite: Composite, ctx: LayoutContext, float_lower: Optional[Lower]) -> None:
     """Lower an int8 composite; ``float_lower`` is its kind's own lowering, which layers that
-    only move or select values (Maxpool2D, reshape, ...) reuse on the int8 data."""
+    only move or select values (Maxpool2D, reshape, ...) reuse on the int8 data. An own
+    lowering may return the layers it made that stay float (the int8 Split's fp16 form)."""
     first = len(ctx.layers)
     own = _LOWER.get(composite.rule.layer)
+    kept: Sequence[Layer] = ()
     if own is not None:
-        own(composite, ctx)
+        kept = own(composite, ctx) or ()
     else:
         in_dq = composite.binding.node("in_dq")
         ctx.alias(in_dq.outputs[0], in_dq.inputs[0], ctx.layout(in_dq.inputs[0]))
         float_lower(composite, ctx)
         _add_pool_scales(composite, ctx.layers[first:])
+    floats = {id(layer) for layer in kept}
     for layer in ctx.layers[first:]:
-        if layer.kind != "quant":
+        if layer.kind != "quant" and id(layer) not in floats:
             layer.dtype = "int8"
 
 
@@ -228,7 +236,7 @@ _PERMUTED_FC = ("int8 FC reading an NHWC flatten: its weight columns permuted, M
 def _bias_scale_note(node: gs.Node, in_dq: gs.Node) -> str:
     """Why the layer's bias is not dequantized as the model does (its scale is not the float32
     product input_scale x weight_scale, which is all the Nodes-JSON can say), or ""."""
-    bias = present(node, 2) if node.op in ("Conv", "Gemm") else None
+    bias = present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
     if bias is None:
         return ""
     product = np.float32(scale_of(in_dq)) * np.float32(scale_of(producer(node.inputs[1])))
@@ -237,6 +245,11 @@ def _bias_scale_note(node: gs.Node, in_dq: gs.Node) -> str:
     return (f"bias scale {scale_of(producer(bias))!r} is not input_scale x weight_scale "
             f"({float(product)!r}) in float32: the bias is dequantized with the product, a step "
             f"where a value lies that close to a rounding boundary")
+
+
+def _lower_conv_transpose(composite: Composite, ctx: LayoutContext) -> None:
+    conv, in_dq = composite.binding.node("conv"), composite.binding.node("in_dq")
+    qnn_conv_transpose.lower(composite, ctx, _bias_scale_note(conv, in_dq))
 
 
 def _lower_add(composite: Composite, ctx: LayoutContext) -> None:
@@ -272,9 +285,14 @@ def _lower_sub(composite: Composite, ctx: LayoutContext) -> None:
 
 def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
     """A region edge: QuantizeLinear (float32 -> int8) or DequantizeLinear (int8 -> float32),
-    elementwise, in whatever layout its input already has."""
+    elementwise, in whatever layout its input already has. A QuantizeLinear of a value an int8
+    layer wrote (an output of an int8 Split: its rule checked the scale is the Split input's)
+    is no edge: the int8 value itself (quantize(q * s / s) is q)."""
     node = composite.binding.node("edge")
     index, layout = ctx.values[node.inputs[0].name]
+    if node.op == "QuantizeLinear" and ctx.dtype_of(int(index)) == "int8":
+        ctx.alias(node.outputs[0], node.inputs[0], layout)
+        return
     index, layout = ctx.require(node.inputs[0], layout.perm)
     key = "output_scale" if node.op == "QuantizeLinear" else "input_scale"
     attrs = {key: scale_of(node), "src_layout": layout.name, "dst_layout": layout.name}
@@ -287,7 +305,7 @@ def _lower_quant(composite: Composite, ctx: LayoutContext) -> None:
 _LOWER: Mapping[str, Lower] = MappingProxyType({
     "Conv2D": _lower_conv, "FC": _lower_fc, "Sum2D": _lower_add, "quant": _lower_quant,
     "Mul2D": qnn_mul.lower, "Concat": qnn_concat.lower, "Clip": qnn_unary.lower_clamp,
-    "Sub": _lower_sub})
+    "Sub": _lower_sub, "Conv2DTranspose": _lower_conv_transpose, "Split": qnn_split.lower})
 
 
 def _no_float_lowering(composite: Composite, ctx: LayoutContext) -> None:

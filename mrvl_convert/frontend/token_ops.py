@@ -1,0 +1,161 @@
+"""Token-tensor ops as jax2tf and torch write them, rewritten into forms the layer set takes.
+
+Requires: a graph whose activations' shapes are static (canonicalize runs this after the shapes
+that depended on folded values are known).
+Ensures: each rewrite below is done where it applies and recorded in ``done`` (a rewritten
+node keeps its name; added nodes are in ``derived``; a node dropped into its readers is in
+``merged``); elsewhere the graph is as it was.
+
+- ``Expand`` of an activation to a constant shape, every reader of which is an elementwise op
+  that broadcasts (Add, Sub, Mul, Div) to the Expand's own output shape: the readers read the
+  Expand's input instead (``jnp.broadcast_to`` before a Sub, as jax2tf writes flax's
+  LayerNorm). Exact: broadcasting inside the reader reads the same values.
+- ``GlobalMaxPool`` of a rank-3 tensor ``[N, C, L]`` -> ``ReduceMax`` over axis 2 keeping it
+  (the layer set's ReduceMax takes one axis of a 3-D tensor). Exact on every input without a
+  NaN (a max selects); where a row holds a NaN, ReduceMax gives NaN while onnxruntime's
+  GlobalMaxPool may skip it (its max keeps the larger of the two operands it compares).
+- ``ReduceSum`` over the last axis of a rank-3 float tensor ``[B, T, L]`` (axes constant) ->
+  ``MatMul`` by a constant ``ones [L, 1]`` (an FC over the last axis), with ``Squeeze(-1)``
+  after it when keepdims is 0. The layer set has no sum layer; an FC of weight 1 sums in float32
+  and rounds once. Exact in real arithmetic; in float32 only the order of the additions may
+  differ, so the two results differ by at most ``2 (L - 1) u sum_l |x_l|`` (u = 2**-24); every
+  product is exact (x * 1).
+- ``BatchNormalization`` (inference) of a rank-3 tensor ``[N, C, L]`` (torch's BatchNorm1d over
+  tokens) -> ``Unsqueeze(3)``, the same BatchNormalization on ``[N, C, L, 1]``, ``Squeeze(3)``:
+  the 4-D view whose NHWC form ``[N, L, 1, C]`` is the token tensor ``[N, L, C]`` as it lies, so
+  the per-channel affine maps to a depthwise 1x1 Conv2D (``mrvl.channel_affine``) and the
+  transposes torch writes around it only relabel the data. Exact: the op computes each element
+  by the same formula on either rank.
+"""
+from __future__ import annotations
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import attr, is_const, reduce_axes, static_shape
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+
+_BROADCASTING = ("Add", "Sub", "Mul", "Div")
+
+
+def rewrite_token_ops(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
+    """Apply the rewrites to ``graph`` in place; True when one happened (the caller then cleans
+    up and sorts the graph)."""
+    names, before = Names(graph), (len(done.rewritten), len(done.merged))
+    outputs = {t.name for t in graph.outputs}
+    for node in list(graph.nodes):
+        if not node.outputs:
+            continue
+        if node.op == "Expand":
+            _expand(node, done, outputs)
+        elif node.op == "GlobalMaxPool":
+            _global_max_pool(graph, node, done, names, opset)
+        elif node.op == "ReduceSum":
+            _reduce_sum(graph, node, done, names, opset)
+        elif node.op == "BatchNormalization":
+            _batch_norm(graph, node, done, names, opset)
+    return (len(done.rewritten), len(done.merged)) != before
+
+
+def _floating(tensor: gs.Tensor) -> bool:
+    return tensor.dtype is not None and np.issubdtype(np.dtype(tensor.dtype), np.floating)
+
+
+def _expand(node: gs.Node, done: Rewrites, outputs: set) -> None:
+    source, out = node.inputs[0], node.outputs[0]
+    shape = static_shape(out)
+    if is_const(source) or shape is None or len(node.inputs) < 2 \
+            or not is_const(node.inputs[1]) or out.name in outputs or not out.outputs:
+        return
+    readers = list(out.outputs)
+    for reader in readers:
+        if reader.op not in _BROADCASTING or len(reader.inputs) != 2 \
+                or static_shape(reader.outputs[0]) != shape:
+            return
+    for reader in readers:
+        for i, tensor in enumerate(reader.inputs):
+            if tensor is out:
+                reader.inputs[i] = source
+    node.inputs.clear()
+    node.outputs.clear()
+    done.merged[node.name] = readers[0].name
+    for reader in readers:
+        done.rewritten.setdefault(reader.name, f"reads {node.name}'s input directly: the "
+                                               f"Expand to {shape} is the broadcast it does")
+
+
+def _axis_node(op: str, name: str, x: gs.Tensor, out: gs.Tensor, axis: int, opset: int,
+               names: Names) -> gs.Node:
+    """An Unsqueeze / Squeeze of one axis: the axes an input from opset 13, an attribute before."""
+    if opset >= 13:
+        axes = gs.Constant(names.fresh(f"{name}_axes"), np.array([axis], np.int64))
+        return gs.Node(op, name, inputs=[x, axes], outputs=[out])
+    return gs.Node(op, name, attrs={"axes": [axis]}, inputs=[x], outputs=[out])
+
+
+def _global_max_pool(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
+                     opset: int) -> None:
+    shape = static_shape(node.inputs[0])
+    if shape is None or len(shape) != 3:
+        return
+    node.op = "ReduceMax"
+    node.attrs.clear()
+    if opset >= 18:  # ReduceMax takes its axes as an input from opset 18
+        node.inputs.append(gs.Constant(names.fresh(f"{node.name}_axes"), np.array([2], np.int64)))
+    else:
+        node.attrs["axes"] = [2]
+    node.attrs["keepdims"] = 1
+    done.rewritten[node.name] = "GlobalMaxPool of a 3-D [N, C, L] became ReduceMax over axis 2"
+
+
+def _reduce_sum(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
+                opset: int) -> None:
+    x = node.inputs[0]
+    shape = static_shape(x)
+    if is_const(x) or shape is None or len(shape) != 3 or not _floating(x) \
+            or reduce_axes(node) != [2] or len(node.outputs) != 1:
+        return
+    length, keep = shape[2], int(attr(node, "keepdims", 1))
+    out = node.outputs[0]
+    ones = gs.Constant(names.fresh(f"{node.name}_ones"),
+                       np.ones((length, 1), np.dtype(x.dtype)))
+    node.op = "MatMul"
+    node.attrs.clear()
+    node.inputs.clear()
+    node.inputs.extend([x, ones])
+    what = f"ReduceSum over the last axis ({length}) became MatMul by ones [{length}, 1]"
+    if not keep:
+        summed = gs.Variable(names.fresh(f"{out.name}_kept"), dtype=out.dtype,
+                             shape=shape[:2] + [1])
+        node.outputs[0] = summed
+        squeeze = _axis_node("Squeeze", names.fresh(f"{node.name}_squeeze"), summed, out, 2,
+                             opset, names)
+        graph.nodes.append(squeeze)
+        done.derived[squeeze.name] = node.name
+        what += " and Squeeze of axis 2"
+    done.rewritten[node.name] = what + ": float32 sums in another order, at most " \
+                                       "2 (L - 1) 2**-24 sum |x| apart"
+
+
+def _batch_norm(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
+                opset: int) -> None:
+    x, out = node.inputs[0], node.outputs[0]
+    shape = static_shape(x)
+    if shape is None or len(shape) != 3 or len(node.outputs) != 1 or is_const(x) \
+            or not all(is_const(t) for t in node.inputs[1:5]):
+        return
+    view = shape + [1]
+    image = gs.Variable(names.fresh(f"{node.name}_image"), dtype=x.dtype, shape=view)
+    normed = gs.Variable(names.fresh(f"{node.name}_normed"), dtype=out.dtype, shape=view)
+    unsqueeze = _axis_node("Unsqueeze", names.fresh(f"{node.name}_unsqueeze"), x, image, 3,
+                           opset, names)
+    node.inputs[0] = image
+    node.outputs[0] = normed
+    squeeze = _axis_node("Squeeze", names.fresh(f"{node.name}_squeeze"), normed, out, 3, opset,
+                         names)
+    graph.nodes.extend([unsqueeze, squeeze])
+    done.derived[unsqueeze.name] = node.name
+    done.derived[squeeze.name] = node.name
+    done.rewritten[node.name] = ("BatchNormalization of a 3-D [N, C, L] computes on its 4-D "
+                                 "view [N, C, L, 1] (Unsqueeze before, Squeeze after)")
+

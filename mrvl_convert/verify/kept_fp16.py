@@ -1,0 +1,190 @@
+"""The QDQ reference with the artifact's fp16 layers computed as the artifact computes them.
+
+An int8 artifact runs a float op that is no int8 layer (a node ``--keep-fp16`` left in float,
+a Softmax) as an fp16 Mrvl layer between quant layers: its dequantized input, its weights and
+its result are rounded to fp16 (``kernels/fp16.py``), where onnxruntime's run of the QDQ model
+computes in float32. Judged against that run, a correct conversion with kept layers "fails":
+an fp16 rounding moves a value across a quantization boundary, and one int8 step early on is
+several at the output (issue 40). This module gives the verdict a reference that rounds where
+the artifact rounds, with onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32
+pairs, as the graph engine rounds): every input of such a layer that is not a weight, every
+weight (a rounded copy for the layer; a Conv + BatchNormalization pair the layer folds as
+``fp16_fold.py`` rounds it), every result that leaves the layer, and a HardSigmoid's and a
+HardSwish's steps as the lowering writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded). The
+weights stay the QDQ model's own: a wrong weight in the artifact still fails.
+
+- requires: the QDQ model (a copy: changed in place) and the int8 artifact's session;
+- ensures: the same model with Cast pairs inserted at the fp16 layers' edges and their weights
+  rounded, every tensor name of the model kept (consumers read the rounded value under the
+  old name); the list of the node names rounded (empty: the model is unchanged). What is left
+  between the two runs is the order of the float32 sums inside a layer: it can still move a
+  value that lies within float32 rounding of a quantization boundary by one step.
+"""
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Set
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from mrvl_convert.kernels.fp16 import round_to_fp16
+from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.verify.fp16_fold import round_folded
+
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+_SUFFIX = "__as_fp16"
+
+
+def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[List[str]]:
+    """The source nodes (in ``proto``) of each fp16 layer of the artifact's Mrvl stages: no
+    scale attribute, no QuantizeLinear/DequantizeLinear among its sources."""
+    ops = {n.name: n.op_type for n in proto.graph.node}
+    groups = []
+    for stage in session.stages:
+        if stage.kind != "mrvl":
+            continue
+        for step in stage.runner.steps:
+            spec = step.spec
+            # an int8 layer: scales, or a QDQ node among its sources (a pool, a flatten
+            # moving int8 values)
+            if spec.kind.name == "quant" or any("scale" in k for k in spec.attrs) or any(
+                    ops.get(n) in _QDQ for n in spec.source_nodes):
+                continue
+            group = [n for n in spec.source_nodes if n in ops]
+            if group and group not in groups:
+                groups.append(group)
+    return groups
+
+
+def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[str]:
+    """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
+    the names of the nodes rounded."""
+    return round_groups(proto, fp16_layer_groups(session, proto))
+
+
+def round_groups(proto: onnx.ModelProto, groups: List[List[str]]) -> List[str]:
+    """Round each group of nodes (one fp16 layer's source nodes) as the artifact computes
+    that layer (module docstring), in place, nodes left in an order onnxruntime accepts; the
+    names of the nodes rounded."""
+    done: List[str] = []
+    for group in groups:
+        _round_group(proto, group)
+        done += group
+    if done:
+        topologically_sorted(proto)
+    return done
+
+
+def _round_group(proto: onnx.ModelProto, group: List[str]) -> None:
+    graph = proto.graph
+    members = [n for n in graph.node if n.name in group]
+    inits = {t.name: t for t in graph.initializer}
+    folded = set()
+    if round_folded(proto, group):  # its weights now hold the fold's fp16 values
+        folded = {i for n in members for i in n.input[1:]}
+        inits = {t.name: t for t in graph.initializer}
+    inside = {o for n in members for o in n.output}
+    for node in members:
+        for k, name in enumerate(node.input):
+            if not name or name in folded:
+                continue
+            if name in inits:
+                node.input[k] = _rounded_weight(graph, inits, name, node.name)
+            elif name not in inside:
+                node.input[k] = _cast_pair(graph, name, name + _SUFFIX)
+    for node in members:
+        for k, name in enumerate(node.output):
+            if name and _leaves(graph, name, group):
+                node.output[k] = name + "__fp32"
+                _cast_pair(graph, node.output[k], name)
+    for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
+        _gate_steps(graph, node)
+
+
+def _leaves(graph: onnx.GraphProto, name: str, group: Iterable[str]) -> bool:
+    members = set(group)
+    return name in {o.name for o in graph.output} or any(
+        name in n.input for n in graph.node if n.name not in members)
+
+
+def _rounded_weight(graph: onnx.GraphProto, inits: Dict[str, onnx.TensorProto], name: str,
+                    reader: str) -> str:
+    """A copy of the weight ``name`` rounded to fp16, for ``reader`` alone (the QDQ model may
+    share it with an int8 layer, which must keep it)."""
+    array = numpy_helper.to_array(inits[name])
+    if array.dtype != np.float32:
+        return name
+    copy = f"{name}__{reader}{_SUFFIX}"
+    if copy not in inits:
+        rounded = round_to_fp16(np.ascontiguousarray(array))[0]
+        graph.initializer.append(numpy_helper.from_array(rounded, copy))
+        inits[copy] = graph.initializer[-1]
+    return copy
+
+
+def _cast_pair(graph: onnx.GraphProto, source: str, target: str) -> str:
+    """``target`` = ``source`` rounded to fp16 (two Casts), once per target name."""
+    if not any(target in n.output for n in graph.node):
+        half = target + "__half"
+        graph.node.extend([
+            helper.make_node("Cast", [source], [half], name=half, to=onnx.TensorProto.FLOAT16),
+            helper.make_node("Cast", [half], [target], name=target + "__cast",
+                             to=onnx.TensorProto.FLOAT)])
+    return target
+
+
+def _gate_steps(graph: onnx.GraphProto, node: onnx.NodeProto) -> None:
+    """HardSigmoid and HardSwish as the lowering writes them (``mrvl.hardsigmoid``,
+    ``mrvl.hardswish``): Mul2D by alpha, Sum2D with beta, Clip(0, 1) and, for HardSwish, Mul2D
+    by x; each result rounded to fp16, the constants fp16 too. ``node``'s input is rounded
+    already, its output is rounded after it."""
+    attrs = {a.name: a.f for a in node.attribute}
+    swish = node.op_type == "HardSwish"
+    alpha, beta = (float(np.float16(v)) for v in (
+        (1.0 / 6.0, 0.5) if swish else (attrs.get("alpha", 0.2), attrs.get("beta", 0.5))))
+    x, y, base = node.input[0], node.output[0], node.name + _SUFFIX
+    names = [f"{base}_alpha", f"{base}_beta", f"{base}_lo", f"{base}_hi"]
+    graph.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), n)
+                             for n, v in zip(names, (alpha, beta, 0.0, 1.0)))
+    gate = f"{base}_c" if swish else y
+    steps = [helper.make_node("Mul", [x, names[0]], [f"{base}_m"], name=f"{base}_mul"),
+             helper.make_node("Add", [_cast_pair(graph, f"{base}_m", f"{base}_m16"), names[1]],
+                              [f"{base}_a"], name=f"{base}_add"),
+             helper.make_node("Clip", [_cast_pair(graph, f"{base}_a", f"{base}_a16"),
+                                       names[2], names[3]], [gate], name=f"{base}_clip")]
+    if swish:
+        steps.append(helper.make_node("Mul", [x, _cast_pair(graph, gate, f"{base}_c16")], [y],
+                                      name=f"{base}_gate"))
+    graph.node.remove(node)
+    graph.node.extend(steps)
+
+
+def topologically_sorted(proto: onnx.ModelProto) -> None:
+    """The graph's nodes in an order onnxruntime accepts (Cast pairs were appended)."""
+    graph = proto.graph
+    nodes = [onnx.NodeProto() for _ in graph.node]
+    for copy, node in zip(nodes, graph.node):
+        copy.CopyFrom(node)
+    known: Set[str] = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    ordered: List[int] = []
+    state: Dict[int, int] = {}  # 1: being visited, 2: placed
+    for start in range(len(nodes)):
+        stack = [(start, iter(nodes[start].input))]
+        while stack:
+            k, inputs = stack[-1]
+            if state.get(k) == 2:
+                stack.pop()
+                continue
+            state[k] = 1
+            nxt = next((producer[i] for i in inputs if i and i not in known and i in producer
+                        and state.get(producer[i]) is None), None)
+            if nxt is not None:
+                stack.append((nxt, iter(nodes[nxt].input)))
+                continue
+            state[k] = 2
+            ordered.append(k)
+            stack.pop()
+    del graph.node[:]
+    graph.node.extend(nodes[k] for k in ordered)

@@ -1,0 +1,78 @@
+"""int8 with layers the user keeps in fp16 (issue 40, finding 4): the verdict is taken against
+the QDQ model with those layers rounded to fp16 where the artifact rounds them
+(``verify/kept_fp16.py``), so a correct conversion passes (it exited 3: the kept layers were
+judged against the QDQ model's float32 ops), and a wrong weight in a kept layer still fails."""
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import shutil
+
+import numpy as np
+import onnx
+import pytest
+
+from mrvl_convert.cli.convert import main as convert_main
+from mrvl_convert.cli.verify import main as verify_main
+from support.corpus_int8 import int8_corpus
+
+KEPT = ["Conv_24", "HardSigmoid_25"]  # MobileNetV3-small's first squeeze-excite gate
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("kept_fp16")
+    onnx.save(int8_corpus("mobilenet_v3_small"), str(tmp / "mnv3.onnx"))
+    rng = np.random.default_rng(0)
+    np.savez(tmp / "cal.npz", x=rng.uniform(-1, 1, (16, 3, 64, 64)).astype(np.float32))
+    keep = [a for node in KEPT for a in ("--keep-fp16", node)]
+    code = convert_main([str(tmp / "mnv3.onnx"), "-o", str(tmp / "out"), "-q", "--quantize",
+                         "int8", "--calibration", str(tmp / "cal.npz"), *keep, "--verify"])
+    return tmp, code
+
+
+def test_a_correct_conversion_with_kept_layers_passes(converted):
+    tmp, code = converted
+    assert code == 0
+    row = json.loads((tmp / "out" / "summary.json").read_text())["models"][0]
+    assert row["verified"] is True and "rounded to fp16" in row["verify"]["reference"]
+
+
+@pytest.mark.parametrize("criterion", ["ours", "marvell"])
+def test_mrvl_verify_passes_it_too(converted, criterion, capsys):
+    tmp, _ = converted
+    art = tmp / "out" / "mnv3"
+    assert verify_main([str(tmp / "mnv3.onnx"), str(art), "--criterion", criterion]) == 0
+
+
+@pytest.mark.parametrize("criterion", ["ours", "marvell"])
+def test_a_wrong_weight_in_a_kept_layer_fails(converted, tmp_path, criterion, capsys):
+    tmp, _ = converted
+    art = tmp_path / "mnv3"
+    shutil.copytree(tmp / "out" / "mnv3", art)
+    _plant_wrong_weight(art, "Conv_24")
+    assert verify_main([str(tmp / "mnv3.onnx"), str(art), "--criterion", criterion]) == 3
+    assert "FAIL" in capsys.readouterr().out
+
+
+def _plant_wrong_weight(art, source_node):
+    """One output channel of the kept Conv's kernel doubled in the Constants-JSON (the
+    manifest's hash refreshed, as a hand-edited artifact would be)."""
+    report = json.loads((art / "report.json").read_text())
+    layer = next(f["layer"] for f in report["int8_forms"] if f["source_nodes"] == [source_node])
+    manifest = json.loads((art / "manifest.json").read_text())
+    stage = manifest["stages"][0]
+    nodes = json.loads((art / stage["nodes_json"]).read_text())
+    consts = json.loads((art / stage["consts_json"]).read_text())
+    node = next(n for n in nodes["nodes"] if n.get("name") == layer)
+    entry = consts[node["attrs"]["kernel_const_name"][0]]
+    values = np.frombuffer(base64.b64decode(entry["data_base64"]), np.float32).copy()
+    values = values.reshape(entry["shape"])
+    values[0] *= 2.0
+    entry.update(data_base64=base64.b64encode(values.tobytes()).decode(),
+                 min=str(float(values.min())), max=str(float(values.max())))
+    text = json.dumps(consts)
+    (art / stage["consts_json"]).write_text(text)
+    stage["sha256"][stage["consts_json"]] = hashlib.sha256(text.encode()).hexdigest()
+    (art / "manifest.json").write_text(json.dumps(manifest))
