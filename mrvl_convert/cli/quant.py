@@ -128,7 +128,7 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
     with ``auto`` those its rounds of quantize, convert and analyse choose."""
     from mrvl_convert.quantize.keep import AUTO, named_copy
     from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
-    from mrvl_convert.quantize.recipe import load_calibration
+    from mrvl_convert.quantize.recipe import calibration_choice, load_calibration
 
     if AUTO not in args.keep_fp16:  # checked here, quantized in the worker
         named_copy(model, None, args.keep_fp16)
@@ -140,6 +140,9 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
         # said once, from the manifest of the conversion that follows (cli/notices.py)
         warnings.simplefilter("ignore", CalibrationWarning)
         calibration = load_calibration(args.calibration, model)
+    # Only the samples that calibrate the artifact: those held out for --verify (issue 40)
+    # choose nothing here either.
+    calibration, _ = calibration_choice(calibration, list(calibration))
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
         result = quantize_keep_fp16(model, Path(folder) / model.name,
                                     calibration, args.keep_fp16,
