@@ -413,7 +413,7 @@ def tables(results: List[Dict[str, object]]) -> str:
                          f"{row['mrvl']} / {row['cpu']} | {row['mrvl_mac_share']} |")
     lines += ["", "| model | target | held-out half (search) | test samples | int8 MAC share | "
               "layers kept | steps: int8 MAC share, choice / held-out agreement |",
-              "|---|---|---|---|---|---|---|"]  # test samples: the written artifact (the search's own model)
+              "|---|---|---|---|---|---|---|"]  # test: the written artifact (the search's own)
     for r in results:
         auto = r.get("keep_fp16_auto")
         if not auto:

@@ -2,13 +2,13 @@
 
 The named float-model nodes (or, with ``auto``, the op nodes of the layers whose isolated SNR
 is below the threshold, worst first, one Conv2D or FC layer a round for a bounded number of
-rounds) are left out of quantization (``quantize_static``'s ``nodes_to_exclude``). The QDQ model then has a
-float op between a DequantizeLinear and a QuantizeLinear: the converter makes it an fp16 Mrvl
-layer with ``quant`` layers at the region boundary (int8 -> float32 in front, float32 -> int8
-after), in the same accelerator stage. The float rules of Conv, Gemm and MatMul take a
-dequantized input as they take any float32 one; the elementwise float rules refuse to sit
-inside an int8 region (``float_region``), which does not arise here since an excluded node
-has no QDQ pair around its own output.
+rounds) are left out of quantization (``quantize_static``'s ``nodes_to_exclude``). The QDQ
+model then has a float op between a DequantizeLinear and a QuantizeLinear: the converter makes
+it an fp16 Mrvl layer with ``quant`` layers at the region boundary (int8 -> float32 in front,
+float32 -> int8 after), in the same accelerator stage. The float rules of Conv, Gemm and
+MatMul take a dequantized input as they take any float32 one; the elementwise float rules
+refuse to sit inside an int8 region (``float_region``), which does not arise here since an
+excluded node has no QDQ pair around its own output.
 
 With a target top-1 agreement (``min_agreement``, ``--min-agreement``) ``auto`` is a search
 judged out of sample (issue 40): the calibration samples are split once
@@ -31,6 +31,12 @@ samples that chose nothing.
 The float model's nodes are named first (``load.name_nodes``), as the converter names them, so
 that the names ``--keep-fp16`` takes, the names the report gives and the names
 ``quantize_static`` matches are the same ones.
+
+- requires: a float model, its calibration samples (with a target: at least 2, and an output
+  with a last axis of 2 or more), the conversion options its trial models take (shapes);
+- ensures: ``out`` is the QDQ model with ``result.kept`` left in float (with a target: the
+  kept model the verdict is of, calibrated on the choice samples); with a target, ``reached``
+  and every figure reported on the held-out samples come from samples that decided nothing.
 """
 from __future__ import annotations
 
@@ -161,7 +167,8 @@ def _stages(counts: Mapping[str, int]) -> str:
 
 
 def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str, np.ndarray],
-                       keep_fp16: Union[str, Sequence[str]], *, inputs: Optional[Sequence[Dict]] = None,
+                       keep_fp16: Union[str, Sequence[str]], *,
+                       inputs: Optional[Sequence[Dict]] = None,
                        threshold_db: Optional[float] = None, max_rounds: Optional[int] = None,
                        options: Optional[ConvertOptions] = None, method: str = "minmax",
                        min_agreement: Optional[float] = None, equalize: bool = False,
