@@ -113,17 +113,17 @@ def measure(name: str, calibrate: int, test_count: int, tmp: Path) -> List[Dict[
             target = TARGET if "--min-agreement" in recipe else None
             if target is not None and TOP1_AXIS[name] != -1:
                 continue  # --min-agreement takes top-1 over the last axis: none to reach here
-            # Layers are chosen (and a target measured) on the calibration crops, never on the
-            # crops the row is tested on.
+            # Layers are chosen (and a target judged, on a held-out half) on the calibration
+            # crops, never on the crops the row is tested on.
+            feeds = None if target is not None else [{input_name: s[None]} for s in calib]
             result = quantize_keep_fp16(model_path, qdq, {input_name: calib}, "auto",
-                                        inputs=[{input_name: s[None]} for s in calib],
-                                        min_agreement=target)
+                                        inputs=feeds, min_agreement=target)
             kept = result.kept
             note = "" if target is None else (
                 f" (stages {result.stages_before.get('mrvl', 0)}/"
                 f"{result.stages_before.get('cpu', 0)} -> {result.stages_after.get('mrvl', 0)}/"
-                f"{result.stages_after.get('cpu', 0)}; {_fmt(result.agreement)} on "
-                f"{result.samples} calibration crops, "
+                f"{result.stages_after.get('cpu', 0)}; {_fmt(result.held_out)} on "
+                f"{result.held_out_samples} held-out calibration crops, "
                 f"{'reached' if result.reached else 'NOT reached'})")
             mrvl_convert.convert(onnx.load(str(qdq)), artifact, name=name)
         else:

@@ -95,7 +95,7 @@ def _check_args(args: argparse.Namespace) -> _Request:
     except OptionError as exc:
         raise UsageError(f"--input-shape: {exc}") from None
     options = convert_options(args, estimate, quantization(args))
-    keep_fp16 = keep_fp16_per_model(models, args, options)
+    keep_fp16 = keep_fp16_per_model(models, args, options, common, own)
     options, keep_fp32 = keep_fp32_options(models, args, options, verify,
                                            {**common, **own[0]})
     prepare_out_dir(args.output)

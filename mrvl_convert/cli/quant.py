@@ -11,7 +11,7 @@ import tempfile
 import warnings
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mrvl_convert.batch.outcome import BatchResult
 from mrvl_convert.errors import CalibrationWarning, OptionError
@@ -27,11 +27,13 @@ def add_quant_args(parser: argparse.ArgumentParser) -> None:
                              "quant/dequant layers (repeatable); 'auto': the layers whose "
                              "isolated SNR is below --snr-threshold, worst first, up to 3 rounds")
     parser.add_argument("--min-agreement", type=float, default=None, metavar="P",
-                        help="--keep-fp16 auto: go on trying layers in fp16 (worst isolated "
-                             "SNR first, up to 8 tries; one that lowers the agreement is "
-                             "dropped) until the int8 artifact's top-1 agreement with the fp32 "
-                             "model (last axis of each output, on calibration samples) reaches "
-                             "P, e.g. 0.99; says so if it does not")
+                        help="--keep-fp16 auto: search for the layers to keep in fp16 until the "
+                             "int8 artifact's top-1 agreement with the fp32 model (last axis of "
+                             "each output) reaches P, e.g. 0.95: half the calibration samples "
+                             "rank the layers (most noise per MAC first) and choose them (up "
+                             "to 8 tries; one that does not help is dropped), the other half "
+                             "judges; the line gives both figures, the int8 MAC share and the "
+                             "subgraphs, and says so if the held-out figure misses P")
     parser.add_argument("--equalize", action="store_true",
                         help="--quantize: cross-layer weight equalization of the float model "
                              "first (Conv -> [Relu] -> Conv pairs, where it is exact)")
@@ -84,18 +86,40 @@ def _check_recipe_args(args: argparse.Namespace) -> None:
                           "e.g. 0.99")
 
 
-def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: ConvertOptions
+def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: ConvertOptions,
+                        common: Optional[Mapping[str, List[int]]] = None,
+                        own: Optional[Sequence[Mapping[str, List[int]]]] = None
                         ) -> Optional[Dict[str, Quantization]]:
     """With ``--keep-fp16``, per model (its path as given) ``options.quantize`` naming the
-    nodes it keeps in float (``auto`` chooses them here, converting with ``options``); None
+    nodes it keeps in float (``auto`` chooses them here, converting with ``options`` and the
+    input shapes the model's own conversion takes: ``common`` to every model that has the
+    input, ``own[k]`` to ``models[k]``, as ``batch.shapes_per_model`` splits them); None
     without."""
     if not args.keep_fp16 or options.quantize is None:
         return None
     chosen = {}
-    for model in models:
-        kept, auto = _keep_fp16(model, args, options)
+    for k, model in enumerate(models):
+        shapes = _shapes_of(model, common or {}, (own or [{}] * len(models))[k],
+                            len(models) > 1)
+        kept, auto = _keep_fp16(model, args, replace(options, shapes=shapes or None))
         chosen[str(model)] = replace(options.quantize, keep_fp16=kept, keep_fp16_auto=auto)
     return chosen
+
+
+def _shapes_of(model: Path, common: Mapping[str, List[int]], own: Mapping[str, List[int]],
+               batch: bool) -> Dict[str, List[int]]:
+    """The shapes ``model`` is converted with: in a batch, the all-model overrides naming one
+    of its inputs (the others are ignored, as the batch worker ignores them), then its own."""
+    shapes = dict(common)
+    if shapes and batch:
+        import onnx
+        try:
+            inputs = {i.name for i in onnx.load_model(str(model),
+                                                      load_external_data=False).graph.input}
+        except Exception:  # not ONNX: the conversion says so in its own words
+            inputs = set(shapes)
+        shapes = {k: v for k, v in shapes.items() if k in inputs}
+    return {**shapes, **own}
 
 
 def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
@@ -104,7 +128,7 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
     with ``auto`` those its rounds of quantize, convert and analyse choose."""
     from mrvl_convert.quantize.keep import AUTO, named_copy
     from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
-    from mrvl_convert.quantize.recipe import load_calibration
+    from mrvl_convert.quantize.recipe import calibration_choice, load_calibration
 
     if AUTO not in args.keep_fp16:  # checked here, quantized in the worker
         named_copy(model, None, args.keep_fp16)
@@ -116,6 +140,9 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
         # said once, from the manifest of the conversion that follows (cli/notices.py)
         warnings.simplefilter("ignore", CalibrationWarning)
         calibration = load_calibration(args.calibration, model)
+    # Only the samples that calibrate the artifact: those held out for --verify (issue 40)
+    # choose nothing here either.
+    calibration, _ = calibration_choice(calibration, list(calibration))
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
         result = quantize_keep_fp16(model, Path(folder) / model.name,
                                     calibration, args.keep_fp16,

@@ -2,24 +2,41 @@
 
 The named float-model nodes (or, with ``auto``, the op nodes of the layers whose isolated SNR
 is below the threshold, worst first, one Conv2D or FC layer a round for a bounded number of
-rounds) are left out of quantization (``quantize_static``'s ``nodes_to_exclude``). The QDQ model then has a
-float op between a DequantizeLinear and a QuantizeLinear: the converter makes it an fp16 Mrvl
-layer with ``quant`` layers at the region boundary (int8 -> float32 in front, float32 -> int8
-after), in the same accelerator stage. The float rules of Conv, Gemm and MatMul take a
-dequantized input as they take any float32 one; the elementwise float rules refuse to sit
-inside an int8 region (``float_region``), which does not arise here since an excluded node
-has no QDQ pair around its own output.
+rounds) are left out of quantization (``quantize_static``'s ``nodes_to_exclude``). The QDQ
+model then has a float op between a DequantizeLinear and a QuantizeLinear: the converter makes
+it an fp16 Mrvl layer with ``quant`` layers at the region boundary (int8 -> float32 in front,
+float32 -> int8 after), in the same accelerator stage. The float rules of Conv, Gemm and
+MatMul take a dequantized input as they take any float32 one; the elementwise float rules
+refuse to sit inside an int8 region (``float_region``), which does not arise here since an
+excluded node has no QDQ pair around its own output.
 
-With a target top-1 agreement (``min_agreement``, ``--min-agreement``) ``auto`` goes on past the
-threshold: each round tries the worst int8 compute layer by isolated SNR, whatever its SNR, and
-keeps it in float if the artifact's top-1 agreement with the fp32 model (``tune/agreement.py``)
-does not fall, until the agreement reaches the target, no candidate is left or the rounds run
-out (``DEFAULT_TARGET_ROUNDS``); not reaching it is an outcome the result states (``reached``),
-not an error.
+With a target top-1 agreement (``min_agreement``, ``--min-agreement``) ``auto`` is a search
+judged out of sample (issue 40): the calibration samples are split once
+(``core.samples.remedy_split``); the **choice** part calibrates every trial model, ranks the
+layers and decides each step, the **held-out** part only judges, so the figure reported is on
+samples that chose nothing.
+
+- rank: every int8 Conv2D/FC layer by its gain per multiply-accumulate kept in fp16, the gain
+  being the noise power its isolated SNR says it adds (``verify/quant_analysis.py``), measured
+  on the choice samples;
+- add greedily in that order: a layer is kept if the artifact on the choice samples gets
+  better (top-1 agreement, ties told apart by the SNR of the outputs against fp32,
+  ``tune/agreement.py``), else dropped; until the agreement on the choice samples reaches the
+  target, the candidates run out or ``max_rounds`` tries are spent;
+- judge: the agreement of the kept model on the held-out samples. ``reached`` is that figure
+  against the target; not reaching it is an outcome the result states, not an error. Each
+  step's held-out figure is recorded too (the curve of agreement against int8 MAC share), but
+  never decides anything.
 
 The float model's nodes are named first (``load.name_nodes``), as the converter names them, so
 that the names ``--keep-fp16`` takes, the names the report gives and the names
 ``quantize_static`` matches are the same ones.
+
+- requires: a float model, its calibration samples (with a target: at least 2, and an output
+  with a last axis of 2 or more), the conversion options its trial models take (shapes);
+- ensures: ``out`` is the QDQ model with ``result.kept`` left in float (with a target: the
+  kept model the verdict is of, calibrated on the choice samples); with a target, ``reached``
+  and every figure reported on the held-out samples come from samples that decided nothing.
 """
 from __future__ import annotations
 
@@ -35,9 +52,13 @@ import numpy as np
 from mrvl_convert.convert import convert_with
 from mrvl_convert.errors import OptionError
 from mrvl_convert.options import ConvertOptions
-from mrvl_convert.quantize.keep import AUTO, analysis_feeds, named_copy
+from mrvl_convert.core.macs import node_macs
+from mrvl_convert.core.samples import remedy_split
+from mrvl_convert.frontend.load import load_model
+from mrvl_convert.quantize.keep import ANALYSIS_SAMPLES, AUTO, analysis_feeds, named_copy
 from mrvl_convert.quantize.recipe import quantize_int8
-from mrvl_convert.tune.agreement import describe, stage_counts, top1_agreement
+from mrvl_convert.tune.agreement import (Agreement, describe, measure, reference_outputs,
+                                         stage_counts)
 from mrvl_convert.verify.quant_analysis import (DEFAULT_THRESHOLD_DB, KEEPABLE_LAYERS,
                                                 QuantAnalysis, analyze_quantization)
 from mrvl_convert.verify.quant_report import LayerQuality
@@ -49,20 +70,29 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 @dataclass
 class Round:
-    """One ``auto`` round: the worst layer found and the float-model nodes it gave back."""
+    """One ``auto`` round: the layer tried and the float-model nodes it gave back. With a
+    target also what the trial measured: on the choice samples (``agreement``, ``snr_db``;
+    these decide ``accepted``) and on the held-out ones (``held_out``: information only), and
+    the int8 MAC share with this layer's nodes in float too."""
 
     layer: str
     layer_name: str
     isolated_snr_db: float
     nodes: List[str]
-    agreement: Optional[float] = None  # with a target: the artifact's with this layer tried
-    accepted: bool = True  # with a target: False if the agreement fell, the layer not kept
+    agreement: Optional[float] = None
+    accepted: bool = True
+    held_out: Optional[float] = None
+    snr_db: Optional[float] = None
+    macs: int = 0
+    int8_mac_share: Optional[float] = None
 
 
 @dataclass
 class KeepFp16Result:
     """The QDQ model written, the float-model nodes left in float, the ``auto`` rounds and
-    the analysis of the last conversion (``auto`` only)."""
+    the analysis of the last conversion (``auto`` only). With a target: the figures of the
+    int8 model alone (``*_before``) and of the kept one, on the choice samples
+    (``agreement``) and the held-out ones (``held_out``, the verdict)."""
 
     model: Path
     kept: List[str]
@@ -74,36 +104,62 @@ class KeepFp16Result:
     samples: int = 0
     stages_before: Dict[str, int] = field(default_factory=dict)
     stages_after: Dict[str, int] = field(default_factory=dict)
+    held_out_before: Optional[float] = None
+    held_out: Optional[float] = None
+    held_out_samples: int = 0
+    int8_mac_share_before: Optional[float] = None
+    int8_mac_share: Optional[float] = None
+    snr_db: Optional[float] = None
 
     @property
     def reached(self) -> bool:
-        """Whether the final model's agreement reaches ``min_agreement`` (False without one)."""
-        return (self.min_agreement is not None and self.agreement is not None
-                and self.agreement >= self.min_agreement)
+        """Whether the held-out agreement reaches ``min_agreement`` (False without one)."""
+        return (self.min_agreement is not None and self.held_out is not None
+                and self.held_out >= self.min_agreement)
+
+    @property
+    def added(self) -> List[Round]:
+        return [r for r in self.rounds if r.accepted]
 
     def to_dict(self) -> Dict[str, object]:
         """What the target cost, for the manifest's ``quantization.keep_fp16_auto``."""
-        return {"min_agreement": self.min_agreement, "agreement": self.agreement,
-                "agreement_before": self.agreement_before, "reached": self.reached,
-                "layers": [r.layer for r in self.rounds if r.accepted],
-                "nodes": [n for r in self.rounds if r.accepted for n in r.nodes],
+        return {"min_agreement": self.min_agreement, "reached": self.reached,
+                "held_out": self.held_out, "held_out_before": self.held_out_before,
+                "held_out_samples": self.held_out_samples,
+                "agreement": self.agreement, "agreement_before": self.agreement_before,
+                "samples": self.samples,
+                "int8_mac_share": self.int8_mac_share,
+                "int8_mac_share_before": self.int8_mac_share_before,
+                "layers": [r.layer for r in self.added],
+                "nodes": [n for r in self.added for n in r.nodes],
                 "rejected": [r.layer for r in self.rounds if not r.accepted],
                 "rounds": len(self.rounds),
-                "agreement_per_round": [r.agreement for r in self.rounds],
-                "samples": self.samples, "stages_before": dict(self.stages_before),
+                "steps": [{"layer": r.layer, "nodes": list(r.nodes), "accepted": r.accepted,
+                           "agreement": r.agreement,
+                           "held_out": r.held_out, "snr_db": r.snr_db,
+                           "int8_mac_share": r.int8_mac_share} for r in self.rounds],
+                "stages_before": dict(self.stages_before),
                 "stages_after": dict(self.stages_after)}
 
     def summary(self) -> str:
-        """One line: the target, the agreement reached, the layers and stages it cost."""
+        """One line: the target, the held-out figure (the verdict) and the choice one, the
+        layers kept, the int8 MAC share and the subgraphs."""
         if self.min_agreement is None:
             return ""
-        before = "-" if self.agreement_before is None else f"{self.agreement_before:.4f}"
-        added = [r for r in self.rounds if r.accepted]
-        nodes = ", ".join(n for r in added for n in r.nodes) or "none"
-        return (f"{describe(self.agreement, self.min_agreement, self.reached)} (int8 alone "
-                f"{before}, {self.samples} sample(s)); {len(added)} layer(s) added in fp16 "
-                f"({nodes}), {len(self.rounds) - len(added)} tried and dropped (agreement "
-                f"fell); stages {_stages(self.stages_before)} -> {_stages(self.stages_after)}")
+        nodes = ", ".join(n for r in self.added for n in r.nodes) or "none"
+        share = "-" if self.int8_mac_share is None else f"{self.int8_mac_share:.3f}"
+        return (f"{describe(self.held_out, self.min_agreement, self.reached)} on "
+                f"{self.held_out_samples} held-out sample(s) (int8 alone "
+                f"{_fmt(self.held_out_before)}); on the {self.samples} sample(s) that chose the "
+                f"layers {_fmt(self.agreement)} (int8 alone {_fmt(self.agreement_before)}); "
+                f"{len(self.added)} layer(s) kept in fp16 ({nodes}), "
+                f"{len(self.rounds) - len(self.added)} tried and dropped; int8 MAC share "
+                f"{share}; subgraphs {_stages(self.stages_before)} -> "
+                f"{_stages(self.stages_after)}")
+
+
+def _fmt(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.4f}"
 
 
 def _stages(counts: Mapping[str, int]) -> str:
@@ -111,67 +167,76 @@ def _stages(counts: Mapping[str, int]) -> str:
 
 
 def quantize_keep_fp16(model: PathLike, out: PathLike, calibration: Mapping[str, np.ndarray],
-                       keep_fp16: Union[str, Sequence[str]], *, inputs: Optional[Sequence[Dict]] = None,
+                       keep_fp16: Union[str, Sequence[str]], *,
+                       inputs: Optional[Sequence[Dict]] = None,
                        threshold_db: Optional[float] = None, max_rounds: Optional[int] = None,
                        options: Optional[ConvertOptions] = None, method: str = "minmax",
                        min_agreement: Optional[float] = None, equalize: bool = False,
                        bias_correction: bool = False) -> KeepFp16Result:
     """``model`` quantized to ``out`` as ``quantize_int8`` does, but the nodes ``keep_fp16``
     names left in float, and with ``"auto"`` among them, the worst layers too (module
-    docstring). ``inputs``: the feeds the ``auto`` analysis runs (default: calibration
-    samples); ``options``: the options of its conversions (of a QDQ model: their
-    ``quantize`` is not used); ``method``: the calibration method
-    (``quantize.CALIBRATION_METHODS``); ``min_agreement``: the top-1 agreement with the fp32
-    model ``auto`` keeps layers until (module docstring; ``max_rounds`` then defaults to
-    ``DEFAULT_TARGET_ROUNDS``); ``equalize``, ``bias_correction``: as ``quantize_int8``."""
+    docstring). ``inputs``: the feeds the ``auto`` analysis runs without a target (default:
+    calibration samples); ``options``: the options of its conversions (of a QDQ model: their
+    ``quantize`` is not used; their ``shapes`` fix the model's free dims); ``method``: the
+    calibration method (``quantize.CALIBRATION_METHODS``); ``min_agreement``: the top-1
+    agreement with the fp32 model ``auto`` searches for, judged on held-out calibration
+    samples (module docstring; ``max_rounds`` then defaults to ``DEFAULT_TARGET_ROUNDS``;
+    ``out`` is then calibrated on the choice samples, the model the verdict is of);
+    ``equalize``, ``bias_correction``: as ``quantize_int8``."""
     if isinstance(keep_fp16, str):
         keep_fp16 = [keep_fp16]  # one name, not its letters
-    _check_target(min_agreement, AUTO in keep_fp16)
+    _check_target(min_agreement, AUTO in keep_fp16, inputs)
     if max_rounds is None:
         max_rounds = DEFAULT_ROUNDS if min_agreement is None else DEFAULT_TARGET_ROUNDS
     if max_rounds < 0:
         raise OptionError(f"max_rounds must be >= 0, got {max_rounds}")
     out = Path(out)
+    options = replace(options or ConvertOptions(), quantize=None)
     with tempfile.TemporaryDirectory(prefix="mrvl_keep_fp16_") as tmp:
         named = Path(tmp) / Path(model).name
         auto = AUTO in keep_fp16
         kept = [n for n in keep_fp16 if n != AUTO]
         named_copy(model, named, kept)
+        result = KeepFp16Result(out, kept, min_agreement=min_agreement)
+        threshold = DEFAULT_THRESHOLD_DB if threshold_db is None else threshold_db
+        if auto and min_agreement is not None:
+            _search(result, named, calibration, threshold, max_rounds, options, Path(tmp),
+                    functools.partial(quantize_int8, method=method, equalize=equalize,
+                                      bias_correction=bias_correction))
+            return result
         quantize = functools.partial(quantize_int8, named, out, calibration, method=method,
                                      equalize=equalize, bias_correction=bias_correction)
         quantize(exclude=kept)
-        result = KeepFp16Result(out, kept, min_agreement=min_agreement)
         if auto:
-            threshold = DEFAULT_THRESHOLD_DB if threshold_db is None else threshold_db
             feeds = list(inputs) if inputs is not None else analysis_feeds(named, calibration)
-            _auto(result, named, quantize, feeds, threshold, max_rounds,
-                  replace(options or ConvertOptions(), quantize=None), Path(tmp))
+            _auto(result, named, quantize, feeds, threshold, max_rounds, options, Path(tmp))
     return result
 
 
-def _check_target(min_agreement: Optional[float], auto: bool) -> None:
+def _check_target(min_agreement: Optional[float], auto: bool, inputs: Optional[Sequence]
+                  ) -> None:
     if min_agreement is None:
         return
     if not auto:
         raise OptionError("min_agreement (--min-agreement) is only used with keep_fp16 'auto'")
     if not 0.0 < min_agreement <= 1.0:
         raise OptionError(f"min_agreement must be in (0, 1], got {min_agreement}")
+    if inputs is not None:
+        raise OptionError("min_agreement: the search chooses on one part of the calibration "
+                          "samples and judges on the other; it takes no other inputs")
 
 
 def _auto(result: KeepFp16Result, named: Path, quantize: Callable[..., Path],
           feeds: List[Dict], threshold: float, max_rounds: int, options: ConvertOptions,
           tmp: Path) -> None:
-    """Convert, analyse, give the worst compute layer below the threshold back to float,
-    quantize again; at most ``max_rounds`` times. The last analysis is the final model's.
-    With a target: ``_auto_target``."""
-    if result.min_agreement is not None:
-        _auto_target(result, named, quantize, feeds, threshold, max_rounds, options, tmp)
-        return
+    """Without a target: convert, analyse, give the worst compute layer below the threshold
+    back to float, quantize again; at most ``max_rounds`` times. The last analysis is the
+    final model's."""
     for k in range(max_rounds + 1):
         artifact = tmp / f"round{k}"
         convert_with(result.model, artifact, options)
         result.analysis = analyze_quantization(named, artifact, feeds, threshold_db=threshold)
-        worst = _candidate(result, set()) if k < max_rounds else None
+        worst = _candidate(result.analysis, result.kept) if k < max_rounds else None
         if worst is None:
             break
         result.rounds.append(_round(worst))
@@ -179,63 +244,133 @@ def _auto(result: KeepFp16Result, named: Path, quantize: Callable[..., Path],
         quantize(exclude=result.kept)
 
 
-def _auto_target(result: KeepFp16Result, named: Path, quantize: Callable[..., Path],
-                 feeds: List[Dict], threshold: float, max_rounds: int,
-                 options: ConvertOptions, tmp: Path) -> None:
-    """Each round tries the next layer (worst isolated SNR first in the analysis of the model
-    kept so far) and keeps it only if the agreement does not fall: a layer's own SNR does not
-    say how the argmax fares, and with it in float its neighbours' scales change. Ends at the
-    target, with no candidate left or after ``max_rounds`` tries; the model written is the
-    best one (its kept nodes, agreement and stages the result's)."""
-    artifact = tmp / "round0"
-    convert_with(result.model, artifact, options)
-    result.analysis = analyze_quantization(named, artifact, feeds, threshold_db=threshold)
-    result.agreement_before = result.agreement = _agreement(named, artifact, feeds, result)
-    result.stages_before = result.stages_after = stage_counts(artifact)
-    tried: set = set()
-    for k in range(1, max_rounds + 1):
-        worst = None if result.reached else _candidate(result, tried)
-        if worst is None:
+@dataclass
+class _Trial:
+    """Converts a QDQ model of ``named`` with some nodes in float and measures it on both
+    splits against the fp32 outputs computed once."""
+
+    named: Path
+    out: Path
+    quantize: Callable[..., Path]
+    options: ConvertOptions
+    tmp: Path
+    choose: List[Dict]
+    judge: List[Dict]
+    references: tuple
+    count: int = 0
+
+    def run(self, kept: Sequence[str]) -> tuple:
+        """(choice Agreement, held-out Agreement, stages, artifact) of ``kept`` in float."""
+        self.quantize(exclude=list(kept))
+        artifact = self.tmp / f"trial{self.count}"
+        self.count += 1
+        convert_with(self.out, artifact, self.options)
+        return (measure(artifact, self.choose, self.references[0]),
+                measure(artifact, self.judge, self.references[1]), stage_counts(artifact),
+                artifact)
+
+
+def _search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndarray],
+            threshold: float, max_rounds: int, options: ConvertOptions, tmp: Path,
+            quantize_with: Callable[..., Path]) -> None:
+    """The held-out search (module docstring)."""
+    choose_cal, judge_cal = _split(calibration, named)
+    choose = analysis_feeds(named, choose_cal, count=_count(choose_cal))
+    judge = analysis_feeds(named, judge_cal, count=_count(judge_cal))
+    trial = _Trial(named, result.model, functools.partial(quantize_with, named, result.model,
+                                                          choose_cal),
+                   options, tmp, choose, judge,
+                   (reference_outputs(named, choose), reference_outputs(named, judge)))
+    macs = _node_macs(named, choose[0])
+    total = sum(macs.values())
+    best, held, stages, artifact = trial.run(result.kept)
+    _need_top1(best)
+    result.agreement_before, result.held_out_before = best.value, held.value
+    result.samples, result.held_out_samples = _samples(choose), _samples(judge)
+    result.stages_before = result.stages_after = stages
+    result.int8_mac_share_before = _share(result.kept, macs, total)
+    result.analysis = analyze_quantization(named, artifact, choose[:ANALYSIS_SAMPLES],
+                                           threshold_db=threshold)
+    ranked = _ranked(result.analysis, result.kept, macs)
+    for row in ranked[:max_rounds]:
+        if best.value is not None and best.value >= result.min_agreement:
             break
-        tried.add(tuple(worst.op_nodes))
-        trial = result.kept + [n for n in worst.op_nodes if n not in result.kept]
-        quantize(exclude=trial)
-        artifact = tmp / f"round{k}"
-        convert_with(result.model, artifact, options)
-        result.rounds.append(_round(worst, _agreement(named, artifact, feeds, result)))
-        if result.rounds[-1].agreement >= result.agreement:
-            result.kept, result.agreement = trial, result.rounds[-1].agreement
-            result.stages_after = stage_counts(artifact)
-            result.analysis = analyze_quantization(named, artifact, feeds,
-                                                   threshold_db=threshold)
-        else:
-            result.rounds[-1].accepted = False
+        tried = result.kept + [n for n in row.op_nodes if n not in result.kept]
+        got, held_k, stages_k, _ = trial.run(tried)
+        step = _round(row, got.value)
+        step.held_out, step.snr_db = held_k.value, got.snr_db
+        step.macs, step.int8_mac_share = _layer_macs(row, macs), _share(tried, macs, total)
+        step.accepted = got.key() > best.key()
+        result.rounds.append(step)
+        if step.accepted:
+            result.kept, best, held, result.stages_after = tried, got, held_k, stages_k
     if result.rounds and not result.rounds[-1].accepted:
-        quantize(exclude=result.kept)  # the model written is the best one's
+        trial.quantize(exclude=result.kept)  # the model written is the kept one
+    result.agreement, result.held_out, result.snr_db = best.value, held.value, best.snr_db
+    result.int8_mac_share = _share(result.kept, macs, total)
+
+
+def _split(calibration: Mapping[str, np.ndarray], named: Path
+           ) -> "tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]":
+    """The calibration samples as (choice, held-out) parts, by ``remedy_split``."""
+    arrays = {k: np.asarray(v) for k, v in calibration.items()}
+    count = min((len(a) for a in arrays.values()), default=0)
+    if count < 2:
+        raise OptionError(f"min_agreement: {named.name} has {count} calibration sample(s); "
+                          "the search needs at least 2, to hold some out of the choice")
+    return remedy_split(count).take_stacked({k: a[:count] for k, a in arrays.items()})
+
+
+def _count(calibration: Mapping[str, np.ndarray]) -> int:
+    return min(len(a) for a in calibration.values())
+
+
+def _samples(feeds: Sequence[Mapping[str, np.ndarray]]) -> int:
+    return sum(len(next(iter(f.values()))) for f in feeds if f)
+
+
+def _need_top1(agreement: Agreement) -> None:
+    if agreement.value is None:
+        raise OptionError("min_agreement: the model has no output with a last axis of 2 or "
+                          "more to take a top-1 agreement over")
+
+
+def _node_macs(named: Path, feed: Mapping[str, np.ndarray]) -> Dict[str, int]:
+    """Multiply-accumulates of each node of the float model at the feed's shapes."""
+    import onnx_graphsurgeon as gs
+    loaded = load_model(named, shapes={k: list(np.shape(v)) for k, v in feed.items()})
+    return {n.name: node_macs(n) for n in gs.import_onnx(loaded.proto).nodes}
+
+
+def _share(kept: Sequence[str], macs: Mapping[str, int], total: int) -> Optional[float]:
+    """The share of the model's multiply-accumulates not kept in float."""
+    if not total:
+        return None
+    return 1.0 - sum(macs.get(n, 0) for n in set(kept)) / total
+
+
+def _layer_macs(row: LayerQuality, macs: Mapping[str, int]) -> int:
+    return sum(macs.get(n, 0) for n in row.op_nodes)
+
+
+def _ranked(analysis: QuantAnalysis, kept: Sequence[str], macs: Mapping[str, int]
+            ) -> List[LayerQuality]:
+    """The int8 compute layers not kept, by the noise their isolated SNR says they add per
+    multiply-accumulate they would take to fp16, most first."""
+    rows = [r for r in analysis.rows if r.isolated_snr_db is not None
+            and r.layer_name in KEEPABLE_LAYERS and r.dtype == "int8" and r.op_nodes
+            and not set(r.op_nodes) <= set(kept)]
+    return sorted(rows, key=lambda r: -10 ** (-r.isolated_snr_db / 10)
+                  / max(_layer_macs(r, macs), 1))
 
 
 def _round(row: LayerQuality, agreement: Optional[float] = None) -> Round:
     return Round(row.layer, row.layer_name, row.isolated_snr_db, list(row.op_nodes), agreement)
 
 
-def _agreement(named: Path, artifact: Path, feeds: List[Dict], result: KeepFp16Result
-               ) -> float:
-    """The artifact's top-1 agreement with the float model (an OptionError if it has none)."""
-    agreement = top1_agreement(named, artifact, feeds)
-    if agreement.value is None:
-        raise OptionError("min_agreement: the model has no output with a last axis of 2 or "
-                          "more to take a top-1 agreement over")
-    result.samples = agreement.samples
-    return agreement.value
-
-
-def _candidate(result: KeepFp16Result, tried: set) -> Optional[LayerQuality]:
-    """The next layer to give back: worst isolated SNR first, among those below the threshold
-    (without a target) or all int8 compute layers neither kept nor tried (with one)."""
-    analysis = result.analysis
-    rows = analysis.below_isolated if result.min_agreement is None else sorted(
-        (r for r in analysis.rows if r.isolated_snr_db is not None),
-        key=lambda r: r.isolated_snr_db)
-    return next((r for r in rows if r.layer_name in KEEPABLE_LAYERS and r.dtype == "int8"
-                 and r.op_nodes and not set(r.op_nodes) <= set(result.kept)
-                 and tuple(r.op_nodes) not in tried), None)
+def _candidate(analysis: QuantAnalysis, kept: Sequence[str]) -> Optional[LayerQuality]:
+    """The next layer to give back without a target: worst isolated SNR first, among those
+    below the threshold."""
+    return next((r for r in analysis.below_isolated if r.layer_name in KEEPABLE_LAYERS
+                 and r.dtype == "int8" and r.op_nodes and not set(r.op_nodes) <= set(kept)),
+                None)
