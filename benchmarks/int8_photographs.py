@@ -45,7 +45,9 @@ TOP1_AXIS: Dict[str, Optional[int]] = {"mobilenet_v2": -1, "mobilenet_v3_small":
                                        "prelu_net": None, "unet": 1}
 
 
-def _session(path: Path, qdq_as_written: bool = False) -> ort.InferenceSession:
+def ort_session(path: Path, qdq_as_written: bool = False) -> ort.InferenceSession:
+    """onnxruntime on the CPU; ``qdq_as_written``: the QDQ model run as written (no fused
+    int8 kernels), as the int8 layers are simulated."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     if qdq_as_written:
@@ -73,7 +75,7 @@ def _artifact_row(name: str, recipe: str, artifact: Path, qdq_file: Path, test: 
                   fp32: np.ndarray, input_name: str, kept: str) -> Dict[str, object]:
     session = mrvl_convert.HybridSession(artifact)
     hybrid = _run(lambda x: session.run(None, {input_name: x})[0], test)
-    reference = _session(qdq_file, qdq_as_written=True)
+    reference = ort_session(qdq_file, qdq_as_written=True)
     qdq = _run(lambda x: reference.run(None, {input_name: x})[0], test)
     kinds = [s["kind"] for s in _stages(artifact)]
     cos = _cosines(hybrid, fp32)
@@ -101,7 +103,7 @@ def measure(name: str, calibrate: int, test_count: int, tmp: Path) -> List[Dict[
     test = photographs.samples(test_count, shape[-1], seed=2)
     model_path = tmp / f"{name}.onnx"
     onnx.save(model, str(model_path))
-    fp32_session = _session(model_path)
+    fp32_session = ort_session(model_path)
     fp32 = _run(lambda x: fp32_session.run(None, {input_name: x})[0], test)
     rows = []
     for recipe in RECIPES:

@@ -57,6 +57,7 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
 import photographs  # noqa: E402
+from int8_photographs import ort_session  # noqa: E402
 
 import mrvl_convert  # noqa: E402
 from mrvl_convert.options import ConvertOptions  # noqa: E402
@@ -244,14 +245,6 @@ MODELS = {
 }
 
 
-def _session(path: Path, qdq_as_written: bool = False) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    if qdq_as_written:
-        options.add_session_config_entry("session.disable_quant_qdq", "1")
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-
-
 def _run(run_one: Callable[[np.ndarray], np.ndarray], inputs: np.ndarray) -> np.ndarray:
     return np.concatenate([run_one(sample[None]) for sample in inputs])
 
@@ -294,7 +287,7 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
     shapes = {model.input_name: list(model.shape)}
     calib = model.data(calibrate, 1)
     test = model.data(test_count, 2)
-    fp32_session = _session(path)
+    fp32_session = ort_session(path)
     fp32 = _run(lambda x: fp32_session.run(None, {model.input_name: x})[0], test)
     out: Dict[str, object] = {"model": model.name, "wheel": model.wheel, "measure": model.measure,
                               "file": Path(model.member).name, "calibrate": calibrate,
@@ -397,7 +390,7 @@ def _hand(model: Model, path: Path, calib: np.ndarray, test: np.ndarray, fp32: n
 
 
 def _ort_top1(qdq: Path, test: np.ndarray, fp32: np.ndarray) -> np.ndarray:
-    session = _session(qdq, qdq_as_written=True)
+    session = ort_session(qdq, qdq_as_written=True)
     got = _run(lambda x: session.run(None, {"x": x})[0], test)
     return agreement(got, fp32, "top1")
 

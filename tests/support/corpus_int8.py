@@ -9,7 +9,7 @@ Resize up, Concat skip connections; ``unet_transposed``: the same with ConvTrans
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Callable, List, Mapping
+from typing import Callable, List, Mapping, Tuple
 
 import numpy as np
 import onnx
@@ -63,15 +63,21 @@ def prelu_net(seed: int = 0) -> onnx.ModelProto:
     return net.model([1, 3, 64, 64], y, "prelu_net")
 
 
-def unet(seed: int = 0) -> onnx.ModelProto:
-    """Two levels down (Conv/Relu, MaxPool), two up (nearest Resize x2, Concat with the skip
-    connection, Conv/Relu), a 1x1 head to two classes."""
-    net = _Net(seed)
+def _unet_encoder(net: "_Net") -> Tuple[str, str, str]:
+    """The U-Nets' two levels down (Conv/Relu, MaxPool): the two skip tensors and the middle."""
     e1 = net.op("Relu", [net.conv("x", 3, 8)])
     e2 = net.op("Relu", [net.conv(net.op("MaxPool", [e1], kernel_shape=[2, 2], strides=[2, 2]),
                                   8, 16)])
     mid = net.op("Relu", [net.conv(net.op("MaxPool", [e2], kernel_shape=[2, 2], strides=[2, 2]),
                                    16, 32)])
+    return e1, e2, mid
+
+
+def unet(seed: int = 0) -> onnx.ModelProto:
+    """Two levels down (Conv/Relu, MaxPool), two up (nearest Resize x2, Concat with the skip
+    connection, Conv/Relu), a 1x1 head to two classes."""
+    net = _Net(seed)
+    e1, e2, mid = _unet_encoder(net)
     scales = net.const(np.array([1, 1, 2, 2]))
     up2 = net.op("Concat", [net.op("Resize", [mid, "", scales], mode="nearest"), e2], axis=1)
     d2 = net.op("Relu", [net.conv(up2, 48, 16)])
@@ -84,11 +90,7 @@ def unet_transposed(seed: int = 0) -> onnx.ModelProto:
     """``unet`` with learned upsampling: each nearest Resize x2 is a ConvTranspose (2x2 kernel,
     stride 2, bias) followed by a Relu, as U-Nets are usually written."""
     net = _Net(seed)
-    e1 = net.op("Relu", [net.conv("x", 3, 8)])
-    e2 = net.op("Relu", [net.conv(net.op("MaxPool", [e1], kernel_shape=[2, 2], strides=[2, 2]),
-                                  8, 16)])
-    mid = net.op("Relu", [net.conv(net.op("MaxPool", [e2], kernel_shape=[2, 2], strides=[2, 2]),
-                                   16, 32)])
+    e1, e2, mid = _unet_encoder(net)
     up2 = net.op("Concat", [_up(net, mid, 32, 16), e2], axis=1)
     d2 = net.op("Relu", [net.conv(up2, 32, 16)])
     up1 = net.op("Concat", [_up(net, d2, 16, 8), e1], axis=1)
