@@ -193,8 +193,8 @@ def _transposed_geometry(node: gs.Node) -> Optional[str]:
 
 def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """Both operands of an Add (Mul) are dequantized symmetric per-tensor int8: two activations
-    of the output's shape (with ``broadcast``: the second may broadcast into the first), or one
-    and a constant that broadcasts to it without enlarging it."""
+    of the output's shape (with ``broadcast``: the second, of the output's rank, may broadcast
+    into the first), or one and a constant that broadcasts to it without enlarging it."""
     if len(node.inputs) != 2:
         return {"detail": f"it has {len(node.inputs)} operands"}
     out_shape = static_shape(node.outputs[0])
@@ -213,6 +213,11 @@ def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
         elif not args.get("broadcast"):
             return {"detail": f"operand {tensor.name} {static_shape(tensor)} is broadcast to "
                               f"{out_shape}"}
+        elif len(static_shape(tensor) or ()) != len(out_shape or ()):
+            # The layer lays both activations out in the output's rank (as in float: the
+            # elementwise checks refuse it there too).
+            return {"detail": f"operand {tensor.name} {static_shape(tensor)} has another rank "
+                              f"than the output {out_shape}"}
     if consts > 1:
         return {"detail": "both operands are constants"}
     if full == 0:
