@@ -284,25 +284,8 @@ def check_lut_op(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Det
     """An elementwise function of its first input alone, which a 256-entry table holds. Given a
     MaxPool: the table of the function before it (dequantized input, quantized at the pool's
     output scale) is nondecreasing in the int8 value, so that it commutes with the max."""
-    if node.op == "MaxPool":
-        return _monotone_before_pool(node)
-    issue = lut_issue(node)
+    issue = lut.commutes_with_pool(node) if node.op == "MaxPool" else lut_issue(node)
     return None if issue is None else {"detail": issue}
-
-
-def _monotone_before_pool(pool: gs.Node) -> Details:
-    op = producer(pool.inputs[0])
-    dq = producer(op.inputs[0]) if op is not None and op.inputs else None
-    readers = pool.outputs[0].outputs
-    if dq is None or len(readers) != 1 or readers[0].op != "QuantizeLinear":
-        return {"detail": f"MaxPool {pool.name!r} is not between a function of dequantized int8 "
-                          f"and one QuantizeLinear"}
-    table = lut.table(dq, op, readers[0]).reshape(-1)
-    by_value = np.concatenate([table[128:], table[:128]]).astype(np.int64)  # int8 -128..127
-    if np.any(np.diff(by_value) < 0):
-        return {"detail": f"{op.op} {op.name!r} decreases somewhere on the int8 values: its "
-                          f"table does not commute with the MaxPool after it"}
-    return None
 
 
 def check_qdq_difference(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
