@@ -123,7 +123,7 @@ KIND = LayerKind(
     kernel=Sum2DKernel,
     lower=lower,
     one_of_roles=roles("add", "lut", "layer_norm"),   # lut: the int8 carrier of a LUT (qnn/unary.py)
-    optional_roles=roles("act"),
+    optional_roles=roles("act", "pool"),  # pool: a MaxPool after the LUT (qnn/unary.py)
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),
     quantizable=True,

@@ -1,4 +1,5 @@
-"""BatchNormalization folded into the Conv before it, on a float model about to be quantized.
+"""BatchNormalization folded into the Conv or ConvTranspose before it, on a float model about to
+be quantized.
 
 quantize_static quantizes a ``Conv -> BatchNormalization`` as two int8 layers, and the Marvell int8
 format has no BatchNormalization layer, so every such pair would leave the accelerator. Marvell's
@@ -16,13 +17,20 @@ Each folded weight is the exact product rounded once (relative 2^-24), so an out
 the folded model differs from the unfolded one by at most ``(K + 4) * 2^-23 * sum |W'| |x|``
 over its window (K: the window's fan-in), the usual float32 dot-product bound taken for both
 computations (``tests/system/test_int8_corpus.py`` checks it on onnxruntime).
+
+A ConvTranspose (weight ``[C_in, C_out / group, kH, kW]``) is scaled along its output channels
+the same way; Paddle writes its bias as a separate ``Add`` of a per-channel constant between it
+and the BN (``ConvTranspose -> Add(b) -> BatchNormalization``), which folds into b' as the Conv's
+own bias does. The unfolded model rounds once more (the Add), so the bound there is
+``(K + 5) * 2^-23 * (sum |W'| |x| + |b'|)`` plus the output's own rounding, K the number of
+products summed into the element (``tests/quantize/test_fold_bn_transpose.py``).
 """
 from __future__ import annotations
 
 import contextlib
 import os
 import tempfile
-from typing import AbstractSet, Callable, Dict, Iterator, List, Optional
+from typing import AbstractSet, Callable, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -66,11 +74,12 @@ def fold_batchnorm(model: onnx.ModelProto, keep: AbstractSet[str] = frozenset()
     drop: List[onnx.NodeProto] = []
     for bn in graph.node:
         conv = producers.get(bn.input[0]) if bn.op_type == "BatchNormalization" else None
+        conv, add = _bias_add(conv, producers, inits, consumers, outputs)
         if conv is None or bn.name in keep or not _foldable(conv, bn, inits, consumers, outputs):
             continue
-        _fold(conv, bn, inits, graph)
+        _fold(conv, bn, inits, graph, add)
         conv.output[0] = bn.output[0]
-        drop.append(bn)
+        drop.extend([bn] if add is None else [add, bn])
     for bn in drop:
         graph.node.remove(bn)
     used = {name for node in graph.node for name in node.input}
@@ -88,11 +97,35 @@ def _consumers(graph: onnx.GraphProto) -> Dict[str, int]:
     return counts
 
 
+def _bias_add(node: Optional[onnx.NodeProto], producers: Dict[str, onnx.NodeProto],
+              inits: Dict[str, onnx.TensorProto], consumers: Dict[str, int], outputs: set
+              ) -> "Tuple[Optional[onnx.NodeProto], Optional[onnx.NodeProto]]":
+    """(the convolution, the Add of its per-channel bias or None) before a BN: ``node`` itself,
+    or the ConvTranspose an ``Add(convT, b)`` reads, b a constant of one value per channel
+    (shape [C, 1, 1] or [1, C, 1, 1]) and the ConvTranspose read only by the Add."""
+    if node is None or node.op_type != "Add" or len(node.input) != 2:
+        return node, None
+    conv = producers.get(node.input[0])
+    bias = inits.get(node.input[1])
+    if conv is None or conv.op_type != "ConvTranspose" or bias is None:
+        return None, None
+    channels = [d for d in bias.dims]
+    if len(channels) not in (3, 4) or any(d != 1 for d in channels[-2:]) or \
+            (len(channels) == 4 and channels[0] != 1) or node.output[0] in outputs or \
+            consumers.get(node.output[0], 0) != 1 or bias.data_type != onnx.TensorProto.FLOAT:
+        return None, None
+    return conv, node
+
+
 def _foldable(conv: onnx.NodeProto, bn: onnx.NodeProto, inits: Dict[str, onnx.TensorProto],
               consumers: Dict[str, int], outputs: set) -> bool:
-    """A plain Conv whose only reader is this inference-mode BN, every parameter constant."""
-    if conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or len(bn.output) != 1:
+    """A plain Conv or ConvTranspose (no output_shape) whose only reader is this inference-mode
+    BN (or the bias Add before it), every parameter constant."""
+    if conv.op_type not in ("Conv", "ConvTranspose") or conv.domain not in ("", "ai.onnx") \
+            or len(bn.output) != 1:
         return False
+    if any(a.name == "output_shape" for a in conv.attribute):
+        return False  # the pads it implies are not the attribute's; left as it is
     if consumers.get(conv.output[0], 0) != 1 or conv.output[0] in outputs:
         return False
     params = list(conv.input[1:]) + list(bn.input[1:5])
@@ -103,7 +136,7 @@ def _foldable(conv: onnx.NodeProto, bn: onnx.NodeProto, inits: Dict[str, onnx.Te
 
 
 def _fold(conv: onnx.NodeProto, bn: onnx.NodeProto, inits: Dict[str, onnx.TensorProto],
-          graph: onnx.GraphProto) -> None:
+          graph: onnx.GraphProto, add: Optional[onnx.NodeProto] = None) -> None:
     gamma, beta, mean, var = (numpy_helper.to_array(inits[n]).astype(np.float64)
                               for n in bn.input[1:5])
     eps = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
@@ -113,8 +146,10 @@ def _fold(conv: onnx.NodeProto, bn: onnx.NodeProto, inits: Dict[str, onnx.Tensor
     bias: Optional[np.ndarray] = None
     if len(conv.input) > 2 and conv.input[2]:
         bias = numpy_helper.to_array(inits[conv.input[2]]).astype(np.float64)
-    shape = [-1] + [1] * (weight.ndim - 1)
-    new_weight = (weight * scale.reshape(shape)).astype(np.float32)
+    if add is not None:
+        added = numpy_helper.to_array(inits[add.input[1]]).astype(np.float64).reshape(-1)
+        bias = added if bias is None else bias + added
+    new_weight = _scaled(conv, weight, scale).astype(np.float32)
     new_bias = (((bias if bias is not None else 0.0) - mean) * scale + beta).astype(np.float32)
     base = conv.name or conv.output[0]
     names = (f"{base}_bn_folded_W", f"{base}_bn_folded_B")
@@ -122,6 +157,17 @@ def _fold(conv: onnx.NodeProto, bn: onnx.NodeProto, inits: Dict[str, onnx.Tensor
                               numpy_helper.from_array(new_bias, names[1])])
     del conv.input[1:]
     conv.input.extend(names)
+
+
+def _scaled(conv: onnx.NodeProto, weight: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The weight times ``scale`` along its output channels: axis 0 of a Conv's [O, I/g, ...];
+    a ConvTranspose's [I, O/g, ...] holds output channel k * O/g + j at [k * I/g + i, j]."""
+    if conv.op_type == "Conv":
+        return weight * scale.reshape([-1] + [1] * (weight.ndim - 1))
+    group = next((a.i for a in conv.attribute if a.name == "group"), 1)
+    blocks = weight.reshape((group, weight.shape[0] // group) + weight.shape[1:])
+    factor = scale.reshape([group, 1, weight.shape[1]] + [1] * (weight.ndim - 2))
+    return (blocks * factor).reshape(weight.shape)
 
 
 __all__ = ["fold_batchnorm", "without_batchnorm"]

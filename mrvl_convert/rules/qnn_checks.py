@@ -18,6 +18,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import (const_value, dtype_name, is_const, present, producer, scale_of,
                                      sole_consumer, static_shape)
+from mrvl_convert.layers.qnn import lut
 from mrvl_convert.layers.qnn.lut import CLAMP_OPS, clamp_bounds, is_relu_at, lut_issue, quantized_bounds
 from mrvl_convert.rules.checks_shape import MAX_DENSE_TRANSPOSE_KERNEL, channel_shuffle_issue
 
@@ -193,8 +194,8 @@ def _transposed_geometry(node: gs.Node) -> Optional[str]:
 
 def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """Both operands of an Add (Mul) are dequantized symmetric per-tensor int8: two activations
-    of the output's shape (with ``broadcast``: the second may broadcast into the first), or one
-    and a constant that broadcasts to it without enlarging it."""
+    of the output's shape (with ``broadcast``: the second, of the output's rank, may broadcast
+    into the first), or one and a constant that broadcasts to it without enlarging it."""
     if len(node.inputs) != 2:
         return {"detail": f"it has {len(node.inputs)} operands"}
     out_shape = static_shape(node.outputs[0])
@@ -213,6 +214,11 @@ def check_qdq_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
         elif not args.get("broadcast"):
             return {"detail": f"operand {tensor.name} {static_shape(tensor)} is broadcast to "
                               f"{out_shape}"}
+        elif len(static_shape(tensor) or ()) != len(out_shape or ()):
+            # The layer lays both activations out in the output's rank (as in float: the
+            # elementwise checks refuse it there too).
+            return {"detail": f"operand {tensor.name} {static_shape(tensor)} has another rank "
+                              f"than the output {out_shape}"}
     if consts > 1:
         return {"detail": "both operands are constants"}
     if full == 0:
@@ -275,8 +281,10 @@ def check_int_clamp(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> 
 
 
 def check_lut_op(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """An elementwise function of its first input alone, which a 256-entry table holds."""
-    issue = lut_issue(node)
+    """An elementwise function of its first input alone, which a 256-entry table holds. Given a
+    MaxPool: the table of the function before it (dequantized input, quantized at the pool's
+    output scale) is nondecreasing in the int8 value, so that it commutes with the max."""
+    issue = lut.commutes_with_pool(node) if node.op == "MaxPool" else lut_issue(node)
     return None if issue is None else {"detail": issue}
 
 

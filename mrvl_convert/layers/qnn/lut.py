@@ -119,6 +119,24 @@ def lut_issue(node: gs.Node) -> Optional[str]:
     return None
 
 
+def commutes_with_pool(pool: gs.Node) -> Optional[str]:
+    """Why the table of the function before ``pool`` (a MaxPool between a function of dequantized
+    int8 and one QuantizeLinear, at whose scale the table is taken) does not commute with the
+    max: it decreases somewhere on the int8 values."""
+    op = producer(pool.inputs[0])
+    dq = producer(op.inputs[0]) if op is not None and op.inputs else None
+    readers = pool.outputs[0].outputs
+    if dq is None or len(readers) != 1 or readers[0].op != "QuantizeLinear":
+        return (f"MaxPool {pool.name!r} is not between a function of dequantized int8 and one "
+                f"QuantizeLinear")
+    values = table(dq, op, readers[0]).reshape(-1)
+    by_value = np.concatenate([values[128:], values[:128]]).astype(np.int64)  # int8 -128..127
+    if np.any(np.diff(by_value) < 0):
+        return (f"{op.op} {op.name!r} decreases somewhere on the int8 values: its table does "
+                f"not commute with the MaxPool after it")
+    return None
+
+
 def fused(composite: Composite) -> Tuple[Optional[Activation], List[Tuple[str, np.ndarray]]]:
     """The activation a chain ending ``out_q [act_dq act act_q]`` fuses (the rules checked it:
     ``fused_activation``) and the constants it adds: relu, or a LUT and its table."""

@@ -13,6 +13,11 @@ domain, or a LUT carried by an identity Sum2D.
   a Sum2D adding an int8 zero at the input's scale (``qnn.add`` then ``take``: q * s + 0 quantized
   with s is q again, |q| <= 128 being far from any rounding boundary), whose table is ``f``'s.
   Exact by construction.
+- ``DequantizeLinear -> f -> MaxPool -> QuantizeLinear`` (Paddle's hard-swish ending in a Div
+  by 6 right before a MaxPool, which onnxruntime's quantizer leaves unquantized between the two):
+  the LUT of ``f`` at the QuantizeLinear's scale, then the int8 Maxpool2D. Exact where the table
+  is nondecreasing in the int8 value (the rule checks it): quantize is monotone, so
+  Q(max f(x_i)) = max Q(f(x_i)) = max LUT(q_i), and a nondecreasing LUT commutes with max.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from mrvl_convert.ir.match import Composite
 from mrvl_convert.layers._kind import Activation
 from mrvl_convert.layers._lowering import new_layer
 from mrvl_convert.layers.qnn import lut
+from mrvl_convert.layers.pool import MAXPOOL
 from mrvl_convert.layers.qnn.requant import emit_requant
 
 
@@ -52,6 +58,9 @@ def lower_lut(composite: Composite, ctx: LayoutContext) -> None:
              "rhs_input_scale": scale, "output_scale": scale}
     consts = [("operand", np.zeros([1] * rank, np.int8)),
               ("lut", lut.table(in_dq, op, out_q))]
-    out = TensorLayout(tuple(static_shape(composite.output)), layout.perm, layout.labels)
-    ctx.emit(new_layer(composite, "Sum2D", [index], [layout], out, attrs, consts),
-             composite.output)
+    pool = composite.binding.node("pool")
+    output = composite.output if pool is None else op.outputs[0]
+    out = TensorLayout(tuple(static_shape(output)), layout.perm, layout.labels)
+    ctx.emit(new_layer(composite, "Sum2D", [index], [layout], out, attrs, consts), output)
+    if pool is not None:
+        MAXPOOL.lower(composite, ctx)
