@@ -431,6 +431,32 @@ def test_convert_properties_of_transformer_blocks(gm, policy):
     elif policy == "multi":   # only a LayerNorm or GELU node, or a light island between two
         stray = [c for c in on_cpu if not c[0].startswith(PIECES) and ISLAND not in c[2]]
         assert not stray, stray
+    check_token_forms(gm.model, report, on_cpu, policy)
+
+
+TOKEN_OPS = ("Expand", "ReduceSum", "ReduceMax", "GlobalMaxPool", "BatchNormalization")
+
+
+def _variance_subs(model: onnx.ModelProto) -> set:
+    """The Subs of E[x^2] - E[x]^2: ReduceMean minus a Mul."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    return {n.name for n in model.graph.node if n.op_type == "Sub"
+            and getattr(producer.get(n.input[0]), "op_type", "") == "ReduceMean"
+            and getattr(producer.get(n.input[1]), "op_type", "") == "Mul"}
+
+
+def check_token_forms(model: onnx.ModelProto, report: dict, on_cpu, policy: str) -> None:
+    """Issue 38's token forms are layers: under 'multi' none is on the CPU (a light island
+    aside), and a variance Sub on Mrvl computes E[(x - E[x])^2] (variance_form's rewrite)."""
+    variance = _variance_subs(model)
+    forms = {n.name for n in model.graph.node if n.op_type in TOKEN_OPS} | variance
+    if policy == "multi":
+        left = [c for c in on_cpu if c[0] in forms and ISLAND not in c[2]]
+        assert not left, left
+    for entry in report["nodes"]:
+        name = entry.get("name_in_model", entry["name"])
+        if name in variance and entry["placement"] == "mrvl":
+            assert entry.get("rule") == "mrvl.reduce_mean", entry
 
 
 # ============================================================================ int8 (QDQ) models
