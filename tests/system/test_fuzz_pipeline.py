@@ -7,7 +7,9 @@
   re-conversion, report/source_nodes agreement, and every Mrvl layer within the same tolerance
   of the model tensor compare(..., layers=True) finds for it;
 - the same with valid user rule files overriding built-in composites;
-- the same on random transformer blocks (tests/support/strategies/transformer.py).
+- the same on random transformer blocks (tests/support/strategies/transformer.py), issue 38's
+  exporter spellings among them (flax LayerNorm, jax2tf one-hot, token reductions,
+  BatchNorm1d), each shown to be generated and, under 'multi', placed as layers.
 
 Quick profile by default (tests/conftest.py); ``--hypothesis-profile thorough`` for thousands.
 """
