@@ -7,7 +7,9 @@
   re-conversion, report/source_nodes agreement, and every Mrvl layer within the same tolerance
   of the model tensor compare(..., layers=True) finds for it;
 - the same with valid user rule files overriding built-in composites;
-- the same on random transformer blocks (tests/support/strategies/transformer.py).
+- the same on random transformer blocks (tests/support/strategies/transformer.py), issue 38's
+  exporter spellings among them (flax LayerNorm, jax2tf one-hot, token reductions,
+  BatchNorm1d), each shown to be generated and, under 'multi', placed as layers.
 
 Quick profile by default (tests/conftest.py); ``--hypothesis-profile thorough`` for thousands.
 """
@@ -34,7 +36,7 @@ from support.strategies.generated import from_spec
 from support.strategies.qdq import qdq_models
 from support.strategies.rule_files import rule_overrides
 from support.corpus_transformer import PIECES
-from support.strategies.transformer import transformer_from_spec, transformer_models
+from support.strategies.transformer import ONEHOT, transformer_from_spec, transformer_models
 
 pytestmark = pytest.mark.system
 
@@ -415,15 +417,48 @@ def test_convert_properties_of_transformer_blocks(gm, policy):
     assert again.model.SerializeToString() == gm.model.SerializeToString()
     event(f"layer norm {gm.spec['ln']}, gelu {gm.spec['gelu']}")
     event(f"class tokens {gm.spec.get('cls', 0)}, output {gm.spec.get('read', 'all')}")
+    event(f"embed {gm.spec.get('embed', 'x')}, stem BN {gm.spec.get('stem_bn', False)}, "
+          f"tail {gm.spec.get('tail', 'none')}")
     report = check_pipeline(gm, policy)
     assert report is not None, "a valid transformer block was refused"
+    # the one-hot edge (int ids compared with a range) is on the CPU like a Gather
     on_cpu = [(e.get("name_in_model", e["name"]), e["op_type"], e.get("reason", ""))
-              for e in report["nodes"] if e["placement"] == "cpu"]
-    if gm.spec["ln"] == "none" and gm.spec["gelu"] == "relu":   # nothing but layers
+              for e in report["nodes"] if e["placement"] == "cpu"
+              and not e.get("name_in_model", e["name"]).startswith(ONEHOT)]
+    onehot_single = gm.spec.get("embed") == ONEHOT and policy == "single"
+    if onehot_single:   # 'single' takes only a subgraph fed by model inputs: not the one-hot's
+        assert report["summary"]["mrvl_subgraphs"] <= 1
+    elif gm.spec["ln"] == "none" and gm.spec["gelu"] == "relu":   # nothing but layers
         assert report["summary"]["mrvl_subgraphs"] == 1 and not on_cpu, on_cpu
     elif policy == "multi":   # only a LayerNorm or GELU node, or a light island between two
         stray = [c for c in on_cpu if not c[0].startswith(PIECES) and ISLAND not in c[2]]
         assert not stray, stray
+    check_token_forms(gm.model, report, on_cpu, policy)
+
+
+TOKEN_OPS = ("Expand", "ReduceSum", "ReduceMax", "GlobalMaxPool", "BatchNormalization")
+
+
+def _variance_subs(model: onnx.ModelProto) -> set:
+    """The Subs of E[x^2] - E[x]^2: ReduceMean minus a Mul."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    return {n.name for n in model.graph.node if n.op_type == "Sub"
+            and getattr(producer.get(n.input[0]), "op_type", "") == "ReduceMean"
+            and getattr(producer.get(n.input[1]), "op_type", "") == "Mul"}
+
+
+def check_token_forms(model: onnx.ModelProto, report: dict, on_cpu, policy: str) -> None:
+    """Issue 38's token forms are layers: under 'multi' none is on the CPU (a light island
+    aside), and a variance Sub on Mrvl computes E[(x - E[x])^2] (variance_form's rewrite)."""
+    variance = _variance_subs(model)
+    forms = {n.name for n in model.graph.node if n.op_type in TOKEN_OPS} | variance
+    if policy == "multi":
+        left = [c for c in on_cpu if c[0] in forms and ISLAND not in c[2]]
+        assert not left, left
+    for entry in report["nodes"]:
+        name = entry.get("name_in_model", entry["name"])
+        if name in variance and entry["placement"] == "mrvl":
+            assert entry.get("rule") == "mrvl.reduce_mean", entry
 
 
 # ============================================================================ int8 (QDQ) models
@@ -563,3 +598,42 @@ def test_strategy_generates_exporter_spellings():
         seen.update(_spellings(gm))
     collect()
     assert seen == SPELLINGS, SPELLINGS - seen
+
+
+TOKEN_SPELLINGS = {"flax variance", "Expand to a broadcast", "one-hot", "ReduceSum", "ReduceMax",
+                   "GlobalMaxPool", "BatchNorm1d transposed", "BatchNorm1d on the stem"}
+
+
+def _token_spellings(model: onnx.ModelProto) -> set:
+    """Issue 38's spellings present in a model, read from its nodes (not from the spec)."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    found = {n.op_type for n in model.graph.node} & {"ReduceSum", "ReduceMax", "GlobalMaxPool"}
+    for n in model.graph.node:
+        before = producer.get(n.input[0]) if n.input else None
+        if n.op_type == "Sub" and before is not None and before.op_type == "ReduceMean" \
+                and getattr(producer.get(n.input[1]), "op_type", "") == "Mul":
+            found.add("flax variance")
+        if n.op_type in ("Sub", "Add", "Mul", "Div") and any(
+                getattr(producer.get(i), "op_type", "") == "Expand"
+                and producer[i].input[0] in producer for i in n.input):
+            found.add("Expand to a broadcast")
+        if n.op_type == "Cast" and getattr(before, "op_type", "") == "Equal":
+            found.add("one-hot")
+        if n.op_type == "BatchNormalization":
+            found.add("BatchNorm1d transposed" if getattr(before, "op_type", "") == "Transpose"
+                      else "BatchNorm1d on the stem")
+    return found
+
+
+def test_strategy_generates_token_spellings():
+    """Issue 38's exporter spellings are in the fuzzed transformer space, so the transformer
+    properties above cover them: 200 generated blocks hold every one."""
+    from hypothesis import Phase
+    seen: set = set()
+
+    @settings(max_examples=200, derandomize=True, database=None, phases=[Phase.generate])
+    @given(gm=transformer_models())
+    def collect(gm):
+        seen.update(_token_spellings(gm.model))
+    collect()
+    assert seen == TOKEN_SPELLINGS, TOKEN_SPELLINGS - seen

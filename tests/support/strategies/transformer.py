@@ -5,6 +5,12 @@ write it (Shape -> Gather -> Unsqueeze -> Concat), tokens given or made by a pat
 0-2 constant class tokens prepended (ViT, DeiT), every token or token 0 alone as the output;
 the dynamo exporter's spellings (``sym_size_int`` as Shape(start, end) -> Squeeze, position ids
 from Range over it, weight-only int8 ``Cast -> Mul`` linear weights).
+Issue 38's exporter spellings: flax's LayerNorm as jax2tf writes it (``ln="flax"``: the
+variance as ``E[x^2] - E[x]^2``, the mean ``Expand``-ed to the token shape before its Sub),
+jax2tf's one-hot of int ids (``embed="onehot"``: ``Equal`` against a constant range, ``Cast``,
+a Dense), and a tail on the time axis of ``[1, C, T]`` (``tail``: ``ReduceSum``,
+``ReduceMax``, ``GlobalMaxPool``, or torch's ``BatchNorm1d`` between two Transposes) or a
+BatchNorm1d on the patch stem's ``[1, C, L]`` before the token Transpose (``stem_bn``).
 
 ``transformer_models()`` draws a spec (a flat JSON-able dict); ``transformer_from_spec(spec)``
 builds the model and feeds from it alone, so a falsifying example hypothesis prints
@@ -23,8 +29,11 @@ from support.corpus_transformer import Tokens
 from support.strategies.generated import GeneratedModel
 from support.strategies.model_builder import OPSET_IR
 
-LN_FORMS = ("op", "decomposed", "none")
+LN_FORMS = ("op", "decomposed", "flax", "none")
 GELU_FORMS = ("erf", "tanh", "op", "relu")
+TAILS = ("none", "none", "reduce_sum", "reduce_max", "global_max", "bn1d")
+VOCAB = 32        # one-hot ids in [0, VOCAB)
+ONEHOT = "onehot"  # the name prefix of the one-hot edge's nodes (int ops, CPU like a Gather)
 
 
 class TransformerModel(GeneratedModel):
@@ -53,6 +62,8 @@ class _Block(Tokens):
             return x
         if form == "op":
             return super().layer_norm(x, channels, "op")
+        if form == "flax":
+            return self.flax_layer_norm(x, channels)
         gamma = self.const((1 + 0.1 * self.rng.standard_normal(channels)).astype(np.float32))
         centred = self.part("ln", "Sub", [x, self.mean_last(x, "ln")])
         squared = self.part("ln", "Pow", [centred, self.scalar(2.0)])
@@ -60,6 +71,45 @@ class _Block(Tokens):
                                                                 self.scalar(1e-5)])])
         y = self.part("ln", "Mul", [self.part("ln", "Div", [centred, std]), gamma])
         return self.part("ln", "Add", [y, self.weight(channels, scale=0.1)])
+
+    def flax_layer_norm(self, x: str, channels: int) -> str:
+        """flax.linen.LayerNorm through jax2tf: var = E[x*x] - E[x]*E[x], and the mean broadcast
+        to x's constant shape (Expand) before the Sub."""
+        mean = self.mean_last(x, "ln")
+        square_mean = self.mean_last(self.part("ln", "Mul", [x, x]), "ln")
+        var = self.part("ln", "Sub", [square_mean, self.part("ln", "Mul", [mean, mean])])
+        shape = self.const(np.array([1, self.sizes[1], channels], np.int64))
+        centred = self.part("ln", "Sub", [x, self.part("ln", "Expand", [mean, shape])])
+        std = self.part("ln", "Sqrt", [self.part("ln", "Add", [var, self.scalar(1e-6)])])
+        gamma = self.const((1 + 0.1 * self.rng.standard_normal(channels)).astype(np.float32))
+        y = self.part("ln", "Mul", [self.part("ln", "Div", [centred, std]), gamma])
+        return self.part("ln", "Add", [y, self.weight(channels, scale=0.1)])
+
+    def reduce_last(self, op: str, x: str, keepdims: int) -> str:
+        """ReduceSum / ReduceMax over the last axis: axes an input from opset 13 (ReduceSum)
+        or 18 (ReduceMax), an attribute before."""
+        if op == "ReduceSum" or self.spec["opset"] >= 18:
+            return self.op(op, [x, self.const(np.array([-1], np.int64))], keepdims=keepdims)
+        return self.op(op, [x], axes=[-1], keepdims=keepdims)
+
+    def batch_norm_1d(self, x: str, channels: int) -> str:
+        """torch.nn.BatchNorm1d (inference) on [N, C, L]."""
+        rng = self.rng
+        return self.op("BatchNormalization", [
+            x, self.const((1 + 0.1 * rng.standard_normal(channels)).astype(np.float32)),
+            self.const((0.1 * rng.standard_normal(channels)).astype(np.float32)),
+            self.const((0.1 * rng.standard_normal(channels)).astype(np.float32)),
+            self.const((0.5 + rng.random(channels)).astype(np.float32))], epsilon=1e-5)
+
+    def one_hot_embed(self, ids: str, channels: int) -> str:
+        """jax.nn.one_hot(ids, VOCAB) @ table as jax2tf writes it: Unsqueeze the int ids, Equal
+        against a constant range, Cast to float, a Dense without bias."""
+        column = self.op("Unsqueeze", [ids, self.const(np.array([-1], np.int64))],
+                         name=f"{ONEHOT}_unsqueeze")
+        hot = self.op("Equal", [column, self.const(np.arange(VOCAB, dtype=np.int32))],
+                      name=f"{ONEHOT}_equal")
+        hot = self.op("Cast", [hot], name=f"{ONEHOT}_cast", to=onnx.TensorProto.FLOAT)
+        return self.op("MatMul", [hot, self.weight(VOCAB, channels, scale=1.0)])
 
     def gelu(self, x: str) -> str:
         form = self.spec["gelu"]
@@ -131,6 +181,9 @@ class _Block(Tokens):
 def _tokens_in(block: _Block, spec: dict) -> str:
     channels, tokens = spec["heads"] * spec["depth"], spec["tokens"]
     if not spec["patch"]:
+        if spec.get("embed") == ONEHOT:
+            return block.one_hot_embed(block.b.input("ids", [1, tokens], onnx.TensorProto.INT32),
+                                       channels)
         return block.b.input("x", [1, tokens, channels])
     side, patch = spec["side"], spec["patch"]
     x = block.b.input("image", [1, 3, side * patch, side * patch])
@@ -139,6 +192,8 @@ def _tokens_in(block: _Block, spec: dict) -> str:
                  kernel_shape=[patch, patch], strides=[patch, patch])
     block.sizes = {1: channels}
     y = block.reshape(y, [block.dim(y, 0), block.dim(y, 1), -1])
+    if spec.get("stem_bn"):   # SVTR's BatchNorm1d on the stem's [B, C, L], before the Transpose
+        y = block.batch_norm_1d(y, channels)
     return block.op("Transpose", [y], perm=[0, 2, 1])
 
 
@@ -157,9 +212,25 @@ def transformer_from_spec(spec: dict) -> TransformerModel:
     shape = [1, tokens, channels]
     if spec.get("read") == "token":   # the head's x[:, 0]
         x, shape = block.op("Gather", [x, block.const(np.array(0, np.int64))], axis=1), [1, channels]
+    elif spec.get("tail", "none") != "none":
+        x, shape = _tail(block, spec, x, channels, tokens)
     model = block.finish(x, shape)
     feeds = _feeds(model, spec["seed"])
     return TransformerModel(model, feeds, _describe(spec), spec)
+
+
+def _tail(block: _Block, spec: dict, x: str, channels: int, tokens: int):
+    """The tail on the time axis of [1, C, T] (jax2tf's pooling, torch's BatchNorm1d); (output,
+    its shape)."""
+    time = block.op("Transpose", [x], perm=[0, 2, 1])
+    tail, keep = spec["tail"], int(spec.get("keepdims", 1))
+    if tail == "bn1d":   # Transpose, BatchNorm1d, Transpose back to tokens
+        y = block.batch_norm_1d(time, channels)
+        return block.op("Transpose", [y], perm=[0, 2, 1]), [1, tokens, channels]
+    if tail == "global_max":
+        return block.op("GlobalMaxPool", [time]), [1, channels, 1]
+    op = "ReduceSum" if tail == "reduce_sum" else "ReduceMax"
+    return block.reduce_last(op, time, keep), [1, channels] + ([1] if keep else [])
 
 
 def _encoder(block: _Block, spec: dict, x: str, channels: int) -> str:
@@ -178,8 +249,14 @@ def _encoder(block: _Block, spec: dict, x: str, channels: int) -> str:
 
 def _feeds(model: onnx.ModelProto, seed: int) -> Dict[str, np.ndarray]:
     rng = np.random.default_rng(seed + 1)
-    return {v.name: rng.standard_normal([d.dim_value for d in v.type.tensor_type.shape.dim])
-            .astype(np.float32) for v in model.graph.input}
+    feeds = {}
+    for v in model.graph.input:
+        shape = [d.dim_value for d in v.type.tensor_type.shape.dim]
+        if v.type.tensor_type.elem_type == onnx.TensorProto.INT32:   # one-hot ids
+            feeds[v.name] = rng.integers(0, VOCAB, shape).astype(np.int32)
+        else:
+            feeds[v.name] = rng.standard_normal(shape).astype(np.float32)
+    return feeds
 
 
 def _describe(spec: dict) -> str:
@@ -215,6 +292,10 @@ def transformer_models(draw, max_blocks: int = 2) -> TransformerModel:
         "shape_arithmetic": draw(st.booleans(), label="shape arithmetic"),
         "cls": draw(st.sampled_from([0, 0, 1, 2]), label="class tokens"),
         "read": draw(st.sampled_from(["all", "token"]), label="output"),
+        "embed": "x" if patch else draw(st.sampled_from(["x", "x", ONEHOT]), label="embed"),
+        "stem_bn": bool(patch) and draw(st.booleans(), label="stem BatchNorm1d"),
+        "tail": draw(st.sampled_from(TAILS), label="tail"),
+        "keepdims": draw(st.sampled_from([0, 1]), label="tail keepdims"),
     }
     # The dynamo exporter's spellings (opset >= 15: Shape's start and end): sym_size_int,
     # arange position ids, weight-only int8 linears.
