@@ -1,0 +1,58 @@
+"""Attention-mask constants beyond float16's range, clamped to its lowest finite value.
+
+Current HuggingFace transformers build the additive attention mask as
+``(1 - mask) * finfo(float32).min`` (older ones: ``* -10000``). The fp16 accelerator cannot hold
+-3.4e38, so the Mul's constant is clamped to -65504 (fp16's lowest finite) when the Mul's output
+is only an additive mask: every reader is an Add whose every reader is a Softmax.
+
+Bound: for a Softmax row with at least one unmasked position whose largest unmasked logit is
+``m``, the float32 result is bit-equal to the original's when every masked position's score
+``s`` satisfies ``s - m < 65504 - 103.98`` (then ``exp(s - 65504 - m)`` underflows to 0 in
+float32, below half the smallest subnormal, as ``exp(s + finfo.min - m)`` does, and the max is
+still ``m``): true whenever all scores are within [-32700, 32700]. A row with EVERY position
+masked differs: the original gives uniform weights (all its logits are ``finfo.min``), the
+clamped one ``softmax(s - 65504)``, the float32 sum rounding the scores to steps of 2**-8 (a
+``-10000`` mask gives ``softmax(s - 10000)`` likewise). (On the accelerator the mask and the
+Add are fp16, where the masked logit is at most ``s - 65504`` rounded; the fp16 run is compared
+with the original by ``mrvl_convert.compare`` like any other.)
+
+Requires: a graphsurgeon graph with constants as initializers (after folding).
+Ensures: each such Mul's constant operand is a new constant with values below -65504 replaced by
+-65504 (other values untouched); returns node name -> what changed, for the report.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+FP16_LOWEST = -65504.0
+
+
+def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
+    """Clamp the out-of-range constant of every additive-mask Mul; node -> reason."""
+    changed: Dict[str, str] = {}
+    for node in list(graph.nodes):
+        if node.op != "Mul" or not _only_an_additive_mask(node.outputs[0]):
+            continue
+        for index, operand in enumerate(node.inputs):
+            if not isinstance(operand, gs.Constant) or operand.values.dtype != np.float32:
+                continue
+            values = operand.values
+            if not (values < FP16_LOWEST).any():
+                continue
+            clamped = np.asarray(np.maximum(values, np.float32(FP16_LOWEST)), np.float32)
+            node.inputs[index] = gs.Constant(f"{operand.name}_fp16_lowest", clamped)
+            changed[node.name] = (f"attention-mask constant {float(values.min()):.7g} clamped "
+                                  f"to -65504 (fp16's lowest finite; the Softmax gives the "
+                                  f"same weights while the scores stay within +-32700: "
+                                  f"frontend/mask_constants.py)")
+    return changed
+
+
+def _only_an_additive_mask(tensor: gs.Tensor) -> bool:
+    readers = list(tensor.outputs)
+    return bool(readers) and all(
+        add.op == "Add" and add.outputs[0].outputs
+        and all(r.op == "Softmax" for r in add.outputs[0].outputs) for add in readers)
