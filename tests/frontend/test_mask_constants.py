@@ -88,6 +88,7 @@ def test_a_bert_with_the_finfo_min_mask_converts_runs_and_verifies(tmp_path):
     result = mrvl_convert.convert(model, tmp_path / "art", shapes=corpus_dynamo.bert_shapes())
     entry = next(e for e in result.report["nodes"] if e["name"] == "node_Mul_23")
     assert entry["placement"] == "mrvl", entry
+    assert "clamped to -65504" in entry["canonical"], entry
     feeds = [corpus_dynamo.bert_feeds(seed) for seed in range(4)]
     comparison = mrvl_convert.compare(model, tmp_path / "art", feeds)
     assert comparison.passed, comparison
