@@ -1,9 +1,10 @@
 """Attention-mask constants beyond float16's range, clamped to its lowest finite value.
 
 Current HuggingFace transformers build the additive attention mask as
-``(1 - mask) * finfo(float32).min`` (older ones: ``* -10000``). The fp16 accelerator cannot hold
--3.4e38, so the Mul's constant is clamped to -65504 (fp16's lowest finite) when the Mul's output
-is only an additive mask: every reader is an Add whose every reader is a Softmax.
+``(1 - mask) * finfo(float32).min`` or ``masked_fill(inverted, finfo(float32).min)`` (a Where;
+older ones: ``* -10000``). The fp16 accelerator cannot hold -3.4e38, so the Mul's (or the
+Where's) constant is clamped to -65504 (fp16's lowest finite) when its output is only an
+additive mask: every reader is an Add whose every reader is a Softmax.
 
 Bound: for a Softmax row with at least one unmasked position whose largest unmasked logit is
 ``m``, the float32 result is bit-equal to the original's when every masked position's score
@@ -17,7 +18,7 @@ Add are fp16, where the masked logit is at most ``s - 65504`` rounded; the fp16 
 with the original by ``mrvl_convert.compare`` like any other.)
 
 Requires: a graphsurgeon graph with constants as initializers (after folding).
-Ensures: each such Mul's constant operand is a new constant with values below -65504 replaced by
+Ensures: each such Mul's or Where's float constant operand is a new constant with values below -65504 replaced by
 -65504 (other values untouched); returns node name -> what changed, for the report.
 """
 from __future__ import annotations
@@ -31,10 +32,10 @@ FP16_LOWEST = -65504.0
 
 
 def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
-    """Clamp the out-of-range constant of every additive-mask Mul; node -> reason."""
+    """Clamp the out-of-range constant of every additive-mask Mul or Where; node -> reason."""
     changed: Dict[str, str] = {}
     for node in list(graph.nodes):
-        if node.op != "Mul" or not _only_an_additive_mask(node.outputs[0]):
+        if node.op not in ("Mul", "Where") or not _only_an_additive_mask(node.outputs[0]):
             continue
         for index, operand in enumerate(node.inputs):
             if not isinstance(operand, gs.Constant) or operand.values.dtype != np.float32:

@@ -1,6 +1,8 @@
 """An attention mask as current transformers build it, ``(1 - mask) * finfo(float32).min``,
-has its constant clamped to -65504 (frontend/mask_constants.py). Before, the BERT converted but
-its artifact did not run: the simulator raised Fp16RangeError on the Mul2D constant.
+has its constant clamped to -65504 (frontend/mask_constants.py), and so has torch's
+``masked_fill`` form of it (a Where). Before, the BERT converted but its artifact did not run:
+the simulator raised Fp16RangeError on the Mul2D constant (on the masked_fill form: on the
+-3.4e38 mask entering the Mrvl stage).
 
 The rewritten graph runs on onnxruntime against the original: bit-equal Softmax weights within
 the stated bound (scores within +-32700, every row with an unmasked position), and the stated
@@ -12,10 +14,12 @@ import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 import mrvl_convert
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.runtime.session import HybridSession
 from support import corpus_dynamo
 
 FMIN = float(np.finfo(np.float32).min)
@@ -83,13 +87,33 @@ def test_a_mul_read_by_anything_but_a_softmax_add_keeps_its_constant():
     assert changed == {}
 
 
-def test_a_bert_with_the_finfo_min_mask_converts_runs_and_verifies(tmp_path):
+def _masked_fill(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The BERT's mask Mul as torch's ``masked_fill(inverted.bool(), finfo.min)`` exports it:
+    Where(Cast(inverted, bool), finfo.min, inverted)."""
+    graph = model.graph
+    mul = next(n for n in graph.node if n.name == "node_Mul_23")
+    at = list(graph.node).index(mul)
+    nodes = [helper.make_node("Cast", [mul.input[0]], ["inverted_bool"], to=TensorProto.BOOL),
+             helper.make_node("Where", ["inverted_bool", mul.input[1], mul.input[0]],
+                              [mul.output[0]], name="node_Mul_23")]
+    del graph.node[at]
+    for k, node in enumerate(nodes):
+        graph.node.insert(at + k, node)
+    onnx.checker.check_model(model)
+    return model
+
+
+@pytest.mark.parametrize("form", ["mul", "masked_fill"])
+def test_a_bert_with_the_finfo_min_mask_converts_runs_and_verifies(tmp_path, form):
     model = corpus_dynamo.dynamo_bert(mask_value=FMIN)
+    if form == "masked_fill":
+        model = _masked_fill(model)
     result = mrvl_convert.convert(model, tmp_path / "art", shapes=corpus_dynamo.bert_shapes())
     entry = next(e for e in result.report["nodes"] if e["name"] == "node_Mul_23")
-    assert entry["placement"] == "mrvl", entry
-    assert "clamped to -65504" in entry["canonical"], entry
     feeds = [corpus_dynamo.bert_feeds(seed) for seed in range(4)]
     comparison = mrvl_convert.compare(model, tmp_path / "art", feeds)
     assert comparison.passed, comparison
     assert comparison.range_events == []
+    # The default session (range errors raise) runs it too.
+    assert HybridSession(tmp_path / "art").run(None, feeds[0])[0].shape == (1, 16, 128)
+    assert "clamped to -65504" in entry["canonical"], entry
