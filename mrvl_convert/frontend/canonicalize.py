@@ -25,7 +25,7 @@ gives +0; its Conv turns -0 into +0), a 3-D GlobalMaxPool as ReduceMax (a NaN it
 propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
 ``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
 rounded differently (their bounds are in those modules), and an attention mask's constant
-below fp16's range clamped to -65504 (``mask_constants.py``: exact within its stated bound).
+below fp16's range clamped to -32752 (``mask_constants.py``: exact within its stated bound).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
