@@ -5,8 +5,8 @@ Current HuggingFace transformers build the additive attention mask as
 older ones: ``* -10000``). The fp16 accelerator cannot hold -3.4e38, so the Mul's (or the
 Where's) constant is clamped to -32752 when its output is only an additive mask: every reader
 is an Add whose every reader is a Softmax. Not to -65504 (fp16's lowest finite): the fp16 Add
-``s - 65504`` overflows to -inf for any score ``s`` below -16, which the simulator refuses as a
-range error; ``s - 32752`` stays finite in fp16 for every ``s`` above -32768.
+``s - 65504`` overflows to -inf for any score ``s <= -16``, which the simulator refuses as a
+range error; ``s - 32752`` stays finite in fp16 for every fp16 ``s >= -32752``.
 
 Bound: for a Softmax row with at least one unmasked position whose largest unmasked logit is
 ``m``, the float32 result is bit-equal to the original's when every masked position's score
