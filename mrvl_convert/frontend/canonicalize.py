@@ -24,9 +24,10 @@ the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Conc
 gives +0; its Conv turns -0 into +0), a 3-D GlobalMaxPool as ReduceMax (a NaN it may skip
 propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
 ``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
-rounded differently (their bounds are in those modules). Other fusions that change
-rounding (BatchNormalization into Conv) happen when a rule lowers a composite onto the
-accelerator, never on a CPU path.
+rounded differently (their bounds are in those modules), and an attention mask's constant
+below fp16's range clamped to -32752 (``mask_constants.py``: exact within its stated bound).
+Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
+composite onto the accelerator, never on a CPU path.
 """
 from __future__ import annotations
 
@@ -46,6 +47,7 @@ from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_thi
                                           verbose_requested)
 from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.load import LoadedModel
+from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
@@ -105,6 +107,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         if reason and _bypass(graph, node):
             removed[node.name] = f"removed by canonicalize: {reason}"
     forms = rewrite(graph, _opset(loaded))
+    forms.rewritten.update(clamp_mask_constants(graph))  # exact within its stated bound
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()

@@ -86,6 +86,14 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "A one-hot of integer ids (jax2tf's Equal against a constant range, then Cast) stays on "
         "CPU before the accelerator stage, as an embedding lookup by ids does: no layer "
         "compares, and int tensors have no carrier in the artifact.",
+        "An attention mask's constant below fp16's range (current transformers' "
+        "`(1 - mask) * finfo(float32).min`, or its `masked_fill` as a Where) is clamped to "
+        "-32752 when the Mul's or Where's output is only added to Softmax inputs: the weights "
+        "are the same, bit for bit in float32, while every masked score is less than 32648 "
+        "above its row's largest unmasked one (e.g. all scores within +-16300); -32752, not "
+        "-65504, so a masked score plus it stays finite in fp16; a row with every position "
+        "masked gets softmax(scores - 32752) in float32, as a -10000 mask gives "
+        "softmax(scores - 10000), instead of uniform weights (`frontend/mask_constants.py`).",
         "",
         "| composite | Marvell layer | ONNX pattern | summary |",
         "|---|---|---|---|",

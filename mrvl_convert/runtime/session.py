@@ -8,7 +8,10 @@ ONNX names through one environment dict. Reading the manifest into stages (and c
 - requires: an artifact directory written by ``mrvl_convert.convert``;
 - ensures: ``run`` refuses a feed whose names, dtypes or shapes are not the model inputs' exact
   ones (``InputFeedError``, as onnxruntime would), hands back the outputs asked for (model outputs
-  or stage-boundary tensors), and leaves the call's fp16 range events in ``last_range_events``.
+  or stage-boundary tensors), and leaves the call's fp16 range events in ``last_range_events``;
+  an input pinned at conversion (the manifest's ``options.values``) fed another value is an
+  ``InputFeedError`` naming the input and both values (the artifact computes the model for the
+  pinned value only, so any other value would get that value's results silently).
 
 One session: a model whose Mrvl stages are each one graph-engine segment runs, from its first
 call, as ONE onnxruntime session holding all the stages (``fused.py``), with the same numbers;
@@ -108,6 +111,7 @@ class HybridSession:
         self._model_outputs = {t.name for t in self._outputs}
         self._output_names = [t.name for t in self._outputs]
         self._feed_specs = [(t.name, np.dtype(DTYPES[t.dtype][0]), t.shape) for t in self._inputs]
+        self._pinned = _pinned_values(self.manifest_path, manifest, self._inputs)
         self.last_range_events: List[RangeEvent] = []
         # The whole model as one session (fused.py), opened by the first call that can use it.
         self._fused: Any = None
@@ -237,8 +241,23 @@ class HybridSession:
                     break
                 checked[name] = value
             else:
+                if self._pinned:  # rare: only an artifact converted with --input-value
+                    self._check_pinned(checked)
                 return checked
-        return self._check_any_feed(feed)
+        checked = self._check_any_feed(feed)
+        if self._pinned:
+            self._check_pinned(checked)
+        return checked
+
+    def _check_pinned(self, feed: Mapping[str, np.ndarray]) -> None:
+        for name, value in self._pinned:
+            if not np.array_equal(feed[name], value):
+                raise InputFeedError(
+                    f"{self.manifest_path}: this input was pinned to {value.tolist()!r} at "
+                    f"conversion (--input-value, the manifest's options.values) and "
+                    f"{feed[name].tolist()!r} was given; the artifact computes the model for "
+                    f"the pinned value only: feed that value, or convert again without pinning "
+                    f"it to run others", tensor=name)
 
     def _check_any_feed(self, feed: Mapping[str, Any]) -> Dict[str, np.ndarray]:
         if not isinstance(feed, Mapping):
@@ -257,6 +276,31 @@ class HybridSession:
                                      tensor=name)
             checked[name] = _check_value(spec, feed[name])
         return checked
+
+
+def _pinned_values(path: str, manifest: Mapping[str, Any],
+                   inputs: Sequence[TensorSpec]) -> List[Tuple[str, np.ndarray]]:
+    """The manifest's ``options.values`` as arrays of their inputs' dtypes and shapes."""
+    options = manifest.get("options")
+    values = options.get("values") if isinstance(options, dict) else None
+    if not values:
+        return []
+    if not isinstance(values, dict):
+        raise ArtifactError(f"{path}: options.values must be an object of input name -> value")
+    specs = {t.name: t for t in inputs}
+    pinned = []
+    for name, value in values.items():
+        spec = specs.get(name)
+        if spec is None:
+            raise ArtifactError(f"{path}: options.values names {name!r}, which is not a model "
+                                f"input (inputs: {sorted(specs)})")
+        try:
+            array = np.asarray(value, DTYPES[spec.dtype][0]).reshape(spec.shape)
+        except (TypeError, ValueError) as exc:
+            raise ArtifactError(f"{path}: options.values[{name!r}] = {value!r} is not a value "
+                                f"of shape {list(spec.shape)}: {exc}") from None
+        pinned.append((name, array))
+    return pinned
 
 
 def _check_cpu_results(stage: Stage, results: Sequence[Any], read_later: Set[str]) -> None:

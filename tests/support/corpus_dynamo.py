@@ -124,7 +124,9 @@ def _attention(d: Dynamo, x: str, mask: str, batch: str, length: str, channels: 
 
 
 def dynamo_bert(seed: int = 0, layers: int = 1, channels: int = 128, heads: int = 2,
-                int8: bool = True) -> onnx.ModelProto:
+                int8: bool = True, mask_value: float = -10000.0) -> onnx.ModelProto:
+    """``mask_value``: the extended attention mask's scale, -10000 (older transformers) or
+    ``np.finfo(np.float32).min`` (current ones)."""
     d = Dynamo(seed)
     for name in ("input_ids", "attention_mask"):
         d.inputs.append(helper.make_tensor_value_info(name, TensorProto.INT64, ["s0", "s1"]))
@@ -142,7 +144,7 @@ def dynamo_bert(seed: int = 0, layers: int = 1, channels: int = 128, heads: int 
     mask = d.op("Unsqueeze", ["attention_mask", d.constant(np.array([1, 2], np.int64))])
     mask = d.op("Sub", [d.constant(np.array(1.0, np.float32)),
                         d.op("Cast", [mask], to=TensorProto.FLOAT)])
-    mask = d.op("Mul", [mask, d.constant(np.array(-10000.0, np.float32))])
+    mask = d.op("Mul", [mask, d.constant(np.array(mask_value, np.float32))])
     for _ in range(layers):
         x = d.layer_norm(d.op("Add", [x, _attention(d, x, mask, batch, length, channels, heads,
                                                      int8)]), channels)

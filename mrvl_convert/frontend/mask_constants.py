@@ -1,0 +1,63 @@
+"""Attention-mask constants beyond float16's range, clamped so the fp16 mask and its Add hold them.
+
+Current HuggingFace transformers build the additive attention mask as
+``(1 - mask) * finfo(float32).min`` or ``masked_fill(inverted, finfo(float32).min)`` (a Where;
+older ones: ``* -10000``). The fp16 accelerator cannot hold -3.4e38, so the Mul's (or the
+Where's) constant is clamped to -32752 when its output is only an additive mask: every reader
+is an Add whose every reader is a Softmax. Not to -65504 (fp16's lowest finite): the fp16 Add
+``s - 65504`` overflows to -inf for any score ``s <= -16``, which the simulator refuses as a
+range error; ``s - 32752`` stays finite in fp16 for every fp16 ``s >= -32752``.
+
+Bound: for a Softmax row with at least one unmasked position whose largest unmasked logit is
+``m``, the float32 result is bit-equal to the original's when every masked position's score
+``s`` satisfies ``s - m < 32752 - 103.98`` (then ``exp(s - 32752 - m)`` underflows to 0 in
+float32, below half the smallest subnormal, as ``exp(s + finfo.min - m)`` does, and the max is
+still ``m``): true whenever all scores are within [-16300, 16300]. A row with EVERY position
+masked differs: the original gives uniform weights (all its logits are ``finfo.min``), the
+clamped one ``softmax(s - 32752)``, the float32 sum rounding the scores to steps of 2**-9 (a
+``-10000`` mask gives ``softmax(s - 10000)`` likewise). The fp16 run on the accelerator is
+compared with the original by ``mrvl_convert.compare`` like any other.
+
+Requires: a graphsurgeon graph with constants as initializers (after folding).
+Ensures: each such Mul's or Where's float32 constant operand is a new constant with values below
+-32752 replaced by -32752 (other values untouched); returns node name -> what changed, for the
+report.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+#: Half fp16's lowest finite (-65504), so a masked score plus it stays finite in fp16.
+MASK_FLOOR = -32752.0
+
+
+def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
+    """Clamp the out-of-range constant of every additive-mask Mul or Where; node -> reason."""
+    changed: Dict[str, str] = {}
+    for node in list(graph.nodes):
+        if node.op not in ("Mul", "Where") or not _only_an_additive_mask(node.outputs[0]):
+            continue
+        for index, operand in enumerate(node.inputs):
+            if not isinstance(operand, gs.Constant) or operand.values.dtype != np.float32:
+                continue
+            values = operand.values
+            if not (values < MASK_FLOOR).any():
+                continue
+            clamped = np.asarray(np.maximum(values, np.float32(MASK_FLOOR)), np.float32)
+            node.inputs[index] = gs.Constant(f"{operand.name}_fp16_lowest", clamped)
+            changed[node.name] = (f"attention-mask constant {float(values.min()):.7g} clamped "
+                                  f"to -32752 (fp16 holds it and the masked scores added to "
+                                  f"it; the Softmax gives the same weights while the scores "
+                                  f"stay within +-16300: "
+                                  f"frontend/mask_constants.py)")
+    return changed
+
+
+def _only_an_additive_mask(tensor: gs.Tensor) -> bool:
+    readers = list(tensor.outputs)
+    return bool(readers) and all(
+        add.op == "Add" and add.outputs[0].outputs
+        and all(r.op == "Softmax" for r in add.outputs[0].outputs) for add in readers)
