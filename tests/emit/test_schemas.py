@@ -24,6 +24,18 @@ def test_schemas_are_valid_draft_2020_12(path):
     jsonschema.Draft202012Validator.check_schema(document)
 
 
+def _no_repeated_key(pairs):
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    assert not repeated, f"key(s) given twice in one object (json keeps the last): {repeated}"
+    return dict(pairs)
+
+
+@pytest.mark.parametrize("path", sorted(SCHEMAS.glob("*.schema.json")), ids=lambda p: p.name)
+def test_schemas_give_each_key_once(path):
+    json.loads(path.read_text(), object_pairs_hook=_no_repeated_key)
+
+
 def kind_of(name: str) -> str:
     if name.endswith("-nodes.json"):
         return "nodes"
