@@ -108,10 +108,13 @@ def small_cnn(*, sigmoid: bool = False, keras_transpose: bool = False, batch: in
 
 
 def run_ort(model: onnx.ModelProto, feeds: Dict[str, np.ndarray],
-            outputs: Optional[Sequence[str]] = None) -> Dict[str, np.ndarray]:
+            outputs: Optional[Sequence[str]] = None, optimize: bool = True
+            ) -> Dict[str, np.ndarray]:
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     names = list(outputs) if outputs else [o.name for o in session.get_outputs()]
