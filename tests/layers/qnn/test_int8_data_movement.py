@@ -116,6 +116,25 @@ def _cpu(result) -> Dict[str, str]:
             if n["placement"] == "cpu"}
 
 
+def _quantized_around(path, op_type: str) -> bool:
+    """Whether the quantizer wrote the op as an int8 data move: between a DequantizeLinear and
+    a QuantizeLinear of one scale (its operator registry decides: onnxruntime 1.18's has no
+    Slice, so it calibrates the Slice's output as a value of its own; later ones do)."""
+    qdq = onnx.load(str(path))
+    consts = {t.name: numpy_helper.to_array(t) for t in qdq.graph.initializer}
+    makers = {o: n for n in qdq.graph.node for o in n.output}
+    readers = {i: n for n in qdq.graph.node for i in n.input}
+
+    def same_scale(node) -> bool:
+        dq, q = makers.get(node.input[0]), readers.get(node.output[0])
+        return (dq is not None and dq.op_type == "DequantizeLinear" and q is not None
+                and q.op_type == "QuantizeLinear"
+                and np.array_equal(consts.get(dq.input[1]), consts.get(q.input[1])))
+
+    nodes = [n for n in qdq.graph.node if n.op_type == op_type]
+    return bool(nodes) and all(same_scale(n) for n in nodes)
+
+
 def _assert_int8_throughout(result) -> None:
     """One Mrvl stage whose only quant layers are the input's and the output's edge: every
     layer between them computes on int8 values (none is an fp16 layer between quant layers)."""
@@ -134,9 +153,13 @@ def test_each_form_moves_int8_values_in_one_subgraph_bit_equal(tmp_path, form):
     assert [s["kind"] for s in fp16.manifest["stages"]] == ["mrvl"]
     qdq, feeds = quantized(tmp_path, model, SHAPE, samples=6)
     result = mrvl_convert.convert(qdq, tmp_path / "int8")
-    _assert_int8_throughout(result)
     moved = [n for n in placements(result).values() if n["op_type"] == op_type]
-    assert moved and {n["rule"] for n in moved} == {rule}, moved
+    if _quantized_around(qdq, op_type):
+        _assert_int8_throughout(result)
+        assert moved and {n["rule"] for n in moved} == {rule}, moved
+    else:  # onnxruntime 1.18's quantize_static gives a Slice's output a scale of its own
+        assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"], _cpu(result)
+        assert moved and all(n["placement"] == "mrvl" for n in moved), moved
     got, want = run_both(qdq, result.out_dir, feeds)
     assert np.array_equal(got, want)
 
