@@ -1,17 +1,20 @@
 """The QDQ reference with the artifact's fp16 layers computed as the artifact computes them.
 
 An int8 artifact runs a float op that is no int8 layer (a node ``--keep-fp16`` left in float,
-a Softmax) as an fp16 Mrvl layer between quant layers: its dequantized input, its weights and
-its result are rounded to fp16 (``kernels/fp16.py``), where onnxruntime's run of the QDQ model
-computes in float32. Judged against that run, a correct conversion with kept layers "fails":
-an fp16 rounding moves a value across a quantization boundary, and one int8 step early on is
-several at the output (issue 40). This module gives the verdict a reference that rounds where
-the artifact rounds, with onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32
-pairs, as the graph engine rounds): every input of such a layer that is not a weight, every
-weight (a rounded copy for the layer; a Conv + BatchNormalization pair the layer folds as
-``fp16_fold.py`` rounds it), every result that leaves the layer, and a HardSigmoid's and a
-HardSwish's steps as the lowering writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded). The
-weights stay the QDQ model's own: a wrong weight in the artifact still fails.
+a Softmax) as an fp16 Mrvl layer between quant layers: its weights and its result are rounded to
+fp16 (``kernels/fp16.py``), where onnxruntime's run of the QDQ model computes in float32; its
+dequantized input is ``q * scale`` in float32 as in that run (the dequantizing ``quant`` layer
+is exact, ``QuantKernel``: the simulator rounds no exact layer's result). Judged against that
+run, a correct conversion with kept layers "fails": an fp16 rounding moves a value across a
+quantization boundary, and one int8 step early on is several at the output (issue 40). This
+module gives the verdict a reference that rounds where the artifact rounds, and only there,
+with onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32 pairs, as the graph
+engine rounds): every input of such a layer that is neither a weight nor an exact layer's
+result (a stage input, an fp16 layer's result), every weight (a rounded copy for the layer; a
+Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it), every result
+that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering writes them
+(Mul2D, Sum2D, Clip[, Mul2D], each rounded). The weights stay the QDQ model's own: a wrong
+weight in the artifact still fails.
 
 - requires: the QDQ model (a copy: changed in place) and the int8 artifact's session;
 - ensures: the same model with Cast pairs inserted at the fp16 layers' edges and their weights
@@ -22,7 +25,7 @@ weights stay the QDQ model's own: a wrong weight in the artifact still fails.
 """
 from __future__ import annotations
 
-from typing import Dict, Iterable, List, Set
+from typing import AbstractSet, Any, Dict, Iterable, List, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -39,11 +42,27 @@ _SUFFIX = "__as_fp16"
 def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[List[str]]:
     """The source nodes (in ``proto``) of each fp16 layer of the artifact's Mrvl stages: no
     scale attribute, no QuantizeLinear/DequantizeLinear among its sources."""
+    return [group for group, _ in _fp16_layers(session, proto)]
+
+
+def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[str]:
+    """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
+    the names of the nodes rounded."""
+    layers = _fp16_layers(session, proto)
+    return round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
+
+
+def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
+                 ) -> List[Tuple[List[str], Set[str]]]:
+    """Each fp16 layer's source nodes (``fp16_layer_groups``) and the tensors of ``proto`` it
+    reads unrounded: those an exact layer of its stage gives it (``_exact_results``)."""
     ops = {n.name: n.op_type for n in proto.graph.node}
-    groups = []
+    outputs = {n.name: list(n.output) for n in proto.graph.node}
+    layers: List[Tuple[List[str], Set[str]]] = []
     for stage in session.stages:
         if stage.kind != "mrvl":
             continue
+        steps = {step.node: step for step in stage.runner.steps}
         for step in stage.runner.steps:
             spec = step.spec
             # an int8 layer: scales, or a QDQ node among its sources (a pool, a flatten
@@ -52,31 +71,41 @@ def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[Li
                     ops.get(n) in _QDQ for n in spec.source_nodes):
                 continue
             group = [n for n in spec.source_nodes if n in ops]
-            if group and group not in groups:
-                groups.append(group)
-    return groups
+            if group and group not in [g for g, _ in layers]:
+                layers.append((group, _exact_results(step, steps, outputs)))
+    return layers
 
 
-def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[str]:
-    """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
-    the names of the nodes rounded."""
-    return round_groups(proto, fp16_layer_groups(session, proto))
+def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str]]
+                   ) -> Set[str]:
+    """The tensors the layers before ``step`` that are ``exact`` hand it: the simulator does
+    not round an exact layer's result (``runtime/simulator.py``, ``graph_engine.py``), and a
+    dequantizing ``quant`` layer's is ``q * scale`` in float32, no fp16 value."""
+    names: Set[str] = set()
+    for index in step.inputs:
+        producer = steps.get(index)  # None: a subgraph input, which goes in as fp16
+        if producer is not None and producer.kernel.exact:
+            names.update(o for n in producer.spec.source_nodes for o in outputs.get(n, ()))
+    return names
 
 
-def round_groups(proto: onnx.ModelProto, groups: List[List[str]]) -> List[str]:
+def round_groups(proto: onnx.ModelProto, groups: List[List[str]],
+                 unrounded: Sequence[AbstractSet[str]] = ()) -> List[str]:
     """Round each group of nodes (one fp16 layer's source nodes) as the artifact computes
     that layer (module docstring), in place, nodes left in an order onnxruntime accepts; the
-    names of the nodes rounded."""
+    names of the nodes rounded. ``unrounded[k]``: the tensors group ``k`` reads as they are
+    (an exact layer's result, ``_exact_results``); none when not given."""
     done: List[str] = []
-    for group in groups:
-        _round_group(proto, group)
+    for k, group in enumerate(groups):
+        _round_group(proto, group, unrounded[k] if k < len(unrounded) else frozenset())
         done += group
     if done:
         topologically_sorted(proto)
     return done
 
 
-def _round_group(proto: onnx.ModelProto, group: List[str]) -> None:
+def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSet[str]
+                 ) -> None:
     graph = proto.graph
     members = [n for n in graph.node if n.name in group]
     inits = {t.name: t for t in graph.initializer}
@@ -91,7 +120,7 @@ def _round_group(proto: onnx.ModelProto, group: List[str]) -> None:
                 continue
             if name in inits:
                 node.input[k] = _rounded_weight(graph, inits, name, node.name)
-            elif name not in inside:
+            elif name not in inside and name not in unrounded:
                 node.input[k] = _cast_pair(graph, name, name + _SUFFIX)
     for node in members:
         for k, name in enumerate(node.output):

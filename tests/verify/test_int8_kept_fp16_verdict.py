@@ -15,6 +15,10 @@ import pytest
 
 from mrvl_convert.cli.convert import main as convert_main
 from mrvl_convert.cli.verify import main as verify_main
+from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
+from mrvl_convert.verify.reference import reference_session, sample_feeds
 from support.corpus_int8 import int8_corpus
 
 KEPT = ["Conv_24", "HardSigmoid_25"]  # MobileNetV3-small's first squeeze-excite gate
@@ -44,6 +48,25 @@ def test_mrvl_verify_passes_it_too(converted, criterion, capsys):
     tmp, _ = converted
     art = tmp / "out" / "mnv3"
     assert verify_main([str(tmp / "mnv3.onnx"), str(art), "--criterion", criterion]) == 0
+
+
+def test_the_kept_conv_is_the_artifacts_bit_for_bit(converted):
+    """The kept Conv reads the dequantized int8 values as the artifact's dequantizing quant
+    layer hands them on, in float32 (an exact layer: not rounded): the reference's rounded
+    Conv result equals the artifact's layer value on every sample. Rounding that input too
+    (as before) made it one fp16 step off on some, which one int8 step after the HardSigmoid
+    turned into a FAIL with the calibration onnxruntime 1.18's quantize_static gives."""
+    tmp, _ = converted
+    art = tmp / "out" / "mnv3"
+    session = HybridSession(art)
+    proto = onnx.load(str(art / "mnv3.int8.onnx"))
+    assert rounded_as_artifact(proto, session) == KEPT
+    reference = reference_session(proto, [TensorSpec("Conv_24_out", (), "float32")])
+    for feed in sample_feeds(session, None, 0, 8):
+        _, trace = session.run_layers(feed)
+        layer = next(t.value for t in trace if list(t.spec.source_nodes) == ["Conv_24"])
+        want = reference.run(["Conv_24_out"], feed)[0]
+        np.testing.assert_array_equal(layer.transpose(0, 3, 1, 2), want)
 
 
 @pytest.mark.parametrize("criterion", ["ours", "marvell"])

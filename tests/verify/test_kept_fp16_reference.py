@@ -57,6 +57,22 @@ def test_rounds_inputs_weights_results_and_hardsigmoid_steps():
     assert np.abs(got - run_ort(model, {"x": x})["y"]).max() <= 16 * 2.0 ** -11
 
 
+def test_an_exact_layers_result_is_read_unrounded():
+    """An input the artifact hands the layer in float32 (a dequantizing quant layer's
+    result) is not rounded; the weights and the results still are."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32) * 1.7
+    b = rng.standard_normal(3).astype(np.float32)
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32) * 3.1
+    rounded = _model(w, b)
+    assert round_groups(rounded, [["conv"], ["hs"]], [{"x"}, set()]) == ["conv", "hs"]
+    got = run_ort(rounded, {"x": x})["y"]
+    conv = r16(run_ort(_conv(r16(w), r16(b)), {"x": x})["c"])
+    want = r16(np.clip(r16(r16(conv * r16(0.2)) + r16(0.5)), 0.0, 1.0))
+    np.testing.assert_array_equal(got, want)
+    assert not any(n.op_type == "Cast" and n.input[0] == "x" for n in rounded.graph.node)
+
+
 def test_no_group_changes_nothing():
     rng = np.random.default_rng(3)
     model = _model(rng.standard_normal((3, 2, 3, 3)).astype(np.float32),
