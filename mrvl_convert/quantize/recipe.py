@@ -31,6 +31,7 @@ from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
 from mrvl_convert.quantize.prelu import decompose_prelu
+from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
 from mrvl_convert.quantize.sums import sums_as_add
 from mrvl_convert.quantize.weights import weights_as_initializers
 
@@ -64,7 +65,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on
     the calibration samples, quantize again (``quantize/bias_correct.py``). Returns ``out``.
     """
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import QuantFormat, QuantType
 
     # weights written as nodes (Paddle's Constants) quantized as weights, not calibrated
     proto = weights_as_initializers(load_proto(model))
@@ -85,7 +86,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                 raise OptionError("bias correction rewrites the float model, which it cannot "
                                   "do for one whose weights live in external files")
             quantize = functools.partial(
-                quantize_static, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
+                _quantize_static, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
                 activation_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
                 calibrate_method=calibrate_method(method), **recipe())
             quantize(source, str(out), reader)
@@ -96,6 +97,18 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                                     f"calibration method {method}: {exc}",
                                     model=str(model)) from None
     return out
+
+
+def _quantize_static(source: str, out: str, reader: Any, **options: Any) -> None:
+    """quantize_static, its Relus' and Clips' inputs then given their outputs' scales as
+    onnxruntime >= 1.19 gives them (``quantize/relu_ranges.py``): the same QDQ model at every
+    onnxruntime this package supports."""
+    from onnxruntime.quantization import quantize_static
+    quantize_static(source, out, reader, **options)
+    written = onnx.load(out)
+    shared = relu_inputs_share_output_scale(written)
+    if shared is not written:
+        onnx.save(shared, out)
 
 
 def _bias_corrected(source: Path, out: Path, calibration: "Calibration",
