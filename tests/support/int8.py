@@ -12,9 +12,22 @@ import pytest
 from onnx import helper, numpy_helper
 
 import mrvl_convert
+from mrvl_convert.quantize import Quantization
 from mrvl_convert.quantize.recipe import quantize_int8
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist_cnn"
+
+
+def converted_int8(model: onnx.ModelProto, out: Path, span: float = 1.0
+                   ) -> Tuple["mrvl_convert.Result", Path]:
+    """``model`` converted with Marvell's recipe on 16 seeded calibration samples uniform in
+    [-span, span] of its first input's shape: (result, the QDQ file the artifact keeps)."""
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    rng = np.random.default_rng(0)
+    calibration = {model.graph.input[0].name:
+                   rng.uniform(-span, span, [16] + shape[1:]).astype(np.float32)}
+    result = mrvl_convert.convert(model, out, quantize=Quantization(calibration))
+    return result, result.out_dir / result.manifest["quantization"]["file"]
 
 
 def output_scale(model: onnx.ModelProto) -> float:

@@ -5,7 +5,6 @@ with an internal IndexError; a gate of the output's rank (``[1, C, 1, 1]``) is t
 Both are bit-equal to onnxruntime's run of the QDQ model."""
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Dict, List
 
 import numpy as np
@@ -13,9 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
-from mrvl_convert.quantize import Quantization
-from support.int8 import run_both
+from support.int8 import converted_int8, run_both
 
 
 def _gated(gate_shape: List[int]) -> onnx.ModelProto:
@@ -40,13 +37,6 @@ def _gated(gate_shape: List[int]) -> onnx.ModelProto:
     return model
 
 
-def _convert(model: onnx.ModelProto, out: Path):
-    rng = np.random.default_rng(0)
-    calibration = {"x": rng.uniform(-1, 1, (16, 3, 8, 8)).astype(np.float32)}
-    result = mrvl_convert.convert(model, out, quantize=Quantization(calibration))
-    return result, result.out_dir / result.manifest["quantization"]["file"]
-
-
 def _feeds() -> List[Dict[str, np.ndarray]]:
     rng = np.random.default_rng(1)
     return [{"x": rng.uniform(-1, 1, (1, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
@@ -58,7 +48,7 @@ def _mul_entry(result) -> dict:
 
 
 def test_lower_rank_gate_stays_on_cpu_with_the_reason(tmp_path):
-    result, qdq = _convert(_gated([4, 1, 1]), tmp_path / "rank3")
+    result, qdq = converted_int8(_gated([4, 1, 1]), tmp_path / "rank3")
     mul = _mul_entry(result)
     assert mul["placement"] == "cpu"
     assert "another rank than the output" in mul["reason"]
@@ -67,7 +57,7 @@ def test_lower_rank_gate_stays_on_cpu_with_the_reason(tmp_path):
 
 
 def test_gate_of_the_output_rank_is_an_int8_mul(tmp_path):
-    result, qdq = _convert(_gated([1, 4, 1, 1]), tmp_path / "rank4")
+    result, qdq = converted_int8(_gated([1, 4, 1, 1]), tmp_path / "rank4")
     assert _mul_entry(result)["placement"] == "mrvl"
     got, want = run_both(qdq, result.out_dir, _feeds())
     assert np.array_equal(got, want)

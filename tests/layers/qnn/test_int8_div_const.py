@@ -12,9 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
-from mrvl_convert.quantize import Quantization
-from support.int8 import run_both
+from support.int8 import converted_int8, run_both
 
 
 def _paddle_hardswish_pool(divisor: float) -> onnx.ModelProto:
@@ -48,13 +46,6 @@ def _paddle_hardswish_pool(divisor: float) -> onnx.ModelProto:
     return model
 
 
-def _convert(model: onnx.ModelProto, out: Path):
-    rng = np.random.default_rng(0)
-    calibration = {"x": rng.uniform(-3, 3, (16, 3, 16, 16)).astype(np.float32)}
-    result = mrvl_convert.convert(model, out, quantize=Quantization(calibration))
-    return result, result.out_dir / result.manifest["quantization"]["file"]
-
-
 def _exact(result, qdq: Path) -> bool:
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.uniform(-3, 3, (1, 3, 16, 16)).astype(np.float32)} for _ in range(4)]
@@ -72,7 +63,7 @@ def _cpu_nodes(result) -> list:
 
 
 def test_div_before_maxpool_is_one_int8_subgraph(tmp_path):
-    result, qdq = _convert(_paddle_hardswish_pool(6.0), tmp_path / "six")
+    result, qdq = converted_int8(_paddle_hardswish_pool(6.0), tmp_path / "six", span=3.0)
     qdq_model = onnx.load(qdq)
     div = next(n for n in qdq_model.graph.node if n.name == "hswish_div")
     # The case at hand: onnxruntime's quantizer writes no QuantizeLinear between Div and MaxPool.
@@ -85,7 +76,7 @@ def test_div_before_maxpool_is_one_int8_subgraph(tmp_path):
 
 
 def test_decreasing_div_before_maxpool_stays_on_cpu(tmp_path):
-    result, qdq = _convert(_paddle_hardswish_pool(-6.0), tmp_path / "minus_six")
+    result, qdq = converted_int8(_paddle_hardswish_pool(-6.0), tmp_path / "minus_six", span=3.0)
     assert _div(result)["placement"] == "cpu"
     assert result.report["summary"]["cpu_subgraphs"] == 1
     assert _exact(result, qdq)

@@ -18,24 +18,14 @@ import pytest
 from onnx import numpy_helper
 
 import mrvl_convert
-from mrvl_convert.quantize import Quantization
 from support import corpus
-from support.int8 import reference_session
+from support.int8 import converted_int8, reference_session
 
 RULE = "mrvl.qnn_channel_shuffle"
 
 
 def _shape(model: onnx.ModelProto) -> List[int]:
     return [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
-
-
-def _convert_int8(model: onnx.ModelProto, out: Path):
-    """Marvell's recipe on 16 seeded calibration samples in [-1, 1]: (result, QDQ file)."""
-    rng = np.random.default_rng(0)
-    calibration = {model.graph.input[0].name:
-                   rng.uniform(-1, 1, [16] + _shape(model)[1:]).astype(np.float32)}
-    result = mrvl_convert.convert(model, out, quantize=Quantization(calibration))
-    return result, result.out_dir / result.manifest["quantization"]["file"]
 
 
 def _differing(qdq: Path, artifact: Path, inputs: int) -> List[int]:
@@ -79,7 +69,7 @@ def _cpu(result) -> Dict[str, str]:
 @pytest.fixture(scope="module")
 def unit(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("shufflenet_unit")
-    return _convert_int8(corpus.built("shufflenet_unit"), tmp / "out")
+    return converted_int8(corpus.built("shufflenet_unit"), tmp / "out")
 
 
 def test_shufflenet_unit_int8_is_one_mrvl_subgraph_bit_identical(unit):
@@ -180,7 +170,7 @@ def test_zoo_shufflenet_int8_fits_the_device(tmp_path):
     That Softmax is an fp16 layer between quant layers (``int8_forms``), at most one output
     step from onnxruntime's float Softmax (docs/QUANTIZATION.md): onnxruntime 1.18 lands one
     step off on one of these inputs, newer versions on none."""
-    result, qdq = _convert_int8(corpus.zoo("shufflenet"), tmp_path / "out")
+    result, qdq = converted_int8(corpus.zoo("shufflenet"), tmp_path / "out")
     summary = result.summary
     assert (summary["mrvl_subgraphs"], summary["cpu_subgraphs"]) == (1, 0), _cpu(result)
     assert result.report["device"]["fits"] is True, result.report["device"]["reasons"]
