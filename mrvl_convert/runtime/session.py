@@ -134,6 +134,12 @@ class HybridSession:
         return list(self._outputs)
 
     @property
+    def pinned_values(self) -> Dict[str, np.ndarray]:
+        """The inputs pinned at conversion (the manifest's ``options.values``), each as an array
+        of its input's dtype and shape: the only value the artifact computes the model for."""
+        return {name: value.copy() for name, value in self._pinned}
+
+    @property
     def boundary_tensors(self) -> List[TensorSpec]:
         """Every tensor a stage produces, in run order (model outputs included)."""
         return [t for stage in self.stages for t in stage.outputs]

@@ -48,11 +48,8 @@ def sample_feeds(session: HybridSession, inputs: Any, seed: int, samples: int) -
     random feeds of the session's input shapes (an input pinned at conversion, the manifest's
     ``options.values``, at its value: the artifact computes the model for it only)."""
     if inputs is None:
-        feeds = random_feeds(session.input_specs, seed, samples)
-        pinned = session.manifest.get("options", {}).get("values", {})
-        types = {s.name: DTYPES[s.dtype][0] for s in session.input_specs}
-        return [{**f, **{k: np.asarray(v, types[k]).reshape(f[k].shape) for k, v in
-                         pinned.items() if k in f}} for f in feeds]
+        return [{**feed, **session.pinned_values}
+                for feed in random_feeds(session.input_specs, seed, samples)]
     if isinstance(inputs, Mapping):
         return [dict(inputs)]
     return [dict(feed) for feed in inputs]
