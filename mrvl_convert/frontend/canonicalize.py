@@ -46,6 +46,7 @@ from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
 from mrvl_convert.frontend.input_values import pin_inputs
+from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
@@ -119,7 +120,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
-    if fold_into_fcs(graph, forms) or tokens or heads or sunk:
+    resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
+    if fold_into_fcs(graph, forms) or tokens or heads or sunk or resized:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
