@@ -49,115 +49,150 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
 
-_HALF_PIXEL = ("half_pixel", "pytorch_half_pixel")
-_MODES = _HALF_PIXEL + ("asymmetric",)
-Axis = Tuple[np.ndarray, int, int]  # taps, pad before, pad after
+_MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
+Axis = Tuple[int, np.ndarray, int, int]  # factor, taps, pad before, pad after
 
 
 def rewrite_linear_resizes(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
-    """Rewrite each linear Resize that the form takes, in place; True when one was (the caller
-    cleans up and sorts the graph)."""
+    """Rewrite each linear Resize (or Upsample) that the form takes, in place; True when one
+    was (the caller cleans up and sorts the graph)."""
     names, before = Names(graph), len(done.rewritten)
     for node in list(graph.nodes):
-        if node.op != "Resize" or not node.outputs or attr(node, "mode", "nearest") != "linear":
+        if node.op not in ("Resize", "Upsample") or not node.outputs \
+                or attr(node, "mode", "nearest") not in ("linear", "bilinear"):
             continue
-        found = _factors(node, opset)
+        found = _axes(node, opset)
         if isinstance(found, str):
-            done.kept[node.name] = f"linear Resize stays as it is: {found}"
+            done.kept[node.name] = f"linear {node.op} stays as it is: {found}"
         else:
-            _rewrite(graph, node, found, done, names)
+            _rewrite(graph, node, found, done, names, opset)
     return len(done.rewritten) != before
 
 
-def _factors(node: gs.Node, opset: int) -> Union[str, Tuple[int, int, str]]:
-    """(sh, sw, coordinate mode), or why the form does not compute this Resize."""
-    if opset < 11:
+def _axes(node: gs.Node, opset: int) -> Union[str, Tuple[Axis, Axis, str]]:
+    """The filter of H and of W and the coordinate mode, or why the form does not compute
+    this Resize."""
+    if node.op == "Resize" and opset < 11:
         return f"opset {opset}'s Resize has no coordinate_transformation_mode"
     x, y = node.inputs[0], node.outputs[0]
     src, dst = static_shape(x), static_shape(y)
     if src is None or dst is None or len(src) != 4 or len(dst) != 4:
-        return f"the form takes 4-D tensors; this Resize maps {src} to {dst}"
+        return f"the form takes 4-D tensors; this {node.op} maps {src} to {dst}"
     if is_const(x) or x.dtype is None or np.dtype(x.dtype) != np.float32:
         return f"the input is not a float32 activation ({x.dtype})"
-    if src[:2] != dst[:2] or 0 in src or dst[2] % src[2] or dst[3] % src[3] \
-            or dst[2:] == src[2:]:
-        return f"{src} -> {dst} is not an integer upscale of H and W only"
-    factors = (dst[2] // src[2], dst[3] // src[3])
-    coord = str(attr(node, "coordinate_transformation_mode", "half_pixel"))
+    coord = "asymmetric" if node.op == "Upsample" else \
+        str(attr(node, "coordinate_transformation_mode", "half_pixel"))
     if coord not in _MODES:
         return f"coordinate_transformation_mode {coord!r} is not a fixed filter of the " \
                f"nearest upsampling (only {', '.join(_MODES)})"
+    if src[:2] != dst[:2] or 0 in src or dst[2:] == src[2:]:
+        return f"{src} -> {dst} is not an upscale of H and W only"
+    height, width = axis_filter(src[2], dst[2], coord), axis_filter(src[3], dst[3], coord)
+    if height is None or width is None:
+        return f"{src[2:]} -> {dst[2:]} is not " + (
+            "(n - 1) k + 1 from n for an integer k" if coord == "align_corners"
+            else "an integer upscale")
     if str(attr(node, "keep_aspect_ratio_policy", "stretch")) != "stretch" \
             or attr(node, "axes", None) is not None:
         return "the Resize has axes or a keep_aspect_ratio_policy"
-    issue = _scales_issue(node, factors)
-    return issue if issue else (factors[0], factors[1], coord)
+    issue = None if coord == "align_corners" else _scales_issue(node, (height[0], width[0]))
+    return issue if issue else (height, width, coord)
 
 
 def _scales_issue(node: gs.Node, factors: Tuple[int, int]) -> Optional[str]:
     """The coordinate transform uses the given scales, not the shapes' ratio: they must agree."""
-    scales = node.inputs[2] if len(node.inputs) > 2 else None
-    if scales is None or not scales.name:
-        return None
-    if not is_const(scales):
-        return f"the scales ({scales.name}) are computed at run time"
-    values = np.asarray(const_value(scales), np.float64)
-    if values.size == 0:
-        return None
-    if values.tolist() != [1.0, 1.0, float(factors[0]), float(factors[1])]:
+    if node.op == "Upsample" and "scales" in node.attrs:
+        values = np.asarray(node.attrs["scales"], np.float64)
+    else:
+        scales = node.inputs[1 if node.op == "Upsample" else 2] \
+            if len(node.inputs) > (1 if node.op == "Upsample" else 2) else None
+        if scales is None or not scales.name:
+            return None
+        if not is_const(scales):
+            return f"the scales ({scales.name}) are computed at run time"
+        values = np.asarray(const_value(scales), np.float64)
+    if values.size and values.tolist() != [1.0, 1.0, float(factors[0]), float(factors[1])]:
         return f"scales {values.tolist()} are not the integer factors {list(factors)}"
     return None
 
 
-def axis_filter(factor: int, coord: str) -> Axis:
-    """The 1-D box filter of nearest-upsampled data that interpolates it linearly."""
+def axis_filter(size: int, out: int, coord: str) -> Optional[Axis]:
+    """(k, taps, pad before, pad after): the nearest upsampling by ``k`` and the 1-D box filter
+    of it that interpolates linearly from ``size`` to ``out`` samples; None when there is none."""
+    if out == size:
+        return 1, np.ones(1), 0, 0
+    if coord == "align_corners":
+        if size < 2 or (out - 1) % (size - 1):
+            return None
+        k = (out - 1) // (size - 1)  # the last k - 1 of the k * size are cut off (pad -(k-1))
+        return k, np.full(k, 1.0 / k), 0, 0
+    if out % size:
+        return None
+    k = out // size
     if coord == "asymmetric":
-        return np.full(factor, 1.0 / factor), 0, factor - 1
-    if factor % 2:
-        return np.full(factor, 1.0 / factor), factor // 2, factor // 2
-    taps = np.full(factor + 1, 1.0 / factor)
-    taps[0] = taps[-1] = 0.5 / factor
-    return taps, factor // 2, factor // 2
+        return k, np.full(k, 1.0 / k), 0, k - 1
+    if k % 2:
+        return k, np.full(k, 1.0 / k), k // 2, k // 2
+    taps = np.full(k + 1, 1.0 / k)
+    taps[0] = taps[-1] = 0.5 / k
+    return k, taps, k // 2, k // 2
 
 
-def _edge_scale(taps: np.ndarray, before: int, length: int) -> np.ndarray:
-    """1 / (the kernel weight inside the signal) at each output position."""
+def _edge_scale(taps: np.ndarray, before: int, length: int, out: int) -> np.ndarray:
+    """1 / (the kernel weight inside the ``length`` samples) at each of the ``out`` outputs."""
     inside = np.array([taps[[k for k in range(len(taps)) if 0 <= i + k - before < length]].sum()
-                       for i in range(length)])
+                       for i in range(out)])
     return 1.0 / inside
 
 
-def _rewrite(graph: gs.Graph, node: gs.Node, found: Tuple[int, int, str], done: Rewrites,
-             names: Names) -> None:
-    sh, sw, coord = found
+def _rewrite(graph: gs.Graph, node: gs.Node, found: Tuple[Axis, Axis, str], done: Rewrites,
+             names: Names, opset: int) -> None:
+    (sh, th, h0, h1), (sw, tw, w0, w1), coord = found
     x, y = node.inputs[0], node.outputs[0]
     n, c, h, w = static_shape(y)
-    (th, h0, h1), (tw, w0, w1) = axis_filter(sh, coord), axis_filter(sw, coord)
+    near = [n, c, static_shape(x)[2] * sh, static_shape(x)[3] * sw]
     kernel = np.broadcast_to(np.outer(th, tw), (c, 1, len(th), len(tw))).astype(np.float32)
-    scale = np.outer(_edge_scale(th, h0, h), _edge_scale(tw, w0, w)).astype(np.float32)
-    dtype = np.float32
-    upsampled = gs.Variable(names.fresh(f"{y.name}_nearest"), dtype=dtype, shape=[n, c, h, w])
-    filtered = gs.Variable(names.fresh(f"{y.name}_filtered"), dtype=dtype, shape=[n, c, h, w])
-    node.attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
-                  "nearest_mode": "floor"}
-    _set_inputs(node, [x, gs.Constant(names.fresh(f"{node.name}_roi"), np.zeros(0, dtype)),
-                       gs.Constant(names.fresh(f"{node.name}_scales"),
-                                   np.array([1, 1, sh, sw], dtype))])
+    scale = np.outer(_edge_scale(th, h0, near[2], h),
+                     _edge_scale(tw, w0, near[3], w)).astype(np.float32)
+    upsampled = gs.Variable(names.fresh(f"{y.name}_nearest"), dtype=np.float32, shape=near)
+    _nearest(node, (sh, sw), names, opset)
     node.outputs[0] = upsampled
+    filtered = y if np.all(scale == 1) else \
+        gs.Variable(names.fresh(f"{y.name}_filtered"), dtype=np.float32, shape=[n, c, h, w])
     conv = gs.Node("Conv", names.fresh(f"{node.name}_filter"),
                    attrs={"group": c, "kernel_shape": [len(th), len(tw)],
                           "pads": [h0, w0, h1, w1]},
                    inputs=[upsampled, gs.Constant(names.fresh(f"{node.name}_taps"), kernel)],
                    outputs=[filtered])
-    mul = gs.Node("Mul", names.fresh(f"{node.name}_edges"),
-                  inputs=[filtered, gs.Constant(names.fresh(f"{node.name}_edge_scale"),
-                                                scale.reshape(1, 1, h, w))],
-                  outputs=[y])
-    graph.nodes.extend([conv, mul])
+    graph.nodes.append(conv)
     done.derived[conv.name] = node.name
-    done.derived[mul.name] = node.name
+    if filtered is not y:  # the edges: a window that reaches outside the upsampled data
+        mul = gs.Node("Mul", names.fresh(f"{node.name}_edges"),
+                      inputs=[filtered, gs.Constant(names.fresh(f"{node.name}_edge_scale"),
+                                                    scale.reshape(1, 1, h, w))],
+                      outputs=[y])
+        graph.nodes.append(mul)
+        done.derived[mul.name] = node.name
     done.rewritten[node.name] = (
-        f"linear Resize ({coord}, factors {sh}x{sw}) became nearest Resize, a depthwise "
-        f"{len(th)}x{len(tw)} Conv and a Mul correcting the edges: exact in real arithmetic, "
-        f"float32 within (2 kh kw + 8) 2**-24 max|x| of the original")
+        f"linear {node.op} ({coord}, {static_shape(x)[2:]} -> {[h, w]}) became nearest "
+        f"upsampling by {sh}x{sw}, a depthwise {len(th)}x{len(tw)} Conv"
+        f"{'' if filtered is y else ' and a Mul correcting the edges'}: exact in real "
+        f"arithmetic, float32 within (2 kh kw + 8) 2**-24 max|x| of the original")
 
+
+def _nearest(node: gs.Node, factors: Tuple[int, int], names: Names, opset: int) -> None:
+    """The node becomes nearest upsampling ``out[i, j] = x[i // sh, j // sw]``."""
+    x = node.inputs[0]
+    scales = np.array([1, 1, factors[0], factors[1]], np.float32)
+    if node.op == "Upsample" and opset < 9:
+        node.attrs = {"mode": "nearest", "scales": scales.tolist()}
+        _set_inputs(node, [x])
+    elif node.op == "Upsample":  # its nearest is floor(i / s)
+        node.attrs = {"mode": "nearest"}
+        _set_inputs(node, [x, gs.Constant(names.fresh(f"{node.name}_scales"), scales)])
+    else:
+        node.attrs = {"mode": "nearest", "coordinate_transformation_mode": "asymmetric",
+                      "nearest_mode": "floor"}
+        _set_inputs(node, [x, gs.Constant(names.fresh(f"{node.name}_roi"),
+                                          np.zeros(0, np.float32)),
+                           gs.Constant(names.fresh(f"{node.name}_scales"), scales)])
