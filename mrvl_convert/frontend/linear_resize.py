@@ -48,72 +48,94 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
+from mrvl_convert.frontend.resize_matrices import rewrite_as_matmuls
 
 _MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
 Axis = Tuple[int, np.ndarray, int, int]  # factor, taps, pad before, pad after
 
 
 def rewrite_linear_resizes(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
-    """Rewrite each linear Resize (or Upsample) that the form takes, in place; True when one
+    """Rewrite each linear Resize (or Upsample) that a form takes, in place; True when one
     was (the caller cleans up and sorts the graph)."""
     names, before = Names(graph), len(done.rewritten)
     for node in list(graph.nodes):
         if node.op not in ("Resize", "Upsample") or not node.outputs \
                 or attr(node, "mode", "nearest") not in ("linear", "bilinear"):
             continue
-        found = _axes(node, opset)
-        if isinstance(found, str):
-            done.kept[node.name] = f"linear {node.op} stays as it is: {found}"
+        issue = _issue(node, opset)
+        filters = None if issue else _filters(node)
+        scales = _scales(node) if issue is None and filters is None else None
+        if issue or isinstance(scales, str):
+            done.kept[node.name] = f"linear {node.op} stays as it is: {issue or scales}"
+        elif filters is not None:
+            _rewrite(graph, node, filters, done, names, opset)
         else:
-            _rewrite(graph, node, found, done, names, opset)
+            rewrite_as_matmuls(graph, node, _coord(node), scales, done, names)
     return len(done.rewritten) != before
 
 
-def _axes(node: gs.Node, opset: int) -> Union[str, Tuple[Axis, Axis, str]]:
-    """The filter of H and of W and the coordinate mode, or why the form does not compute
-    this Resize."""
+def _coord(node: gs.Node) -> str:
+    return "asymmetric" if node.op == "Upsample" else \
+        str(attr(node, "coordinate_transformation_mode", "half_pixel"))
+
+
+def _issue(node: gs.Node, opset: int) -> Optional[str]:
+    """Why neither form computes this node, or None."""
     if node.op == "Resize" and opset < 11:
         return f"opset {opset}'s Resize has no coordinate_transformation_mode"
     x, y = node.inputs[0], node.outputs[0]
     src, dst = static_shape(x), static_shape(y)
     if src is None or dst is None or len(src) != 4 or len(dst) != 4:
-        return f"the form takes 4-D tensors; this {node.op} maps {src} to {dst}"
+        return f"the forms take 4-D tensors; this {node.op} maps {src} to {dst}"
     if is_const(x) or x.dtype is None or np.dtype(x.dtype) != np.float32:
         return f"the input is not a float32 activation ({x.dtype})"
-    coord = "asymmetric" if node.op == "Upsample" else \
-        str(attr(node, "coordinate_transformation_mode", "half_pixel"))
-    if coord not in _MODES:
-        return f"coordinate_transformation_mode {coord!r} is not a fixed filter of the " \
-               f"nearest upsampling (only {', '.join(_MODES)})"
-    if src[:2] != dst[:2] or 0 in src or dst[2:] == src[2:]:
-        return f"{src} -> {dst} is not an upscale of H and W only"
-    height, width = axis_filter(src[2], dst[2], coord), axis_filter(src[3], dst[3], coord)
-    if height is None or width is None:
-        return f"{src[2:]} -> {dst[2:]} is not " + (
-            "(n - 1) k + 1 from n for an integer k" if coord == "align_corners"
-            else "an integer upscale")
+    if _coord(node) not in _MODES:
+        return f"coordinate_transformation_mode {_coord(node)!r} is not one of " \
+               f"{', '.join(_MODES)}"
+    if src[:2] != dst[:2] or 0 in src or 0 in dst:
+        return f"{src} -> {dst} changes the batch or the channels"
     if str(attr(node, "keep_aspect_ratio_policy", "stretch")) != "stretch" \
-            or attr(node, "axes", None) is not None:
-        return "the Resize has axes or a keep_aspect_ratio_policy"
-    issue = None if coord == "align_corners" else _scales_issue(node, (height[0], width[0]))
-    return issue if issue else (height, width, coord)
-
-
-def _scales_issue(node: gs.Node, factors: Tuple[int, int]) -> Optional[str]:
-    """The coordinate transform uses the given scales, not the shapes' ratio: they must agree."""
-    if node.op == "Upsample" and "scales" in node.attrs:
-        values = np.asarray(node.attrs["scales"], np.float64)
-    else:
-        scales = node.inputs[1 if node.op == "Upsample" else 2] \
-            if len(node.inputs) > (1 if node.op == "Upsample" else 2) else None
-        if scales is None or not scales.name:
-            return None
-        if not is_const(scales):
-            return f"the scales ({scales.name}) are computed at run time"
-        values = np.asarray(const_value(scales), np.float64)
-    if values.size and values.tolist() != [1.0, 1.0, float(factors[0]), float(factors[1])]:
-        return f"scales {values.tolist()} are not the integer factors {list(factors)}"
+            or attr(node, "axes", None) is not None or int(attr(node, "antialias", 0)):
+        return "the Resize has axes, a keep_aspect_ratio_policy or antialias"
     return None
+
+
+def _filters(node: gs.Node) -> Optional[Tuple[Axis, Axis, str]]:
+    """The nearest-and-box-filter form's filter of H and of W, or None where it has none."""
+    src, dst, coord = static_shape(node.inputs[0]), static_shape(node.outputs[0]), _coord(node)
+    height, width = axis_filter(src[2], dst[2], coord), axis_filter(src[3], dst[3], coord)
+    if height is None or width is None or dst[2:] == src[2:]:
+        return None
+    given = _given_scales(node)
+    if coord != "align_corners" and given is not None and given.size \
+            and given.tolist() != [1.0, 1.0, float(height[0]), float(width[0])]:
+        return None  # the transform uses the given scales, not the shapes' ratio
+    return height, width, coord
+
+
+def _given_scales(node: gs.Node) -> Union[None, str, np.ndarray]:
+    """The node's scales as given (None when it has none; a str when computed at run time)."""
+    if node.op == "Upsample" and "scales" in node.attrs:
+        return np.asarray(node.attrs["scales"], np.float32)
+    index = 1 if node.op == "Upsample" else 2
+    scales = node.inputs[index] if len(node.inputs) > index else None
+    if scales is None or not scales.name:
+        return None
+    if not is_const(scales):
+        return f"the scales ({scales.name}) are computed at run time"
+    return np.asarray(const_value(scales), np.float32)
+
+
+def _scales(node: gs.Node) -> Union[str, Tuple[float, float]]:
+    """The scales of H and W onnxruntime's coordinate transform uses."""
+    given = _given_scales(node)
+    if isinstance(given, str):
+        return given
+    if given is not None and given.size:
+        return float(given[2]), float(given[3])
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
+    return (float(np.float32(dst[2]) / np.float32(src[2])),
+            float(np.float32(dst[3]) / np.float32(src[3])))
 
 
 def axis_filter(size: int, out: int, coord: str) -> Optional[Axis]:
