@@ -143,6 +143,8 @@ def axis_filter(size: int, out: int, coord: str) -> Optional[Axis]:
     of it that interpolates linearly from ``size`` to ``out`` samples; None when there is none."""
     if out == size:
         return 1, np.ones(1), 0, 0
+    if out < size:
+        return None  # a shrink: the matrix form
     if coord == "align_corners":
         if size < 2 or (out - 1) % (size - 1):
             return None
