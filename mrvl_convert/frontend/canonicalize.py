@@ -24,8 +24,10 @@ the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Conc
 gives +0; its Conv turns -0 into +0), a 3-D GlobalMaxPool as ReduceMax (a NaN it may skip
 propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
 ``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
-rounded differently (their bounds are in those modules), and an attention mask's constant
-below fp16's range clamped to -32752 (``mask_constants.py``: exact within its stated bound).
+rounded differently (their bounds are in those modules), a linear Resize as nearest
+upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.py``,
+``resize_matrices.py``: exact in real arithmetic, their float32 bounds stated there), and an
+attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact within its stated bound).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

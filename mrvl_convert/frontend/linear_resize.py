@@ -1,43 +1,54 @@
-"""Bilinear upsampling by integer factors as nearest upsampling, a depthwise Conv and an edge Mul.
+"""Linear upsampling on the accelerator: nearest upsampling, a depthwise Conv and an edge Mul.
 
 Requires: a graph whose activations' shapes are static (canonicalize runs this after the shapes
 that depended on folded values, e.g. a Resize's ``sizes`` from a ``Shape``, are known).
-Ensures: every ``Resize`` (opset >= 11, mode ``linear``) of a 4-D float32 ``[N, C, H, W]``
-tensor that scales H and W up by integers ``sh``, ``sw`` (not both 1), batch and channels kept,
-in coordinate mode ``half_pixel``, ``pytorch_half_pixel`` or ``asymmetric``, becomes
+Ensures: every linear ``Resize`` (opset >= 11) or ``Upsample`` (opset 7-9, asymmetric) of a 4-D
+float32 ``[N, C, H, W]`` activation, batch and channels kept, in coordinate mode
+``half_pixel``, ``pytorch_half_pixel``, ``asymmetric`` or ``align_corners``, no ``axes``,
+``keep_aspect_ratio_policy`` or ``antialias``, is rewritten (the node keeps its name, added nodes
+are ``derived`` from it, ``rewritten`` says into what):
 
-    U = Resize(x, nearest, asymmetric, floor)       U[i, j] = x[i // sh, j // sw]
-    V = Conv(U, K, group=C, zero pads P)            K = kh (x) kw, the same for every channel
-    y = Mul(V, R)                                   R = 1 / Conv(ones, K, pads P)  [1, 1, H', W']
+- where each axis scales by an integer ``k`` (align_corners: from ``n`` to ``(n - 1) k + 1``
+  samples) and the given scales, if any, are those integers, into
 
-(the Resize keeps its name; the Conv and the Mul are ``derived`` from it). Each is a form the
-layer set has: Resize2D (exact), a depthwise Conv2D, Mul2D by a constant. Any other Resize is
-as it was, with the reason in ``kept`` when it is a linear one.
+      U = nearest upsampling by (kh, kw)          U[i, j] = x[i // kh, j // kw]
+      V = Conv(U, K, group=C, zero pads P)        K = th (x) tw, the same for every channel
+      y = Mul(V, R)                               R = 1 / Conv(ones, K, pads P)  [1, 1, H', W']
 
-Why this form. A linear interpolation by an integer factor ``s`` is nearest upsampling followed
-by a box filter along the axis: for ``half_pixel`` with ``s`` odd, ``kh = ones(s) / s``
-centred; ``s`` even, ``kh = [1, 2, .., 2, 1] / (2 s)`` (``s + 1`` taps) centred; for
-``asymmetric``, ``kh = ones(s) / s`` over ``U[i .. i + s - 1]``. (Output ``i = s m + r`` reads
-``in[m]`` and its neighbour with the interpolation weights; counting the copies of each in the
-window gives them.) ``pytorch_half_pixel`` is ``half_pixel`` whenever the output is longer than
-1, which an upscale is. At the edges onnxruntime clamps the coordinate: the window reaches
-outside ``U`` only where every inside element of it is a copy of the edge pixel (the window is
-at most ``s`` long and the edge block of ``U`` is ``s`` copies), so the clamped value is the
+  (no Mul where R is 1: align_corners). Each is a form the layer set has: Resize2D (exact), a
+  depthwise Conv2D, Mul2D by a constant;
+- otherwise (non-integer factors, align_corners to ``k n`` samples, a shrink) into MatMuls by
+  the interpolation matrices (``resize_matrices.py``, its own docstring and bound).
+
+Any other linear Resize is as it was, with the reason in ``kept``; nearest and cubic ones are
+not this module's.
+
+Why this form. A linear interpolation by an integer factor ``k`` is nearest upsampling followed
+by a box filter along the axis: for ``half_pixel`` with ``k`` odd, ``t = ones(k) / k`` centred;
+``k`` even, ``t = [1, 2, .., 2, 1] / (2 k)`` (``k + 1`` taps) centred; for ``asymmetric``,
+``t = ones(k) / k`` over ``U[i .. i + k - 1]``; ``align_corners`` from ``n`` to
+``(n - 1) k + 1`` is ``asymmetric`` by ``k`` without its last ``k - 1`` samples (no padding).
+(Output ``i = k m + r`` reads ``in[m]`` and its neighbour with the interpolation weights;
+counting the copies of each in the window gives them.) ``pytorch_half_pixel`` is
+``half_pixel`` whenever the output is longer than 1, which an upscale is. At the edges
+onnxruntime clamps the coordinate: the window reaches outside ``U`` only where every inside
+element of it is a copy of the edge pixel (the window is at most ``k + 1`` long, reaching at
+most ``k / 2`` out, and the edge block of ``U`` is ``k`` copies), so the clamped value is the
 zero-padded window sum divided by the kernel weight inside, ``R``; the product kernel makes this
-hold per axis, corners included. So the form is exact in real arithmetic. It costs ``kh * kw``
-multiply-adds per output and channel (<= 25 at factor 4), against ``C`` times more for a
-transposed convolution, which the layer set has only as a dense one (a grouped ConvTranspose
-becomes block-diagonal). ``align_corners`` maps output ``i`` to ``i (H - 1) / (s H - 1)``, not
-a shift-invariant filter of ``U``: no Conv form, it stays (reason in ``kept``), as do other
-modes, non-integer factors, downscaling and non-4-D tensors.
+hold per axis, corners included. So the form is exact in real arithmetic. It costs
+``kh kw`` multiply-adds per output and channel (<= 25 at factor 4), against ``C`` times more for
+a transposed convolution, which the layer set has only as a dense one (a grouped ConvTranspose
+becomes block-diagonal), and against about ``H + W / 2`` for the matrix form, kept for what
+this one does not take.
 
-Bound. Both forms compute a convex combination of the same inputs with the same real weights;
+Bound. Both compute a convex combination of the same inputs with the same real weights;
 onnxruntime's Resize rounds about 3 times per output, this form rounds each weight of ``K`` and
-``R`` once and sums ``kh * kw`` products: in float32 the two differ by at most
+``R`` once and sums ``kh kw`` products: for finite inputs the two differ in float32 by at most
 ``(2 kh kw + 8) u max|x|`` over the output's window (u = 2**-24), so a CPU stage cut from the
-rewritten graph is within that of the original (``tests/frontend/test_linear_resize.py`` runs
-both on onnxruntime). On the accelerator the fp16 rounding of x, K, R, V and y adds about
-``5 * 2**-11 max|x|``.
+rewritten graph is within that of the original (``tests/frontend/test_linear_resize.py`` and
+``tests/system/test_fuzz_resize.py`` run both on onnxruntime). (An infinite input differs more:
+onnxruntime multiplies it by a zero weight, to NaN, where the window here does not read it.) On
+the accelerator the fp16 rounding of x, K, R, V and y adds about ``5 * 2**-11 max|x|``.
 """
 from __future__ import annotations
 
