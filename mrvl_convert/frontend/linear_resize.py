@@ -5,8 +5,9 @@ that depended on folded values, e.g. a Resize's ``sizes`` from a ``Shape``, are 
 Ensures: every linear ``Resize`` (opset >= 11) or ``Upsample`` (opset 7-9, asymmetric) of a 4-D
 float32 ``[N, C, H, W]`` activation, batch and channels kept, in coordinate mode
 ``half_pixel``, ``pytorch_half_pixel``, ``asymmetric`` or ``align_corners``, no ``axes``,
-``keep_aspect_ratio_policy`` or ``antialias``, is rewritten (the node keeps its name, added nodes
-are ``derived`` from it, ``rewritten`` says into what):
+``keep_aspect_ratio_policy`` or ``antialias``, outside an int8 (QDQ) region (there the QDQ
+model's steps are the reference, which float layers would not reproduce), is rewritten (the
+node keeps its name, added nodes are ``derived`` from it, ``rewritten`` says into what):
 
 - where each axis scales by an integer ``k`` (align_corners: from ``n`` to ``(n - 1) k + 1``
   samples) and the given scales, if any, are those integers, into
@@ -100,6 +101,10 @@ def _issue(node: gs.Node, opset: int) -> Optional[str]:
         return f"the forms take 4-D tensors; this {node.op} maps {src} to {dst}"
     if is_const(x) or x.dtype is None or np.dtype(x.dtype) != np.float32:
         return f"the input is not a float32 activation ({x.dtype})"
+    if any(t.op == "DequantizeLinear" for t in x.inputs) \
+            or any(t.op == "QuantizeLinear" for t in y.outputs):
+        return "it is in an int8 (QDQ) region, where its float layers would not give the " \
+               "int8 steps the QDQ model computes"
     if _coord(node) not in _MODES:
         return f"coordinate_transformation_mode {_coord(node)!r} is not one of " \
                f"{', '.join(_MODES)}"

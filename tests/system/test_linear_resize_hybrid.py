@@ -6,10 +6,12 @@ with its reason."""
 from __future__ import annotations
 
 import numpy as np
+import onnxruntime as ort
 import pytest
 
 from mrvl_convert import HybridSession, convert
 from support.backend_cases import assert_fp16_close
+from support.int8 import converted_int8
 from support.models import Builder
 from support.onnxref import run_model
 
@@ -97,3 +99,15 @@ def test_tf_crop_and_resize_keeps_its_reason(tmp_path):
     result = convert(_cnn("tf_crop_and_resize", (6, 5), (12, 10)), tmp_path / "a")
     entry = result.placement("up")
     assert entry["placement"] == "cpu" and "tf_crop_and_resize" in entry["canonical"]
+
+
+def test_int8_keeps_the_qdq_models_steps(tmp_path):
+    """In a QDQ model the Resize sits between DequantizeLinear and QuantizeLinear: it stays on
+    CPU (float layers on the accelerator would round to other int8 steps), and the hybrid run
+    is the QDQ model's, bit for bit."""
+    result, qdq = converted_int8(_cnn("half_pixel", (6, 5), (12, 10)), tmp_path / "a")
+    assert "int8 (QDQ) region" in result.placement("up")["canonical"]
+    feed = {"x": np.random.default_rng(0).uniform(-1, 1, (1, 3, 6, 5)).astype(np.float32)}
+    got = HybridSession(tmp_path / "a").run(None, feed)
+    want = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"]).run(None, feed)
+    np.testing.assert_array_equal(got[0], want[0])
