@@ -94,6 +94,15 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "-65504, so a masked score plus it stays finite in fp16; a row with every position "
         "masked gets softmax(scores - 32752) in float32, as a -10000 mask gives "
         "softmax(scores - 10000), instead of uniform weights (`frontend/mask_constants.py`).",
+        "A linear Resize (or opset 7-9 Upsample) of a 4-D float tensor in coordinate mode "
+        "half_pixel, pytorch_half_pixel, asymmetric or align_corners, outside an int8 region, "
+        "maps as layers: at integer factors (align_corners: n to (n - 1) k + 1 samples) as "
+        "nearest upsampling (mrvl.resize2d), a depthwise box-filter Conv and a Mul by a "
+        "constant correcting the edges (`frontend/linear_resize.py`); at any other size as "
+        "MatMuls by its interpolation matrices along W and H with transposes between "
+        "(`frontend/resize_matrices.py`). Both are exact in real arithmetic (their float32 "
+        "bounds are in those modules); cubic, tf_crop_and_resize, 5-D and antialiased ones "
+        "stay on CPU with the reason.",
         "",
         "| composite | Marvell layer | ONNX pattern | summary |",
         "|---|---|---|---|",
