@@ -17,7 +17,8 @@ node keeps its name, added nodes are ``derived`` from it, ``rewritten`` says int
       y = Mul(V, R)                               R = 1 / Conv(ones, K, pads P)  [1, 1, H', W']
 
   (no Mul where R is 1: align_corners). Each is a form the layer set has: Resize2D (exact), a
-  depthwise Conv2D, Mul2D by a constant;
+  depthwise Conv2D, Mul2D by a constant (batch 1 only: a larger batch that needs the Mul takes
+  the matrix form);
 - otherwise (non-integer factors, align_corners to ``k n`` samples, a shrink) into MatMuls by
   the interpolation matrices (``resize_matrices.py``, its own docstring and bound).
 
@@ -122,6 +123,9 @@ def _filters(node: gs.Node) -> Optional[Tuple[Axis, Axis, str]]:
     height, width = axis_filter(src[2], dst[2], coord), axis_filter(src[3], dst[3], coord)
     if height is None or width is None or dst[2:] == src[2:]:
         return None
+    if src[0] > 1 and not _no_edges(height, src[2], dst[2]) or \
+            src[0] > 1 and not _no_edges(width, src[3], dst[3]):
+        return None  # the edge Mul: the layer set's Mul2D takes batch 1 only
     given = _given_scales(node)
     if coord != "align_corners" and given is not None and given.size \
             and given.tolist() != [1.0, 1.0, float(height[0]), float(width[0])]:
@@ -176,6 +180,11 @@ def axis_filter(size: int, out: int, coord: str) -> Optional[Axis]:
     taps = np.full(k + 1, 1.0 / k)
     taps[0] = taps[-1] = 0.5 / k
     return k, taps, k // 2, k // 2
+
+
+def _no_edges(axis: Axis, size: int, out: int) -> bool:
+    k, taps, before, _ = axis
+    return bool(np.all(_edge_scale(taps, before, size * k, out) == 1))
 
 
 def _edge_scale(taps: np.ndarray, before: int, length: int, out: int) -> np.ndarray:

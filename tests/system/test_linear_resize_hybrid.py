@@ -18,13 +18,13 @@ from support.onnxref import run_model
 pytestmark = pytest.mark.system
 
 
-def _cnn(mode: str, src, dst, how: str = "linear"):
+def _cnn(mode: str, src, dst, how: str = "linear", batch: int = 1):
     b = Builder(seed=4, opset=13)
-    x = b.input("x", [1, 3, *src])
+    x = b.input("x", [batch, 3, *src])
     a = b.op("Relu", [b.conv(x, 3, 6, pads=[1] * 4)])
     empty = b.const(np.zeros(0, np.float32))
-    r = b.op("Resize", [a, empty, empty, b.const(np.array([1, 6, *dst], np.int64))], name="up",
-             mode=how, coordinate_transformation_mode=mode)
+    r = b.op("Resize", [a, empty, empty, b.const(np.array([batch, 6, *dst], np.int64))],
+             name="up", mode=how, coordinate_transformation_mode=mode)
     return b.model([b.op("Sigmoid", [b.conv(r, 6, 2, pads=[1] * 4)])])
 
 
@@ -43,6 +43,16 @@ def test_linear_resize_runs_on_the_accelerator(mode, factor, tmp_path):
     result, got, want = _run(_cnn(mode, src, (6 * factor, 5 * factor)), tmp_path, (1, 3, *src))
     assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
     assert_fp16_close(got[0], want[0], f"{mode} x{factor}")
+
+
+@pytest.mark.parametrize("mode,factor", [("half_pixel", 2), ("asymmetric", 3)])
+def test_batch_two_is_one_subgraph(mode, factor, tmp_path):
+    """The edge Mul's layer (Mul2D) takes batch 1: at batch 2 the matrix form runs instead."""
+    src = (6, 5)
+    model = _cnn(mode, src, (6 * factor, 5 * factor), batch=2)
+    result, got, want = _run(model, tmp_path, (2, 3, *src))
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
+    assert_fp16_close(got[0], want[0], f"{mode} x{factor} batch 2")
 
 
 def _cbr(b: Builder, x: str, cin: int, cout: int, dilation: int = 1) -> str:
