@@ -10,7 +10,8 @@ model's steps are the reference, which float layers would not reproduce), is rew
 node keeps its name, added nodes are ``derived`` from it, ``rewritten`` says into what):
 
 - where each axis scales by an integer ``k`` (align_corners: from ``n`` to ``(n - 1) k + 1``
-  samples) and the given scales, if any, are those integers, into
+  samples), the given scales, if any, are those integers, and this form costs no more
+  multiply-adds than the matrix form (``kh kw H' W'`` against ``H W' (W + H')``), into
 
       U = nearest upsampling by (kh, kw)          U[i, j] = x[i // kh, j // kw]
       V = Conv(U, K, group=C, zero pads P)        K = th (x) tw, the same for every channel
@@ -123,6 +124,9 @@ def _filters(node: gs.Node) -> Optional[Tuple[Axis, Axis, str]]:
     height, width = axis_filter(src[2], dst[2], coord), axis_filter(src[3], dst[3], coord)
     if height is None or width is None or dst[2:] == src[2:]:
         return None
+    box = len(height[1]) * len(width[1]) * dst[2] * dst[3]
+    if box > src[2] * dst[3] * (src[3] + dst[2]):
+        return None  # the matrices cost fewer multiply-adds (a large factor on a small input)
     if src[0] > 1 and not _no_edges(height, src[2], dst[2]) or \
             src[0] > 1 and not _no_edges(width, src[3], dst[3]):
         return None  # the edge Mul: the layer set's Mul2D takes batch 1 only

