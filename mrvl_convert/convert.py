@@ -4,7 +4,7 @@ from __future__ import annotations
 import difflib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Union
 
 import onnx_graphsurgeon as gs
 
@@ -148,7 +148,8 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         plan = partition(canonical.graph, matches, options.policy, loaded.name,
                          max_subgraphs=options.max_subgraphs,
                          min_compute_layers=options.min_compute_layers,
-                         rank=_ranking(profile) if options.max_subgraphs is not None else None)
+                         rank=_ranking(profile) if options.max_subgraphs is not None else None,
+                         light=_interpolation(canonical))
         step("lower")
         subgraphs = {s.name: lower_stage(s, canonical.copies) for s in plan.stages
                      if s.kind == "mrvl"}
@@ -292,7 +293,16 @@ def _plan(canonical: CanonicalGraph, rules: Any, denied: Dict[str, str], loaded:
     return partition(canonical.graph, matches, options.policy, loaded.name,
                      max_subgraphs=options.max_subgraphs,
                      min_compute_layers=options.min_compute_layers,
-                     rank=_ranking(profile) if options.max_subgraphs is not None else None)
+                     rank=_ranking(profile) if options.max_subgraphs is not None else None,
+                     light=_interpolation(canonical))
+
+
+def _interpolation(canonical: CanonicalGraph) -> Set[str]:
+    """The nodes computing a linear Resize rewritten into layers (frontend/linear_resize.py):
+    not compute that makes a region worth the accelerator on its own."""
+    resizes = {name for name in canonical.rewritten
+               if canonical.op_types.get(name) in ("Resize", "Upsample")}
+    return resizes | {name for name, origin in canonical.derived.items() if origin in resizes}
 
 
 def _keep_fp32_entry(names: Sequence[str], baseline: Plan, plan: Plan) -> Dict[str, Any]:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 
-from typing import Callable, Dict, Iterable, List, NamedTuple, Optional, Sequence
+from typing import Callable, Collection, Dict, Iterable, List, NamedTuple, Optional, Sequence
 
 import onnx_graphsurgeon as gs
 
@@ -58,10 +58,12 @@ def _too_light(units: Iterable["Unit"], minimum: int) -> bool:
 
 def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str, *,
               max_subgraphs: Optional[int] = None, rank: Optional[Ranking] = None,
-              min_compute_layers: int = 1) -> Plan:
+              min_compute_layers: int = 1, light: Collection[str] = frozenset()) -> Plan:
     """The stages of ``graph``: ``policy`` one of POLICIES, the counts whole numbers >= 0
-    (``ConvertOptions`` checks them once, before any model is read)."""
-    units = _units(graph, matches)
+    (``ConvertOptions`` checks them once, before any model is read). ``light``: nodes whose
+    layers do not count as compute-heavy (a linear Resize written as Conv or MatMul layers:
+    interpolation alone is not worth the trip)."""
+    units = _units(graph, matches, light)
     mrvl = {u.index for u in units if u.composite is not None}
     demoted: Dict[str, str] = {}
     if policy == "single":
@@ -75,7 +77,7 @@ def partition(graph: gs.Graph, matches: MatchPlan, policy: str, model_name: str,
     return Plan(policy, stages, demoted)
 
 
-def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:
+def _units(graph: gs.Graph, matches: MatchPlan, light: Collection[str]) -> List[Unit]:
     order = {node.name: i for i, node in enumerate(graph.nodes)}
     raw: List[List[gs.Node]] = []
     comp_of: List[Optional[Composite]] = []
@@ -116,7 +118,7 @@ def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:
         raise MrvlConvertError("internal error: composites form a cycle")
     new_index = {old: new for new, old in enumerate(done)}
     return [Unit(new_index[old], raw[old], comp_of[old], sorted(new_index[p] for p in preds[old]),
-                 _heavy(comp_of[old]))
+                 _heavy(comp_of[old]) and not any(n.name in light for n in raw[old]))
             for old in done]
 
 

