@@ -27,7 +27,8 @@ propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul 
 rounded differently (their bounds are in those modules), a linear Resize as nearest
 upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.py``,
 ``resize_matrices.py``: exact in real arithmetic, their float32 bounds stated there), and an
-attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact within its stated bound).
+attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact
+within its stated bound).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

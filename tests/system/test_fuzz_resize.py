@@ -45,7 +45,8 @@ def test_rewrite_within_its_bound(case):
     relu = next(n for n in model.graph.node if n.op_type == "Relu").output[0]
     x_peak = float(np.abs(_tensor(model, relu, feed)).max())
     err = float(np.abs(got[resized].astype(np.float64) - want[resized]).max())
-    assert err <= _bound(case, canonical.rewritten["up"]) * U * x_peak, (err, x_peak, canonical.rewritten["up"])
+    what = canonical.rewritten["up"]
+    assert err <= _bound(case, what) * U * x_peak, (err, x_peak, what)
 
 
 def _tensor(model: onnx.ModelProto, name: str, feed) -> np.ndarray:

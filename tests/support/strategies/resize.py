@@ -48,8 +48,9 @@ class ResizeCase:
 
 @st.composite
 def resize_cases(draw) -> ResizeCase:
-    """Batch 1 or 2; integer factors 1-4 per axis (not both 1) half the time, any output size up to 3x (a
-    shrink among them) the other half; scales only where they give the output size exactly."""
+    """Batch 1 or 2; integer factors 1-4 per axis (not both 1) half the time, any output size
+    up to 3x (a shrink among them) the other half; scales only where they give the output size
+    exactly."""
     src = (draw(st.integers(1, 9)), draw(st.integers(1, 9)))
     if draw(st.booleans()):
         factors = draw(st.tuples(st.integers(1, 4), st.integers(1, 4))
