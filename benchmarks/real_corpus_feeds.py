@@ -175,3 +175,34 @@ def relative_to_peak(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> f
     if err == 0.0:
         return 0.0
     return err / peak if peak > 0 else float("inf")
+
+
+def stores_fp16(model: onnx.ModelProto) -> bool:
+    """Whether the model keeps float16 weights (initializers or Constant nodes)."""
+    return any(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer) or any(
+        a.t.data_type == TensorProto.FLOAT16 for n in model.graph.node
+        if n.op_type == "Constant" for a in n.attribute if a.name == "value")
+
+
+def float32_twin(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with float16 made float32 everywhere: weights (exactly: fp16 values are
+    float32 values), Cast targets, Constant values, input/output/value_info types. What an
+    fp16-stored model would be had it been exported in float32."""
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    graph = twin.graph
+    for i, tensor in enumerate(graph.initializer):
+        if tensor.data_type == TensorProto.FLOAT16:
+            graph.initializer[i].CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(tensor).astype(np.float32), tensor.name))
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT16:
+                attr.i = TensorProto.FLOAT
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT16:
+                attr.t.CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(attr.t).astype(np.float32), attr.t.name))
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT16:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+    return twin

@@ -103,14 +103,25 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
+def _name_version(filename: str) -> Optional[tuple]:
+    """(name, version) of a wheel (``NAME-VERSION-TAGS.whl``) or an sdist
+    (``NAME-VERSION.tar.gz``), normalised; None for another file."""
+    if filename.endswith(".whl"):
+        parts = filename.split("-")
+        return (_normal(parts[0]), _normal(parts[1])) if len(parts) >= 3 else None
+    for suffix in (".tar.gz", ".tgz", ".zip"):
+        if filename.endswith(suffix):
+            name, sep, version = filename[:-len(suffix)].rpartition("-")
+            return (_normal(name), _normal(version)) if sep else None
+    return None
+
+
 def find_archive(entry: Entry, wheels: Path) -> Optional[Path]:
     """The downloaded archive of ``entry`` in ``wheels``, if there."""
-    suffixes = (".whl",) if entry.archive == "wheel" else (".tar.gz", ".zip", ".tgz")
-    prefix = f"{_normal(entry.package)}_{_normal(entry.version)}"
+    wanted = (_normal(entry.package), _normal(entry.version))
     for candidate in sorted(wheels.glob("*")):
-        stem = _normal(candidate.name)
-        if candidate.name.endswith(suffixes) and (stem.startswith(prefix + "_")
-                                                  or stem == prefix + "_tar_gz"):
+        is_wheel = candidate.name.endswith(".whl")
+        if is_wheel == (entry.archive == "wheel") and _name_version(candidate.name) == wanted:
             return candidate
     return None
 

@@ -25,6 +25,7 @@ Row = Dict[str, Any]
 Feed = Dict[str, np.ndarray]
 _QUANT_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear", "MatMulInteger",
               "ConvInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLSTM"}
+TWIN = "fp16 (fp32 twin)"
 WRECKED = 0.9  # an int8 output whose cosine against fp32 is below this is named
 
 
@@ -89,7 +90,8 @@ class _Context:
         return result, time.perf_counter() - start
 
 
-def _reasons(report: Mapping[str, Any], top: int = 3) -> List[str]:
+def _reasons(report: Mapping[str, Any], top: Optional[int] = None) -> List[str]:
+    """Every CPU node's (op, reason), most frequent first (the table shows the first two)."""
     counts = collections.Counter((e["op_type"], e.get("reason", ""))
                                  for e in report["nodes"] if e["placement"] == "cpu")
     return [f"{op} x{n}: {reason}" for (op, reason), n in counts.most_common(top)]
@@ -173,6 +175,22 @@ def float_row(ctx: _Context) -> Row:
                                                    dict(zip(names, fp32))))
 
 
+def twin_row(ctx: _Context) -> Row:
+    """An fp16-stored model's float32 twin (``feeds.float32_twin``) converted: the partition
+    the fp16 model should match."""
+    row: Row = {"model": ctx.entry.name, "package": ctx.entry.spec, "mode": TWIN,
+                "data": ctx.entry.data}
+    twin = ctx.work / "twin.onnx"
+    onnx.save(feeds.float32_twin(ctx.model), str(twin))
+    try:
+        result, seconds = ctx.convert(twin, ctx.work / "twin")
+    except Exception as error:  # noqa: BLE001
+        row["note"] = _failure("convert", error)
+        return row
+    row.update(_partition(result), convert_s=seconds)
+    return _guarded(row, "verify", lambda: _verify(twin, ctx.work / "twin", ctx))
+
+
 class _Reader:
     """An onnxruntime CalibrationDataReader over a list of feeds."""
 
@@ -189,9 +207,9 @@ class _Reader:
 def int8_row(ctx: _Context, calibrate: int) -> Row:
     row: Row = {"model": ctx.entry.name, "package": ctx.entry.spec, "mode": "int8",
                 "data": ctx.entry.data}
-    calibration = _stacked(ctx.draw(calibrate, seed=1))
     artifact = ctx.work / "int8"
     try:
+        calibration = _calibration(ctx, ctx.draw(calibrate, seed=1))
         result, seconds = ctx.convert(ctx.path, artifact,
                                       quantize=Quantization(calibration, "minmax"))
     except Exception as error:  # noqa: BLE001
@@ -203,13 +221,20 @@ def int8_row(ctx: _Context, calibrate: int) -> Row:
                                                         against_fp32=ctx.path))
 
 
-def _stacked(samples: List[Feed]) -> Dict[str, np.ndarray]:
-    """Feeds stacked on axis 0 (the recipe feeds them back in batches of the input's batch);
-    a rank-0/1 input (a sample rate, an image size) is not batched: ValueError."""
-    names = samples[0].keys()
-    if any(samples[0][n].ndim < 2 for n in names):
-        raise ValueError("an input of rank < 2 cannot be stacked for calibration")
-    return {n: np.concatenate([s[n] for s in samples]) for n in names}
+def _calibration(ctx: _Context, samples: List[Feed]) -> Any:
+    """Feeds stacked on axis 0, as a user gives them (the recipe cuts them back in batches of
+    the input's static batch size, 1 if dynamic). Where axis 0 is no batch (an input of rank
+    < 2: a sample rate, an image size; or a dynamic first dim pinned above 1: madmom's
+    ``[frames, bins]``), that cut would feed other shapes, so a CalibrationDataReader feeds
+    them as they are."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    first = {t.name: t.type.tensor_type.shape.dim[:1] for t in ctx.model.graph.input}
+    unbatched = [n for n, (shape, _) in ctx.specs.items() if len(shape) < 2 or (
+        first[n] and not first[n][0].HasField("dim_value") and shape[0] != 1)]
+    if unbatched:
+        return type("Reader", (_Reader, CalibrationDataReader), {})(samples)
+    return {n: np.concatenate([s[n] for s in samples]) for n in samples[0]}
 
 
 def foreign_rows(ctx: _Context, calibrate: int) -> List[Row]:
@@ -256,7 +281,7 @@ def _ort_quantize(ctx: _Context, out: Path, per_channel: bool, calibrate: int) -
             model = version_converter.convert_version(model, 13)  # ort's docs advise
         onnx.save(model, str(fixed))
         quant_pre_process(str(fixed), str(fixed), skip_symbolic_shape=True)
-    reader = type("Reader", (_Reader, CalibrationDataReader), {})(ctx.draw(calibrate, seed=1))
+    reader = type("Reader", (_Reader, CalibrationDataReader), {})(ctx.draw(calibrate, seed=1))  # noqa: E501
     quantize_static(str(fixed), str(out), reader, per_channel=per_channel)
 
 
@@ -283,12 +308,24 @@ def model_rows(entry: Entry, cache: Path, work: Path, *, samples: int, calibrate
         ctx = _Context(entry, path, work, samples)
     except Exception as error:  # noqa: BLE001
         return [{**base, "note": _failure("load", error)}]
-    rows = [float_row(ctx)]
+    rows = [_safe(lambda: [float_row(ctx)], base)]
+    if feeds.stores_fp16(ctx.model):
+        rows.append(_safe(lambda: [twin_row(ctx)], {**base, "mode": TWIN}))
     if int8 and not ctx.quantized:
-        rows.append(int8_row(ctx, calibrate))
+        rows.append(_safe(lambda: [int8_row(ctx, calibrate)], {**base, "mode": "int8"}))
     if foreign and entry.foreign:
-        rows += foreign_rows(ctx, calibrate)
+        rows += _safe(lambda: foreign_rows(ctx, calibrate), {**base, "mode": "ort QDQ"},
+                      many=True)
     return rows
+
+
+def _safe(fn: Callable[[], List[Row]], base: Row, many: bool = False) -> Any:
+    """``fn()``'s rows, or one row naming the exception (the benchmark goes on)."""
+    try:
+        rows = fn()
+    except Exception as error:  # noqa: BLE001
+        rows = [{**base, "note": _failure("benchmark", error)}]
+    return rows if many else rows[0]
 
 
 def progress(rows: List[Row]) -> str:

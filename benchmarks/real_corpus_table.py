@@ -44,7 +44,8 @@ def _verdict(row: Row) -> str:
 
 
 def fp16_line(row: Row) -> str:
-    cells = [row["model"], row["package"], row.get("data", "")]
+    name = row["model"] + ("" if row["mode"] == "fp16" else " " + row["mode"][5:])
+    cells = [name, row["package"], row.get("data", "")]
     if "mrvl" not in row:
         return "| " + " | ".join(cells + ["-"] * 8 + [_cut(row)]) + " |"
     cells += [f"{row['mrvl']} / {row['cpu']}", _pct(row.get("share")), _yes(row.get("fits")),
@@ -78,8 +79,8 @@ INT8_HEAD = ("| model | int8 | Mrvl / CPU subgraphs | MACs on Mrvl | MACs in int
 
 def tables(rows: Sequence[Row]) -> str:
     """The fp16 table, then (if any) the int8 table."""
-    fp16 = [r for r in rows if r["mode"] == "fp16"]
-    int8 = [r for r in rows if r["mode"] != "fp16"]
+    fp16 = [r for r in rows if r["mode"].startswith("fp16")]
+    int8 = [r for r in rows if not r["mode"].startswith("fp16")]
     text = [FP16_HEAD] + [fp16_line(r) for r in fp16]
     if int8:
         text += ["", INT8_HEAD] + [int8_line(r) for r in int8]
