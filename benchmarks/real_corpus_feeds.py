@@ -166,15 +166,24 @@ def _cast_pair(source: str, name: str, outputs: set) -> List[onnx.NodeProto]:
             helper.make_node("Cast", [half], [target], to=TensorProto.FLOAT)]
 
 
-def relative_to_peak(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
-    """max |got - want| over max |want| (all samples of one output); 0/0 is 0."""
-    err = max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
-              if np.size(w) else 0.0 for g, w in zip(got, want))
-    peak = max(float(np.max(np.abs(np.asarray(w, np.float64)))) if np.size(w) else 0.0
-               for w in want)
+def over_peak(err: float, peak: float) -> float:
+    """``err / peak``; 0 when nothing differs, inf when the reference is all zeros."""
     if err == 0.0:
         return 0.0
     return err / peak if peak > 0 else float("inf")
+
+
+def peak(values: Sequence[np.ndarray]) -> float:
+    """The largest |value| of one output over all samples (NaN if any value is NaN)."""
+    return max((float(np.max(np.abs(np.asarray(v, np.float64)))) if np.size(v) else 0.0
+                for v in values), default=0.0)
+
+
+def relative_to_peak(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
+    """max |got - want| over max |want| (all samples of one output): ``over_peak``."""
+    err = max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
+              if np.size(w) else 0.0 for g, w in zip(got, want))
+    return over_peak(err, peak(want))
 
 
 def stores_fp16(model: onnx.ModelProto) -> bool:

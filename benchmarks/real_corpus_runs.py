@@ -131,10 +131,9 @@ def _verify(model: Any, artifact: Path, ctx: _Context, fp32: Optional[Dict[str, 
     row: Row = {"passed": comparison.passed,
                 "failed_outputs": [r.tensor for r in comparison.judged_rows if not r.passed]}
     if fp32:
-        peaks = {name: max(float(np.max(np.abs(v))) for v in values) if values[0].size else 0.0
-                 for name, values in fp32.items()}
-        errs = [(r.max_abs or 0.0) / peaks[r.tensor] if peaks.get(r.tensor) else 0.0
-                for r in comparison.judged_rows if r.tensor in peaks]
+        errs = [feeds.over_peak(r.max_abs or 0.0, feeds.peak(fp32[r.tensor]))
+                if r.max_abs is not None else float("nan")
+                for r in comparison.judged_rows if r.tensor in fp32]
         row["err"] = max(errs) if errs else None
     if comparison.fp32 is not None:
         cos = [(r.tensor, r.cosine) for r in comparison.fp32.rows if r.cosine is not None]
