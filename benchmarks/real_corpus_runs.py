@@ -77,6 +77,11 @@ class _Context:
             else None
         self.test = self.draw(samples, seed=2)
         self.quantized = any(n.op_type in _QUANT_OPS for n in self.model.graph.node)
+        # set by the fp16 row, read by the int8 rows: fp32 outputs per feed, the fp16 floor,
+        # the time of reading the model and writing its weights
+        self.fp32: Dict[str, List[np.ndarray]] = {}
+        self.floor: Optional[float] = None
+        self.baseline_s: Optional[float] = None
 
     def draw(self, count: int, seed: int) -> List[Feed]:
         rng = np.random.default_rng(seed)
@@ -146,6 +151,10 @@ def _verify(model: Any, artifact: Path, ctx: _Context, fp32: Optional[Dict[str, 
                 if r.max_abs is not None else float("nan")
                 for r in comparison.judged_rows if r.tensor in fp32]
         row["err"] = max(errs) if errs else None
+    if comparison.fp32 is not None and ctx.fp32:  # an int8 artifact against fp32
+        errs = [feeds.over_peak(r.max_abs, feeds.peak(ctx.fp32[r.tensor]))
+                for r in comparison.fp32.rows if r.max_abs is not None and r.tensor in ctx.fp32]
+        row.update(err=max(errs) if errs else None, floor=ctx.floor)
     if comparison.fp32 is not None:
         cos = [(r.tensor, r.cosine) for r in comparison.fp32.rows if r.cosine is not None]
         top1 = [r.top1 for r in comparison.fp32.rows if r.top1 is not None]
@@ -153,6 +162,10 @@ def _verify(model: Any, artifact: Path, ctx: _Context, fp32: Optional[Dict[str, 
         row["top1"] = min(top1) if top1 else None
         row["wrecked"] = [name for name, c in cos if c < WRECKED]
     return row
+
+
+def _ratio(ctx: _Context, seconds: float) -> Optional[float]:
+    return None if ctx.baseline_s is None else seconds / ctx.baseline_s
 
 
 def _guarded(row: Row, stage: str, fn: Callable[[], Row]) -> Row:
@@ -173,14 +186,16 @@ def float_row(ctx: _Context) -> Row:
         return row
     start = time.perf_counter()
     bench_convert.baseline(ctx.path, ctx.work / "baseline.json")
-    row.update(_partition(result), convert_s=seconds,
-               ratio=seconds / max(time.perf_counter() - start, 1e-9))
+    ctx.baseline_s = max(time.perf_counter() - start, 1e-9)
+    row.update(_partition(result), convert_s=seconds, ratio=seconds / ctx.baseline_s)
     try:
         names, fp32 = _reference(ctx.path, ctx.test)
     except Exception as error:  # noqa: BLE001
         row["note"] = _failure("onnxruntime fp32", error)
         return row
+    ctx.fp32 = dict(zip(names, fp32))
     _guarded(row, "fp16 floor", lambda: {"floor": _floor(ctx, fp32)})
+    ctx.floor = row.get("floor")
     return _guarded(row, "verify", lambda: _verify(ctx.path, ctx.work / "fp16", ctx,
                                                    dict(zip(names, fp32))))
 
@@ -225,7 +240,7 @@ def int8_row(ctx: _Context, calibrate: int) -> Row:
     except Exception as error:  # noqa: BLE001
         row["note"] = _failure("convert --quantize int8", error)
         return row
-    row.update(_partition(result), convert_s=seconds)
+    row.update(_partition(result), convert_s=seconds, ratio=_ratio(ctx, seconds))
     qdq = artifact / result.manifest["quantization"]["file"]
     return _guarded(row, "verify int8", lambda: _verify(qdq, artifact, ctx,
                                                         against_fp32=ctx.path))
@@ -268,7 +283,7 @@ def foreign_rows(ctx: _Context, calibrate: int) -> List[Row]:
             row["note"] = _failure("convert", error)
             rows.append(row)
             continue
-        row.update(_partition(result), convert_s=seconds)
+        row.update(_partition(result), convert_s=seconds, ratio=_ratio(ctx, seconds))
         rows.append(_guarded(row, "verify", lambda: _verify(qdq, artifact, ctx,
                                                             against_fp32=ctx.path)))
     return rows

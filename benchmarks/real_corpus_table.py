@@ -57,13 +57,14 @@ def fp16_line(row: Row) -> str:
 def int8_line(row: Row) -> str:
     cells = [row["model"], row["mode"]]
     if "mrvl" not in row:
-        return "| " + " | ".join(cells + ["-"] * 8 + [_cut(row)]) + " |"
+        return "| " + " | ".join(cells + ["-"] * 10 + [_cut(row)]) + " |"
     wrecked = row.get("wrecked") or []
     agreement = _num(row.get("cosine")) + ("" if row.get("top1") is None
                                            else f" / {_num(row.get('top1'))}")
     cells += [f"{row['mrvl']} / {row['cpu']}", _pct(row.get("share")),
               _pct(row.get("int8_share")), _yes(row.get("fits")), _verdict(row), agreement,
-              ", ".join(wrecked[:3]) or "-", _num(row.get("convert_s")), _cut(row)]
+              ", ".join(wrecked[:3]) or "-", _num(row.get("err")), _num(row.get("floor")),
+              _num(row.get("ratio")), _cut(row)]
     return "| " + " | ".join(cells) + " |"
 
 
@@ -73,8 +74,9 @@ FP16_HEAD = ("| model | package | data | Mrvl / CPU subgraphs | MACs on Mrvl | f
              "|---|---|---|---|---|---|---|---|---|---|---|---|")
 INT8_HEAD = ("| model | int8 | Mrvl / CPU subgraphs | MACs on Mrvl | MACs in int8 | fits one "
              "device | verify vs QDQ | cosine / top-1 vs fp32 (worst output) | cosine < 0.9 "
-             "| convert (s) | what cut it or why not converted |\n"
-             "|---|---|---|---|---|---|---|---|---|---|---|")
+             "| error / peak vs fp32 | fp16 floor | convert / load+write "
+             "| what cut it or why not converted |\n"
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def tables(rows: Sequence[Row]) -> str:

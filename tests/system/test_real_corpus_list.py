@@ -138,6 +138,9 @@ def test_rows_format_as_one_line_each():
             "reasons": ["Resize x2: only nearest resizing maps to Resize2D"]}
     int8 = {**done, "mode": "int8", "int8_share": 0.4, "cosine": 0.5, "top1": 0.25,
             "wrecked": ["y"], "passed": True}
+    int8_failed = {**failed, "mode": "int8"}
+    cells = lambda line: line.count("|") - line.count("\\|")  # noqa: E731 - escaped pipes
+    assert cells(table.int8_line(int8_failed)) == cells(table.INT8_HEAD.splitlines()[0])
     text = table.tables([failed, done, int8])
     lines = text.splitlines()
     head_cells = lines[0].count("|")
@@ -145,7 +148,8 @@ def test_rows_format_as_one_line_each():
     assert "convert: a \\| b" in lines[2]
     assert "| 2 / 1 | 50% | yes | 0.200 | 0.010 | FAIL (y) |" in lines[3]
     assert "Resize x2: only nearest" in lines[3]
-    assert "| PASS | 0.500 / 0.250 | y |" in lines[-1]
+    assert "| PASS | 0.500 / 0.250 | y | 0.200 | 0.010 | 3.000 |" in lines[-1]
+    assert lines[-1].count("|") == lines[5].count("|")  # the int8 head
     assert table.counts([failed, done, int8]) == {"models": 2, "whole": 0, "not_converted": 1,
                                                   "internal_errors": 0}
 
