@@ -43,7 +43,7 @@ from typing import Any, Dict, List, Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import real_corpus_fetch as fetch  # noqa: E402
 import real_corpus_runs as runs  # noqa: E402
-from real_corpus_table import tables  # noqa: E402
+from real_corpus_table import counts, tables  # noqa: E402
 
 
 def _selected(entries: List[fetch.Entry], only: Optional[List[str]]) -> List[fetch.Entry]:
@@ -96,8 +96,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     text = tables(rows)
     command = "python benchmarks/real_corpus.py " + " ".join(argv if argv is not None
                                                              else sys.argv[1:])
+    tally = counts(rows)
     footer = (f"\n{len(entries)} models, {len(rows)} rows, {total:.0f} s in all "
-              f"(--jobs {args.jobs}); command: {command.strip()}")
+              f"(--jobs {args.jobs}); whole on Mrvl (1 subgraph, >= 90% of MACs): "
+              f"{tally['whole']}, not converted: {tally['not_converted']}, internal errors: "
+              f"{tally['internal_errors']}; command: {command.strip()}")
     print("\n" + text + footer)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
