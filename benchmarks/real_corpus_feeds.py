@@ -1,0 +1,217 @@
+"""Inputs for the real-model corpus, and the fp16 floor of a model on them.
+
+Inputs by the kind of data a model takes (``real_corpus.yaml``'s ``data``):
+
+- ``image``: crops of scikit-image's photographs (``photographs.py``), scaled to [0, 1] (0..255
+  for an integer input), grey where the model takes one channel, NHWC where the input's last
+  dim is its channels (1 or 3) and its second is not;
+- ``audio``: a second-order mix of sines, a chirp and noise at 16 kHz, peak 0.5;
+- ``signal``: per channel a few slow sines plus noise (EEG-like), unit scale;
+- ``features``: standard normal (spectrogram or embedding frames);
+- ``text-ids``: integers below the vocabulary (``vocab``, or the smallest embedding table the
+  model gathers from), in the input's dtype (float for a Keras model fed ids as floats).
+
+``fp16_floor(model, feeds)`` is what rounding every float tensor to fp16 costs: the model on
+onnxruntime with its float inputs, weights and every float node output rounded to fp16 (a
+Cast pair after each), its outputs compared with the fp32 run's. The figure, as the artifact's
+error, is the largest absolute error over the largest |fp32 output|, per output, the worst
+output's (``relative_to_peak``).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+Feed = Dict[str, np.ndarray]
+RATE = 16000
+_FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE}
+
+
+def _np_dtype(elem_type: int) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(elem_type))
+
+
+def vocabulary(model: onnx.ModelProto) -> int:
+    """The smallest first dim of an initializer a Gather reads as its table (>= 2), else 256."""
+    inits = {t.name: list(t.dims) for t in model.graph.initializer}
+    sizes = [inits[n.input[0]][0] for n in model.graph.node
+             if n.op_type == "Gather" and n.input[0] in inits and len(inits[n.input[0]]) == 2]
+    sizes = [s for s in sizes if s >= 2]
+    return min(sizes) if sizes else 256
+
+
+def _image(shape: Sequence[int], dtype: np.dtype, rng: np.random.Generator,
+           pictures: List[np.ndarray]) -> np.ndarray:
+    from PIL import Image
+
+    nhwc = shape[-1] in (1, 3) and shape[1] not in (1, 3)
+    n, c, h, w = ((shape[0], shape[3], shape[1], shape[2]) if nhwc else tuple(shape))
+    out = np.empty((n, h, w, c), np.float32)
+    for k in range(n):
+        picture = pictures[rng.integers(len(pictures))]
+        ph, pw = picture.shape[:2]
+        scale = rng.uniform(0.4, 1.0)
+        ch, cw = max(8, int(ph * scale)), max(8, int(pw * scale))
+        top, left = rng.integers(0, ph - ch + 1), rng.integers(0, pw - cw + 1)
+        crop = Image.fromarray(picture[top:top + ch, left:left + cw]).resize((w, h),
+                                                                            Image.BILINEAR)
+        rgb = np.asarray(crop, np.float32)
+        out[k] = rgb.mean(-1, keepdims=True) if c == 1 else rgb[..., :c]
+    if not np.issubdtype(dtype, np.integer):
+        out /= 255.0
+    return (out if nhwc else out.transpose(0, 3, 1, 2)).astype(dtype)
+
+
+def _audio(shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    length = shape[-1]
+    t = np.arange(length) / RATE
+    rows = []
+    for _ in range(int(np.prod(shape[:-1]))):
+        tones = sum(rng.uniform(0.2, 1.0) * np.sin(2 * np.pi * rng.uniform(80, 4000) * t
+                                                   + rng.uniform(0, 6.3)) for _ in range(3))
+        f0, f1 = rng.uniform(100, 500), rng.uniform(1000, 6000)
+        chirp = np.sin(2 * np.pi * (f0 * t + (f1 - f0) * t ** 2 / (2 * max(t[-1], 1e-3))))
+        x = tones + chirp + 0.3 * rng.standard_normal(length)
+        rows.append(0.5 * x / np.abs(x).max())
+    return np.asarray(rows).reshape(shape)
+
+
+def _signal(shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    t = np.arange(shape[-1]) / 256.0
+    lead = np.prod(shape[:-1])
+    freq = rng.uniform(1, 30, (lead, 3, 1))
+    phase = rng.uniform(0, 6.3, (lead, 3, 1))
+    x = np.sin(2 * np.pi * freq * t + phase).sum(1) + 0.5 * rng.standard_normal((lead, len(t)))
+    return x.reshape(shape)
+
+
+def make_feed(kind: str, specs: Mapping[str, tuple], rng: np.random.Generator,
+              pictures: Optional[List[np.ndarray]], vocab: int,
+              values: Mapping[str, np.ndarray]) -> Feed:
+    """One feed: every input of ``specs`` (name -> (shape, elem_type)) drawn as ``kind`` says;
+    an input named in ``values`` takes that value; integer inputs of a non-text model draw ids
+    too (e.g. lengths or ids beside the main input)."""
+    feed: Feed = {}
+    for name, (shape, elem) in specs.items():
+        dtype = _np_dtype(elem)
+        if name in values:
+            feed[name] = np.asarray(values[name], dtype)
+        elif kind == "image" and len(shape) == 4 and pictures:
+            feed[name] = _image(shape, dtype, rng, pictures)
+        elif kind == "text-ids" or np.issubdtype(dtype, np.integer):
+            feed[name] = rng.integers(0, vocab, shape).astype(dtype)
+        elif kind == "audio":
+            feed[name] = _audio(shape, rng).astype(dtype)
+        elif kind == "signal":
+            feed[name] = _signal(shape, rng).astype(dtype)
+        else:
+            feed[name] = rng.standard_normal(shape).astype(dtype)
+    return feed
+
+
+def _rounded_initializers(graph: onnx.GraphProto) -> None:
+    for tensor in graph.initializer:
+        if tensor.data_type in _FLOATS:
+            value = numpy_helper.to_array(tensor)
+            tensor.CopyFrom(numpy_helper.from_array(
+                value.astype(np.float16).astype(value.dtype), tensor.name))
+
+
+def fp16_rounded(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with every float32 tensor rounded to fp16: initializers in place, inputs and
+    node outputs by a Cast(fp16)->Cast(fp32) pair (shape inference gives their types).
+    Subgraphs (If/Loop bodies) are left as they are."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    types = {v.name: v.type.tensor_type.elem_type for v in
+             list(inferred.graph.value_info) + list(inferred.graph.input)
+             + list(inferred.graph.output)}
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    graph = copy.graph
+    _rounded_initializers(graph)
+    inits = {t.name for t in graph.initializer}
+    rounded = [i.name for i in graph.input if i.name not in inits
+               and types.get(i.name) == TensorProto.FLOAT]
+    rounded += [o for n in graph.node for o in n.output
+                if o and types.get(o) == TensorProto.FLOAT]
+    outputs = {o.name for o in graph.output}
+    # consumers read the rounded twin; a graph output's own name is the rounded one
+    renames = {name: name if name in outputs else f"{name}__fp16_floor" for name in rounded}
+    for node in graph.node:
+        node.input[:] = [renames.get(i, i) for i in node.input]
+        # a graph output keeps its name: its producer writes a raw tensor that is rounded
+        node.output[:] = [f"{o}__raw" if o in outputs and o in renames else o
+                          for o in node.output]
+    order = [c for i in graph.input if i.name in renames for c in _cast_pair(i.name, i.name,
+                                                                             outputs)]
+    for node in graph.node:
+        order.append(node)
+        for out in node.output:
+            name = out[:-len("__raw")] if out.endswith("__raw") else out
+            if name in renames:
+                order += _cast_pair(out, name, outputs)
+    del graph.node[:]
+    graph.node.extend(order)
+    return copy
+
+
+def _cast_pair(source: str, name: str, outputs: set) -> List[onnx.NodeProto]:
+    """Cast ``source`` to fp16 and back, into the graph output ``name`` or its renamed twin."""
+    half = f"{name}__half"
+    target = name if name in outputs else f"{name}__fp16_floor"
+    return [helper.make_node("Cast", [source], [half], to=TensorProto.FLOAT16),
+            helper.make_node("Cast", [half], [target], to=TensorProto.FLOAT)]
+
+
+def over_peak(err: float, peak: float) -> float:
+    """``err / peak``; 0 when nothing differs, inf when the reference is all zeros."""
+    if err == 0.0:
+        return 0.0
+    return err / peak if peak > 0 else float("inf")
+
+
+def peak(values: Sequence[np.ndarray]) -> float:
+    """The largest |value| of one output over all samples (NaN if any value is NaN)."""
+    return max((float(np.max(np.abs(np.asarray(v, np.float64)))) if np.size(v) else 0.0
+                for v in values), default=0.0)
+
+
+def relative_to_peak(got: Sequence[np.ndarray], want: Sequence[np.ndarray]) -> float:
+    """max |got - want| over max |want| (all samples of one output): ``over_peak``."""
+    err = max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64))))
+              if np.size(w) else 0.0 for g, w in zip(got, want))
+    return over_peak(err, peak(want))
+
+
+def stores_fp16(model: onnx.ModelProto) -> bool:
+    """Whether the model keeps float16 weights (initializers or Constant nodes)."""
+    return any(t.data_type == TensorProto.FLOAT16 for t in model.graph.initializer) or any(
+        a.t.data_type == TensorProto.FLOAT16 for n in model.graph.node
+        if n.op_type == "Constant" for a in n.attribute if a.name == "value")
+
+
+def float32_twin(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The model with float16 made float32 everywhere: weights (exactly: fp16 values are
+    float32 values), Cast targets, Constant values, input/output/value_info types. What an
+    fp16-stored model would be had it been exported in float32."""
+    twin = onnx.ModelProto()
+    twin.CopyFrom(model)
+    graph = twin.graph
+    for i, tensor in enumerate(graph.initializer):
+        if tensor.data_type == TensorProto.FLOAT16:
+            graph.initializer[i].CopyFrom(numpy_helper.from_array(
+                numpy_helper.to_array(tensor).astype(np.float32), tensor.name))
+    for node in graph.node:
+        for attr in node.attribute:
+            if node.op_type == "Cast" and attr.name == "to" and attr.i == TensorProto.FLOAT16:
+                attr.i = TensorProto.FLOAT
+            if attr.type == onnx.AttributeProto.TENSOR and attr.t.data_type == TensorProto.FLOAT16:
+                attr.t.CopyFrom(numpy_helper.from_array(
+                    numpy_helper.to_array(attr.t).astype(np.float32), attr.t.name))
+    for value in list(graph.input) + list(graph.output) + list(graph.value_info):
+        if value.type.tensor_type.elem_type == TensorProto.FLOAT16:
+            value.type.tensor_type.elem_type = TensorProto.FLOAT
+    return twin
