@@ -16,7 +16,8 @@ a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are fo
 FC that reads them (``fc_folds.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
 node that now computes it. Every model output has a static shape (``shapes.py``: else a
-ShapeError), and so has every other tensor that onnxruntime can give one.
+ShapeError), and so has every other tensor that onnxruntime can give one; every output onnx can
+infer has the loaded model's shape after the rewrites (``output_shapes.py``: else an error).
 
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
@@ -48,6 +49,7 @@ from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_thi
 from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
@@ -121,6 +123,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     sunk = sink_concats(graph, _opset(loaded), forms)
     if fold_into_fcs(graph, forms) or tokens or heads or sunk:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     left = {n.name for n in graph.nodes}

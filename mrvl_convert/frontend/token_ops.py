@@ -6,10 +6,14 @@ Ensures: each rewrite below is done where it applies and recorded in ``done`` (a
 node keeps its name; added nodes are in ``derived``; a node dropped into its readers is in
 ``merged``); elsewhere the graph is as it was.
 
-- ``Expand`` of an activation to a constant shape, every reader of which is an elementwise op
-  that broadcasts (Add, Sub, Mul, Div) to the Expand's own output shape: the readers read the
-  Expand's input instead (``jnp.broadcast_to`` before a Sub, as jax2tf writes flax's
-  LayerNorm). Exact: broadcasting inside the reader reads the same values.
+- ``Expand`` of an activation (any rank) to a constant shape: each reader that broadcasts its
+  operands numpy-style (Add, Sub, Mul, Div, Pow, Max, Min, Sum, Mean, Where, the comparisons and
+  logical ops) and whose other operands span every axis the Expand widened reads the Expand's
+  input instead (``jnp.broadcast_to`` before a Sub, as jax2tf writes flax's LayerNorm; a byte
+  model's mask broadcast before a Where). Exact: broadcasting inside the reader reads the same
+  values, and the reader's output shape is checked to be the one it had. A reader whose other
+  operands do not span it (``Sub(Expand(m, s), m)``: the result would be ``m``'s shape) keeps
+  reading the Expand, which stays while any such reader (or the graph's output) needs it.
 - ``GlobalMaxPool`` of a rank-3 tensor ``[N, C, L]`` -> ``ReduceMax`` over axis 2 keeping it
   (the layer set's ReduceMax takes one axis of a 3-D tensor). Exact on every input without a
   NaN (a max selects); where a row holds a NaN, ReduceMax gives NaN while onnxruntime's
@@ -29,13 +33,17 @@ node keeps its name; added nodes are in ``derived``; a node dropped into its rea
 """
 from __future__ import annotations
 
+from typing import List
+
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, is_const, reduce_axes, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 
-_BROADCASTING = ("Add", "Sub", "Mul", "Div")
+# Ops whose every input broadcasts numpy-style to the output (multidirectional broadcasting).
+_BROADCASTING = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where",
+                 "Equal", "Greater", "GreaterOrEqual", "Less", "LessOrEqual", "And", "Or", "Xor")
 
 
 def rewrite_token_ops(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
@@ -65,23 +73,45 @@ def _expand(node: gs.Node, done: Rewrites, outputs: set) -> None:
     source, out = node.inputs[0], node.outputs[0]
     shape = static_shape(out)
     if is_const(source) or shape is None or len(node.inputs) < 2 \
-            or not is_const(node.inputs[1]) or out.name in outputs or not out.outputs:
+            or not is_const(node.inputs[1]) or not out.outputs:
         return
-    readers = list(out.outputs)
-    for reader in readers:
-        if reader.op not in _BROADCASTING or len(reader.inputs) != 2 \
-                or static_shape(reader.outputs[0]) != shape:
-            return
+    readers: List[gs.Node] = []
+    for reader in out.outputs:  # a reader reading it twice is listed twice
+        if all(reader is not r for r in readers) and _spans(reader, out, source):
+            readers.append(reader)
+    if not readers:
+        return
     for reader in readers:
         for i, tensor in enumerate(reader.inputs):
             if tensor is out:
                 reader.inputs[i] = source
-    node.inputs.clear()
-    node.outputs.clear()
-    done.merged[node.name] = readers[0].name
+    whole = not out.outputs and out.name not in outputs
+    if whole:  # every reader broadcasts: the Expand is gone
+        node.inputs.clear()
+        node.outputs.clear()
+        done.merged[node.name] = readers[0].name
+    else:
+        done.kept[node.name] = ("the Expand stays for its readers that do not broadcast it "
+                                "to its own shape")
     for reader in readers:
         done.rewritten.setdefault(reader.name, f"reads {node.name}'s input directly: the "
                                                f"Expand to {shape} is the broadcast it does")
+
+
+def _spans(reader: gs.Node, out: gs.Tensor, source: gs.Tensor) -> bool:
+    """True when ``reader`` broadcasts its operands (numpy rules) and, reading ``source`` in
+    place of the Expand's ``out``, still computes its own output shape: the other operands
+    span every axis the Expand widened (``Sub(Expand(m, s), m)`` does not, and keeps it)."""
+    if reader.op not in _BROADCASTING or not reader.outputs:
+        return False
+    result = static_shape(reader.outputs[0])
+    shapes = [static_shape(source if t is out else t) for t in reader.inputs]
+    if result is None or not shapes or any(s is None for s in shapes):
+        return False
+    try:
+        return list(np.broadcast_shapes(*[tuple(s) for s in shapes])) == result
+    except ValueError:
+        return False
 
 
 def _axis_node(op: str, name: str, x: gs.Tensor, out: gs.Tensor, axis: int, opset: int,
