@@ -26,7 +26,9 @@ gives +0; its Conv turns -0 into +0), a 3-D GlobalMaxPool as ReduceMax (a NaN it
 propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
 ``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
 rounded differently (their bounds are in those modules), and an attention mask's constant
-below fp16's range clamped to -32752 (``mask_constants.py``: exact within its stated bound).
+below fp16's range clamped to -32752 (``mask_constants.py``: exact within its stated bound), and
+a Where masking scores before a Softmax made an Add of a finite mask, a NaN guard after the
+Softmax dropped (``where_masks.py``: exact within its stated bound).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -54,6 +56,7 @@ from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
+from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
@@ -110,6 +113,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
             removed[node.name] = f"removed by canonicalize: {reason}"
     forms = rewrite(graph, _opset(loaded))
     forms.rewritten.update(clamp_mask_constants(graph))  # exact within its stated bound
+    forms.rewritten.update(rewrite_where_masks(graph))  # exact within its stated bound
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
