@@ -18,12 +18,14 @@ node keeps its name; added nodes are in ``derived``; a node dropped into its rea
   (the layer set's ReduceMax takes one axis of a 3-D tensor). Exact on every input without a
   NaN (a max selects); where a row holds a NaN, ReduceMax gives NaN while onnxruntime's
   GlobalMaxPool may skip it (its max keeps the larger of the two operands it compares).
-- ``ReduceSum`` over the last axis of a rank-3 float tensor ``[B, T, L]`` (axes constant) ->
-  ``MatMul`` by a constant ``ones [L, 1]`` (an FC over the last axis), with ``Squeeze(-1)``
-  after it when keepdims is 0. The layer set has no sum layer; an FC of weight 1 sums in float32
-  and rounds once. Exact in real arithmetic; in float32 only the order of the additions may
-  differ, so the two results differ by at most ``2 (L - 1) u sum_l |x_l|`` (u = 2**-24); every
-  product is exact (x * 1).
+- ``ReduceSum`` over one axis (not the batch axis 0; axes constant, any keepdims) of a float
+  tensor of rank 2 to 4 -> ``MatMul`` by a constant ``ones [L, 1]`` (an FC over the last axis),
+  the axis moved last by a ``Transpose`` before it and the sum moved back by the same
+  ``Transpose`` after it when it is another axis, with ``Squeeze(axis)`` after it when keepdims
+  is 0. The layer set has no sum layer; an FC of weight 1 sums in float32 and rounds once. The
+  transposes move values without changing them. Exact in real arithmetic; in float32 only the
+  order of the additions may differ, so the two results differ by at most
+  ``2 (L - 1) u sum_l |x_l|`` (u = 2**-24); every product is exact (x * 1).
 - ``BatchNormalization`` (inference) of a rank-3 tensor ``[N, C, L]`` (torch's BatchNorm1d over
   tokens) -> ``Unsqueeze(3)``, the same BatchNormalization on ``[N, C, L, 1]``, ``Squeeze(3)``:
   the 4-D view whose NHWC form ``[N, L, 1, C]`` is the token tensor ``[N, L, C]`` as it lies, so
@@ -33,7 +35,7 @@ node keeps its name; added nodes are in ``derived``; a node dropped into its rea
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -142,29 +144,56 @@ def _reduce_sum(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
                 opset: int) -> None:
     x = node.inputs[0]
     shape = static_shape(x)
-    if is_const(x) or shape is None or len(shape) != 3 or not _floating(x) \
-            or reduce_axes(node) != [2] or len(node.outputs) != 1:
+    axes = reduce_axes(node)
+    if is_const(x) or shape is None or not 2 <= len(shape) <= 4 or not _floating(x) \
+            or axes is None or len(axes) != 1 or axes[0] == 0 or len(node.outputs) != 1:
         return
-    length, keep = shape[2], int(attr(node, "keepdims", 1))
-    out = node.outputs[0]
-    ones = gs.Constant(names.fresh(f"{node.name}_ones"),
-                       np.ones((length, 1), np.dtype(x.dtype)))
-    node.op = "MatMul"
-    node.attrs.clear()
-    node.inputs.clear()
-    node.inputs.extend([x, ones])
-    what = f"ReduceSum over the last axis ({length}) became MatMul by ones [{length}, 1]"
-    if not keep:
-        summed = gs.Variable(names.fresh(f"{out.name}_kept"), dtype=out.dtype,
-                             shape=shape[:2] + [1])
-        node.outputs[0] = summed
-        squeeze = _axis_node("Squeeze", names.fresh(f"{node.name}_squeeze"), summed, out, 2,
+    axis, out, last = axes[0], node.outputs[0], len(shape) - 1
+    length, kept = shape[axis], shape[:axis] + [1] + shape[axis + 1:]
+    swap = list(range(len(shape)))
+    swap[axis], swap[last] = last, axis  # its own inverse
+    where = "the last axis" if axis == last else f"axis {axis}"
+    what = f"ReduceSum over {where} ({length}) became MatMul by ones [{length}, 1]"
+    target = out
+    if not int(attr(node, "keepdims", 1)):
+        target = gs.Variable(names.fresh(f"{out.name}_kept"), dtype=out.dtype, shape=kept)
+        squeeze = _axis_node("Squeeze", names.fresh(f"{node.name}_squeeze"), target, out, axis,
                              opset, names)
         graph.nodes.append(squeeze)
         done.derived[squeeze.name] = node.name
-        what += " and Squeeze of axis 2"
+    node.op = "MatMul"
+    node.attrs.clear()
+    node.inputs.clear()
+    ones = gs.Constant(names.fresh(f"{node.name}_ones"), np.ones((length, 1), np.dtype(x.dtype)))
+    if axis == last:
+        node.inputs.extend([x, ones])
+        node.outputs[0] = target
+    else:  # the summed axis moved last and the sum moved back to where the axis was
+        moved = [shape[i] for i in swap]
+        node.inputs.extend([_transpose(graph, node, x, swap, moved, names, done), ones])
+        summed = gs.Variable(names.fresh(f"{out.name}_summed"), dtype=out.dtype,
+                             shape=moved[:-1] + [1])
+        node.outputs[0] = summed
+        _transpose(graph, node, summed, swap, kept, names, done, target)
+        what = f"Transpose, {what}, Transpose back"
+    if target is not out:
+        what += f" and Squeeze of axis {axis}"
     done.rewritten[node.name] = what + ": float32 sums in another order, at most " \
                                        "2 (L - 1) 2**-24 sum |x| apart"
+
+
+def _transpose(graph: gs.Graph, node: gs.Node, x: gs.Tensor, perm: List[int],
+               shape: List[int], names: Names, done: Rewrites,
+               y: Optional[gs.Tensor] = None) -> gs.Tensor:
+    """A Transpose of ``x`` by ``perm`` into ``y`` (a new tensor of ``shape`` when None), derived
+    from ``node``; returns ``y``."""
+    if y is None:
+        y = gs.Variable(names.fresh(f"{x.name}_t"), dtype=x.dtype, shape=shape)
+    transpose = gs.Node("Transpose", names.fresh(f"{node.name}_transpose"),
+                        attrs={"perm": perm}, inputs=[x], outputs=[y])
+    graph.nodes.append(transpose)
+    done.derived[transpose.name] = node.name
+    return y
 
 
 def _batch_norm(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,

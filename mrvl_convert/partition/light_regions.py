@@ -4,8 +4,10 @@ work before it runs: the ``multi`` policy's choices beyond earliest-stage assign
 Upstream (Marvell's mrvl.py) sends every accelerator region without a Conv2D/FC back to the CPU.
 That is right for a region that stands alone, but a region of data movement (Reshape, Transpose,
 Softmax, a quantize pair) between two accelerator regions that goes to the CPU leaves the CPU ops
-around it cutting the model: a QDQ transformer fell into dozens of pieces that way. Two plans are
-therefore made and the one with fewer Mrvl stages wins (then fewer stages; a tie keeps upstream's):
+around it cutting the model: a QDQ transformer fell into dozens of pieces that way. Three plans
+are therefore made (``PLANS``: upstream's, upstream's with the first two changes of ``joined``
+below, and ``joined``) and the one with fewer Mrvl stages wins (then fewer stages; a tie keeps
+the earlier plan, upstream's first):
 
 - ``upstream``: every stage with fewer than ``minimum`` compute-heavy units goes to the CPU, and
   CPU units take the earliest CPU stage after the first Mrvl one (as before).
@@ -20,7 +22,7 @@ therefore made and the one with fewer Mrvl stages wins (then fewer stages; a tie
 Requires: units in topological order (``Unit.preds`` are lower indices), ``mrvl`` the indices
 bound for the accelerator.
 Ensures: ``settle`` returns the stage of every unit (even: Mrvl, odd: CPU; the ``joined`` plan
-may use -1 for the CPU prefix) and updates ``mrvl`` and ``demoted`` in place; every unit's stage
+and the plan between may use -1 for the CPU prefix) and updates ``mrvl`` and ``demoted`` in place; every unit's stage
 is at least each of its preds' (plus one across colours), so stages stay a topological order.
 """
 from __future__ import annotations
@@ -90,11 +92,18 @@ def _lone_groups(units: Sequence[Unit], mrvl: Set[int], stage: Dict[int, int]) -
             if not touches.get(r) and not any(units[i].heavy for i in g)]
 
 
-def settle(units: Sequence[Unit], mrvl: Set[int], minimum: int, joined: bool,
+#: The plans, in the order a tie is decided: (CPU prefix and lone groups, keep a light region
+#: between accelerator regions).
+PLANS = ((False, False), (True, False), (True, True))
+
+
+def settle(units: Sequence[Unit], mrvl: Set[int], minimum: int, plan: Tuple[bool, bool],
            demote: Demote) -> Dict[int, int]:
-    """Demote light regions until none is left to demote under the plan (see above)."""
+    """Demote light regions until none is left to demote under ``plan`` (one of ``PLANS``:
+    upstream's, upstream's with the CPU prefix and lone groups, ``joined``)."""
+    prefix, joined = plan
     while True:
-        stage = assign(units, mrvl, prefix=joined)
+        stage = assign(units, mrvl, prefix=prefix)
         light: List[Tuple[int, str]] = []
         before, after = _heavy_reach(units, mrvl) if joined else ([], [])
         for s in sorted({stage[i] for i in mrvl}):
@@ -104,7 +113,7 @@ def settle(units: Sequence[Unit], mrvl: Set[int], minimum: int, joined: bool,
             if joined and any(before[i] for i in members) and any(after[i] for i in members):
                 continue  # between two accelerator regions: it joins them
             light.extend((i, "region") for i in members)
-        if joined and minimum >= 1:
+        if prefix and minimum >= 1:
             light.extend((i, "group") for g in _lone_groups(units, mrvl, stage) for i in g)
         if not light:
             return stage

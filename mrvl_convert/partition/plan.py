@@ -9,7 +9,10 @@ every canonical node is in exactly one stage, and every composite sent back to C
   every unit it reads from, which keeps contracted regions acyclic by construction. A Mrvl stage
   with fewer than ``min_compute_layers`` compute-heavy layers (Conv2D, FC...; default 1: none at
   all, as upstream decides) is sent back to CPU, and the stages are recomputed until nothing
-  changes. ``min_compute_layers=0`` lifts the rule: any matched region runs on Mrvl.
+  changes. ``min_compute_layers=0`` lifts the rule: any matched region runs on Mrvl. Beside
+  upstream's plan, ``light_regions.py`` makes one where CPU work with no Mrvl work before it
+  runs first and a light region between two accelerator regions joins them; the plan with
+  fewer Mrvl stages wins (a tie keeps upstream's).
   With ``max_subgraphs=N`` the N heaviest Mrvl regions stay (by MACs, ``_macs.py``, or by the
   ``rank`` given, e.g. estimated accelerator time), the others go back to CPU, and the stages are
   recomputed until at most N remain.
@@ -31,7 +34,7 @@ from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.ir.match import Composite, MatchPlan
 from mrvl_convert.ir.stages import Plan, Stage, Unit
 from mrvl_convert.layers import layer_kind
-from mrvl_convert.partition.light_regions import mrvl_stage_count, settle
+from mrvl_convert.partition.light_regions import PLANS, mrvl_stage_count, settle
 
 POLICIES = ("single", "multi")
 
@@ -123,11 +126,11 @@ def _units(graph: gs.Graph, matches: MatchPlan) -> List[Unit]:
 
 def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
            minimum: int = 1) -> Dict[int, int]:
-    """Upstream's plan and the ``joined`` one (``light_regions.py``); the one with fewer Mrvl
-    stages, then fewer stages, wins; a tie keeps upstream's."""
+    """Each of ``light_regions.PLANS``; the one with fewer Mrvl stages, then fewer stages,
+    wins; a tie keeps the earlier (upstream's first)."""
     who = "as upstream decides" if minimum == 1 else f"(min_compute_layers={minimum})"
     plans = []
-    for joined in (False, True):
+    for order, choice in enumerate(PLANS):
         kept, why = set(mrvl), {}
 
         def demote(unit: Unit, what: str) -> None:
@@ -138,8 +141,8 @@ def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
                 why[node.name] = (f"matched {unit.composite.rule.name} ({layers}), but {place} "
                                   f"{_light_reason(minimum)}, so it stays on CPU {who}")
 
-        stage = settle(units, kept, minimum, joined, demote)
-        plans.append(((mrvl_stage_count(stage, kept), len(set(stage.values())), joined),
+        stage = settle(units, kept, minimum, choice, demote)
+        plans.append(((mrvl_stage_count(stage, kept), len(set(stage.values())), order),
                       kept, why, stage))
     _, kept, why, stage = min(plans, key=lambda plan: plan[0])
     mrvl.intersection_update(kept)
