@@ -17,6 +17,8 @@ from mrvl_convert.verify.compare import compare
 from support.models import Builder
 from support.strategies.attn import attn_from_spec
 
+pytestmark = pytest.mark.system
+
 
 @pytest.mark.parametrize("mask", ["isnan_inf", "where_inf", "where_fmin", "additive_where"])
 def test_minilm_block_with_where_masks_and_heads_in_the_batch_axis_is_one_mrvl_subgraph(
