@@ -68,11 +68,15 @@ def model_batch(graph: gs.Graph) -> int:
 def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """The batch is axis 0 of the first activation the node reads: of ``[N, C, H, W]``, of a
     token tensor ``[B, T, C]`` or ``[B, heads, T, d]`` alike, never of a constant operand (an
-    exporter's ``Add(bias, x)`` puts the bias first: its length is no batch); at most the
-    model's batch (``model_batch``: heads folded into axis 0 are no batch of the device's)."""
+    exporter's ``Add(bias, x)`` puts the bias first: its length is no batch). Against an
+    accelerator limit (``max`` names one of the rule file's ``limits``: the device's batch), at
+    most the model's batch (``model_batch``: heads folded into axis 0 are no batch of the
+    device's); against a layer's own number (``max: 1``), the tensor's axis 0 as it is."""
     acts = activation_inputs(node)
     shape = (static_shape(acts[0]) if acts else None) or []
-    batch = min(shape[0], model_batch(graph)) if shape else 1
+    batch = shape[0] if shape else 1
+    if "limit" in args:
+        batch = min(batch, model_batch(graph))
     return None if batch <= args["max"] else {"batch": batch, "max": args["max"]}
 
 
