@@ -114,3 +114,34 @@ def attention_models(draw) -> AttnModel:
             "dim": draw(st.sampled_from([4, 8])), "mask": draw(st.sampled_from(MASKS)),
             "heads_in_batch": draw(st.booleans())}
     return attn_from_spec(spec)
+
+
+def reduce_sum_from_spec(spec: dict) -> GeneratedModel:
+    """An identity FC in front of a ReduceSum over one axis (``spec``: shape, axis (written
+    negative when ``negative``), keepdims, seed, and ``expand``: the FC's result multiplied by
+    its last-axis mean Expand-ed to its shape first, as jax2tf writes a broadcast)."""
+    shape, axis = spec["shape"], spec["axis"]
+    b = Builder(seed=spec["seed"], opset=13)
+    x = b.op("MatMul", [b.input("x", shape), b.const(np.eye(shape[-1], dtype=np.float32))],
+             name="front")
+    if spec["expand"]:
+        mean = b.op("ReduceMean", [x], name="mean", axes=[-1], keepdims=1)
+        wide = b.op("Expand", [mean, b.const(np.array(shape, np.int64))], name="expand")
+        x = b.op("Mul", [x, wide], name="masked")
+    written = axis - len(shape) if spec["negative"] else axis
+    model = b.model([b.op("ReduceSum", [x, b.const(np.array([written], np.int64))], name="pool",
+                          keepdims=spec["keepdims"])])
+    rng = np.random.default_rng(spec["seed"])
+    feeds = {"x": (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape))
+             .astype(np.float32)}
+    return GeneratedModel(model, feeds, f"ReduceSum over axis {axis} of {shape}", spec)
+
+
+@st.composite
+def reduce_sum_models(draw) -> GeneratedModel:
+    rank = draw(st.integers(2, 4))
+    shape = [1] + [draw(st.integers(1, 6)) for _ in range(rank - 1)]
+    spec = {"seed": draw(st.integers(0, 2**16)), "shape": shape,
+            "axis": draw(st.integers(1, rank - 1)), "negative": draw(st.booleans()),
+            "keepdims": draw(st.integers(0, 1)), "expand": draw(st.booleans())}
+    return reduce_sum_from_spec(spec)
