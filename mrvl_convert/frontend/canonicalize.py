@@ -113,7 +113,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
             removed[node.name] = f"removed by canonicalize: {reason}"
     forms = rewrite(graph, _opset(loaded))
     forms.rewritten.update(clamp_mask_constants(graph))  # exact within its stated bound
-    forms.rewritten.update(rewrite_where_masks(graph))  # exact within its stated bound
+    rewrite_where_masks(graph, forms)  # exact within its stated bound
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()

@@ -19,16 +19,18 @@ middle of every attention block (the layer set has no select), cutting the model
   are within [-16300, 16300]; an unmasked score gets ``+ 0``, which changes only a -0 to +0
   (``exp`` of either is 1). A row with EVERY position masked differs: the original gives NaN
   (``-inf``) or uniform weights (``finfo.min``), the rewrite ``softmax(s - 32752)``.
-- ``Where(IsNaN(y), c, y)`` with ``y`` a Softmax output whose input is not produced by a node with
-  a non-finite constant (after the rewrite above, an Add of a finite mask): its readers read ``y``.
+- ``Where(IsNaN(y), c, y)`` with ``y`` a Softmax output read by nothing else, whose input is not
+  produced by a node with a non-finite constant (after the rewrite above, an Add of a finite
+  mask): the Softmax writes the Where's output itself.
   Exact wherever the Softmax's logits are finite (its weights are then never NaN); it differs only
   where a row's logits hold a NaN or an infinity (the original gives ``c``, the rewrite NaN), and
   on a row with every position masked, as above.
 
 Requires: a graphsurgeon graph with constants as initializers (after folding).
 Ensures: the rewrites above where they apply, returning node name -> what changed (a rewritten
-Where keeps its name for the Add that replaces it; an IsNaN-Where dropped is reported under its
-name); elsewhere the graph is as it was. The caller cleans up the graph.
+Where keeps its name for the Add that replaces it; an IsNaN-Where dropped, and its IsNaN, are
+left without inputs or outputs and reported under the Where's name); elsewhere the graph is as it
+was. The caller cleans up the graph.
 """
 from __future__ import annotations
 
@@ -38,12 +40,13 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import is_const, static_shape
-from mrvl_convert.frontend.canonical_forms import Names
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.mask_constants import MASK_FLOOR
 
 
-def rewrite_where_masks(graph: gs.Graph) -> Dict[str, str]:
-    """Apply both rewrites to ``graph`` in place; node name -> what changed."""
+def rewrite_where_masks(graph: gs.Graph, done: Rewrites) -> Dict[str, str]:
+    """Apply both rewrites to ``graph`` in place; node name -> what changed (also in
+    ``done.rewritten``; a dropped guard and its IsNaN in ``done.merged``, with the Softmax)."""
     names, changed = Names(graph), {}
     outputs = {t.name for t in graph.outputs}
     for node in list(graph.nodes):
@@ -52,10 +55,14 @@ def rewrite_where_masks(graph: gs.Graph) -> Dict[str, str]:
                 changed[node.name] = ("Where masking the scores became an Add of the mask "
                                       "Where(cond, -32752, 0) (frontend/where_masks.py)")
     for node in list(graph.nodes):
-        if node.op == "Where" and node.outputs and node.outputs[0].name not in outputs:
-            if _nan_guard(node):
+        if node.op == "Where" and node.outputs:
+            dropped = _nan_guard(node)
+            if dropped is not None:
+                softmax, isnan = dropped
+                done.merged.update({node.name: softmax.name, isnan.name: softmax.name})
                 changed[node.name] = ("Where(IsNaN(softmax), c, softmax) dropped: the Softmax of "
                                       "finite logits is never NaN (frontend/where_masks.py)")
+    done.rewritten.update(changed)
     return changed
 
 
@@ -100,23 +107,24 @@ def _select_mask(graph: gs.Graph, node: gs.Node, names: Names) -> bool:
     return True
 
 
-def _nan_guard(node: gs.Node) -> bool:
+def _nan_guard(node: gs.Node) -> Optional[Tuple[gs.Node, gs.Node]]:
+    """(the Softmax now writing the guard's output, the IsNaN dropped), or None when the guard
+    stays."""
     cond, a, b = node.inputs
     if len(cond.inputs) != 1 or cond.inputs[0].op != "IsNaN":
-        return False
-    y = cond.inputs[0].inputs[0]
+        return None
+    isnan, y = cond.inputs[0], cond.inputs[0].inputs[0]
     if not (is_const(a) and b is y) and not (is_const(b) and a is y):
-        return False
-    if len(y.inputs) != 1 or y.inputs[0].op != "Softmax" or _non_finite_source(y.inputs[0]):
-        return False
-    out = node.outputs[0]
-    for reader in list(out.outputs):
-        for i, tensor in enumerate(reader.inputs):
-            if tensor is out:
-                reader.inputs[i] = y
-    node.inputs.clear()
-    node.outputs.clear()
-    return True
+        return None
+    if len(y.inputs) != 1 or y.inputs[0].op != "Softmax" or _non_finite_source(y.inputs[0]) \
+            or any(r is not node and r is not isnan for r in y.outputs) or len(cond.outputs) != 1:
+        return None
+    softmax, out = y.inputs[0], node.outputs[0]
+    for dropped in (node, isnan):  # the Softmax writes the guard's output itself
+        dropped.inputs.clear()
+        dropped.outputs.clear()
+    softmax.outputs[0] = out
+    return softmax, isnan
 
 
 def _non_finite_source(softmax: gs.Node) -> bool:

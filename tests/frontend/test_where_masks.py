@@ -10,6 +10,7 @@ import onnx_graphsurgeon as gs
 import pytest
 from onnx import TensorProto, helper
 
+from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from support.models import run_ort
 
@@ -55,7 +56,7 @@ def _model(form: str, reader: str = "Softmax", const_cond: bool = False) -> onnx
 
 def _rewritten(model):
     graph = gs.import_onnx(model)
-    changed = rewrite_where_masks(graph)
+    changed = rewrite_where_masks(graph, Rewrites())
     return gs.export_onnx(graph.cleanup().toposort()), changed
 
 
