@@ -16,7 +16,8 @@ a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are fo
 FC that reads them (``fc_folds.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
 node that now computes it. Every model output has a static shape (``shapes.py``: else a
-ShapeError), and so has every other tensor that onnxruntime can give one.
+ShapeError), and so has every other tensor that onnxruntime can give one; every output onnx can
+infer has the loaded model's shape after the rewrites (``output_shapes.py``: else an error).
 
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
@@ -26,9 +27,10 @@ propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul 
 ``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
 rounded differently (their bounds are in those modules), a linear Resize as nearest
 upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.py``,
-``resize_matrices.py``: exact in real arithmetic, their float32 bounds stated there), and an
+``resize_matrices.py``: exact in real arithmetic, their float32 bounds stated there), an
 attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact
-within its stated bound).
+within its stated bound), and a Where masking scores before a Softmax made an Add of a finite
+mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -52,10 +54,12 @@ from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
+from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
@@ -112,6 +116,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
             removed[node.name] = f"removed by canonicalize: {reason}"
     forms = rewrite(graph, _opset(loaded))
     forms.rewritten.update(clamp_mask_constants(graph))  # exact within its stated bound
+    rewrite_where_masks(graph, forms)  # exact within its stated bound
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
@@ -126,6 +131,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
     if fold_into_fcs(graph, forms) or tokens or heads or sunk or resized:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     left = {n.name for n in graph.nodes}

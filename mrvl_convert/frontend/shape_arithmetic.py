@@ -62,7 +62,7 @@ def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> bool:
         dims = output.type.tensor_type.shape.dim
         if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
             output.type.tensor_type.ClearField("shape")
-    _drop_weight_data(proto)
+    drop_weight_data(proto)
     try:
         proto = infer_model_shapes(proto)
     except Exception:  # onnx raises several types; the shapes we had stay
@@ -107,7 +107,8 @@ def infer_model_shapes(proto: onnx.ModelProto, **options: bool) -> onnx.ModelPro
 _VALUES_READ_UP_TO = 1024
 
 
-def _drop_weight_data(proto: onnx.ModelProto) -> None:
+def drop_weight_data(proto: onnx.ModelProto) -> None:
+    """Clear the values of every float initializer larger than inference reads, in place."""
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
     for init in proto.graph.initializer:
         if init.data_type in floats and int(np.prod(init.dims)) > _VALUES_READ_UP_TO:

@@ -9,7 +9,10 @@ every canonical node is in exactly one stage, and every composite sent back to C
   every unit it reads from, which keeps contracted regions acyclic by construction. A Mrvl stage
   with fewer than ``min_compute_layers`` compute-heavy layers (Conv2D, FC...; default 1: none at
   all, as upstream decides) is sent back to CPU, and the stages are recomputed until nothing
-  changes. ``min_compute_layers=0`` lifts the rule: any matched region runs on Mrvl.
+  changes. ``min_compute_layers=0`` lifts the rule: any matched region runs on Mrvl. Beside
+  upstream's plan, ``light_regions.py`` makes one where CPU work with no Mrvl work before it
+  runs first and a light region between two accelerator regions joins them; the plan with
+  fewer Mrvl stages wins (a tie keeps upstream's).
   With ``max_subgraphs=N`` the N heaviest Mrvl regions stay (by MACs, ``_macs.py``, or by the
   ``rank`` given, e.g. estimated accelerator time), the others go back to CPU, and the stages are
   recomputed until at most N remain.
@@ -31,6 +34,7 @@ from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.ir.match import Composite, MatchPlan
 from mrvl_convert.ir.stages import Plan, Stage, Unit
 from mrvl_convert.layers import layer_kind
+from mrvl_convert.partition.light_regions import PLANS, mrvl_stage_count, settle
 
 POLICIES = ("single", "multi")
 
@@ -122,40 +126,30 @@ def _units(graph: gs.Graph, matches: MatchPlan, light: Collection[str]) -> List[
             for old in done]
 
 
-def _assign(units: Sequence[Unit], mrvl: set) -> Dict[int, int]:
-    """Earliest stage per unit: even stages are Mrvl, odd stages CPU."""
-    stage: Dict[int, int] = {}
-    for unit in units:
-        colour = 0 if unit.index in mrvl else 1
-        lowest = colour
-        for p in unit.preds:
-            same = (p in mrvl) == (unit.index in mrvl)
-            lowest = max(lowest, stage[p] if same else stage[p] + 1)
-        if lowest % 2 != colour:
-            lowest += 1
-        stage[unit.index] = lowest
-    return stage
-
-
 def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
            minimum: int = 1) -> Dict[int, int]:
-    while True:
-        stage = _assign(units, mrvl)
-        light = []
-        for s in sorted({stage[i] for i in mrvl}):
-            members = [u for u in units if u.index in mrvl and stage[u.index] == s]
-            if _too_light(members, minimum):
-                light.extend(members)
-        if not light:
-            return stage
-        who = "as upstream decides" if minimum == 1 else f"(min_compute_layers={minimum})"
-        for unit in light:
-            mrvl.discard(unit.index)
+    """Each of ``light_regions.PLANS``; the one with fewer Mrvl stages, then fewer stages,
+    wins; a tie keeps the earlier (upstream's first)."""
+    who = "as upstream decides" if minimum == 1 else f"(min_compute_layers={minimum})"
+    plans = []
+    for order, choice in enumerate(PLANS):
+        kept, why = set(mrvl), {}
+
+        def demote(unit: Unit, what: str) -> None:
             layers = unit.composite.rule.layer
+            place = ("its Mrvl region has" if what == "region" else
+                     "it stands alone on Mrvl between CPU ops, with")
             for node in unit.nodes:
-                demoted[node.name] = (
-                    f"matched {unit.composite.rule.name} ({layers}), but its Mrvl region has "
-                    f"{_light_reason(minimum)}, so it stays on CPU {who}")
+                why[node.name] = (f"matched {unit.composite.rule.name} ({layers}), but {place} "
+                                  f"{_light_reason(minimum)}, so it stays on CPU {who}")
+
+        stage = settle(units, kept, minimum, choice, demote)
+        plans.append(((mrvl_stage_count(stage, kept), len(set(stage.values())), order),
+                      kept, why, stage))
+    _, kept, why, stage = min(plans, key=lambda plan: plan[0])
+    mrvl.intersection_update(kept)
+    demoted.update(why)
+    return stage
 
 
 def _keep_largest(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],

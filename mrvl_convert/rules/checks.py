@@ -55,13 +55,28 @@ def check_reads_activation(node: gs.Node, args: Mapping[str, Any], graph: gs.Gra
     return None if activation_inputs(node) else {"op": node.op}
 
 
+def model_batch(graph: gs.Graph) -> int:
+    """The device's batch: axis 0 of the model's activation inputs of rank 2 or more (the
+    largest; 1 when there is none). A tensor inside the model whose axis 0 is larger holds
+    other axes folded into it (attention heads reshaped into axis 0, as a MiniLM export writes
+    ``[heads, T, d]``): the device still runs the model's batch."""
+    batches = [shape[0] for shape in (static_shape(t) for t in graph.inputs
+                                      if not is_const(t)) if shape and len(shape) >= 2]
+    return max(batches, default=1)
+
+
 def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """The batch is axis 0 of the first activation the node reads: of ``[N, C, H, W]``, of a
     token tensor ``[B, T, C]`` or ``[B, heads, T, d]`` alike, never of a constant operand (an
-    exporter's ``Add(bias, x)`` puts the bias first: its length is no batch)."""
+    exporter's ``Add(bias, x)`` puts the bias first: its length is no batch). Against an
+    accelerator limit (``max`` names one of the rule file's ``limits``: the device's batch), at
+    most the model's batch (``model_batch``: heads folded into axis 0 are no batch of the
+    device's); against a layer's own number (``max: 1``), the tensor's axis 0 as it is."""
     acts = activation_inputs(node)
     shape = (static_shape(acts[0]) if acts else None) or []
     batch = shape[0] if shape else 1
+    if "limit" in args:
+        batch = min(batch, model_batch(graph))
     return None if batch <= args["max"] else {"batch": batch, "max": args["max"]}
 
 
@@ -246,8 +261,11 @@ def check_channel_axis(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
 
 
 def check_keeps_batch(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """Axis 0 is kept, or the model's batch is 1 (``model_batch``): then every tensor is one
+    sample, and a Reshape folding attention heads into axis 0 (``[1, H, T, d] -> [H, T, d]``)
+    or back only relabels it."""
     src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
-    if not src or not dst or src[0] != dst[0]:
+    if not src or not dst or (src[0] != dst[0] and model_batch(graph) != 1):
         return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}
     if node.op == "Flatten" and len(dst) != 2:
         return {"detail": "Flatten does not produce [batch, features]"}

@@ -150,7 +150,7 @@ def _generic_constraints(rules: Sequence[Rule]) -> List[Constraint]:
 
 
 def _check(c: Constraint) -> str:
-    args = ", ".join(f"{k}={v}" for k, v in c.args.items())
+    args = ", ".join(f"{k}={v}" for k, v in c.args.items() if k != "limit")
     return f"`{c.check}({args})`" if args else f"`{c.check}`"
 
 

@@ -95,7 +95,9 @@ def _generic(data: dict, inherited: Generic) -> Generic:
 
 
 def _resolve_args(args: Mapping, limits: Mapping[str, int], where: str) -> Dict:
-    """Constraint args may name a limit (``max: max_batch``) instead of stating a number."""
+    """Constraint args may name a limit (``max: max_batch``) instead of stating a number; the
+    name is kept as ``limit`` (a check may treat the accelerator's limits apart from a layer's
+    own number: ``batch_at_most``)."""
     resolved = dict(args)
     for key, value in args.items():
         if key == "max" and isinstance(value, str):
@@ -103,6 +105,7 @@ def _resolve_args(args: Mapping, limits: Mapping[str, int], where: str) -> Dict:
                 raise RuleFileError(f"{where}.args.{key}: no limit named {value!r} (known: "
                                     f"{sorted(limits)})")
             resolved[key] = limits[value]
+            resolved["limit"] = value
     return resolved
 
 

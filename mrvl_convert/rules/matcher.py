@@ -134,8 +134,16 @@ def match(graph: gs.Graph, rules: Sequence[Rule], *,
     return plan
 
 
+# Recurrent cells, onnx's and onnxruntime's contrib int8 one: no layer of the set computes them.
+_RECURRENT = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
+
+
 def _why_unmatched(node: gs.Node, rules: Sequence[Rule]) -> str:
     fusing = sorted({r.name for r in rules if node.op in r.ops})
+    if not fusing and node.op in _RECURRENT:
+        return (f"no rule handles op type {node.op}: a recurrent cell, which no layer of the "
+                f"accelerator's set computes; it runs on the CPU and the layers around it stay "
+                f"on the accelerator")
     if not fusing:
         return f"no rule handles op type {node.op}"
     producers = [t.inputs[0] for t in node.inputs if t.inputs]

@@ -148,13 +148,16 @@ def test_max_subgraphs_with_policy_single(tmp_path):
 
 
 def _compute_vs_memory_regions():
-    """A Conv with many MACs and few weights, and (after a CPU Sin) an FC with fewer MACs but a
-    weight large enough that streaming it from DDR dominates: MACs and time rank them apart."""
+    """A Conv with many MACs and few weights, and (after a CPU Sin that reads the Conv's
+    result, so the two are separate regions) an FC with fewer MACs but a weight large enough
+    that streaming it from DDR dominates: MACs and time rank them apart."""
     b = Builder()
     x = b.input("x", [1, 16, 32, 32])
     v = b.input("v", [1, 1024])
     y = b.op("Relu", [b.conv(x, 16, 16, pads=[1, 1, 1, 1])], name="conv_relu")
-    z = b.op("Relu", [b.gemm(b.op("Sin", [v], name="cut"), 1024, 1024)], name="fc_relu")
+    peak = b.op("ReduceMax", [y], name="peak", keepdims=0)
+    cut = b.op("Sin", [b.op("Add", [v, peak], name="shift")], name="cut")
+    z = b.op("Relu", [b.gemm(cut, 1024, 1024)], name="fc_relu")
     return b.model([y, z])
 
 
