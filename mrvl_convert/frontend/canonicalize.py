@@ -43,6 +43,7 @@ from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
+from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
 from mrvl_convert.frontend.input_values import pin_inputs
@@ -103,7 +104,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
                              else decided_if(name, loaded.values) if name in branch_of.values()
                              else "computed at conversion time (constant folding)")
     for node in list(graph.nodes):
-        reason = _REMOVABLE.get(node.op)
+        reason = _REMOVABLE.get(node.op) or same_type_cast(node)
         if reason and _bypass(graph, node):
             removed[node.name] = f"removed by canonicalize: {reason}"
     forms = rewrite(graph, _opset(loaded))

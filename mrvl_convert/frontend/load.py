@@ -23,6 +23,7 @@ from mrvl_convert.core.tensors import (all_tensors, check_sizes, external_files,
                        model_dir)
 from mrvl_convert.errors import (InvalidModelError, ModelLoadError, ShapeError,
                      UnsupportedModelError)
+from mrvl_convert.frontend.float16_model import widen_float16
 from mrvl_convert.frontend.input_shapes import check_channels, fix_input_shapes
 from mrvl_convert.frontend.input_values import Values, input_values
 from mrvl_convert.frontend.names import name_source, safe_name
@@ -60,6 +61,9 @@ class LoadedModel:
     input_shape_overrides: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict)
     # input -> the value it is pinned to for the conversion (``input_values.py``)
     values: Dict[str, Any] = field(default_factory=dict)
+    # model input/output -> its dtype as given, where the model computes it as float32
+    # (``float16_model.py``): the manifest's ``computed_as``
+    boundary_dtypes: Dict[str, str] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -85,12 +89,14 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
         # Weights are read last: checks and shape inference stay cheap on a >2 GiB model.
         load_external(proto, model_dir(path), label)
     check_sizes(proto, label)
+    boundary_dtypes = widen_float16(proto)  # after the weights are read: it widens them
     source = name_source(name, default_name or proto.graph.name)
     model_name = safe_name(source)
     return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
                        proto=proto, original_names=original_names, input_shapes=fixed.shapes,
                        name_original=source if source != model_name else None,
-                       input_shape_overrides=fixed.overrides, values=pinned)
+                       input_shape_overrides=fixed.overrides, values=pinned,
+                       boundary_dtypes=boundary_dtypes)
 
 
 def _first_line(exc: BaseException) -> str:
