@@ -143,6 +143,8 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
     inexact = [e for sub in subgraphs.values() for e in inexact_layers(sub)]
     if inexact:  # only int8 artifacts have any: float ones keep their bytes
         document["int8_forms"] = inexact
+    if loaded.opset:  # an old-opset model: converted to a newer opset, or why not
+        document["opset"] = dict(loaded.opset)
     return document
 
 
