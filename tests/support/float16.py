@@ -27,12 +27,19 @@ def float32_twin(model: onnx.ModelProto) -> onnx.ModelProto:
     return twin
 
 
+# Inputs ONNX types as float32 only (converters keep them so): (op, input index).
+FLOAT_ONLY = {("Resize", 2), ("Upsample", 1)}
+
+
 def as_float16(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` stored and computed in float16: weights, inputs, outputs and Casts to float."""
+    """``model`` stored and computed in float16: weights, inputs, outputs and Casts to float
+    (a Resize's scales stay float32, as ONNX wants them)."""
     half = copy.deepcopy(model)
     graph = half.graph
+    kept = {name for node in graph.node for k, name in enumerate(node.input)
+            if (node.op_type, k) in FLOAT_ONLY}
     for k, tensor in enumerate(graph.initializer):
-        if tensor.data_type == F32:
+        if tensor.data_type == F32 and tensor.name not in kept:
             values = numpy_helper.to_array(tensor).astype(np.float16)
             graph.initializer[k].CopyFrom(numpy_helper.from_array(values, tensor.name))
     for value in list(graph.input) + list(graph.output):
