@@ -29,6 +29,7 @@ from mrvl_convert.quantize.bias_correct import conv_input_means, correct_biases
 from mrvl_convert.quantize.equalize import equalize as equalize_model
 from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
+from mrvl_convert.frontend.float16_model import widen_float16
 from mrvl_convert.frontend.opset_upgrade import at_target_opset
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
@@ -72,6 +73,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     # weights written as nodes (Paddle's Constants) quantized as weights, not calibrated
     # at opset 11 before our rewrites: quantize_static would convert an opset < 10 model itself
     proto = weights_as_initializers(at_target_opset(load_proto(model)))
+    widen_float16(proto)  # a float16 model is quantized as its float32 twin (float32 I/O)
     reader = calibration_reader(proto, calibration, str(model))
     if report is not None and hasattr(reader, "samples_used"):
         held_out = getattr(reader, "samples_held_out", 0)  # for verify (calibration_choice)

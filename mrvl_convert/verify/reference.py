@@ -165,6 +165,14 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
                              model=proto.graph.name or None) from None
 
 
+def _as_declared(reference: Any, feed: Feed) -> Feed:
+    floats = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+    declared = {i.name: floats.get(i.type) for i in reference.get_inputs()}
+    return {name: value.astype(declared[name]) if declared.get(name) is not None and
+            isinstance(value, np.ndarray) and value.dtype.kind == "f" and
+            value.dtype != declared[name] else value for name, value in feed.items()}
+
+
 def _mentions_float16(proto: onnx.ModelProto) -> bool:
     """Whether the main graph has a float16 weight, input, output or Cast to float16."""
     f16 = onnx.TensorProto.FLOAT16
@@ -178,9 +186,11 @@ def _mentions_float16(proto: onnx.ModelProto) -> bool:
 
 def run_reference(reference: Any, names: List[str], feed: Feed, proto: onnx.ModelProto
                   ) -> List[Any]:
-    """The tensors ``names`` of one run of ``reference`` on ``feed``."""
+    """The tensors ``names`` of one run of ``reference`` on ``feed``; a float feed of another
+    float type than the model's input (an int8 artifact of a float16 model takes float32, the
+    QDQ model of its float32 twin) is given in the model's (float16: rounded as its Cast would)."""
     try:
-        return reference.run(names, feed)
+        return reference.run(names, _as_declared(reference, feed))
     except Exception as exc:  # onnxruntime's untyped errors
         text = str(exc).strip().splitlines()
         raise ModelLoadError(f"onnxruntime fails on the original model: "

@@ -134,3 +134,17 @@ def test_verify_judges_a_cpu_cut_float16_model_against_the_model_as_given(tmp_pa
     comparison = compare(model, result.out_dir)
     assert comparison.passed
     assert {r.kind for r in comparison.rows} >= {"output", "boundary"}
+
+
+def test_a_float16_model_quantizes_as_its_float32_twin_and_verifies(tmp_path):
+    """On main onnxruntime's calibration fed float32 to the float16 model: an internal error."""
+    from mrvl_convert.quantize.recipe import Quantization
+    model = as_float16(small_cnn())
+    samples = np.random.default_rng(5).random((4, 3, 16, 16)).astype(np.float16)
+    result = convert(model, tmp_path / "q", quantize=Quantization(calibration={"x": samples}))
+    assert result.summary["mrvl_subgraphs"] == 1
+    assert result.manifest["model"]["inputs"][0]["dtype"] == "float32"  # the QDQ twin's
+    qdq = result.out_dir / result.manifest["quantization"]["file"]
+    assert compare(str(qdq), result.out_dir).passed  # the int8 layers against their QDQ model
+    # The float16 original takes the artifact's float32 feeds (as float16) without an error.
+    assert compare(model, result.out_dir).rows
