@@ -175,6 +175,10 @@ def _why_not_cpu(models: Sequence[Any]) -> str:
             return "a CPU stage has control flow (If, Loop, Scan)"
         if any(t.data_location == TensorProto.EXTERNAL for t in g.initializer):
             return "a CPU stage keeps its weights in external data"
+        default = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+        if default and default[0] < FIRST_OPSET:  # Softmax's axis means another thing at 13
+            return (f"a CPU stage is at opset {default[0]}: in the fused session, at opset "
+                    f"{FIRST_OPSET}, some of its ops would compute another thing")
     return ""
 
 
