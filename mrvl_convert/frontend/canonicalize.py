@@ -9,7 +9,8 @@ ConstantOfShape, Expand or Tile sized by folded values: ``sized_ops.py``), input
 value (``input_values.py``) are constants, an If whose condition is constant is the branch it
 chooses (``branches.py``; its nodes are ``derived`` from it) and one left says why it stays
 (``kept``), weight-only int8 weights are float ones (``qdq.py``),
-Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
+Identity, inference-mode Dropout and a Cast to its input's own type (what a float16
+model's Casts become, ``float16_model.py``) are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``;
 a packed Q/K/V head split through 5-D tensors: ``packed_qkv.py``),
 a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are folded into the
