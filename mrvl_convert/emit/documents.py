@@ -36,6 +36,15 @@ def _io(value: onnx.ValueInfoProto, resolved: Optional[Mapping[str, List[int]]] 
     return {"name": value.name, "shape": shape, "dtype": dtype}
 
 
+def _as_given(entry: Dict[str, Any], dtypes: Mapping[str, str]) -> Dict[str, Any]:
+    """A model input/output the model as given declares in another dtype than its stages
+    compute it in (a float16 model: ``float16_model.py``): that dtype, and ``computed_as``."""
+    given = dtypes.get(entry["name"])
+    if given is None or given == entry["dtype"]:
+        return entry
+    return {**entry, "dtype": given, "computed_as": entry["dtype"]}
+
+
 def _boundary(tensor: gs.Tensor, layout: Optional[str] = None,
               label: Optional[str] = None) -> Dict[str, Any]:
     shape = static_shape(tensor)
@@ -80,8 +89,10 @@ def manifest(loaded: LoadedModel, plan: Plan, subgraphs: Mapping[str, MrvlSubgra
     return {
         "format_version": FORMAT_VERSION,
         "tool_version": tool_version,
-        "model": _model_entry(loaded, [_io(v) for v in graph.input if v.name not in init_names],
-                              [_io(v, resolved, label) for v in graph.output]),
+        "model": _model_entry(loaded, [_as_given(_io(v), loaded.boundary_dtypes)
+                                       for v in graph.input if v.name not in init_names],
+                              [_as_given(_io(v, resolved, label), loaded.boundary_dtypes)
+                               for v in graph.output]),
         "options": options,
         "stages": stages,
     }
@@ -132,6 +143,8 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
     inexact = [e for sub in subgraphs.values() for e in inexact_layers(sub)]
     if inexact:  # only int8 artifacts have any: float ones keep their bytes
         document["int8_forms"] = inexact
+    if loaded.opset:  # an old-opset model: converted to a newer opset, or why not
+        document["opset"] = dict(loaded.opset)
     return document
 
 

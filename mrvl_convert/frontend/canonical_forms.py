@@ -14,6 +14,10 @@ whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = 
   tensor's type (c a power of two), otherwise the Div stays and ``kept`` says why.
 - ``Reshape`` of a 4-D tensor to ``[N, C*H*W]`` -> ``Flatten(axis=1)`` (same element order), so
   the FC after it gets the weight-column permutation Flatten gets in lowering.
+- ``Neg(x)`` of a float tensor -> ``Mul(x, -1)`` (tf2onnx writes Neg), so the rules that take
+  a Mul by a constant take it: multiplying by -1 flips the sign bit as Neg does, bit for bit for
+  every value but a NaN, which stays a NaN (onnxruntime's Neg flips its sign bit, its Mul may
+  not).
 
 A rewritten node keeps its name (the report finds it); a node merged into another is listed in
 ``merged`` with the name of the node that now computes it; a node a rewrite adds (the partial
@@ -225,8 +229,19 @@ def _reshape(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset
     done.rewritten[node.name] = "Reshape of a 4-D tensor to [batch, features] became Flatten"
 
 
+def _neg(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
+    x = node.inputs[0] if node.inputs else None
+    if x is None or x.dtype is None or not np.issubdtype(np.dtype(x.dtype), np.floating):
+        return
+    minus_one = gs.Constant(names.fresh(f"{node.name}_minus_one"),
+                            np.asarray(-1, dtype=np.dtype(x.dtype)))
+    node.op = "Mul"
+    _set_inputs(node, [x, minus_one])
+    done.rewritten[node.name] = "Neg became Mul by -1 (a sign flip either way)"
+
+
 _Handler = Callable[[gs.Graph, gs.Node, Rewrites, Names, int], None]
 _HANDLERS: Dict[str, _Handler] = {
     "Sum": _sum, "Max": _max, "Clip": _clip, "Min": _min, "Sub": _sub, "Div": _div,
-    "Reshape": _reshape,
+    "Reshape": _reshape, "Neg": _neg,
 }

@@ -9,7 +9,8 @@ ConstantOfShape, Expand or Tile sized by folded values: ``sized_ops.py``), input
 value (``input_values.py``) are constants, an If whose condition is constant is the branch it
 chooses (``branches.py``; its nodes are ``derived`` from it) and one left says why it stays
 (``kept``), weight-only int8 weights are float ones (``qdq.py``),
-Identity and inference-mode Dropout are gone, exporters' spellings of one idiom are
+Identity, inference-mode Dropout and a Cast to its input's own type (what a float16
+model's Casts become, ``float16_model.py``) are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``;
 a packed Q/K/V head split through 5-D tensors: ``packed_qkv.py``),
 a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are folded into the
@@ -48,6 +49,7 @@ from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
+from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
 from mrvl_convert.frontend.input_values import pin_inputs
@@ -111,7 +113,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
                              else decided_if(name, loaded.values) if name in branch_of.values()
                              else "computed at conversion time (constant folding)")
     for node in list(graph.nodes):
-        reason = _REMOVABLE.get(node.op)
+        reason = _REMOVABLE.get(node.op) or same_type_cast(node)
         if reason and _bypass(graph, node):
             removed[node.name] = f"removed by canonicalize: {reason}"
     forms = rewrite(graph, _opset(loaded))

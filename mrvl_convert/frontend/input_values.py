@@ -83,7 +83,8 @@ def pin_inputs(graph: gs.Graph, values: Mapping[str, np.ndarray]) -> List[str]:
             k += 1
             label = f"{name}_value_{k}"
         taken.add(label)
-        constant = gs.Constant(label, np.array(value))
+        # In the input's dtype: a float16 input is float32 in the loaded model (float16_model.py)
+        constant = gs.Constant(label, np.array(value, dtype=tensor.dtype or None))
         for node in _all_nodes(graph):
             for i, read in enumerate(node.inputs):
                 if read is tensor:

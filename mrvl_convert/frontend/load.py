@@ -4,7 +4,9 @@ Requires: a path to an ONNX file or an ``onnx.ModelProto``.
 Ensures: the returned ``LoadedModel.proto`` passes ``onnx.checker``, uses an opset in the
 supported range and an IR version onnxruntime accepts, has every node named uniquely, has no
 dynamic dimension left on its inputs, and carries inferred shapes for every tensor that shape
-inference can reach. Anything else raises a ``MrvlConvertError`` subclass naming the model.
+inference can reach; a model older than opset 11 is at opset 11 where onnx's converter can bring
+it (``opset_upgrade.py``, exact), and no float16 is left (``float16_model.py``: the float32
+twin, the float16 inputs/outputs in ``boundary_dtypes``). Anything else raises a ``MrvlConvertError`` subclass naming the model.
 """
 from __future__ import annotations
 
@@ -23,9 +25,11 @@ from mrvl_convert.core.tensors import (all_tensors, check_sizes, external_files,
                        model_dir)
 from mrvl_convert.errors import (InvalidModelError, ModelLoadError, ShapeError,
                      UnsupportedModelError)
+from mrvl_convert.frontend.float16_model import widen_float16
 from mrvl_convert.frontend.input_shapes import check_channels, fix_input_shapes
 from mrvl_convert.frontend.input_values import Values, input_values
 from mrvl_convert.frontend.names import name_source, safe_name
+from mrvl_convert.frontend.opset_upgrade import upgrade_opset
 from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
 
 MIN_OPSET = 7
@@ -60,6 +64,11 @@ class LoadedModel:
     input_shape_overrides: Dict[str, Dict[str, List[Any]]] = field(default_factory=dict)
     # input -> the value it is pinned to for the conversion (``input_values.py``)
     values: Dict[str, Any] = field(default_factory=dict)
+    # model input/output -> its dtype as given, where the model computes it as float32
+    # (``float16_model.py``): the manifest's ``computed_as``
+    boundary_dtypes: Dict[str, str] = field(default_factory=dict)
+    # an old-opset model's {"given", "used", "note"} (``opset_upgrade.py``): report.json's opset
+    opset: Dict[str, Any] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -75,6 +84,11 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     as_read = not renumbered and all(ours == theirs for ours, theirs in original_names.items())
     _run_checker(proto, path, label, raw if as_read else None)
     _check_domains(proto, label)
+    upgrade = upgrade_opset(proto, _default_opset(proto))
+    if upgrade.note is not None:
+        proto = upgrade.model
+        renamed = name_nodes(proto)  # nodes the converter added or replaced one by several
+        original_names = {ours: original_names.get(was, was) for ours, was in renamed.items()}
     fixed = fix_input_shapes(proto, shapes or {}, label)
     pinned = input_values(proto, values or {}, fixed.shapes, label)
     proto = _infer_shapes(proto, label, list(fixed.overrides))
@@ -85,12 +99,16 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
         # Weights are read last: checks and shape inference stay cheap on a >2 GiB model.
         load_external(proto, model_dir(path), label)
     check_sizes(proto, label)
+    boundary_dtypes = widen_float16(proto)  # after the weights are read: it widens them
     source = name_source(name, default_name or proto.graph.name)
     model_name = safe_name(source)
     return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
                        proto=proto, original_names=original_names, input_shapes=fixed.shapes,
                        name_original=source if source != model_name else None,
-                       input_shape_overrides=fixed.overrides, values=pinned)
+                       input_shape_overrides=fixed.overrides, values=pinned,
+                       boundary_dtypes=boundary_dtypes,
+                       opset={} if upgrade.note is None else
+                       {"given": upgrade.given, "used": upgrade.used, "note": upgrade.note})
 
 
 def _first_line(exc: BaseException) -> str:
@@ -149,6 +167,10 @@ def _check_opsets(proto: onnx.ModelProto, label: str) -> None:
         raise UnsupportedModelError(
             f"uses opset {version}; supported opsets are {MIN_OPSET} to {MAX_OPSET} "
             "(convert it with onnx.version_converter first)", model=label)
+
+
+def _default_opset(proto: onnx.ModelProto) -> int:
+    return next(o.version for o in proto.opset_import if o.domain in ("", "ai.onnx"))
 
 
 def _normalise_ir(proto: onnx.ModelProto) -> bool:

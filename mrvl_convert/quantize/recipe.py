@@ -21,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
+from onnx.version_converter import ConvertError
 
 from mrvl_convert.quantize.calibration import calibration_feeds, load_proto, read_calibration
 from mrvl_convert.errors import CalibrationWarning, OptionError, UnsupportedModelError
@@ -28,6 +29,8 @@ from mrvl_convert.quantize.bias_correct import conv_input_means, correct_biases
 from mrvl_convert.quantize.equalize import equalize as equalize_model
 from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
+from mrvl_convert.frontend.float16_model import widen_float16
+from mrvl_convert.frontend.opset_upgrade import at_target_opset
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
 from mrvl_convert.quantize.prelu import decompose_prelu
@@ -68,7 +71,9 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     from onnxruntime.quantization import QuantFormat, QuantType
 
     # weights written as nodes (Paddle's Constants) quantized as weights, not calibrated
-    proto = weights_as_initializers(load_proto(model))
+    # at opset 11 before our rewrites: quantize_static would convert an opset < 10 model itself
+    proto = weights_as_initializers(at_target_opset(load_proto(model)))
+    widen_float16(proto)  # a float16 model is quantized as its float32 twin (float32 I/O)
     reader = calibration_reader(proto, calibration, str(model))
     if report is not None and hasattr(reader, "samples_used"):
         held_out = getattr(reader, "samples_held_out", 0)  # for verify (calibration_choice)
@@ -92,7 +97,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
             quantize(source, str(out), reader)
             if bias_correction:
                 _bias_corrected(Path(source), out, calibration, quantize)
-    except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
+    except (ValueError, RuntimeError, ConvertError) as exc:  # onnxruntime's refusals (and bugs)
         raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
                                     f"calibration method {method}: {exc}",
                                     model=str(model)) from None

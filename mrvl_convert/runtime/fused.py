@@ -92,8 +92,8 @@ def fuse(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any], t
 
     # Never the external data a file names: a stage that has some is not fused (``_why_not_cpu``)
     # and its location is the artifact's word, not ours.
-    cpu = [onnx.load(stage.file, load_external_data=False) if stage.kind == "cpu" else None
-           for stage in stages]
+    cpu = [_at_first_opset(onnx.load(stage.file, load_external_data=False))
+           if stage.kind == "cpu" else None for stage in stages]
     reason = _why_not_cpu(cpu)
     if reason:
         return reason
@@ -175,7 +175,25 @@ def _why_not_cpu(models: Sequence[Any]) -> str:
             return "a CPU stage has control flow (If, Loop, Scan)"
         if any(t.data_location == TensorProto.EXTERNAL for t in g.initializer):
             return "a CPU stage keeps its weights in external data"
+        default = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+        if default and default[0] < FIRST_OPSET:  # ``_at_first_opset`` could not convert it
+            return (f"a CPU stage is at opset {default[0]}, which onnx's version converter "
+                    f"cannot bring to the fused session's {FIRST_OPSET}")
     return ""
+
+
+def _at_first_opset(model: Any) -> Any:
+    """A CPU stage below ``FIRST_OPSET`` converted to it by onnx's version converter (exact:
+    an opset-11 Softmax(axis=1) of a 4-D tensor becomes the Flatten/Softmax/Reshape that means
+    the same at 13; read as it is at 13 it would mean another thing); as it is otherwise."""
+    default = [o.version for o in model.opset_import if o.domain in ("", "ai.onnx")]
+    if not default or default[0] >= FIRST_OPSET:
+        return model
+    from onnx import version_converter
+    try:
+        return version_converter.convert_version(model, FIRST_OPSET)
+    except Exception:  # onnx's ConvertError and others: then the stages run one by one
+        return model
 
 
 def _opsets(models: Sequence[Any]) -> Dict[str, int]:

@@ -105,7 +105,14 @@ class HybridSession:
         stages = require(manifest, "stages", list, self.manifest_path, "top level")
         check_stage_files(self.artifact_dir, manifest, self.manifest_path)
         self.stages = [reader.stage(k, s, alone=len(stages) == 1) for k, s in enumerate(stages)]
-        check_wiring(self.manifest_path, self._inputs, self.stages, self._outputs)
+        # A float16 model's float16 inputs/outputs are float32 to the stages (computed_as).
+        self._stage_inputs = [t.as_computed() for t in self._inputs]
+        self._stage_outputs = [t.as_computed() for t in self._outputs]
+        check_wiring(self.manifest_path, self._stage_inputs, self.stages, self._stage_outputs)
+        self._widened = [(t.name, np.dtype(DTYPES[t.computed_as][0])) for t in self._inputs
+                         if t.computed_as is not None]
+        self._rounded = {t.name: np.dtype(DTYPES[t.dtype][0]) for t in self._outputs
+                         if t.computed_as is not None}
         self._read_by_stages = {t.name for stage in self.stages for t in stage.inputs}
         self._known = {t.name for t in self._inputs} | {t.name for t in self.boundary_tensors}
         self._model_outputs = {t.name for t in self._outputs}
@@ -153,12 +160,12 @@ class HybridSession:
         Several threads may call ``run`` at once, as with ``InferenceSession.run``; numpy
         releases the GIL inside its calls, so they overlap (``benchmarks/bench_threads.py``).
         ``last_range_events`` holds the fp16 range events of the call that finished last."""
-        env: Dict[str, np.ndarray] = self._check_feed(input_feed)
+        env: Dict[str, np.ndarray] = self._stage_feed(self._check_feed(input_feed))
         if output_names is None and not capture:  # the common call, in few Python steps
             results = self._run_fused(env)
             if results is not None:
                 self.last_range_events = []
-                return results
+                return self._as_given(self._output_names, results)
         names = [t.name for t in self._outputs] if output_names is None else list(output_names)
         for name in names:
             if name not in self._known:
@@ -169,7 +176,7 @@ class HybridSession:
             if results is not None:
                 self.last_range_events = []
                 by_name = dict(zip(self._output_names, results))
-                return [by_name[name] for name in names]
+                return self._as_given(names, [by_name[name] for name in names])
         self._run_stages(env)
         outputs = [env[name] for name in names]
         return (outputs, env) if capture else outputs
@@ -190,7 +197,7 @@ class HybridSession:
         return self._fused.run(env) if self.fused else None
 
     def _open_fused(self) -> Any:
-        made = fused.fuse(self.stages, self._inputs, self._outputs, self.threads,
+        made = fused.fuse(self.stages, self._stage_inputs, self._stage_outputs, self.threads,
                           self.log_severity)
         self.fused_reason = made if isinstance(made, str) else ""
         return made
@@ -200,12 +207,30 @@ class HybridSession:
         """One run that also keeps every Mrvl layer's fp16 output: ``(tensors, layers)``, with
         ``tensors`` as ``run(..., capture=True)`` gives it and ``layers`` in run order (what
         ``compare(..., layers=True)`` needs to find the first layer that loses accuracy)."""
-        env: Dict[str, np.ndarray] = dict(self._check_feed(input_feed))
+        env: Dict[str, np.ndarray] = self._stage_feed(self._check_feed(input_feed))
         trace: List[LayerOutput] = []
         self._run_stages(env, trace)
         return env, trace
 
     # --------------------------------------------------------- run helpers
+    def _stage_feed(self, feed: Dict[str, np.ndarray]) -> Dict[str, np.ndarray]:
+        """``feed`` (a new dict) with each input the stages compute in another dtype widened
+        to it (float16 -> float32: exact)."""
+        if not self._widened:
+            return feed
+        widened = dict(feed)
+        for name, dtype in self._widened:
+            widened[name] = feed[name].astype(dtype)
+        return widened
+
+    def _as_given(self, names: Sequence[str], values: List[np.ndarray]) -> List[np.ndarray]:
+        """Model outputs in the dtype the model as given declares (float16: rounded to nearest
+        even, as onnxruntime's Cast does); other tensors as the stages made them."""
+        if not self._rounded:
+            return values
+        return [v.astype(self._rounded[n]) if n in self._rounded else v
+                for n, v in zip(names, values)]
+
     def _run_stages(self, env: Dict[str, np.ndarray],
                     trace: Optional[List[LayerOutput]] = None) -> None:
         events: List[RangeEvent] = []
@@ -214,6 +239,8 @@ class HybridSession:
                 env.update(self._run_stage(stage, env, events, trace))
         finally:
             self.last_range_events = events
+        for name, dtype in self._rounded.items():  # every stage has run: none reads them now
+            env[name] = env[name].astype(dtype)
 
     def _run_stage(self, stage: Stage, env: Dict[str, np.ndarray], events: List[RangeEvent],
                    trace: Optional[List[LayerOutput]] = None) -> Dict[str, np.ndarray]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -42,6 +42,13 @@ class TensorSpec:
     name: str
     shape: Tuple[int, ...]
     dtype: str
+    # a model input/output the stages take or give in another dtype (the manifest's computed_as)
+    computed_as: Optional[str] = None
+
+    def as_computed(self) -> "TensorSpec":
+        """The tensor as the stages see it."""
+        return self if self.computed_as is None else TensorSpec(self.name, self.shape,
+                                                                self.computed_as)
 
 
 @dataclass
@@ -74,7 +81,11 @@ def read_tensors(manifest_path: str, doc: Dict[str, Any], key: str, where: str,
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ArtifactError(f"{manifest_path}: {place} ({name}): dtype {dtype!r} "
                                 f"is not one of {sorted(DTYPES)}")
-        specs.append(TensorSpec(name, shape, dtype))
+        computed = entry.get("computed_as")
+        if computed is not None and (not isinstance(computed, str) or computed not in DTYPES):
+            raise ArtifactError(f"{manifest_path}: {place} ({name}): computed_as {computed!r} "
+                                f"is not one of {sorted(DTYPES)}")
+        specs.append(TensorSpec(name, shape, dtype, computed))
     return specs
 
 

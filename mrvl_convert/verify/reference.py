@@ -148,9 +148,13 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
     model runs as written (``qdq_as_written``), the semantics the int8 layers simulate.
     ``proto`` gets those outputs added."""
     existing = {o.name for o in proto.graph.output}
+    # A float16 model's tensors are float32 in the artifact (its float32 twin): declared as
+    # the model as given makes them, or onnxruntime refuses the output.
+    given = element_types(proto) if _mentions_float16(proto) and specs else {}
     for spec in specs:
         if spec.name not in existing:
-            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[spec.dtype][0]))
+            dtype = given.get(spec.name, spec.dtype)
+            elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[dtype][0]))
             proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
     try:
         return ort.InferenceSession(proto.SerializeToString(),
@@ -161,11 +165,32 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
                              model=proto.graph.name or None) from None
 
 
+def _as_declared(reference: Any, feed: Feed) -> Feed:
+    floats = {"tensor(float)": np.float32, "tensor(float16)": np.float16}
+    declared = {i.name: floats.get(i.type) for i in reference.get_inputs()}
+    return {name: value.astype(declared[name]) if declared.get(name) is not None and
+            isinstance(value, np.ndarray) and value.dtype.kind == "f" and
+            value.dtype != declared[name] else value for name, value in feed.items()}
+
+
+def _mentions_float16(proto: onnx.ModelProto) -> bool:
+    """Whether the main graph has a float16 weight, input, output or Cast to float16."""
+    f16 = onnx.TensorProto.FLOAT16
+    graph = proto.graph
+    return (any(t.data_type == f16 for t in graph.initializer)
+            or any(v.type.tensor_type.elem_type == f16 for v in list(graph.input) +
+                   list(graph.output))
+            or any(n.op_type == "Cast" and any(a.name == "to" and a.i == f16
+                                               for a in n.attribute) for n in graph.node))
+
+
 def run_reference(reference: Any, names: List[str], feed: Feed, proto: onnx.ModelProto
                   ) -> List[Any]:
-    """The tensors ``names`` of one run of ``reference`` on ``feed``."""
+    """The tensors ``names`` of one run of ``reference`` on ``feed``; a float feed of another
+    float type than the model's input (an int8 artifact of a float16 model takes float32, the
+    QDQ model of its float32 twin) is given in the model's (float16: rounded as its Cast would)."""
     try:
-        return reference.run(names, feed)
+        return reference.run(names, _as_declared(reference, feed))
     except Exception as exc:  # onnxruntime's untyped errors
         text = str(exc).strip().splitlines()
         raise ModelLoadError(f"onnxruntime fails on the original model: "

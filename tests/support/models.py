@@ -186,8 +186,10 @@ def canonicalized(model: onnx.ModelProto):
     from mrvl_convert.frontend.canonicalize import canonicalize
     from mrvl_convert.frontend.load import load_model
 
-    canonical = canonicalize(load_model(model))
+    loaded = load_model(model)
+    canonical = canonicalize(loaded)
     proto = gs.export_onnx(canonical.graph, do_type_check=False)
     proto.ir_version = 8
-    proto.opset_import[0].version = model.opset_import[0].version
+    # The loaded model's: an opset < 11 model is at 11 once loaded (frontend/opset_upgrade.py).
+    proto.opset_import[0].version = loaded.proto.opset_import[0].version
     return canonical, proto
