@@ -108,7 +108,10 @@ def test_upsample_linear_opset9():
     src = (5, 6)
     canonical, proto, err, peak = _compare(_resize("", src, (10, 18), op="Upsample", opset=9),
                                            _feed(src))
-    assert [n.op_type for n in proto.graph.node] == ["Upsample", "Conv", "Mul"]
+    # The load brings opset 9 to 11 (frontend/opset_upgrade.py): the Upsample reaches the
+    # rewrite as a Resize, and whichever form it takes is within the box form's bound.
+    ops = [n.op_type for n in proto.graph.node]
+    assert "Upsample" not in ops and "Resize" not in ops, ops
     assert err <= (2 * 9 + 8) * U * peak
 
 
