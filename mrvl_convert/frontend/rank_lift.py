@@ -1,0 +1,207 @@
+"""Rank lifting: 1-D signal networks, and 2-D feature vectors, computed as their 4-D forms.
+
+The layer set is 2-D (NHWC): a Conv1d, BatchNorm1d, MaxPool1d, AvgPool1d, a Concat of 1-D
+signals or a LayerNorm's ReduceMean over a ``[N, C]`` vector has no layer of its own rank. Each
+is the same op on a 4-D view with unit spatial axes: ``[N, C, L]`` as ``[N, C, 1, L]`` (Conv1d
+is Conv2d with a 1 x K kernel), ``[N, C]`` as ``[N, C, 1, 1]``. The NHWC form of either view
+is the tensor's own memory with the channels last.
+
+Requires: a graph whose activations' shapes are static (canonicalize runs this after the
+shapes that depended on folded values are known), opset ``opset``.
+Ensures: every region found below computes on its 4-D view; the graph's outputs, and every
+tensor read outside a region, keep their names, shapes and values.
+
+- A region is a connected set of nodes whose activation inputs and outputs are all float
+  tensors of one rank r (3, or 2) with static shapes, each node one of ``rank_ops.OPS`` with
+  constant geometry (``rank_ops.liftable``), grown from a seed that fixes the layout as
+  channel-first: for r = 3 a Conv, ConvTranspose, BatchNormalization or pool (ONNX defines
+  them with the channel at axis 1 and the signal after it); for r = 2 a BatchNormalization or
+  a reduction over axis 1 of ``[N, C]``, the only axis a vector's features have. A transformer's
+  token tensor ``[B, T, C]`` between MatMuls and LayerNorms holds no seed, so it is never
+  lifted: its layers take 3-D tensors as they lie.
+- Each tensor of a region is replaced by its 4-D view: a region node writes the view directly,
+  a tensor entering the region (from outside, or a model input) gets one ``Unsqueeze`` of the
+  unit axes, and a region tensor read outside it (or a model output) one ``Squeeze`` back to
+  the original tensor, which keeps its name. The nodes' attributes and constant inputs are
+  rewritten by ``rank_ops.lift``.
+- Then a ``Squeeze`` whose output an ``Unsqueeze`` of the same axes reads, restoring the same
+  shape, cancels: the Unsqueeze's readers read the Squeeze's input (the model's own
+  ``Squeeze(2) -> Conv1d`` or ``Conv1d -> Unsqueeze(2) -> Conv2d`` become one region).
+
+Exact: each lifted op computes the same elements from the same elements on its view (a kernel,
+pad or stride of 1 / 0 on a unit axis selects the one position); onnxruntime's Conv runs a 1-D
+convolution as the 2-D one with H = 1, so the tests compare the outputs bit for bit
+(``tests/frontend/test_rank_lift.py``). Unsqueeze and Squeeze copy.
+
+Bookkeeping (``done``): a lifted node keeps its name and is listed in ``rewritten``; the added
+Unsqueeze and Squeeze nodes are in ``derived`` with the (loaded) node they serve; a model
+Unsqueeze or Squeeze that cancels is in ``merged`` with the reader that now reads its input.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Set
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import const_value, is_const, present, static_shape
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.rank_ops import (GLOBAL, REDUCE, WINDOWED, lift, liftable,
+                                            lifted_shape, unit_axes)
+
+_SEEDS = {3: WINDOWED | GLOBAL | {"BatchNormalization"}, 2: {"BatchNormalization"}}
+
+
+def lift_ranks(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
+    """Lift every region of ``graph`` in place, recording it in ``done``; True when one was
+    lifted (the caller then cleans up and sorts the graph)."""
+    names, claimed = Names(graph), set()
+    regions = []
+    for node in list(graph.nodes):
+        rank = _node_rank(node)
+        if rank and id(node) not in claimed and _is_seed(node, rank) \
+                and liftable(node, rank, opset):
+            regions.append((rank, _grow(node, rank, opset, claimed)))
+    for rank, region in regions:
+        _lift_region(graph, region, rank, opset, names, done)
+    if regions:
+        _cancel_pairs(graph, done)
+    return bool(regions)
+
+
+def _activations(node: gs.Node) -> List[gs.Tensor]:
+    inputs = [t for t in node.inputs if t.name and not is_const(t)]
+    return inputs + list(node.outputs)
+
+
+def _node_rank(node: gs.Node) -> Optional[int]:
+    """The one rank (2 or 3) of every activation the node reads and writes, all float."""
+    ranks = set()
+    for tensor in _activations(node):
+        shape = static_shape(tensor)
+        if shape is None or tensor.dtype is None \
+                or not np.issubdtype(np.dtype(tensor.dtype), np.floating):
+            return None
+        ranks.add(len(shape))
+    return ranks.pop() if len(ranks) == 1 and ranks <= {2, 3} else None
+
+
+def _is_seed(node: gs.Node, rank: int) -> bool:
+    if node.op in _SEEDS[rank]:
+        return True
+    if rank == 2 and node.op in REDUCE:  # a LayerNorm's mean over a vector's features
+        axes = _axes_of(node)
+        return axes is not None and sorted(a % 2 for a in axes) == [1]
+    return False
+
+
+def _axes_of(node: gs.Node) -> Optional[List[int]]:
+    if "axes" in node.attrs:
+        return [int(a) for a in node.attrs["axes"]]
+    tensor = present(node, 1)
+    return [int(a) for a in const_value(tensor).reshape(-1)] \
+        if tensor is not None and is_const(tensor) else None
+
+
+def _grow(seed: gs.Node, rank: int, opset: int, claimed: Set[int]) -> List[gs.Node]:
+    """The connected liftable nodes of ``rank`` around ``seed`` (breadth first)."""
+    region, queue = [seed], [seed]
+    claimed.add(id(seed))
+    while queue:
+        node = queue.pop(0)
+        for tensor in _activations(node):
+            for other in list(tensor.inputs) + list(tensor.outputs):
+                if id(other) not in claimed and _node_rank(other) == rank \
+                        and liftable(other, rank, opset):
+                    claimed.add(id(other))
+                    region.append(other)
+                    queue.append(other)
+    return region
+
+
+def _lift_region(graph: gs.Graph, region: List[gs.Node], rank: int, opset: int, names: Names,
+                 done: Rewrites) -> None:
+    inside = {id(n) for n in region}
+    outputs = {id(t) for t in graph.outputs}
+    tensors: Dict[int, gs.Tensor] = {}  # all of them first: replacing changes the inputs
+    for node in region:
+        tensors.update((id(t), t) for t in _activations(node))
+    for key, tensor in tensors.items():
+        _replace(graph, tensor, inside, key in outputs, rank, opset, names, done)
+    for node in region:
+        lift(node, rank, opset, names)
+        view = "[N, C, 1, L]" if rank == 3 else "[N, C, 1, 1]"
+        what = f"computes on the 4-D view {view} of its {rank}-D tensors"
+        previous = done.rewritten.get(node.name)
+        done.rewritten[node.name] = f"{previous}; {what}" if previous else what
+
+
+def _replace(graph: gs.Graph, tensor: gs.Tensor, inside: Set[int], is_output: bool, rank: int,
+             opset: int, names: Names, done: Rewrites) -> None:
+    """Give the region ``tensor``'s 4-D view; outside readers keep ``tensor`` itself."""
+    view = gs.Variable(names.fresh(f"{tensor.name}_4d"), dtype=tensor.dtype,
+                       shape=lifted_shape(static_shape(tensor), rank))
+    producer = tensor.inputs[0] if tensor.inputs else None
+    readers = [r for r in tensor.outputs if id(r) in inside]
+    outside = [r for r in tensor.outputs if id(r) not in inside]
+    for reader in readers:
+        for i, t in enumerate(reader.inputs):
+            if t is tensor:
+                reader.inputs[i] = view
+    if producer is not None and id(producer) in inside:
+        producer.outputs[producer.outputs.index(tensor)] = view
+        if outside or is_output:
+            _add(graph, "Squeeze", view, tensor, rank, opset, names, done, producer)
+    else:
+        _add(graph, "Unsqueeze", tensor, view, rank, opset, names, done, readers[0])
+
+
+def _add(graph: gs.Graph, op: str, x: gs.Tensor, out: gs.Tensor, rank: int, opset: int,
+         names: Names, done: Rewrites, served: gs.Node) -> None:
+    name = names.fresh(f"{served.name}_{op.lower()}")
+    axes = unit_axes(rank)
+    if opset >= 13:  # the axes an input from opset 13, an attribute before
+        constant = gs.Constant(names.fresh(f"{name}_axes"), np.array(axes, np.int64))
+        node = gs.Node(op, name, inputs=[x, constant], outputs=[out])
+    else:
+        node = gs.Node(op, name, attrs={"axes": axes}, inputs=[x], outputs=[out])
+    graph.nodes.append(node)
+    done.derived[name] = done.derived.get(served.name, served.name)
+
+
+def _unit_axes_of(node: gs.Node) -> Optional[List[int]]:
+    """A Squeeze's or Unsqueeze's axes, normalised on the 4-D side, or None."""
+    four = node.inputs[0] if node.op == "Squeeze" else node.outputs[0]
+    shape, axes = static_shape(four), _axes_of(node)
+    if shape is None or axes is None:
+        return None
+    return sorted(a % len(shape) for a in axes)
+
+
+def _cancel_pairs(graph: gs.Graph, done: Rewrites) -> None:
+    outputs = {id(t) for t in graph.outputs}
+    for node in list(graph.nodes):
+        if node.op != "Unsqueeze" or not node.outputs or not node.inputs[0].inputs:
+            continue
+        squeeze, y = node.inputs[0].inputs[0], node.outputs[0]
+        if squeeze.op != "Squeeze" or id(y) in outputs or not y.outputs \
+                or static_shape(squeeze.inputs[0]) != static_shape(y) \
+                or _unit_axes_of(node) is None \
+                or _unit_axes_of(node) != _unit_axes_of(squeeze):
+            continue
+        source, readers = squeeze.inputs[0], list(y.outputs)
+        for reader in readers:
+            for i, t in enumerate(reader.inputs):
+                if t is y:
+                    reader.inputs[i] = source
+        _drop(node, readers[0], done)
+        middle = squeeze.outputs[0]
+        if not middle.outputs and id(middle) not in outputs:
+            _drop(squeeze, readers[0], done)
+
+
+def _drop(node: gs.Node, reader: gs.Node, done: Rewrites) -> None:
+    node.inputs.clear()
+    node.outputs.clear()
+    if done.derived.pop(node.name, None) is None:  # a model node: it went into its reader
+        done.merged[node.name] = reader.name
