@@ -118,12 +118,14 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
-    if lift_ranks(graph, _opset(loaded), forms):  # 1-D signals as their 4-D views, exact
+    if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
-    if fold_into_fcs(graph, forms) or tokens or heads or sunk:
+    folded = fold_into_fcs(graph, forms)
+    # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
+    if lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")

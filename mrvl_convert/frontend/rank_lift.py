@@ -39,7 +39,7 @@ Unsqueeze or Squeeze that cancels is in ``merged`` with the reader that now read
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -52,14 +52,15 @@ from mrvl_convert.frontend.rank_ops import (GLOBAL, REDUCE, WINDOWED, lift, lift
 _SEEDS = {3: WINDOWED | GLOBAL | {"BatchNormalization"}, 2: {"BatchNormalization"}}
 
 
-def lift_ranks(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
-    """Lift every region of ``graph`` in place, recording it in ``done``; True when one was
-    lifted (the caller then cleans up and sorts the graph)."""
+def lift_ranks(graph: gs.Graph, opset: int, done: Rewrites,
+               ranks: Sequence[int] = (2, 3)) -> bool:
+    """Lift every region of ``graph`` of one of ``ranks`` in place, recording it in ``done``;
+    True when one was lifted (the caller then cleans up and sorts the graph)."""
     names, claimed = Names(graph), set()
     regions = []
     for node in list(graph.nodes):
         rank = _node_rank(node)
-        if rank and id(node) not in claimed and _is_seed(node, rank) \
+        if rank in ranks and id(node) not in claimed and _is_seed(node, rank) \
                 and liftable(node, rank, opset):
             regions.append((rank, _grow(node, rank, opset, claimed)))
     for rank, region in regions:
@@ -87,11 +88,22 @@ def _node_rank(node: gs.Node) -> Optional[int]:
 
 
 def _is_seed(node: gs.Node, rank: int) -> bool:
-    if node.op in _SEEDS[rank]:
+    if node.op in _SEEDS[rank] or _beside_view(node, rank):
         return True
     if rank == 2 and node.op in REDUCE:  # a LayerNorm's mean over a vector's features
         axes = _axes_of(node)
         return axes is not None and sorted(a % 2 for a in axes) == [1]
+    return False
+
+
+def _beside_view(node: gs.Node, rank: int) -> bool:
+    """A tensor of the node comes from, or goes to, the 4-D view itself: a Squeeze of the
+    unit axes wrote it, or an Unsqueeze of them reads it (a Conv1d written by hand as
+    Unsqueeze, Conv2d, Squeeze; or a region lifted before)."""
+    for tensor in _activations(node):
+        for other in list(tensor.inputs) + list(tensor.outputs):
+            if other.op in ("Squeeze", "Unsqueeze") and _unit_axes_of(other) == unit_axes(rank):
+                return True
     return False
 
 

@@ -64,6 +64,8 @@ def liftable(node: gs.Node, rank: int, opset: int) -> bool:
         return int(attr(node, "keepdims", 1)) == 1 and _reduce_axes(node) is not None
     if op == "BatchNormalization":
         return all(is_const(t) for t in node.inputs[1:5])
+    if op in GLOBAL or op == "Concat":
+        return True
     if op in ELEMENTWISE:
         return all(const_value(t).ndim <= rank for t in node.inputs if is_const(t))
     if op == "Pad" and (opset < 11 and "pads" not in node.attrs
