@@ -31,7 +31,11 @@ tensor read outside a region, keep their names, shapes and values.
 Exact: each lifted op computes the same elements from the same elements on its view (a kernel,
 pad or stride of 1 / 0 on a unit axis selects the one position); onnxruntime's Conv runs a 1-D
 convolution as the 2-D one with H = 1, so the tests compare the outputs bit for bit
-(``tests/frontend/test_rank_lift.py``). Unsqueeze and Squeeze copy.
+(``tests/frontend/test_rank_lift.py``). Unsqueeze and Squeeze copy. One bound: a reduction
+over C of a ``[N, C]`` vector (a LayerNorm's mean) reduces a non-last axis of ``[N, C, 1, 1]``,
+which onnxruntime may add in another order; two float32 sums of the same n terms are at most
+``2 (n - 1) u sum |x|`` apart (u = 2**-24), a mean ``2 (n - 1) u mean |x|``. A rank-3
+reduction over L stays one over the last axis.
 
 Bookkeeping (``done``): a lifted node keeps its name and is listed in ``rewritten``; the added
 Unsqueeze and Squeeze nodes are in ``derived`` with the (loaded) node they serve; a model
