@@ -26,7 +26,8 @@ ELEMENTWISE = frozenset({
     "Ceil", "Clip", "Gelu", "Mish", "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "PRelu"})
 WINDOWED = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool"})
 GLOBAL = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
-REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceL2", "ReduceSumSquare"})
+# ReduceSum of [N, C, L] over L has its form already (token_ops.py: an FC by ones).
+REDUCE = frozenset({"ReduceMean"})
 OPS = ELEMENTWISE | WINDOWED | GLOBAL | REDUCE | {"BatchNormalization", "Concat", "Split",
                                                   "Pad", "Slice"}
 
