@@ -24,6 +24,9 @@ tensor read outside a region, keep their names, shapes and values.
   unit axes, and a region tensor read outside it (or a model output) one ``Squeeze`` back to
   the original tensor, which keeps its name. The nodes' attributes and constant inputs are
   rewritten by ``rank_ops.lift``.
+- A LayerNormalization of a ``[N, C]`` vector over C computes on ``[N, 1, C]``, one token
+  (Unsqueeze(1) before, Squeeze(1) after): the layer chain takes it over the last axis of a
+  3-D tensor.
 - Then a ``Squeeze`` whose output an ``Unsqueeze`` of the same axes reads, restoring the same
   shape, cancels: the Unsqueeze's readers read the Squeeze's input (the model's own
   ``Squeeze(2) -> Conv1d`` or ``Conv1d -> Unsqueeze(2) -> Conv2d`` become one region).
@@ -69,9 +72,40 @@ def lift_ranks(graph: gs.Graph, opset: int, done: Rewrites,
             regions.append((rank, _grow(node, rank, opset, claimed)))
     for rank, region in regions:
         _lift_region(graph, region, rank, opset, names, done)
-    if regions:
+    norms = [n for n in graph.nodes if 2 in ranks and _vector_layer_norm(graph, n)]
+    for node in norms:
+        _layer_norm_as_tokens(graph, node, opset, names, done)
+    if regions or norms:
         _cancel_pairs(graph, done)
-    return bool(regions)
+    return bool(regions or norms)
+
+
+def _vector_layer_norm(graph: gs.Graph, node: gs.Node) -> bool:
+    """A LayerNormalization of a float [N, C] over C whose mean and deviation are unused."""
+    if node.op != "LayerNormalization" or not node.outputs \
+            or _node_rank(node) != 2 and len(static_shape(node.inputs[0]) or ()) != 2:
+        return False
+    outputs = {id(t) for t in graph.outputs}
+    return int(node.attrs.get("axis", -1)) % 2 == 1 and not any(
+        t.outputs or id(t) in outputs for t in node.outputs[1:])
+
+
+def _layer_norm_as_tokens(graph: gs.Graph, node: gs.Node, opset: int, names: Names,
+                          done: Rewrites) -> None:
+    """[N, C] -> Unsqueeze(1) -> the same LayerNormalization of [N, 1, C] (one token, over
+    its last axis as before: exact) -> Squeeze(1)."""
+    x, out = node.inputs[0], node.outputs[0]
+    n, c = static_shape(x)
+    tokens = gs.Variable(names.fresh(f"{x.name}_tokens"), dtype=x.dtype, shape=[n, 1, c])
+    normed = gs.Variable(names.fresh(f"{out.name}_tokens"), dtype=out.dtype, shape=[n, 1, c])
+    node.inputs[0] = tokens
+    while len(node.outputs) > 1:  # the unused mean and deviation
+        node.outputs.pop()
+    node.outputs[0] = normed
+    _add(graph, "Unsqueeze", x, tokens, [1], opset, names, done, node)
+    _add(graph, "Squeeze", normed, out, [1], opset, names, done, node)
+    done.rewritten[node.name] = ("LayerNormalization of a 2-D [N, C] computes on its 3-D view "
+                                 "[N, 1, C] (one token)")
 
 
 def _activations(node: gs.Node) -> List[gs.Tensor]:
@@ -167,15 +201,15 @@ def _replace(graph: gs.Graph, tensor: gs.Tensor, inside: Set[int], is_output: bo
     if producer is not None and id(producer) in inside:
         producer.outputs[producer.outputs.index(tensor)] = view
         if outside or is_output:
-            _add(graph, "Squeeze", view, tensor, rank, opset, names, done, producer)
+            _add(graph, "Squeeze", view, tensor, unit_axes(rank), opset, names, done,
+                 producer)
     else:
-        _add(graph, "Unsqueeze", tensor, view, rank, opset, names, done, readers[0])
+        _add(graph, "Unsqueeze", tensor, view, unit_axes(rank), opset, names, done, readers[0])
 
 
-def _add(graph: gs.Graph, op: str, x: gs.Tensor, out: gs.Tensor, rank: int, opset: int,
+def _add(graph: gs.Graph, op: str, x: gs.Tensor, out: gs.Tensor, axes: List[int], opset: int,
          names: Names, done: Rewrites, served: gs.Node) -> None:
     name = names.fresh(f"{served.name}_{op.lower()}")
-    axes = unit_axes(rank)
     if opset >= 13:  # the axes an input from opset 13, an attribute before
         constant = gs.Constant(names.fresh(f"{name}_axes"), np.array(axes, np.int64))
         node = gs.Node(op, name, inputs=[x, constant], outputs=[out])
