@@ -53,8 +53,8 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.rank_ops import (GLOBAL, REDUCE, WINDOWED, lift, liftable,
-                                            lifted_shape, unit_axes)
+from mrvl_convert.frontend.rank_ops import (GLOBAL, QDQ, REDUCE, WINDOWED, dequantized, lift,
+                                            liftable, lifted_shape, unit_axes)
 
 _SEEDS = {3: WINDOWED | GLOBAL | {"BatchNormalization"}, 2: {"BatchNormalization"}}
 
@@ -109,7 +109,13 @@ def _layer_norm_as_tokens(graph: gs.Graph, node: gs.Node, opset: int, names: Nam
 
 
 def _activations(node: gs.Node) -> List[gs.Tensor]:
+    """What the node reads and writes but constants and dequantized constants (an int8
+    model's weights, biases and operands: rank_ops reshapes those)."""
     inputs = [t for t in node.inputs if t.name and not is_const(t)]
+    if node.op in ("Conv", "ConvTranspose"):
+        inputs = inputs[:1]
+    elif node.op != "DequantizeLinear":
+        inputs = [t for t in inputs if dequantized(t) is None]
     return inputs + list(node.outputs)
 
 
@@ -118,8 +124,9 @@ def _node_rank(node: gs.Node) -> Optional[int]:
     ranks = set()
     for tensor in _activations(node):
         shape = static_shape(tensor)
-        if shape is None or tensor.dtype is None \
-                or not np.issubdtype(np.dtype(tensor.dtype), np.floating):
+        if shape is None or tensor.dtype is None or not (
+                np.issubdtype(np.dtype(tensor.dtype), np.floating)
+                or np.dtype(tensor.dtype) in (np.int8, np.uint8) and node.op in QDQ):
             return None
         ranks.add(len(shape))
     return ranks.pop() if len(ranks) == 1 and ranks <= {2, 3} else None

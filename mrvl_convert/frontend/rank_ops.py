@@ -28,8 +28,10 @@ WINDOWED = frozenset({"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool
 GLOBAL = frozenset({"GlobalAveragePool", "GlobalMaxPool", "GlobalLpPool"})
 # ReduceSum of [N, C, L] over L has its form already (token_ops.py: an FC by ones).
 REDUCE = frozenset({"ReduceMean"})
-OPS = ELEMENTWISE | WINDOWED | GLOBAL | REDUCE | {"BatchNormalization", "Concat", "Split",
-                                                  "Pad", "Slice"}
+# Per-tensor quantize and dequantize of an activation (an int8 QDQ model's): elementwise.
+QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+OPS = ELEMENTWISE | WINDOWED | GLOBAL | REDUCE | QDQ | {"BatchNormalization", "Concat", "Split",
+                                                        "Pad", "Slice"}
 
 
 def lifted_axis(axis: int, rank: int) -> int:
@@ -58,7 +60,10 @@ def liftable(node: gs.Node, rank: int, opset: int) -> bool:
             and op != "Split":
         return False
     if op in ("Conv", "ConvTranspose"):
-        return is_const(node.inputs[1])
+        return is_const(node.inputs[1]) or dequantized_weight(node) is not None
+    if op in QDQ:
+        return not is_const(node.inputs[0]) and all(
+            is_const(t) and const_value(t).size == 1 for t in node.inputs[1:] if t.name)
     if op in WINDOWED:
         return "kernel_shape" in node.attrs
     if op in REDUCE:
@@ -68,7 +73,9 @@ def liftable(node: gs.Node, rank: int, opset: int) -> bool:
     if op in GLOBAL or op == "Concat":
         return True
     if op in ELEMENTWISE:
-        return all(const_value(t).ndim <= rank for t in node.inputs if is_const(t))
+        operands = [t if is_const(t) else dequantized(t).inputs[0] for t in node.inputs
+                    if is_const(t) or dequantized(t) is not None]
+        return all(const_value(t).ndim <= rank for t in operands)
     if op == "Pad" and (opset < 11 and "pads" not in node.attrs
                         or opset >= 11 and present(node, 1) is None):
         return False
@@ -95,12 +102,44 @@ def lift(node: gs.Node, rank: int, opset: int, names: Names) -> None:
         _broadcast_constants(node, rank, names)
 
 
+def dequantized(tensor: gs.Tensor) -> Optional[gs.Node]:
+    """The DequantizeLinear of a constant that writes ``tensor`` for one reader (an int8
+    model's weight or operand, one dequantize per consumer as canonicalize leaves it)."""
+    dq = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    if dq is None or dq.op != "DequantizeLinear" or not is_const(dq.inputs[0]) \
+            or len(tensor.outputs) != 1:
+        return None
+    return dq
+
+
+def dequantized_weight(node: gs.Node) -> Optional[gs.Node]:
+    return dequantized(node.inputs[1])
+
+
+def _reshape_dequantized(dq: gs.Node, rank: int, names: Names) -> None:
+    """The dequantized constant takes its 4-D view's broadcast shape; a per-axis scale's
+    axis moves with it."""
+    weight = dq.inputs[0]
+    value = const_value(weight)
+    shape = lifted_shape(value.shape, rank)
+    if "axis" in dq.attrs or const_value(dq.inputs[1]).size > 1:
+        axis = int(dq.attrs.get("axis", 1)) % value.ndim + rank - value.ndim
+        dq.attrs["axis"] = lifted_axis(axis, rank)
+    dq.inputs[0] = gs.Constant(names.fresh(f"{weight.name}_4d"), value.reshape(shape))
+    dq.outputs[0].shape = shape
+
+
 def _windowed(node: gs.Node, names: Names) -> None:
     if node.op in ("Conv", "ConvTranspose"):
-        weight = node.inputs[1]
-        value = const_value(weight)
-        node.inputs[1] = gs.Constant(names.fresh(f"{weight.name}_4d"),
-                                     value.reshape(value.shape[:2] + (1,) + value.shape[2:]))
+        # The weight [O, I, K] as [O, I, 1, K]: a constant, or the dequantized constant (its
+        # scales per output channel, axis 0, stay where they are).
+        if not is_const(node.inputs[1]):
+            _reshape_dequantized(dequantized_weight(node), 3, names)
+        else:
+            weight = node.inputs[1]
+            value = const_value(weight)
+            node.inputs[1] = gs.Constant(names.fresh(f"{weight.name}_4d"),
+                                         value.reshape(lifted_shape(value.shape, 3)))
     for name in ("kernel_shape", "strides", "dilations", "output_padding", "output_shape"):
         if name in node.attrs:
             unit = 0 if name == "output_padding" else 1
@@ -138,6 +177,8 @@ def _broadcast_constants(node: gs.Node, rank: int, names: Names) -> None:
     would otherwise align with W, not C)."""
     for index, tensor in enumerate(node.inputs):
         if not is_const(tensor):
+            if dequantized(tensor) is not None:
+                _reshape_dequantized(dequantized(tensor), rank, names)
             continue
         value = const_value(tensor)
         if value.ndim == 0:

@@ -202,3 +202,20 @@ def _bn_output(model):
     out.graph.node.append(helper.make_node("Identity", [bn.output[0]], ["bn"], name="bn_id"))
     out.graph.output.append(helper.make_tensor_value_info("bn", onnx.TensorProto.FLOAT, None))
     return out
+
+
+@pytest.mark.parametrize("form", ["transposed", "average", "hand_written"])
+def test_an_int8_1d_network_is_lifted_with_its_dequantized_weights(form, tmp_path):
+    """The QDQ model of a 1-D network: the weights' DequantizeLinear constants take the 4-D
+    view too, and the per-tensor Q/DQ pairs are part of the region; every MAC runs in int8 on
+    Mrvl (on main: 0%, "only 2-D convolutions (4-D tensors) map to Conv2D")."""
+    from mrvl_convert.quantize.recipe import Quantization
+
+    model = MODELS[form]()
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    samples = np.random.default_rng(0).standard_normal([8] + shape[1:]).astype(np.float32)
+    result = mrvl_convert.convert(model, tmp_path / "art",
+                                  quantize=Quantization(calibration={"x": samples}))
+    summary = result.report["summary"]
+    assert summary["mrvl_subgraphs"] == 1 and summary["cpu_subgraphs"] == 0, summary
+    assert result.report["precision"]["shares"]["int8"] >= 0.9
