@@ -24,6 +24,8 @@ tensor read outside a region, keep their names, shapes and values.
   unit axes, and a region tensor read outside it (or a model output) one ``Squeeze`` back to
   the original tensor, which keeps its name. The nodes' attributes and constant inputs are
   rewritten by ``rank_ops.lift``.
+- An int8 QDQ model's regions hold its per-tensor Q/DQ pairs; its weights' DequantizeLinear
+  constants take the view with them (``rank_ops``).
 - A LayerNormalization of a ``[N, C]`` vector over C computes on ``[N, 1, C]``, one token
   (Unsqueeze(1) before, Squeeze(1) after): the layer chain takes it over the last axis of a
   3-D tensor.

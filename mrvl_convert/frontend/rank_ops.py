@@ -6,6 +6,10 @@ the 4-D one; an attribute or constant input that names axes, lists per-axis size
 broadcasts is rewritten so that the node computes, on the 4-D view, the same elements in the
 same order as before (the unit axes get kernel 1, stride 1, no padding, no slicing).
 
+In an int8 QDQ model a per-tensor QuantizeLinear / DequantizeLinear of an activation is
+elementwise, and a weight or operand written as the DequantizeLinear of a constant (read by one
+node) has its constant reshaped like a constant operand, its per-axis scale's axis moved with it.
+
 ``liftable`` says whether a node has such a form here (the op is one of ``OPS`` and every
 attribute or input that decides its geometry is a constant); ``lift`` rewrites it in place.
 """

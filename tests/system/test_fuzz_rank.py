@@ -57,3 +57,28 @@ def test_random_1d_networks_convert_run_within_fp16_and_lift_onto_mrvl(gm):
             assert value.shape == ref.shape, name
             err = float(np.max(np.abs(value - ref), initial=0.0))
             assert err <= _tolerance(ref), f"{name}: {err:.4g}"
+
+
+@settings(max_examples=max(4, settings.default.max_examples // 8))
+@given(gm=rank_models())
+def test_random_int8_1d_networks_put_their_lifted_convolutions_and_pools_on_mrvl(gm):
+    """The same networks quantized (Marvell's int8 recipe): the lifted Conv1d, pools and BN
+    run on Mrvl (a Pad between its Q/DQ pair and its Conv may not: that is the int8 recipe's
+    placement, on 2-D models too)."""
+    from mrvl_convert.quantize.recipe import Quantization
+
+    shape = list(gm.feeds["x"].shape)
+    samples = np.random.default_rng(1).standard_normal([6] + shape[1:]).astype(np.float32)
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            result = mrvl_convert.convert(gm.model, Path(tmp) / "art",
+                                          quantize=Quantization(calibration={"x": samples}))
+        except MrvlConvertError as exc:
+            note(f"refused: {exc}")
+            event("refused")
+            return
+        event("converted")
+        heavy = [e for e in result.report["nodes"] if "4-D view" in e.get("canonical", "")
+                 and e["op_type"] in ("Conv", "MaxPool", "AveragePool", "BatchNormalization")]
+        off = [(e["name"], e.get("reason")) for e in heavy if e["placement"] != "mrvl"]
+        assert heavy and not off, off

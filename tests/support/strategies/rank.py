@@ -69,7 +69,7 @@ class _Net:
             self.x = b.bn(x, self.c)
         elif kind == "act":
             self.x = b.op(("Relu", "Sigmoid", "Tanh")[v % 3], [x])
-        elif kind in ("maxpool", "avgpool") and self.length >= 2:
+        elif kind in ("maxpool", "avgpool") and self.length >= 3:  # a window that fits
             k, s = 2 + v % 2, 1 + v % 2
             pad = 1 if k == 3 and v % 4 < 2 else 0
             self.x = b.op("MaxPool" if kind == "maxpool" else "AveragePool", [x],
