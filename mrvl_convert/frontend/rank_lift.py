@@ -53,7 +53,8 @@ from typing import Dict, List, Optional, Sequence, Set
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import const_value, is_const, present, static_shape
+from mrvl_convert.core.graph import (const_value, is_const, outer_inputs, present,
+                                     static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.rank_ops import (GLOBAL, QDQ, REDUCE, WINDOWED, dequantized, lift,
                                             liftable, lifted_shape, unit_axes)
@@ -181,12 +182,16 @@ def _grow(seed: gs.Node, rank: int, opset: int, claimed: Set[int]) -> List[gs.No
 def _lift_region(graph: gs.Graph, region: List[gs.Node], rank: int, opset: int, names: Names,
                  done: Rewrites) -> None:
     inside = {id(n) for n in region}
-    outputs = {id(t) for t in graph.outputs}
+    # A model output, or a tensor an If/Loop body reads (unlisted in its readers), keeps its
+    # producer: the Squeeze back writes it.
+    outputs = {id(t) for t in graph.outputs} | {
+        t.name for n in graph.nodes for t in outer_inputs(n)}
     tensors: Dict[int, gs.Tensor] = {}  # all of them first: replacing changes the inputs
     for node in region:
         tensors.update((id(t), t) for t in _activations(node))
     for key, tensor in tensors.items():
-        _replace(graph, tensor, inside, key in outputs, rank, opset, names, done)
+        _replace(graph, tensor, inside, key in outputs or tensor.name in outputs, rank, opset,
+                 names, done)
     for node in region:
         lift(node, rank, opset, names)
         view = "[N, C, 1, L]" if rank == 3 else "[N, C, 1, 1]"
