@@ -98,6 +98,8 @@ def lift(node: gs.Node, rank: int, opset: int, names: Names) -> None:
         _reduce(node, rank, names)
     elif node.op in ("Concat", "Split"):
         node.attrs["axis"] = lifted_axis(int(attr(node, "axis", 0)), rank)
+        if node.op == "Concat":  # a constant piece is a tensor of the region's rank
+            _broadcast_constants(node, rank, names)
     elif node.op == "Pad":
         _pad(node, rank, opset, names)
     elif node.op == "Slice":
@@ -125,6 +127,8 @@ def _reshape_dequantized(dq: gs.Node, rank: int, names: Names) -> None:
     axis moves with it."""
     weight = dq.inputs[0]
     value = const_value(weight)
+    if value.ndim == 0:  # a scalar broadcasts the same on any rank
+        return
     shape = lifted_shape(value.shape, rank)
     if "axis" in dq.attrs or const_value(dq.inputs[1]).size > 1:
         axis = int(dq.attrs.get("axis", 1)) % value.ndim + rank - value.ndim

@@ -108,6 +108,15 @@ def hand_written_1d():
     return b.model([b.op("Relu", [_conv1d(b, y, 8, 8)], name="relu_out")])
 
 
+def constant_piece():
+    """A Concat of a Conv1d's output with a constant [1, 2, L] (a learned extra channel)."""
+    b = Builder(seed=10, opset=13)
+    y = b.op("Relu", [_conv1d(b, b.input("x", [1, 3, 24]), 3, 4)], name="relu")
+    piece = b.const(np.linspace(-1, 1, 2 * 22, dtype=np.float32).reshape(1, 2, 22))
+    y = b.op("Concat", [y, piece], name="cat", axis=1)
+    return b.model([b.op("Relu", [_conv1d(b, y, 6, 4)], name="relu_out")])
+
+
 def _feed(model, seed: int = 0):
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
     return {"x": np.random.default_rng(seed).standard_normal(shape).astype(np.float32)}
@@ -115,7 +124,7 @@ def _feed(model, seed: int = 0):
 
 MODELS = {"signal": signal_net, "signal_opset18": lambda: signal_net(18),
           "transposed": transposed_net, "average": average_net, "keyword": keyword_head,
-          "keyword_op": keyword_head_op,
+          "keyword_op": keyword_head_op, "constant_piece": constant_piece,
           "hand_written": hand_written_1d}
 
 
@@ -136,7 +145,9 @@ def test_the_lifted_graph_computes_what_the_model_does_bit_for_bit(form):
             assert got[name].shape == value.shape and np.array_equal(got[name], value), name
 
 
-@pytest.mark.parametrize("form", sorted(MODELS))
+# A constant Concat piece is exact on the view but no layer takes it (mrvl.concat: "the
+# accelerator concatenates activations only", on 2-D models too).
+@pytest.mark.parametrize("form", sorted(set(MODELS) - {"constant_piece"}))
 def test_a_1d_network_is_one_mrvl_subgraph_with_its_macs_on_mrvl(form, tmp_path):
     model = MODELS[form]()
     result = mrvl_convert.convert(model, tmp_path / "art")
