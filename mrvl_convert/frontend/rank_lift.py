@@ -73,8 +73,12 @@ def lift_ranks(graph: gs.Graph, opset: int, done: Rewrites,
         if rank in ranks and id(node) not in claimed and _is_seed(node, rank) \
                 and liftable(node, rank, opset):
             regions.append((rank, _grow(node, rank, opset, claimed)))
+    # A model output, or a tensor an If/Loop body reads (unlisted in its readers), keeps its
+    # producer: the Squeeze back writes it.
+    kept = {t.name for t in graph.outputs} | {
+        t.name for n in graph.nodes for t in outer_inputs(n)} if regions else set()
     for rank, region in regions:
-        _lift_region(graph, region, rank, opset, names, done)
+        _lift_region(graph, region, rank, opset, names, done, kept)
     norms = [n for n in graph.nodes if 2 in ranks and _vector_layer_norm(graph, n)]
     for node in norms:
         _layer_norm_as_tokens(graph, node, opset, names, done)
@@ -180,18 +184,13 @@ def _grow(seed: gs.Node, rank: int, opset: int, claimed: Set[int]) -> List[gs.No
 
 
 def _lift_region(graph: gs.Graph, region: List[gs.Node], rank: int, opset: int, names: Names,
-                 done: Rewrites) -> None:
+                 done: Rewrites, kept: Set[str]) -> None:
     inside = {id(n) for n in region}
-    # A model output, or a tensor an If/Loop body reads (unlisted in its readers), keeps its
-    # producer: the Squeeze back writes it.
-    outputs = {id(t) for t in graph.outputs} | {
-        t.name for n in graph.nodes for t in outer_inputs(n)}
     tensors: Dict[int, gs.Tensor] = {}  # all of them first: replacing changes the inputs
     for node in region:
         tensors.update((id(t), t) for t in _activations(node))
-    for key, tensor in tensors.items():
-        _replace(graph, tensor, inside, key in outputs or tensor.name in outputs, rank, opset,
-                 names, done)
+    for tensor in tensors.values():
+        _replace(graph, tensor, inside, tensor.name in kept, rank, opset, names, done)
     for node in region:
         lift(node, rank, opset, names)
         view = "[N, C, 1, L]" if rank == 3 else "[N, C, 1, 1]"
