@@ -16,9 +16,10 @@ tensor read outside a region, keep their names, shapes and values.
   constant geometry (``rank_ops.liftable``), grown from a seed that fixes the layout as
   channel-first: for r = 3 a Conv, ConvTranspose, BatchNormalization or pool (ONNX defines
   them with the channel at axis 1 and the signal after it); for r = 2 a BatchNormalization or
-  a reduction over axis 1 of ``[N, C]``, the only axis a vector's features have. A transformer's
-  token tensor ``[B, T, C]`` between MatMuls and LayerNorms holds no seed, so it is never
-  lifted: its layers take 3-D tensors as they lie.
+  a ReduceMean over axis 1 of ``[N, C]``, the only axis a vector's features have; for either,
+  a node beside a Squeeze or Unsqueeze of the unit axes (the model's own view, or one a
+  region lifted before wrote). A transformer's token tensor ``[B, T, C]`` between MatMuls and
+  LayerNorms holds no seed, so it is never lifted: its layers take 3-D tensors as they lie.
 - Each tensor of a region is replaced by its 4-D view: a region node writes the view directly,
   a tensor entering the region (from outside, or a model input) gets one ``Unsqueeze`` of the
   unit axes, and a region tensor read outside it (or a model output) one ``Squeeze`` back to
@@ -111,8 +112,8 @@ def _layer_norm_as_tokens(graph: gs.Graph, node: gs.Node, opset: int, names: Nam
     node.outputs[0] = normed
     _add(graph, "Unsqueeze", x, tokens, [1], opset, names, done, node)
     _add(graph, "Squeeze", normed, out, [1], opset, names, done, node)
-    done.rewritten[node.name] = ("LayerNormalization of a 2-D [N, C] computes on its 3-D view "
-                                 "[N, 1, C] (one token)")
+    _record(done, node.name, "LayerNormalization of a 2-D [N, C] computes on its 3-D view "
+                             "[N, 1, C] (one token)")
 
 
 def _activations(node: gs.Node) -> List[gs.Tensor]:
@@ -194,9 +195,13 @@ def _lift_region(graph: gs.Graph, region: List[gs.Node], rank: int, opset: int, 
     for node in region:
         lift(node, rank, opset, names)
         view = "[N, C, 1, L]" if rank == 3 else "[N, C, 1, 1]"
-        what = f"computes on the 4-D view {view} of its {rank}-D tensors"
-        previous = done.rewritten.get(node.name)
-        done.rewritten[node.name] = f"{previous}; {what}" if previous else what
+        _record(done, node.name, f"computes on the 4-D view {view} of its {rank}-D tensors")
+
+
+def _record(done: Rewrites, name: str, what: str) -> None:
+    """Said after what an earlier rewrite of the node said (a fold, a Sub as Add)."""
+    previous = done.rewritten.get(name)
+    done.rewritten[name] = f"{previous}; {what}" if previous else what
 
 
 def _replace(graph: gs.Graph, tensor: gs.Tensor, inside: Set[int], is_output: bool, rank: int,
