@@ -12,7 +12,8 @@ chooses (``branches.py``; its nodes are ``derived`` from it) and one left says w
 Identity, inference-mode Dropout and a Cast to its input's own type (what a float16
 model's Casts become, ``float16_model.py``) are gone, exporters' spellings of one idiom are
 one form (``canonical_forms.py``; a ViT's class-token Concat and Gather: ``token_forms.py``;
-a packed Q/K/V head split through 5-D tensors: ``packed_qkv.py``),
+a packed Q/K/V head split through 5-D tensors: ``packed_qkv.py``; a 1-D signal network's
+Conv, BatchNormalization, pooling and what joins them on their 4-D views: ``rank_lift.py``),
 a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are folded into the
 FC that reads them (``fc_folds.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
@@ -58,6 +59,7 @@ from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
+from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
@@ -127,11 +129,15 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
+    if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
-    if fold_into_fcs(graph, forms) or tokens or heads or sunk or resized:
+    folded = fold_into_fcs(graph, forms)
+    # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
+    if lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):

@@ -78,6 +78,17 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "stay on CPU); a BatchNormalization of a 3-D [N, C, L] (BatchNorm1d over tokens) "
         "computes on its 4-D view [N, C, L, 1] between an Unsqueeze and a Squeeze, exactly, "
         "and maps as mrvl.channel_affine.",
+        "1-D signal networks (`frontend/rank_lift.py`): a connected region of 3-D [N, C, L] "
+        "tensors around a Conv, ConvTranspose, BatchNormalization or pool (and of 2-D [N, C] "
+        "tensors around a BatchNormalization or a ReduceMean over C) computes on its 4-D view "
+        "[N, C, 1, L] ([N, C, 1, 1]): Conv1d as Conv2d with a 1 x K kernel, its BN, pools, "
+        "Concat, Split, Pad, Slice, ReduceMean and elementwise ops with their axes, pads and "
+        "constants rewritten, one Unsqueeze where the region is entered and one Squeeze where "
+        "it is left (a Squeeze then Unsqueeze of the same axes cancels), so the 3-D and 2-D "
+        "rules' \"only 4-D tensors\" reasons no longer apply to them; a LayerNormalization of "
+        "[N, C] computes on [N, 1, C]. Exact, except a ReduceMean over C of [N, C], which "
+        "onnxruntime may sum in another order (at most 2 (C - 1) 2**-24 mean |x| apart). "
+        "The 3-D GlobalMaxPool and BatchNormalization above are lifted this way first.",
         "The variance E[x^2] - E[x]^2 (ReduceMean(x * x) - ReduceMean(x)^2 over the same axes, "
         "keeping them; flax's LayerNorm), which cancels in fp16 where the mean is large next to "
         "the spread, becomes E[(x - E[x])^2], reusing the model's x - E[x]: exact in real "

@@ -62,14 +62,15 @@ def test_grouped_conv_becomes_one_block_diagonal_conv2d(tmp_path):
     assert conv["attrs"]["kernel_const"]["shape"] == [8, 3, 3, 8]
 
 
-def test_conv1d_refused_as_not_2d(tmp_path):
+def test_conv3d_refused_as_not_2d(tmp_path):
+    # A Conv1d is lifted to its 4-D view first (frontend/rank_lift.py); a 3-D one is not.
     b = Builder()
-    x = b.input("x", [1, 4, 16])
-    w = b.weight(4, 4, 3)
-    y = b.op("Conv", [x, w], name="conv1d", kernel_shape=[3])
+    x = b.input("x", [1, 4, 4, 4, 4])
+    w = b.weight(4, 4, 3, 3, 3)
+    y = b.op("Conv", [x, w], name="conv3d", kernel_shape=[3, 3, 3])
     places, _ = place(b.model([y]), tmp_path)
-    assert "only 2-D convolutions (4-D tensors) map to Conv2D; this one is 3-D" in \
-        places["conv1d"]["reason"]
+    assert "only 2-D convolutions (4-D tensors) map to Conv2D; this one is 5-D" in \
+        places["conv3d"]["reason"]
 
 
 def test_batch_over_eight_refused(tmp_path):
