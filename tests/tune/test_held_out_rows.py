@@ -87,15 +87,24 @@ def test_trials_and_the_artifact_see_only_the_choice_rows(tmp_path, seen) -> Non
         result.model.read_bytes()).hexdigest()
 
 
-def test_the_cli_artifact_is_calibrated_on_the_rows_its_manifest_names(tmp_path, seen
-                                                                       ) -> None:
+def test_the_cli_artifact_is_calibrated_on_the_rows_its_manifest_names(tmp_path, seen,
+                                                                       monkeypatch) -> None:
+    feeds = importlib.import_module("mrvl_convert.verify.feeds")
+    judged: List[Set[str]] = []  # the calibration rows --verify judges on
+    original = feeds.stacked_feeds
+
+    def recording(arrays, specs, label):
+        judged.append(_hashes(np.asarray(arrays["x"])))
+        return original(arrays, specs, label)
+
+    monkeypatch.setattr(feeds, "stacked_feeds", recording)
     src = tmp_path / "m.onnx"
     onnx.save(_model(), src)
     x = _data()
     np.savez(tmp_path / "cal.npz", x=x)
     code = main([str(src), "-o", str(tmp_path / "out"), "--quantize", "int8", "--calibration",
                  str(tmp_path / "cal.npz"), "--keep-fp16", "auto", "--min-agreement", "0.99",
-                 "--snr-threshold", "-100", "--jobs", "1", "--quiet"])
+                 "--snr-threshold", "-100", "--jobs", "1", "--quiet", "--verify"])
     assert code == 0
     quantization = json.loads((tmp_path / "out" / "m" / "manifest.json").read_text()
                               )["quantization"]
@@ -106,4 +115,6 @@ def test_the_cli_artifact_is_calibrated_on_the_rows_its_manifest_names(tmp_path,
     assert chosen | held | verify_rows == set(range(len(x)))
     assert quantization["calibration"]["samples"] == len(chosen)
     # Every calibration run, the trials' and the artifact's, saw the choice rows only.
-    assert seen and all(run == _hashes(x[sorted(chosen)]) for run in seen)
+    assert len(seen) >= 2 and all(run == _hashes(x[sorted(chosen)]) for run in seen)
+    # --verify judged on rows that neither calibrated nor chose.
+    assert judged == [_hashes(x[sorted(verify_rows)])]
