@@ -13,13 +13,13 @@ from typing import List, Set
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 import mrvl_convert
 from mrvl_convert.cli.convert import main
 from mrvl_convert.core.samples import calibration_split
 from mrvl_convert.quantize import Quantization
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
+from support.models import Builder
 
 # The module, not the function the package exports under the same name.
 recipe = importlib.import_module("mrvl_convert.quantize.recipe")
@@ -27,18 +27,13 @@ recipe = importlib.import_module("mrvl_convert.quantize.recipe")
 
 def _model() -> onnx.ModelProto:
     """conv1 (one outlier weight, so int8 loses the argmax) -> conv2, y [1, 6, 8, 8]."""
-    rng = np.random.default_rng(0)
-    w1 = rng.standard_normal((8, 3, 3, 3)) * 0.3
+    b = Builder(seed=0, opset=13)
+    x = b.input("x", [1, 3, 8, 8])
+    w1 = (b.rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)
     w1[0, 2, 1, 1] = 50.0
-    inits = {"w1": w1, "b1": np.zeros(8), "w2": rng.standard_normal((6, 8, 1, 1)) * 0.3,
-             "b2": np.zeros(6)}
-    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
-             helper.make_node("Conv", ["c1", "w2", "b2"], ["y"], name="conv2")]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 6, 8, 8])],
-        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    c1 = b.op("Conv", [x, b.const(w1)], name="conv1", pads=[1] * 4, kernel_shape=[3, 3])
+    return b.model([b.op("Conv", [c1, b.weight(6, 8, 1, 1, scale=0.3)], name="conv2",
+                         kernel_shape=[1, 1])])
 
 
 def _data(count: int = 16) -> np.ndarray:
