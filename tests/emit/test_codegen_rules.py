@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Tuple
+from typing import Any, Callable, Dict, Tuple
 
 import numpy as np
 import onnx
@@ -16,8 +16,20 @@ import mrvl_convert
 from support import corpus
 from support.models import Builder
 
-# Every model of the test corpus that converts as given (tests/support/corpus*.py).
-CORPUS = tuple(corpus.BUILT) + ("example",)
+# Every model of the test corpus (tests/support/corpus*.py): name -> (model, options).
+def _extra() -> Dict[str, Tuple[Callable[[], onnx.ModelProto], Dict[str, Any]]]:
+    from support import corpus_audio, corpus_bytes, corpus_dynamo, corpus_int8
+    audio = {"shapes": {k: v for k, v in corpus_audio.SHAPES.items()},
+             "values": {"sr": 16000}}
+    return {"audio_vad": (corpus_audio.audio_vad, audio),
+            "byte_classifier": (corpus_bytes.byte_classifier, {}),
+            "svtr_bn1d": (corpus_bytes.svtr_bn1d, {}),
+            "dynamo_bert": (corpus_dynamo.dynamo_bert, {"shapes": corpus_dynamo.bert_shapes()}),
+            "prelu_net": (corpus_int8.prelu_net, {}), "unet": (corpus_int8.unet, {}),
+            "unet_transposed": (corpus_int8.unet_transposed, {})}
+
+
+CORPUS = tuple(corpus.BUILT) + ("example",) + tuple(_extra())
 
 
 def _broadcast_sum() -> onnx.ModelProto:
@@ -62,11 +74,14 @@ def test_a_broadcasting_sum_is_beyond_v019_with_the_rules_reason(tmp_path) -> No
 
 
 def _convert_both(name: str, tmp_path: Path) -> Tuple[Dict, Counter, Counter]:
-    model = corpus.model(name)
-    shapes = corpus.shapes_for(name) if name != "example" else None
-    marvell = mrvl_convert.convert(model, tmp_path / "marvell", shapes=shapes)
-    mrvl_convert.convert(model, tmp_path / "upstream", shapes=shapes,
-                         layer_set="upstream-0.19")
+    extra = _extra()
+    if name in extra:
+        model, options = extra[name][0](), extra[name][1]
+    else:
+        model = corpus.model(name)
+        options = {"shapes": corpus.shapes_for(name) if name != "example" else None}
+    marvell = mrvl_convert.convert(model, tmp_path / "marvell", **options)
+    mrvl_convert.convert(model, tmp_path / "upstream", layer_set="upstream-0.19", **options)
     return marvell.manifest["codegen"], _layers(tmp_path / "marvell"), \
         _layers(tmp_path / "upstream")
 
