@@ -146,7 +146,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         matches.elsewhere.update(layer_set_hints(canonical.graph, options.layer_set, matches,
                                                  {**denied, **kept}))
         # Before partition and lowering touch the graph: the codegen report's rule checks.
-        upstream = set_verdicts(canonical.graph, matches.composites, UPSTREAM)
+        upstream = set_verdicts(canonical.graph, matches.composites, UPSTREAM, rules)
         plan = partition(canonical.graph, matches, options.policy, loaded.name,
                          max_subgraphs=options.max_subgraphs,
                          min_compute_layers=options.min_compute_layers,

@@ -17,7 +17,8 @@ from typing import Dict, Mapping, Optional, Sequence
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.ir.match import Composite, Rule
-from mrvl_convert.rules.loader import LAYER_SETS, load_rules
+from mrvl_convert.layers import CATALOGUE
+from mrvl_convert.rules.loader import LAYER_SETS, builtin_paths, load_rules
 from mrvl_convert.rules.matcher import MatchPlan, bindings, evaluate, match
 
 _INDICES = ("ONNX's int64 indices have no carrier in the artifact (the simulator and Nodes-JSON "
@@ -61,15 +62,21 @@ def layer_set_hints(graph: gs.Graph, layer_set: str, plan: MatchPlan,
     return hints
 
 
-def set_verdicts(graph: gs.Graph, composites: Sequence[Composite],
-                 layer_set: str) -> Dict[str, Optional[str]]:
+def set_verdicts(graph: gs.Graph, composites: Sequence[Composite], layer_set: str,
+                 converted_with: Sequence[Rule] = ()) -> Dict[str, Optional[str]]:
     """Node name -> None where ``layer_set``'s built-in rules accept the composite that holds the
     node as it stands (a rule of the same layer kind binds the same chain and every constraint
     of it holds, the generic ones included), else why not: the check the manifest's ``codegen``
     uses, so a layer is reported as needing only v0.19 if and only if ``--layer-set
-    upstream-0.19``'s rules accept its composite. Requires the graph as matched (before
-    partition and lowering touch it)."""
-    rules = load_rules(layer_set=layer_set)
+    upstream-0.19``'s rules accept its composite. ``converted_with``: the conversion's rules;
+    the user's among them (from a rule file, not built in) whose layer kind ``layer_set`` has
+    apply too, as they would under ``--layer-set layer_set --rules ...``. Requires the graph as
+    matched (before partition and lowering touch it)."""
+    builtin = {str(p) for p in builtin_paths()} | {"builtin"}
+    user = [r for r in converted_with if r.source not in builtin
+            and layer_set in CATALOGUE[r.layer].layer_sets]
+    names = {r.name for r in user}
+    rules = [r for r in load_rules(layer_set=layer_set) if r.name not in names] + user
     outputs = {t.name for t in graph.outputs}
     verdicts: Dict[str, Optional[str]] = {}
     for composite in composites:

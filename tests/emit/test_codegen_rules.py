@@ -136,3 +136,23 @@ def test_the_cli_line_says_no_public_codegen_emits_the_kind(tmp_path) -> None:
     line = codegen_line(outcome, tmp_path)
     unemitted = line.split("no public codegen emits ")[1].split(" as such")[0]
     assert "int8 Conv2DTranspose x" in unemitted and "int8 layers" not in unemitted
+
+
+def test_a_users_rule_counts_as_it_would_under_the_upstream_set(tmp_path) -> None:
+    """ARCHITECTURE.md's user.unsqueeze rule (reshape, a kind v0.19 emits): with the same rule
+    file (its priority above the newer set's expand_dims) both sets convert the Unsqueeze to the
+    same layer, and the report says v0.19."""
+    rule = tmp_path / "unsqueeze.yaml"
+    rule.write_text("format_version: 1\ncomposites:\n  - name: user.unsqueeze\n"
+                    "    layer: reshape\n    priority: 200\n    pattern:\n      - {role: main, op: [Unsqueeze]}\n"
+                    "    constraints:\n      - {role: main, check: keeps_batch, "
+                    "reason: \"batch changes: {detail}\"}\n")
+    b = Builder(seed=5)
+    x = b.input("x", [1, 4, 8])
+    y = b.op("Unsqueeze", [x, b.const(np.array([3], np.int64))], name="unsq")
+    model = b.model([b.conv(y, 4, 4, pads=[1, 1, 1, 1])])
+    marvell = mrvl_convert.convert(model, tmp_path / "m", rules=[rule])
+    mrvl_convert.convert(model, tmp_path / "u", rules=[rule], layer_set="upstream-0.19")
+    same = _layers(tmp_path / "m") == _layers(tmp_path / "u")
+    assert same and marvell.manifest["codegen"]["layer_set"] == "upstream-0.19", (
+        marvell.manifest["codegen"], _layers(tmp_path / "m"), _layers(tmp_path / "u"))
