@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 import onnx_graphsurgeon as gs
+import pytest
 from hypothesis import given, settings
 
 from mrvl_convert.frontend.canonicalize import canonicalize
 from mrvl_convert.frontend.load import load_model
 from support.models import run_ort
 from support.strategies.rules43 import BranchModel, branch_models, unrolled
+
+pytestmark = pytest.mark.system
 
 
 # Each example canonicalizes a model and runs two sessions: a third of the profile's examples.
