@@ -25,14 +25,14 @@ from mrvl_convert.frontend.load import LoadedModel, ModelLike, load_model
 from mrvl_convert.ir.layout import MrvlSubgraph
 from mrvl_convert.ir.match import MatchPlan
 from mrvl_convert.ir.stages import Plan
-from mrvl_convert.layers import MARVELL
+from mrvl_convert.layers import MARVELL, UPSTREAM
 from mrvl_convert.lowering.lower import lower_stage
 from mrvl_convert.options import ConvertOptions, Estimate, Rules, Shapes
 from mrvl_convert.partition.plan import Ranking, partition
 from mrvl_convert.quantize.recipe import Quantization, quantized_model
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
-from mrvl_convert.rules.other_sets import layer_set_hints
+from mrvl_convert.rules.other_sets import layer_set_hints, set_verdicts
 
 StageFn = Callable[[str], None]
 
@@ -145,6 +145,8 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         matches = match(canonical.graph, rules, deny={**denied, **kept})
         matches.elsewhere.update(layer_set_hints(canonical.graph, options.layer_set, matches,
                                                  {**denied, **kept}))
+        # Before partition and lowering touch the graph: the codegen report's rule checks.
+        upstream = set_verdicts(canonical.graph, matches.composites, UPSTREAM, rules)
         plan = partition(canonical.graph, matches, options.policy, loaded.name,
                          max_subgraphs=options.max_subgraphs,
                          min_compute_layers=options.min_compute_layers,
@@ -158,7 +160,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     step("emit")
     converted = _Converted(loaded, canonical, matches, plan, subgraphs,
                            None if baseline is None else
-                           _keep_fp32_entry(options.keep_fp32, baseline, plan))
+                           _keep_fp32_entry(options.keep_fp32, baseline, plan), upstream)
     return _emit(converted, Path(out_dir), options, profile, quantized, on_publish)
 
 
@@ -171,6 +173,8 @@ class _Converted:
     plan: Plan
     subgraphs: Dict[str, MrvlSubgraph]
     keep_fp32: Optional[Dict[str, Any]] = None   # report.json's section, with keep_fp32
+    # node -> None where upstream v0.19's rules accept its composite, else why (codegen report)
+    upstream: Optional[Dict[str, Optional[str]]] = None
 
 
 def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
@@ -190,7 +194,7 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
         if converted.keep_fp32 is not None:
             report["keep_fp32"] = converted.keep_fp32
         documents_of = {name: docs[0] for name, docs in stages.mrvl.items()}
-        manifest["codegen"] = codegen.needs(documents_of.values())
+        manifest["codegen"] = codegen.needs(documents_of.values(), converted.upstream)
         report["precision"] = mac_split(plan, documents_of, report["nodes"],
                                         converted.canonical.derived, kept is not None,
                                         (kept or {}).get("keep_fp16", ()))

@@ -70,6 +70,9 @@ def _summary_row(o: Outcome) -> Dict[str, Any]:
     entry["codegen"] = _codegen(o.codegen) if written and o.codegen else None
     entry["fits_device"] = o.device["fits"] if written and o.device else None
     entry["device_reasons"] = list(o.device["reasons"]) if written and o.device else []
+    if written and o.device and "int8_flow" in o.device:  # Marvell's pre-quantized rules
+        flow = o.device["int8_flow"]
+        entry["int8_flow"] = {"meets": flow["meets"], "reasons": list(flow["reasons"])}
     entry.update(seconds=round(o.seconds, 3), error=o.error, error_type=o.error_type,
                  internal_error=o.internal, verified=o.verified,
                  ignored_shapes=list(o.ignored_shapes))

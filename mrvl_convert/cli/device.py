@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from mrvl_convert.batch import BatchResult
+from mrvl_convert.estimate.int8_flow import line as int8_flow_line
 
 
 def device_lines(result: BatchResult) -> List[str]:
@@ -18,6 +19,8 @@ def device_lines(result: BatchResult) -> List[str]:
         if outcome.converted and device is not None and not device["fits"]:
             lines.append(f"{outcome.name}: does not fit one device: "
                          + " | ".join(device["reasons"]))
+        if outcome.converted and device is not None and device.get("int8_flow"):
+            lines.append(int8_flow_line(outcome.name, device["int8_flow"]))
     return lines
 
 

@@ -60,9 +60,12 @@ def codegen_line(outcome: Outcome, out: Path) -> str:
     beyond = codegen["beyond_upstream"]
     kinds = ", ".join(f"{k['kind']} x{k['layers']}" for k in beyond[:5])
     more = f" and {len(beyond) - 5} more" if len(beyond) > 5 else ""
+    unemitted = ", ".join(f"{k['kind']} x{k['layers']}" for k in beyond
+                          if k.get("no_public_codegen"))
+    none = f"; no public codegen emits {unemitted} as such" if unemitted else ""
     return (f"{outcome.name}: needs the newer Marvell codegen (--layer-set marvell) for "
             f"{kinds}{more}: upstream TVM v0.19, which Marvell's released flow pins, emits none "
-            f"of them; see {out / outcome.name / 'manifest.json'} codegen")
+            f"of them{none}; see {out / outcome.name / 'manifest.json'} codegen")
 
 
 def codegen_note(result: Sequence[Outcome]) -> str:

@@ -101,8 +101,9 @@ def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: C
     for k, model in enumerate(models):
         shapes = _shapes_of(model, common or {}, (own or [{}] * len(models))[k],
                             len(models) > 1)
-        kept, auto = _keep_fp16(model, args, replace(options, shapes=shapes or None))
-        chosen[str(model)] = replace(options.quantize, keep_fp16=kept, keep_fp16_auto=auto)
+        kept, auto, rows = _keep_fp16(model, args, replace(options, shapes=shapes or None))
+        chosen[str(model)] = replace(options.quantize, keep_fp16=kept, keep_fp16_auto=auto,
+                                     rows=rows)
     return chosen
 
 
@@ -123,16 +124,18 @@ def _shapes_of(model: Path, common: Mapping[str, List[int]], own: Mapping[str, L
 
 
 def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
-               ) -> Tuple[Tuple[str, ...], Optional[Dict[str, Any]]]:
+               ) -> Tuple[Tuple[str, ...], Optional[Dict[str, Any]], Optional[Tuple[int, ...]]]:
     """The nodes of ``model`` to keep in float: those named, checked against the model, and
-    with ``auto`` those its rounds of quantize, convert and analyse choose."""
+    with ``auto`` those its rounds of quantize, convert and analyse choose; with a target also
+    the calibration rows the artifact is to be calibrated on (the search's choice samples, as
+    rows of the data given), so that the held-out figure reported is the artifact's."""
     from mrvl_convert.quantize.keep import AUTO, named_copy
     from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
-    from mrvl_convert.quantize.recipe import calibration_choice, load_calibration
+    from mrvl_convert.quantize.recipe import calibration_choice, choice_rows, load_calibration
 
     if AUTO not in args.keep_fp16:  # checked here, quantized in the worker
         named_copy(model, None, args.keep_fp16)
-        return tuple(args.keep_fp16), None
+        return tuple(args.keep_fp16), None, None
     # The rounds convert as they always have: with the partition options but upstream's
     # min_compute_layers, and without the estimate (it would rank the regions differently).
     rounds = replace(options, min_compute_layers=1, estimate=None, draw=False)
@@ -142,6 +145,7 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
         calibration = load_calibration(args.calibration, model)
     # Only the samples that calibrate the artifact: those held out for --verify (issue 40)
     # choose nothing here either.
+    picked = choice_rows(calibration)
     calibration, _ = calibration_choice(calibration, list(calibration))
     with tempfile.TemporaryDirectory(prefix="mrvl_int8_") as folder:
         result = quantize_keep_fp16(model, Path(folder) / model.name,
@@ -156,8 +160,12 @@ def _keep_fp16(model: Path, args: argparse.Namespace, options: ConvertOptions
         sys.stdout.write(f"keep-fp16 {model.name}: kept in fp16: {kept}\n")
         if args.min_agreement is not None:
             sys.stdout.write(f"keep-fp16 {model.name}: {result.summary()}\n")
-    auto = result.to_dict() if args.min_agreement is not None else None
-    return tuple(result.kept), auto
+    if args.min_agreement is None:
+        return tuple(result.kept), None, None
+    auto = result.to_dict()
+    for key in ("calibration_rows", "held_out_rows"):  # rows of the data as given
+        auto[key] = [picked[r] for r in auto[key]]
+    return tuple(result.kept), auto, tuple(auto["calibration_rows"])
 
 
 def write_analyses(result: BatchResult, models: List[Path], args: argparse.Namespace) -> None:

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from mrvl_convert.errors import ArtifactError
 from mrvl_convert.estimate.cost import StageEstimate, estimate_stage
+from mrvl_convert.estimate.int8_flow import int8_flow
 from mrvl_convert.estimate.profile import DeviceLimits, HardwareProfile
 
 # For a Mrvl stage: (its Nodes-JSON document, {constant name: shape}).
@@ -119,10 +120,14 @@ def check_device(manifest: Mapping[str, Any], stage_docs: StageDocs, profile: Ha
              f"not fit the {ocm['capacity_bytes']} bytes of OCM of {tiles} tiles: weights "
              "stream from DDR" + _spill_cost(s) for s in ocm["subgraphs"] if not s["fits"]]
     notes += ocm["not_computed"]
-    return {"profile": profile.name, "fits": not reasons, "slots": len(subgraphs),
-            "limits": limits.as_dict(),
-            "rules": {c.__name__: rule(c, limits) for c in LIMITS},
-            "reasons": reasons, "ocm": ocm, "notes": notes}
+    section = {"profile": profile.name, "fits": not reasons, "slots": len(subgraphs),
+               "limits": limits.as_dict(),
+               "rules": {c.__name__: rule(c, limits) for c in LIMITS},
+               "reasons": reasons, "ocm": ocm, "notes": notes}
+    flow = int8_flow(manifest, stage_docs)  # Marvell's pre-quantized rules: int8 only
+    if flow:
+        section["int8_flow"] = flow
+    return section
 
 
 def _spill_cost(sub: Mapping[str, Any]) -> str:
@@ -201,9 +206,12 @@ def _ocm_row(stage: StageEstimate, capacity: int, costed: Optional[Mapping[str, 
 
 def device_row(section: Mapping[str, Any]) -> Dict[str, Any]:
     """What a batch keeps of a model's ``device`` section (summary.json's row)."""
-    return {"fits": bool(section["fits"]), "slots": int(section["slots"]),
-            "max_models": int(section["limits"]["max_models"]),
-            "reasons": [reason_line(r) for r in section["reasons"]]}
+    row = {"fits": bool(section["fits"]), "slots": int(section["slots"]),
+           "max_models": int(section["limits"]["max_models"]),
+           "reasons": [reason_line(r) for r in section["reasons"]]}
+    if "int8_flow" in section:
+        row["int8_flow"] = dict(section["int8_flow"])
+    return row
 
 
 def reason_line(reason: Mapping[str, Any]) -> str:

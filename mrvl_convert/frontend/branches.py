@@ -10,7 +10,9 @@ its recurrent state) lost the second; here every output is rebound.
 Requires: a graphsurgeon graph, folded (the condition is a ``gs.Constant``; one that is not a
 single value is left for onnxruntime to refuse).
 Ensures: exact, an If's outputs are computed by the nodes of the branch onnxruntime would run
-for that condition; the branch's own tensors are renamed ``<name>_<if node>`` (they may
+for that condition (a branch output that branch nodes read too is read as the If's output,
+the one tensor it is; one handed out twice is copied by an Identity); the branch's own
+tensors are renamed ``<name>_<if node>`` (they may
 repeat names of the outer graph, or of the other branch) and so are its nodes where their name
 is taken; a branch output that is an outer tensor or a constant is passed through an Identity.
 """
@@ -95,15 +97,31 @@ def _branch_nodes(graph: gs.Graph, node: gs.Node) -> List[gs.Node]:
     outer_outputs, inner_outputs = list(node.outputs), list(branch.outputs)
     node.outputs.clear()
     node.inputs.clear()
+    bound: Dict[int, gs.Tensor] = {}  # inner tensor -> the outer output it became
     for outer, inner in zip(outer_outputs, inner_outputs):
         producers = list(inner.inputs)
-        if len(producers) == 1 and any(producers[0] is n for n in branch.nodes):
-            producer = producers[0]
-            producer.outputs[producer.outputs.index(inner)] = outer
+        if id(inner) in bound:  # the branch hands one tensor out twice: the second a copy
+            nodes.append(gs.Node("Identity", f"{node.name}_{outer.name}_pass",
+                                 inputs=[bound[id(inner)]], outputs=[outer]))
+        elif len(producers) == 1 and any(producers[0] is n for n in branch.nodes):
+            _rebind(inner, outer)
+            bound[id(inner)] = outer
         else:  # an outer tensor or a constant: the If passes it through
             nodes.append(gs.Node("Identity", f"{node.name}_{outer.name}_pass", inputs=[inner],
                                  outputs=[outer]))
     return nodes
+
+
+def _rebind(inner: gs.Tensor, outer: gs.Tensor) -> None:
+    """The branch node making ``inner`` makes ``outer`` instead, and every branch node reading
+    ``inner`` (a branch output read inside the branch too) reads ``outer``: left reading
+    ``inner``, it would read a tensor nothing produces."""
+    producer = inner.inputs[0]
+    for reader in list(inner.outputs):
+        for k, tensor in enumerate(reader.inputs):
+            if tensor is inner:
+                reader.inputs[k] = outer
+    producer.outputs[producer.outputs.index(inner)] = outer
 
 
 def _detach(branch: gs.Graph) -> None:

@@ -53,7 +53,7 @@ def recipe() -> Dict[str, object]:
 def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                   exclude: Sequence[str] = (), *, method: str = "minmax",
                   report: Optional[Dict[str, Any]] = None, equalize: bool = False,
-                  bias_correction: bool = False) -> Path:
+                  bias_correction: bool = False, rows: Optional[Sequence[int]] = None) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
@@ -66,7 +66,9 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     samples this module reads. ``equalize``: cross-layer
     weight equalization of the float model first (``quantize/equalize.py``);
     ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on
-    the calibration samples, quantize again (``quantize/bias_correct.py``). Returns ``out``.
+    the calibration samples, quantize again (``quantize/bias_correct.py``). ``rows``: the
+    samples (rows of axis 0) that calibrate, the rest held out, instead of
+    ``calibration_choice``'s (``--keep-fp16 auto``: its choice samples). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType
 
@@ -74,7 +76,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     # at opset 11 before our rewrites: quantize_static would convert an opset < 10 model itself
     proto = weights_as_initializers(at_target_opset(load_proto(model)))
     widen_float16(proto)  # a float16 model is quantized as its float32 twin (float32 I/O)
-    reader = calibration_reader(proto, calibration, str(model))
+    reader = calibration_reader(proto, calibration, str(model), rows)
     if report is not None and hasattr(reader, "samples_used"):
         held_out = getattr(reader, "samples_held_out", 0)  # for verify (calibration_choice)
         report.update(samples=reader.samples_used, given=reader.samples_given + held_out,
@@ -96,7 +98,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                 calibrate_method=calibrate_method(method), **recipe())
             quantize(source, str(out), reader)
             if bias_correction:
-                _bias_corrected(Path(source), out, calibration, quantize)
+                _bias_corrected(Path(source), out, calibration, quantize, rows)
     except (ValueError, RuntimeError, ConvertError) as exc:  # onnxruntime's refusals (and bugs)
         raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
                                     f"calibration method {method}: {exc}",
@@ -117,20 +119,21 @@ def _quantize_static(source: str, out: str, reader: Any, **options: Any) -> None
 
 
 def _bias_corrected(source: Path, out: Path, calibration: "Calibration",
-                    quantize: Any) -> None:
+                    quantize: Any, rows: Optional[Sequence[int]] = None) -> None:
     """``out`` quantized again from ``source`` with its Conv biases corrected for the int8
     weights ``out`` has (``quantize/bias_correct.py``), on the calibration samples."""
     if not isinstance(calibration, (Mapping, str, os.PathLike)):
         raise OptionError("bias correction reads the calibration samples twice: give them as "
                           "arrays or files, not a CalibrationDataReader")
     float_model = onnx.load(str(source))
-    reader = calibration_reader(float_model, calibration, str(source))
+    reader = calibration_reader(float_model, calibration, str(source), rows)
     means = conv_input_means(float_model, iter(reader.get_next, None))
     corrected = correct_biases(float_model, onnx.load(str(out)), means)
     with tempfile.TemporaryDirectory(prefix="mrvl_bias_") as folder:
         path = Path(folder) / source.name
         onnx.save(corrected, str(path))
-        quantize(str(path), str(out), calibration_reader(corrected, calibration, str(source)))
+        quantize(str(path), str(out), calibration_reader(corrected, calibration, str(source),
+                                                          rows))
 
 
 class _DropQuantizerRecords(logging.Filter):
@@ -194,6 +197,9 @@ class Quantization:
     equalize: bool = False
     bias_correction: bool = False
     keep_fp16_auto: Optional[Mapping[str, Any]] = field(default=None, compare=False)
+    # The calibration samples (rows) that calibrate; None: calibration_choice's. --keep-fp16
+    # auto with a target sets its choice samples, so its held-out figure is the artifact's.
+    rows: Optional[Tuple[int, ...]] = None
 
     def __post_init__(self) -> None:
         calibrate_method(self.method)
@@ -242,7 +248,8 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
             out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
                                 quantization.keep_fp16, method=quantization.method,
                                 report=calibration, equalize=quantization.equalize,
-                                bias_correction=quantization.bias_correction)
+                                bias_correction=quantization.bias_correction,
+                                rows=quantization.rows)
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
     notes = _reissue(said)
@@ -301,8 +308,10 @@ def _input_names(proto: onnx.ModelProto) -> List[str]:
     return [i.name for i in proto.graph.input if i.name not in inits]
 
 
-def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: str) -> Any:
-    """A CalibrationDataReader over ``calibration`` (one given is used as it is)."""
+def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: str,
+                       rows: Optional[Sequence[int]] = None) -> Any:
+    """A CalibrationDataReader over ``calibration`` (one given is used as it is): over
+    ``rows`` of it where given, else over ``calibration_choice``'s."""
     from onnxruntime.quantization import CalibrationDataReader
     if isinstance(calibration, CalibrationDataReader):
         return calibration
@@ -312,10 +321,36 @@ def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: 
         raise OptionError(f"{label}: calibration must be samples per input name, an .npz or a "
                           "directory of .npy/.pb files, or a CalibrationDataReader; got "
                           f"{type(calibration).__name__}")
-    chosen, held_out = calibration_choice(calibration, _input_names(proto))
+    if rows is None:
+        chosen, held_out = calibration_choice(calibration, _input_names(proto))
+    else:
+        chosen, held_out = calibration_rows(calibration, _input_names(proto), rows, label)
     reader = calibration_feeds(proto, chosen, label)
     reader.samples_held_out = held_out
     return reader
+
+
+def calibration_rows(calibration: Mapping[str, Any], inputs: Sequence[str],
+                     rows: Sequence[int], label: str) -> Tuple[Dict[str, Any], int]:
+    """The samples ``rows`` name, and how many are left out of calibration."""
+    given = {k: np.asarray(v) for k, v in calibration.items() if k in inputs}
+    counts = {a.shape[0] if a.ndim else -1 for a in given.values()}
+    if len(counts) != 1 or not rows or min(rows) < 0 or max(rows) >= min(counts):
+        raise OptionError(f"{label}: calibration rows {list(rows)[:4]}... do not fit the "
+                          f"calibration data's sample counts {sorted(counts)}")
+    picked = list(rows)
+    return {**calibration, **{k: a[picked] for k, a in given.items()}}, \
+        counts.pop() - len(picked)
+
+
+def choice_rows(calibration: Mapping[str, Any]) -> List[int]:
+    """The rows ``calibration_choice`` keeps of ``calibration`` (every input's), in order."""
+    counts = {np.asarray(v).shape[0] if np.asarray(v).ndim else -1
+              for v in calibration.values()}
+    if len(counts) != 1 or min(counts) < 2:
+        return list(range(max(min(counts, default=0), 0)))
+    from mrvl_convert.core.samples import calibration_split
+    return list(calibration_split(counts.pop()).choose)
 
 
 def calibration_choice(calibration: Mapping[str, Any], inputs: Sequence[str]

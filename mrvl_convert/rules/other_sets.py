@@ -12,12 +12,14 @@ TopK), or that no set has a layer for by design (Gather by int64 indices), gets 
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Dict, Mapping
+from typing import Dict, Mapping, Optional, Sequence
 
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.rules.loader import LAYER_SETS, load_rules
-from mrvl_convert.rules.matcher import MatchPlan, match
+from mrvl_convert.ir.match import Composite, Rule
+from mrvl_convert.layers import CATALOGUE
+from mrvl_convert.rules.loader import LAYER_SETS, builtin_paths, load_rules
+from mrvl_convert.rules.matcher import MatchPlan, bindings, evaluate, match
 
 _INDICES = ("ONNX's int64 indices have no carrier in the artifact (the simulator and Nodes-JSON "
             "hold float32 and int8 tensors; the codegen takes Relay's int32 indices and writes "
@@ -58,3 +60,49 @@ def layer_set_hints(graph: gs.Graph, layer_set: str, plan: MatchPlan,
         if node.name in left and node.name not in hints and node.op in NOT_MAPPED:
             hints[node.name] = NOT_MAPPED[node.op]
     return hints
+
+
+def set_verdicts(graph: gs.Graph, composites: Sequence[Composite], layer_set: str,
+                 converted_with: Sequence[Rule] = ()) -> Dict[str, Optional[str]]:
+    """Node name -> None where ``layer_set``'s built-in rules accept the composite that holds the
+    node as it stands (a rule of the same layer kind binds the same chain and every constraint
+    of it holds, the generic ones included), else why not: the check the manifest's ``codegen``
+    uses, so a layer is reported as needing only v0.19 if and only if ``--layer-set
+    upstream-0.19``'s rules accept its composite. ``converted_with``: the conversion's rules;
+    the user's among them (from a rule file, not built in) whose layer kind ``layer_set`` has
+    apply too, as they would under ``--layer-set layer_set --rules ...``. Requires the graph as
+    matched (before partition and lowering touch it)."""
+    builtin = {str(p) for p in builtin_paths()} | {"builtin"}
+    user = [r for r in converted_with if r.source not in builtin
+            and layer_set in CATALOGUE[r.layer].layer_sets]
+    names = {r.name for r in user}
+    rules = [r for r in load_rules(layer_set=layer_set) if r.name not in names] + user
+    outputs = {t.name for t in graph.outputs}
+    verdicts: Dict[str, Optional[str]] = {}
+    for composite in composites:
+        verdict = _verdict(graph, composite, rules, outputs, layer_set)
+        for node in composite.nodes:
+            verdicts[node.name] = verdict
+    return verdicts
+
+
+def _verdict(graph: gs.Graph, composite: Composite, rules: Sequence[Rule], outputs: set,
+             layer_set: str) -> Optional[str]:
+    # Absorbed producers (role "operand": an int8 rule's weight DequantizeLinear) are not part of
+    # the chain a rule's pattern walks.
+    chain = [node for role, node in composite.binding.roles if role != "operand"]
+    names = [node.name for node in chain]
+    layer = composite.rule.layer
+    reason: Optional[str] = None
+    for rule in sorted((r for r in rules if r.layer == layer), key=lambda r: (-r.priority, r.name)):
+        for binding in bindings(rule, chain[0], {}, outputs):
+            if [node.name for node in binding.nodes] != names:
+                continue
+            result = evaluate(rule, binding, graph)
+            if result.ok:
+                return None
+            reason = reason or f"{rule.name}: {result.reason}"
+    if reason is None:
+        ops = "+".join(node.op for node in chain)
+        reason = f"no rule of layer set {layer_set} makes {layer} of {ops}"
+    return reason

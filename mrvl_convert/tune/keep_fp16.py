@@ -53,7 +53,7 @@ from mrvl_convert.convert import convert_with
 from mrvl_convert.errors import OptionError
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.core.macs import node_macs
-from mrvl_convert.core.samples import remedy_split
+from mrvl_convert.core.samples import SampleSplit, remedy_split
 from mrvl_convert.frontend.load import load_model
 from mrvl_convert.quantize.keep import ANALYSIS_SAMPLES, AUTO, analysis_feeds, named_copy
 from mrvl_convert.quantize.recipe import quantize_int8
@@ -110,6 +110,10 @@ class KeepFp16Result:
     int8_mac_share_before: Optional[float] = None
     int8_mac_share: Optional[float] = None
     snr_db: Optional[float] = None
+    # With a target: the calibration rows that calibrate ``model`` (the choice samples) and those
+    # the held-out figure is measured on, as indices into the calibration data given.
+    calibration_rows: List[int] = field(default_factory=list)
+    held_out_rows: List[int] = field(default_factory=list)
 
     @property
     def reached(self) -> bool:
@@ -139,7 +143,9 @@ class KeepFp16Result:
                            "held_out": r.held_out, "snr_db": r.snr_db,
                            "int8_mac_share": r.int8_mac_share} for r in self.rounds],
                 "stages_before": dict(self.stages_before),
-                "stages_after": dict(self.stages_after)}
+                "stages_after": dict(self.stages_after),
+                "calibration_rows": list(self.calibration_rows),
+                "held_out_rows": list(self.held_out_rows)}
 
     def summary(self) -> str:
         """One line: the target, the held-out figure (the verdict) and the choice one, the
@@ -274,11 +280,15 @@ def _search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.nd
             threshold: float, max_rounds: int, options: ConvertOptions, tmp: Path,
             quantize_with: Callable[..., Path]) -> None:
     """The held-out search (module docstring)."""
-    choose_cal, judge_cal = _split(calibration, named)
+    given, rows = _split(calibration, named)
+    choose_cal, judge_cal = rows.take_stacked(given)
     choose = analysis_feeds(named, choose_cal, count=_count(choose_cal))
     judge = analysis_feeds(named, judge_cal, count=_count(judge_cal))
+    # Every trial, and so the model written, is calibrated on exactly the choice rows: the
+    # artifact made with those rows (Quantization.rows) is the model the held-out figure is of.
+    result.calibration_rows, result.held_out_rows = list(rows.choose), list(rows.judge)
     trial = _Trial(named, result.model, functools.partial(quantize_with, named, result.model,
-                                                          choose_cal),
+                                                          given, rows=rows.choose),
                    options, tmp, choose, judge,
                    (reference_outputs(named, choose), reference_outputs(named, judge)))
     macs = _node_macs(named, choose[0])
@@ -311,14 +321,15 @@ def _search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.nd
 
 
 def _split(calibration: Mapping[str, np.ndarray], named: Path
-           ) -> "tuple[Dict[str, np.ndarray], Dict[str, np.ndarray]]":
-    """The calibration samples as (choice, held-out) parts, by ``remedy_split``."""
+           ) -> "tuple[Dict[str, np.ndarray], SampleSplit]":
+    """The calibration samples (as many of each input) and their (choice, held-out) rows, by
+    ``remedy_split``."""
     arrays = {k: np.asarray(v) for k, v in calibration.items()}
     count = min((len(a) for a in arrays.values()), default=0)
     if count < 2:
         raise OptionError(f"min_agreement: {named.name} has {count} calibration sample(s); "
                           "the search needs at least 2, to hold some out of the choice")
-    return remedy_split(count).take_stacked({k: a[:count] for k, a in arrays.items()})
+    return {k: a[:count] for k, a in arrays.items()}, remedy_split(count)
 
 
 def _count(calibration: Mapping[str, np.ndarray]) -> int:

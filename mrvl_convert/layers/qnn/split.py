@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import List
 
+import onnx_graphsurgeon as gs
+
 from mrvl_convert.core.graph import scale_of, static_shape
 from mrvl_convert.ir.layout import Layer, LayoutContext, TensorLayout
 from mrvl_convert.ir.match import Composite
@@ -33,7 +35,9 @@ def lower(composite: Composite, ctx: LayoutContext) -> List[Layer]:
     inside = {n.name for n in ctx.stage.nodes}
     if all(r.name in inside for t in split.outputs for r in t.outputs):
         ctx.alias(in_dq.outputs[0], source, ctx.layout(source))
+        first = len(ctx.layers)
         float_split.lower(composite, ctx)
+        _stands_for_its_quantize(ctx.layers[first:], split)
         return []
     index, layout = ctx.values[source.name]
     attrs = {"input_scale": scale_of(in_dq), "src_layout": layout.name,
@@ -43,3 +47,13 @@ def lower(composite: Composite, ctx: LayoutContext) -> List[Layer]:
     ctx.emit(new_layer(composite, "quant", [index], [layout], out, attrs), in_dq.outputs[0])
     float_split.lower(composite, ctx)
     return ctx.layers[first:]
+
+
+def _stands_for_its_quantize(layers: List[Layer], split: gs.Node) -> None:
+    """The int8 Split's first output is the int8 value the QuantizeLinear after it would give
+    back (that QuantizeLinear is no layer): the layer names it among its source nodes, last, so
+    that a per-layer comparison reads the QuantizeLinear's int8 output, the value the layer
+    holds, and not the Split's float one (dequantized: off by the scale, issue 45)."""
+    quantizers = [r for r in split.outputs[0].outputs if r.op == "QuantizeLinear"]
+    if layers and quantizers:
+        layers[-1].source_nodes = [*layers[-1].source_nodes, quantizers[0].name]
