@@ -41,7 +41,7 @@ from mrvl_convert.verify.float_form import mapped_form
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
                                                layer_values, named_copy)
-from mrvl_convert.verify.metrics import Worst, top1
+from mrvl_convert.verify.metrics import Top1, Worst, is_classifier
 from mrvl_convert.verify.quant_cost import quantization_cost
 from mrvl_convert.verify.reference import (check_model_inputs, element_types, load_model,
                                            model_label, reference_session, run_reference,
@@ -131,6 +131,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
         for plan in traced:
             worst[plan.tensor].add(values[plan.tensor], np.asarray(refs[plan.tensor]),
                                    reshape=plan.layer_name in RESHAPE_LAYERS)
+    if origin is None:
+        origin = SampleOrigin(((GIVEN if inputs is not None else RANDOM, len(feeds)),))
+    decisive = decisive_samples(origin)
     rows = []
     for spec in specs:
         kind = "output" if spec.name in outputs else "boundary"
@@ -142,14 +145,12 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                             note=MISSING_NOTE))
             continue
         rows.append(_row(spec, kind, got[spec.name], want[spec.name],
-                         tols.for_tensor(spec.name)))
+                         tols.for_tensor(spec.name), decisive))
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     cost = None if fp32 is None else quantization_cost(
         fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
-    if origin is None:
-        origin = SampleOrigin(((GIVEN if inputs is not None else RANDOM, len(feeds)),))
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
                       reference=label, origin=origin)
 
@@ -202,8 +203,26 @@ def _tensor_names(proto: onnx.ModelProto) -> set:
     return names
 
 
+def _top1(got: List[np.ndarray], want: List[np.ndarray], tol: Tolerance,
+          decisive: Sequence[bool]) -> Optional[Top1]:
+    """Top-1 of a classifier-like output, each flip judged against that sample's error bound
+    (``metrics.Top1``); None for another output."""
+    if not is_classifier(want[0]):
+        return None
+    ties = Top1()
+    for k, (g, w) in enumerate(zip(got, want)):
+        peak = float(np.abs(w.astype(np.float64)).max(initial=0.0))
+        ties.add(g, w, tol.bound(peak), decisive[k] if k < len(decisive) else True)
+    return ties
+
+
+def decisive_samples(origin: SampleOrigin) -> List[bool]:
+    """Per sample in order, whether it may decide a FAIL by top-1: every one but random ones."""
+    return [key != RANDOM for key, n in origin.counts for _ in range(n)]
+
+
 def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarray],
-         tol: Tolerance) -> Row:
+         tol: Tolerance, decisive: Sequence[bool] = ()) -> Row:
     row = Row(spec.name, kind, list(spec.shape), tolerance=tol.to_dict())
     if any(g.shape != w.shape for g, w in zip(got, want)):
         row.passed, row.note = False, (f"shape mismatch: hybrid {list(got[0].shape)}, fp32 "
@@ -218,8 +237,10 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
     for g, w in zip(got, want):
         worst.add(g, w)
     row.max_abs, row.max_rel, row.cosine = worst.max_abs, worst.max_rel, worst.cosine
-    row.top1 = top1(got, want)
-    row.passed = worst.within(tol) and (row.top1 is None or row.top1 >= tol.min_top1
+    ties = _top1(got, want, tol, decisive)
+    row.top1 = None if ties is None else ties.share
+    row.near_ties = 0 if ties is None else ties.near_ties
+    row.passed = worst.within(tol) and (ties is None or ties.passes(tol.min_top1)
                                         or worst.below_floor(tol))
     if not worst.finite:
         row.note = _OVERFLOW_NOTE

@@ -43,6 +43,7 @@ class Row:
     tolerance: Optional[Dict[str, Any]] = None
     passed: bool = True
     note: str = ""
+    near_ties: int = 0  # top-1 flips where fp32's margin was within the bound: not counted
 
 
 @dataclass
@@ -126,7 +127,7 @@ class Comparison:
             parts.append(f"min cosine {min(cosines):.6f}")
         top1 = [r.top1 for r in rows if r.top1 is not None]
         if top1:
-            parts.append(f"top-1 agreement {min(top1):.4f}")
+            parts.append(f"top-1 agreement {min(top1):.4f}" + _ties_text(rows))
         over = self.boundaries_over
         if over:
             parts.append(f"{len(over)} stage-boundary tensor(s) over tolerance, first "
@@ -175,6 +176,14 @@ class Comparison:
         else:
             verdict = f"the first layer outside tolerance is {first.tensor} ({first.note})"
         return f"layer rows are diagnostics, not part of the verdict; {counts}; {verdict}"
+
+
+def _ties_text(rows: Sequence[Row]) -> str:
+    """" (1 flip on a near tie, not counted)" when some output's flips were near ties."""
+    ties = sum(r.near_ties for r in rows)
+    if not ties:
+        return ""
+    return f" ({ties} flip{'s' if ties > 1 else ''} on a near tie, not counted)"
 
 
 def _skip_reasons(rows: List[Row], most: int = 2) -> str:
