@@ -43,9 +43,9 @@ from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_
                                                layer_values, named_copy)
 from mrvl_convert.verify.metrics import Top1, Worst, is_classifier
 from mrvl_convert.verify.quant_cost import quantization_cost
-from mrvl_convert.verify.reference import (check_model_inputs, element_types, load_model,
-                                           model_label, reference_session, run_reference,
-                                           sample_feeds)
+from mrvl_convert.verify.reference import (ORIGINAL, check_model_inputs, element_types,
+                                           load_model, model_label, reference_session,
+                                           rewrite_label, run_reference, sample_feeds)
 from mrvl_convert.verify.report import Comparison, Row
 from mrvl_convert.verify.tolerances import Tolerance, Tolerances
 
@@ -89,9 +89,12 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     proto = load_model(model)
     check_model_inputs(proto, session, model_label(model))
     label = model_label(model)
+    what = ORIGINAL
     if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
+            what = rewrite_label(label, f"{len(rounded)} node(s) rounded to fp16 as the "
+                                        "artifact's fp16 layers round")
             label += (f" (its {len(rounded)} node(s) the artifact runs as fp16 layers rounded "
                       "to fp16 as it rounds them)")
     present = _tensor_names(proto)
@@ -103,9 +106,10 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     added = [p.tensor for p in traced if p.tensor not in present]  # only the rewrite has them
     types = element_types(form or proto) if traced else {}
     reference = reference_session(proto, judged + [
-        TensorSpec(t, (), types.get(t, "float32")) for t in own], log_severity)
+        TensorSpec(t, (), types.get(t, "float32")) for t in own], log_severity, what)
+    form_what = rewrite_label(label, "rewritten as the converter rewrote it, for --layers")
     extra = reference_session(form, [TensorSpec(t, (), types.get(t, "float32"))
-                                     for t in added], log_severity) if added else None
+                                     for t in added], log_severity, form_what) if added else None
     names = [s.name for s in judged]
     got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
@@ -119,9 +123,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             env, trace = session.run_layers(feed) if traced else \
                 (session.run(None, feed, capture=True)[1], [])
         events += [e.describe() for e in session.last_range_events]
-        results = run_reference(reference, names + own, feed, proto)
+        results = run_reference(reference, names + own, feed, proto, what)
         if extra is not None:
-            results += run_reference(extra, added, feed, form)
+            results += run_reference(extra, added, feed, form, form_what)
         shapes = dict(zip(own + added, (np.shape(r) for r in results[len(names):])))
         values = layer_values(traced, trace, shapes)
         for name, value in zip(names, results):
