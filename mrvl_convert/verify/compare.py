@@ -38,6 +38,7 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.fp16_floor import Floor, fp16_floor
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
                                                layer_values, named_copy)
@@ -61,7 +62,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             log_severity: int = QUIET, engine: str = "graph",
             against: "str | os.PathLike[str] | None" = None, criterion: str = "ours",
             fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None,
-            origin: Optional[SampleOrigin] = None) -> Comparison:
+            origin: Optional[SampleOrigin] = None, fp16_floor_too: bool = True) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
@@ -73,7 +74,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     ``fp32``: for an int8 artifact judged against its QDQ model, the fp32 model that was
     quantized: its outputs on the same feeds give ``Comparison.fp32``, what quantization costs
     (``quant_cost.py``; information, never the verdict). ``origin``: where ``inputs`` came
-    from, for the report (default: "given", or "random" without ``inputs``)."""
+    from, for the report (default: "given", or "random" without ``inputs``).
+    ``fp16_floor_too``: also measure each output's fp16 floor (``fp16_floor.py``: the reference
+    with every float tensor rounded to fp16, one more onnxruntime run per sample)."""
     if criterion not in CRITERION_NAMES:
         raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
@@ -152,11 +155,24 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                          tols.for_tensor(spec.name), decisive))
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
+    floor = fp16_floor(proto, label, [r.tensor for r in rows if r.kind == "output" and
+                                      r.tolerance is not None and r.max_abs is not None],
+                       feeds, want, log_severity) if fp16_floor_too else None
+    _set_floor(rows, floor)
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     cost = None if fp32 is None else quantization_cost(
         fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
-                      reference=label, origin=origin)
+                      reference=label, origin=origin,
+                      floor_note=floor.note if floor is not None else "")
+
+
+def _set_floor(rows: List[Row], floor: Optional[Floor]) -> None:
+    """Each output row's fp16 floor figures, where measured."""
+    for row in rows:
+        worst = None if floor is None else floor.outputs.get(row.tensor)
+        if worst is not None and worst.samples:
+            row.floor_max_abs, row.floor_max_rel = worst.max_abs, worst.max_rel
 
 
 def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:

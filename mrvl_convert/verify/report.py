@@ -18,6 +18,27 @@ if TYPE_CHECKING:  # quant_cost runs onnxruntime; the report only reads its figu
     from mrvl_convert.verify.quant_cost import QuantCost
 
 
+# An artifact within this many times the floor's max abs error is fp16-sensitive, not wrong:
+# the floor rounds each node's result once; the device also rounds inside some layers (a
+# Winograd transform, a fused activation) and folds some nodes into one rounding, so a correct
+# artifact lands near the floor, not on it.
+FLOOR_MULTIPLE = 3.0
+
+
+def judge(max_abs: Optional[float], floor: Optional[float]) -> Optional[str]:
+    """What a failing output's error says against its fp16 floor (``fp16_floor.py``): within
+    ``FLOOR_MULTIPLE`` times it, the model is fp16-sensitive; far above, the converter is
+    wrong. None when either is not known."""
+    if max_abs is None or floor is None:
+        return None
+    if max_abs <= FLOOR_MULTIPLE * floor:
+        return (f"within {FLOOR_MULTIPLE:g}x the fp16 floor: the model is fp16-sensitive "
+                "(--keep-fp32 auto keeps its costliest layers in fp32)")
+    times = "" if floor == 0 else f" ({max_abs / floor:.0f}x)"
+    return (f"far above the fp16 floor{times}: a converter defect, not fp16 (please report "
+            "it)")
+
+
 def aligned_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *,
                   rule_last: bool = True) -> List[str]:
     """``header`` and ``rows`` as left-aligned columns two spaces apart, a rule of dashes under
@@ -44,6 +65,9 @@ class Row:
     passed: bool = True
     note: str = ""
     near_ties: int = 0  # top-1 flips where fp32's margin was within the bound: not counted
+    # the fp16 floor (fp16_floor.py): the reference with every float tensor rounded to fp16
+    floor_max_abs: Optional[float] = None
+    floor_max_rel: Optional[float] = None
 
 
 @dataclass
@@ -55,6 +79,7 @@ class Comparison:
     fp32: Optional["QuantCost"] = None
     reference: str = ""  # the model the verdict is judged against (its path or graph name)
     origin: Optional[SampleOrigin] = None  # where the samples came from (None: not said)
+    floor_note: str = ""  # why the fp16 floor was not measured ('' when it was, or not asked)
 
     @property
     def samples_text(self) -> str:
@@ -116,6 +141,7 @@ class Comparison:
         if worst is not None and worst.max_rel is not None:
             parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
                          f"({worst.tensor})")
+        parts += self._floor_parts()
         unjudged = self._unjudged()
         if unjudged:
             parts.append(unjudged)
@@ -137,6 +163,32 @@ class Comparison:
             parts.append(self.fp32.summary())
         return "; ".join(parts)
 
+    def _floor_parts(self) -> List[str]:
+        """The fp16 floor per output, and what each failing output's error says against it."""
+        rows = [r for r in self.judged_rows if r.floor_max_rel is not None]
+        if self.floor_note:
+            return [f"fp16 floor {self.floor_note}"]
+        if not rows:
+            return []
+        ranked = sorted(rows, key=lambda r: -(r.floor_max_rel or 0.0))
+        parts = ["fp16 floor (every float tensor rounded to fp16) max_rel " + ", ".join(
+            f"{r.floor_max_rel:.3g} ({r.tensor})" for r in ranked[:3]) +
+            (f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")]
+        for row in self.judged_rows:
+            said = None if row.passed else judge(row.max_abs, row.floor_max_abs)
+            if said:
+                parts.append(f"{row.tensor} {said}" + (self._first_over() if "defect" in said
+                                                       else ""))
+        return parts
+
+    def _first_over(self) -> str:
+        first = self.first_layer_over
+        if first is not None:
+            return f"; the first layer over tolerance is {first.tensor} ({first.note})"
+        if any(r.kind == "layer" for r in self.rows):
+            return "; no layer row is over tolerance"
+        return "; mrvl-verify --layers names the first layer over tolerance"
+
     def format_table(self) -> str:
         header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
                   "tol atol/rel/cos/top1", "ok")
@@ -153,6 +205,7 @@ class Comparison:
         if self.boundaries_over:
             text.append("boundary rows are diagnostics, not part of the verdict; the first "
                         f"boundary tensor outside tolerance is {self.boundaries_over[0].tensor}")
+        text += self._floor_parts()
         if any(row.kind == "layer" for row in self.rows):
             text.append(self._layer_verdict())
         if self.fp32 is not None:

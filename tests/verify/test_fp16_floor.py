@@ -1,0 +1,93 @@
+"""Every verify row reports the fp16 floor beside its error: the same reference with every
+float tensor rounded to fp16, run by onnxruntime on the same inputs (issue 43, finding 4). A
+FAIL within 3x the floor says the model is fp16-sensitive and names ``--keep-fp32 auto``; one
+far above it says the converter is at fault and names the first layer over."""
+from __future__ import annotations
+
+import json
+
+import onnx
+from onnx import numpy_helper
+
+import mrvl_convert
+from mrvl_convert.cli.convert import main as convert_main
+from mrvl_convert.verify.compare import compare
+from mrvl_convert.verify.fp16_floor import floor_model
+from support import corpus_dynamo
+from support.fp16_sensitive import cancelling_model
+from support.int8 import converted_int8
+from support.models import small_cnn
+
+
+def test_an_fp16_sensitive_model_fails_within_its_floor_and_names_the_remedy(tmp_path, capsys):
+    onnx.save(cancelling_model(), str(tmp_path / "cancel.onnx"))
+    code = convert_main([str(tmp_path / "cancel.onnx"), "-o", str(tmp_path / "out"),
+                         "--verify"])
+    assert code == 3
+    out = capsys.readouterr().out
+    assert "within 3x the fp16 floor: the model is fp16-sensitive" in out
+    assert "--keep-fp32 auto" in out
+    row = json.loads((tmp_path / "out" / "summary.json").read_text())["models"][0]
+    figures = row["verify"]["outputs"][0]
+    # rounding the weights 1000.3 to 1000.5 alone costs the output ~0.5 of its peak
+    assert figures["fp16_floor"]["max_rel"] > 0.3
+    assert figures["max_abs"] <= 3 * figures["fp16_floor"]["max_abs"]
+
+
+def test_a_wrong_weight_fails_far_above_the_floor_and_names_the_first_layer(tmp_path):
+    model = small_cnn()
+    mrvl_convert.convert(model, tmp_path / "art")
+    wrong = onnx.ModelProto()
+    wrong.CopyFrom(model)
+    conv = next(n for n in wrong.graph.node if n.op_type == "Conv")
+    weight = next(t for t in wrong.graph.initializer if t.name == conv.input[1])
+    value = numpy_helper.to_array(weight).copy()
+    value[0] *= 2.0  # the artifact's weight is no longer the model's
+    weight.CopyFrom(numpy_helper.from_array(value, weight.name))
+    report = compare(wrong, tmp_path / "art", layers=True)
+    line = report.summary_line()
+    assert not report.passed
+    assert "far above the fp16 floor" in line and "converter defect" in line
+    assert f"the first layer over tolerance is {report.first_layer_over.tensor}" in line
+    row = report.judged_rows[0]
+    assert 0 < row.floor_max_rel < 0.01 < row.max_rel
+
+
+def test_a_passing_fp16_row_carries_its_floor(tmp_path):
+    model = small_cnn()
+    mrvl_convert.convert(model, tmp_path / "art")
+    report = compare(model, tmp_path / "art")
+    row = report.judged_rows[0]
+    assert report.passed and report.floor_note == ""
+    assert 0 < row.floor_max_rel < 0.01 and "fp16 floor" in report.summary_line()
+
+
+def test_an_int8_row_carries_the_floor_of_its_qdq_model(tmp_path):
+    result, qdq = converted_int8(small_cnn(), tmp_path / "art")
+    report = compare(qdq, result.out_dir)
+    row = report.judged_rows[0]
+    assert report.floor_note == "" and row.floor_max_abs is not None and row.floor_max_abs > 0
+
+
+def test_a_dynamo_bert_floor_runs_with_its_sizes_unrounded(tmp_path):
+    """Range, Gather indices and a head split's Concat-ed target stay integers in the floor
+    model (``value_tensors.py``): onnxruntime runs it, and its error is fp16's size."""
+    model = corpus_dynamo.dynamo_bert()
+    feeds = [corpus_dynamo.bert_feeds(s) for s in range(2)]
+    mrvl_convert.convert(model, tmp_path / "art", shapes=corpus_dynamo.bert_shapes())
+    report = compare(model, tmp_path / "art", feeds)
+    assert report.floor_note == "", report.floor_note
+    assert all(0 < r.floor_max_rel < 0.05 for r in report.judged_rows)
+
+
+def test_the_floor_model_rounds_every_float_tensor():
+    model = small_cnn()
+    rounded = floor_model(model)
+    halves = [n for n in rounded.graph.node if n.op_type == "Cast" and
+              n.attribute[0].i == onnx.TensorProto.FLOAT16]
+    assert {h.input[0].removesuffix("__fp32") for h in halves} >= {"x"} | {o for n in model.graph.node
+                                                   for o in n.output}
+    floats = {t.name for t in model.graph.initializer}
+    # every weight read by a rounded copy, every node result leaves through a Cast pair
+    read = {i for n in rounded.graph.node for i in n.input}
+    assert not floats & read
