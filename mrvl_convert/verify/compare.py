@@ -18,7 +18,14 @@ the layer-to-tensor maps ``layer_compare.py``.
   verdict (never PASS over nothing); an input whose static dims the conversion overrode is run
   at the artifact's shape (``reference.check_model_inputs``); a QDQ model has the artifact's
   fp16 layers rounded as the artifact rounds them (``kept_fp16.py``); a model that is not the
-  artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError``.
+  artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError`` (an
+  error of verify's own rewrite of it names the rewrite: ``reference.rewrite_label``); a top-1
+  flip counts only beyond fp32's near ties and never on random samples (``metrics.Top1``);
+  every output row carries its fp16 floor (``fp16_floor.py``: information beside the verdict,
+  which says what a FAIL's error is against it).
+
+Collecting and judging stay apart, as in Polygraphy: the figures (``Worst``, ``Top1``, the
+floor) are gathered first, then judged against the tolerances, data per output.
 """
 from __future__ import annotations
 

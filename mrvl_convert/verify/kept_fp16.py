@@ -13,8 +13,10 @@ engine rounds): every input of such a layer that is neither a weight nor an exac
 result (a stage input, an fp16 layer's result), every weight (a rounded copy for the layer; a
 Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it), every result
 that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering writes them
-(Mul2D, Sum2D, Clip[, Mul2D], each rounded). The weights stay the QDQ model's own: a wrong
-weight in the artifact still fails.
+(Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D it is
+lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
+rounded (``value_tensors.py``). The weights stay the QDQ model's own: a wrong weight in the
+artifact still fails.
 
 - requires: the QDQ model (a copy: changed in place) and the int8 artifact's session;
 - ensures: the same model with Cast pairs inserted at the fp16 layers' edges and their weights
