@@ -137,7 +137,8 @@ def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
                         "note": row.note, "near_ties": row.near_ties,
                         "fp16_floor": None if row.floor_max_abs is None else {
                             "max_abs": _finite(row.floor_max_abs),
-                            "max_rel": _finite(row.floor_max_rel)}})
+                            "max_rel": _finite(row.floor_max_rel),
+                            "overflow": not math.isfinite(row.floor_max_abs)}})
     figures = {"passed": report.passed, "samples": report.samples,
                **({"origin": report.origin.to_dict()} if report.origin is not None else {}),
                "inputs": inputs or _inputs_word(report), "outputs": outputs,

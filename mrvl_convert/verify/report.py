@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
@@ -172,7 +173,7 @@ class Comparison:
             return []
         ranked = sorted(rows, key=lambda r: -(r.floor_max_rel or 0.0))
         parts = ["fp16 floor (every float tensor rounded to fp16) max_rel " + ", ".join(
-            f"{r.floor_max_rel:.3g} ({r.tensor})" for r in ranked[:3]) +
+            f"{_floor_fmt(r.floor_max_rel)} ({r.tensor})" for r in ranked[:3]) +
             (f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")]
         for row in self.judged_rows:
             said = None if row.passed else judge(row.max_abs, row.floor_max_abs)
@@ -229,6 +230,13 @@ class Comparison:
         else:
             verdict = f"the first layer outside tolerance is {first.tensor} ({first.note})"
         return f"layer rows are diagnostics, not part of the verdict; {counts}; {verdict}"
+
+
+def _floor_fmt(value: Optional[float]) -> str:
+    """A floor figure; an infinite one is the rounded model leaving fp16's range."""
+    if value is not None and not math.isfinite(value):
+        return "inf (overflows fp16)"
+    return _fmt(value)
 
 
 def _ties_text(rows: Sequence[Row]) -> str:
