@@ -110,6 +110,13 @@ class Comparison:
             f"{self.reference or 'model'}: is it the model the artifact was converted from?)")
 
     @property
+    def far_above_floor(self) -> List[Row]:
+        """Failing outputs whose error is over ``FLOOR_MULTIPLE`` times their fp16 floor: a
+        converter defect, which the first layer over tolerance locates (``layers=True``)."""
+        return [r for r in self.judged_rows if not r.passed and r.floor_max_abs is not None
+                and r.max_abs is not None and r.max_abs > FLOOR_MULTIPLE * r.floor_max_abs]
+
+    @property
     def judged_rows(self) -> List[Row]:
         """The rows the verdict is made of: the model's outputs."""
         return [row for row in self.rows if row.kind == "output"]
@@ -178,8 +185,8 @@ class Comparison:
         for row in self.judged_rows:
             said = None if row.passed else judge(row.max_abs, row.floor_max_abs)
             if said:
-                parts.append(f"{row.tensor} {said}" + (self._first_over() if "defect" in said
-                                                       else ""))
+                parts.append(f"{row.tensor} {said}" + (
+                    self._first_over() if row in self.far_above_floor else ""))
         return parts
 
     def _first_over(self) -> str:

@@ -11,15 +11,17 @@ import numpy as np
 
 
 def plant_wrong_weight(art: Path, source_node: str) -> None:
-    """One output channel of the kernel of the int8 artifact's layer made of ``source_node``
-    doubled in the Constants-JSON."""
+    """One output channel of the kernel of the artifact's layer made of ``source_node`` (its
+    first source node, in an fp16 artifact) doubled in the Constants-JSON."""
     report = json.loads((art / "report.json").read_text())
-    layer = next(f["layer"] for f in report["int8_forms"] if f["source_nodes"] == [source_node])
+    layer = next((f["layer"] for f in report.get("int8_forms", [])
+                  if f["source_nodes"] == [source_node]), None)
     manifest = json.loads((art / "manifest.json").read_text())
     stage = manifest["stages"][0]
     nodes = json.loads((art / stage["nodes_json"]).read_text())
     consts = json.loads((art / stage["consts_json"]).read_text())
-    node = next(n for n in nodes["nodes"] if n.get("name") == layer)
+    node = next(n for n in nodes["nodes"] if n.get("name") == layer or (
+        layer is None and n.get("attrs", {}).get("source_nodes", [None])[:1] == [source_node]))
     entry = consts[node["attrs"]["kernel_const_name"][0]]
     values = np.frombuffer(base64.b64decode(entry["data_base64"]), np.float32).copy()
     values = values.reshape(entry["shape"])

@@ -11,12 +11,14 @@ from onnx import numpy_helper
 
 import mrvl_convert
 from mrvl_convert.cli.convert import main as convert_main
+from mrvl_convert.cli.verify import main as verify_main
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.verify.fp16_floor import floor_model
 from support import corpus_dynamo
 from support.fp16_sensitive import cancelling_model
 from support.int8 import converted_int8
 from support.models import small_cnn
+from support.planted import plant_wrong_weight
 
 
 def test_an_fp16_sensitive_model_fails_within_its_floor_and_names_the_remedy(tmp_path, capsys):
@@ -51,6 +53,19 @@ def test_a_wrong_weight_fails_far_above_the_floor_and_names_the_first_layer(tmp_
     assert f"the first layer over tolerance is {report.first_layer_over.tensor}" in line
     row = report.judged_rows[0]
     assert 0 < row.floor_max_rel < 0.01 < row.max_rel
+
+
+def test_mrvl_verify_locates_a_defect_far_above_the_floor_without_layers(tmp_path, capsys):
+    """Without --layers, a FAIL far above the floor is run again with the layer rows, so the
+    verdict names the first layer over tolerance (the planted Conv's)."""
+    onnx.save(small_cnn(), str(tmp_path / "m.onnx"))
+    mrvl_convert.convert(str(tmp_path / "m.onnx"), tmp_path / "art")
+    plant_wrong_weight(tmp_path / "art", "Conv_8")
+    assert verify_main([str(tmp_path / "m.onnx"), str(tmp_path / "art")]) == 3
+    out = capsys.readouterr().out
+    assert "far above the fp16 floor" in out
+    assert "the first layer outside tolerance is Conv_8" in out or \
+        "the first layer outside tolerance is relu2" in out
 
 
 def test_a_passing_fp16_row_carries_its_floor(tmp_path):
