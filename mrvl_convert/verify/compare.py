@@ -162,7 +162,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                          tols.for_tensor(spec.name), decisive))
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
-    floor = fp16_floor(proto, label, [r.tensor for r in rows if r.kind == "output" and
+    floor = fp16_floor(proto, model_label(model), [r.tensor for r in rows if r.kind == "output" and
                                       r.tolerance is not None and r.max_abs is not None],
                        feeds, want, log_severity) if fp16_floor_too else None
     _set_floor(rows, floor)
