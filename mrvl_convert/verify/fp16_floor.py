@@ -19,7 +19,7 @@ little more, so an artifact within ``report.FLOOR_MULTIPLE`` times the floor is 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -49,10 +49,12 @@ class Floor:
     note: str = ""  # why it was not measured ('' when it was)
 
 
-def floor_model(proto: onnx.ModelProto) -> onnx.ModelProto:
+def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
+                ) -> onnx.ModelProto:
     """A copy of ``proto`` with every float tensor rounded to fp16 (module docstring): each
     float tensor a node reads goes through one Cast pair (made once, shared by its readers),
-    each float weight is read as a rounded copy, each model output is rounded. Linear in the
+    each float weight is read as a rounded copy, each of ``outputs`` (default: the model's)
+    is rounded. Linear in the
     model's size: ``kept_fp16.round_groups`` scans the graph per group, fine for a few kept
     layers, quadratic for one group per node."""
     copy = load_model(proto)
@@ -67,9 +69,10 @@ def floor_model(proto: onnx.ModelProto) -> onnx.ModelProto:
         for k, name in enumerate(node.input):
             if name and name not in protected:
                 node.input[k] = _rounded(name, inits, rounded, added, graph)
-    for output in graph.output:
-        if output.name not in protected:
-            _round_output(graph, output.name, added)
+    names = [o.name for o in graph.output] if outputs is None else outputs
+    for name in dict.fromkeys(names):
+        if name not in protected:
+            _round_output(graph, name, added)
     graph.node.extend(added)
     topologically_sorted(copy)
     return copy
@@ -95,12 +98,12 @@ def _rounded(name: str, inits: Dict[str, onnx.TensorProto], rounded: Dict[str, s
 
 
 def _round_output(graph: onnx.GraphProto, name: str, added: List[onnx.NodeProto]) -> None:
-    """The model output ``name`` rounded: its producer writes ``name__fp32``, a Cast pair
+    """The output ``name`` rounded: its producer writes ``name__floor32``, a Cast pair
     gives ``name`` (a reader's own Cast pair of it then rounds a rounded value: the same)."""
     producer = next((n for n in graph.node if name in n.output), None)
     if producer is None:  # an input or a weight passed through
         return
-    raw = name + "__fp32"
+    raw = name + "__floor32"
     producer.output[list(producer.output).index(name)] = raw
     added.extend(_pair(raw, name))
 
@@ -118,7 +121,7 @@ def fp16_floor(proto: onnx.ModelProto, label: str, outputs: Sequence[str],
     """The floor of ``outputs`` (their reference values ``want``, one per feed)."""
     what = rewrite_label(label, "every float tensor rounded to fp16: the fp16 floor")
     try:
-        rounded = floor_model(proto)
+        rounded = floor_model(proto, outputs)
         session = reference_session(rounded, [TensorSpec(n, (), "float32") for n in outputs],
                                     log_severity, what)
         floor = Floor({name: Worst() for name in outputs})

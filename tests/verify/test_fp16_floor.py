@@ -100,9 +100,39 @@ def test_the_floor_model_rounds_every_float_tensor():
     rounded = floor_model(model)
     halves = [n for n in rounded.graph.node if n.op_type == "Cast" and
               n.attribute[0].i == onnx.TensorProto.FLOAT16]
-    assert {h.input[0].removesuffix("__fp32") for h in halves} >= {"x"} | {o for n in model.graph.node
+    assert {h.input[0].removesuffix("__floor32") for h in halves} >= {"x"} | {o for n in model.graph.node
                                                    for o in n.output}
     floats = {t.name for t in model.graph.initializer}
     # every weight read by a rounded copy, every node result leaves through a Cast pair
     read = {i for n in rounded.graph.node for i in n.input}
     assert not floats & read
+
+
+def test_a_static_qdq_transformer_with_fp16_layers_has_its_floor(tmp_path):
+    """A QDQ BERT as onnxruntime's quantize_static writes it: the artifact runs some nodes as
+    fp16 layers (verify rounds them in the QDQ reference, renaming their results) and compares
+    boundary tensors; the floor model built on that reference runs (it named two Cast pairs
+    alike, and rounded an output kept_fp16 had renamed already)."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
+    from mrvl_convert.frontend.input_shapes import fix_input_shapes
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([corpus_dynamo.bert_feeds(s) for s in range(4)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    model = corpus_dynamo.dynamo_bert()
+    fix_input_shapes(model, corpus_dynamo.bert_shapes(), "bert")
+    onnx.save(model, str(tmp_path / "bert.onnx"))
+    quantize_static(str(tmp_path / "bert.onnx"), str(tmp_path / "qdq.onnx"), Reader(),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                    weight_type=QuantType.QInt8)
+    mrvl_convert.convert(str(tmp_path / "qdq.onnx"), tmp_path / "art")
+    report = compare(str(tmp_path / "qdq.onnx"), tmp_path / "art",
+                     [corpus_dynamo.bert_feeds(s) for s in range(2)])
+    assert "rounded to fp16" in report.reference  # fp16 layers in the QDQ reference
+    assert report.floor_note == "", report.floor_note
+    assert all(0 < r.floor_max_rel < 0.1 for r in report.judged_rows)
