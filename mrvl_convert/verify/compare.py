@@ -69,7 +69,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             log_severity: int = QUIET, engine: str = "graph",
             against: "str | os.PathLike[str] | None" = None, criterion: str = "ours",
             fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None,
-            origin: Optional[SampleOrigin] = None, fp16_floor_too: bool = True) -> Comparison:
+            origin: Optional[SampleOrigin] = None, with_floor: bool = True) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
@@ -82,7 +82,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     quantized: its outputs on the same feeds give ``Comparison.fp32``, what quantization costs
     (``quant_cost.py``; information, never the verdict). ``origin``: where ``inputs`` came
     from, for the report (default: "given", or "random" without ``inputs``).
-    ``fp16_floor_too``: also measure each output's fp16 floor (``fp16_floor.py``: the reference
+    ``with_floor``: also measure each output's fp16 floor (``fp16_floor.py``: the reference
     with every float tensor rounded to fp16, one more onnxruntime run per sample)."""
     if criterion not in CRITERION_NAMES:
         raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
@@ -162,9 +162,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                          tols.for_tensor(spec.name), decisive))
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
-    floor = fp16_floor(proto, model_label(model), [r.tensor for r in rows if r.kind == "output" and
-                                      r.tolerance is not None and r.max_abs is not None],
-                       feeds, want, log_severity) if fp16_floor_too else None
+    measured = [r.tensor for r in rows if r.kind == "output" and r.max_abs is not None]
+    floor = fp16_floor(proto, model_label(model), measured, feeds, want, log_severity) \
+        if with_floor else None
     _set_floor(rows, floor)
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     cost = None if fp32 is None else quantization_cost(

@@ -9,8 +9,9 @@ are rounded where a node reads them),
 run by onnxruntime on the same inputs; shapes, indices and integers are never rounded
 (``value_tensors.py``). Its error against the reference, per output, is what an fp16 device
 costs that model whatever the converter does; a sum order or an fp16 accumulator may cost a
-little more, so an artifact within ``report.FLOOR_MULTIPLE`` times the floor is called fp16-sensitive
-(``--keep-fp32 auto`` keeps its costliest layers in fp32), one far above it a converter defect.
+little more, so an artifact within ``report.FLOOR_MULTIPLE`` times the floor is called
+fp16-sensitive (``--keep-fp32 auto`` keeps its costliest layers in fp32), one far above it a
+converter defect.
 
 - requires: the reference model (a copy is rounded; it is not changed) and the feeds;
 - ensures: a ``Floor`` with each output's worst errors over the feeds, or its ``note`` saying

@@ -100,8 +100,8 @@ def test_the_floor_model_rounds_every_float_tensor():
     rounded = floor_model(model)
     halves = [n for n in rounded.graph.node if n.op_type == "Cast" and
               n.attribute[0].i == onnx.TensorProto.FLOAT16]
-    assert {h.input[0].removesuffix("__floor32") for h in halves} >= {"x"} | {o for n in model.graph.node
-                                                   for o in n.output}
+    produced = {o for n in model.graph.node for o in n.output}
+    assert {h.input[0].removesuffix("__floor32") for h in halves} >= {"x"} | produced
     floats = {t.name for t in model.graph.initializer}
     # every weight read by a rounded copy, every node result leaves through a Cast pair
     read = {i for n in rounded.graph.node for i in n.input}
