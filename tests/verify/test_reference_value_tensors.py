@@ -4,12 +4,15 @@ ResNet's flatten) had its target Cast to fp16 and back (``..._Concat_output_0__a
 model onnxruntime cannot run; and the error blamed "the original model", which runs as given."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper
 
+from mrvl_convert.cli.convert import main as convert_main
 from mrvl_convert.errors import ModelLoadError
 from mrvl_convert.verify.kept_fp16 import round_groups
 from mrvl_convert.verify.reference import reference_session, rewrite_label
@@ -72,3 +75,33 @@ def test_an_error_in_verifys_rewrite_names_the_rewrite_not_the_model():
         reference_session(model, [], 3, what)
     text = str(caught.value)
     assert "mrvl_convert's rewrite of m.onnx" in text and "original model" not in text
+
+
+def dynamo_flatten_cnn() -> onnx.ModelProto:
+    """Conv -> Relu x2 -> GlobalAveragePool -> Reshape to Concat(Shape(.)[0:1], [-1]) -> Gemm:
+    a dynamo ResNet's flatten, its target computed at run time."""
+    b = Builder(0, opset=17)
+    x = b.input("x", [1, 3, 16, 16])
+    y = b.op("Relu", [b.conv(x, 3, 8)])
+    y = b.op("Relu", [b.conv(y, 8, 8)])
+    y = b.op("GlobalAveragePool", [y], name="gap")
+    n = b.op("Slice", [b.op("Shape", [y]), b.const(np.array([0], np.int64)),
+                       b.const(np.array([1], np.int64))])
+    y = b.op("Reshape", [y, b.op("Concat", [n, b.const(np.array([-1], np.int64))], axis=0)],
+             name="view")
+    return b.model([b.gemm(y, 8, 10, transB=1)], name="dyn")
+
+
+def test_int8_with_the_pool_kept_in_fp16_verifies(tmp_path, capsys):
+    """The kept pool leaves the flatten's Reshape an fp16 layer: verify's reference rounded
+    its target (``Concat_..._out__as_fp16``) and said "onnxruntime cannot run the original
+    model"; it now verifies, exact."""
+    onnx.save(dynamo_flatten_cnn(), str(tmp_path / "dyn.onnx"))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "cal.npz", x=rng.uniform(-1, 1, (16, 3, 16, 16)).astype(np.float32))
+    code = convert_main([str(tmp_path / "dyn.onnx"), "-o", str(tmp_path / "out"), "-q",
+                         "--quantize", "int8", "--calibration", str(tmp_path / "cal.npz"),
+                         "--keep-fp16", "gap", "--verify"])
+    row = json.loads((tmp_path / "out" / "summary.json").read_text())["models"][0]
+    assert code == 0, row["error"]
+    assert row["verify"]["outputs"][0]["max_abs"] == 0.0
