@@ -135,6 +135,7 @@ def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
                         "cosine": _finite(row.cosine), "top1": _finite(row.top1),
                         "atol": tol.get("atol"), "rtol": tol.get("max_rel"),
                         "note": row.note, "near_ties": row.near_ties,
+                        "random_flips": row.random_flips,
                         "fp16_floor": None if row.floor_max_abs is None else {
                             "max_abs": _finite(row.floor_max_abs),
                             "max_rel": _finite(row.floor_max_rel),

@@ -267,6 +267,7 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
     ties = _top1(got, want, tol, decisive)
     row.top1 = None if ties is None else ties.share
     row.near_ties = 0 if ties is None else ties.near_ties
+    row.random_flips = 0 if ties is None else ties.counted - ties.decisive_counted
     row.passed = worst.within(tol) and (ties is None or ties.passes(tol.min_top1)
                                         or worst.below_floor(tol))
     if not worst.finite:

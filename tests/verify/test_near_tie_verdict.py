@@ -62,6 +62,6 @@ def test_a_flip_beyond_the_bound_on_given_inputs_fails_and_random_ones_never_dec
     assert (tie.near_ties, tie.passes(0.99)) == (1, True)
     randomly = Top1()
     randomly.add(got, want, bound=0.01, decisive=False)
-    assert randomly.passes(0.99)
+    assert randomly.passes(0.99) and randomly.counted - randomly.decisive_counted == 1
     origin = SampleOrigin(((GIVEN, 2), (RANDOM, 1)))
     assert decisive_samples(origin) == [True, True, False]
