@@ -126,7 +126,8 @@ def load_summary(out_dir: PathLike) -> Dict[str, Any]:
 
 
 def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
-    """What summary.json keeps of a comparison: the verdict, each output's errors and bounds,
+    """What summary.json keeps of a comparison: the verdict, each output's errors, bounds and
+    fp16 floor (the reference with every float tensor rounded to fp16: what fp16 costs),
     the boundary tensors over tolerance (diagnostics), the fp16 range events and, for an int8
     model, each output against the fp32 model (``fp32``: what quantization costs)."""
     outputs = []
@@ -136,12 +137,19 @@ def verify_figures(report: Comparison, inputs: Optional[str]) -> Dict[str, Any]:
                         "max_abs": _finite(row.max_abs), "max_rel": _finite(row.max_rel),
                         "cosine": _finite(row.cosine), "top1": _finite(row.top1),
                         "atol": tol.get("atol"), "rtol": tol.get("max_rel"),
-                        "note": row.note})
+                        "note": row.note, "near_ties": row.near_ties,
+                        "random_flips": row.random_flips,
+                        "fp16_floor": None if row.floor_max_abs is None else {
+                            "max_abs": _finite(row.floor_max_abs),
+                            "max_rel": _finite(row.floor_max_rel),
+                            "overflow": not math.isfinite(row.floor_max_abs)}})
     figures = {"passed": report.passed, "samples": report.samples,
                **({"origin": report.origin.to_dict()} if report.origin is not None else {}),
                "inputs": inputs or _inputs_word(report), "outputs": outputs,
                "boundaries_over": [r.tensor for r in report.boundaries_over],
                "fp16_range_events": list(report.range_events), "line": report.summary_line()}
+    if report.floor_note:
+        figures["fp16_floor_note"] = report.floor_note
     if report.fp32 is not None:  # an int8 verify's second reference: what quantization costs
         figures["reference"] = report.reference  # the first: the QDQ model, the verdict's
         figures["fp32"] = report.fp32.to_dict()

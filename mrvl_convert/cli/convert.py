@@ -171,6 +171,7 @@ def _report(result: BatchResult, request: _Request, *, quiet: bool) -> None:
     if unused:
         error(f"warning: --input-shape {', '.join(unused)} matched no model's input")
     _warn_unused_tolerances(result, request.verify)
+    _warn_wrecked(result)
     if not quiet:
         _print_table(result, request.out)
 
@@ -189,6 +190,17 @@ def _print_table(result: BatchResult, out: Path) -> None:
     verify_text = f" ({failed_verify} failed verify)" if failed_verify else ""
     sys.stdout.write(f"{converted} of {len(result)} models converted{verify_text} into "
                      f"{out}{codegen_note(result)}; summary in {out / 'summary.json'}\n")
+
+
+def _warn_wrecked(result: BatchResult) -> None:
+    """An int8 output far from fp32 (summary.json verify.fp32.wrecked) is said even under -q:
+    the verdict against the QDQ model passes it."""
+    for outcome in result:
+        wrecked = ((outcome.verify or {}).get("fp32") or {}).get("wrecked")
+        if wrecked:
+            error(f"warning: {outcome.name}: int8 wrecks {', '.join(wrecked[:5])} against fp32 "
+                  "though the artifact matches its QDQ model; see the verify line and "
+                  "summary.json verify.fp32")
 
 
 def _warn_unused_tolerances(result: BatchResult, verify: Optional[VerifyOptions]) -> None:

@@ -18,7 +18,14 @@ the layer-to-tensor maps ``layer_compare.py``.
   verdict (never PASS over nothing); an input whose static dims the conversion overrode is run
   at the artifact's shape (``reference.check_model_inputs``); a QDQ model has the artifact's
   fp16 layers rounded as the artifact rounds them (``kept_fp16.py``); a model that is not the
-  artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError``.
+  artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError`` (an
+  error of verify's own rewrite of it names the rewrite: ``reference.rewrite_label``); a top-1
+  flip counts only beyond fp32's near ties and never on random samples (``metrics.Top1``);
+  every output row carries its fp16 floor (``fp16_floor.py``: information beside the verdict,
+  which says what a FAIL's error is against it).
+
+Collecting and judging stay apart, as in Polygraphy: the figures (``Worst``, ``Top1``, the
+floor) are gathered first, then judged against the tolerances, data per output.
 """
 from __future__ import annotations
 
@@ -38,14 +45,15 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.fp16_floor import Floor, fp16_floor
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
                                                layer_values, named_copy)
-from mrvl_convert.verify.metrics import Worst, top1
+from mrvl_convert.verify.metrics import Top1, Worst, is_classifier
 from mrvl_convert.verify.quant_cost import quantization_cost
-from mrvl_convert.verify.reference import (check_model_inputs, element_types, load_model,
-                                           model_label, reference_session, run_reference,
-                                           sample_feeds)
+from mrvl_convert.verify.reference import (ORIGINAL, check_model_inputs, element_types,
+                                           load_model, model_label, reference_session,
+                                           rewrite_label, run_reference, sample_feeds)
 from mrvl_convert.verify.report import Comparison, Row
 from mrvl_convert.verify.tolerances import Tolerance, Tolerances
 
@@ -61,7 +69,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             log_severity: int = QUIET, engine: str = "graph",
             against: "str | os.PathLike[str] | None" = None, criterion: str = "ours",
             fp32: "str | os.PathLike[str] | onnx.ModelProto | None" = None,
-            origin: Optional[SampleOrigin] = None) -> Comparison:
+            origin: Optional[SampleOrigin] = None, with_floor: bool = True) -> Comparison:
     """Run the original fp32 model and the hybrid artifact on the same inputs and compare every
     boundary tensor and output. ``inputs``: a feed dict, a list of them, or None for ``samples``
     seeded random feeds of the manifest's shapes. ``gemm`` and ``engine``: how the simulator
@@ -73,7 +81,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     ``fp32``: for an int8 artifact judged against its QDQ model, the fp32 model that was
     quantized: its outputs on the same feeds give ``Comparison.fp32``, what quantization costs
     (``quant_cost.py``; information, never the verdict). ``origin``: where ``inputs`` came
-    from, for the report (default: "given", or "random" without ``inputs``)."""
+    from, for the report (default: "given", or "random" without ``inputs``).
+    ``with_floor``: also measure each output's fp16 floor (``fp16_floor.py``: the reference
+    with every float tensor rounded to fp16, one more onnxruntime run per sample)."""
     if criterion not in CRITERION_NAMES:
         raise OptionError(f"criterion {criterion!r} is not one of {', '.join(CRITERION_NAMES)}")
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
@@ -89,9 +99,12 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     proto = load_model(model)
     check_model_inputs(proto, session, model_label(model))
     label = model_label(model)
+    what = ORIGINAL
     if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
+            what = rewrite_label(label, f"{len(rounded)} node(s) rounded to fp16 as the "
+                                        "artifact's fp16 layers round")
             label += (f" (its {len(rounded)} node(s) the artifact runs as fp16 layers rounded "
                       "to fp16 as it rounds them)")
     present = _tensor_names(proto)
@@ -103,9 +116,10 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     added = [p.tensor for p in traced if p.tensor not in present]  # only the rewrite has them
     types = element_types(form or proto) if traced else {}
     reference = reference_session(proto, judged + [
-        TensorSpec(t, (), types.get(t, "float32")) for t in own], log_severity)
+        TensorSpec(t, (), types.get(t, "float32")) for t in own], log_severity, what)
+    form_what = rewrite_label(label, "rewritten as the converter rewrote it, for --layers")
     extra = reference_session(form, [TensorSpec(t, (), types.get(t, "float32"))
-                                     for t in added], log_severity) if added else None
+                                     for t in added], log_severity, form_what) if added else None
     names = [s.name for s in judged]
     got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
     want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
@@ -119,9 +133,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
             env, trace = session.run_layers(feed) if traced else \
                 (session.run(None, feed, capture=True)[1], [])
         events += [e.describe() for e in session.last_range_events]
-        results = run_reference(reference, names + own, feed, proto)
+        results = run_reference(reference, names + own, feed, proto, what)
         if extra is not None:
-            results += run_reference(extra, added, feed, form)
+            results += run_reference(extra, added, feed, form, form_what)
         shapes = dict(zip(own + added, (np.shape(r) for r in results[len(names):])))
         values = layer_values(traced, trace, shapes)
         for name, value in zip(names, results):
@@ -131,6 +145,9 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
         for plan in traced:
             worst[plan.tensor].add(values[plan.tensor], np.asarray(refs[plan.tensor]),
                                    reshape=plan.layer_name in RESHAPE_LAYERS)
+    if origin is None:
+        origin = SampleOrigin(((GIVEN if inputs is not None else RANDOM, len(feeds)),))
+    decisive = decisive_samples(origin)
     rows = []
     for spec in specs:
         kind = "output" if spec.name in outputs else "boundary"
@@ -142,16 +159,27 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                             note=MISSING_NOTE))
             continue
         rows.append(_row(spec, kind, got[spec.name], want[spec.name],
-                         tols.for_tensor(spec.name)))
+                         tols.for_tensor(spec.name), decisive))
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
+    measured = [r.tensor for r in rows if r.kind == "output" and r.max_abs is not None]
+    floor = fp16_floor(proto, model_label(model), measured, feeds, want, log_severity) \
+        if with_floor else None
+    _set_floor(rows, floor)
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     cost = None if fp32 is None else quantization_cost(
         fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
-    if origin is None:
-        origin = SampleOrigin(((GIVEN if inputs is not None else RANDOM, len(feeds)),))
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
-                      reference=label, origin=origin)
+                      reference=label, origin=origin,
+                      floor_note=floor.note if floor is not None else "")
+
+
+def _set_floor(rows: List[Row], floor: Optional[Floor]) -> None:
+    """Each output row's fp16 floor figures, where measured."""
+    for row in rows:
+        worst = None if floor is None else floor.outputs.get(row.tensor)
+        if worst is not None and worst.samples:
+            row.floor_max_abs, row.floor_max_rel = worst.max_abs, worst.max_rel
 
 
 def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:
@@ -202,8 +230,26 @@ def _tensor_names(proto: onnx.ModelProto) -> set:
     return names
 
 
+def _top1(got: List[np.ndarray], want: List[np.ndarray], tol: Tolerance,
+          decisive: Sequence[bool]) -> Optional[Top1]:
+    """Top-1 of a classifier-like output, each flip judged against that sample's error bound
+    (``metrics.Top1``); None for another output."""
+    if not is_classifier(want[0]):
+        return None
+    ties = Top1()
+    for k, (g, w) in enumerate(zip(got, want)):
+        peak = float(np.abs(w.astype(np.float64)).max(initial=0.0))
+        ties.add(g, w, tol.bound(peak), decisive[k] if k < len(decisive) else True)
+    return ties
+
+
+def decisive_samples(origin: SampleOrigin) -> List[bool]:
+    """Per sample in order, whether it may decide a FAIL by top-1: every one but random ones."""
+    return [key != RANDOM for key, n in origin.counts for _ in range(n)]
+
+
 def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarray],
-         tol: Tolerance) -> Row:
+         tol: Tolerance, decisive: Sequence[bool] = ()) -> Row:
     row = Row(spec.name, kind, list(spec.shape), tolerance=tol.to_dict())
     if any(g.shape != w.shape for g, w in zip(got, want)):
         row.passed, row.note = False, (f"shape mismatch: hybrid {list(got[0].shape)}, fp32 "
@@ -218,8 +264,11 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
     for g, w in zip(got, want):
         worst.add(g, w)
     row.max_abs, row.max_rel, row.cosine = worst.max_abs, worst.max_rel, worst.cosine
-    row.top1 = top1(got, want)
-    row.passed = worst.within(tol) and (row.top1 is None or row.top1 >= tol.min_top1
+    ties = _top1(got, want, tol, decisive)
+    row.top1 = None if ties is None else ties.share
+    row.near_ties = 0 if ties is None else ties.near_ties
+    row.random_flips = 0 if ties is None else ties.counted - ties.decisive_counted
+    row.passed = worst.within(tol) and (ties is None or ties.passes(tol.min_top1)
                                         or worst.below_floor(tol))
     if not worst.finite:
         row.note = _OVERFLOW_NOTE

@@ -13,8 +13,10 @@ engine rounds): every input of such a layer that is neither a weight nor an exac
 result (a stage input, an fp16 layer's result), every weight (a rounded copy for the layer; a
 Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it), every result
 that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering writes them
-(Mul2D, Sum2D, Clip[, Mul2D], each rounded). The weights stay the QDQ model's own: a wrong
-weight in the artifact still fails.
+(Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D it is
+lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
+rounded (``value_tensors.py``). The weights stay the QDQ model's own: a wrong weight in the
+artifact still fails.
 
 - requires: the QDQ model (a copy: changed in place) and the int8 artifact's session;
 - ensures: the same model with Cast pairs inserted at the fp16 layers' edges and their weights
@@ -34,6 +36,7 @@ from onnx import helper, numpy_helper
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_fold import round_folded
+from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 _SUFFIX = "__as_fp16"
@@ -96,8 +99,10 @@ def round_groups(proto: onnx.ModelProto, groups: List[List[str]],
     names of the nodes rounded. ``unrounded[k]``: the tensors group ``k`` reads as they are
     (an exact layer's result, ``_exact_results``); none when not given."""
     done: List[str] = []
+    protected = never_rounded(proto)  # shapes, indices, integers: never rounded
     for k, group in enumerate(groups):
-        _round_group(proto, group, unrounded[k] if k < len(unrounded) else frozenset())
+        _round_group(proto, group, (unrounded[k] if k < len(unrounded) else frozenset())
+                     | protected)
         done += group
     if done:
         topologically_sorted(proto)
@@ -114,9 +119,10 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
         folded = {i for n in members for i in n.input[1:]}
         inits = {t.name: t for t in graph.initializer}
     inside = {o for n in members for o in n.output}
+    _divisions_as_products(graph, members, inits, unrounded)
     for node in members:
         for k, name in enumerate(node.input):
-            if not name or name in folded:
+            if not name or name in folded or name in unrounded:
                 continue
             if name in inits:
                 node.input[k] = _rounded_weight(graph, inits, name, node.name)
@@ -124,11 +130,33 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
                 node.input[k] = _cast_pair(graph, name, name + _SUFFIX)
     for node in members:
         for k, name in enumerate(node.output):
-            if name and _leaves(graph, name, group):
+            if name and name not in unrounded and _leaves(graph, name, group):
                 node.output[k] = name + "__fp32"
                 _cast_pair(graph, node.output[k], name)
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
+
+
+def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto],
+                           inits: Dict[str, onnx.TensorProto], unrounded: AbstractSet[str]
+                           ) -> None:
+    """A Mul2D layer made of a Div by a constant c multiplies by fp16(1/c) (``mul2d.lower``:
+    the reciprocal in float64, then float32, then fp16): its Div becomes that Mul here, the
+    reciprocal a weight of its own (rounded with the others). Only a layer whose one product is
+    that Div: a GELU's or a LayerNorm's Div is inside its kernel, not a Mul2D."""
+    ops = [n.op_type for n in members]
+    if ops.count("Div") != 1 or any(op in ("Mul", "Erf", "Sqrt", "HardSwish") for op in ops):
+        return
+    div = next(n for n in members if n.op_type == "Div")
+    divisor = inits.get(div.input[1])
+    if divisor is None or div.output[0] in unrounded or divisor.data_type != onnx.TensorProto.FLOAT:
+        return
+    name = f"{div.input[1]}__{div.name}__reciprocal"
+    value = (1.0 / numpy_helper.to_array(divisor).astype(np.float64)).astype(np.float32)
+    graph.initializer.append(numpy_helper.from_array(value, name))
+    inits[name] = graph.initializer[-1]
+    div.op_type = "Mul"
+    div.input[1] = name
 
 
 def _leaves(graph: onnx.GraphProto, name: str, group: Iterable[str]) -> bool:

@@ -5,6 +5,10 @@ Pure arithmetic on arrays, folded one sample at a time so that nothing of a samp
 - ``Worst`` (``compare``): the worst case over samples of one tensor's max abs error, max abs
   error relative to the reference's peak, and cosine, judged against a ``Tolerance``;
 - ``top1``: the share of rows whose argmax agrees, for classifier-like outputs;
+- ``Top1`` (``compare``): the same, with each flip sorted into counted or near tie: a flip
+  counts only where fp32's margin between its two best classes exceeds the error bound of that
+  output in that sample (``Tolerance.bound``): within it, fp32 itself cannot say which class
+  is first to the precision judged, and the flip is the tie's, not the conversion's;
 - ``Sums`` (``analyze_quantization``): the sums SNR and cosine are made of, over every element
   of every sample, and ``snr_db`` / ``cosine`` of them.
 
@@ -75,6 +79,49 @@ def top1(got: List[np.ndarray], want: List[np.ndarray]) -> Optional[float]:
         return None
     agree = sum(int((g.argmax(axis=1) == w.argmax(axis=1)).sum()) for g, w in zip(got, want))
     return agree / sum(w.shape[0] for w in want)
+
+
+@dataclass
+class Top1:
+    """Top-1 agreement of one ``[N, K>1]`` output over samples, folded one sample at a time.
+    ``decisive``: the sample may decide a FAIL (random inputs never do: a random input gives a
+    classifier near-uniform outputs, whose flips say nothing of the conversion)."""
+
+    rows: int = 0
+    agree: int = 0
+    near_ties: int = 0       # flips where fp32's margin was within the error bound: not counted
+    counted: int = 0         # flips counted, on any sample
+    decisive_rows: int = 0
+    decisive_counted: int = 0
+
+    def add(self, got: np.ndarray, want: np.ndarray, bound: float, decisive: bool) -> None:
+        hit = got.argmax(axis=1) == want.argmax(axis=1)
+        top2 = np.sort(want.astype(np.float64), axis=1)[:, -2:]
+        tie = (top2[:, 1] - top2[:, 0]) <= bound
+        counted = int((~hit & ~tie).sum())
+        self.rows += len(hit)
+        self.agree += int(hit.sum())
+        self.near_ties += int((~hit & tie).sum())
+        self.counted += counted
+        if decisive:
+            self.decisive_rows += len(hit)
+            self.decisive_counted += counted
+
+    @property
+    def share(self) -> Optional[float]:
+        """The share of rows whose argmax agrees, every flip included (``top1``)."""
+        return self.agree / self.rows if self.rows else None
+
+    def passes(self, min_top1: float) -> bool:
+        """The counted flips of the decisive samples leave agreement >= ``min_top1``."""
+        if not self.decisive_rows:
+            return True
+        return 1.0 - self.decisive_counted / self.decisive_rows >= min_top1
+
+
+def is_classifier(want: np.ndarray) -> bool:
+    """A tensor top-1 is asked of: ``[N, K>1]``."""
+    return want.ndim == 2 and want.shape[1] >= 2
 
 
 @dataclass

@@ -9,6 +9,10 @@ agrees (classifier-like ``[N, K]`` outputs) and the largest errors. These figure
 information, not part of the verdict: the tolerances are for the conversion, and what loss a
 user accepts from quantization is theirs to say.
 
+An output whose lowest cosine against fp32 is below ``WRECKED_COSINE`` is named as wrecked by
+int8 (``QuantCost.wrecked``), in the line and summary.json: an artifact exact against its QDQ
+model passes the verdict, and that must not be the only word on a model int8 has ruined.
+
 - requires: the fp32 model (path or ``ModelProto``) taking the artifact's inputs, and the
   hybrid's outputs on the feeds, per output name;
 - ensures: a ``QuantCost`` with a row per output the fp32 model has, in the order given; a
@@ -29,6 +33,11 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.metrics import Sums, Worst, snr_db, top1
 from mrvl_convert.verify.reference import (check_model_inputs, load_model, model_label,
                                            reference_session, run_reference)
+
+
+# Below this cosine against fp32 an output is not a noisy copy of fp32's but another tensor:
+# int8 has wrecked it (issue 45: a face detector's output at cosine 0.0, status ok).
+WRECKED_COSINE = 0.9
 
 
 @dataclass
@@ -60,7 +69,24 @@ class QuantCost:
             if row.snr_db == math.inf:
                 out["exact"] = True
             rows.append(out)
-        return {"model": self.model, "samples": self.samples, "outputs": rows}
+        return {"model": self.model, "samples": self.samples, "outputs": rows,
+                "wrecked": [r.tensor for r in self.wrecked]}
+
+    @property
+    def wrecked(self) -> List[CostRow]:
+        """Outputs whose lowest cosine against fp32 is below ``WRECKED_COSINE``."""
+        return [r for r in self.rows if r.cosine is not None and
+                (r.cosine < WRECKED_COSINE or r.cosine != r.cosine)]
+
+    def warning(self) -> str:
+        """'' or the sentence naming the outputs int8 wrecks, for the line and the table."""
+        rows = self.wrecked
+        if not rows:
+            return ""
+        named = ", ".join(f"{r.tensor} (cosine {r.cosine:.3f})" for r in rows[:5])
+        return (f"warning: int8 wrecks {named} against fp32 (below {WRECKED_COSINE:g}): the "
+                "quantization's loss, not the conversion's; try --keep-fp16 auto, or "
+                "calibration data like the real inputs")
 
     def summary(self) -> str:
         """One clause for a batch log: the worst figures over the outputs."""
@@ -68,7 +94,8 @@ class QuantCost:
         agree = [r.top1 for r in self.rows if r.top1 is not None]
         parts = [f"min cosine {min(cosines):.4f}"] if cosines else []
         parts += [f"top-1 agreement {min(agree):.4f}"] if agree else []
-        return "against fp32 (what quantization costs): " + (", ".join(parts) or "not measured")
+        text = "against fp32 (what quantization costs): " + (", ".join(parts) or "not measured")
+        return text + (f"; {self.warning()}" if self.wrecked else "")
 
     def format_lines(self) -> List[str]:
         """The table's section: a line per output."""
@@ -80,7 +107,7 @@ class QuantCost:
                        f"max_abs {_fmt(row.max_abs, '.3g')}", f"max_rel {_fmt(row.max_rel, '.3g')}"]
             lines.append(f"  {row.tensor}: " + ", ".join(figures) +
                          (f"  ({row.note})" if row.note else ""))
-        return lines
+        return lines + ([self.warning()] if self.wrecked else [])
 
 
 def quantization_cost(fp32_model: "str | os.PathLike[str] | onnx.ModelProto",

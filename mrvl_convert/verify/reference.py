@@ -123,6 +123,13 @@ def _declared_dims(value: onnx.ValueInfoProto) -> List[Any]:
             for d in value.type.tensor_type.shape.dim]
 
 
+def rewrite_label(label: str, how: str) -> str:
+    """How an error names verify's rewrite of the model ``label`` (``how``: what it changed):
+    a failure there is mrvl_convert's, not the model's."""
+    return (f"mrvl_convert's rewrite of {label} for verify ({how}; a bug in mrvl_convert if "
+            "it fails: the model as given is not at fault)")
+
+
 def element_types(proto: onnx.ModelProto) -> Dict[str, str]:
     """The element type of every tensor shape inference can type (int8 inside a QDQ model's
     int8 regions), by the manifest's dtype names."""
@@ -141,12 +148,16 @@ def element_types(proto: onnx.ModelProto) -> Dict[str, str]:
     return types
 
 
+ORIGINAL = "the original model"
+
+
 def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
-                      log_severity: int = QUIET) -> Any:
+                      log_severity: int = QUIET, what: str = ORIGINAL) -> Any:
     """fp32 onnxruntime on the original model with every compared tensor as a graph output
     (declared by name and element type only: intermediate shapes need no value_info); a QDQ
     model runs as written (``qdq_as_written``), the semantics the int8 layers simulate.
-    ``proto`` gets those outputs added."""
+    ``proto`` gets those outputs added. ``what``: how an error names the model run (verify's
+    own rewrite of it is named as such: ``rewrite_label``, never blamed on the user's model)."""
     existing = {o.name for o in proto.graph.output}
     # A float16 model's tensors are float32 in the artifact (its float32 twin): declared as
     # the model as given makes them, or onnxruntime refuses the output.
@@ -161,7 +172,7 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
                                     qdq_as_written(ort_options(log_severity)),
                                     providers=["CPUExecutionProvider"])
     except Exception as exc:
-        raise ModelLoadError(f"onnxruntime cannot run the original model: {exc}",
+        raise ModelLoadError(f"onnxruntime cannot run {what}: {exc}",
                              model=proto.graph.name or None) from None
 
 
@@ -184,15 +195,16 @@ def _mentions_float16(proto: onnx.ModelProto) -> bool:
                                                for a in n.attribute) for n in graph.node))
 
 
-def run_reference(reference: Any, names: List[str], feed: Feed, proto: onnx.ModelProto
-                  ) -> List[Any]:
-    """The tensors ``names`` of one run of ``reference`` on ``feed``; a float feed of another
-    float type than the model's input (an int8 artifact of a float16 model takes float32, the
-    QDQ model of its float32 twin) is given in the model's (float16: rounded as its Cast would)."""
+def run_reference(reference: Any, names: List[str], feed: Feed, proto: onnx.ModelProto,
+                  what: str = ORIGINAL) -> List[Any]:
+    """The tensors ``names`` of one run of ``reference`` on ``feed`` (``what``: as
+    ``reference_session``); a float feed of another float type than the model's input (an int8
+    artifact of a float16 model takes float32, the QDQ model of its float32 twin) is given in
+    the model's (float16: rounded as its Cast would)."""
     try:
         return reference.run(names, _as_declared(reference, feed))
     except Exception as exc:  # onnxruntime's untyped errors
         text = str(exc).strip().splitlines()
-        raise ModelLoadError(f"onnxruntime fails on the original model: "
+        raise ModelLoadError(f"onnxruntime fails on {what}: "
                              f"{text[0][:400] if text else type(exc).__name__}",
                              model=proto.graph.name or None) from None

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
@@ -16,6 +17,27 @@ from mrvl_convert.core.samples import SampleOrigin
 
 if TYPE_CHECKING:  # quant_cost runs onnxruntime; the report only reads its figures
     from mrvl_convert.verify.quant_cost import QuantCost
+
+
+# An artifact within this many times the floor's max abs error is fp16-sensitive, not wrong:
+# the floor rounds each node's result once; the device also rounds inside some layers (a
+# Winograd transform, a fused activation) and folds some nodes into one rounding, so a correct
+# artifact lands near the floor, not on it.
+FLOOR_MULTIPLE = 3.0
+
+
+def judge(max_abs: Optional[float], floor: Optional[float]) -> Optional[str]:
+    """What a failing output's error says against its fp16 floor (``fp16_floor.py``): within
+    ``FLOOR_MULTIPLE`` times it, the model is fp16-sensitive; far above, the converter is
+    wrong. None when either is not known."""
+    if max_abs is None or floor is None:
+        return None
+    if max_abs <= FLOOR_MULTIPLE * floor:
+        return (f"within {FLOOR_MULTIPLE:g}x the fp16 floor: the model is fp16-sensitive "
+                "(--keep-fp32 auto keeps its costliest layers in fp32)")
+    times = "" if floor == 0 else f" ({max_abs / floor:.0f}x)"
+    return (f"far above the fp16 floor{times}: a converter defect, not fp16 (please report "
+            "it)")
 
 
 def aligned_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -43,6 +65,11 @@ class Row:
     tolerance: Optional[Dict[str, Any]] = None
     passed: bool = True
     note: str = ""
+    near_ties: int = 0  # top-1 flips where fp32's margin was within the bound: not counted
+    random_flips: int = 0  # top-1 flips beyond the bound on random samples: not judged
+    # the fp16 floor (fp16_floor.py): the reference with every float tensor rounded to fp16
+    floor_max_abs: Optional[float] = None
+    floor_max_rel: Optional[float] = None
 
 
 @dataclass
@@ -54,6 +81,7 @@ class Comparison:
     fp32: Optional["QuantCost"] = None
     reference: str = ""  # the model the verdict is judged against (its path or graph name)
     origin: Optional[SampleOrigin] = None  # where the samples came from (None: not said)
+    floor_note: str = ""  # why the fp16 floor was not measured ('' when it was, or not asked)
 
     @property
     def samples_text(self) -> str:
@@ -81,6 +109,13 @@ class Comparison:
         return None if not missing else (
             f"output(s) not compared: {', '.join(missing[:5])} (not in the reference "
             f"{self.reference or 'model'}: is it the model the artifact was converted from?)")
+
+    @property
+    def far_above_floor(self) -> List[Row]:
+        """Failing outputs whose error is over ``FLOOR_MULTIPLE`` times their fp16 floor: a
+        converter defect, which the first layer over tolerance locates (``layers=True``)."""
+        return [r for r in self.judged_rows if not r.passed and r.floor_max_abs is not None
+                and r.max_abs is not None and r.max_abs > FLOOR_MULTIPLE * r.floor_max_abs]
 
     @property
     def judged_rows(self) -> List[Row]:
@@ -115,6 +150,7 @@ class Comparison:
         if worst is not None and worst.max_rel is not None:
             parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
                          f"({worst.tensor})")
+        parts += self._floor_parts()
         unjudged = self._unjudged()
         if unjudged:
             parts.append(unjudged)
@@ -126,7 +162,7 @@ class Comparison:
             parts.append(f"min cosine {min(cosines):.6f}")
         top1 = [r.top1 for r in rows if r.top1 is not None]
         if top1:
-            parts.append(f"top-1 agreement {min(top1):.4f}")
+            parts.append(f"top-1 agreement {min(top1):.4f}" + _ties_text(rows))
         over = self.boundaries_over
         if over:
             parts.append(f"{len(over)} stage-boundary tensor(s) over tolerance, first "
@@ -135,6 +171,32 @@ class Comparison:
         if self.fp32 is not None:
             parts.append(self.fp32.summary())
         return "; ".join(parts)
+
+    def _floor_parts(self) -> List[str]:
+        """The fp16 floor per output, and what each failing output's error says against it."""
+        rows = [r for r in self.judged_rows if r.floor_max_rel is not None]
+        if self.floor_note:
+            return [f"fp16 floor {self.floor_note}"]
+        if not rows:
+            return []
+        ranked = sorted(rows, key=lambda r: -(r.floor_max_rel or 0.0))
+        parts = ["fp16 floor (every float tensor rounded to fp16) max_rel " + ", ".join(
+            f"{_floor_fmt(r.floor_max_rel)} ({r.tensor})" for r in ranked[:3]) +
+            (f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")]
+        for row in self.judged_rows:
+            said = None if row.passed else judge(row.max_abs, row.floor_max_abs)
+            if said:
+                parts.append(f"{row.tensor} {said}" + (
+                    self._first_over() if row in self.far_above_floor else ""))
+        return parts
+
+    def _first_over(self) -> str:
+        first = self.first_layer_over
+        if first is not None:
+            return f"; the first layer over tolerance is {first.tensor} ({first.note})"
+        if any(r.kind == "layer" for r in self.rows):
+            return "; no layer row is over tolerance"
+        return "; mrvl-verify --layers names the first layer over tolerance"
 
     def format_table(self) -> str:
         header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
@@ -152,6 +214,7 @@ class Comparison:
         if self.boundaries_over:
             text.append("boundary rows are diagnostics, not part of the verdict; the first "
                         f"boundary tensor outside tolerance is {self.boundaries_over[0].tensor}")
+        text += self._floor_parts()
         if any(row.kind == "layer" for row in self.rows):
             text.append(self._layer_verdict())
         if self.fp32 is not None:
@@ -175,6 +238,23 @@ class Comparison:
         else:
             verdict = f"the first layer outside tolerance is {first.tensor} ({first.note})"
         return f"layer rows are diagnostics, not part of the verdict; {counts}; {verdict}"
+
+
+def _floor_fmt(value: Optional[float]) -> str:
+    """A floor figure; an infinite one is the rounded model leaving fp16's range."""
+    if value is not None and not math.isfinite(value):
+        return "inf (overflows fp16)"
+    return _fmt(value)
+
+
+def _ties_text(rows: Sequence[Row]) -> str:
+    """" (1 flip on a near tie, not counted)" when some output's flips were near ties; the
+    flips beyond the bound on random samples, which never decide a FAIL, are said too."""
+    ties, loose = sum(r.near_ties for r in rows), sum(r.random_flips for r in rows)
+    said = ([f"{ties} flip{'s' if ties > 1 else ''} on a near tie, not counted"] if ties else [])
+    said += [f"{loose} flip{'s' if loose > 1 else ''} on random inputs, not judged"] \
+        if loose else []
+    return f" ({'; '.join(said)})" if said else ""
 
 
 def _skip_reasons(rows: List[Row], most: int = 2) -> str:

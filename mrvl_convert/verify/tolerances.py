@@ -11,7 +11,8 @@ tensor, measured against the largest magnitude in that tensor, at a few 1e-3; ``
 leaves a margin of a few times that, i.e. about 20 float16 steps at the tensor's peak. Cosine
 similarity >= 0.999 says the error is small everywhere, not only at the peak. Classifier top-1
 agreement >= 0.99 allows one flip in a hundred predictions, which only happens when fp32 itself
-has two nearly tied logits.
+has two nearly tied logits; and a flip where fp32's two best logits are within the output's
+error bound (``bound``) is such a tie, not counted at all (``metrics.Top1``).
 
 Why there is an absolute floor (``atol``): the bound above is relative to the tensor's own
 peak, which is unfair to a tensor whose values are all small (a sigmoid output whose largest

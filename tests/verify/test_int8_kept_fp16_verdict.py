@@ -4,8 +4,6 @@ the QDQ model with those layers rounded to fp16 where the artifact rounds them
 judged against the QDQ model's float32 ops), and a wrong weight in a kept layer still fails."""
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import shutil
 
@@ -20,6 +18,7 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.reference import reference_session, sample_feeds
 from support.corpus_int8 import int8_corpus
+from support.planted import plant_wrong_weight
 
 KEPT = ["Conv_24", "HardSigmoid_25"]  # MobileNetV3-small's first squeeze-excite gate
 
@@ -74,28 +73,6 @@ def test_a_wrong_weight_in_a_kept_layer_fails(converted, tmp_path, criterion, ca
     tmp, _ = converted
     art = tmp_path / "mnv3"
     shutil.copytree(tmp / "out" / "mnv3", art)
-    _plant_wrong_weight(art, "Conv_24")
+    plant_wrong_weight(art, "Conv_24")
     assert verify_main([str(tmp / "mnv3.onnx"), str(art), "--criterion", criterion]) == 3
     assert "FAIL" in capsys.readouterr().out
-
-
-def _plant_wrong_weight(art, source_node):
-    """One output channel of the kept Conv's kernel doubled in the Constants-JSON (the
-    manifest's hash refreshed, as a hand-edited artifact would be)."""
-    report = json.loads((art / "report.json").read_text())
-    layer = next(f["layer"] for f in report["int8_forms"] if f["source_nodes"] == [source_node])
-    manifest = json.loads((art / "manifest.json").read_text())
-    stage = manifest["stages"][0]
-    nodes = json.loads((art / stage["nodes_json"]).read_text())
-    consts = json.loads((art / stage["consts_json"]).read_text())
-    node = next(n for n in nodes["nodes"] if n.get("name") == layer)
-    entry = consts[node["attrs"]["kernel_const_name"][0]]
-    values = np.frombuffer(base64.b64decode(entry["data_base64"]), np.float32).copy()
-    values = values.reshape(entry["shape"])
-    values[0] *= 2.0
-    entry.update(data_base64=base64.b64encode(values.tobytes()).decode(),
-                 min=str(float(values.min())), max=str(float(values.max())))
-    text = json.dumps(consts)
-    (art / stage["consts_json"]).write_text(text)
-    stage["sha256"][stage["consts_json"]] = hashlib.sha256(text.encode()).hexdigest()
-    (art / "manifest.json").write_text(json.dumps(manifest))
