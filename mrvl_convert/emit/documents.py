@@ -182,7 +182,9 @@ def _derived(name: str, stage_of: Mapping[str, Any], layer_of: Mapping[str, str]
 
 def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of):
     name = node.name
-    entry: Dict[str, Any] = {"index": index, "name": name, "op_type": node.op_type}
+    # the op as the file writes it (an opset upgrade may have made an Upsample a Resize)
+    entry: Dict[str, Any] = {"index": index, "name": name,
+                             "op_type": loaded.given_ops.get(name, node.op_type)}
     in_model = loaded.original_names.get(name, name)
     if in_model and in_model != name:
         entry["name_in_model"] = in_model

@@ -69,6 +69,8 @@ class LoadedModel:
     boundary_dtypes: Dict[str, str] = field(default_factory=dict)
     # an old-opset model's {"given", "used", "note"} (``opset_upgrade.py``): report.json's opset
     opset: Dict[str, Any] = field(default_factory=dict)
+    # node -> its op type in the file, where the opset upgrade changed it (Upsample -> Resize)
+    given_ops: Dict[str, str] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -85,6 +87,7 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
     _run_checker(proto, path, label, raw if as_read else None)
     _check_domains(proto, label)
     upgrade = upgrade_opset(proto, _default_opset(proto))
+    given_ops = {n.name: n.op_type for n in proto.graph.node}
     if upgrade.note is not None:
         proto = upgrade.model
         renamed = name_nodes(proto)  # nodes the converter added or replaced one by several
@@ -100,13 +103,15 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
         load_external(proto, model_dir(path), label)
     check_sizes(proto, label)
     boundary_dtypes = widen_float16(proto)  # after the weights are read: it widens them
+    given_ops = {n.name: given_ops[n.name] for n in proto.graph.node
+                 if given_ops.get(n.name, n.op_type) != n.op_type}
     source = name_source(name, default_name or proto.graph.name)
     model_name = safe_name(source)
     return LoadedModel(name=model_name, label=label, sha256=hashlib.sha256(raw).hexdigest(),
                        proto=proto, original_names=original_names, input_shapes=fixed.shapes,
                        name_original=source if source != model_name else None,
                        input_shape_overrides=fixed.overrides, values=pinned,
-                       boundary_dtypes=boundary_dtypes,
+                       boundary_dtypes=boundary_dtypes, given_ops=given_ops,
                        opset={} if upgrade.note is None else
                        {"given": upgrade.given, "used": upgrade.used, "note": upgrade.note})
 

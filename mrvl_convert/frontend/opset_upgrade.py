@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional
 
 import onnx
-from onnx import version_converter
+from onnx import numpy_helper, version_converter
 
 TARGET_OPSET = 11
 
@@ -56,6 +56,9 @@ def upgrade_opset(proto: onnx.ModelProto, given: int) -> OpsetUpgrade:
         _initializers_not_inputs(converted)
     converted.ir_version = max(proto.ir_version, 6)  # opset 11 needs IR 6; keep a later one
     _constants_as_initializers(converted, {n.name for n in proto.graph.node if n.name})
+    refused = _old_resize_semantics(converted)
+    if refused is not None:
+        return OpsetUpgrade(proto, given, given, f"kept at opset {given}: {refused}")
     _restore_names(proto, converted)
     return OpsetUpgrade(converted, given, TARGET_OPSET,
                         f"converted from opset {given} to {TARGET_OPSET} by onnx's version "
@@ -69,6 +72,31 @@ def at_target_opset(proto: onnx.ModelProto) -> onnx.ModelProto:
     (and fail on an IR 3 model whose folded weights are not graph inputs)."""
     default = [o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")]
     return upgrade_opset(proto, default[0]).model if default else proto
+
+
+def _old_resize_semantics(converted: onnx.ModelProto) -> Optional[str]:
+    """Every Resize of the converted model came from an Upsample or a Resize-10 (the given
+    opset has no coordinate_transformation_mode): onnx's converter leaves opset 11's defaults
+    (half_pixel, round_prefer_floor), which move a linear Upsample's samples. Written as the old
+    ops compute on onnxruntime: asymmetric coordinates, nearest by floor. A nearest shrink (a
+    scale below 1, or scales not constant) has no such form (onnxruntime's Resize-10 rounds it
+    up there): the reason the model is kept as given, else None."""
+    values = {t.name: numpy_helper.to_array(t) for t in converted.graph.initializer}
+    for node in converted.graph.node:
+        if node.op_type != "Resize" or any(a.name == "coordinate_transformation_mode"
+                                           for a in node.attribute):
+            continue
+        mode = next((a.s for a in node.attribute if a.name == "mode"), b"nearest")
+        node.attribute.append(onnx.helper.make_attribute("coordinate_transformation_mode",
+                                                         "asymmetric"))
+        if mode == b"nearest":
+            scales = values.get(node.input[2]) if len(node.input) > 2 else None
+            if scales is None or scales.size == 0 or float(scales.min()) < 1.0:
+                return (f"nearest Resize/Upsample '{node.name or node.output[0]}' shrinks or has "
+                        "scales computed at run time; opset 11 has no form that rounds as the "
+                        "old op does there")
+            node.attribute.append(onnx.helper.make_attribute("nearest_mode", "floor"))
+    return None
 
 
 def _initializers_not_inputs(proto: onnx.ModelProto) -> None:

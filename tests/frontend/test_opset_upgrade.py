@@ -155,3 +155,37 @@ def test_a_quantizer_conversion_failure_is_a_clear_error(tmp_path, monkeypatch):
         convert(super_resolution(), tmp_path / "a",
                 quantize=Quantization(calibration=_calibration()))
     assert isinstance(caught.value, MrvlConvertError)
+
+
+def _one_resize(op: str, opset: int, mode: str, scales) -> onnx.ModelProto:
+    inits = [numpy_helper.from_array(np.array(scales, np.float32), "scales")]
+    node = helper.make_node(op, ["x", "scales"], ["y"], mode=mode, name="up")
+    graph = helper.make_graph([node], "old_resize", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 3, 5, 6])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def _run_x(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    return ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("op,opset,mode,scales", [
+    ("Upsample", 9, "linear", [1, 1, 2, 3]), ("Upsample", 9, "linear", [1, 1, 2.5, 1.7]),
+    ("Resize", 10, "linear", [1, 1, 0.6, 0.5]), ("Upsample", 9, "nearest", [1, 1, 2.5, 1.7]),
+    ("Resize", 10, "nearest", [1, 1, 2, 3])])
+def test_old_resizes_keep_their_coordinates(op, opset, mode, scales):
+    """onnx's converter leaves opset 11's half_pixel default on a converted Upsample/Resize-10:
+    a linear one moved its samples (1.39 off on this input); now asymmetric, bit-equal."""
+    given = _one_resize(op, opset, mode, scales)
+    upgrade = opset_upgrade.upgrade_opset(given, opset)
+    assert upgrade.used == 11, upgrade.note
+    x = np.random.default_rng(1).standard_normal((1, 3, 5, 6)).astype(np.float32)
+    np.testing.assert_array_equal(_run_x(upgrade.model, x), _run_x(given, x))
+
+
+def test_a_nearest_shrink_of_opset_10_is_kept_as_given():
+    """onnxruntime's Resize-10 rounds a nearest shrink in a way no opset-11 mode writes."""
+    upgrade = opset_upgrade.upgrade_opset(_one_resize("Resize", 10, "nearest", [1, 1, .6, .5]), 10)
+    assert upgrade.used == 10 and "shrinks" in upgrade.note

