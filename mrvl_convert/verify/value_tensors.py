@@ -8,10 +8,11 @@ Cast pair on an int64 tensor is no model onnxruntime can run (issue 43, finding 
 
 - requires: a model (not changed);
 - ensures: ``never_rounded`` holds every tensor that is (a) typed other than float32 by the
-  model or by shape inference, (b) read by a shape/index slot (``INDEX_SLOTS``) or computed,
-  through any chain of nodes, only for such slots (its producers followed back, stopping at
-  Shape/Size, whose input's values they do not read), or (c) computed from Shape/Size outputs
-  and constants alone. A tensor left out is float data and may be rounded.
+  model or by shape inference, (b) read by a shape/index slot (``INDEX_SLOTS``), or one such
+  a tensor is computed from (its producers followed back, stopping at Shape/Size, whose input's
+  values they do not read; a tensor that is data elsewhere too is then not rounded either), or
+  (c) computed from Shape/Size outputs and constants alone. A tensor left out is float data
+  and may be rounded.
 """
 from __future__ import annotations
 
