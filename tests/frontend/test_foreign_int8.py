@@ -14,7 +14,6 @@ from onnx import numpy_helper
 import mrvl_convert
 from mrvl_convert.cli.convert import main
 from mrvl_convert.errors import OptionError
-from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
 from support.foreign_qdq import foreign_quantized, resnet_like, samples
 
 
@@ -26,6 +25,12 @@ def per_channel() -> onnx.ModelProto:
 @pytest.fixture(scope="module")
 def per_tensor_uint8() -> onnx.ModelProto:
     return foreign_quantized(resnet_like(seed=1), per_channel=False, activation="QUInt8")
+
+
+def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"):
+    # imported here: the conversion tests above run (and fail) on code without the pass
+    from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8 as bring
+    return bring(model, mode)
 
 
 def _run(model: onnx.ModelProto, feeds) -> list:
