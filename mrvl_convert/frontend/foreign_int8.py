@@ -27,9 +27,10 @@ Contract.
   as they were and the int8 rules then keep on CPU with their reason; tensor names are kept.
   Bound (requantize, against the given QDQ model): each weight moves by at most half of its new
   per-tensor step, ``|w' - w| <= max|w| / 254``; each bias by at most half a step of its new
-  int32 scale; an activation keeps its float range and its step grows to
-  ``max(|lo|, |hi|) / 127`` (about twice the step of a uint8 activation whose range starts at
-  0, the bit the sign takes). What this costs at the outputs is measured, not bounded:
+  int32 scale; an activation's range grows to the symmetric ``[-m, m]``, ``m = max(|lo|,
+  |hi|)``, and its step to ``m / 127`` (about twice the step of a uint8 activation whose range
+  starts at 0, the bit the sign takes); a range starting at 0 keeps its clamp there (a Relu,
+  ``_keep_clamp``), other calibrated ends no longer saturate. What this costs at the outputs is measured, not bounded:
   ``foreign_cost.py`` runs both models on onnxruntime and reports it. Exact in ``fp16`` mode
   against the model without its QDQ nodes (the float weights are onnxruntime's own
   dequantization, ``(q - zp) * s`` in float32); its cost against the given model is measured
@@ -266,15 +267,31 @@ _RANGE_KEEPING = ("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool"
                   "Resize", "Identity", "ReduceMean", "ReduceMax", "ReduceMin", "Gather")
 
 
+# Ops whose output range is fixed: (lo, hi).
+_BOUNDED = {"Erf": (-1.0, 1.0), "Tanh": (-1.0, 1.0), "Sigmoid": (0.0, 1.0),
+            "Softmax": (0.0, 1.0), "Exp": (0.0, np.inf), "Sqrt": (0.0, np.inf),
+            "Abs": (0.0, np.inf)}
+
+
 def _known_range(graph: _Graph, name: str, depth: int = 8) -> Tuple[float, float]:
-    """Bounds the values of tensor ``name`` are known to keep in the given model."""
+    """Bounds the values of tensor ``name`` are known to keep in the given model (interval
+    arithmetic over a few ops; (-inf, inf) where it cannot tell)."""
     node = graph.producer.get(name)
-    if name in graph.ranges and node is not None and node.op_type == "DequantizeLinear":
-        return graph.ranges[name]
+    if node is not None and node.op_type == "DequantizeLinear":
+        source = graph.const(node.input[0])
+        if source is not None and graph.params(node) is not None:
+            value = _dequantized(graph, node, source)
+            return float(value.min(initial=np.inf)), float(value.max(initial=-np.inf))
+        if name in graph.ranges:
+            return graph.ranges[name]
     if node is None or depth == 0:
         return -np.inf, np.inf
+    if node.op_type in _BOUNDED:
+        return _BOUNDED[node.op_type]
     if node.op_type == "Relu":
         return max(0.0, _known_range(graph, node.input[0], depth - 1)[0]), np.inf
+    if node.op_type in ("Add", "Mul") and len(node.input) == 2:
+        return _combine(node.op_type, *(_known_range(graph, t, depth - 1) for t in node.input))
     if node.op_type in _RANGE_KEEPING:
         data = node.input[:1] if node.op_type not in ("Concat",) else node.input
         spans = [_known_range(graph, t, depth - 1) for t in data if t]
@@ -282,31 +299,36 @@ def _known_range(graph: _Graph, name: str, depth: int = 8) -> Tuple[float, float
     return -np.inf, np.inf
 
 
+def _combine(op: str, a: Tuple[float, float], b: Tuple[float, float]) -> Tuple[float, float]:
+    """The range of a + b or a * b for a in ``a``, b in ``b``."""
+    with np.errstate(invalid="ignore"):
+        if op == "Add":
+            values = np.array([a[0] + b[0], a[1] + b[1]])
+        else:
+            values = np.array([x * y for x in a for y in b])
+    if np.isnan(values).any():
+        return -np.inf, np.inf
+    return float(values.min()), float(values.max())
+
+
 def _keep_clamp(graph: _Graph, quantize: onnx.NodeProto, given: Tuple[float, float],
                 scale: np.float32, params: Tuple[str, str]) -> None:
-    """The given quantizer also clamps to its range: where that range ends more than a new
-    step inside the symmetric one (a uint8 Relu's 0), and the input is not known to stay
-    within it, the clamp is kept as a Relu (or Clip) between int8 QDQ pairs of the new scale
-    (the int8 layer before it fuses it as its activation; exact, quantize being monotone)."""
+    """The given quantizer also clamps to its range. Where the range starts at 0 (a Relu
+    the quantizer left to its uint8 or zero-point clamp) and the input is not known to be
+    non-negative, that clamp is kept as a Relu between int8 QDQ pairs of the new scale (the
+    int8 layer before it fuses it as its activation; exact, quantize being monotone and 0 on
+    the grid). A calibrated end elsewhere is a saturation, not the model's function: the
+    symmetric range holds it and values beyond it are no longer clamped there (part of the
+    measured cost)."""
     lo, hi = given
-    peak = max(abs(lo), abs(hi))
-    known = _known_range(graph, quantize.input[0])
-    low = lo > -peak + float(scale) and known[0] < lo
-    high = hi < peak - float(scale) and known[1] > hi
-    if not (low or high):
+    if lo != 0.0 or _known_range(graph, quantize.input[0])[0] >= 0.0:
         return
     source, base = quantize.input[0], quantize.name
     names = [f"{base}_clamp_q", f"{base}_clamp_dq", f"{base}_clamp"]
     q = helper.make_node("QuantizeLinear", [source, *params], [names[0] + "_out"], name=names[0])
     dq = helper.make_node("DequantizeLinear", [names[0] + "_out", *params],
                           [names[1] + "_out"], name=names[1])
-    if low and not high and lo == 0.0:
-        clamp = helper.make_node("Relu", [dq.output[0]], [names[2] + "_out"], name=names[2])
-    else:
-        bounds = [graph.add_const(f"{names[2]}_min", np.array(lo, np.float32)) if low else "",
-                  graph.add_const(f"{names[2]}_max", np.array(hi, np.float32)) if high else ""]
-        clamp = helper.make_node("Clip", [dq.output[0], *bounds], [names[2] + "_out"],
-                                 name=names[2])
+    clamp = helper.make_node("Relu", [dq.output[0]], [names[2] + "_out"], name=names[2])
     graph.like(q.output[0], source, TensorProto.INT8)
     graph.like(dq.output[0], source, TensorProto.FLOAT)
     graph.like(clamp.output[0], source, TensorProto.FLOAT)
