@@ -137,7 +137,6 @@ def test_fp16_weights_are_onnxruntimes_dequantization_bit_for_bit(per_channel) -
 
 
 def test_own_recipe_models_are_left_alone() -> None:
-    from onnxruntime.quantization import QuantType  # noqa: F401 (quantize_static present)
     symmetric = foreign_quantized(resnet_like(), per_channel=False, activation="QInt8")
     # quantize_static's QInt8 activations are asymmetric unless ActivationSymmetric: foreign
     assert bring_foreign_int8(symmetric)[1] is not None

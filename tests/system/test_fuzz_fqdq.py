@@ -9,35 +9,39 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 from hypothesis import event, given, note, settings
 from onnx import numpy_helper
 
 import mrvl_convert
 from support.strategies.fqdq import foreign_qdq_models
 
+pytestmark = pytest.mark.system
+
 
 def _dequantized_weights(model: onnx.ModelProto) -> dict:
-    from mrvl_convert.frontend.foreign_int8 import _Graph, _dequantized
-    graph = _Graph(model)
+    from mrvl_convert.frontend.qdq_graph import QdqGraph, dequantized
+    graph = QdqGraph(model)
     out = {}
     for node in graph.qdq_nodes():
         source = graph.const(node.input[0])
         if node.op_type == "DequantizeLinear" and source is not None and source.dtype != np.int32:
-            out[node.output[0]] = _dequantized(graph, node, source)
+            out[node.output[0]] = dequantized(graph, node, source)
     return out
 
 
 @settings(max_examples=max(3, settings.default.max_examples // 6), deadline=None)
 @given(gm=foreign_qdq_models())
 def test_foreign_qdq_requantized(gm):
-    from mrvl_convert.frontend.foreign_int8 import _Graph, bring_foreign_int8
+    from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
+    from mrvl_convert.frontend.qdq_graph import QdqGraph
     note(gm.description)
     rewritten, done = bring_foreign_int8(gm.model)
     if done is None:
         event("nothing foreign")
         return
     assert done.left == []
-    graph = _Graph(rewritten)
+    graph = QdqGraph(rewritten)
     assert not [n.name for n in graph.qdq_nodes() if graph.foreign(n)]
     given_w, new_w = _dequantized_weights(gm.model), _dequantized_weights(rewritten)
     for name, w in given_w.items():
