@@ -71,14 +71,28 @@ class QdqGraph:
         return scale.astype(np.float32), zero, np.dtype(dtype)
 
     def foreign(self, node: onnx.NodeProto) -> bool:
+        """A Q/DQ node the device's int8 cannot carry, in an int8 layer: a weight read by no
+        layer with a dequantized activation input (weight-only int8, a float layer) is the
+        float weight onnxruntime computes, ``qdq.py`` folds it, and it is not foreign."""
         found = self.params(node)
-        if found is None:
+        if found is None or (self.const(node.input[0]) is not None
+                             and not self._in_int8_layer(node)):
             return False
         scale, zero, dtype = found
         if dtype == np.int32:   # a bias: foreign when per-channel (its layer's weight is)
             return node.op_type == "DequantizeLinear" and scale.size > 1
         return dtype in EIGHT_BIT and (scale.size > 1 or bool(np.any(zero != 0))
                                         or dtype == np.uint8)
+
+    def _in_int8_layer(self, dequantize: onnx.NodeProto) -> bool:
+        """Some reader of this constant's DequantizeLinear also reads a dequantized activation."""
+        for reader in self.readers.get(dequantize.output[0], []):
+            for name in reader.input:
+                source = self.producer.get(name)
+                if (source is not None and source.op_type == "DequantizeLinear"
+                        and self.const(source.input[0]) is None):
+                    return True
+        return False
 
     def foreign_kinds(self) -> List[str]:
         kinds = set()
