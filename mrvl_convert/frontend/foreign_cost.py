@@ -146,7 +146,14 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
     rewritten, done = bring_foreign_int8(model, mode)
     if done is None:
-        return model, None
+        return model, _operator_form(model, mode)
+    if not done.changed:
+        line = (f"int8 from another quantizer ({', '.join(done.kinds)}; the device takes "
+                f"per-tensor symmetric int8 only): its {len(done.left)} QDQ nodes cannot be "
+                f"rewritten (e.g. {done.left[0]!r}) and stay on CPU with their reason")
+        return model, {"mode": mode, "kinds": list(done.kinds), "weights": 0,
+                       "activations": 0, "biases": 0, "left": list(done.left), "cost": {},
+                       "line": line}
     cost = measure(model, rewritten, feeds)
     counts = (f"{done.weights} weights, {done.activations} activations, "
               f"{done.biases} biases")
@@ -164,3 +171,26 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
                "activations": done.activations, "biases": done.biases,
                "left": list(done.left), "cost": cost, "line": line}
     return rewritten, section
+
+
+# onnxruntime's operator-form int8 (QuantFormat.QOperator, dynamic quantization): no QDQ pair
+# to requantize; none of these ops has a Marvell layer.
+OPERATOR_INT8 = ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv",
+                 "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "DynamicQuantizeLSTM",
+                 "DynamicQuantizeMatMul", "QAttention", "MatMulIntegerToFloat")
+
+
+def _operator_form(model: onnx.ModelProto, mode: str) -> Optional[Dict[str, Any]]:
+    """report.json's ``foreign_int8`` for a model in onnxruntime's operator-form int8 (the ops
+    and their counts, nothing rewritten), or None when it has none."""
+    counts: Dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in OPERATOR_INT8:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    if not counts:
+        return None
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(counts.items(), key=lambda i: -i[1]))
+    line = (f"int8 from another quantizer in operator form ({ops}): no QDQ node to requantize "
+            f"or run in fp16; these ops have no Marvell layer and stay on CPU")
+    return {"mode": mode, "kinds": [f"operator-form int8 ({ops})"], "weights": 0,
+            "activations": 0, "biases": 0, "left": [], "cost": {}, "line": line}

@@ -88,12 +88,35 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"
     out.CopyFrom(model)
     graph = QdqGraph(out)
     done = ForeignInt8(mode=mode, kinds=kinds)
+    _float_tables(graph, done)
     if mode == "requantize":
         _requantize(graph, done)
     else:
         _to_float(graph, done)
     graph.commit()
     return out, done
+
+
+def _float_tables(graph: QdqGraph, done: ForeignInt8) -> None:
+    """``DequantizeLinear(Gather(table, ids))`` of a constant 8-bit table, per tensor (an
+    embedding quantized as a uint8 activation), as ``Gather(dequantized table, ids)``: exact,
+    a per-tensor dequantization being elementwise, and the Gather stays the model's own."""
+    for node in graph.qdq_nodes():
+        gather = graph.producer.get(node.input[0])
+        table = graph.const(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
+        found = graph.params(node) if table is not None else None
+        if (found is None or found[0].size != 1 or table.dtype not in EIGHT_BIT
+                or len(graph.readers.get(gather.output[0], [])) != 1):
+            continue
+        name = graph.add_const(f"{gather.input[0]}_dequantized", dequantized(graph, node, table))
+        node.op_type, node.domain = "Gather", ""
+        ids = gather.input[1]
+        del node.input[:]
+        node.input.extend([name, ids])
+        del node.attribute[:]
+        node.attribute.extend(gather.attribute)
+        graph.dropped.add(id(gather))
+        done.weights += 1
 
 
 def _record_ranges(graph: QdqGraph) -> None:

@@ -153,3 +153,43 @@ def test_the_cli_prints_the_line(per_channel, tmp_path, capsys) -> None:
     assert "requantized to per-tensor symmetric int8" in lines[0]
     assert "cost against the given QDQ model: max |diff|" in lines[0]
     assert "100.0% of the MACs run on the accelerator" in lines[0]
+
+
+def test_a_dequantized_embedding_becomes_a_float_gather_exactly() -> None:
+    """quantize_static writes an embedding table as a uint8 constant read by a Gather and
+    dequantized after it (text2tashkeel's BiLSTM); the pass gathers from the dequantized table
+    instead: onnxruntime gives the same values, bit for bit."""
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(0)
+    table = rng.integers(0, 256, (50, 8)).astype(np.uint8)
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["g"], name="gather", axis=0),
+         helper.make_node("DequantizeLinear", ["g", "s", "z"], ["y"], name="dq")],
+        "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 6, 8])],
+        [numpy_helper.from_array(table, "table"),
+         numpy_helper.from_array(np.array(0.0173, np.float32), "s"),
+         numpy_helper.from_array(np.array(131, np.uint8), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rewritten, done = bring_foreign_int8(model, "requantize")
+    assert done.weights == 1 and not done.left
+    assert [n.op_type for n in rewritten.graph.node] == ["Gather"]
+    feeds = [{"ids": rng.integers(0, 50, (1, 6)).astype(np.int64)} for _ in range(3)]
+    for before, after in zip(_run(model, feeds), _run(rewritten, feeds)):
+        assert np.array_equal(before, after)
+
+
+def test_operator_form_int8_gets_its_line(tmp_path) -> None:
+    """Dynamic quantization (DynamicQuantizeLinear, MatMulInteger) has no QDQ pair to
+    requantize: the conversion says so in report.json's foreign_int8 line, not silence."""
+    from onnxruntime.quantization import quantize_dynamic
+    from support.models import Builder
+    b = Builder(0)
+    x = b.input("x", [1, 16])
+    y = b.op("Relu", [b.matmul_add(x, 16, 32)])
+    src, out = tmp_path / "f.onnx", tmp_path / "d.onnx"
+    onnx.save(b.model([b.matmul_add(y, 32, 4)]), src)
+    quantize_dynamic(str(src), str(out))
+    result = mrvl_convert.convert(str(out), tmp_path / "art")
+    line = result.report["foreign_int8"]["line"]
+    assert "operator form" in line and "MatMulInteger x2" in line
