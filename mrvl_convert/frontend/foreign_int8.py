@@ -202,13 +202,7 @@ def _requantize_weight(graph: QdqGraph, node: onnx.NodeProto, source: np.ndarray
     """A weight's DequantizeLinear as per-tensor symmetric int8 of its dequantized value."""
     weight = dequantized(graph, node, source)
     scale = _symmetric_scale(float(weight.min(initial=0.0)), float(weight.max(initial=0.0)))
-    values = np.clip(np.rint(weight / scale), -127, 127).astype(np.int8)
-    name = node.output[0]
-    del node.input[:]
-    node.input.extend([graph.add_const(f"{name}_int8", values),
-                       graph.add_const(f"{name}_scale_s8", np.array(scale, np.float32)),
-                       graph.add_const(f"{name}_zero_point_s8", np.array(0, np.int8))])
-    drop_attr(node, "axis")
+    _set_params(graph, node, np.clip(np.rint(weight / scale), -127, 127).astype(np.int8), scale)
     done.weights += 1
 
 
@@ -222,13 +216,19 @@ def _rescale_bias(graph: QdqGraph, node: onnx.NodeProto, source: np.ndarray,
     bias = dequantized(graph, node, source)
     values = np.clip(np.rint(bias.astype(np.float64) / float(target)),
                      np.iinfo(np.int32).min, np.iinfo(np.int32).max).astype(np.int32)
+    _set_params(graph, node, values, target)
+    done.biases += 1
+
+
+def _set_params(graph: QdqGraph, node: onnx.NodeProto, values: np.ndarray,
+                scale: np.float32) -> None:
+    """The DequantizeLinear of a constant made ``values * scale``, zero point 0, per tensor."""
     name = node.output[0]
     del node.input[:]
-    node.input.extend([graph.add_const(f"{name}_int32", values),
-                       graph.add_const(f"{name}_scale_s8", np.array(target, np.float32)),
-                       graph.add_const(f"{name}_zero_point_s8", np.array(0, np.int32))])
+    node.input.extend([graph.add_const(f"{name}_{values.dtype.name}", values),
+                       graph.add_const(f"{name}_scale_s8", np.array(scale, np.float32)),
+                       graph.add_const(f"{name}_zero_point_s8", np.zeros((), values.dtype))])
     drop_attr(node, "axis")
-    done.biases += 1
 
 
 def _product_scale(graph: QdqGraph, bias: onnx.NodeProto) -> Optional[np.float32]:
