@@ -157,6 +157,8 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     cost = measure(model, rewritten, feeds)
     counts = (f"{done.weights} weights, {done.activations} activations, "
               f"{done.biases} biases")
+    if done.batchnorms:
+        counts += f", {done.batchnorms} BatchNormalizations folded into their Conv"
     if mode == "requantize":
         action = (f"requantized to per-tensor symmetric int8 (--foreign-int8 requantize, the "
                   f"default; --foreign-int8 fp16 runs them in fp16 instead): {counts}")
@@ -169,6 +171,7 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
         line += f"; {len(done.left)} QDQ nodes left as they are (e.g. {done.left[0]!r})"
     section = {"mode": mode, "kinds": list(done.kinds), "weights": done.weights,
                "activations": done.activations, "biases": done.biases,
+               "batchnorms": done.batchnorms,
                "left": list(done.left), "cost": cost, "line": line}
     return rewritten, section
 

@@ -46,6 +46,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from mrvl_convert.errors import OptionError
+from mrvl_convert.frontend.foreign_bn import FOLDED_WEIGHT, fold_batchnorms
 from mrvl_convert.frontend.qdq_graph import (EIGHT_BIT, QdqGraph, dequantized, drop_attr,
                                              given_range, known_range)
 
@@ -60,6 +61,7 @@ class ForeignInt8:
     weights: int = 0              # weight DequantizeLinears requantized (or made float)
     activations: int = 0          # activation QuantizeLinears re-ranged (or removed)
     biases: int = 0               # int32 biases re-scaled (or made float)
+    batchnorms: int = 0           # BatchNormalizations folded into their Conv (requantize)
     kinds: List[str] = field(default_factory=list)   # "per-channel weights", "uint8 ..."
     left: List[str] = field(default_factory=list)    # foreign nodes it could not rewrite
 
@@ -90,6 +92,7 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"
     done = ForeignInt8(mode=mode, kinds=kinds)
     _float_tables(graph, done)
     if mode == "requantize":
+        done.batchnorms = fold_batchnorms(graph)
         _requantize(graph, done)
     else:
         _to_float(graph, done)
@@ -133,8 +136,8 @@ def _requantize(graph: QdqGraph, done: ForeignInt8) -> None:
             _rerange_activation(graph, node, done)
     for node in graph.qdq_nodes():
         source = graph.const(node.input[0])
-        if (node.op_type == "DequantizeLinear" and source is not None
-                and source.dtype in EIGHT_BIT and graph.foreign(node)):
+        if (node.op_type == "DequantizeLinear" and source is not None and graph.foreign(node)
+                and (source.dtype in EIGHT_BIT or node.name.endswith(FOLDED_WEIGHT))):
             _requantize_weight(graph, node, source, done)
     for node in graph.qdq_nodes():
         source = graph.const(node.input[0])

@@ -49,7 +49,10 @@ class QdqGraph:
         return name
 
     def qdq_nodes(self) -> List[onnx.NodeProto]:
-        return [n for n in self.g.node if n.op_type in QDQ_OPS and n.domain in ("", "ai.onnx")]
+        """The Q/DQ nodes as the model will be: inserted ones included, dropped ones not."""
+        nodes = [m for n in self.g.node
+                 for m in (*self.inserted.get(id(n), ()), n) if id(m) not in self.dropped]
+        return [n for n in nodes if n.op_type in QDQ_OPS and n.domain in ("", "ai.onnx")]
 
     def params(self, node: onnx.NodeProto) -> Optional[Tuple[np.ndarray, np.ndarray, np.dtype]]:
         """(scale, zero point, quantized dtype) of a Q/DQ node whose scale (and zero point)

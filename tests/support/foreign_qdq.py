@@ -63,3 +63,16 @@ def foreign_quantized(model: onnx.ModelProto, *, per_channel: bool = True,
                         per_channel=per_channel, activation_type=getattr(QuantType, activation),
                         weight_type=getattr(QuantType, weight))
         return onnx.load(str(out))
+
+
+def conv_bn_net(seed: int = 0, channels: int = 8) -> onnx.ModelProto:
+    """Conv -> BatchNormalization -> Relu twice, then Conv -> BatchNormalization (no Relu) and
+    a global pool: BatchNormalizations quantize_static leaves between QDQ pairs (the ONNX zoo's
+    ShuffleNet has 49)."""
+    b = Builder(seed)
+    x = b.input("x", [1, 3, 16, 16])
+    y = b.op("Relu", [b.bn(b.conv(x, 3, channels, pads=[1, 1, 1, 1]), channels)])
+    y = b.op("Relu", [b.bn(b.conv(y, channels, channels, pads=[1, 1, 1, 1], bias=False),
+                           channels)])
+    y = b.bn(b.conv(y, channels, channels, pads=[1, 1, 1, 1]), channels)
+    return b.model([b.op("GlobalAveragePool", [y])])
