@@ -26,6 +26,7 @@ class QdqGraph:
         self.model = model
         self.g = model.graph
         self.inits = {i.name: i for i in self.g.initializer}
+        self._arrays: Dict[str, Optional[np.ndarray]] = {}
         self.producer = {o: n for n in self.g.node for o in n.output}
         self.readers: Dict[str, List[onnx.NodeProto]] = {}
         for node in self.g.node:
@@ -39,13 +40,17 @@ class QdqGraph:
         self.ranges: Dict[str, Tuple[float, float]] = {}   # a Q/DQ output -> its given range
 
     def const(self, name: str) -> Optional[np.ndarray]:
-        init = self.inits.get(name)
-        return None if init is None else numpy_helper.to_array(init)
+        """The initializer ``name`` as an array (read once: callers do not change it)."""
+        if name not in self._arrays:
+            init = self.inits.get(name)
+            self._arrays[name] = None if init is None else numpy_helper.to_array(init)
+        return self._arrays[name]
 
     def add_const(self, name: str, value: np.ndarray) -> str:
         tensor = numpy_helper.from_array(np.asarray(value), name)
         self.new_inits.append(tensor)
         self.inits[name] = tensor
+        self._arrays.pop(name, None)
         return name
 
     def qdq_nodes(self) -> List[onnx.NodeProto]:
