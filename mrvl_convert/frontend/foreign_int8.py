@@ -100,26 +100,59 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"
     return out, done
 
 
+# Ops that move int8 values without computing on them: a per-tensor DequantizeLinear after
+# them equals the same op after the DequantizeLinear.
+_MOVES = ("Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Identity")
+
+
 def _float_tables(graph: QdqGraph, done: ForeignInt8) -> None:
-    """``DequantizeLinear(Gather(table, ids))`` of a constant 8-bit table, per tensor (an
-    embedding quantized as a uint8 activation), as ``Gather(dequantized table, ids)``: exact,
-    a per-tensor dequantization being elementwise, and the Gather stays the model's own."""
+    """``DequantizeLinear(moves(Gather(table, ids)))`` of a constant 8-bit table, per tensor (an
+    embedding quantized as a uint8 activation; ``moves``: Transposes, Reshapes... of it) as
+    ``moves(Gather(dequantized table, ids))``: exact, a per-tensor dequantization being
+    elementwise; the quantized Gather, left unread, goes with canonicalize's cleanup."""
+    floats: dict = {}
     for node in graph.qdq_nodes():
-        gather = graph.producer.get(node.input[0])
-        table = graph.const(gather.input[0]) if gather is not None and gather.op_type == "Gather" else None
-        found = graph.params(node) if table is not None else None
-        if (found is None or found[0].size != 1 or table.dtype not in EIGHT_BIT
-                or len(graph.readers.get(gather.output[0], [])) != 1):
+        chain = _moved_gather(graph, node)
+        if chain is None:
             continue
-        name = graph.add_const(f"{gather.input[0]}_dequantized", dequantized(graph, node, table))
-        node.op_type, node.domain = "Gather", ""
-        ids = gather.input[1]
+        gather, moves = chain[0], chain[1:]
+        if gather.output[0] not in floats:
+            table = dequantized(graph, node, graph.const(gather.input[0]))
+            out = f"{gather.output[0]}_float"
+            graph.inserted.setdefault(id(gather), []).append(onnx.helper.make_node(
+                "Gather", [graph.add_const(f"{gather.input[0]}_dequantized", table),
+                           gather.input[1]], [out], name=f"{gather.name}_float",
+                axis=next((a.i for a in gather.attribute if a.name == "axis"), 0)))
+            floats[gather.output[0]] = out
+            done.weights += 1
+        source = floats[gather.output[0]]
+        for move in moves:
+            clone = onnx.NodeProto()
+            clone.CopyFrom(move)
+            clone.name = f"{move.name}_for_{node.name}"
+            clone.input[0], clone.output[0] = source, f"{clone.name}_out"
+            graph.inserted.setdefault(id(node), []).append(clone)
+            source = clone.output[0]
+        node.op_type = "Identity"
         del node.input[:]
-        node.input.extend([name, ids])
+        node.input.append(source)
         del node.attribute[:]
-        node.attribute.extend(gather.attribute)
-        graph.dropped.add(id(gather))
-        done.weights += 1
+
+
+def _moved_gather(graph: QdqGraph, dequantize: onnx.NodeProto) -> Optional[list]:
+    """[Gather of a constant 8-bit table, the moves after it] a per-tensor DequantizeLinear
+    reads, or None."""
+    found = graph.params(dequantize)
+    if dequantize.op_type != "DequantizeLinear" or found is None or found[0].size != 1:
+        return None
+    chain, node = [], graph.producer.get(dequantize.input[0])
+    while node is not None and node.op_type in _MOVES and len(chain) < 8:
+        chain.insert(0, node)
+        node = graph.producer.get(node.input[0])
+    table = graph.const(node.input[0]) if node is not None and node.op_type == "Gather" else None
+    if table is None or table.dtype not in EIGHT_BIT:
+        return None
+    return [node, *chain]
 
 
 def _record_ranges(graph: QdqGraph) -> None:

@@ -134,8 +134,16 @@ class QdqGraph:
         self.g.value_info.append(new)
 
     def commit(self) -> None:
-        keep = [m for n in self.g.node if id(n) not in self.dropped
-                for m in (*self.inserted.get(id(n), ()), n)]
+        """Write the changes into the model; nodes nothing reads any more go."""
+        keep = [m for n in self.g.node for m in (*self.inserted.get(id(n), ()), n)
+                if id(m) not in self.dropped]
+        outputs = {o.name for o in self.g.output}
+        while True:  # a node whose every output is unread, and then its producers
+            read = {name for n in keep for name in n.input} | outputs
+            alive = [n for n in keep if not n.output or any(o in read for o in n.output)]
+            if len(alive) == len(keep):
+                break
+            keep = alive
         del self.g.node[:]
         self.g.node.extend(keep)
         self.g.initializer.extend(self.new_inits)

@@ -158,7 +158,8 @@ def test_the_cli_prints_the_line(per_channel, tmp_path, capsys) -> None:
 def test_a_dequantized_embedding_becomes_a_float_gather_exactly() -> None:
     """quantize_static writes an embedding table as a uint8 constant read by a Gather and
     dequantized after it (text2tashkeel's BiLSTM); the pass gathers from the dequantized table
-    instead: onnxruntime gives the same values, bit for bit."""
+    instead (through the Transposes and Reshapes between, there a Transpose): onnxruntime gives
+    the same values, bit for bit."""
     from onnx import TensorProto, helper
     rng = np.random.default_rng(0)
     table = rng.integers(0, 256, (50, 8)).astype(np.uint8)
@@ -173,7 +174,7 @@ def test_a_dequantized_embedding_becomes_a_float_gather_exactly() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     rewritten, done = bring_foreign_int8(model, "requantize")
     assert done.weights == 1 and not done.left
-    assert [n.op_type for n in rewritten.graph.node] == ["Gather"]
+    assert [n.op_type for n in rewritten.graph.node] == ["Gather", "Identity"]
     feeds = [{"ids": rng.integers(0, 50, (1, 6)).astype(np.int64)} for _ in range(3)]
     for before, after in zip(_run(model, feeds), _run(rewritten, feeds)):
         assert np.array_equal(before, after)
@@ -210,3 +211,32 @@ def test_batchnorms_between_qdq_pairs_fold_into_their_conv(per_channel, tmp_path
     assert result.report["precision"]["shares"]["int8"] >= 0.9
     (figures,) = section["cost"]["outputs"].values()
     assert figures["cosine"] > 0.999
+
+
+def test_a_dequantized_moved_embedding_is_gathered_in_float_exactly() -> None:
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(1)
+    table = rng.integers(0, 256, (40, 8)).astype(np.uint8)
+    params = ["s", "z"]
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["table", "ids"], ["g"], name="gather", axis=0),
+         helper.make_node("DequantizeLinear", ["g", *params], ["y"], name="dq"),
+         helper.make_node("Transpose", ["g"], ["t"], name="move", perm=[1, 0, 2]),
+         helper.make_node("DequantizeLinear", ["t", *params], ["y2"], name="dq2")],
+        "emb", [helper.make_tensor_value_info("ids", TensorProto.INT64, [1, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 8]),
+         helper.make_tensor_value_info("y2", TensorProto.FLOAT, [5, 1, 8])],
+        [numpy_helper.from_array(table, "table"),
+         numpy_helper.from_array(np.array(0.02, np.float32), "s"),
+         numpy_helper.from_array(np.array(128, np.uint8), "z")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    rewritten, done = bring_foreign_int8(model, "fp16")
+    assert done.weights == 1 and not done.left
+    assert not any(n.op_type == "DequantizeLinear" for n in rewritten.graph.node)
+    feeds = [{"ids": rng.integers(0, 40, (1, 5)).astype(np.int64)} for _ in range(3)]
+    options = ort.SessionOptions()
+    run = [ort.InferenceSession(m.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]) for m in (model, rewritten)]
+    for feed in feeds:
+        before, after = (s.run(None, feed) for s in run)
+        assert all(np.array_equal(a, b) for a, b in zip(before, after))
