@@ -159,6 +159,9 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
               f"{done.biases} biases")
     if done.batchnorms:
         counts += f", {done.batchnorms} BatchNormalizations folded into their Conv"
+    if done.dynamic:
+        counts += (f", {done.dynamic} dynamic int8 MatMuls (MatMulInteger, scales computed at "
+                   "run time) as float MatMuls, in fp16")
     if mode == "requantize":
         action = (f"requantized to per-tensor symmetric int8 (--foreign-int8 requantize, the "
                   f"default; --foreign-int8 fp16 runs them in fp16 instead): {counts}")
@@ -169,9 +172,12 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
             f"{summary_text(cost)}")
     if done.left:
         line += f"; {len(done.left)} QDQ nodes left as they are (e.g. {done.left[0]!r})"
+    operators = _operator_form(rewritten, mode)
+    if operators is not None:
+        line += "; " + operators["line"]
     section = {"mode": mode, "kinds": list(done.kinds), "weights": done.weights,
                "activations": done.activations, "biases": done.biases,
-               "batchnorms": done.batchnorms,
+               "batchnorms": done.batchnorms, "dynamic": done.dynamic,
                "left": list(done.left), "cost": cost, "line": line}
     return rewritten, section
 

@@ -47,6 +47,7 @@ from onnx import TensorProto, helper
 
 from mrvl_convert.errors import OptionError
 from mrvl_convert.frontend.foreign_bn import FOLDED_WEIGHT, fold_batchnorms
+from mrvl_convert.frontend.foreign_dynamic import dynamic_matmuls, float_matmuls
 from mrvl_convert.frontend.qdq_graph import (EIGHT_BIT, QdqGraph, dequantized, drop_attr,
                                              given_range, known_range)
 
@@ -62,12 +63,13 @@ class ForeignInt8:
     activations: int = 0          # activation QuantizeLinears re-ranged (or removed)
     biases: int = 0               # int32 biases re-scaled (or made float)
     batchnorms: int = 0           # BatchNormalizations folded into their Conv (requantize)
+    dynamic: int = 0              # dynamic int8 MatMuls (MatMulInteger) made float MatMuls
     kinds: List[str] = field(default_factory=list)   # "per-channel weights", "uint8 ..."
     left: List[str] = field(default_factory=list)    # foreign nodes it could not rewrite
 
     @property
     def changed(self) -> bool:
-        return bool(self.weights or self.activations or self.biases)
+        return bool(self.weights or self.activations or self.biases or self.dynamic)
 
 
 def check_mode(mode: object) -> str:
@@ -84,12 +86,15 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"
     check_mode(mode)
     graph = QdqGraph(model)
     kinds = graph.foreign_kinds()
+    if dynamic_matmuls(graph):
+        kinds.append("dynamic int8 MatMuls")
     if not kinds:
         return model, None
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = QdqGraph(out)
     done = ForeignInt8(mode=mode, kinds=kinds)
+    done.dynamic = float_matmuls(graph)
     _float_tables(graph, done)
     if mode == "requantize":
         done.batchnorms = fold_batchnorms(graph)
