@@ -105,6 +105,9 @@ def _set_float(graph: QdqGraph, conv: onnx.NodeProto, index: int, value: np.ndar
     graph.producer[node.output[0]] = node
     graph.readers[node.output[0]] = [conv]
     if index < len(conv.input):
+        old = graph.producer.get(conv.input[index])
+        if old is not None and graph.readers.get(conv.input[index]) == [conv]:
+            graph.dropped.add(id(old))  # the given weight's or bias's DequantizeLinear
         conv.input[index] = node.output[0]
     else:
         conv.input.append(node.output[0])

@@ -235,3 +235,28 @@ def test_operator_form_int8_left_as_it_is_gets_its_line(tmp_path) -> None:
     result = mrvl_convert.convert(str(out), tmp_path / "art")
     line = result.report["foreign_int8"]["line"]
     assert "operator form (" in line and "ConvInteger x1" in line
+
+
+def test_nothing_foreign_is_left_after_a_batchnorm_fold() -> None:
+    from support.foreign_qdq import conv_bn_net
+    qdq = foreign_quantized(conv_bn_net(), per_channel=True, activation="QUInt8")
+    rewritten, done = bring_foreign_int8(qdq)
+    assert done.batchnorms == 3 and done.left == []
+    assert not any(n.op_type == "BatchNormalization" for n in rewritten.graph.node)
+
+
+@pytest.mark.parametrize("per_channel", [True, False])
+def test_batchnorms_between_qdq_pairs_fold_into_their_conv(per_channel, tmp_path) -> None:
+    """A BatchNormalization quantize_static leaves between two QDQ pairs after a Conv stayed on
+    CPU (no int8 per-channel affine): one cut each. Requantized, it folds into the Conv, one
+    Mrvl subgraph; its cost against the given model is measured and small."""
+    from support.foreign_qdq import conv_bn_net
+    qdq = foreign_quantized(conv_bn_net(), per_channel=per_channel, activation="QUInt8")
+    assert sum(n.op_type == "BatchNormalization" for n in qdq.graph.node) == 3
+    result = mrvl_convert.convert(qdq, tmp_path / "out")
+    section = result.report["foreign_int8"]
+    assert section["batchnorms"] == 3 and "3 BatchNormalizations folded" in section["line"]
+    assert result.summary["mrvl_subgraphs"] == 1 and result.summary["cpu_subgraphs"] == 0
+    assert result.report["precision"]["shares"]["int8"] >= 0.9
+    (figures,) = section["cost"]["outputs"].values()
+    assert figures["cosine"] > 0.999
