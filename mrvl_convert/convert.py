@@ -21,6 +21,7 @@ from mrvl_convert.estimate.device import check_device
 from mrvl_convert.estimate.profile import HardwareProfile
 from mrvl_convert.estimate.region import region_weight
 from mrvl_convert.frontend.canonicalize import CanonicalGraph, canonicalize
+from mrvl_convert.frontend.foreign_cost import foreign_int8_section
 from mrvl_convert.frontend.load import LoadedModel, ModelLike, load_model
 from mrvl_convert.ir.layout import MrvlSubgraph
 from mrvl_convert.ir.match import MatchPlan
@@ -86,7 +87,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             min_compute_layers: int = 1, estimate: Estimate = None, draw: bool = False,
             on_stage: Optional[StageFn] = None,
             quantize: Optional[Quantization] = None, keep_fp32: Sequence[str] = (),
-            values: Optional[Mapping[str, Any]] = None) -> Result:
+            values: Optional[Mapping[str, Any]] = None,
+            foreign_int8: str = "requantize") -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
@@ -110,12 +112,17 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     ``values``: inputs pinned to one value for the conversion (``{"sr": 16000}``): what they
     decide is folded (an ``If`` on them becomes its branch); the artifact still takes them and
     computes what the model does for these values only (the manifest's ``options.values``).
+    ``foreign_int8``: a QDQ model from another quantizer (per-channel weights, uint8 or
+    zero-point activations, which the device's int8 cannot carry): ``"requantize"`` (default)
+    brings it to per-tensor symmetric int8, ``"fp16"`` runs it as its float form; report.json's
+    ``foreign_int8`` section says what was done and what it costs against the given model
+    (``frontend/foreign_int8.py``).
     """
     options = ConvertOptions(shapes=shapes, policy=policy, rules=rules, name=name,
                              layer_set=layer_set, max_subgraphs=max_subgraphs, deny=deny,
                              min_compute_layers=min_compute_layers, estimate=estimate,
                              draw=draw, quantize=quantize, keep_fp32=tuple(keep_fp32),
-                             values=values)
+                             values=values, foreign_int8=foreign_int8)
     return convert_with(model, out_dir, options, on_stage)
 
 
@@ -134,6 +141,9 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     rules = load_rules(options.rules, layer_set=options.layer_set)
     profile = _profile(options.estimate)
     loaded = load_model(model, shapes=options.shapes, name=name, values=options.values)
+    foreign = None
+    if quantized is None:  # our own recipe's QDQ is the device's int8 already
+        loaded.proto, foreign = foreign_int8_section(loaded.proto, options.foreign_int8)
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
@@ -160,7 +170,8 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     step("emit")
     converted = _Converted(loaded, canonical, matches, plan, subgraphs,
                            None if baseline is None else
-                           _keep_fp32_entry(options.keep_fp32, baseline, plan), upstream)
+                           _keep_fp32_entry(options.keep_fp32, baseline, plan), upstream,
+                           foreign)
     return _emit(converted, Path(out_dir), options, profile, quantized, on_publish)
 
 
@@ -175,6 +186,7 @@ class _Converted:
     keep_fp32: Optional[Dict[str, Any]] = None   # report.json's section, with keep_fp32
     # node -> None where upstream v0.19's rules accept its composite, else why (codegen report)
     upstream: Optional[Dict[str, Optional[str]]] = None
+    foreign_int8: Optional[Dict[str, Any]] = None   # report.json's section (another quantizer)
 
 
 def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
@@ -193,6 +205,8 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
                                   subgraphs)
         if converted.keep_fp32 is not None:
             report["keep_fp32"] = converted.keep_fp32
+        if converted.foreign_int8 is not None:
+            report["foreign_int8"] = converted.foreign_int8
         documents_of = {name: docs[0] for name, docs in stages.mrvl.items()}
         manifest["codegen"] = codegen.needs(documents_of.values(), converted.upstream)
         report["precision"] = mac_split(plan, documents_of, report["nodes"],

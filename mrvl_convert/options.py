@@ -13,6 +13,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from mrvl_convert.errors import MrvlConvertError, OptionError
 from mrvl_convert.estimate.profile import HardwareProfile
+from mrvl_convert.frontend.foreign_int8 import check_mode
 from mrvl_convert.frontend.input_values import check_values
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.partition.plan import POLICIES
@@ -45,6 +46,7 @@ class ConvertOptions:
     quantize: Optional[Quantization] = None
     keep_fp32: Tuple[str, ...] = ()
     values: Optional[Mapping[str, Any]] = None
+    foreign_int8: str = "requantize"
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -62,6 +64,7 @@ class ConvertOptions:
             raise OptionError(f"quantize must be a Quantization, got "
                               f"{type(self.quantize).__name__}")
         _check_keep_fp32(self.keep_fp32, self.quantize)
+        check_mode(self.foreign_int8)
         # Copies: what the caller changes afterwards does not change these options.
         object.__setattr__(self, "deny", tuple(self.deny))
         object.__setattr__(self, "keep_fp32", tuple(self.keep_fp32))
@@ -99,6 +102,8 @@ class ConvertOptions:
             entry["min_compute_layers"] = self.min_compute_layers
         if self.keep_fp32:
             entry["keep_fp32"] = sorted(set(self.keep_fp32))
+        if self.foreign_int8 != "requantize":
+            entry["foreign_int8"] = self.foreign_int8
         if self.values:
             entry["values"] = {k: self.values[k] for k in sorted(self.values)}
         return entry

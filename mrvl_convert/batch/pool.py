@@ -46,7 +46,8 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                  min_compute_layers: int = 1,
                  on_stage: Optional[StageFn] = None,
                  quantize: Quantize = None, one_device: bool = False,
-                 values: Optional[Mapping[str, Any]] = None) -> BatchResult:
+                 values: Optional[Mapping[str, Any]] = None,
+                 foreign_int8: str = "requantize") -> BatchResult:
     """Convert every model into ``out_dir/<name>/`` and write ``out_dir/summary.json``.
 
     ``executor``: any ``concurrent.futures.Executor`` (used as is, not shut down). Without one,
@@ -68,7 +69,7 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
     ``one_device``: the models are to be loaded on one device together: the device check
     counts their model slots together (summary.json ``one_device`` and each row's
     ``fits_device``). ``values``: inputs pinned for the conversion, as ``convert`` takes them
-    (every model must have them).
+    (every model must have them). ``foreign_int8``: as ``convert`` takes it.
     A script that calls this with ``jobs != 1`` needs the usual ``if __name__ == "__main__":``
     guard (worker processes are started with forkserver/spawn, which re-import the main module).
     """
@@ -78,7 +79,7 @@ def convert_many(models: Iterable[PathLike], out_dir: PathLike, *, jobs: Optiona
                              min_compute_layers=min_compute_layers, draw=draw,
                              estimate=True if estimate == "builtin" else estimate,
                              quantize=None if per_model is not None else quantize,
-                             values=values)
+                             values=values, foreign_int8=foreign_int8)
     return run_batch(models, out_dir, options, shapes=shapes, quantize_per_model=per_model,
                      verify=verify, jobs=jobs, executor=executor, fail_fast=fail_fast,
                      progress=progress, on_stage=on_stage, one_device=one_device)

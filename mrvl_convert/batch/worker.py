@@ -158,9 +158,19 @@ def _notices(manifest: Dict[str, Any], report: Dict[str, Any]) -> Dict[str, Any]
     calibration = manifest.get("quantization", {}).get("calibration", {})
     notices = {"input_shape_overrides": manifest["model"].get("input_shape_overrides", {}),
                "calibration_warnings": list(calibration.get("warnings", []))}
-    if "quantization" in manifest:  # --quantize int8: how much of it stayed int8, and why not
+    foreign = report.get("foreign_int8")
+    if "quantization" in manifest or (foreign and foreign["mode"] == "requantize"):
+        # int8 (--quantize, or another quantizer's QDQ): how much of it stayed int8, and why not
         notices["int8"] = {"shares": report["precision"]["shares"],
                            "not_int8": report["precision"]["not_int8"][:1]}
+    if foreign:
+        share = report["summary"].get("mrvl_mac_share") or 0.0
+        line = f"{foreign['line']}; {100 * share:.1f}% of the MACs run on the accelerator"
+        if share < 0.5 and report["cut_by"]:
+            top = report["cut_by"][0]
+            line += (f", most cut by {top['op_type']} x{top['nodes']} on CPU "
+                     "(report.json nodes[].reason)")
+        notices["foreign_int8"] = line
     return notices
 
 

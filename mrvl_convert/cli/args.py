@@ -88,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--calibration-method", choices=("minmax", "entropy", "percentile"),
                         default=None, help="--quantize: how activation ranges are taken from "
                                            "the samples (default: minmax)")
+    parser.add_argument("--foreign-int8", choices=("requantize", "fp16"), default="requantize",
+                        help="a QDQ model from another quantizer (per-channel weights, uint8 or "
+                             "zero-point activations): requantize it to per-tensor symmetric "
+                             "int8, the cost measured and printed (default), or run it in fp16")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     add_quant_args(parser)
     add_fp16_args(parser)
@@ -170,7 +174,8 @@ def convert_options(args: argparse.Namespace, estimate: Union[None, bool, str],
                           max_subgraphs=args.max_subgraphs, deny=list(args.deny),
                           min_compute_layers=args.min_compute_layers, estimate=estimate,
                           draw=args.draw, quantize=quantize,
-                          values=parse_values(args.input_value) or None)
+                          values=parse_values(args.input_value) or None,
+                          foreign_int8=args.foreign_int8)
 
 
 _NUMBER = re.compile(r"[-+]?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")

@@ -64,6 +64,8 @@ def override_lines(result: Any) -> List[str]:
                          "(--input-shape replaces its static dims)")
         lines += [f"warning: model {outcome.model}: {text}"
                   for text in notices.get("calibration_warnings", [])]
+        if "foreign_int8" in notices:
+            lines.append(f"note: model {outcome.model}: {notices['foreign_int8']}")
         if "int8" in notices:
             lines += int8_share_lines(outcome.model, notices["int8"])
     return lines

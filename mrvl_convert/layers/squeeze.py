@@ -16,7 +16,9 @@ from mrvl_convert.layers.reshape import ReshapeKernel, lowering
 
 
 def _attrs(node: gs.Node) -> Dict[str, Any]:
-    return {"axes": tuple(squeeze_axes(node))}
+    # ONNX allows negative axes; the format writes them counted from the front
+    rank = len(node.inputs[0].shape or ())
+    return {"axes": tuple(a % rank if rank else a for a in squeeze_axes(node))}
 
 
 KIND = LayerKind(

@@ -1,0 +1,205 @@
+"""What ``foreign_int8.py``'s rewrite costs, measured: onnxruntime runs the given QDQ model and
+the rewritten one on the same inputs and the outputs are compared.
+
+Contract.
+  Requires: two models with the same inputs and outputs (names, static shapes), both runnable
+  by onnxruntime's CPU provider.
+  Ensures: per output, the largest absolute difference, that difference over the given model's
+  peak |output| (``rel``), and the cosine of the two (flattened, over all inputs); nothing is
+  changed. Both run with Q/DQ fusion off (``session.disable_quant_qdq``): each QDQ op as the
+  model writes it, the reference the int8 verify uses, not onnxruntime's int8 kernels.
+
+The inputs: ``SAMPLES`` seeded draws. A float input that a QuantizeLinear reads is drawn from a
+normal distribution whose +-3 sigma is the float range that QuantizeLinear covers (the range
+the quantizer calibrated), clipped to it;
+another float input from a standard normal; an integer input read as a Gather's indices in
+[0, that table's length), other integers 0 or 1. Given ``feeds`` (verify or calibration
+samples) are used instead.
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+SAMPLES = 4
+_SEED = 0
+
+
+def measure(given: onnx.ModelProto, rewritten: onnx.ModelProto,
+            feeds: Optional[Sequence[Mapping[str, np.ndarray]]] = None) -> Dict[str, Any]:
+    """``{"inputs": how the inputs were had, "samples": n, "outputs": {name: {"max_abs",
+    "rel", "cosine"}}}``, or ``{"error": why}`` when onnxruntime cannot run one of them."""
+    chosen = list(feeds) if feeds else drawn_feeds(given)
+    try:
+        before = _run(given, chosen)
+        after = _run(rewritten, chosen)
+    except Exception as exc:  # onnxruntime's errors have no common base class
+        return {"error": " ".join(str(exc).split())[:300] or type(exc).__name__}
+    outputs = {}
+    for name in before[0]:
+        ref = np.concatenate([np.asarray(b[name], np.float64).reshape(-1) for b in before])
+        got = np.concatenate([np.asarray(a[name], np.float64).reshape(-1) for a in after])
+        diff = float(np.max(np.abs(ref - got), initial=0.0))
+        peak = float(np.max(np.abs(ref), initial=0.0))
+        norms = float(np.linalg.norm(ref) * np.linalg.norm(got))
+        cosine = float(ref @ got / norms) if norms > 0 else float(diff == 0.0)
+        outputs[name] = {"max_abs": diff, "rel": diff / peak if peak > 0 else float(diff > 0),
+                         "cosine": cosine}
+    return {"inputs": "given" if feeds else "drawn in the calibrated input ranges",
+            "samples": len(chosen), "outputs": outputs}
+
+
+def summary_text(cost: Mapping[str, Any]) -> str:
+    """The worst output's figures in words, for the CLI line."""
+    if "error" in cost:
+        return f"not measured (onnxruntime: {cost['error']})"
+    outputs = cost["outputs"]
+    if not outputs:
+        return "not measured (no float output)"
+    worst = max(outputs, key=lambda k: outputs[k]["rel"])
+    figures = outputs[worst]
+    return (f"max |diff| {figures['max_abs']:.3g} ({100 * figures['rel']:.2f}% of its peak), "
+            f"cosine {figures['cosine']:.5f} at output {worst!r} on {cost['samples']} inputs "
+            f"{cost['inputs']}")
+
+
+def drawn_feeds(model: onnx.ModelProto) -> List[Dict[str, np.ndarray]]:
+    """``SAMPLES`` seeded feeds for ``model``'s inputs (module docstring)."""
+    rng = np.random.default_rng(_SEED)
+    inits = {i.name for i in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in inits]
+    return [{i.name: _draw(model, i, rng) for i in inputs} for _ in range(SAMPLES)]
+
+
+def _draw(model: onnx.ModelProto, info: onnx.ValueInfoProto,
+          rng: np.random.Generator) -> np.ndarray:
+    tensor = info.type.tensor_type
+    shape = [max(d.dim_value, 1) for d in tensor.shape.dim]
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+    if dtype.kind == "f":
+        span = _quantized_range(model, info.name)
+        values = rng.standard_normal(shape)
+        if span is not None:
+            middle, sigma = (span[0] + span[1]) / 2, (span[1] - span[0]) / 6
+            values = np.clip(middle + sigma * values, span[0], span[1])
+        return values.astype(dtype)
+    if dtype.kind in "iu":
+        return rng.integers(0, _index_bound(model, info.name), shape).astype(dtype)
+    return np.zeros(shape, dtype)
+
+
+def _consts(model: onnx.ModelProto) -> Dict[str, np.ndarray]:
+    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+
+
+def _quantized_range(model: onnx.ModelProto, name: str) -> Optional[tuple]:
+    """The float range a per-tensor QuantizeLinear reading ``name`` covers."""
+    consts = _consts(model)
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear" and node.input[0] == name and node.input[1] in consts:
+            scale = consts[node.input[1]].reshape(-1)
+            zero = (consts.get(node.input[2]) if len(node.input) > 2 else None)
+            zero = np.zeros(1, np.uint8) if zero is None else zero.reshape(-1)
+            if scale.size == 1:
+                info = np.iinfo(zero.dtype)
+                offset = int(zero[0])
+                return ((info.min - offset) * float(scale[0]), (info.max - offset) * float(scale[0]))
+    return None
+
+
+def _index_bound(model: onnx.ModelProto, name: str) -> int:
+    """The shortest table a Gather reads with ``name`` as its indices, or 2."""
+    consts = _consts(model)
+    bounds = [consts[n.input[0]].shape[_axis(n)] for n in model.graph.node
+              if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == name
+              and n.input[0] in consts and consts[n.input[0]].ndim]
+    return max(1, min(bounds)) if bounds else 2
+
+
+def _axis(node: onnx.NodeProto) -> int:
+    for attr in node.attribute:
+        if attr.name == "axis":
+            return int(attr.i)
+    return 0
+
+
+def _run(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
+         ) -> List[Dict[str, np.ndarray]]:
+    import onnxruntime as ort
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.add_session_config_entry("session.disable_quant_qdq", "1")
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(names, dict(feed)))) for feed in feeds]
+
+
+def foreign_int8_section(model: onnx.ModelProto, mode: str,
+                         feeds: Optional[Sequence[Mapping[str, np.ndarray]]] = None):
+    """``model`` brought into the device's int8 (``foreign_int8.bring_foreign_int8``) and
+    report.json's ``foreign_int8`` section (what was done, its measured cost, and the line the
+    CLI prints), or ``(model, None)`` when it has no foreign QDQ node."""
+    from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
+    rewritten, done = bring_foreign_int8(model, mode)
+    if done is None:
+        return model, _operator_form(model, mode)
+    if not done.changed:
+        line = (f"int8 from another quantizer ({', '.join(done.kinds)}; the device takes "
+                f"per-tensor symmetric int8 only): its {len(done.left)} QDQ nodes cannot be "
+                f"rewritten (e.g. {done.left[0]!r}) and stay on CPU with their reason")
+        return model, {"mode": mode, "kinds": list(done.kinds), "weights": 0,
+                       "activations": 0, "biases": 0, "left": list(done.left), "cost": {},
+                       "line": line}
+    cost = measure(model, rewritten, feeds)
+    counts = (f"{done.weights} weights, {done.activations} activations, "
+              f"{done.biases} biases")
+    if done.batchnorms:
+        counts += f", {done.batchnorms} BatchNormalizations folded into their Conv"
+    if done.dynamic:
+        counts += (f", {done.dynamic} dynamic int8 MatMuls (MatMulInteger, scales computed at "
+                   "run time) as float MatMuls, in fp16")
+    if mode == "requantize":
+        action = (f"requantized to per-tensor symmetric int8 (--foreign-int8 requantize, the "
+                  f"default; --foreign-int8 fp16 runs them in fp16 instead): {counts}")
+    else:
+        action = f"run in fp16 (--foreign-int8 fp16): its QDQ nodes removed ({counts})"
+    line = (f"int8 from another quantizer ({', '.join(done.kinds)}; the device takes "
+            f"per-tensor symmetric int8 only): {action}; cost against the given QDQ model: "
+            f"{summary_text(cost)}")
+    if done.left:
+        line += f"; {len(done.left)} QDQ nodes left as they are (e.g. {done.left[0]!r})"
+    operators = _operator_form(rewritten, mode)
+    if operators is not None:
+        line += "; " + operators["line"]
+    section = {"mode": mode, "kinds": list(done.kinds), "weights": done.weights,
+               "activations": done.activations, "biases": done.biases,
+               "batchnorms": done.batchnorms, "dynamic": done.dynamic,
+               "left": list(done.left), "cost": cost, "line": line}
+    return rewritten, section
+
+
+# onnxruntime's operator-form int8 (QuantFormat.QOperator, dynamic quantization): no QDQ pair
+# to requantize; none of these ops has a Marvell layer.
+OPERATOR_INT8 = ("DynamicQuantizeLinear", "MatMulInteger", "ConvInteger", "QLinearConv",
+                 "QLinearMatMul", "QGemm", "QLinearAdd", "QLinearMul", "DynamicQuantizeLSTM",
+                 "DynamicQuantizeMatMul", "QAttention", "MatMulIntegerToFloat")
+
+
+def _operator_form(model: onnx.ModelProto, mode: str) -> Optional[Dict[str, Any]]:
+    """report.json's ``foreign_int8`` for a model in onnxruntime's operator-form int8 (the ops
+    and their counts, nothing rewritten), or None when it has none."""
+    counts: Dict[str, int] = {}
+    for node in model.graph.node:
+        if node.op_type in OPERATOR_INT8:
+            counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    if not counts:
+        return None
+    ops = ", ".join(f"{op} x{n}" for op, n in sorted(counts.items(), key=lambda i: -i[1]))
+    line = (f"int8 from another quantizer in operator form ({ops}): no QDQ node to requantize "
+            f"or run in fp16; these ops have no Marvell layer and stay on CPU")
+    return {"mode": mode, "kinds": [f"operator-form int8 ({ops})"], "weights": 0,
+            "activations": 0, "biases": 0, "left": [], "cost": {}, "line": line}
