@@ -221,23 +221,25 @@ def test_int8_pools_and_residual_add_within_one_step(tmp_path):
     assert len(rows) == 6 and all(r.max_abs is not None for r in rows), report.format_table()
 
 
-# ---------------------------------------------------------------------------- CPU fallback
-@pytest.mark.parametrize("recipe, words", [
-    ({"per_channel": True}, "per-channel scale"),
-    ({"extra_options": {"ActivationSymmetric": False, "WeightSymmetric": True}}, "zero point"),
+# ------------------------------------------------------------- forms outside the format
+@pytest.mark.parametrize("recipe, kind", [
+    ({"per_channel": True}, "per-channel weights"),
+    ({"extra_options": {"ActivationSymmetric": False, "WeightSymmetric": True}},
+     "zero-point activations"),
 ])
-def test_int8_outside_the_format_stays_on_cpu_with_the_reason(tmp_path, recipe, words):
+def test_int8_outside_the_format_is_requantized_with_its_cost(tmp_path, recipe, kind):
     """Per-channel weight scales and non-zero zero points have no place in the format: the
-    Conv stays on CPU, saying why, and the hybrid still computes what onnxruntime does."""
+    foreign-int8 pass (frontend/foreign_int8.py) requantizes them to per-tensor symmetric int8,
+    the Conv runs int8 on the accelerator, and report.json names what was converted and what it
+    cost against the given QDQ model (before it, the Conv stayed on CPU)."""
     model, x_shape = CASES["conv3x3_pad1"]()
     qdq, feeds = quantized(tmp_path, model, x_shape, **recipe)
     result = mrvl_convert.convert(qdq, tmp_path / "out")
     conv = placements(result)["conv"]
-    assert conv["placement"] == "cpu"
-    assert words in conv["reason"], conv["reason"]
-    if result.manifest["stages"] and any(s["kind"] == "mrvl" for s in result.manifest["stages"]):
-        got, want = run_both(qdq, result.out_dir, feeds)
-        assert steps(got, want, output_scale(onnx.load(qdq))).max() <= 1
+    assert (conv["placement"], conv["rule"]) == ("mrvl", "mrvl.qnn_conv2d"), conv
+    foreign = json.loads((result.out_dir / "report.json").read_text())["foreign_int8"]
+    assert foreign["mode"] == "requantize" and kind in foreign["kinds"], foreign
+    assert set(foreign["cost"]["outputs"]) == {"y"} and kind in foreign["line"]
 
 
 def test_int8_tensors_may_cross_stage_boundaries(mnist_int8, tmp_path):
