@@ -48,6 +48,7 @@ from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_thi
 from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.global_means import keep_global_mean_dims
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
@@ -119,7 +120,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
-    if fold_into_fcs(graph, forms) or tokens or heads or sunk:
+    means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
+    if fold_into_fcs(graph, forms) or tokens or heads or sunk or means:
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
