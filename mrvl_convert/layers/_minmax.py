@@ -9,7 +9,8 @@ src/relay/backend/contrib/mrvl/codegen.cc): with ``f`` the operand of the output
 Exact in real arithmetic. Bound in fp16 (unit roundoff u = 2**-11, inputs already fp16): where
 the chosen operand is the one the last layer passes (Max: f <= o; Min: f <= o) the Relu gives
 +0 and the result is that operand exactly; otherwise two roundings, |out - exact| <=
-u |f - o| + u |exact| (1 + u). ``f - o`` overflows fp16 (inf) where |f - o| > 65504 though
+u |f - o| + u |exact| (1 + u) + 2**-24 (below 2**-14 fp16's spacing is 2**-24: each rounding
+may be off by 2**-25 absolutely). ``f - o`` overflows fp16 (inf) where |f - o| > 65504 though
 both operands are in range; the range check of the simulator names such a layer. A NaN operand
 gives NaN (onnxruntime's Max propagates it too).
 

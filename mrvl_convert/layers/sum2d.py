@@ -126,7 +126,8 @@ KIND = LayerKind(
             "constant already in physical order, numpy-broadcastable to the output)",
     kernel=Sum2DKernel,
     lower=lower,
-    one_of_roles=roles("add", "lut", "layer_norm", "elu"),   # lut: the int8 carrier of a LUT (qnn/unary.py)
+    # lut: the int8 carrier of a LUT (qnn/unary.py); elu: _elu.py
+    one_of_roles=roles("add", "lut", "layer_norm", "elu"),
     optional_roles=roles("act", "pool"),  # pool: a MaxPool after the LUT (qnn/unary.py)
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),

@@ -17,7 +17,10 @@ Details = Optional[Dict[str, Any]]
 
 
 def _eps(node: gs.Node) -> Tuple[Optional[float], str]:
-    """(the clamp's lower bound, "") of a Clip(min) or Max(., c), or (None, why not)."""
+    """(the clamp's lower bound, "") of a Clip(min), Max(., c) or Relu (canonicalize's Max(., 0)),
+    or (None, why not)."""
+    if node.op == "Relu":
+        return 0.0, ""
     if node.op == "Max":
         consts = [t for t in node.inputs if is_const(t)]
         if len(node.inputs) != 2 or len(consts) != 1 or const_value(consts[0]).size != 1:
@@ -37,7 +40,7 @@ def _form(div: gs.Node) -> Tuple[Optional[gs.Node], Optional[float], str]:
     node, eps = div.inputs[1].inputs[0] if div.inputs[1].inputs else None, 0.0
     if node is not None and node.op == "Expand":
         node = node.inputs[0].inputs[0] if node.inputs[0].inputs else None
-    if node is not None and node.op in ("Clip", "Max"):
+    if node is not None and node.op in ("Clip", "Max", "Relu"):
         eps, why = _eps(node)
         if eps is None:
             return None, None, why
