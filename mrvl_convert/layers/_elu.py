@@ -26,11 +26,8 @@ import numpy as np
 from mrvl_convert.core.graph import attr, static_shape
 from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
 from mrvl_convert.ir.match import Composite
+from mrvl_convert.layers._decompose import _scalar
 from mrvl_convert.layers._lowering import new_layer
-
-
-def _scalar(rank: int, value: float) -> np.ndarray:
-    return np.full([1] * rank, value, dtype=np.float32)
 
 
 def lower_elu(composite: Composite, ctx: LayoutContext) -> None:
