@@ -32,3 +32,13 @@ def test_every_branch_node_has_its_placement_and_reason(tmp_path):
     assert summary["mrvl_nodes"] == placements.count("mrvl")
     indices = [e["index"] for e in report["nodes"]]
     assert indices == list(range(len(indices)))
+
+
+def test_the_annotated_model_skips_the_branch_entries(tmp_path):
+    from mrvl_convert.viz.placement import annotate
+
+    model = corpus_audio.audio_vad()
+    report = _converted(tmp_path)
+    annotated = annotate(model, report)
+    [node] = [n for n in annotated.graph.node if n.name == "If_sr"]
+    assert {p.key: p.value for p in node.metadata_props}["mrvl.placement"] == "removed"
