@@ -127,6 +127,10 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
         entry = _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of)
         counts[entry["placement"]] += 1
         entries.append(entry)
+    for entry in _branch_entries(len(entries), canonical, matches, plan, stage_of, layer_of,
+                                 rule_of):
+        counts[entry["placement"]] += 1
+        entries.append(entry)
     summary = {"nodes": len(entries), "mrvl_nodes": counts["mrvl"],
                "cpu_nodes": counts["cpu"], "removed_nodes": counts["removed"],
                "mrvl_subgraphs": sum(s.kind == "mrvl" for s in plan.stages),
@@ -206,6 +210,26 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
         entry["derived"] = derived
     if name in canonical.kept:  # also on Mrvl, where a layer may compute what CPU could not
         entry["canonical"] = canonical.kept[name]
+    return _placed(entry, name, matches, plan, stage_of, layer_of, rule_of)
+
+
+def _branch_entries(start, canonical, matches, plan, stage_of, layer_of, rule_of
+                    ) -> List[Dict[str, Any]]:
+    """An entry of its own for each node that replaced a removed one (a decided If's branch):
+    no node of the model stands for it, yet it runs on Mrvl or CPU, and why must be told."""
+    op_of = {n.name: n.op for n in canonical.graph.nodes}
+    entries = []
+    for name, origin in canonical.derived.items():
+        if origin not in canonical.removed or name not in stage_of:
+            continue
+        entry = {"index": start + len(entries), "name": name,
+                 "op_type": op_of.get(name, "unknown"), "derived_from": origin}
+        entries.append(_placed(entry, name, matches, plan, stage_of, layer_of, rule_of))
+    return entries
+
+
+def _placed(entry, name, matches, plan, stage_of, layer_of, rule_of) -> Dict[str, Any]:
+    """``entry`` with where canonical node ``name`` runs, and why there."""
     stage = stage_of[name]
     entry["stage"] = stage.name
     if stage.kind == "mrvl":

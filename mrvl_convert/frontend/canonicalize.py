@@ -57,6 +57,7 @@ from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.global_means import keep_global_mean_dims
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.rank_lift import lift_ranks
@@ -135,9 +136,11 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
+    means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
     folded = fold_into_fcs(graph, forms)
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
-    if lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized:
+    if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
+            or means):
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):

@@ -144,6 +144,8 @@ def _readers(tensor: gs.Tensor, outputs: set) -> Optional[List[_Fc]]:
 
 
 def _last_axis_vector(value: np.ndarray, shape: List[int]) -> Optional[np.ndarray]:
+    if not shape:   # a 0-D activation has no channel axis to scale
+        return None
     channels = shape[-1]
     if value.ndim < 1 or value.ndim > len(shape) or value.shape[-1] != channels:
         return None
@@ -180,7 +182,7 @@ def _fold_affine(graph: gs.Graph, add: gs.Node, done: Rewrites, names: Names,
 def _fold_layer_norm_op(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
                         outputs: set) -> bool:
     shape = static_shape(node.inputs[0])
-    if shape is None or int(attr(node, "axis", -1)) not in (-1, len(shape) - 1):
+    if not shape or int(attr(node, "axis", -1)) not in (-1, len(shape) - 1):
         return False
     if any(t.outputs or t.name in outputs for t in node.outputs[1:]):
         return False   # Mean or InvStdDev is used

@@ -34,6 +34,7 @@ from mrvl_convert.layers._kind import FUSED_ACTIVATION, Const, LayerKind, roles
 from mrvl_convert.layers._lowering import activation, new_layer
 from mrvl_convert.layers._unary import ONLY_MARVELL
 from mrvl_convert.layers.gelu import lower_gelu
+from mrvl_convert.layers.l2_normalize import lower_l2_normalize
 from mrvl_convert.layers.layer_norm import lower_sqrt_div
 
 SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
@@ -64,6 +65,9 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
         return
     if composite.binding.node("gelu") is not None or composite.binding.node("gate") is not None:
         lower_gelu(composite, ctx)
+        return
+    if composite.binding.node("normalized") is not None:
+        lower_l2_normalize(composite, ctx)
         return
     if composite.binding.node("quotient") is not None:
         lower_sqrt_div(composite, ctx)
@@ -151,10 +155,10 @@ KIND = LayerKind(
             " constant (already in physical order) that numpy-broadcasts into the first",
     kernel=Mul2DKernel,
     lower=lower,
-    one_of_roles=roles("mul", "div", "hardswish", "gelu", "gate", "quotient"),
+    one_of_roles=roles("mul", "div", "hardswish", "gelu", "gate", "quotient", "normalized"),
     # a GELU's Erf form (gelu.py) and Div(d, Sqrt(v)) (layer_norm.py) name their other steps
     optional_roles=roles("act", "scale", "erf", "one", "half", "sqrt", "cube", "cubic", "inner",
-                         "arg", "tanh"),
+                         "arg", "tanh", "l2", "clamp", "expand"),
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),
     quantizable=True,

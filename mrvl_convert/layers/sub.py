@@ -5,7 +5,8 @@ Sum2D; ``c - x`` stays on CPU, as the format does not say which operand a consta
 The contract is the newer codegen's ``mrvl.subtract``: ``CreateCompositeMrvlSubtractLayer``
 (princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/
 codegen.cc), R4, ``activation_type`` by ``setActivationFunction``. Also the last layer of a
-PRelu (``_decompose.py``: Relu(x) - slope * Relu(-x)).
+PRelu (``_decompose.py``: Relu(x) - slope * Relu(-x)) and of a Max or Min of two activations
+(``_minmax.py``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.kernels.ufuncs import activate_inplace
 from mrvl_convert.layers._decompose import lower_prelu
+from mrvl_convert.layers._minmax import lower_max_min
 from mrvl_convert.layers._kind import FUSED_ACTIVATION, LayerKind, roles
 from mrvl_convert.layers._lowering import activation, new_layer
 from mrvl_convert.layers._unary import ONLY_MARVELL
@@ -34,6 +36,9 @@ SOURCE = ("princekumar70/tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 "
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     if composite.binding.node("prelu") is not None:
         lower_prelu(composite, ctx)
+        return
+    if composite.binding.node("minmax") is not None:
+        lower_max_min(composite, ctx)
         return
     node = composite.binding.node("sub")
     rank = len(static_shape(node.outputs[0]))
@@ -77,7 +82,7 @@ KIND = LayerKind(
     summary="elementwise a - b of two activations, b numpy-broadcasting into a",
     kernel=SubKernel,
     lower=lower,
-    one_of_roles=roles("sub", "prelu"),
+    one_of_roles=roles("sub", "prelu", "minmax"),
     optional_roles=roles("act"),
     attrs=(FUSED_ACTIVATION,),
     layer_sets=ONLY_MARVELL,

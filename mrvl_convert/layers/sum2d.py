@@ -26,12 +26,16 @@ from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.kernels.ufuncs import activate_inplace
 from mrvl_convert.layers._kind import FUSED_ACTIVATION, MARVELL, Const, LayerKind, roles
 from mrvl_convert.layers._lowering import activation, new_layer
+from mrvl_convert.layers._elu import lower_elu
 from mrvl_convert.layers.layer_norm import lower_layer_norm
 
 
 def lower(composite: Composite, ctx: LayoutContext) -> None:
     if composite.binding.node("layer_norm") is not None:
         lower_layer_norm(composite, ctx)
+        return
+    if composite.binding.node("elu") is not None:
+        lower_elu(composite, ctx)
         return
     add = composite.binding.node("add")
     out_shape = static_shape(add.outputs[0])
@@ -122,7 +126,8 @@ KIND = LayerKind(
             "constant already in physical order, numpy-broadcastable to the output)",
     kernel=Sum2DKernel,
     lower=lower,
-    one_of_roles=roles("add", "lut", "layer_norm"),   # lut: the int8 carrier of a LUT (qnn/unary.py)
+    # lut: the int8 carrier of a LUT (qnn/unary.py); elu: _elu.py
+    one_of_roles=roles("add", "lut", "layer_norm", "elu"),
     optional_roles=roles("act", "pool"),  # pool: a MaxPool after the LUT (qnn/unary.py)
     attrs=(FUSED_ACTIVATION,),
     consts=(Const("operand", "input", "the constant operand, if any", required=False),),

@@ -18,6 +18,7 @@ from mrvl_convert.rules import checks_shape
 from mrvl_convert.rules.qnn_checks import QNN_CHECKS
 from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
 from mrvl_convert.rules.checks_transformer import TRANSFORMER_CHECKS
+from mrvl_convert.rules.checks_l2 import L2_CHECKS
 
 Details = Optional[Dict[str, Any]]
 Check = Callable[[gs.Node, Mapping[str, Any], gs.Graph], Details]
@@ -397,4 +398,5 @@ CHECKS: Dict[str, Check] = {
     **QNN_CHECKS,
     **ELEMENTWISE_CHECKS,
     **TRANSFORMER_CHECKS,
+    **L2_CHECKS,
 }

@@ -21,6 +21,8 @@ def annotate(proto: onnx.ModelProto, report: Mapping[str, Any],
     model.CopyFrom(proto)
     nodes = model.graph.node
     for entry in report["nodes"]:
+        if "derived_from" in entry:   # a decided If's branch node: not a node of this model
+            continue
         index = entry["index"]
         if index >= len(nodes) or nodes[index].op_type != entry["op_type"]:
             raise ArtifactError(f"report entry {entry['name']!r} does not match node {index} "

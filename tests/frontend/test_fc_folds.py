@@ -258,3 +258,16 @@ def test_folded_layer_norm_op_is_compared_as_the_normalised_value(tmp_path):
     rows = [r for r in comparison.rows if r.kind == "layer"]
     assert any(r.tensor.endswith("_normalized") for r in rows)
     assert all(r.passed for r in rows), [(r.tensor, r.max_abs) for r in rows]
+
+
+def test_scalar_scale_and_shift_of_a_0d_tensor_is_left_alone():
+    # plcmos_v2: a 0-D x * c + d (no channel axis) raised IndexError in the affine fold
+    b = Builder()
+    x = b.input("x", [])
+    y = b.op("Add", [b.op("Mul", [x, b.const(np.float32(1.5))]), b.const(np.float32(0.25))])
+    model = b.model([b.op("Mul", [y, y])])
+    _untouched(model)
+    feeds = {"x": np.array(0.75, np.float32)}
+    canonical, proto = canonicalized(model)
+    [after], [before] = run_ort(proto, feeds).values(), run_ort(model, feeds).values()
+    np.testing.assert_array_equal(after, before)
