@@ -53,11 +53,11 @@ from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
+from mrvl_convert.frontend.global_means import keep_global_mean_dims
 from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
-from mrvl_convert.frontend.global_means import keep_global_mean_dims
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.rank_lift import lift_ranks
