@@ -4,7 +4,6 @@ the fp16 floor model, and the table rows."""
 from __future__ import annotations
 
 import io
-import sys
 import tarfile
 import zipfile
 from pathlib import Path
@@ -15,11 +14,11 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
-sys.path.insert(0, str(BENCH))
-import real_corpus_feeds as feeds  # noqa: E402
-import real_corpus_fetch as fetch  # noqa: E402
-import real_corpus_table as table  # noqa: E402
+from support.benchmarks import bench_module
+
+feeds = bench_module("real_corpus_feeds")
+fetch = bench_module("real_corpus_fetch")
+table = bench_module("real_corpus_table")
 
 pytestmark = pytest.mark.system
 
