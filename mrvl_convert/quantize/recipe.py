@@ -30,6 +30,7 @@ from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
+from mrvl_convert.quantize import pinned
 from mrvl_convert.quantize.prelu import decompose_prelu
 from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
 from mrvl_convert.quantize.sums import sums_as_add
@@ -50,7 +51,8 @@ def recipe() -> Dict[str, object]:
 def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                   exclude: Sequence[str] = (), *, method: str = "minmax",
                   report: Optional[Dict[str, Any]] = None, equalize: bool = False,
-                  bias_correction: bool = False) -> Path:
+                  bias_correction: bool = False,
+                  shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
@@ -63,13 +65,16 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     samples this module reads. ``equalize``: cross-layer
     weight equalization of the float model first (``quantize/equalize.py``);
     ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on
-    the calibration samples, quantize again (``quantize/bias_correct.py``). Returns ``out``.
+    the calibration samples, quantize again (``quantize/bias_correct.py``). ``shapes``: the
+    inputs' pinned shapes, which calibration runs at (``quantize/pinned.py``). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType
 
     # weights written as nodes (Paddle's Constants) quantized as weights, not calibrated
     proto = weights_as_initializers(load_proto(model))
-    reader = calibration_reader(proto, calibration, str(model))
+    declared = pinned.pin(proto, shapes, str(model))
+    reader = calibration_reader(proto, calibration, str(model),
+                                pinned.unbatched(declared, shapes))
     if report is not None and hasattr(reader, "samples_used"):
         held_out = getattr(reader, "samples_held_out", 0)  # for verify (calibration_choice)
         report.update(samples=reader.samples_used, given=reader.samples_given + held_out,
@@ -92,6 +97,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
             quantize(source, str(out), reader)
             if bias_correction:
                 _bias_corrected(Path(source), out, calibration, quantize)
+        if declared:
+            onnx.save(pinned.restore(onnx.load(str(out)), declared), str(out))
     except (ValueError, RuntimeError) as exc:  # onnxruntime's own refusals (and its bugs)
         raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
                                     f"calibration method {method}: {exc}",
@@ -212,7 +219,9 @@ class Quantization:
 
 
 def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
-                    layer_set: str = MARVELL) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
+                    layer_set: str = MARVELL,
+                    shapes: Optional[Mapping[str, Sequence[int]]] = None
+                    ) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
     """``model`` (a path or ModelProto) quantized: the QDQ model, the artifact's model name
     (``name``, else the file's stem or the graph's name) and the manifest's ``quantization``
     section, with the QDQ file's bytes under ``"data"`` (for the artifact directory)."""
@@ -237,7 +246,7 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
             out = quantize_int8(source, Path(tmp) / "int8.onnx", quantization.calibration,
                                 quantization.keep_fp16, method=quantization.method,
                                 report=calibration, equalize=quantization.equalize,
-                                bias_correction=quantization.bias_correction)
+                                bias_correction=quantization.bias_correction, shapes=shapes)
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
     notes = _reissue(said)
@@ -296,8 +305,10 @@ def _input_names(proto: onnx.ModelProto) -> List[str]:
     return [i.name for i in proto.graph.input if i.name not in inits]
 
 
-def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: str) -> Any:
-    """A CalibrationDataReader over ``calibration`` (one given is used as it is)."""
+def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: str,
+                       unbatched: Optional[Mapping[str, int]] = None) -> Any:
+    """A CalibrationDataReader over ``calibration`` (one given is used as it is); the inputs
+    of ``unbatched`` take whole samples of that many rows (``pinned.whole_samples``)."""
     from onnxruntime.quantization import CalibrationDataReader
     if isinstance(calibration, CalibrationDataReader):
         return calibration
@@ -307,6 +318,8 @@ def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: 
         raise OptionError(f"{label}: calibration must be samples per input name, an .npz or a "
                           "directory of .npy/.pb files, or a CalibrationDataReader; got "
                           f"{type(calibration).__name__}")
+    if unbatched:
+        calibration = pinned.whole_samples(calibration, unbatched)
     chosen, held_out = calibration_choice(calibration, _input_names(proto))
     reader = calibration_feeds(proto, chosen, label)
     reader.samples_held_out = held_out
