@@ -30,6 +30,7 @@ from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
+from mrvl_convert.quantize.lone_bn import REASON as LONE_BN, lone_batchnorms
 from mrvl_convert.quantize import pinned
 from mrvl_convert.quantize.prelu import decompose_prelu
 from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
@@ -82,8 +83,10 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     out = Path(out)
     try:
         kept = frozenset(exclude)
+        lone: List[str] = []  # BNs left after folding: kept in float (quantize/lone_bn.py)
 
         def rewrite(m: onnx.ModelProto) -> onnx.ModelProto:
+            lone.extend(lone_batchnorms(m))
             return sums_as_add(decompose_prelu(equalize_model(m) if equalize else m, keep=kept),
                                keep=kept)
         with _quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
@@ -92,9 +95,12 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                                   "do for one whose weights live in external files")
             quantize = functools.partial(
                 _quantize_static, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
-                activation_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
+                activation_type=QuantType.QInt8,
+                nodes_to_exclude=list(dict.fromkeys([*exclude, *lone])),
                 calibrate_method=calibrate_method(method), **recipe())
             quantize(source, str(out), reader)
+            if report is not None and lone:
+                report["lone_batchnorm"] = list(lone)
             if bias_correction:
                 _bias_corrected(Path(source), out, calibration, quantize)
         if declared:
@@ -249,6 +255,9 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
                                 bias_correction=quantization.bias_correction, shapes=shapes)
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
+    if "lone_batchnorm" in calibration:  # kept in float by the recipe, not by the user
+        entry["kept_fp16_lone_batchnorm"] = {"nodes": calibration.pop("lone_batchnorm"),
+                                             "reason": LONE_BN}
     notes = _reissue(said)
     if calibration or notes:  # what the calibration used of what it was given, and why not all
         entry["calibration"] = {**calibration, "warnings": notes}
