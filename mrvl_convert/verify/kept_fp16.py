@@ -63,6 +63,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
         if stage.kind != "mrvl":
             continue
         steps = {step.node: step for step in stage.runner.steps}
+        rounded = {node.index for node in stage.runner.inputs if node.fp16}
         for step in stage.runner.steps:
             spec = step.spec
             # an int8 layer: scales, or a QDQ node among its sources (a pool, a flatten
@@ -70,10 +71,25 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             if spec.kind.name == "quant" or any("scale" in k for k in spec.attrs) or any(
                     ops.get(n) in _QDQ for n in spec.source_nodes):
                 continue
+            if _moves_unrounded(step, steps, rounded):
+                continue
             group = [n for n in spec.source_nodes if n in ops]
             if group and group not in [g for g, _ in layers]:
                 layers.append((group, _exact_results(step, steps, outputs)))
     return layers
+
+
+def _moves_unrounded(step: Any, steps: Dict[int, Any], rounded: AbstractSet[int]) -> bool:
+    """An exact layer (one that moves bytes: a flatten of the float32 stage input before the
+    first quant layer) none of whose inputs the simulator rounded: a subgraph input only quant
+    layers read (``InputNode.fp16`` False: ``runtime/program.py quantized_inputs``) or an exact
+    layer's result. The simulator rounds neither its inputs nor its result, so neither may the
+    reference: rounding there moved a float32 input lying near a quantization boundary by one
+    int8 step (openwakeword's timer: Flatten -> QuantizeLinear -> Gemm ... Softmax)."""
+    if not step.kernel.exact:
+        return False
+    return all(index not in rounded if index not in steps else steps[index].kernel.exact
+               for index in step.inputs)
 
 
 def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str]]
