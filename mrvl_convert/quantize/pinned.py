@@ -6,7 +6,7 @@ rules: one positive size per dim). Ensures: ``pin`` writes those shapes on the i
 drops every inferred shape (they were the declared shape's: a Reshape of a dynamic batch that
 shape inference sized 0 fails onnxruntime's augmented model), so calibration runs, and cuts
 its samples, at the shapes the conversion uses (a ``[frames, bins]`` input pinned to
-``[100, 80]`` takes 100 rows a feed, not 1); ``restore`` gives the QDQ model the inputs as the
+``[100, 80]`` takes 100 rows a feed, not 1); ``restore`` gives the QDQ model the inputs (and outputs) as the
 source declared them, so the conversion pins (and records an override of a static dim) as it
 does for a float model. No value changes: only shape declarations. ``whole_samples``: where a
 pinned axis 0 was dynamic and is pinned above 1 (``[frames, bins]``: no batch axis), samples
@@ -30,10 +30,10 @@ from mrvl_convert.frontend.input_shapes import fix_input_shapes, static_dim
 def pin(proto: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[int]]], label: str
         ) -> Dict[str, onnx.TypeProto]:
     """``shapes`` written on ``proto``'s inputs (in place), inferred shapes dropped; returns
-    the inputs' declared types to ``restore`` (empty when nothing is pinned)."""
+    the inputs' and outputs' declared types to ``restore`` (empty when nothing is pinned)."""
     if not shapes:
         return {}
-    declared = {i.name: _copy(i.type) for i in proto.graph.input}
+    declared = {t.name: _copy(t.type) for t in [*proto.graph.input, *proto.graph.output]}
     with warnings.catch_warnings():  # the conversion warns of an override, once
         warnings.simplefilter("ignore", InputShapeOverrideWarning)
         fix_input_shapes(proto, shapes, label)
@@ -44,8 +44,9 @@ def pin(proto: onnx.ModelProto, shapes: Optional[Mapping[str, Sequence[int]]], l
 
 
 def restore(model: onnx.ModelProto, declared: Mapping[str, onnx.TypeProto]) -> onnx.ModelProto:
-    """``model`` (the QDQ model) with the inputs named in ``declared`` typed as declared."""
-    for tensor in model.graph.input:
+    """``model`` (the QDQ model) with the inputs and outputs named in ``declared`` typed as
+    declared (an output without its shape fails onnx's full check)."""
+    for tensor in [*model.graph.input, *model.graph.output]:
         if tensor.name in declared:
             tensor.type.CopyFrom(declared[tensor.name])
     if declared:

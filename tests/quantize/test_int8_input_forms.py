@@ -108,7 +108,7 @@ def frames_model(frames: int = 6, bins: int = 4) -> onnx.ModelProto:
 def test_pinned_shapes_calibrate_whole_samples(tmp_path):
     """Eight samples of 6 frames stacked on axis 0: held out and fed as whole [6, 4] samples
     at the pinned shape (main cut them in [1, 4] rows, which the Reshape refuses); the QDQ
-    model written keeps the input as the source declares it, dynamic."""
+    model written keeps the input (and output) as the source declares it."""
     src = _save(frames_model(), tmp_path / "m.onnx")
     samples = RNG.standard_normal((48, 4)).astype(np.float32)
     report: dict = {}
@@ -116,6 +116,7 @@ def test_pinned_shapes_calibrate_whole_samples(tmp_path):
                                       shapes={"x": [6, 4]}, report=report)))
     dims = qdq.graph.input[0].type.tensor_type.shape.dim
     assert [d.dim_param or d.dim_value for d in dims] == ["frames", 4]
+    onnx.checker.check_model(qdq, full_check=True)  # its output keeps its declared shape
     split = calibration_split(8)
     assert (report["samples"], report["held_out"]) == (len(split.choose), len(split.judge))
     # the output range is that of the chosen samples, each run whole

@@ -12,7 +12,7 @@ from onnx import helper
 import mrvl_convert
 
 from mrvl_convert.quantize.lone_bn import lone_batchnorms
-from tests.support.int8 import converted_int8, float_model, placements, run_both
+from support.int8 import converted_int8, float_model, placements, run_both
 
 C = 4
 

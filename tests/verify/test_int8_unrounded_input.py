@@ -10,7 +10,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 import mrvl_convert
-from tests.support.int8 import converted_int8, float_model
+from support.int8 import converted_int8, float_model
 
 
 def flatten_head() -> onnx.ModelProto:
