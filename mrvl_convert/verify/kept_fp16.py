@@ -49,7 +49,28 @@ def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[
     """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
     the names of the nodes rounded."""
     layers = _fp16_layers(session, proto)
+    _exponents_as_written(proto, session, {n for g, _ in layers for n in g})
     return round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
+
+
+def _exponents_as_written(proto: onnx.ModelProto, session: HybridSession,
+                          rounded: AbstractSet[str]) -> None:
+    """Each fp16 Power layer's Pow given the exponent the artifact holds: an attribute written
+    with six decimals (``layers/power.py``: 1/3 is 0.333333), not an fp16 weight; a copy for
+    that node alone (``_round_group`` leaves a Pow's exponent unrounded)."""
+    nodes = {n.name: n for n in proto.graph.node if n.op_type == "Pow" and n.name in rounded}
+    inits = {t.name for t in proto.graph.initializer}
+    for stage in session.stages:
+        for step in stage.runner.steps if stage.kind == "mrvl" else ():
+            if step.spec.kind.name != "Power":
+                continue
+            for name in step.spec.source_nodes:
+                node = nodes.get(name)
+                if node is not None and len(node.input) > 1 and node.input[1] in inits:
+                    copy = f"{node.input[1]}__{name}__as_written"
+                    value = np.float32(step.spec.value("exponent"))
+                    proto.graph.initializer.append(numpy_helper.from_array(value, copy))
+                    node.input[1] = copy
 
 
 def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
@@ -134,6 +155,8 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
         for k, name in enumerate(node.input):
             if not name or name in folded:
                 continue
+            if node.op_type == "Pow" and k == 1 and name in inits:
+                continue  # the layer's exponent attribute (_exponents_as_written)
             if name in inits:
                 node.input[k] = _rounded_weight(graph, inits, name, node.name)
             elif name not in inside and name not in unrounded:
