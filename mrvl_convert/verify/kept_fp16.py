@@ -17,9 +17,10 @@ that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the loweri
 weight in the artifact still fails.
 
 - requires: the QDQ model (a copy: changed in place) and the int8 artifact's session;
-- ensures: the same model with Cast pairs inserted at the fp16 layers' edges and their weights
-  rounded, every tensor name of the model kept (consumers read the rounded value under the
-  old name); the list of the node names rounded (empty: the model is unchanged). What is left
+- ensures: the same model, its unnamed nodes named as the converter names them, with Cast
+  pairs inserted at the fp16 layers' edges and their weights rounded (a Div by a constant as
+  the Mul by its reciprocal the layer holds, a Power's exponent as written), every tensor
+  name of the model kept (consumers read the rounded value under the old name); the list of the node names rounded (empty: the model is unchanged). What is left
   between the two runs is the order of the float32 sums inside a layer: it can still move a
   value that lies within float32 rounding of a quantization boundary by one step.
 """
@@ -31,6 +32,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_fold import round_folded
@@ -48,8 +50,10 @@ def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[Li
 def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[str]:
     """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
     the names of the nodes rounded."""
+    name_nodes(proto)  # an unnamed node has the name the converter gave it (Div_94)
     layers = _fp16_layers(session, proto)
     _exponents_as_written(proto, session, {n for g, _ in layers for n in g})
+    _divisions_as_written(proto, {n for g, _ in layers for n in g})
     return round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
 
 
@@ -71,6 +75,24 @@ def _exponents_as_written(proto: onnx.ModelProto, session: HybridSession,
                     value = np.float32(step.spec.value("exponent"))
                     proto.graph.initializer.append(numpy_helper.from_array(value, copy))
                     node.input[1] = copy
+
+
+def _divisions_as_written(proto: onnx.ModelProto, rounded: AbstractSet[str]) -> None:
+    """Each rounded Div by a constant made the Mul by its reciprocal that the artifact's Mul2D
+    holds (``layers/mul2d.py``: float32(1 / float64(c)), then rounded to fp16 as a weight by
+    ``_round_group``), not a division by c rounded to fp16 (sscd_distilled's pixel scaling);
+    a copy for that node alone."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type != "Div" or node.name not in rounded or node.input[1] not in inits:
+            continue
+        divisor = numpy_helper.to_array(inits[node.input[1]])
+        if divisor.dtype != np.float32:
+            continue
+        copy = f"{node.input[1]}__{node.name}__reciprocal"
+        reciprocal = (1.0 / divisor.astype(np.float64)).astype(np.float32)
+        proto.graph.initializer.append(numpy_helper.from_array(reciprocal, copy))
+        node.op_type, node.input[1] = "Mul", copy
 
 
 def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
