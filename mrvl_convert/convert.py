@@ -136,7 +136,8 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     name, quantized = options.name, None
     if options.quantize is not None:
         step("quantize")
-        model, name, quantized = quantized_model(model, options.quantize, name, options.layer_set)
+        model, name, quantized = quantized_model(model, options.quantize, name,
+                                                 options.layer_set, options.shapes)
     step("load")
     rules = load_rules(options.rules, layer_set=options.layer_set)
     profile = _profile(options.estimate)

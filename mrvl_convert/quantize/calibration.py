@@ -208,9 +208,9 @@ def _npy(path: Path, data: bytes) -> np.ndarray:
         array = np.load(io.BytesIO(data), allow_pickle=False)
     except (OSError, ValueError, EOFError) as exc:
         raise InputFeedError(f"calibration file {path}: not a readable .npy ({exc})") from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind != "f":
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "biuf":
         raise InputFeedError(f"calibration file {path}: holds {getattr(array, 'dtype', '?')}, "
-                             "not floating-point samples")
+                             "not numeric samples")
     return array
 
 
@@ -275,13 +275,13 @@ def calibration_feeds(proto: onnx.ModelProto, calibration: Mapping[str, np.ndarr
     _check_keys(calibration, [i.name for i in inputs], label)
     per_input = {tensor.name: _batches(tensor, calibration[tensor.name], label)
                  for tensor in inputs}
-    counts = {name: given for name, (_, given) in per_input.items()}
+    counts = {name: given for name, (_, given, _) in per_input.items()}
     if len(set(counts.values())) > 1:
         raise InputFeedError(f"{label}: the inputs' calibration sample counts differ ({counts}); "
                              "the k-th sample of every input makes one calibration sample")
-    feeds = [dict(zip(per_input, batch)) for batch in zip(*(b for b, _ in per_input.values()))]
+    feeds = [dict(zip(per_input, batch)) for batch in zip(*(b for b, _, _ in per_input.values()))]
     given = next(iter(counts.values()), 0)
-    used = sum(len(next(iter(feed.values()))) for feed in feeds if feed)
+    used = min((u for _, _, u in per_input.values()), default=0)
     if used < given:
         batch = len(next(iter(feeds[0].values())))
         warn_calibration(f"of {label}: {used} of the {given} samples used: the model takes "
@@ -310,18 +310,68 @@ def _check_keys(calibration: Mapping[str, object], inputs: Sequence[str], label:
 
 
 def _batches(tensor: onnx.ValueInfoProto, given: np.ndarray, label: str
-             ) -> "tuple[List[np.ndarray], int]":
-    """One input's samples cut in batches of its static batch size (1 if dynamic), and the
-    count of samples given."""
+             ) -> "tuple[List[np.ndarray], int, int]":
+    """One input's samples cut in batches of its static batch size (1 if dynamic), the count
+    of samples given and the count the batches hold."""
     dims = tensor.type.tensor_type.shape.dim
     given = np.asarray(given)
+    if given.ndim == len(dims) + 1 and all(static_dim(d) for d in dims):
+        return _whole(tensor, given, label), given.shape[0], given.shape[0]
     # Samples are concatenated along the batch axis, so that axis is free here.
     check_samples(given, source=label, array_name=tensor.name, input_name=tensor.name,
                   shape=[None] + [d.dim_value if static_dim(d) else None for d in dims[1:]])
-    samples = given.astype(np.float32)
+    samples = _as_declared(tensor, given, label)
     batch = dims[0].dim_value if dims and static_dim(dims[0]) else 1
     if samples.ndim != len(dims) or samples.shape[0] < batch:
         raise InputFeedError(f"{label}: calibration samples of shape {list(samples.shape)} "
                              f"do not stack inputs of rank {len(dims)}", tensor=tensor.name)
     starts = range(0, samples.shape[0] - batch + 1, batch)
-    return [samples[start:start + batch] for start in starts], samples.shape[0]
+    return ([samples[start:start + batch] for start in starts], samples.shape[0],
+            len(starts) * batch)
+
+
+def _whole(tensor: onnx.ValueInfoProto, given: np.ndarray, label: str) -> List[np.ndarray]:
+    """Samples stacked on a new axis 0 (an input whose axis 0 is no batch: ``[frames, bins]``
+    at its pinned shape), each fed whole."""
+    shape = [d.dim_value for d in tensor.type.tensor_type.shape.dim]
+    check_samples(given, source=label, array_name=tensor.name, input_name=tensor.name,
+                  shape=[None] + shape)
+    samples = _as_declared(tensor, given, label)
+    return [samples[k] for k in range(samples.shape[0])]
+
+
+def _as_declared(tensor: onnx.ValueInfoProto, given: np.ndarray, label: str) -> np.ndarray:
+    """``given`` in the element type ``tensor`` declares (onnxruntime refuses any other: a
+    uint8 image, int64 token ids); a value that type cannot hold (a fraction or an
+    out-of-range number for an integer input, a finite value beyond a float type's range) is
+    refused, not wrapped or rounded into another sample."""
+    elem = tensor.type.tensor_type.elem_type
+    try:
+        dtype = np.dtype(onnx.helper.tensor_dtype_to_np_dtype(elem))
+    except (KeyError, ValueError, TypeError):
+        raise InputFeedError(f"{label}: input {tensor.name!r} has element type {elem}, which "
+                             "calibration samples cannot be given in", tensor=tensor.name) from None
+    if given.dtype == dtype:
+        return given
+    if given.dtype.kind not in "biuf" or dtype.kind not in "biuf":
+        raise InputFeedError(f"{label}: calibration samples of input {tensor.name!r} are "
+                             f"{given.dtype}; the input takes {dtype}", tensor=tensor.name)
+    with np.errstate(all="ignore"):
+        cast = given.astype(dtype)
+        kept = _holds(given, cast, dtype)
+    if not kept.all():
+        bad = given.reshape(-1)[int(np.argmin(kept.reshape(-1)))]
+        raise InputFeedError(f"{label}: a calibration sample of input {tensor.name!r} holds "
+                             f"{bad!r}, which the input's type {dtype} cannot represent",
+                             tensor=tensor.name)
+    return cast
+
+
+def _holds(given: np.ndarray, cast: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Where ``cast`` stands for ``given``: exactly for an integer or bool type, within the
+    float type's range (rounded to its nearest value) for a float one."""
+    if dtype.kind == "f":
+        return np.isfinite(cast) | ~np.isfinite(given)
+    back = cast.astype(given.dtype)
+    # float64 compare: an int64 beyond 2^53 given as float cannot round-trip either
+    return np.asarray(back == given) & np.isfinite(given.astype(np.float64))

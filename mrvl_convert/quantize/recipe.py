@@ -33,6 +33,8 @@ from mrvl_convert.frontend.float16_model import widen_float16
 from mrvl_convert.frontend.opset_upgrade import at_target_opset
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
+from mrvl_convert.quantize.lone_bn import REASON as LONE_BN, lone_batchnorms
+from mrvl_convert.quantize import pinned
 from mrvl_convert.quantize.prelu import decompose_prelu
 from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
 from mrvl_convert.quantize.sums import sums_as_add
@@ -53,7 +55,8 @@ def recipe() -> Dict[str, object]:
 def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                   exclude: Sequence[str] = (), *, method: str = "minmax",
                   report: Optional[Dict[str, Any]] = None, equalize: bool = False,
-                  bias_correction: bool = False, rows: Optional[Sequence[int]] = None) -> Path:
+                  bias_correction: bool = False, rows: Optional[Sequence[int]] = None,
+                  shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
@@ -68,7 +71,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on
     the calibration samples, quantize again (``quantize/bias_correct.py``). ``rows``: the
     samples (rows of axis 0) that calibrate, the rest held out, instead of
-    ``calibration_choice``'s (``--keep-fp16 auto``: its choice samples). Returns ``out``.
+    ``calibration_choice``'s (``--keep-fp16 auto``: its choice samples). ``shapes``: the
+    inputs' pinned shapes, which calibration runs at (``quantize/pinned.py``). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType
 
@@ -76,7 +80,9 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     # at opset 11 before our rewrites: quantize_static would convert an opset < 10 model itself
     proto = weights_as_initializers(at_target_opset(load_proto(model)))
     widen_float16(proto)  # a float16 model is quantized as its float32 twin (float32 I/O)
-    reader = calibration_reader(proto, calibration, str(model), rows)
+    declared = pinned.pin(proto, shapes, str(model))
+    reader = calibration_reader(proto, calibration, str(model), rows,
+                                pinned.unbatched(declared, shapes))
     if report is not None and hasattr(reader, "samples_used"):
         held_out = getattr(reader, "samples_held_out", 0)  # for verify (calibration_choice)
         report.update(samples=reader.samples_used, given=reader.samples_given + held_out,
@@ -84,8 +90,10 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     out = Path(out)
     try:
         kept = frozenset(exclude)
+        lone: List[str] = []  # BNs left after folding: kept in float (quantize/lone_bn.py)
 
         def rewrite(m: onnx.ModelProto) -> onnx.ModelProto:
+            lone.extend(lone_batchnorms(m))
             return sums_as_add(decompose_prelu(equalize_model(m) if equalize else m, keep=kept),
                                keep=kept)
         with _quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
@@ -94,11 +102,16 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                                   "do for one whose weights live in external files")
             quantize = functools.partial(
                 _quantize_static, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
-                activation_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
+                activation_type=QuantType.QInt8,
+                nodes_to_exclude=list(dict.fromkeys([*exclude, *lone])),
                 calibrate_method=calibrate_method(method), **recipe())
             quantize(source, str(out), reader)
+            if report is not None and lone:
+                report["lone_batchnorm"] = list(lone)
             if bias_correction:
                 _bias_corrected(Path(source), out, calibration, quantize, rows)
+        if declared:
+            onnx.save(pinned.restore(onnx.load(str(out)), declared), str(out))
     except (ValueError, RuntimeError, ConvertError) as exc:  # onnxruntime's refusals (and bugs)
         raise UnsupportedModelError(f"onnxruntime's quantize_static cannot quantize it with "
                                     f"calibration method {method}: {exc}",
@@ -223,7 +236,9 @@ class Quantization:
 
 
 def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
-                    layer_set: str = MARVELL) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
+                    layer_set: str = MARVELL,
+                    shapes: Optional[Mapping[str, Sequence[int]]] = None
+                    ) -> Tuple[onnx.ModelProto, str, Dict[str, Any]]:
     """``model`` (a path or ModelProto) quantized: the QDQ model, the artifact's model name
     (``name``, else the file's stem or the graph's name) and the manifest's ``quantization``
     section, with the QDQ file's bytes under ``"data"`` (for the artifact directory)."""
@@ -249,9 +264,12 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
                                 quantization.keep_fp16, method=quantization.method,
                                 report=calibration, equalize=quantization.equalize,
                                 bias_correction=quantization.bias_correction,
-                                rows=quantization.rows)
+                                rows=quantization.rows, shapes=shapes)
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
+    if "lone_batchnorm" in calibration:  # kept in float by the recipe, not by the user
+        entry["kept_fp16_lone_batchnorm"] = {"nodes": calibration.pop("lone_batchnorm"),
+                                             "reason": LONE_BN}
     notes = _reissue(said)
     if calibration or notes:  # what the calibration used of what it was given, and why not all
         entry["calibration"] = {**calibration, "warnings": notes}
@@ -309,9 +327,11 @@ def _input_names(proto: onnx.ModelProto) -> List[str]:
 
 
 def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: str,
-                       rows: Optional[Sequence[int]] = None) -> Any:
+                       rows: Optional[Sequence[int]] = None,
+                       unbatched: Optional[Mapping[str, int]] = None) -> Any:
     """A CalibrationDataReader over ``calibration`` (one given is used as it is): over
-    ``rows`` of it where given, else over ``calibration_choice``'s."""
+    ``rows`` of it where given, else over ``calibration_choice``'s; the inputs of
+    ``unbatched`` take whole samples of that many rows (``pinned.whole_samples``)."""
     from onnxruntime.quantization import CalibrationDataReader
     if isinstance(calibration, CalibrationDataReader):
         return calibration
@@ -321,6 +341,8 @@ def calibration_reader(proto: onnx.ModelProto, calibration: Calibration, label: 
         raise OptionError(f"{label}: calibration must be samples per input name, an .npz or a "
                           "directory of .npy/.pb files, or a CalibrationDataReader; got "
                           f"{type(calibration).__name__}")
+    if unbatched:
+        calibration = pinned.whole_samples(calibration, unbatched)
     if rows is None:
         chosen, held_out = calibration_choice(calibration, _input_names(proto))
     else:

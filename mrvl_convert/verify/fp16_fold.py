@@ -28,8 +28,12 @@ from mrvl_convert.kernels.fp16 import round_to_fp16
 
 
 def round_folded(copy: onnx.ModelProto, readers: List[str]) -> bool:
-    """Rewrite the Conv + BatchNormalization pair ``readers`` names (module docstring)."""
+    """Rewrite the Conv + BatchNormalization pair ``readers`` names (module docstring), or a
+    BatchNormalization alone (``round_affine``)."""
     nodes = {n.name: n for n in copy.graph.node}
+    if len(readers) == 1 and getattr(nodes.get(readers[0]), "op_type", "") == \
+            "BatchNormalization":
+        return round_affine(copy, nodes[readers[0]])
     pair = [nodes.get(name) for name in readers]
     if len(pair) != 2 or None in pair or [n.op_type for n in pair] != ["Conv",
                                                                          "BatchNormalization"]:
@@ -58,6 +62,35 @@ def round_folded(copy: onnx.ModelProto, readers: List[str]) -> bool:
         conv.input.append(bias_name)
     elif not conv.input[2]:
         conv.input[2] = bias_name
+    return True
+
+
+def round_affine(copy: onnx.ModelProto, bn: onnx.NodeProto) -> bool:
+    """A BatchNormalization no Conv precedes, which the converter lowers as a per-channel
+    affine (``layers/conv2d.py _lower_affine``: scale = gamma / sqrt(var + eps), shift =
+    beta - mean * scale in float64, each rounded to float32 then fp16 in the artifact), made
+    to compute ``x * round16(scale) + round16(shift)``: gamma and beta become those, mean 0,
+    var 1 and epsilon 0 (sqrt(1) and the division by it are exact). New initializers, so a
+    shared parameter is left as it is. False (nothing changed) for non-constant operands."""
+    inits = {t.name: t for t in copy.graph.initializer}
+    if len(bn.input) < 5 or any(i not in inits for i in bn.input[1:5]):
+        return False
+    gamma, beta, mean, var = (_array(inits[bn.input[i]]) for i in (1, 2, 3, 4))
+    epsilon = next((a.f for a in bn.attribute if a.name == "epsilon"), 1e-5)
+    scale = gamma / np.sqrt(var + epsilon)
+    values = (round_to_fp16(scale.astype(np.float32))[0],
+              round_to_fp16((beta - mean * scale).astype(np.float32))[0],
+              np.zeros_like(scale), np.ones_like(scale))
+    for k, value in enumerate(values, start=1):
+        name = _new_name(f"{bn.name}_fp16_affine_{k}", inits)
+        _set(copy, inits, name, value)
+        bn.input[k] = name
+    for attribute in bn.attribute:
+        if attribute.name == "epsilon":
+            attribute.f = 0.0
+            break
+    else:
+        bn.attribute.append(onnx.helper.make_attribute("epsilon", 0.0))
     return True
 
 

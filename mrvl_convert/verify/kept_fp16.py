@@ -19,9 +19,10 @@ rounded (``value_tensors.py``). The weights stay the QDQ model's own: a wrong we
 artifact still fails.
 
 - requires: the QDQ model (a copy: changed in place) and the int8 artifact's session;
-- ensures: the same model with Cast pairs inserted at the fp16 layers' edges and their weights
-  rounded, every tensor name of the model kept (consumers read the rounded value under the
-  old name); the list of the node names rounded (empty: the model is unchanged). What is left
+- ensures: the same model, its unnamed nodes named as the converter names them, with Cast
+  pairs inserted at the fp16 layers' edges and their weights rounded (a Div by a constant as
+  the Mul by its reciprocal the layer holds, a Power's exponent as written), every tensor
+  name of the model kept (consumers read the rounded value under the old name); the list of the node names rounded (empty: the model is unchanged). What is left
   between the two runs is the order of the float32 sums inside a layer: it can still move a
   value that lies within float32 rounding of a quantization boundary by one step.
 """
@@ -33,6 +34,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_fold import round_folded
@@ -51,8 +53,49 @@ def fp16_layer_groups(session: HybridSession, proto: onnx.ModelProto) -> List[Li
 def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[str]:
     """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
     the names of the nodes rounded."""
+    name_nodes(proto)  # an unnamed node has the name the converter gave it (Div_94)
     layers = _fp16_layers(session, proto)
+    _exponents_as_written(proto, session, {n for g, _ in layers for n in g})
+    _divisions_as_written(proto, {n for g, _ in layers for n in g})
     return round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
+
+
+def _exponents_as_written(proto: onnx.ModelProto, session: HybridSession,
+                          rounded: AbstractSet[str]) -> None:
+    """Each fp16 Power layer's Pow given the exponent the artifact holds: an attribute written
+    with six decimals (``layers/power.py``: 1/3 is 0.333333), not an fp16 weight; a copy for
+    that node alone (``_round_group`` leaves a Pow's exponent unrounded)."""
+    nodes = {n.name: n for n in proto.graph.node if n.op_type == "Pow" and n.name in rounded}
+    inits = {t.name for t in proto.graph.initializer}
+    for stage in session.stages:
+        for step in stage.runner.steps if stage.kind == "mrvl" else ():
+            if step.spec.kind.name != "Power":
+                continue
+            for name in step.spec.source_nodes:
+                node = nodes.get(name)
+                if node is not None and len(node.input) > 1 and node.input[1] in inits:
+                    copy = f"{node.input[1]}__{name}__as_written"
+                    value = np.float32(step.spec.value("exponent"))
+                    proto.graph.initializer.append(numpy_helper.from_array(value, copy))
+                    node.input[1] = copy
+
+
+def _divisions_as_written(proto: onnx.ModelProto, rounded: AbstractSet[str]) -> None:
+    """Each rounded Div by a constant made the Mul by its reciprocal that the artifact's Mul2D
+    holds (``layers/mul2d.py``: float32(1 / float64(c)), then rounded to fp16 as a weight by
+    ``_round_group``), not a division by c rounded to fp16 (sscd_distilled's pixel scaling);
+    a copy for that node alone."""
+    inits = {t.name: t for t in proto.graph.initializer}
+    for node in proto.graph.node:
+        if node.op_type != "Div" or node.name not in rounded or node.input[1] not in inits:
+            continue
+        divisor = numpy_helper.to_array(inits[node.input[1]])
+        if divisor.dtype != np.float32:
+            continue
+        copy = f"{node.input[1]}__{node.name}__reciprocal"
+        reciprocal = (1.0 / divisor.astype(np.float64)).astype(np.float32)
+        proto.graph.initializer.append(numpy_helper.from_array(reciprocal, copy))
+        node.op_type, node.input[1] = "Mul", copy
 
 
 def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
@@ -66,6 +109,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
         if stage.kind != "mrvl":
             continue
         steps = {step.node: step for step in stage.runner.steps}
+        rounded = {node.index for node in stage.runner.inputs if node.fp16}
         for step in stage.runner.steps:
             spec = step.spec
             # an int8 layer: scales, or a QDQ node among its sources (a pool, a flatten
@@ -73,10 +117,25 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             if spec.kind.name == "quant" or any("scale" in k for k in spec.attrs) or any(
                     ops.get(n) in _QDQ for n in spec.source_nodes):
                 continue
+            if _moves_unrounded(step, steps, rounded):
+                continue
             group = [n for n in spec.source_nodes if n in ops]
             if group and group not in [g for g, _ in layers]:
                 layers.append((group, _exact_results(step, steps, outputs)))
     return layers
+
+
+def _moves_unrounded(step: Any, steps: Dict[int, Any], rounded: AbstractSet[int]) -> bool:
+    """An exact layer (one that moves bytes: a flatten of the float32 stage input before the
+    first quant layer) none of whose inputs the simulator rounded: a subgraph input only quant
+    layers read (``InputNode.fp16`` False: ``runtime/program.py quantized_inputs``) or an exact
+    layer's result. The simulator rounds neither its inputs nor its result, so neither may the
+    reference: rounding there moved a float32 input lying near a quantization boundary by one
+    int8 step (openwakeword's timer: Flatten -> QuantizeLinear -> Gemm ... Softmax)."""
+    if not step.kernel.exact:
+        return False
+    return all(index not in rounded if index not in steps else steps[index].kernel.exact
+               for index in step.inputs)
 
 
 def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str]]
@@ -124,6 +183,8 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
         for k, name in enumerate(node.input):
             if not name or name in folded or name in unrounded:
                 continue
+            if node.op_type == "Pow" and k == 1 and name in inits:
+                continue  # the layer's exponent attribute (_exponents_as_written)
             if name in inits:
                 node.input[k] = _rounded_weight(graph, inits, name, node.name)
             elif name not in inside and name not in unrounded:

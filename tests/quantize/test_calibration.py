@@ -251,10 +251,12 @@ def test_pickled_npy_is_refused(tmp_path):
     _refused(folder, "input.npy", "holds Python objects (pickle)")
 
 
-def test_integer_npy_is_refused(tmp_path):
+def test_complex_npy_is_refused(tmp_path):
+    """Integer samples are read (an int64 ids input takes them; a float input takes those its
+    type holds: tests/quantize/test_int8_input_forms.py); complex ones are no samples."""
     folder = _dir(tmp_path)
-    np.save(folder / "input.npy", np.zeros((2, 1, 28, 28), np.int64))
-    _refused(folder, "input.npy", "not floating-point")
+    np.save(folder / "input.npy", np.zeros((2, 1, 28, 28), np.complex64))
+    _refused(folder, "input.npy", "not numeric samples")
 
 
 def test_pb_declaring_more_elements_than_it_holds_is_refused(tmp_path):

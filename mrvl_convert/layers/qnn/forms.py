@@ -57,8 +57,10 @@ def inexact_layers(sub: MrvlSubgraph) -> List[Dict[str, Any]]:
 def _fp16_form(layer: Layer, sources: List[Any], readers: List[Layer]) -> str:
     """An fp16 layer next to the int8 region: it reads dequantized int8 or feeds a quantize.
     A layer that only moves the dequantized int8 values is exact (an int8 value times its scale
-    rounded to fp16 quantizes back to itself: |q| 2^-11 < 1/2); one that moves a float32 stage
-    input rounds it to fp16 first, which quantizing need not undo."""
+    rounded to fp16 quantizes back to itself: |q| 2^-11 < 1/2), and so is one that moves a
+    float32 stage input only quant layers read (it goes in unrounded: ``quantized_inputs``);
+    one that moves a stage input others read rounds it to fp16 first, which quantizing need
+    not undo."""
     if layer.dtype != "float32" or layer.kind == "quant":
         return ""
     dequantized = [s is not None and s.kind == "quant" and "input_scale" in s.attrs
@@ -66,5 +68,8 @@ def _fp16_form(layer: Layer, sources: List[Any], readers: List[Layer]) -> str:
     quantized = any(r.kind == "quant" and "output_scale" in r.attrs for r in readers)
     if not (any(dequantized) or quantized) or (layer.kind in _MOVERS and all(dequantized)):
         return ""
+    if layer.kind in _MOVERS and all(s is None for s in sources) and readers and all(
+            r.kind == "quant" and "output_scale" in r.attrs for r in readers):
+        return ""  # a stage input only quant layers read goes in unrounded (runtime/program.py)
     bound = _SOFTMAX_BOUND if layer.kind == "Softmax" else _FP16_BOUND
     return f"{FP16_FORM}: {bound}"
