@@ -15,6 +15,7 @@ from mrvl_convert.core.graph import (activation_inputs, attr, const_value, conv_
                       pad_amounts, pad_value, present, sole_consumer, static_shape, squeeze_axes)
 from mrvl_convert.core.pooling import pool_out_size
 from mrvl_convert.rules import checks_shape
+from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.qnn_checks import QNN_CHECKS
 from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
 from mrvl_convert.rules.checks_transformer import TRANSFORMER_CHECKS
@@ -54,16 +55,6 @@ def check_reads_activation(node: gs.Node, args: Mapping[str, Any], graph: gs.Gra
     folding's to compute (or the CPU's, where folding it would cost too much), not a layer's
     (a QuantizeLinear of a reshaped weight, a MatMul of two constants)."""
     return None if activation_inputs(node) else {"op": node.op}
-
-
-def model_batch(graph: gs.Graph) -> int:
-    """The device's batch: axis 0 of the model's activation inputs of rank 2 or more (the
-    largest; 1 when there is none). A tensor inside the model whose axis 0 is larger holds
-    other axes folded into it (attention heads reshaped into axis 0, as a MiniLM export writes
-    ``[heads, T, d]``): the device still runs the model's batch."""
-    batches = [shape[0] for shape in (static_shape(t) for t in graph.inputs
-                                      if not is_const(t)) if shape and len(shape) >= 2]
-    return max(batches, default=1)
 
 
 def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:

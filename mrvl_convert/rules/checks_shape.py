@@ -233,3 +233,13 @@ def channel_shuffle_issue(node: gs.Node, after: Callable[[gs.Node], Optional[gs.
     if merge is None or merge.op != "Reshape" or static_shape(merge.outputs[0]) != src:
         return "the last Reshape does not restore the input shape"
     return None
+
+
+def model_batch(graph: gs.Graph) -> int:
+    """The device's batch: axis 0 of the model's activation inputs of rank 2 or more (the
+    largest; 1 when there is none). A tensor inside the model whose axis 0 is larger holds
+    other axes folded into it (attention heads reshaped into axis 0, as a MiniLM export writes
+    ``[heads, T, d]``): the device still runs the model's batch."""
+    batches = [shape[0] for shape in (static_shape(t) for t in graph.inputs
+                                      if not is_const(t)) if shape and len(shape) >= 2]
+    return max(batches, default=1)
