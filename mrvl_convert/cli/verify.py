@@ -156,6 +156,14 @@ def _references(args: argparse.Namespace) -> Tuple[str, Optional[str], List[str]
     section = read_json(Path(args.artifact_dir) / "manifest.json", "manifest").get(
         "quantization") or {}
     fp32 = args.fp32_model
+    foreign = read_json(Path(args.artifact_dir) / "manifest.json", "manifest").get(
+        "foreign_int8") or {}
+    kept = Path(args.artifact_dir) / foreign.get("file", "")
+    if foreign and kept.is_file():  # another quantizer's model, requantized (foreign_kept.py)
+        return str(kept), args.model, [
+            f"requantized int8 artifact: judged against the requantized QDQ model it was "
+            f"converted from ({kept}: is the conversion exact?); {args.model} as given is the "
+            f"second reference (what requantization costs)"]
     if _is_qdq(args.model):
         return args.model, fp32, [] if fp32 else [
             "int8 artifact, judged against the QDQ model given; no fp32 reference: give "

@@ -167,8 +167,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
         if with_floor else None
     _set_floor(rows, floor)
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
+    # a requantized foreign model's artifact: the second reference is the model as given
+    given = (session.manifest.get("foreign_int8") or {}).get("mode") == "requantize"
     cost = None if fp32 is None else quantization_cost(
-        fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
+        fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity,
+        *(("given", "requantization") if given else ()))
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
                       reference=label, origin=origin,
                       floor_note=floor.note if floor is not None else "")
