@@ -64,6 +64,7 @@ class QuantCost:
     # requantization's cost, ``frontend/foreign_kept.py``)
     against: str = "fp32"
     cost_of: str = "quantization"
+    verdict: str = ""   # the model the verdict is against, when against is "given"
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON has no infinity: an output equal to fp32 has SNR null and ``exact: true``."""
@@ -110,7 +111,7 @@ class QuantCost:
         text = (f"against {self._words()} (what {self.cost_of} costs): "
                 + (", ".join(parts) or "not measured"))
         if self.against != "fp32":  # which of the two models the verdict is against
-            text = f"verdict against the requantized QDQ model; {text}"
+            text = f"verdict against {self.verdict}; {text}"
         return text + (f"; {self.warning()}" if self.wrecked else "")
 
     def format_lines(self) -> List[str]:
@@ -130,10 +131,12 @@ class QuantCost:
 def quantization_cost(fp32_model: "str | os.PathLike[str] | onnx.ModelProto",
                       session: HybridSession, got: Mapping[str, Sequence[np.ndarray]],
                       feeds: Sequence[Mapping[str, np.ndarray]], log_severity: int = 3,
-                      against: str = "fp32", cost_of: str = "quantization") -> QuantCost:
+                      against: str = "fp32", cost_of: str = "quantization",
+                      verdict: str = "") -> QuantCost:
     """The hybrid's outputs ``got`` (per output name, one array per feed) against the fp32
     model run on the same ``feeds`` (module docstring); ``against`` and ``cost_of`` say what
-    that model is (``given``, ``requantization`` for another quantizer's model)."""
+    that model is (``given``, ``requantization`` for another quantizer's model), ``verdict``
+    the model the verdict is against then."""
     proto = load_model(fp32_model)
     label = model_label(fp32_model)
     check_model_inputs(proto, session, label)
@@ -148,7 +151,7 @@ def quantization_cost(fp32_model: "str | os.PathLike[str] | onnx.ModelProto",
             want[name].append(np.asarray(value))
     rows = [_row(n, list(got[n]), want[n]) if n in want else
             CostRow(n, note="not a tensor of the fp32 model") for n in got]
-    return QuantCost(label, len(feeds), rows, against, cost_of)
+    return QuantCost(label, len(feeds), rows, against, cost_of, verdict)
 
 
 def _row(name: str, got: List[np.ndarray], want: List[np.ndarray]) -> CostRow:

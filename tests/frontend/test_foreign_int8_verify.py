@@ -63,7 +63,7 @@ def test_a_wrong_weight_still_fails(converted, tmp_path, criterion, capsys) -> N
     plant_wrong_weight(art, "", layer=first)
     assert verify_main([str(path), str(art), "--criterion", criterion]) == 3
     out = capsys.readouterr().out
-    assert "FAIL" in out and "requantized int8 artifact" in out
+    assert "FAIL" in out and "judged against the requantized QDQ model" in out
 
 
 def test_the_cost_is_measured_on_the_verify_inputs(converted, tmp_path) -> None:
