@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Union
 
+import onnx
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.version import __version__
@@ -22,6 +23,7 @@ from mrvl_convert.estimate.profile import HardwareProfile
 from mrvl_convert.estimate.region import region_weight
 from mrvl_convert.frontend.canonicalize import CanonicalGraph, canonicalize
 from mrvl_convert.frontend.foreign_cost import foreign_int8_section
+from mrvl_convert.frontend.foreign_kept import kept_model
 from mrvl_convert.frontend.load import LoadedModel, ModelLike, load_model
 from mrvl_convert.ir.layout import MrvlSubgraph
 from mrvl_convert.ir.match import MatchPlan
@@ -128,10 +130,12 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
 
 def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOptions,
                  on_stage: Optional[StageFn] = None,
-                 on_publish: Optional[Callable[[], None]] = None) -> Result:
+                 on_publish: Optional[Callable[[], None]] = None,
+                 feeds_for: Optional[Callable[[onnx.ModelProto], Any]] = None) -> Result:
     """``convert`` with its options as one object, as a batch worker holds them;
     ``on_publish()`` is called as the written directory is about to take its place
-    (``StagingDir.publish``)."""
+    (``StagingDir.publish``); ``feeds_for(loaded model)``: samples (verify's) another
+    quantizer's requantization cost is measured on, or None for drawn ones."""
     step = on_stage or _no_step
     name, quantized = options.name, None
     if options.quantize is not None:
@@ -142,9 +146,12 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     rules = load_rules(options.rules, layer_set=options.layer_set)
     profile = _profile(options.estimate)
     loaded = load_model(model, shapes=options.shapes, name=name, values=options.values)
-    foreign = None
+    foreign = requantized = None
     if quantized is None:  # our own recipe's QDQ is the device's int8 already
-        loaded.proto, foreign = foreign_int8_section(loaded.proto, options.foreign_int8)
+        loaded.proto, foreign = foreign_int8_section(
+            loaded.proto, options.foreign_int8, feeds_for and feeds_for(loaded.proto))
+        # verify's reference, as the int8 QDQ model of --quantize (foreign_kept.py)
+        requantized = kept_model(foreign, loaded.proto, loaded.name)
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
@@ -172,7 +179,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     converted = _Converted(loaded, canonical, matches, plan, subgraphs,
                            None if baseline is None else
                            _keep_fp32_entry(options.keep_fp32, baseline, plan), upstream,
-                           foreign)
+                           foreign, requantized)
     return _emit(converted, Path(out_dir), options, profile, quantized, on_publish)
 
 
@@ -188,6 +195,7 @@ class _Converted:
     # node -> None where upstream v0.19's rules accept its composite, else why (codegen report)
     upstream: Optional[Dict[str, Optional[str]]] = None
     foreign_int8: Optional[Dict[str, Any]] = None   # report.json's section (another quantizer)
+    requantized: Optional[Dict[str, Any]] = None    # the manifest's foreign_int8, with its bytes
 
 
 def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
@@ -225,6 +233,10 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
         if kept is not None:
             staging.write_bytes(kept["file"], kept.pop("data"))
             manifest["quantization"] = kept
+        if converted.requantized is not None:
+            entry = dict(converted.requantized)
+            staging.write_bytes(entry["file"], entry.pop("data"))
+            manifest["foreign_int8"] = entry
         staging.write_json("manifest.json", manifest, "manifest")
         staging.write_json("report.json", report, "report")
         staging.publish(on_publish)

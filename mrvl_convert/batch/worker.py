@@ -126,7 +126,7 @@ def _convert_one(job: Job, on_stage: Optional[StageFn]) -> Outcome:
         _stage(on_stage, job, "convert")
         result = convert_with(job.model, job.out_dir, options,
                               on_stage and (lambda stage: _stage(on_stage, job, stage)),
-                              on_publish=_hold)
+                              on_publish=_hold, feeds_for=_foreign_feeds(job))
         counts = {k: int(result.summary.get(k, 0)) for k in COUNT_KEYS}
         fragments = {"mrvl_mac_share": result.summary.get("mrvl_mac_share"),
                      "cut_by": tuple((c["op_type"], c["nodes"]) for c in result.report["cut_by"]),
@@ -152,6 +152,15 @@ def _convert_one(job: Job, on_stage: Optional[StageFn]) -> Outcome:
     return Outcome(job.model, job.name, OK, job.out_dir, counts, time.perf_counter() - start,
                    ignored_shapes=ignored, verified=True if job.verify is not None else None,
                    verify_note=figures and figures["line"], verify=figures, **fragments)
+
+
+def _foreign_feeds(job: Job) -> Any:
+    """The verify inputs as the samples another quantizer's requantization cost is measured
+    on at conversion (``convert_with``'s ``feeds_for``), or None."""
+    if job.verify is None or job.verify.inputs is None:
+        return None
+    from mrvl_convert.verify.feeds import model_feeds
+    return partial(model_feeds, str(job.verify.inputs))
 
 
 def _notices(manifest: Dict[str, Any], report: Dict[str, Any]) -> Dict[str, Any]:
@@ -241,9 +250,11 @@ def _verify(job: Job, checks: VerifyOptions) -> Dict[str, Any]:
                                           "given with --atol/--rtol")
     try:
         feeds, origin = _verify_feeds(job, checks)
-        # int8: judged against the QDQ model, and the fp32 model says what quantizing cost
-        fp32 = job.model if job.options.quantize is not None else None
-        run = partial(compare, _reference(job), job.out_dir, feeds, tolerances=tolerances,
+        # int8: judged against the QDQ model, and the fp32 model says what quantizing cost (a
+        # requantized foreign model: the requantized QDQ model, and the model as given)
+        reference = _reference(job)
+        fp32 = job.model if reference != job.model else None
+        run = partial(compare, reference, job.out_dir, feeds, tolerances=tolerances,
                       log_severity=checks.log_severity, criterion=checks.criterion,
                       fp32=fp32, origin=origin)
         report = run()
@@ -311,9 +322,11 @@ def _held_out_feeds(job: Job, specs: Any) -> List[Dict[str, Any]]:
 
 def _reference(job: Job) -> str:
     """The model verify compares with: the QDQ model kept in the artifact when the converter
-    quantized (int8 is judged against onnxruntime running it), else the model converted."""
-    if job.options.quantize is None:
-        return job.model
+    quantized (int8 is judged against onnxruntime running it) or requantized another
+    quantizer's QDQ model to (``frontend/foreign_kept.py``), else the model converted."""
     from mrvl_convert.core.artifact import read_json
     manifest = read_json(Path(job.out_dir) / "manifest.json", "manifest")
-    return str(Path(job.out_dir) / manifest["quantization"]["file"])
+    kept = manifest.get("quantization") or manifest.get("foreign_int8")
+    if not kept:
+        return job.model
+    return str(Path(job.out_dir) / kept["file"])

@@ -162,7 +162,10 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     if done.dynamic:
         counts += (f", {done.dynamic} dynamic int8 MatMuls (MatMulInteger, scales computed at "
                    "run time) as float MatMuls, in fp16")
-    if mode == "requantize":
+    if done.fp16_because:
+        action = (f"run in fp16, as --foreign-int8 fp16 does, though requantize was asked: "
+                  f"{done.fp16_because}; its QDQ nodes removed ({counts})")
+    elif mode == "requantize":
         action = (f"requantized to per-tensor symmetric int8 (--foreign-int8 requantize, the "
                   f"default; --foreign-int8 fp16 runs them in fp16 instead): {counts}")
     else:
@@ -179,6 +182,8 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
                "activations": done.activations, "biases": done.biases,
                "batchnorms": done.batchnorms, "dynamic": done.dynamic,
                "left": list(done.left), "cost": cost, "line": line}
+    if done.fp16_because:
+        section["fp16_because"] = done.fp16_because
     return rewritten, section
 
 

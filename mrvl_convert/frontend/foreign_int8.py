@@ -14,6 +14,8 @@ modes:
   covering the same float range: ``[lo, hi] = [(qmin - zp) s0, (qmax - zp) s0]`` becomes scale
   ``max(|lo|, |hi|) / 127``, zero point 0 (int8). An int32 bias whose scale is no longer its
   layer's ``input_scale x weight_scale`` is re-scaled to it from its dequantized value.
+- ``requantize`` of a model none of whose MAC layers has an int8 form (MatMuls of 3-D
+  tensors: a transformer) is run as ``fp16`` is, and the line says why (``_no_int8_macs``).
 - ``fp16``: every QDQ node goes (activation pairs removed, weights and biases replaced by the
   float values they dequantize to), so the model runs as its float form: fp16 on the
   accelerator (one ``-quantize`` setting for the whole compile is what Marvell's flow
@@ -45,6 +47,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from mrvl_convert.core.macs import MAC_OPS
 from mrvl_convert.errors import OptionError
 from mrvl_convert.frontend.foreign_bn import FOLDED_WEIGHT, fold_batchnorms
 from mrvl_convert.frontend.foreign_dynamic import dynamic_matmuls, float_matmuls
@@ -64,6 +67,7 @@ class ForeignInt8:
     biases: int = 0               # int32 biases re-scaled (or made float)
     batchnorms: int = 0           # BatchNormalizations folded into their Conv (requantize)
     dynamic: int = 0              # dynamic int8 MatMuls (MatMulInteger) made float MatMuls
+    fp16_because: str = ""        # requantize asked, run in fp16 instead: why (no int8 MAC)
     kinds: List[str] = field(default_factory=list)   # "per-channel weights", "uint8 ..."
     left: List[str] = field(default_factory=list)    # foreign nodes it could not rewrite
 
@@ -96,7 +100,8 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"
     done = ForeignInt8(mode=mode, kinds=kinds)
     done.dynamic = float_matmuls(graph)
     _float_tables(graph, done)
-    if mode == "requantize":
+    done.fp16_because = _no_int8_macs(graph) if mode == "requantize" else ""
+    if mode == "requantize" and not done.fp16_because:
         done.batchnorms = fold_batchnorms(graph)
         _requantize(graph, done)
     else:
@@ -158,6 +163,36 @@ def _moved_gather(graph: QdqGraph, dequantize: onnx.NodeProto) -> Optional[list]
     if table is None or table.dtype not in EIGHT_BIT:
         return None
     return [node, *chain]
+
+
+def _no_int8_macs(graph: QdqGraph) -> str:
+    """Why requantizing would leave no MAC in int8 ('' when some MAC layer reading a
+    dequantized activation has an int8 form): the device's int8 FC takes a 2-D [batch,
+    features] input, so a MatMul of 3-D tensors (a transformer's) runs in fp16 whatever its
+    QDQ pairs say. Requantized, such a model would only add int8 rounding between fp16 layers,
+    and the float layers the quantizer left between its pairs (LayerNorm, GELU) have no int8
+    form to run in and cut it; as its float form it is as whole as its float twin."""
+    macs = [n for n in graph.g.node if n.op_type in MAC_OPS and any(
+        _dequantized_activation(graph, name) for name in n.input[:2])]
+    if not macs or any(n.op_type != "MatMul" or _rank(graph, n.output[0]) in (None, 2)
+                       for n in macs):
+        return ""
+    return (f"none of its {len(macs)} MatMuls has an int8 form (the int8 FC takes a 2-D "
+            f"input; e.g. {macs[0].name!r} is {_rank(graph, macs[0].output[0])}-D), so "
+            "requantized it would run its MACs in fp16 between int8 roundings")
+
+
+def _dequantized_activation(graph: QdqGraph, name: str) -> bool:
+    source = graph.producer.get(name)
+    return (source is not None and source.op_type == "DequantizeLinear"
+            and graph.const(source.input[0]) is None)
+
+
+def _rank(graph: QdqGraph, name: str) -> Optional[int]:
+    info = graph.infos.get(name)
+    if info is None or not info.type.tensor_type.HasField("shape"):
+        return None
+    return len(info.type.tensor_type.shape.dim)
 
 
 def _record_ranges(graph: QdqGraph) -> None:

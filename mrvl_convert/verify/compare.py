@@ -38,6 +38,7 @@ import onnx
 
 from mrvl_convert.core.samples import DEFAULT_VERIFY_SAMPLES, GIVEN, RANDOM, SampleOrigin
 from mrvl_convert.errors import OptionError
+from mrvl_convert.frontend.foreign_kept import WORDS
 from mrvl_convert.runtime.options import QUIET
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
@@ -167,8 +168,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
         if with_floor else None
     _set_floor(rows, floor)
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
+    # another quantizer's model rewritten: the second reference is the model as given
+    kept = (session.manifest.get("foreign_int8") or {}).get("mode")
     cost = None if fp32 is None else quantization_cost(
-        fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity)
+        fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity,
+        *(("given", *WORDS[kept][::-1]) if kept in WORDS else ()))
     return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
                       reference=label, origin=origin,
                       floor_note=floor.note if floor is not None else "")

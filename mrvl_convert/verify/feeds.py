@@ -2,13 +2,16 @@
 checked by ``core.arrays`` (bounded sizes, dtype, finite values, shape)."""
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
 from mrvl_convert.core.arrays import check_samples, read_arrays
 from mrvl_convert.errors import InputFeedError
 from mrvl_convert.runtime.stages import DTYPES, TensorSpec
+
+if TYPE_CHECKING:
+    import onnx
 
 
 def load_npz_feeds(path: str, specs: Sequence[TensorSpec], limit: Optional[int] = None,
@@ -75,3 +78,19 @@ def _as_stack(array: np.ndarray, spec: TensorSpec, path: str, key: str) -> List[
         return [array[k:k + 1].astype(dtype) for k in range(shape[0])]
     raise InputFeedError(f"{path}: array of shape {list(shape)} does not fit input shape "
                          f"{list(spec.shape)}", tensor=spec.name)
+
+
+def model_feeds(path: str, proto: "onnx.ModelProto") -> Optional[List[Dict[str, np.ndarray]]]:
+    """The samples of ``path`` (verify inputs) as feeds of ``proto``'s inputs (a loaded model:
+    static shapes), or None when they do not fit it (verify then says why): what another
+    quantizer's requantization cost is measured on at conversion (``foreign_cost.measure``)."""
+    from onnx import helper
+    inits = {i.name for i in proto.graph.initializer}
+    specs = [TensorSpec(i.name, tuple(d.dim_value for d in i.type.tensor_type.shape.dim),
+                        np.dtype(helper.tensor_dtype_to_np_dtype(
+                            i.type.tensor_type.elem_type)).name)
+             for i in proto.graph.input if i.name not in inits]
+    try:
+        return load_npz_feeds(path, specs)
+    except InputFeedError:
+        return None

@@ -60,6 +60,11 @@ class QuantCost:
     model: str
     samples: int
     rows: List[CostRow] = field(default_factory=list)
+    # the second reference: the fp32 model, or another quantizer's model as given (its
+    # requantization's cost, ``frontend/foreign_kept.py``)
+    against: str = "fp32"
+    cost_of: str = "quantization"
+    verdict: str = ""   # the model the verdict is against, when against is "given"
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON has no infinity: an output equal to fp32 has SNR null and ``exact: true``."""
@@ -70,7 +75,7 @@ class QuantCost:
                 out["exact"] = True
             rows.append(out)
         return {"model": self.model, "samples": self.samples, "outputs": rows,
-                "wrecked": [r.tensor for r in self.wrecked]}
+                "wrecked": [r.tensor for r in self.wrecked], "against": self.against}
 
     @property
     def wrecked(self) -> List[CostRow]:
@@ -84,9 +89,16 @@ class QuantCost:
         if not rows:
             return ""
         named = ", ".join(f"{r.tensor} (cosine {r.cosine:.3f})" for r in rows[:5])
+        if self.against != "fp32":
+            return (f"warning: {self.cost_of} wrecks {named} against {self._words()} (below "
+                    f"{WRECKED_COSINE:g}): the {self.cost_of}'s loss, not the conversion's; "
+                    "try --foreign-int8 fp16")
         return (f"warning: int8 wrecks {named} against fp32 (below {WRECKED_COSINE:g}): the "
                 "quantization's loss, not the conversion's; try --keep-fp16 auto, or "
                 "calibration data like the real inputs")
+
+    def _words(self) -> str:
+        return "fp32" if self.against == "fp32" else "the model as given"
 
     def summary(self) -> str:
         """One clause for a batch log: the worst figures over the outputs."""
@@ -94,13 +106,19 @@ class QuantCost:
         agree = [r.top1 for r in self.rows if r.top1 is not None]
         parts = [f"min cosine {min(cosines):.4f}"] if cosines else []
         parts += [f"top-1 agreement {min(agree):.4f}"] if agree else []
-        text = "against fp32 (what quantization costs): " + (", ".join(parts) or "not measured")
+        parts += [f"max_rel {max(r.max_rel for r in self.rows if r.max_rel is not None):.3g}"] \
+            if self.against != "fp32" and any(r.max_rel is not None for r in self.rows) else []
+        text = (f"against {self._words()} (what {self.cost_of} costs): "
+                + (", ".join(parts) or "not measured"))
+        if self.against != "fp32":  # which of the two models the verdict is against
+            text = f"verdict against {self.verdict}; {text}"
         return text + (f"; {self.warning()}" if self.wrecked else "")
 
     def format_lines(self) -> List[str]:
         """The table's section: a line per output."""
-        lines = [f"against the fp32 model {self.model} (what quantization costs; information, "
-                 f"not the verdict), over {self.samples} sample(s):"]
+        model = "the fp32 model" if self.against == "fp32" else "the model as given,"
+        lines = [f"against {model} {self.model} (what {self.cost_of} costs; "
+                 f"information, not the verdict), over {self.samples} sample(s):"]
         for row in self.rows:
             figures = [f"min cosine {_fmt(row.cosine, '.6f')}", f"SNR {_fmt_snr(row.snr_db)}",
                        f"top-1 agreement {_fmt(row.top1, '.4f')}",
@@ -112,10 +130,13 @@ class QuantCost:
 
 def quantization_cost(fp32_model: "str | os.PathLike[str] | onnx.ModelProto",
                       session: HybridSession, got: Mapping[str, Sequence[np.ndarray]],
-                      feeds: Sequence[Mapping[str, np.ndarray]], log_severity: int = 3
-                      ) -> QuantCost:
+                      feeds: Sequence[Mapping[str, np.ndarray]], log_severity: int = 3,
+                      against: str = "fp32", cost_of: str = "quantization",
+                      verdict: str = "") -> QuantCost:
     """The hybrid's outputs ``got`` (per output name, one array per feed) against the fp32
-    model run on the same ``feeds`` (module docstring)."""
+    model run on the same ``feeds`` (module docstring); ``against`` and ``cost_of`` say what
+    that model is (``given``, ``requantization`` for another quantizer's model), ``verdict``
+    the model the verdict is against then."""
     proto = load_model(fp32_model)
     label = model_label(fp32_model)
     check_model_inputs(proto, session, label)
@@ -130,7 +151,7 @@ def quantization_cost(fp32_model: "str | os.PathLike[str] | onnx.ModelProto",
             want[name].append(np.asarray(value))
     rows = [_row(n, list(got[n]), want[n]) if n in want else
             CostRow(n, note="not a tensor of the fp32 model") for n in got]
-    return QuantCost(label, len(feeds), rows)
+    return QuantCost(label, len(feeds), rows, against, cost_of, verdict)
 
 
 def _row(name: str, got: List[np.ndarray], want: List[np.ndarray]) -> CostRow:

@@ -1,0 +1,44 @@
+"""What a conversion keeps of ``foreign_int8.py``'s rewrite for verify (issue 45, finding 5),
+as ``--quantize int8`` keeps ``<name>.int8.onnx``.
+
+A requantized foreign model's int8 layers are bit-equal by construction to the requantized QDQ
+model, not to the model as given: judged against the given one, verify would count the
+requantization's own cost (e.g. 1.7% of an output's peak) against the conversion. So the
+artifact keeps the requantized QDQ model (``<name>.requantized.onnx``, the manifest's
+``foreign_int8`` section); verify judges the artifact against it and reports the cost against
+the model as given beside the verdict (``verify/quant_cost.py``), as an int8 verify reports
+its cost against fp32. A model run in fp16 (``--foreign-int8 fp16``, or requantize of a model
+with no int8 MAC) keeps its float form (``<name>.float.onnx``, QDQ nodes removed) the same way:
+judged against the given QDQ model, the quantizer's own rounding would fail the verdict.
+
+Contract.
+  Requires: the requantized model as ``bring_foreign_int8`` left it (before canonicalization
+  changes it), report.json's ``foreign_int8`` section of it.
+  Ensures: ``kept_model``: the manifest entry with the model's bytes under ``data`` (popped
+  when written), or None (nothing rewritten: the given model is the reference).
+  Nothing is changed.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Dict, Mapping, Optional
+
+import onnx
+
+SUFFIXES = {"requantize": ".requantized.onnx", "fp16": ".float.onnx"}
+# what verify calls the model kept, and what the rewrite that made it costs
+WORDS = {"requantize": ("the requantized QDQ model", "requantization"),
+         "fp16": ("the model without its QDQ nodes", "removing its QDQ nodes")}
+
+
+def kept_model(section: Optional[Mapping[str, Any]], proto: onnx.ModelProto,
+               name: str) -> Optional[Dict[str, Any]]:
+    """The manifest's ``foreign_int8`` entry of a requantized model, with its bytes."""
+    if not section or not (section.get("weights") or section.get("activations")
+                           or section.get("biases")):
+        return None
+    mode = "fp16" if section.get("mode") == "fp16" or section.get("fp16_because") else \
+        "requantize"
+    data = proto.SerializeToString()
+    return {"mode": mode, "file": f"{name}{SUFFIXES[mode]}",
+            "sha256": hashlib.sha256(data).hexdigest(), "data": data}
