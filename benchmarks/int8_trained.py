@@ -405,15 +405,14 @@ def tables(results: List[Dict[str, object]]) -> str:
             lines.append(f"| {r['model']} | {row['recipe']} | {row['agreement']:.3f}{se} | "
                          f"{row['mrvl']} / {row['cpu']} | {row['mrvl_mac_share']} |")
     lines += ["", "| model | target | held-out half (search) | test samples | int8 MAC share | "
-              "layers kept | steps: int8 MAC share, choice / held-out agreement |",
+              "layers kept | curve: prefix, int8 MAC share: choice / held-out agreement |",
               "|---|---|---|---|---|---|---|"]  # test: the written artifact (the search's own)
     for r in results:
         auto = r.get("keep_fp16_auto")
         if not auto:
             continue
-        steps = "; ".join(f"{s['int8_mac_share']:.3f}: {s['agreement']:.3f} / "
-                          f"{s['held_out']:.3f}{'' if s['accepted'] else ' (dropped)'}"
-                          for s in auto["steps"])
+        steps = "; ".join(f"{s['prefix']} layer(s), {s['int8_mac_share']:.3f}: "
+                          f"{s['agreement']:.3f} / {s['held_out']:.3f}" for s in auto["curve"])
         lines.append(f"| {r['model']} | {auto['min_agreement']} "
                      f"{'reached' if auto['reached'] else 'NOT reached'} | "
                      f"{auto['held_out']:.3f} (int8 alone {auto['held_out_before']:.3f}) | "
