@@ -64,7 +64,7 @@ from mrvl_convert.verify.quant_analysis import (DEFAULT_THRESHOLD_DB, KEEPABLE_L
 from mrvl_convert.verify.quant_report import LayerQuality
 
 DEFAULT_ROUNDS = 3
-DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: tries, each a quantize, convert and measure
+DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: prefixes tried, each a quantize, convert and measure
 PathLike = Union[str, "os.PathLike[str]"]
 
 
