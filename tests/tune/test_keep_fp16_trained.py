@@ -142,6 +142,9 @@ def test_cli_held_out_figure_is_the_written_artifacts(trained, recipe, capsys):
     assert measured == auto["held_out"]
     assert not set(auto["held_out_rows"]) & set(auto["calibration_rows"])
     assert set(auto["held_out_rows"]) <= set(calibration_split(64).choose)
+    # what deploys: an fp16 layer inside the int8 model is not Marvell's one-precision flow
+    flow = json.loads((out / "clf" / "report.json").read_text())["device"]["int8_flow"]
+    assert not flow["meets"] and any(r.startswith("one_precision") for r in flow["reasons"])
 
 
 @pytest.mark.parametrize("recipe", [{"bias_correction": True}, {"equalize": True},
