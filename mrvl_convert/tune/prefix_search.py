@@ -14,7 +14,9 @@ AIMET's mixed-precision way, on Marvell's fixed int8 recipe:
   gain, and those not measured, after, in their isolated order;
 - **bisect**: the smallest prefix of the ranking whose choice-sample agreement reaches the
   target, assuming (as AIMET does) that a longer prefix does not agree less. The whole ranking
-  is tried first: if even it does not reach the target, the best prefix tried is kept. Every
+  is tried first: if even it does not reach the target, the shortest prefix that agrees as well
+  as the whole ranking does is sought the same way, and none is kept when the whole ranking
+  agrees no better than int8 alone (keeping layers that buy nothing costs MACs for nothing). Every
   prefix tried is a point of the curve, measured on the held-out samples too (int8 MAC share
   against held-out agreement); the held-out figures never decide anything.
 
@@ -94,25 +96,40 @@ def rank(candidates: Sequence[Ranked], base: Agreement,
 def bisect(count: int, budget: int, try_prefix: Callable[[int], Point], start: Point
            ) -> Tuple[Point, List[Point]]:
     """The shortest prefix of ``count`` whose point reaches the target, in at most ``budget``
-    tries (``start``: prefix 0, already measured). Returns (the point chosen, the points
-    tried in order)."""
+    tries (``start``: prefix 0, already measured). When even the whole ranking does not reach
+    it, the shortest prefix that agrees as well as the whole ranking does, or none when that is
+    no better than int8 alone: layers that buy nothing are not kept. Returns (the point chosen,
+    the points tried in order)."""
     tried: List[Point] = []
     if start.reaches or count == 0 or budget <= 0:
         return start, tried
     full = try_prefix(count)
     tried.append(full)
-    if not full.reaches:
-        return max([start, full], key=lambda p: p.key), tried
-    low, high, chosen = 0, count, full
+    if full.reaches:
+        return _shortest(full, lambda p: p.reaches, budget, try_prefix, tried), tried
+    if _value(full) <= _value(start):
+        return start, tried
+    best = _value(full)
+    return _shortest(full, lambda p: _value(p) >= best, budget, try_prefix, tried), tried
+
+
+def _value(point: Point) -> float:
+    return -1.0 if point.agreement is None else point.agreement
+
+
+def _shortest(full: Point, good: Callable[[Point], bool], budget: int,
+              try_prefix: Callable[[int], Point], tried: List[Point]) -> Point:
+    """Bisection between prefix 0 (not good) and ``full`` (good), appending to ``tried``."""
+    low, high, chosen = 0, full.prefix, full
     while high - low > 1 and len(tried) < budget:
         mid = (low + high) // 2
         point = try_prefix(mid)
         tried.append(point)
-        if point.reaches:
+        if good(point):
             high, chosen = mid, point
         else:
             low = mid
-    return chosen, tried
+    return chosen
 
 
 def share(kept: Sequence[str], macs: Mapping[str, int], total: int) -> Optional[float]:

@@ -35,11 +35,19 @@ def test_bisection_finds_the_shortest_reaching_prefix_in_order(first, count, bud
     assert chosen.prefix == min(reached)
 
 
-def test_a_target_the_whole_ranking_misses_keeps_the_better_of_none_and_all():
-    chosen, points = bisect(4, 8, lambda k: point(k, 0.8), point(0, 0.5))
-    assert [p.prefix for p in points] == [4] and chosen.prefix == 4
-    chosen, _ = bisect(4, 8, lambda k: point(k, 0.4), point(0, 0.5))
-    assert chosen.prefix == 0
+def test_a_target_the_whole_ranking_misses_keeps_the_shortest_prefix_as_good_as_it():
+    """Target 0.95; the whole ranking of 8 agrees 0.8 from prefix 3 on: prefix 3 is kept.
+    When the whole ranking agrees no better than int8 alone (0.5), nothing is kept."""
+    seen: List[int] = []
+
+    def try_prefix(k: int) -> Point:
+        seen.append(k)
+        return point(k, 0.8 if k >= 3 else 0.6)
+
+    chosen, points = bisect(8, 8, try_prefix, point(0, 0.5))
+    assert seen == [8, 4, 2, 3] and chosen.prefix == 3 and not chosen.reaches
+    chosen, points = bisect(4, 8, lambda k: point(k, 0.5), point(0, 0.5))
+    assert [p.prefix for p in points] == [4] and chosen.prefix == 0
 
 
 def test_a_target_int8_reaches_or_no_budget_tries_nothing():
