@@ -21,6 +21,7 @@ from mrvl_convert.cli.convert import main
 from mrvl_convert.core.samples import calibration_split
 from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
+from support.int8 import float_model
 
 CLASSES = 3
 TARGET = 0.95
@@ -67,11 +68,7 @@ def trained_classifier() -> onnx.ModelProto:
              helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
              helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
              helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc")]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, 8, 8])],
-        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, CLASSES])],
-        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    return float_model(nodes, inits, [1, 3, 8, 8], [1, CLASSES])
 
 
 @pytest.fixture(scope="module")
