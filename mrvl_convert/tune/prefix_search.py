@@ -33,7 +33,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from mrvl_convert.tune.agreement import Agreement
 from mrvl_convert.verify.quant_report import LayerQuality
 
-MEASURED_LAYERS = 16  # layers whose sensitivity is measured: one quantize + convert each
+MEASURED_LAYERS = 64  # layers whose sensitivity is measured: one quantize + convert each
 
 
 @dataclass
