@@ -53,7 +53,8 @@ def recipe() -> Dict[str, object]:
 def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                   exclude: Sequence[str] = (), *, method: str = "minmax",
                   report: Optional[Dict[str, Any]] = None, equalize: bool = False,
-                  bias_correction: bool = False, rows: Optional[Sequence[int]] = None) -> Path:
+                  bias_correction: bool = False, rows: Optional[Sequence[int]] = None,
+                  ranges: Optional[PathLike] = None) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
@@ -68,7 +69,12 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     ``bias_correction``: quantize, correct the float biases for the int8 weights' mean error on
     the calibration samples, quantize again (``quantize/bias_correct.py``). ``rows``: the
     samples (rows of axis 0) that calibrate, the rest held out, instead of
-    ``calibration_choice``'s (``--keep-fp16 auto``: its choice samples). Returns ``out``.
+    ``calibration_choice``'s (``--keep-fp16 auto``: its choice samples). ``ranges``: a file
+    that keeps the activation ranges of the first calibration (onnxruntime's
+    ``calibration_cache_path``, where it has one): a later call with the same file, model,
+    samples, rows and method reads them instead of running the float model again (the
+    ``--keep-fp16 auto`` trials differ only in the nodes excluded; a bias-corrected model is
+    always calibrated anew). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType
 
@@ -96,7 +102,7 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                 _quantize_static, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
                 activation_type=QuantType.QInt8, nodes_to_exclude=list(exclude),
                 calibrate_method=calibrate_method(method), **recipe())
-            quantize(source, str(out), reader)
+            _cached(quantize, ranges)(source, str(out), reader)
             if bias_correction:
                 _bias_corrected(Path(source), out, calibration, quantize, rows)
     except (ValueError, RuntimeError, ConvertError) as exc:  # onnxruntime's refusals (and bugs)
@@ -104,6 +110,17 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                                     f"calibration method {method}: {exc}",
                                     model=str(model)) from None
     return out
+
+
+def _cached(quantize: Any, ranges: Optional[PathLike]) -> Any:
+    """``quantize`` keeping its calibration ranges in ``ranges`` (None, or an onnxruntime
+    without ``calibration_cache_path``: calibrates each time)."""
+    import inspect
+    from onnxruntime.quantization import quantize_static
+    if ranges is None or "calibration_cache_path" not in inspect.signature(
+            quantize_static).parameters:
+        return quantize
+    return functools.partial(quantize, calibration_cache_path=str(ranges))
 
 
 def _quantize_static(source: str, out: str, reader: Any, **options: Any) -> None:

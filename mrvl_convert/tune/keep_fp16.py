@@ -64,7 +64,7 @@ from mrvl_convert.verify.quant_analysis import (DEFAULT_THRESHOLD_DB, KEEPABLE_L
 from mrvl_convert.verify.quant_report import LayerQuality
 
 DEFAULT_ROUNDS = 3
-DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: prefixes tried, each a quantize, convert and measure
+DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: prefixes tried (quantize, convert, measure each)
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -289,8 +289,8 @@ def _search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.nd
     # Every trial, and so the model written, is calibrated on exactly the choice rows: the
     # artifact made with those rows (Quantization.rows) is the model the held-out figure is of.
     result.calibration_rows, result.held_out_rows = list(rows.choose), list(rows.judge)
-    trial = _Trial(named, result.model, functools.partial(quantize_with, named, result.model,
-                                                          given, rows=rows.choose),
+    trial = _Trial(named, result.model, functools.partial(  # one calibration run, its ranges kept
+        quantize_with, named, result.model, given, rows=rows.choose, ranges=tmp / "ranges.json"),
                    options, tmp, choose, judge,
                    (reference_outputs(named, choose), reference_outputs(named, judge)))
     macs = _node_macs(named, choose[0])
