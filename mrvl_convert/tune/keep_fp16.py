@@ -16,16 +16,15 @@ judged out of sample (issue 40): the calibration samples are split once
 layers and decides each step, the **held-out** part only judges, so the figure reported is on
 samples that chose nothing.
 
-- rank: every int8 Conv2D/FC layer by its gain per multiply-accumulate kept in fp16, the gain
-  being the noise power its isolated SNR says it adds (``verify/quant_analysis.py``), measured
-  on the choice samples;
-- add greedily in that order: a layer is kept if the artifact on the choice samples gets
-  better (top-1 agreement, ties told apart by the SNR of the outputs against fp32,
-  ``tune/agreement.py``), else dropped; until the agreement on the choice samples reaches the
-  target, the candidates run out or ``max_rounds`` tries are spent;
-- judge: the agreement of the kept model on the held-out samples. ``reached`` is that figure
+- rank: the int8 Conv2D/FC layers, first by the noise their isolated SNR says they add per
+  multiply-accumulate (``verify/quant_analysis.py``), then by their measured sensitivity: the
+  output noise the model loses with that layer alone in fp16, on the choice samples, per
+  multiply-accumulate (``tune/prefix_search.py``);
+- bisect: the shortest prefix of that ranking whose choice-sample top-1 agreement reaches the
+  target, in at most ``max_rounds`` tries (the whole ranking first);
+- judge: the agreement of the chosen model on the held-out samples. ``reached`` is that figure
   against the target; not reaching it is an outcome the result states, not an error. Each
-  step's held-out figure is recorded too (the curve of agreement against int8 MAC share), but
+  prefix's held-out figure is recorded too (the curve of agreement against int8 MAC share), but
   never decides anything.
 
 The float model's nodes are named first (``load.name_nodes``), as the converter names them, so
@@ -59,32 +58,29 @@ from mrvl_convert.quantize.keep import ANALYSIS_SAMPLES, AUTO, analysis_feeds, n
 from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.tune.agreement import (Agreement, describe, measure, reference_outputs,
                                          stage_counts)
+from mrvl_convert.tune.prefix_search import Point, Ranked, bisect, rank, share
 from mrvl_convert.verify.quant_analysis import (DEFAULT_THRESHOLD_DB, KEEPABLE_LAYERS,
                                                 QuantAnalysis, analyze_quantization)
 from mrvl_convert.verify.quant_report import LayerQuality
 
 DEFAULT_ROUNDS = 3
-DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: tries, each a quantize, convert and measure
+DEFAULT_TARGET_ROUNDS = 8  # with min_agreement: prefixes tried (quantize, convert, measure each)
 PathLike = Union[str, "os.PathLike[str]"]
 
 
 @dataclass
 class Round:
-    """One ``auto`` round: the layer tried and the float-model nodes it gave back. With a
-    target also what the trial measured: on the choice samples (``agreement``, ``snr_db``;
-    these decide ``accepted``) and on the held-out ones (``held_out``: information only), and
-    the int8 MAC share with this layer's nodes in float too."""
+    """A layer ``auto`` gave back to fp16 and the float-model nodes it is made of. With a
+    target (a layer of the chosen prefix): its multiply-accumulates and its measured
+    sensitivity, the output SNR on the choice samples with it alone in fp16."""
 
     layer: str
     layer_name: str
     isolated_snr_db: float
     nodes: List[str]
-    agreement: Optional[float] = None
     accepted: bool = True
-    held_out: Optional[float] = None
-    snr_db: Optional[float] = None
     macs: int = 0
-    int8_mac_share: Optional[float] = None
+    output_snr_db: Optional[float] = None
 
 
 @dataclass
@@ -114,6 +110,9 @@ class KeepFp16Result:
     # the held-out figure is measured on, as indices into the calibration data given.
     calibration_rows: List[int] = field(default_factory=list)
     held_out_rows: List[int] = field(default_factory=list)
+    # With a target: the candidates as ranked (measured sensitivity) and every prefix tried.
+    ranking: List[Ranked] = field(default_factory=list)
+    curve: List[Point] = field(default_factory=list)
 
     @property
     def reached(self) -> bool:
@@ -136,12 +135,9 @@ class KeepFp16Result:
                 "int8_mac_share_before": self.int8_mac_share_before,
                 "layers": [r.layer for r in self.added],
                 "nodes": [n for r in self.added for n in r.nodes],
-                "rejected": [r.layer for r in self.rounds if not r.accepted],
-                "rounds": len(self.rounds),
-                "steps": [{"layer": r.layer, "nodes": list(r.nodes), "accepted": r.accepted,
-                           "agreement": r.agreement,
-                           "held_out": r.held_out, "snr_db": r.snr_db,
-                           "int8_mac_share": r.int8_mac_share} for r in self.rounds],
+                "rounds": len(self.curve),
+                "ranking": [r.to_dict() for r in self.ranking],
+                "curve": [p.to_dict() for p in sorted(self.curve, key=lambda p: p.prefix)],
                 "stages_before": dict(self.stages_before),
                 "stages_after": dict(self.stages_after),
                 "calibration_rows": list(self.calibration_rows),
@@ -158,10 +154,15 @@ class KeepFp16Result:
                 f"{self.held_out_samples} held-out sample(s) (int8 alone "
                 f"{_fmt(self.held_out_before)}); on the {self.samples} sample(s) that chose the "
                 f"layers {_fmt(self.agreement)} (int8 alone {_fmt(self.agreement_before)}); "
-                f"{len(self.added)} layer(s) kept in fp16 ({nodes}), "
-                f"{len(self.rounds) - len(self.added)} tried and dropped; int8 MAC share "
-                f"{share}; subgraphs {_stages(self.stages_before)} -> "
-                f"{_stages(self.stages_after)}")
+                f"{len(self.added)} layer(s) kept in fp16 ({nodes}) of {len(self.ranking)} "
+                f"ranked; int8 MAC share {share}; subgraphs {_stages(self.stages_before)} -> "
+                f"{_stages(self.stages_after)}; curve {self.curve_text()}")
+
+    def curve_text(self) -> str:
+        """Each prefix tried, by length: int8 MAC share -> held-out agreement."""
+        points = sorted(self.curve, key=lambda p: p.prefix)
+        return ", ".join(f"{p.prefix}: {_fmt(p.int8_mac_share)} -> {_fmt(p.held_out)}"
+                         for p in points) or "-"
 
 
 def _fmt(value: Optional[float]) -> str:
@@ -265,21 +266,22 @@ class _Trial:
     references: tuple
     count: int = 0
 
-    def run(self, kept: Sequence[str]) -> tuple:
-        """(choice Agreement, held-out Agreement, stages, artifact) of ``kept`` in float."""
+    def run(self, kept: Sequence[str], judge: bool = True) -> tuple:
+        """(choice Agreement, held-out Agreement or None, stages, artifact) of ``kept`` in
+        float; ``judge=False``: the choice samples only (a sensitivity trial)."""
         self.quantize(exclude=list(kept))
         artifact = self.tmp / f"trial{self.count}"
         self.count += 1
         convert_with(self.out, artifact, self.options)
-        return (measure(artifact, self.choose, self.references[0]),
-                measure(artifact, self.judge, self.references[1]), stage_counts(artifact),
-                artifact)
+        chosen = measure(artifact, self.choose, self.references[0])
+        held = measure(artifact, self.judge, self.references[1]) if judge else None
+        return chosen, held, stage_counts(artifact), artifact
 
 
 def _search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndarray],
             threshold: float, max_rounds: int, options: ConvertOptions, tmp: Path,
             quantize_with: Callable[..., Path]) -> None:
-    """The held-out search (module docstring)."""
+    """The held-out search (module docstring, ``tune/prefix_search.py``)."""
     given, rows = _split(calibration, named)
     choose_cal, judge_cal = rows.take_stacked(given)
     choose = analysis_feeds(named, choose_cal, count=_count(choose_cal))
@@ -287,37 +289,52 @@ def _search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.nd
     # Every trial, and so the model written, is calibrated on exactly the choice rows: the
     # artifact made with those rows (Quantization.rows) is the model the held-out figure is of.
     result.calibration_rows, result.held_out_rows = list(rows.choose), list(rows.judge)
-    trial = _Trial(named, result.model, functools.partial(quantize_with, named, result.model,
-                                                          given, rows=rows.choose),
+    trial = _Trial(named, result.model, functools.partial(  # one calibration run, its ranges kept
+        quantize_with, named, result.model, given, rows=rows.choose, ranges=tmp / "ranges.json"),
                    options, tmp, choose, judge,
                    (reference_outputs(named, choose), reference_outputs(named, judge)))
     macs = _node_macs(named, choose[0])
     total = sum(macs.values())
-    best, held, stages, artifact = trial.run(result.kept)
-    _need_top1(best)
-    result.agreement_before, result.held_out_before = best.value, held.value
+    base, held, stages, artifact = trial.run(result.kept)
+    _need_top1(base)
+    result.agreement_before, result.held_out_before = base.value, held.value
     result.samples, result.held_out_samples = _samples(choose), _samples(judge)
-    result.stages_before = result.stages_after = stages
-    result.int8_mac_share_before = _share(result.kept, macs, total)
+    result.stages_before = stages
+    result.int8_mac_share_before = share(result.kept, macs, total)
     result.analysis = analyze_quantization(named, artifact, choose[:ANALYSIS_SAMPLES],
                                            threshold_db=threshold)
-    ranked = _ranked(result.analysis, result.kept, macs)
-    for row in ranked[:max_rounds]:
-        if best.value is not None and best.value >= result.min_agreement:
-            break
-        tried = result.kept + [n for n in row.op_nodes if n not in result.kept]
-        got, held_k, stages_k, _ = trial.run(tried)
-        step = _round(row, got.value)
-        step.held_out, step.snr_db = held_k.value, got.snr_db
-        step.macs, step.int8_mac_share = _layer_macs(row, macs), _share(tried, macs, total)
-        step.accepted = got.key() > best.key()
-        result.rounds.append(step)
-        if step.accepted:
-            result.kept, best, held, result.stages_after = tried, got, held_k, stages_k
-    if result.rounds and not result.rounds[-1].accepted:
-        trial.quantize(exclude=result.kept)  # the model written is the kept one
-    result.agreement, result.held_out, result.snr_db = best.value, held.value, best.snr_db
-    result.int8_mac_share = _share(result.kept, macs, total)
+    start = _point(0, result.kept, base, held, macs, total, result.min_agreement)
+    stages_of = {0: stages}
+    if start.reaches or max_rounds == 0:
+        ranked: List[Ranked] = []
+    else:
+        ranked = rank([Ranked(r, _layer_macs(r, macs))
+                       for r in _ranked(result.analysis, result.kept, macs)], base,
+                      lambda row: trial.run(result.kept + row.op_nodes, judge=False)[0])
+    result.ranking = ranked
+
+    def prefix_nodes(k: int) -> List[str]:
+        return result.kept + [n for r in ranked[:k] for n in r.row.op_nodes
+                              if n not in result.kept]
+
+    def try_prefix(k: int) -> Point:
+        got, held_k, stages_of[k], _ = trial.run(prefix_nodes(k))
+        return _point(k, prefix_nodes(k), got, held_k, macs, total, result.min_agreement)
+
+    chosen, result.curve = bisect(len(ranked), max_rounds, try_prefix, start)
+    result.rounds = [_round(r.row, r) for r in ranked[:chosen.prefix]]
+    result.kept = prefix_nodes(chosen.prefix)
+    result.stages_after = stages_of[chosen.prefix]
+    if result.curve and result.curve[-1].prefix != chosen.prefix:
+        trial.quantize(exclude=result.kept)  # the model written is the chosen one
+    result.agreement, result.held_out = chosen.agreement, chosen.held_out
+    result.snr_db, result.int8_mac_share = chosen.snr_db, chosen.int8_mac_share
+
+
+def _point(k: int, kept: Sequence[str], got: Agreement, held: Agreement,
+           macs: Mapping[str, int], total: int, target: float) -> Point:
+    return Point(k, share(kept, macs, total), got.value, held.value, got.snr_db,
+                 got.value is not None and got.value >= target, got.key())
 
 
 def _split(calibration: Mapping[str, np.ndarray], named: Path
@@ -353,13 +370,6 @@ def _node_macs(named: Path, feed: Mapping[str, np.ndarray]) -> Dict[str, int]:
     return {n.name: node_macs(n) for n in gs.import_onnx(loaded.proto).nodes}
 
 
-def _share(kept: Sequence[str], macs: Mapping[str, int], total: int) -> Optional[float]:
-    """The share of the model's multiply-accumulates not kept in float."""
-    if not total:
-        return None
-    return 1.0 - sum(macs.get(n, 0) for n in set(kept)) / total
-
-
 def _layer_macs(row: LayerQuality, macs: Mapping[str, int]) -> int:
     return sum(macs.get(n, 0) for n in row.op_nodes)
 
@@ -375,8 +385,11 @@ def _ranked(analysis: QuantAnalysis, kept: Sequence[str], macs: Mapping[str, int
                   / max(_layer_macs(r, macs), 1))
 
 
-def _round(row: LayerQuality, agreement: Optional[float] = None) -> Round:
-    return Round(row.layer, row.layer_name, row.isolated_snr_db, list(row.op_nodes), agreement)
+def _round(row: LayerQuality, ranked: Optional[Ranked] = None) -> Round:
+    if ranked is None:
+        return Round(row.layer, row.layer_name, row.isolated_snr_db, list(row.op_nodes))
+    return Round(row.layer, row.layer_name, row.isolated_snr_db, list(row.op_nodes),
+                 macs=ranked.macs, output_snr_db=ranked.output_snr_db)
 
 
 def _candidate(analysis: QuantAnalysis, kept: Sequence[str]) -> Optional[LayerQuality]:

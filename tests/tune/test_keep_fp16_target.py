@@ -127,7 +127,8 @@ def test_the_target_keeps_the_worst_layer_first_and_is_judged_held_out(case):
     assert result.stages_after == {"mrvl": 1, "cpu": 0}  # fp16 layers in the same stage
     doc = result.to_dict()
     assert doc["layers"] == [r.layer for r in result.added] and doc["nodes"][0] == "conv1"
-    assert doc["held_out"] == result.held_out and doc["steps"][0]["held_out"] is not None
+    assert doc["held_out"] == result.held_out and doc["curve"][0]["held_out"] is not None
+    assert doc["ranking"][0]["nodes"] == ["conv1"] and doc["ranking"][0]["output_snr_db"]
     line = result.summary()
     assert f"on {len(judge)} held-out sample(s)" in line and "(conv1" in line
     assert "int8 MAC share 0.743" in line and "subgraphs 1 Mrvl / 0 CPU" in line
@@ -144,29 +145,31 @@ def float_nodes(qdq: Path) -> List[str]:
 
 
 def test_the_choice_split_decides_and_the_held_out_one_only_judges(case, monkeypatch):
-    """The figures measured, in order (choice, held-out) per trial: int8 (0.5, 0.9), the first
-    layer ranked (0.4, 1.0: worse where it chooses, so dropped however well it does held
-    out), the next (0.7, 0.6: kept), the next (0.6, 1.0: dropped). The model written is the
-    0.7 one, and its verdict the 0.6 measured held out."""
+    """The figures measured, in order: int8 (choice 0.5, held-out 0.9), the three layers'
+    sensitivity trials (choice only: output SNR 20, 30, 40 dB against 10), then the whole
+    ranking (1.0, 1.0) and its first half, one layer (0.96, 0.6): it reaches the target where
+    it chooses, so it is the model written, and its verdict the 0.6 measured held out."""
     src, calibration, _, tmp = case
-    measured = iter([0.5, 0.9, 0.4, 1.0, 0.7, 0.6, 0.6, 1.0])
+    measured = iter([(0.5, 10.0), (0.9, 10.0), (0.6, 20.0), (0.6, 30.0), (0.6, 40.0),
+                     (1.0, 50.0), (1.0, 50.0), (0.96, 35.0), (0.6, 35.0)])
 
     def fake(artifact, feeds, reference):
-        return Agreement({"y": next(measured)}, len(feeds), 10.0)
+        value, snr = next(measured)
+        return Agreement({"y": value}, len(feeds), snr)
 
     monkeypatch.setattr("mrvl_convert.tune.keep_fp16.measure", fake)
     result = quantize_keep_fp16(src, tmp / "drop.onnx", calibration, "auto",
-                                min_agreement=0.95, max_rounds=3)
-    assert [r.accepted for r in result.rounds] == [False, True, False]
-    assert [r.agreement for r in result.rounds] == [0.4, 0.7, 0.6]
-    assert [r.held_out for r in result.rounds] == [1.0, 0.6, 1.0]
-    assert result.kept == result.rounds[1].nodes and result.agreement == 0.7
-    assert result.held_out == 0.6 and result.held_out_before == 0.9
-    assert float_nodes(result.model) == result.kept  # rewritten after the last drop
+                                min_agreement=0.95, max_rounds=3, threshold_db=-100.0)
+    assert [p.prefix for p in result.curve] == [3, 1]
+    assert [(p.agreement, p.held_out) for p in result.curve] == [(1.0, 1.0), (0.96, 0.6)]
+    assert len(result.rounds) == 1 and result.kept == result.rounds[0].nodes
+    assert result.agreement == 0.96 and result.held_out == 0.6 and result.held_out_before == 0.9
+    assert float_nodes(result.model) == result.kept  # rewritten after the longer prefix
+    assert all(r.output_snr_db is not None for r in result.ranking)
     doc = result.to_dict()
-    assert doc["layers"] == [result.rounds[1].layer] and len(doc["rejected"]) == 2
+    assert [p["prefix"] for p in doc["curve"]] == [1, 3] and doc["rounds"] == 2
     assert not result.reached and "NOT reached" in result.summary()
-    assert "2 tried and dropped" in result.summary()
+    assert "curve 1: " in result.summary() and "-> 0.6000" in result.summary()
 
 
 def test_layers_are_ranked_by_noise_per_multiply_accumulate(case):
@@ -187,7 +190,7 @@ def test_an_unreached_target_is_said_plainly_not_raised(case):
     src, calibration, _, tmp = case
     result = quantize_keep_fp16(src, tmp / "one.onnx", calibration, "auto",
                                 min_agreement=1.0, max_rounds=0)
-    assert not result.reached and result.rounds == []
+    assert not result.reached and result.rounds == [] and result.curve == []
     assert result.held_out == result.held_out_before < 1.0
     assert "NOT reached" in result.summary()
 
