@@ -4,6 +4,7 @@ line; an exception outside ``MrvlConvertError`` is marked INTERNAL ERROR."""
 from __future__ import annotations
 
 import collections
+import json
 import time
 import traceback
 from pathlib import Path
@@ -284,9 +285,20 @@ def foreign_rows(ctx: _Context, calibrate: int) -> List[Row]:
             rows.append(row)
             continue
         row.update(_partition(result), convert_s=seconds, ratio=_ratio(ctx, seconds))
-        rows.append(_guarded(row, "verify", lambda: _verify(qdq, artifact, ctx,
+        # as mrvl-verify does: judged against the model the foreign-int8 pass kept (the
+        # requantized QDQ model, or the float form), not the QDQ model as given
+        rows.append(_guarded(row, "verify", lambda: _verify(_foreign_reference(qdq, artifact),
+                                                            artifact, ctx,
                                                             against_fp32=ctx.path)))
     return rows
+
+
+def _foreign_reference(qdq: Path, artifact: Path) -> Path:
+    """The model an artifact of another quantizer's QDQ model is judged against: the one the
+    foreign-int8 pass kept in the artifact (manifest ``foreign_int8``), else ``qdq``."""
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    kept = artifact / (manifest.get("foreign_int8") or {}).get("file", "")
+    return kept if manifest.get("foreign_int8") and kept.is_file() else qdq
 
 
 def _ort_quantize(ctx: _Context, out: Path, per_channel: bool, calibrate: int) -> None:
