@@ -144,7 +144,8 @@ def _verify(model: Any, artifact: Path, ctx: _Context, fp32: Optional[Dict[str, 
             against_fp32: Any = None) -> Row:
     """verify's verdict, and the worst output's error over its peak (given the reference's
     outputs ``fp32``, name -> per feed)."""
-    comparison = mrvl_convert.compare(model, artifact, ctx.test, fp32=against_fp32)
+    comparison = mrvl_convert.compare(model, artifact, _as_taken(ctx.test, artifact),
+                                      fp32=against_fp32)
     row: Row = {"passed": comparison.passed,
                 "failed_outputs": [r.tensor for r in comparison.judged_rows if not r.passed]}
     if fp32:
@@ -291,6 +292,16 @@ def foreign_rows(ctx: _Context, calibrate: int) -> List[Row]:
                                                             artifact, ctx,
                                                             against_fp32=ctx.path)))
     return rows
+
+
+def _as_taken(samples: Any, artifact: Path) -> Any:
+    """A float16-stored model's samples as an artifact of its float32 twin (or its int8
+    artifact, whose I/O is float32) takes them: float16 inputs widened where the manifest
+    declares float32."""
+    manifest = json.loads((artifact / "manifest.json").read_text())
+    wide = {t["name"] for t in manifest["model"]["inputs"] if t.get("dtype") == "float32"}
+    return [{k: v.astype(np.float32) if k in wide and v.dtype == np.float16 else v
+             for k, v in feed.items()} for feed in samples]
 
 
 def _foreign_reference(qdq: Path, artifact: Path) -> Path:
