@@ -12,6 +12,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, reduce_axes, static_shape
+from mrvl_convert.rules.batch_axis import axis0_is_batch
 
 Details = Optional[dict]
 
@@ -237,9 +238,13 @@ def channel_shuffle_issue(node: gs.Node, after: Callable[[gs.Node], Optional[gs.
 
 def model_batch(graph: gs.Graph) -> int:
     """The device's batch: axis 0 of the model's activation inputs of rank 2 or more (the
-    largest; 1 when there is none). A tensor inside the model whose axis 0 is larger holds
-    other axes folded into it (attention heads reshaped into axis 0, as a MiniLM export writes
-    ``[heads, T, d]``): the device still runs the model's batch."""
-    batches = [shape[0] for shape in (static_shape(t) for t in graph.inputs
-                                      if not is_const(t)) if shape and len(shape) >= 2]
+    largest; 1 when there is none), counting only inputs whose axis 0 the model treats as a
+    batch (``batch_axis.axis0_is_batch``: an input every reader first lifts to ``[1, ...]`` is
+    one sample, batch 1). A tensor inside the model whose axis 0 is larger holds other axes
+    folded into it (attention heads reshaped into axis 0, as a MiniLM export writes
+    ``[heads, T, d]``; the frames of a batchless ``[T, F, C]`` between Conv wrappers): the
+    device still runs the model's batch."""
+    batches = [shape[0] for shape, t in ((static_shape(t), t) for t in graph.inputs
+                                         if not is_const(t))
+               if shape and len(shape) >= 2 and axis0_is_batch(graph, t)]
     return max(batches, default=1)
