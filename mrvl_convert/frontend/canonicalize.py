@@ -53,6 +53,7 @@ from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
+from mrvl_convert.frontend.batchless_lift import lift_batchless
 from mrvl_convert.frontend.global_means import keep_global_mean_dims
 from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
@@ -131,6 +132,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if lift_batchless(graph, forms):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
