@@ -63,7 +63,12 @@ def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
     exporter's ``Add(bias, x)`` puts the bias first: its length is no batch). Against an
     accelerator limit (``max`` names one of the rule file's ``limits``: the device's batch), at
     most the model's batch (``model_batch``: heads folded into axis 0 are no batch of the
-    device's); against a layer's own number (``max: 1``), the tensor's axis 0 as it is."""
+    device's); against a layer's own number (``max: 1``), the tensor's axis 0 as it is.
+    The model's batch is what the model treats as one sample: an input whose axis 0 every
+    reader first moves behind a new leading axis (``Unsqueeze(axes=[0])``, a Reshape adding a
+    leading 1: a batchless ``[frames, bins]``) is one sample, batch 1, and the batchless
+    ``[H, W, C]`` between its Conv wrappers is no batch of H; an input read as it is (a Conv
+    of ``[12, C, H, W]``) has its axis 0 as its batch, refused above the device's."""
     acts = activation_inputs(node)
     shape = (static_shape(acts[0]) if acts else None) or []
     batch = shape[0] if shape else 1

@@ -50,10 +50,19 @@ def batched_net(batch: int = 12):
     return b.model([b.op("Relu", [y], name="relu")])
 
 
+def unsqueezed_batch_net(batch: int = 12):
+    """A batch of 1-D signals made 4-D by Unsqueeze(2): axis 0 stays axis 0, a batch."""
+    b = Builder(seed=47, opset=13)
+    y = b.op("Unsqueeze", [b.input("x", [batch, 3, 16]), _axes(b, 2)], name="to_image")
+    return b.model([b.op("Conv", [y, b.weight(4, 3, 1, 3)], name="conv", kernel_shape=[1, 3])])
+
+
 def test_an_input_lifted_before_it_is_read_is_one_sample():
     graph = gs.import_onnx(onnx.shape_inference.infer_shapes(madmom_net()))
     assert not axis0_is_batch(graph, graph.inputs[0]) and model_batch(graph) == 1
     graph = gs.import_onnx(onnx.shape_inference.infer_shapes(batched_net()))
+    assert axis0_is_batch(graph, graph.inputs[0]) and model_batch(graph) == 12
+    graph = gs.import_onnx(onnx.shape_inference.infer_shapes(unsqueezed_batch_net()))
     assert axis0_is_batch(graph, graph.inputs[0]) and model_batch(graph) == 12
 
 
