@@ -89,6 +89,12 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "[N, C] computes on [N, 1, C]. Exact, except a ReduceMean over C of [N, C], which "
         "onnxruntime may sum in another order (at most 2 (C - 1) 2**-24 mean |x| apart). "
         "The 3-D GlobalMaxPool and BatchNormalization above are lifted this way first.",
+        "Batchless models (`frontend/batchless_lift.py`, `rules/batch_axis.py`): an input "
+        "whose axis 0 every reader first moves behind a new leading axis (Unsqueeze(axes=[0]), "
+        "a Reshape adding a leading 1: madmom's [frames, bins]) is one sample, so the model's "
+        "batch is 1 and its frames are no batch; the [H, W, C] tensors between its Conv "
+        "wrappers (Squeeze(0) ... Unsqueeze(0)) compute on [1, H, W, C], a Pad there moved past "
+        "the Transpose into the Conv it feeds. Exact.",
         "The variance E[x^2] - E[x]^2 (ReduceMean(x * x) - ReduceMean(x)^2 over the same axes, "
         "keeping them; flax's LayerNorm), which cancels in fp16 where the mean is large next to "
         "the spread, becomes E[(x - E[x])^2], reusing the model's x - E[x]: exact in real "
