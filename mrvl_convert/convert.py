@@ -148,10 +148,10 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     loaded = load_model(model, shapes=options.shapes, name=name, values=options.values)
     foreign = requantized = None
     if quantized is None:  # our own recipe's QDQ is the device's int8 already
-        loaded.proto, foreign = foreign_int8_section(
+        loaded.proto, foreign, serialized = foreign_int8_section(
             loaded.proto, options.foreign_int8, feeds_for and feeds_for(loaded.proto))
         # verify's reference, as the int8 QDQ model of --quantize (foreign_kept.py)
-        requantized = kept_model(foreign, loaded.proto, loaded.name)
+        requantized = kept_model(foreign, loaded.proto, loaded.name, serialized)
     try:
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)

@@ -18,7 +18,7 @@ samples) are used instead.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -28,10 +28,11 @@ SAMPLES = 4
 _SEED = 0
 
 
-def measure(given: onnx.ModelProto, rewritten: onnx.ModelProto,
+def measure(given: onnx.ModelProto, rewritten: Union[onnx.ModelProto, bytes],
             feeds: Optional[Sequence[Mapping[str, np.ndarray]]] = None) -> Dict[str, Any]:
     """``{"inputs": how the inputs were had, "samples": n, "outputs": {name: {"max_abs",
-    "rel", "cosine"}}}``, or ``{"error": why}`` when onnxruntime cannot run one of them."""
+    "rel", "cosine"}}}``, or ``{"error": why}`` when onnxruntime cannot run one of them.
+    ``rewritten`` may be given serialized (the caller keeps those bytes too)."""
     chosen = list(feeds) if feeds else drawn_feeds(given)
     try:
         before = _run(given, chosen)
@@ -126,13 +127,14 @@ def _axis(node: onnx.NodeProto) -> int:
     return 0
 
 
-def _run(model: onnx.ModelProto, feeds: Sequence[Mapping[str, np.ndarray]]
+def _run(model: Union[onnx.ModelProto, bytes], feeds: Sequence[Mapping[str, np.ndarray]]
          ) -> List[Dict[str, np.ndarray]]:
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.add_session_config_entry("session.disable_quant_qdq", "1")
-    session = ort.InferenceSession(model.SerializeToString(), options,
+    data = model if isinstance(model, bytes) else model.SerializeToString()
+    session = ort.InferenceSession(data, options,
                                    providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
     return [dict(zip(names, session.run(names, dict(feed)))) for feed in feeds]
@@ -142,19 +144,22 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
                          feeds: Optional[Sequence[Mapping[str, np.ndarray]]] = None):
     """``model`` brought into the device's int8 (``foreign_int8.bring_foreign_int8``) and
     report.json's ``foreign_int8`` section (what was done, its measured cost, and the line the
-    CLI prints), or ``(model, None)`` when it has no foreign QDQ node."""
+    CLI prints), or ``(model, None)`` when it has no foreign QDQ node; third, the rewritten
+    model serialized when it was measured, else None (``foreign_kept.kept_model`` keeps those
+    bytes: a large model is not serialized twice)."""
     from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
     rewritten, done = bring_foreign_int8(model, mode)
     if done is None:
-        return model, _operator_form(model, mode)
+        return model, _operator_form(model, mode), None
     if not done.changed:
         line = (f"int8 from another quantizer ({', '.join(done.kinds)}; the device takes "
                 f"per-tensor symmetric int8 only): its {len(done.left)} QDQ nodes cannot be "
                 f"rewritten (e.g. {done.left[0]!r}) and stay on CPU with their reason")
         return model, {"mode": mode, "kinds": list(done.kinds), "weights": 0,
                        "activations": 0, "biases": 0, "left": list(done.left), "cost": {},
-                       "line": line}
-    cost = measure(model, rewritten, feeds)
+                       "line": line}, None
+    serialized = rewritten.SerializeToString()
+    cost = measure(model, serialized, feeds)
     counts = (f"{done.weights} weights, {done.activations} activations, "
               f"{done.biases} biases")
     if done.batchnorms:
@@ -184,7 +189,7 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
                "left": list(done.left), "cost": cost, "line": line}
     if done.fp16_because:
         section["fp16_because"] = done.fp16_because
-    return rewritten, section
+    return rewritten, section, serialized
 
 
 # onnxruntime's operator-form int8 (QuantFormat.QOperator, dynamic quantization): no QDQ pair

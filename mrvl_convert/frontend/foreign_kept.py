@@ -32,13 +32,14 @@ WORDS = {"requantize": ("the requantized QDQ model", "requantization"),
 
 
 def kept_model(section: Optional[Mapping[str, Any]], proto: onnx.ModelProto,
-               name: str) -> Optional[Dict[str, Any]]:
-    """The manifest's ``foreign_int8`` entry of a requantized model, with its bytes."""
+               name: str, serialized: Optional[bytes] = None) -> Optional[Dict[str, Any]]:
+    """The manifest's ``foreign_int8`` entry of a requantized model, with its bytes
+    (``serialized``: ``proto``'s, when the caller has them already)."""
     if not section or not (section.get("weights") or section.get("activations")
                            or section.get("biases")):
         return None
     mode = "fp16" if section.get("mode") == "fp16" or section.get("fp16_because") else \
         "requantize"
-    data = proto.SerializeToString()
+    data = proto.SerializeToString() if serialized is None else serialized
     return {"mode": mode, "file": f"{name}{SUFFIXES[mode]}",
             "sha256": hashlib.sha256(data).hexdigest(), "data": data}

@@ -160,8 +160,15 @@ def dequantized(graph: QdqGraph, node: onnx.NodeProto, source: np.ndarray) -> np
     if scale.size > 1:
         axis = int_attr(node, "axis", 1) % source.ndim
         shape[axis] = scale.size
-    wide = source.astype(np.int64) - zero.astype(np.int64).reshape(shape if zero.size > 1 else ())
-    return (wide.astype(np.float32) * scale.reshape(shape if scale.size > 1 else ()))
+    zero = zero.reshape(shape if zero.size > 1 else ())
+    if source.dtype.itemsize <= 2 and zero.dtype.itemsize <= 2:
+        # q - zp of 8/16-bit integers is an integer float32 holds exactly: the int64 difference
+        # cast to float32, without two full-size int64 copies of a large table
+        wide = source.astype(np.float32)
+        wide -= zero.astype(np.float32)
+    else:  # an int32 bias: its difference rounds once, as onnxruntime's
+        wide = (source.astype(np.int64) - zero.astype(np.int64)).astype(np.float32)
+    return wide * scale.reshape(shape if scale.size > 1 else ())
 
 
 def given_range(scale: np.ndarray, zero: np.ndarray, dtype: np.dtype) -> Tuple[float, float]:

@@ -29,6 +29,7 @@ from typing import Callable, Tuple
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from mrvl_convert.core.graph import static_shape
 
@@ -55,14 +56,13 @@ def fold_shape_arithmetic(graph: gs.Graph, original: onnx.ModelProto, fold: Fold
 def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> bool:
     """Give the graph's tensors of unknown shape the shapes onnx infers (``data_prop``) from
     scratch; False when inference fails on it (the shapes stay as they were)."""
-    proto = gs.export_onnx(graph, do_type_check=False)
+    proto = export_weightless(graph)
     proto.ir_version = original.ir_version
     del proto.graph.value_info[:]
     for output in proto.graph.output:
         dims = output.type.tensor_type.shape.dim
         if any(not d.HasField("dim_value") or d.dim_value <= 0 for d in dims):
             output.type.tensor_type.ClearField("shape")
-    drop_weight_data(proto)
     try:
         proto = infer_model_shapes(proto)
     except Exception:  # onnx raises several types; the shapes we had stay
@@ -105,15 +105,54 @@ def infer_model_shapes(proto: onnx.ModelProto, **options: bool) -> onnx.ModelPro
 # int64, Resize scales a few floats): larger float tensors go without their bytes, which onnx
 # would otherwise copy twice per round.
 _VALUES_READ_UP_TO = 1024
+_FLOAT_WEIGHTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                  onnx.TensorProto.DOUBLE)
 
 
 def drop_weight_data(proto: onnx.ModelProto) -> None:
     """Clear the values of every float initializer larger than inference reads, in place."""
-    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
     for init in proto.graph.initializer:
-        if init.data_type in floats and int(np.prod(init.dims)) > _VALUES_READ_UP_TO:
+        if init.data_type in _FLOAT_WEIGHTS and int(np.prod(init.dims)) > _VALUES_READ_UP_TO:
             for name in ("raw_data", "float_data", "double_data", "int32_data"):
                 init.ClearField(name)
+
+
+def export_weightless(graph: gs.Graph) -> onnx.ModelProto:
+    """``graph`` as ONNX for shape inference: what ``drop_weight_data`` would clear is never
+    copied (exporting a weight copies its bytes, to be cleared right after), the rest as
+    ``gs.export_onnx`` writes it. ``graph`` is unchanged on return."""
+    swapped = [(t, t._values) for t in graph.tensors().values()
+               if isinstance(t, gs.Constant) and _inference_skips(t)]
+    try:
+        for tensor, _ in swapped:
+            tensor._values = LazyValues(_bare(tensor))
+        proto = gs.export_onnx(graph, do_type_check=False)
+    finally:
+        for tensor, values in swapped:
+            tensor._values = values
+    drop_weight_data(proto)  # a weight gs exports by another path (none known)
+    return proto
+
+
+def _inference_skips(tensor: gs.Constant) -> bool:
+    """True for a weight whose values ``drop_weight_data`` clears (same test, on the gs side)."""
+    if tensor.export_dtype != tensor.dtype:
+        return False
+    try:
+        onnx_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
+    except (TypeError, KeyError):  # an onnx-only type gs keeps as is
+        return False
+    return (onnx_type in _FLOAT_WEIGHTS and tensor.shape is not None
+            and int(np.prod(tensor.shape)) > _VALUES_READ_UP_TO)
+
+
+def _bare(tensor: gs.Constant) -> onnx.TensorProto:
+    """The initializer ``gs.export_onnx`` writes for ``tensor``, without its values."""
+    bare = onnx.TensorProto(name=tensor.name, dims=list(tensor.shape),
+                            data_type=onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype)))
+    if tensor.data_location is not None:
+        bare.data_location = tensor.data_location
+    return bare
 
 
 def _take(tensor: gs.Variable, inferred: onnx.TypeProto.Tensor) -> None:
