@@ -12,7 +12,9 @@ Contract.
   values carried at scale 1 in float form until requantized (weight: the float weight
   requantized per tensor, ``foreign_int8``'s bound; bias: int32 at the product scale); the
   Conv writes the BatchNormalization's output; the pair between them and the
-  BatchNormalization are gone.
+  BatchNormalization are gone (where the BatchNormalization is read by a Relu and that by a
+  QuantizeLinear, as onnxruntime before 1.19 writes it, the pair stays at the Relu's output
+  scale and feeds the Relu).
   Bound: not exact against the given model: the rounding the removed pair did on the Conv's
   output (half its step) is gone, and the folded weight is requantized (half its new step);
   what that costs is in the measured cost.
@@ -81,9 +83,31 @@ def _fold(graph: QdqGraph, bn: onnx.NodeProto) -> int:
     _set_float(graph, conv, 1, (weight * k.reshape(-1, *([1] * (weight.ndim - 1))))
                .astype(np.float32))
     _set_float(graph, conv, 2, ((bias - mean) * k + shift).astype(np.float32))
+    relu_q = _relu_then_quantize(graph, bn)
+    if relu_q is not None:  # BN -> Relu -> Q (onnxruntime < 1.19): the pair at the Relu's scale
+        relu, out_q = relu_q
+        relu.input[0] = dq.output[0]
+        q.input[1:] = out_q.input[1:]
+        dq.input[1:] = out_q.input[1:]
+        graph.dropped.add(id(bn))
+        return 1
     conv.output[0] = bn.output[0]
     graph.dropped.update({id(q), id(dq), id(bn)})
     return 1
+
+
+def _relu_then_quantize(graph: QdqGraph, bn: onnx.NodeProto
+                        ) -> Optional[Tuple[onnx.NodeProto, onnx.NodeProto]]:
+    """(relu, quantize) where ``bn`` is read only by a Relu read only by a QuantizeLinear: the
+    form onnxruntime before 1.19 writes (no pair between them). The Conv's own pair then takes
+    the Relu's output scale and zero point: exact at the Relu's output, since a Relu after a
+    clamp to the Relu's range is the clamp of the Relu."""
+    readers = graph.readers.get(bn.output[0], [])
+    relu = readers[0] if len(readers) == 1 and readers[0].op_type == "Relu" else None
+    after = graph.readers.get(relu.output[0], []) if relu is not None else []
+    if len(after) == 1 and after[0].op_type == "QuantizeLinear":
+        return relu, after[0]
+    return None
 
 
 def _set_float(graph: QdqGraph, conv: onnx.NodeProto, index: int, value: np.ndarray) -> None:

@@ -136,7 +136,7 @@ def export_weightless(graph: gs.Graph) -> onnx.ModelProto:
 
 def _inference_skips(tensor: gs.Constant) -> bool:
     """True for a weight whose values ``drop_weight_data`` clears (same test, on the gs side)."""
-    if tensor.export_dtype != tensor.dtype:
+    if getattr(tensor, "export_dtype", tensor.dtype) != tensor.dtype:  # gs < 0.5.3 has none
         return False
     try:
         onnx_type = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(tensor.dtype))
