@@ -22,6 +22,13 @@ with Pillow): square crops turned by 0/90/180/270 degrees (``orientation``), cro
 the preprocessing of the model's own package. ``--calibrate`` samples calibrate (seed 1), the
 ``--test`` others (seed 2) are the held-out evaluation, never seen by a calibration or a search.
 
+Data from distinct sources (issue 44; ``orientation_sources``, ``ppocr_cls_sources``, the same
+models): the calibration rows the search chooses on (``core.samples.remedy_split``'s choose) are
+page-scan crops as above, the rows it judges on are text rendered in font set A, the test
+samples text rendered in font set B (``benchmarks/rendered_text.py``: trdg's bundled fonts and
+English word list drawn with Pillow, trdg's wheel only downloaded); the recipes and the written
+artifact calibrate on both calibration sources. The tables name each source.
+
 Per recipe (calibration ``minmax``, ``percentile``, ``entropy``; ``minmax`` after cross-layer
 equalization or with bias correction, as ``benchmarks/int8_photographs.py`` runs them) it
 prints the artifact's agreement with the fp32 model (onnxruntime) on the held-out samples: top-1
