@@ -4,9 +4,12 @@ its index (so its turn, ``i % classes``, and its label stay right). No download.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mrvl_convert.core.samples import remedy_split
 from support.benchmarks import bench_module
+
+pytestmark = pytest.mark.system
 
 
 def test_search_halves_come_from_their_own_sources():
