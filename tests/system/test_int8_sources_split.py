@@ -28,6 +28,7 @@ def test_search_halves_come_from_their_own_sources():
 
 
 def test_turned_lines_turn_odd_rows_by_180():
+    pytest.importorskip("PIL", reason="the benchmark resizes with Pillow: pip install .[bench]")
     trained = bench_module("int8_trained")
     line = np.tile(np.linspace(0, 255, 192, dtype=np.float32), (48, 1)).astype(np.uint8)
     out = trained._turned_lines([line, line])
