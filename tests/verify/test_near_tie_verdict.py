@@ -65,3 +65,14 @@ def test_a_flip_beyond_the_bound_on_given_inputs_fails_and_random_ones_never_dec
     assert randomly.passes(0.99) and randomly.counted - randomly.decisive_counted == 1
     origin = SampleOrigin(((GIVEN, 2), (RANDOM, 1)))
     assert decisive_samples(origin) == [True, True, False]
+
+
+def test_a_mobilenet_v3_style_classifier_in_fp16_passes_on_random_inputs(tmp_path):
+    """The finding's shape of model: a MobileNetV3-small (hard-swish, squeeze-excite, a
+    10-way head) converted in fp16 with --verify on random inputs exits 0."""
+    from support.corpus_mobile import mobilenet_v3_small
+    onnx.save(mobilenet_v3_small(), str(tmp_path / "mnv3.onnx"))
+    code = convert_main([str(tmp_path / "mnv3.onnx"), "-o", str(tmp_path / "out"), "--verify"])
+    row = json.loads((tmp_path / "out" / "summary.json").read_text())["models"][0]
+    assert code == 0, row.get("error") or row["verify"]
+    assert row["verify"]["passed"] and row["mrvl_subgraphs"] == 1
