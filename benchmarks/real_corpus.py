@@ -13,8 +13,7 @@ input shapes pinned where the model has dynamic dims, the kind of data it takes)
   whether it fits one device (report.json ``device.fits``), what cut it (the CPU nodes' reasons,
   most frequent first), the outputs' error against onnxruntime fp32 beside the fp16 floor (both
   the worst output's largest error over its peak |fp32| value, on the same ``--samples`` inputs;
-  the floor model is the library's ``verify.fp16_floor.floor_model`` where it exists, else
-  ``real_corpus_feeds.fp16_rounded``) and verify's verdict (``mrvl_convert.compare``, default tolerances),
+  the floor model is the library's ``verify.fp16_floor.floor_model``) and verify's verdict (``mrvl_convert.compare``, default tolerances),
   and the conversion time over the time of reading the model and writing its weights as JSON
   (``bench_convert.baseline``; one run each).
 - **int8** (``--quantize int8``, minmax, on ``--calibrate`` inputs of the model's kind; every

@@ -1,4 +1,4 @@
-"""Inputs for the real-model corpus, and the fp16 floor of a model on them.
+"""Inputs for the real-model corpus, and how its errors are measured.
 
 Inputs by the kind of data a model takes (``real_corpus.yaml``'s ``data``):
 
@@ -11,11 +11,10 @@ Inputs by the kind of data a model takes (``real_corpus.yaml``'s ``data``):
 - ``text-ids``: integers below the vocabulary (``vocab``, or the smallest embedding table the
   model gathers from), in the input's dtype (float for a Keras model fed ids as floats).
 
-``fp16_floor(model, feeds)`` is what rounding every float tensor to fp16 costs: the model on
-onnxruntime with its float inputs, weights and every float node output rounded to fp16 (a
-Cast pair after each), its outputs compared with the fp32 run's. The figure, as the artifact's
-error, is the largest absolute error over the largest |fp32 output|, per output, the worst
-output's (``relative_to_peak``).
+The fp16 floor (every float tensor rounded to fp16, on onnxruntime) is the library's
+``mrvl_convert.verify.fp16_floor.floor_model``; its figure, as the artifact's error, is the
+largest absolute error over the largest |fp32 output|, per output, the worst output's
+(``relative_to_peak``).
 """
 from __future__ import annotations
 
@@ -27,7 +26,6 @@ from onnx import TensorProto, helper, numpy_helper
 
 Feed = Dict[str, np.ndarray]
 RATE = 16000
-_FLOATS = {TensorProto.FLOAT, TensorProto.DOUBLE}
 
 
 def _np_dtype(elem_type: int) -> np.dtype:
@@ -110,60 +108,6 @@ def make_feed(kind: str, specs: Mapping[str, tuple], rng: np.random.Generator,
         else:
             feed[name] = rng.standard_normal(shape).astype(dtype)
     return feed
-
-
-def _rounded_initializers(graph: onnx.GraphProto) -> None:
-    for tensor in graph.initializer:
-        if tensor.data_type in _FLOATS:
-            value = numpy_helper.to_array(tensor)
-            tensor.CopyFrom(numpy_helper.from_array(
-                value.astype(np.float16).astype(value.dtype), tensor.name))
-
-
-def fp16_rounded(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with every float32 tensor rounded to fp16: initializers in place, inputs and
-    node outputs by a Cast(fp16)->Cast(fp32) pair (shape inference gives their types).
-    Subgraphs (If/Loop bodies) are left as they are."""
-    inferred = onnx.shape_inference.infer_shapes(model)
-    types = {v.name: v.type.tensor_type.elem_type for v in
-             list(inferred.graph.value_info) + list(inferred.graph.input)
-             + list(inferred.graph.output)}
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    graph = copy.graph
-    _rounded_initializers(graph)
-    inits = {t.name for t in graph.initializer}
-    rounded = [i.name for i in graph.input if i.name not in inits
-               and types.get(i.name) == TensorProto.FLOAT]
-    rounded += [o for n in graph.node for o in n.output
-                if o and types.get(o) == TensorProto.FLOAT]
-    outputs = {o.name for o in graph.output}
-    # consumers read the rounded twin; a graph output's own name is the rounded one
-    renames = {name: name if name in outputs else f"{name}__fp16_floor" for name in rounded}
-    for node in graph.node:
-        node.input[:] = [renames.get(i, i) for i in node.input]
-        # a graph output keeps its name: its producer writes a raw tensor that is rounded
-        node.output[:] = [f"{o}__raw" if o in outputs and o in renames else o
-                          for o in node.output]
-    order = [c for i in graph.input if i.name in renames for c in _cast_pair(i.name, i.name,
-                                                                             outputs)]
-    for node in graph.node:
-        order.append(node)
-        for out in node.output:
-            name = out[:-len("__raw")] if out.endswith("__raw") else out
-            if name in renames:
-                order += _cast_pair(out, name, outputs)
-    del graph.node[:]
-    graph.node.extend(order)
-    return copy
-
-
-def _cast_pair(source: str, name: str, outputs: set) -> List[onnx.NodeProto]:
-    """Cast ``source`` to fp16 and back, into the graph output ``name`` or its renamed twin."""
-    half = f"{name}__half"
-    target = name if name in outputs else f"{name}__fp16_floor"
-    return [helper.make_node("Cast", [source], [half], to=TensorProto.FLOAT16),
-            helper.make_node("Cast", [half], [target], to=TensorProto.FLOAT)]
 
 
 def over_peak(err: float, peak: float) -> float:

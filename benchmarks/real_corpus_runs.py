@@ -21,6 +21,7 @@ from real_corpus_fetch import CorpusError, Entry, fetch
 
 import mrvl_convert
 from mrvl_convert.quantize import Quantization
+from mrvl_convert.verify.fp16_floor import floor_model
 
 Row = Dict[str, Any]
 Feed = Dict[str, np.ndarray]
@@ -124,19 +125,8 @@ def _reference(model: Any, test: Sequence[Feed]) -> Tuple[List[str], List[List[n
     return names, [[o[k] for o in outs] for k in range(len(names))]
 
 
-def _floor_model(model: onnx.ModelProto) -> onnx.ModelProto:
-    """The library's fp16 floor model where this version has one (verify/fp16_floor.py),
-    else the benchmark's own (``feeds.fp16_rounded``): the same rounding of every float
-    tensor."""
-    try:
-        from mrvl_convert.verify.fp16_floor import floor_model
-    except ImportError:
-        return feeds.fp16_rounded(model)
-    return floor_model(model)
-
-
 def _floor(ctx: _Context, fp32: List[List[np.ndarray]]) -> float:
-    names, rounded = _reference(_floor_model(ctx.model), ctx.test)
+    names, rounded = _reference(floor_model(ctx.model), ctx.test)
     return max(feeds.relative_to_peak(got, want) for got, want in zip(rounded, fp32))
 
 

