@@ -218,8 +218,11 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
             report["foreign_int8"] = converted.foreign_int8
         documents_of = {name: docs[0] for name, docs in stages.mrvl.items()}
         manifest["codegen"] = codegen.needs(documents_of.values(), converted.upstream)
+        # another quantizer's int8 requantized is an int8 conversion even where no layer
+        # stayed int8 (dynamic MatMulIntegers run in fp16): its not_int8 says why
+        int8_asked = kept is not None or (converted.foreign_int8 or {}).get("mode") == "requantize"
         report["precision"] = mac_split(plan, documents_of, report["nodes"],
-                                        converted.canonical.derived, kept is not None,
+                                        converted.canonical.derived, int8_asked,
                                         (kept or {}).get("keep_fp16", ()))
         if profile is not None:
             report["estimate"] = _estimate(manifest, stages, profile)

@@ -9,7 +9,8 @@ artifact keeps the requantized QDQ model (``<name>.requantized.onnx``, the manif
 the model as given beside the verdict (``verify/quant_cost.py``), as an int8 verify reports
 its cost against fp32. A model run in fp16 (``--foreign-int8 fp16``, or requantize of a model
 with no int8 MAC) keeps its float form (``<name>.float.onnx``, QDQ nodes removed) the same way:
-judged against the given QDQ model, the quantizer's own rounding would fail the verdict.
+judged against the given QDQ model, the quantizer's own rounding would fail the verdict. So
+does a model whose only rewrite is ``quantize_dynamic``'s MatMulIntegers as float MatMuls.
 
 Contract.
   Requires: the requantized model as ``bring_foreign_int8`` left it (before canonicalization
@@ -35,11 +36,15 @@ def kept_model(section: Optional[Mapping[str, Any]], proto: onnx.ModelProto,
                name: str, serialized: Optional[bytes] = None) -> Optional[Dict[str, Any]]:
     """The manifest's ``foreign_int8`` entry of a requantized model, with its bytes
     (``serialized``: ``proto``'s, when the caller has them already)."""
-    if not section or not (section.get("weights") or section.get("activations")
-                           or section.get("biases")):
+    requantized = section and (section.get("weights") or section.get("activations")
+                               or section.get("biases"))
+    if not requantized and not (section and section.get("dynamic")):
         return None
-    mode = "fp16" if section.get("mode") == "fp16" or section.get("fp16_because") else \
-        "requantize"
+    # only dynamic int8 MatMuls made float MatMuls (run in fp16): the model kept is a float
+    # form, judged against the given one verify would count the run-time quantization of
+    # their inputs the rewrite removed (``foreign_dynamic.py``'s bound) against the conversion
+    mode = "fp16" if (section.get("mode") == "fp16" or section.get("fp16_because")
+                      or not requantized) else "requantize"
     data = proto.SerializeToString() if serialized is None else serialized
     return {"mode": mode, "file": f"{name}{SUFFIXES[mode]}",
             "sha256": hashlib.sha256(data).hexdigest(), "data": data}

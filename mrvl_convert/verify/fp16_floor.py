@@ -110,9 +110,12 @@ def _round_output(graph: onnx.GraphProto, name: str, added: List[onnx.NodeProto]
 
 
 def _pair(source: str, target: str) -> List[onnx.NodeProto]:
-    half = target + "__half"
+    # named from ``source``, which only this module makes (``__floor16``/``__floor32``
+    # targets): ``kept_fp16`` names its pairs from their target, and a QDQ reference's output
+    # it rounded is rounded here again (``logits__half`` twice: no model onnxruntime runs)
+    half = source + _SUFFIX + "__half"
     return [helper.make_node("Cast", [source], [half], name=half, to=onnx.TensorProto.FLOAT16),
-            helper.make_node("Cast", [half], [target], name=target + "__cast",
+            helper.make_node("Cast", [half], [target], name=half + "__cast",
                              to=onnx.TensorProto.FLOAT)]
 
 

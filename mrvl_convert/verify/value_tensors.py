@@ -11,8 +11,15 @@ Cast pair on an int64 tensor is no model onnxruntime can run (issue 43, finding 
   model or by shape inference, (b) read by a shape/index slot (``INDEX_SLOTS``), or one such
   a tensor is computed from (its producers followed back, stopping at Shape/Size, whose input's
   values they do not read; a tensor that is data elsewhere too is then not rounded either), or
-  (c) computed from Shape/Size outputs and constants alone. A tensor left out is float data
-  and may be rounded.
+  (c) computed from Shape/Size outputs and constants alone, (d) a quantization parameter of
+  onnxruntime's integer operators (``quantize_dynamic``'s forms): a DynamicQuantizeLinear's
+  scale and zero point, a scale slot (``QUANT_SLOTS``), and what is computed from those and
+  constants alone (the product of the input's and the weight's scales, a bias divided into
+  accumulator units), or (e) an int32 accumulator (ConvInteger/MatMulInteger, through integer
+  ops) Cast to float before its scale Mul. An int8 layer accumulates in int32 and no device
+  holds (d) or (e) in fp16; rounded, an accumulator over 65504 became inf and the whole floor
+  or reference inf/NaN (text2tashkeel's BiLSTM, ddddocr's common_old). A tensor left out is
+  float data and may be rounded.
 """
 from __future__ import annotations
 
@@ -31,13 +38,59 @@ INDEX_SLOTS: Mapping[str, Tuple[int, ...]] = {
     "ReduceL1": (1,), "ReduceSumSquare": (1,), "ReduceLogSumExp": (1,), "Trilu": (1,),
     "NonMaxSuppression": (2,), "CenterCropPad": (1,), "DFT": (1, 2), "STFT": (1, 3),
 }
+# op -> the input positions that are quantization scales or zero points (not data).
+QUANT_SLOTS: Mapping[str, Tuple[int, ...]] = {
+    "DynamicQuantizeLSTM": (8, 9, 10, 11), "MatMulInteger": (2, 3), "ConvInteger": (2, 3),
+    "QLinearConv": (1, 2, 4, 5, 6, 7), "QLinearMatMul": (1, 2, 4, 5, 6, 7),
+    "DynamicQuantizeMatMul": (2, 3), "MatMulIntegerToFloat": (2, 3, 4, 5),
+}
 _SIZES = ("Shape", "Size")
+_ACCUMULATING = ("ConvInteger", "MatMulInteger")  # int32 results of int8 products
+# ops that carry an integer accumulator on as integers (a bias Add, a layout change)
+_INTEGER_STEPS = ("Add", "Sub", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
+                  "Identity")
 _FLOAT = onnx.TensorProto.FLOAT
 
 
 def never_rounded(proto: onnx.ModelProto) -> Set[str]:
     """The tensors of ``proto`` rounding must leave alone (module docstring)."""
-    return _not_float(proto) | _shape_cone(proto.graph) | _from_sizes(proto.graph)
+    graph = proto.graph
+    return (_not_float(proto) | _shape_cone(graph) | _from_sizes(graph)
+            | _quantization_parameters(graph) | _accumulators(graph))
+
+
+def _quantization_parameters(graph: onnx.GraphProto) -> Set[str]:
+    """(d): DynamicQuantizeLinear's scale and zero point, the scale slots, and what is
+    computed from them and constants alone (nodes in graph order, as ``_from_sizes``)."""
+    params = {n.input[k] for n in graph.node for k in QUANT_SLOTS.get(n.op_type, ())
+              if k < len(n.input) and n.input[k]}
+    constant = {t.name for t in graph.initializer}
+    for node in graph.node:
+        inputs = [i for i in node.input if i]
+        if node.op_type == "Constant":
+            constant.update(node.output)
+        elif node.op_type == "DynamicQuantizeLinear":
+            params.update(o for o in node.output[1:] if o)
+        elif inputs and any(i in params for i in inputs) and all(
+                i in params or i in constant for i in inputs):
+            params.update(o for o in node.output if o)
+    return params
+
+
+def _accumulators(graph: onnx.GraphProto) -> Set[str]:
+    """(e): ConvInteger/MatMulInteger results, carried through integer steps, and their Cast
+    to float (the Mul by the scale after it computes data again)."""
+    integer: Set[str] = set()
+    as_float: Set[str] = set()
+    for node in graph.node:
+        if node.op_type in _ACCUMULATING:
+            integer.update(o for o in node.output if o)
+        elif any(i in integer for i in node.input):
+            if node.op_type == "Cast":
+                as_float.update(o for o in node.output if o)
+            elif node.op_type in _INTEGER_STEPS:
+                integer.update(o for o in node.output if o)
+    return integer | as_float
 
 
 def _shape_cone(graph: onnx.GraphProto) -> Set[str]:
