@@ -172,3 +172,26 @@ def test_a_dynamic_only_rewrite_keeps_its_float_form_for_verify(tmp_path):
     report = compare(float_form, tmp_path / "art", fp32=str(path))
     assert report.passed, report.summary_line()
     assert report.fp32 is not None  # the cost against the model as given, beside the verdict
+
+
+def test_macs_the_cpu_runs_as_integer_convs_or_recurrent_cells_are_counted(tmp_path):
+    """common_old's form: a ConvInteger (CPU: no Marvell layer) and a dynamic MatMul (made a
+    float MatMul, on the accelerator). Its MACs were uncounted: "100% on the accelerator"."""
+    import onnx_graphsurgeon as gs
+    from mrvl_convert.core.macs import node_macs
+    b = Builder(6)
+    x = b.input("x", [1, 64, 6, 6])
+    flat = b.op("Flatten", [b.op("Relu", [b.conv(x, 64, 8)])])
+    path = _dynamic(tmp_path, b.model([b.matmul_add(flat, 8 * 4 * 4, 10)]), "crnn")
+    result = mrvl_convert.convert(str(path), tmp_path / "art")
+    conv_macs = 8 * 4 * 4 * 64 * 9
+    assert result.summary["macs"] == conv_macs + 128 * 10
+    assert result.summary["mrvl_mac_share"] < 0.05
+    lstm = Builder(0)
+    seq = lstm.input("seq", [5, 1, 8])
+    lstm.op("LSTM", [seq, lstm.weight(2, 16, 8), lstm.weight(2, 16, 4)], hidden_size=4,
+            direction="bidirectional")
+    graph = gs.import_onnx(lstm.model([]))
+    (cell,) = graph.nodes
+    cell.outputs[0].shape, cell.outputs[0].dtype = [5, 2, 1, 4], np.float32
+    assert node_macs(cell) == 5 * 1 * 2 * 4 * 4 * (8 + 4)
