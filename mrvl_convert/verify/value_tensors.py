@@ -23,7 +23,7 @@ Cast pair on an int64 tensor is no model onnxruntime can run (issue 43, finding 
 """
 from __future__ import annotations
 
-from typing import Dict, List, Mapping, Set, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Set, Tuple
 
 import onnx
 
@@ -60,21 +60,12 @@ def never_rounded(proto: onnx.ModelProto) -> Set[str]:
 
 
 def _quantization_parameters(graph: onnx.GraphProto) -> Set[str]:
-    """(d): DynamicQuantizeLinear's scale and zero point, the scale slots, and what is
-    computed from them and constants alone (nodes in graph order, as ``_from_sizes``)."""
-    params = {n.input[k] for n in graph.node for k in QUANT_SLOTS.get(n.op_type, ())
-              if k < len(n.input) and n.input[k]}
-    constant = {t.name for t in graph.initializer}
-    for node in graph.node:
-        inputs = [i for i in node.input if i]
-        if node.op_type == "Constant":
-            constant.update(node.output)
-        elif node.op_type == "DynamicQuantizeLinear":
-            params.update(o for o in node.output[1:] if o)
-        elif inputs and any(i in params for i in inputs) and all(
-                i in params or i in constant for i in inputs):
-            params.update(o for o in node.output if o)
-    return params
+    """(d): the scale slots, DynamicQuantizeLinear's scale and zero point, and what is
+    computed from them and constants alone."""
+    slots = {n.input[k] for n in graph.node for k in QUANT_SLOTS.get(n.op_type, ())
+             if k < len(n.input) and n.input[k]}
+    return _computed_from(graph, slots, lambda node: node.output[1:]
+                          if node.op_type == "DynamicQuantizeLinear" else ())
 
 
 def _accumulators(graph: onnx.GraphProto) -> Set[str]:
@@ -112,18 +103,26 @@ def _shape_cone(graph: onnx.GraphProto) -> Set[str]:
 
 
 def _from_sizes(graph: onnx.GraphProto) -> Set[str]:
-    """Shape/Size outputs and what is computed from them and constants alone (nodes taken in
-    graph order, which onnx requires to be topological)."""
+    """(c): Shape/Size outputs and what is computed from them and constants alone."""
+    return _computed_from(graph, set(), lambda node: node.output
+                          if node.op_type in _SIZES else ())
+
+
+def _computed_from(graph: onnx.GraphProto, seeds: Set[str],
+                   sources: Callable[[onnx.NodeProto], Iterable[str]]) -> Set[str]:
+    """``seeds``, the outputs ``sources`` gives of each node, and what is computed from those
+    and constants alone (nodes taken in graph order, which onnx requires to be topological)."""
     constant = {t.name for t in graph.initializer}
-    sizes: Set[str] = set()
+    found = set(seeds)
     for node in graph.node:
         inputs = [i for i in node.input if i]
         if node.op_type == "Constant":
             constant.update(node.output)
-        elif node.op_type in _SIZES or (inputs and any(i in sizes for i in inputs) and all(
-                i in sizes or i in constant for i in inputs)):
-            sizes.update(o for o in node.output if o)
-    return sizes
+        elif inputs and any(i in found for i in inputs) and all(
+                i in found or i in constant for i in inputs):
+            found.update(o for o in node.output if o)
+        found.update(o for o in sources(node) if o)
+    return found
 
 
 def _not_float(proto: onnx.ModelProto) -> Set[str]:
