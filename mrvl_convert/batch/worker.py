@@ -175,12 +175,25 @@ def _notices(manifest: Dict[str, Any], report: Dict[str, Any]) -> Dict[str, Any]
     if foreign:
         share = report["summary"].get("mrvl_mac_share") or 0.0
         line = f"{foreign['line']}; {100 * share:.1f}% of the MACs run on the accelerator"
-        if share < 0.5 and report["cut_by"]:
-            top = report["cut_by"][0]
-            line += (f", most cut by {top['op_type']} x{top['nodes']} on CPU "
-                     "(report.json nodes[].reason)")
+        top = _most_macs_on_cpu(report)
+        if share < 0.5 and top:
+            line += f", most cut by {top} on CPU (report.json nodes[].reason)"
         notices["foreign_int8"] = line
     return notices
+
+
+def _most_macs_on_cpu(report: Dict[str, Any]) -> str:
+    """'OP xN': the CPU nodes holding the most MACs (``precision.not_int8``, ranked by MACs;
+    a share of MACs is cut by MACs, not by how many nodes stay), else the op type most nodes
+    on CPU have (``cut_by``), else ''."""
+    group = next((g for g in report["precision"].get("not_int8", ())
+                  if g["placement"] == "cpu"), None)
+    if group is None:
+        cut = report["cut_by"][0] if report["cut_by"] else None
+        return f"{cut['op_type']} x{cut['nodes']}" if cut else ""
+    op_of = {e["name"]: e["op_type"] for e in report["nodes"]}
+    ops = [op_of.get(name, name) for name in group["nodes"]]
+    return ", ".join(f"{op} x{ops.count(op)}" for op in dict.fromkeys(ops))
 
 
 def _with_shapes(job: Job) -> Tuple[ConvertOptions, Tuple[str, ...]]:
