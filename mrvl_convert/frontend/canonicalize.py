@@ -66,6 +66,7 @@ from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
+from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 
@@ -142,6 +143,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
     detours = rewrite_rank5_detours(graph, _opset(loaded), forms)  # exact: rank 5 as rank 4
+    detours = broadcast_muls_as_convs(graph, forms) or detours  # exact: a 1x1 Conv
     folded = fold_into_fcs(graph, forms)
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized

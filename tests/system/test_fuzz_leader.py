@@ -12,7 +12,7 @@ from mrvl_convert.core.graph import static_shape
 from mrvl_convert.frontend.canonicalize import canonicalize
 from mrvl_convert.frontend.load import load_model
 from support.models import canonicalized, run_ort
-from support.strategies.leader import chains, repeats
+from support.strategies.leader import broadcast_muls, chains, repeats
 
 pytestmark = pytest.mark.system
 
@@ -70,3 +70,12 @@ def _is_tiling(model: onnx.ModelProto, reshape, unsqueeze) -> bool:
     perm = list(range(5)) if transpose is None else list(transpose.attribute[0].ints)
     n = perm.index(axis)
     return n == 0 or perm[n - 1] != axis - 1
+
+
+@_SOME
+@given(model=broadcast_muls())
+def test_a_broadcast_mul_keeps_the_outputs_and_is_a_conv_beyond_one_channel(model):
+    _same_outputs(model)
+    channels = max(np.prod(i.dims) for i in model.graph.initializer)
+    ops = {n.op for n in canonicalize(load_model(model)).graph.nodes}
+    assert ("Conv" in ops) == (channels > 1)

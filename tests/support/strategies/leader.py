@@ -122,3 +122,18 @@ def repeats(draw) -> onnx.ModelProto:
     return repeat(shape, axis, draw(st.integers(2, 3)), perm,
                   with_expand=draw(st.booleans()), merge_after=merge_after,
                   seed=draw(st.integers(0, 9)))
+
+
+@st.composite
+def broadcast_muls(draw) -> onnx.ModelProto:
+    """x [1, 1, H, W] -> Relu -> Mul by a per-channel constant ([1, C, 1, 1] or [C, 1, 1],
+    either operand order; sometimes [1, 1, 1, 1], which must stay a Mul) -> Relu."""
+    h, w, c = draw(st.integers(1, 5)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    shape = draw(st.sampled_from([(1, c, 1, 1), (c, 1, 1)]))
+    b = Builder(seed=draw(st.integers(0, 9)), opset=17)
+    x = b.op("Relu", [b.input("x", [1, 1, h, w])])
+    values = np.random.default_rng(c).standard_normal(shape).astype(np.float32)
+    operands = [x, b.const(values)]
+    if draw(st.booleans()):
+        operands.reverse()
+    return b.model([b.op("Relu", [b.op("Mul", operands)])])
