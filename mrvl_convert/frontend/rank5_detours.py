@@ -27,7 +27,8 @@ and the merge wrote); tests compare the outputs bit for bit on onnxruntime
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import dataclass
+from typing import List, Optional, Sequence, Set
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -56,7 +57,7 @@ def rewrite_rank5_detours(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     return changed
 
 
-def _only_reader(tensor: gs.Tensor, outputs: set) -> Optional[gs.Node]:
+def _only_reader(tensor: gs.Tensor, outputs: Set[str]) -> Optional[gs.Node]:
     """The one node reading ``tensor``, or None (several, none, or a model output)."""
     if tensor.name in outputs or len(tensor.outputs) != 1:
         return None
@@ -69,7 +70,7 @@ def _producer(tensor: gs.Tensor) -> Optional[gs.Node]:
 
 # --- chains ------------------------------------------------------------------------------
 
-def _shorten_chain(node: gs.Node, outputs: set, names: Names, done: Rewrites) -> bool:
+def _shorten_chain(node: gs.Node, outputs: Set[str], names: Names, done: Rewrites) -> bool:
     """``node`` reads past the reshape-like ops before it whose outputs have rank >= 5."""
     if node.op not in _RESHAPES or not node.inputs or not node.outputs:
         return False
@@ -106,15 +107,19 @@ def _become_reshape(node: gs.Node, source: gs.Tensor, shape: Sequence[int],
 
 # --- repeats -----------------------------------------------------------------------------
 
+@dataclass(frozen=True)
 class _Repeat:
-    """A matched repeat: x, the new axis a, the factor r, the nodes, the permutation."""
+    """A matched repeat: x, the new axis a, the factor r, its nodes (Unsqueeze first, the
+    Reshape last) and the permutation of the rank-5 axes (identity without a Transpose)."""
 
-    def __init__(self, x: gs.Tensor, axis: int, factor: int, nodes: List[gs.Node],
-                 perm: List[int]) -> None:
-        self.x, self.axis, self.factor, self.nodes, self.perm = x, axis, factor, nodes, perm
+    x: gs.Tensor
+    axis: int
+    factor: int
+    nodes: List[gs.Node]
+    perm: List[int]
 
 
-def _repeat(node: gs.Node, outputs: set) -> Optional[_Repeat]:
+def _repeat(node: gs.Node, outputs: Set[str]) -> Optional[_Repeat]:
     """The repeat that starts at ``node`` (an Unsqueeze of one axis), or None."""
     axis = _unsqueezed_axis(node)
     if axis is None or axis < 1:

@@ -17,6 +17,10 @@ def _unit_axes(shape: Sequence[int]) -> List[int]:
     return [k for k, d in enumerate(shape) if d == 1]
 
 
+def _without(shape: Sequence[int], axis: int) -> List[int]:
+    return list(shape[:axis]) + list(shape[axis + 1:])
+
+
 def chain(shapes: Sequence[Sequence[int]], ops: Sequence[str], seed: int = 0,
           readers: int = 1) -> onnx.ModelProto:
     """x [shapes[0]] -> Relu -> each of ``ops`` (Unsqueeze, Squeeze or Reshape) to the next of
@@ -27,10 +31,10 @@ def chain(shapes: Sequence[Sequence[int]], ops: Sequence[str], seed: int = 0,
     extra: List[str] = []
     for k, (op, src, dst) in enumerate(zip(ops, shapes, shapes[1:])):
         if op == "Unsqueeze":
-            axis = next(i for i in range(len(dst)) if list(src) == list(dst[:i]) + list(dst[i + 1:]))
+            axis = next(i for i in range(len(dst)) if list(src) == _without(dst, i))
             y = b.op("Unsqueeze", [y, b.const(np.array([axis], np.int64))])
         elif op == "Squeeze":
-            axis = next(i for i in range(len(src)) if list(dst) == list(src[:i]) + list(src[i + 1:]))
+            axis = next(i for i in range(len(src)) if list(dst) == _without(src, i))
             y = b.op("Squeeze", [y, b.const(np.array([axis], np.int64))])
         else:
             y = b.op("Reshape", [y, b.const(np.array(dst, np.int64))])
