@@ -33,6 +33,9 @@ upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.p
 attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact
 within its stated bound), and a Where masking scores before a Softmax made an Add of a finite
 mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound).
+Rank-5 reshape chains and repeats between rank-4 tensors are their rank-4 forms
+(``rank5_detours.py``, exact), and a Mul of a one-channel map by per-channel constants a 1x1
+Conv (``unit_broadcast.py``, exact but for the sign of a zero product).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

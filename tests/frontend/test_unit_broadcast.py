@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 import pytest
 
 import mrvl_convert
-from support.models import Builder, canonicalized
+from support.models import Builder, canonicalized, run_ort
 
 
 def channel_layer_norm(gamma_first: bool = False, gamma_shape=(1, 8, 1, 1)) -> onnx.ModelProto:
@@ -28,13 +27,6 @@ def channel_layer_norm(gamma_first: bool = False, gamma_shape=(1, 8, 1, 1)) -> o
     return b.model([b.conv(y, 8, 4, k=1)])
 
 
-def run(model: onnx.ModelProto, feed):
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"]).run(None, feed)
-
-
 @pytest.mark.parametrize("gamma_first,gamma_shape", [(False, (1, 8, 1, 1)),
                                                      (True, (8, 1, 1))])
 def test_the_gamma_mul_is_a_one_channel_conv_with_the_same_outputs(gamma_first, gamma_shape):
@@ -44,8 +36,9 @@ def test_the_gamma_mul_is_a_one_channel_conv_with_the_same_outputs(gamma_first, 
     assert node.op == "Conv" and list(node.inputs[1].values.shape) == [8, 1, 1, 1]
     assert "1x1 Conv" in canonical.rewritten["gamma_mul"]
     feed = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
-    for got, want in zip(run(proto, feed), run(model, feed)):
-        assert np.array_equal(got, want)
+    want, got = run_ort(model, feed), run_ort(proto, feed)
+    for name, value in want.items():
+        assert np.array_equal(got[name], value), name
 
 
 def test_a_mul_of_two_full_maps_stays():
