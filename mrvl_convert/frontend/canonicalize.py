@@ -33,6 +33,9 @@ upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.p
 attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact
 within its stated bound), and a Where masking scores before a Softmax made an Add of a finite
 mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound).
+Rank-5 reshape chains and repeats between rank-4 tensors are their rank-4 forms
+(``rank5_detours.py``, exact), and a Mul of a one-channel map by per-channel constants a 1x1
+Conv (``unit_broadcast.py``, exact but for the sign of a zero product).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -62,9 +65,11 @@ from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.rank_lift import lift_ranks
+from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
+from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 
@@ -140,10 +145,12 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     sunk = sink_concats(graph, _opset(loaded), forms)
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
+    detours = rewrite_rank5_detours(graph, _opset(loaded), forms)  # exact: rank 5 as rank 4
+    detours = broadcast_muls_as_convs(graph, forms) or detours  # exact: a 1x1 Conv
     folded = fold_into_fcs(graph, forms)
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
-            or means):
+            or means or detours):
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):

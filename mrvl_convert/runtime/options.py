@@ -65,6 +65,14 @@ def qdq_as_written(options: Any) -> Any:
     QuantizeLinear run as the model writes them. Why: the fused int8 kernels onnxruntime picks
     instead (QLinearConv, ...) equal that on ARM (the OCTEON's cores) and on x86 with VNNI, but
     on x86 with AVX2 only they sum pairs of products in saturating int16 (``vpmaddubsw``) and
-    land many int8 steps away; a model without Q/DQ nodes is not affected."""
+    land many int8 steps away; a model without Q/DQ nodes is not affected.
+
+    Also off: ``DoubleQDQPairsRemover``, a basic-level rewrite that ``disable_quant_qdq`` leaves
+    on. It replaces Q(s1) -> DQ(s1) -> Q(s2) -> DQ(s2) by one pair whose scale it derives,
+    which is not the double rounding the model writes; such chains appear wherever the transpose
+    optimizer cancels a Transpose pair between two Q/DQ pairs (a Concat split per input by
+    ``concat_sinking``: LEADER's int8 artifact was 4 steps off its own QDQ model there)."""
     options.add_session_config_entry("session.disable_quant_qdq", "1")
+    options.add_session_config_entry("optimization.disable_specified_optimizers",
+                                     "DoubleQDQPairsRemover")
     return options
