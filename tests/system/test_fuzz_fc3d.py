@@ -1,5 +1,5 @@
 """Fuzz: an int8 FC on tokens (``mrvl.qnn_fc_tokens``) is onnxruntime's run of the QDQ model as
-written, bit for bit: random shapes, scales, weights and fused Relus; every MatMul becomes an
+written, bit for bit: random shapes, scales, weights and fused Relus or LUTs; every MatMul becomes an
 int8 FC layer written NHWC, its MACs int8, and the artifact's output equals the QDQ model's."""
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Hypothesis strategy of int8 token FCs: ``QuantizeLinear -> DequantizeLinear -> MatMul by an
 int8 [C, O] weight -> QuantizeLinear -> DequantizeLinear`` on a float ``[B, T, C]`` input (a
 transformer projection as Marvell's recipe writes it: symmetric per-tensor int8), with an
-optional Relu between QDQ pairs at the FC's scale or its own, drawn shapes and scales (issue 45,
-finding 5: ``mrvl.qnn_fc_tokens``)."""
+optional Relu between QDQ pairs at the FC's scale or its own, or a LeakyRelu (fused as a LUT),
+drawn shapes and scales (issue 45, finding 5: ``mrvl.qnn_fc_tokens``)."""
 from __future__ import annotations
 
 import numpy as np
@@ -33,7 +33,7 @@ def token_fc_models(draw) -> GeneratedModel:
     tokens = draw(st.integers(1, 24), label="tokens")
     cin = draw(st.integers(1, 96), label="in features")
     cout = draw(st.integers(1, 64), label="out features")
-    relu = draw(st.sampled_from(["none", "same scale", "own scale"]), label="relu")
+    relu = draw(st.sampled_from(["none", "same scale", "own scale", "leaky"]), label="relu")
     seed = draw(st.integers(0, 2**16), label="seed")
     rng = np.random.default_rng(seed)
     peak = float(draw(st.sampled_from([0.5, 2.0, 8.0]), label="input peak"))
@@ -49,7 +49,8 @@ def token_fc_models(draw) -> GeneratedModel:
     nodes.append(helper.make_node("MatMul", [x, "w"], ["y"], name="fc"))
     y = _qdq(nodes, inits, "y", s_out, "y")
     if relu != "none":
-        nodes.append(helper.make_node("Relu", [y], ["r"], name="relu"))
+        nodes.append(helper.make_node("LeakyRelu", [y], ["r"], name="relu", alpha=0.1)
+                     if relu == "leaky" else helper.make_node("Relu", [y], ["r"], name="relu"))
         y = _qdq(nodes, inits, "r", s_out if relu == "same scale" else s_out * 0.75, "r")
     shape = [batch, tokens, cin]
     graph = helper.make_graph(nodes, "token_fc",
