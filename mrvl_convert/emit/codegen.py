@@ -23,7 +23,9 @@ tanh, sigmoid, requantize and quantize/dequantize, and lets max pooling, layout_
 the byte-moving kinds (reshape, split, strided_slice, resize2d...) take int8 data; its
 conv2d_transpose, concatenate and subtract checks take float32 only and it has no int8 mean. So
 an int8 Conv2DTranspose, Concat, Sub or ReduceMean is a kind no public codegen emits as such
-(``NO_PUBLIC_INT8``): the report names it with ``no_public_codegen``.
+(``NO_PUBLIC_INT8``): the report names it with ``no_public_codegen``. An int8 FC on a 3-D token
+tensor (``mrvl.qnn_fc_tokens``, written NHWC ``[B, T, C, 1]`` as the float FC on tokens is) is
+named apart, ``INT8_FC_3D``: v0.19's FC takes a 2-D input in float only.
 
 Read from the Nodes-JSON documents as written (``layer_name``, ``composite_name``,
 ``source_nodes``, the int8 attributes, ``activation_type``, ``data_layout``), so it speaks of
@@ -57,6 +59,8 @@ NO_PUBLIC_INT8: Mapping[Tuple[str, str], str] = MappingProxyType({
     ("mrvl.qnn_concat", "Concat"): "int8 Concat",
     ("mrvl.qnn_reduce_mean", "ReduceMean"): "int8 ReduceMean",
 })
+#: An int8 FC over the last axis of [B, T, C] (its Nodes-JSON ``data_layout`` NHWC).
+INT8_FC_3D = "int8 FC on a 3-D tensor"
 _LAYOUT_RULE = "layout"  # the ``rule`` emit writes for a layer the layout pass made
 
 
@@ -114,6 +118,8 @@ def _judge(attrs: Mapping[str, Any], verdict: Optional[str], judged: bool
     name = str(first_value(attrs.get("layer_name")))
     if is_int8(attrs):
         key = (str(first_value(attrs.get("composite_name"))), name)
+        if name == "FC" and first_value(attrs.get("data_layout")) == "NHWC":
+            return INT8_FC_3D, "", False
         return NO_PUBLIC_INT8.get(key, INT8_LAYERS), "", key in NO_PUBLIC_INT8
     by_name = beyond_upstream(attrs)
     if not judged:

@@ -14,8 +14,8 @@ modes:
   covering the same float range: ``[lo, hi] = [(qmin - zp) s0, (qmax - zp) s0]`` becomes scale
   ``max(|lo|, |hi|) / 127``, zero point 0 (int8). An int32 bias whose scale is no longer its
   layer's ``input_scale x weight_scale`` is re-scaled to it from its dequantized value.
-- ``requantize`` of a model none of whose MAC layers has an int8 form (MatMuls of 3-D
-  tensors: a transformer) is run as ``fp16`` is, and the line says why (``_no_int8_macs``).
+- ``requantize`` of a model none of whose MAC layers has an int8 form (MatMuls of two
+  activations only) is run as ``fp16`` is, and the line says why (``_no_int8_macs``).
 - ``fp16``: every QDQ node goes (activation pairs removed, weights and biases replaced by the
   float values they dequantize to), so the model runs as its float form: fp16 on the
   accelerator (one ``-quantize`` setting for the whole compile is what Marvell's flow
@@ -168,18 +168,31 @@ def _moved_gather(graph: QdqGraph, dequantize: onnx.NodeProto) -> Optional[list]
 def _no_int8_macs(graph: QdqGraph) -> str:
     """Why requantizing would leave no MAC in int8 ('' when some MAC layer reading a
     dequantized activation has an int8 form): the device's int8 FC takes a 2-D [batch,
-    features] input, so a MatMul of 3-D tensors (a transformer's) runs in fp16 whatever its
-    QDQ pairs say. Requantized, such a model would only add int8 rounding between fp16 layers,
-    and the float layers the quantizer left between its pairs (LayerNorm, GELU) have no int8
-    form to run in and cut it; as its float form it is as whole as its float twin."""
+    features] input or a 3-D token tensor times a constant 2-D weight (``mrvl.qnn_fc_tokens``),
+    so only a model whose MACs are all MatMuls of two activations (attention's scores and
+    context: BatchMatmul, fp16 only) runs them in fp16 whatever its QDQ pairs say. Requantized,
+    such a model would only add int8 rounding between fp16 layers; as its float form it is as
+    whole as its float twin."""
     macs = [n for n in graph.g.node if n.op_type in MAC_OPS and any(
         _dequantized_activation(graph, name) for name in n.input[:2])]
-    if not macs or any(n.op_type != "MatMul" or _rank(graph, n.output[0]) in (None, 2)
-                       for n in macs):
+    if not macs or any(_int8_form(graph, n) for n in macs):
         return ""
     return (f"none of its {len(macs)} MatMuls has an int8 form (the int8 FC takes a 2-D "
-            f"input; e.g. {macs[0].name!r} is {_rank(graph, macs[0].output[0])}-D), so "
-            "requantized it would run its MACs in fp16 between int8 roundings")
+            f"input or tokens times a constant weight; e.g. {macs[0].name!r} is "
+            f"{_rank(graph, macs[0].output[0])}-D of two activations), so requantized it would "
+            "run its MACs in fp16 between int8 roundings")
+
+
+def _int8_form(graph: QdqGraph, node: onnx.NodeProto) -> bool:
+    """A MAC layer an int8 rule can take: not a MatMul, a 2-D one (or of unknown rank), or a
+    3-D one by a dequantized constant 2-D weight."""
+    rank = _rank(graph, node.output[0])
+    if node.op_type != "MatMul" or rank in (None, 2):
+        return True
+    source = graph.producer.get(node.input[1])
+    weight = (graph.const(source.input[0]) if source is not None
+              and source.op_type == "DequantizeLinear" else None)
+    return rank == 3 and weight is not None and weight.ndim == 2
 
 
 def _dequantized_activation(graph: QdqGraph, name: str) -> bool:

@@ -170,6 +170,13 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
     return None
 
 
+def check_int8_weight_2d(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """The int8 constant input 1 dequantizes is 2-D (an FC's [C, O], not a batch of them)."""
+    shape = const_value(producer(node.inputs[1]).inputs[0]).shape
+    return None if len(shape) == 2 else {
+        "detail": f"the int8 weight {list(shape)} has rank {len(shape)}, not 2"}
+
+
 def _transposed_geometry(node: gs.Node) -> Optional[str]:
     """Why a ConvTranspose's int8 weight is not [I, O/group, KH, KW] over its input's channels,
     its groups do not divide them or expand to a kernel beyond the float layer's bound, or its
@@ -374,6 +381,7 @@ QNN_CHECKS = MappingProxyType({
     "fused_activation": check_fused_activation,
     "vacuous_clamp": check_vacuous_clamp,
     "qdq_weights": check_qdq_weights,
+    "int8_weight_2d": check_int8_weight_2d,
     "qdq_operands": check_qdq_operands,
     "qdq_inputs": check_qdq_inputs,
     "same_scale": check_same_scale,

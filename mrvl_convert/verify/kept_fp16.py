@@ -142,12 +142,19 @@ def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str
                    ) -> Set[str]:
     """The tensors the layers before ``step`` that are ``exact`` hand it: the simulator does
     not round an exact layer's result (``runtime/simulator.py``, ``graph_engine.py``), and a
-    dequantizing ``quant`` layer's is ``q * scale`` in float32, no fp16 value."""
+    dequantizing ``quant`` layer's is ``q * scale`` in float32, no fp16 value. An exact layer
+    with no source node (a layout_transform the layout pass put in front of a BatchMatmul) hands
+    on its own input's tensor as it is: the one behind it is looked up instead."""
     names: Set[str] = set()
-    for index in step.inputs:
-        producer = steps.get(index)  # None: a subgraph input, which goes in as fp16
-        if producer is not None and producer.kernel.exact:
+    pending = list(step.inputs)
+    while pending:
+        producer = steps.get(pending.pop())  # None: a subgraph input, which goes in as fp16
+        if producer is None or not producer.kernel.exact:
+            continue
+        if producer.spec.source_nodes:
             names.update(o for n in producer.spec.source_nodes for o in outputs.get(n, ()))
+        else:
+            pending.extend(producer.inputs)
     return names
 
 

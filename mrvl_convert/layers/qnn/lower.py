@@ -34,7 +34,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, conv_pads, present, static_shape
-from mrvl_convert.ir.layout import NHWC, Layer, LayoutContext, TensorLayout, native
+from mrvl_convert.ir.layout import (NHWC, Layer, LayoutContext, TensorLayout, default_labels,
+                                    identity, native)
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.core.graph import producer, scale_of
 from mrvl_convert.kernels.conv_weights import block_diagonal
@@ -195,10 +196,11 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
     fc, in_dq = composite.binding.node("fc"), composite.binding.node("in_dq")
     source = in_dq.inputs[0]
     layout = ctx.layout(source)
+    rank = len(layout.shape)  # 2, or 3: tokens [B, T, C] (mrvl.qnn_fc_tokens)
     if layout.scrambled_from is not None:
         index = ctx.values[source.name][0]
     else:
-        index, layout = ctx.require(source, (0, 1))
+        index, layout = ctx.require(source, identity(rank))
     weights = _int_const(fc.inputs[1], np.int8)
     if fc.op == "MatMul" or not int(attr(fc, "transB", 0)):
         weights = weights.T
@@ -222,7 +224,8 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
     consts = [("kernel", np.ascontiguousarray(weights)),
               ("bias", np.ascontiguousarray(bias, dtype=np.int32).reshape(1, out_features))] \
         + fused_consts
-    out = TensorLayout(tuple(static_shape(composite.output)), (0, 1), "NC")
+    out = TensorLayout(tuple(static_shape(composite.output)), identity(rank),
+                       default_labels(rank))
     layer = new_layer(composite, "FC", [index], [layout], out, attrs, consts)
     layer.inexact = inexact
     emit_with_requant(composite, ctx, layer)

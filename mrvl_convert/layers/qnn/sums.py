@@ -84,29 +84,38 @@ class Conv2DInt8Kernel(Conv2DKernel):
 class FCInt8Kernel(Kernel):
     """int8 fully connected (OI int8 kernel, int32 bias): onnxruntime's Gemm (transB) of the
     dequantized values, quantized to output_scale (a MatMul, a Gemm with or without bias and
-    either transB sum alike in MLAS)."""
+    either transB sum alike in MLAS). A 3-D token input ``[B, T, I]`` runs on its ``[B*T, I]``
+    view, one row per token: onnxruntime's MatMul of a 3-D input by a 2-D weight is that one
+    product too (its rows folded into M), so the QDQ model's MatMul is computed exactly."""
 
     exact = True
 
     def __init__(self, spec: LayerSpec, consts: Mapping[str, np.ndarray],
                  gemm: GemmEngine = NUMPY_GEMM) -> None:
         super().__init__(spec, consts, gemm)
-        n, i = spec.input_rank(0, 2)
+        in_shape = spec.input_shapes[0]
+        if len(in_shape) not in (2, 3):
+            raise spec.error("inputs", f"input 0 has physical shape {list(in_shape)}, "
+                                       "expected rank 2 or 3")
+        i = in_shape[-1]
         weight = int_const(spec, "kernel_const_name", consts, np.int8)
         if weight.ndim != 2 or weight.shape[1] != i:
             raise spec.error("attrs.kernel_const_name", f"kernel has shape {list(weight.shape)}"
                                                         f", expected [O, {i}] (OI)")
         spec.value("kernel_layout")
         o = weight.shape[0]
-        spec.expect_shape((n, o))
+        self.rows = (*in_shape[:-1], o)
+        spec.expect_shape(self.rows)
         s_in, s_w, s_out = _scales(spec)
         weights = [(np.ascontiguousarray(weight), s_w),
                    (_bias(spec, consts, o), _bias_scale(s_in, s_w))]
-        self.op = QdqOp("Gemm", [((n, i), s_in)], s_out, {"transB": 1}, weights)
+        view = (int(np.prod(in_shape[:-1])), i)
+        self.op = QdqOp("Gemm", [(view, s_in)], s_out, {"transB": 1}, weights)
         self.activation = FusedInt8Activation(spec, consts)
 
     def run(self, x: np.ndarray) -> np.ndarray:
-        return self.activation(self.op(x))
+        q = self.op(x.reshape(-1, x.shape[-1])).reshape(self.rows)
+        return self.activation(q)
 
 
 class Avgpool2DInt8Kernel(Avgpool2DKernel):
