@@ -32,7 +32,9 @@ upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.p
 ``resize_matrices.py``: exact in real arithmetic, their float32 bounds stated there), an
 attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact
 within its stated bound), and a Where masking scores before a Softmax made an Add of a finite
-mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound).
+mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound),
+and a Pad no Conv absorbs as Slice, Conv, Add or MatMul layers (``pad_forms.py``: exact for
+finite inputs but for the sign of a zero).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -61,6 +63,7 @@ from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
+from mrvl_convert.frontend.pad_forms import rewrite_pads
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
@@ -144,6 +147,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means):
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
