@@ -136,7 +136,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # folds check the activations' shapes (and the folds read constant head splits).
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    if lift_batchless(graph, forms):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
+    if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
