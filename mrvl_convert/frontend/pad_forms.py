@@ -51,7 +51,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, is_const, pad_value, present, static_shape
+from mrvl_convert.core.graph import (attr, float_activation_issue, pad_value, present,
+                                     static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
 from mrvl_convert.frontend.pad_sinking import full_pads, sink_pad
 
@@ -108,12 +109,9 @@ def pad_plan(node: gs.Node, opset: int) -> Union[PadPlan, str]:
     src, dst = static_shape(x), static_shape(y)
     if src is None or dst is None:
         return "its shapes are not static"
-    if is_const(x) or x.dtype is None or np.dtype(x.dtype) != np.float32:
-        return f"the input is not a float32 activation ({x.dtype})"
-    if any(t.op == "DequantizeLinear" for t in x.inputs) \
-            or any(t.op == "QuantizeLinear" for t in y.outputs):
-        return "it is in an int8 (QDQ) region, where float layers would not give the int8 " \
-               "steps the QDQ model computes"
+    not_float = float_activation_issue(x, y)
+    if not_float:
+        return not_float
     mode = str(attr(node, "mode", "constant"))
     pads, value = full_pads(node, len(src)), pad_value(node)
     issue = _issue(mode, src, pads, value, opset)

@@ -1,7 +1,8 @@
 """Property tests over a Pad of any mode between convolutions (tests/support/strategies/pads.py):
 the canonical graph computes on onnxruntime, bit for bit, what the model does (the pass is exact
 for finite inputs), every drawn Pad is rewritten or left for its Conv, and one between two layers
-(Conv, Conv1d or Gemm) converts to one Mrvl subgraph whose hybrid run is within the fp16 tolerance."""
+(Conv, Conv1d or Gemm) converts to one Mrvl subgraph whose hybrid run is within the fp16
+tolerance."""
 from __future__ import annotations
 
 import tempfile
