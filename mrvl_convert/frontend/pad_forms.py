@@ -2,9 +2,10 @@
 
 Requires: static shapes on each Pad's input and output (canonicalize runs this after the rank
 lifts and the linear Resize forms, so that what they rewrite is already 4-D).
-Ensures: each ``Pad`` is first moved past the Unsqueeze/Transpose nodes that alone read it
-(``pad_sinking.py``). Then a Pad that the Conv reading it folds (constant 0, 4-D, pads >= 0 on
-H and W only, the Conv its only reader: the ``[Pad] -> Conv`` composite) is left for it, and
+Ensures: each float ``Pad`` outside an int8 region is first moved past the Unsqueeze/Transpose
+nodes that alone read it (``pad_sinking.py``). Then a Pad that the Conv reading it folds
+(constant 0, 4-D, pads >= 0 on H and W only, the Conv its only reader: the ``[Pad] -> Conv``
+composite) is left for it, its ``axes`` input (if any) spread over full pads, and
 every other Pad of a float32 activation of rank 2 to 4, of mode ``constant`` (any value),
 ``reflect`` or ``edge``, with constant pads that leave the batch axis alone, outside an int8
 (QDQ) region, is rewritten on its 4-D view ``[N, C, H, W]`` (``[N, C, L]`` as ``[N, C, 1, L]``,
@@ -54,7 +55,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (attr, float_activation_issue, pad_value, present,
                                      static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
-from mrvl_convert.frontend.pad_sinking import full_pads, sink_pad
+from mrvl_convert.frontend.pad_sinking import full_pads, set_pads, sink_pad
 
 _VIEW_AXES = {2: [2, 3], 3: [2], 4: []}  # Unsqueeze axes giving a rank's [N, C, H, W] view
 
@@ -90,16 +91,22 @@ def rewrite_pads(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     for node in list(graph.nodes):
         if node.op != "Pad" or not node.outputs:
             continue
-        passed = sink_pad(node, outputs, names)
+        # A QDQ region's Pad stays where the int8 rules expect it.
+        passed = [] if float_activation_issue(node.inputs[0], node.outputs[0]) else \
+            sink_pad(node, outputs, names)
         if passed:
             done.rewritten[node.name] = f"Pad moved after {', '.join(passed)} (exact)"
-            changed = True
         plan = pad_plan(node, opset)
         if isinstance(plan, str):
             done.kept[node.name] = f"Pad stays as it is: {plan}"
-        elif not _absorbed(node, plan, outputs):
+        elif _absorbed(node, plan, outputs):
+            if present(node, 3) is not None:  # the Conv's rule folds pads without axes
+                set_pads(node, full_pads(node, plan.rank), names)
+                passed = passed or ["its axes input"]
+        else:
             _rewrite(graph, node, plan, done, names, opset)
             changed = True
+        changed = changed or bool(passed)
     return changed
 
 
@@ -160,13 +167,14 @@ def _on_view(per_axis: Sequence[int], rank: int) -> List[int]:
 
 
 def _absorbed(node: gs.Node, plan: PadPlan, outputs: set) -> bool:
-    """What the ``[Pad] -> Conv`` composite folds (its pad_foldable check): leave it there."""
+    """What the ``[Pad] -> Conv`` composite folds (its pad_foldable check, once an axes input
+    is spread out): leave it there."""
     out = node.outputs[0]
     reader = out.outputs[0] if len(out.outputs) == 1 else None
     return (reader is not None and reader.op == "Conv" and reader.inputs[0] is out
             and out.name not in outputs and plan.rank == 4 and plan.mode == "constant"
-            and plan.value == 0.0 and present(node, 3) is None
-            and not any(sum(c) for c in plan.crop) and not any(sum(p) for p in plan.pads[:2]))
+            and plan.value == 0.0 and not any(sum(c) for c in plan.crop)
+            and not any(sum(p) for p in plan.pads[:2]))
 
 
 def selection(size: int, begin: int, end: int, mode: str) -> np.ndarray:
@@ -193,10 +201,11 @@ def pad_steps(plan: PadPlan, opset: int, const: _Constants, out: List[int]) -> L
     if any(sum(pair) for pair in plan.crop):
         axes = [a for a, pair in enumerate(plan.crop) if sum(pair)]
         c, h, w = (size - sum(plan.crop[a]) for a, size in ((1, c), (2, h), (3, w)))
-        steps.append(("Slice", [const("starts", np.array([plan.crop[a][0] for a in axes])),
+        steps.append(("Slice", [const("starts", np.array([plan.crop[a][0] for a in axes],
+                                                         np.int64)),
                                 const("ends", np.array([plan.view[a] - plan.crop[a][1]
-                                                        for a in axes])),
-                                const("axes", np.array(axes))], {}, [n, c, h, w]))
+                                                        for a in axes], np.int64)),
+                                const("axes", np.array(axes, np.int64))], {}, [n, c, h, w]))
     (cb, ce), (hb, he), (wb, we) = plan.pads[1:]
     if cb or ce:
         weight = selection(c, cb, ce, plan.mode)

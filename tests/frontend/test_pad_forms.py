@@ -30,7 +30,7 @@ def _padded(shape, pads, mode="constant", value=None, *, opset=13, conv_after=Fa
         inputs.append(b.const(np.array(axes, np.int64)))
     y = b.op("Pad", inputs, name="pad", mode=mode)
     if conv_after:
-        y = b.conv(y, c + pads[1] + pads[len(shape) + 1], 2, k=3)
+        y = b.conv(y, c + (0 if axes else pads[1] + pads[len(shape) + 1]), 2, k=3)
     return b.model([y])
 
 
@@ -157,3 +157,11 @@ def test_converted_is_one_mrvl_subgraph_where_main_cut_it(tmp_path: Path, shape,
     feed = _feed(shape)
     got = HybridSession(tmp_path / "a").run(None, feed)[0]
     assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())), mode)
+
+
+def test_an_axes_input_before_a_conv_is_spread_for_the_conv_to_fold():
+    canonical, ops = _bit_equal(_padded([1, 3, 5, 6], [1, 2, 1, 2], "constant", axes=[2, 3],
+                                        opset=18, conv_after=True), [1, 3, 5, 6])
+    assert ops == ["Conv", "Relu", "Pad", "Conv"]
+    pad = next(n for n in canonical.graph.nodes if n.name == "pad")
+    assert len([t for t in pad.inputs if t.name]) == 2  # no axes input: the rule folds it
