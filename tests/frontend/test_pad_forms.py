@@ -165,3 +165,20 @@ def test_an_axes_input_before_a_conv_is_spread_for_the_conv_to_fold():
     assert ops == ["Conv", "Relu", "Pad", "Conv"]
     pad = next(n for n in canonical.graph.nodes if n.name == "pad")
     assert len([t for t in pad.inputs if t.name]) == 2  # no axes input: the rule folds it
+
+
+def test_a_zero_pad_of_a_graph_input_before_a_reshape_is_on_the_accelerator(tmp_path: Path):
+    """openwakeword's embedding model: Keras ZeroPadding2D of the NHWC input [1, 76, 32, 1],
+    a Reshape to NCHW, then the Conv. Main: 1 Mrvl + 1 CPU subgraph ("Pad goes to the
+    accelerator only fused into a composite ... here it reads a graph input")."""
+    b = Builder(seed=3, opset=13)
+    x = b.input("x", [1, 12, 8, 1])
+    p = b.op("Pad", [x, b.const(np.array([0, 0, 1, 0, 0, 0, 1, 0], np.int64))], name="pad")
+    r = b.op("Reshape", [p, b.const(np.array([1, 1, 12, 10], np.int64))])
+    model = b.model([b.op("Relu", [b.conv(r, 1, 4, k=3)])])
+    result = convert(model, tmp_path / "a")
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0), \
+        result.summary
+    feed = {"x": np.random.default_rng(0).standard_normal((1, 12, 8, 1)).astype(np.float32)}
+    got = HybridSession(tmp_path / "a").run(None, feed)[0]
+    assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())), "pad")
