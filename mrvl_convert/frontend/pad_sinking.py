@@ -1,4 +1,5 @@
-"""A Pad moved past the Unsqueeze and Transpose nodes that alone read it, toward its Conv.
+"""A Pad moved past the Unsqueeze and Transpose nodes that alone read it, toward its Conv; a
+``-inf`` Pad folded into the MaxPool that alone reads it.
 
 Requires: static shapes on the Pad's input and on the readers' outputs; constant pads.
 Ensures: while a Pad's output is read by one ``Unsqueeze`` or ``Transpose`` only (and is no
@@ -15,6 +16,12 @@ all); moved anywhere else it is on a tensor of higher rank, which ``pad_forms.py
 Exact: padding commutes with a permutation of the axes and with adding a unit axis (a unit axis
 is padded by nothing), for every mode: each output element is the same input element or the
 same constant.
+
+``fold_into_maxpool``: a constant ``-inf`` Pad of H and W (pads >= 0) of a 4-D tensor whose
+only reader is a MaxPool (explicit pads, its Indices output unused) is removed and its pads added
+to the MaxPool's, where each stays below the window (onnxruntime's limit). Exact: MaxPool's own
+padding is ``-inf`` (a padded element never wins a max), and a window that reaches past the
+padded input is cut alike in both (ceil_mode). The Pad is ``merged`` into the MaxPool.
 """
 from __future__ import annotations
 
@@ -23,9 +30,9 @@ from typing import List, Optional, Sequence, Set
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import (attr, const_value, is_const, pad_amounts, present,
+from mrvl_convert.core.graph import (attr, const_value, is_const, pad_amounts, pad_value, present,
                                      squeeze_axes, static_shape)
-from mrvl_convert.frontend.canonical_forms import Names, _set_inputs
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
 
 _MOVABLE = ("Unsqueeze", "Transpose")
 
@@ -108,3 +115,29 @@ def _swap(pad: gs.Node, reader: gs.Node, pads: List[int], names: Names) -> None:
     pad.inputs[0] = inner
     pad.outputs[0] = z
     set_pads(pad, pads, names)
+
+
+def fold_into_maxpool(pad: gs.Node, outputs: Set[str], done: Rewrites) -> bool:
+    """Fold ``pad`` into the MaxPool reading it (module docstring), in place; True when it
+    was."""
+    out, src = pad.outputs[0], static_shape(pad.inputs[0])
+    pool = out.outputs[0] if len(out.outputs) == 1 else None
+    if pool is None or pool.op != "MaxPool" or out.name in outputs or src is None \
+            or len(src) != 4 or str(attr(pad, "mode", "constant")) != "constant" \
+            or pad_value(pad) != float("-inf") or pool.inputs[0] is not out:
+        return False
+    pads, kernel = full_pads(pad, 4), [int(k) for k in attr(pool, "kernel_shape", [])]
+    if pads is None or any(pads[i] for i in (0, 1, 4, 5)) or min(pads) < 0 \
+            or len(kernel) != 2 or str(attr(pool, "auto_pad", "NOTSET")) != "NOTSET" \
+            or any(t.outputs or t.name in outputs for t in pool.outputs[1:]):
+        return False
+    own = [int(p) for p in attr(pool, "pads", [0, 0, 0, 0])]
+    merged = [own[0] + pads[2], own[1] + pads[3], own[2] + pads[6], own[3] + pads[7]]
+    if any(p >= kernel[i % 2] for i, p in enumerate(merged)):
+        return False
+    pool.attrs["pads"] = merged
+    pool.inputs[0] = pad.inputs[0]
+    pad.inputs.clear()
+    pad.outputs.clear()
+    done.merged[pad.name] = pool.name
+    return True

@@ -55,7 +55,7 @@ CASES = [
     # shape, pads, mode, value, the ops the Pad becomes
     ([1, 3, 5, 6], [0, 0, 1, 2, 0, 0, 2, 1], "constant", None, ["Conv"]),
     ([1, 3, 5, 6], [0, 0, 1, 2, 0, 0, 2, 1], "constant", 1.5, ["Conv", "Add"]),
-    ([1, 3, 5, 6], [0, 0, 1, 0, 0, 0, 0, 0], "constant", float("-inf"), ["Conv", "Add"]),
+    ([1, 3, 5, 6], [0, 0, 1, 0, 0, 0, 0, 0], "constant", -65504.0, ["Conv", "Add"]),
     ([1, 3, 5, 6], [0, 1, 0, 0, 0, 2, 0, 0], "constant", 0.5, ["Conv"]),
     ([1, 3, 5, 6], [0, 1, 1, 1, 0, 0, 1, 1], "constant", -2.0, ["Conv", "Conv", "Add"]),
     ([1, 3, 5, 6], [0, 0, -1, 2, 0, 0, 1, -2], "constant", None, ["Slice", "Conv"]),
@@ -114,11 +114,14 @@ def test_a_pad_moves_past_unsqueeze_and_transpose_into_its_conv():
 
 @pytest.mark.parametrize("pads,mode,why", [
     ([1, 0, 0, 0, 0, 0, 0, 0], "constant", "batch axis"),
+    ([0, 0, 1, 0, 0, 0, 0, 0], "constant-inf", "outside the float16 range"),
     ([0, 0, 5, 0, 0, 0, 0, 0], "reflect", "onnxruntime refuses"),
     ([0, 0, 1, 0, 0, 0, 0, 0], "wrap", "mode 'wrap'"),
 ])
 def test_what_no_form_takes_stays_with_its_reason(pads, mode, why):
-    canonical, _ = canonicalized(_padded([1, 3, 5, 6], pads, mode, opset=19))
+    value = float("-inf") if mode == "constant-inf" else None
+    canonical, _ = canonicalized(_padded([1, 3, 5, 6], pads, mode.split("-")[0], value,
+                                         opset=19))
     assert why in canonical.kept["pad"], canonical.kept
 
 
@@ -182,3 +185,23 @@ def test_a_zero_pad_of_a_graph_input_before_a_reshape_is_on_the_accelerator(tmp_
     feed = {"x": np.random.default_rng(0).standard_normal((1, 12, 8, 1)).astype(np.float32)}
     got = HybridSession(tmp_path / "a").run(None, feed)[0]
     assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())), "pad")
+
+
+def test_a_minus_inf_pad_folds_into_the_maxpool_reading_it(tmp_path: Path):
+    """Pad(-inf) -> MaxPool (a 'same' max pool written out): MaxPool's own padding. Main: the
+    Pad on the CPU between two Mrvl subgraphs; a Conv + Add form would need -inf as an fp16
+    constant, which the accelerator's constants refuse."""
+    b = Builder(seed=2, opset=13)
+    x = b.input("x", [1, 3, 8, 8])
+    a = b.op("Relu", [b.conv(x, 3, 4, k=3, pads=[1, 1, 1, 1])])
+    p = b.op("Pad", [a, b.const(np.array([0, 0, 1, 0, 0, 0, 1, 1], np.int64)),
+                     b.const(np.array(-np.inf, np.float32))], name="pad")
+    y = b.op("MaxPool", [p], name="pool", kernel_shape=[3, 3], strides=[2, 2], pads=[0, 1, 0, 0])
+    model = b.model([b.conv(y, 4, 2, k=1)])
+    canonical, ops = _bit_equal(model, [1, 3, 8, 8])
+    assert "Pad" not in ops and canonical.merged["pad"] == "pool"
+    result = convert(model, tmp_path / "a")
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
+    feed = _feed([1, 3, 8, 8])
+    got = HybridSession(tmp_path / "a").run(None, feed)[0]
+    assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())), "pool")

@@ -1,7 +1,7 @@
 """Hypothesis strategies: a Pad of any mode between two convolutions (frontend/pad_forms.py and
 pad_sinking.py): rank 2 to 4, constant (0, another value, -inf), reflect or edge, pads from -2 to
 3 per non-batch axis (crops among them), an ``axes`` input or none, batch 1 or 2, and the same
-layer after the Pad (a Conv folds a zero pad) or none. Only Pads onnxruntime runs are drawn."""
+layer after the Pad (a Conv folds a zero pad), a MaxPool (it folds a -inf pad) or none. Only Pads onnxruntime runs are drawn."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,6 +26,7 @@ class PadCase:
     with_axes: bool            # pads given for the non-batch axes through an axes input
     conv_after: bool
     seed: int
+    pool_after: bool = False   # a 3x3 MaxPool (at most) reads the Pad, nothing else (4-D)
 
     @property
     def rank(self) -> int:
@@ -35,8 +36,8 @@ class PadCase:
         return self.shape[1] + self.begin[1] + self.end[1]
 
     def model(self) -> onnx.ModelProto:
-        """Conv (1x1; 1-D of a 3-D tensor; Gemm of a 2-D one) -> Pad -> [the same]; the Pad's
-        output is a model output too where a layer follows."""
+        """Conv (1x1; 1-D of a 3-D tensor; Gemm of a 2-D one) -> Pad -> [the same, or a
+        MaxPool]."""
         b = Builder(seed=self.seed, opset=18)
         x = b.input("x", list(self.shape))
         a = self._layer(b, x, self.shape[1], self.shape[1])
@@ -51,9 +52,13 @@ class PadCase:
         if self.with_axes:
             inputs.append(b.const(np.array(axes, np.int64)))
         y = b.op("Pad", inputs, name="pad", mode=self.mode)
+        if self.pool_after:
+            padded = [n + b0 + e0 for n, b0, e0 in zip(self.shape, self.begin, self.end)]
+            return b.model([b.op("MaxPool", [y], kernel_shape=[min(3, padded[2]),
+                                                                min(3, padded[3])])])
         if not self.conv_after:
             return b.model([y])
-        return b.model([self._layer(b, y, self.padded_channels(), 2), y])
+        return b.model([self._layer(b, y, self.padded_channels(), 2)])
 
     def _layer(self, b: Builder, x: str, cin: int, cout: int) -> str:
         if self.rank == 4:
@@ -93,7 +98,12 @@ def pad_cases(draw, between_layers: bool = False) -> PadCase:
         mode = "edge" if mode == "reflect" and shape[-1] < 2 else mode
     values = [None, 0.0, 1.5, -2.0] + ([] if between_layers else [float("-inf")])
     value = draw(st.sampled_from(values)) if mode == "constant" else None
+    pool = rank == 4 and not between_layers and draw(st.booleans())
+    if pool and draw(st.booleans()):  # what a MaxPool folds: -inf on H and W, below 3
+        mode, value = "constant", float("-inf")
+        pairs = [(0, 0), (0, 0)] + [(draw(st.integers(0, 2)), draw(st.integers(low, 2)))
+                                    for low in (0, 1)]
     return PadCase(shape=shape, begin=tuple(b for b, _ in pairs), end=tuple(e for _, e in pairs),
                    mode=mode, value=value, with_axes=draw(st.booleans()),
-                   conv_after=between_layers or draw(st.booleans()),
-                   seed=draw(st.integers(0, 99)))
+                   conv_after=not pool and (between_layers or draw(st.booleans())),
+                   seed=draw(st.integers(0, 99)), pool_after=pool)
