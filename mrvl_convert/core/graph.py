@@ -78,6 +78,19 @@ def pad_value(node: gs.Node) -> Optional[float]:
     return float(const_value(value).reshape(-1)[0]) if const_value(value).size else 0.0
 
 
+def float_activation_issue(x: gs.Tensor, y: gs.Tensor) -> Optional[str]:
+    """Why a node reading ``x`` and writing ``y`` is no float32 layer a frontend form may
+    rewrite into float layers, or None: ``x`` a constant or not float32, or the node in an
+    int8 (QDQ) region, where the QDQ model's steps are the reference."""
+    if is_const(x) or x.dtype is None or np.dtype(x.dtype) != np.float32:
+        return f"the input is not a float32 activation ({x.dtype})"
+    if any(t.op == "DequantizeLinear" for t in x.inputs) \
+            or any(t.op == "QuantizeLinear" for t in y.outputs):
+        return "it is in an int8 (QDQ) region, where its float layers would not give the " \
+               "int8 steps the QDQ model computes"
+    return None
+
+
 def squeeze_axes(node: gs.Node) -> Optional[List[int]]:
     if "axes" in node.attrs:
         return [int(a) for a in attr(node, "axes")]

@@ -16,10 +16,16 @@ and values.
   of rank <= 3 or region tensors, ``Pad`` with constant pads (no ``axes`` input) and ``Slice``
   with constant axes, and ends at ``Unsqueeze`` of axis 0 (only). Every reader of a region
   tensor is one of these, and no region tensor is a graph output, or it is not lifted.
+- A region may also end at a ``ReduceMean`` over ``H`` and ``W`` of ``[H, W, C]`` (axes 0 and
+  1, keepdims 0: madmom's key CNN's global average pool): it becomes ``Transpose`` to
+  ``[1, C, H, W]``, ``ReduceMean`` over axes 2 and 3 (``global_means.py`` then keeps the dims
+  for the global pool) and ``Squeeze`` of axis 0 writing the ``[C]`` the model had.
 - Exact: ONNX broadcasting aligns shapes from the last axis, so an elementwise op of
   ``[1, H, W, C]`` with a constant of rank <= 3 computes the same elements as on ``[H, W, C]``;
   Pad pads 0 on the new axis, Slice's axes shift by one. Squeeze/Unsqueeze copy. The tests
-  compare the outputs bit for bit (``tests/frontend/test_batchless_input.py``).
+  compare the outputs bit for bit (``tests/frontend/test_batchless_input.py``). The closing
+  mean is exact in real arithmetic; onnxruntime sums the strided ``[H W, C]`` and the contiguous
+  ``[C, H W]`` in other orders, at most ``2 (H W - 1) 2**-24 mean|x|`` apart.
 """
 from __future__ import annotations
 
@@ -28,8 +34,9 @@ from typing import List, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import const_value, is_const, present, squeeze_axes, static_shape
-from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.core.graph import (attr, const_value, is_const, present, reduce_axes,
+                                     squeeze_axes, static_shape)
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 
 _ELEMENTWISE = frozenset({
     "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Elu", "Relu", "LeakyRelu", "Tanh",
@@ -73,7 +80,7 @@ def _grow(graph: gs.Graph, start: gs.Tensor, outputs: set) -> Optional[List[gs.N
         for reader in tensor.outputs:
             if any(reader is n for n in nodes):
                 continue
-            if _axis0_only(reader, "Unsqueeze"):
+            if _axis0_only(reader, "Unsqueeze") or _spatial_mean(reader):
                 nodes.append(reader)
                 continue
             if any(not is_const(t) and t.name not in region for t in reader.inputs):
@@ -85,6 +92,39 @@ def _grow(graph: gs.Graph, start: gs.Tensor, outputs: set) -> Optional[List[gs.N
             region.add(reader.outputs[0].name)
             frontier.append(reader.outputs[0])
     return None if waiting - {id(n) for n in nodes} else nodes
+
+
+def _spatial_mean(node: gs.Node) -> bool:
+    """A ReduceMean of ``[H, W, C]`` over H and W, dropping them: the region's global pool."""
+    src = static_shape(node.inputs[0]) if node.inputs else None
+    return (node.op == "ReduceMean" and src is not None and len(src) == 3
+            and int(attr(node, "keepdims", 1)) == 0 and reduce_axes(node) == [0, 1])
+
+
+def _close_with_mean(graph: gs.Graph, mean: gs.Node, opset: int, names: Names,
+                     done: Rewrites) -> None:
+    """``ReduceMean([1, H, W, C], 0 1)`` -> Transpose to NCHW, ReduceMean over 2 and 3,
+    Squeeze(0): the global pool the layer set has (module docstring)."""
+    lifted, out = mean.inputs[0], mean.outputs[0]
+    _, h, w, c = static_shape(lifted)
+    nchw = gs.Variable(names.fresh(f"{mean.name}_nchw"), dtype=out.dtype, shape=[1, c, h, w])
+    pooled = gs.Variable(names.fresh(f"{mean.name}_pooled"), dtype=out.dtype, shape=[1, c])
+    turn = gs.Node("Transpose", names.fresh(f"{mean.name}_to_nchw"), attrs={"perm": [0, 3, 1, 2]},
+                   inputs=[lifted], outputs=[nchw])
+    axes = gs.Constant(names.fresh(f"{mean.name}_axes_nchw"), np.array([2, 3], np.int64))
+    mean.attrs = {"keepdims": 0} if opset >= 18 else {"keepdims": 0, "axes": [2, 3]}
+    mean.inputs.clear()
+    mean.inputs.extend([nchw, axes] if opset >= 18 else [nchw])
+    mean.outputs[0] = pooled
+    drop = gs.Node("Squeeze", names.fresh(f"{mean.name}_drop_batch"),
+                   attrs={} if opset >= 13 else {"axes": [0]},
+                   inputs=[pooled] + ([gs.Constant(names.fresh(f"{mean.name}_axis0"),
+                                                   np.array([0], np.int64))]
+                                      if opset >= 13 else []), outputs=[out])
+    graph.nodes.extend([turn, drop])
+    done.derived.update({turn.name: mean.name, drop.name: mean.name})
+    done.rewritten[mean.name] = ("ReduceMean over H and W of a batchless [H, W, C] as "
+                                 "Transpose to [1, C, H, W], ReduceMean over 2 and 3, Squeeze(0)")
 
 
 def _lift_node(node: gs.Node, done: Rewrites) -> None:
@@ -139,10 +179,10 @@ def _pad_after_transpose(pad: gs.Node, outputs: set) -> None:
         [pads[p] for p in perm] + [pads[4 + p] for p in perm], np.int64))
 
 
-def lift_batchless(graph: gs.Graph, done: Rewrites) -> bool:
+def lift_batchless(graph: gs.Graph, done: Rewrites, opset: int = 13) -> bool:
     """Lift every closed batchless region of ``graph`` in place, recording it in ``done``;
     True when one was lifted (the caller then cleans up and sorts the graph)."""
-    outputs, lifted = {t.name for t in graph.outputs}, False
+    outputs, lifted, names = {t.name for t in graph.outputs}, False, Names(graph)
     for squeeze in list(graph.nodes):
         src = static_shape(squeeze.inputs[0]) if squeeze.inputs else None
         if not _axis0_only(squeeze, "Squeeze") or not src or len(src) != 4 or src[0] != 1:
@@ -151,9 +191,10 @@ def lift_batchless(graph: gs.Graph, done: Rewrites) -> bool:
         if nodes is None:
             continue
         closing = [n for n in nodes if n.op == "Unsqueeze"]
+        means = [n for n in nodes if n.op == "ReduceMean" and _spatial_mean(n)]
         if any(n.outputs[0].name in outputs for n in closing):
             continue
-        body = [n for n in nodes if n.op != "Unsqueeze"]
+        body = [n for n in nodes if n.op != "Unsqueeze" and not any(n is m for m in means)]
         # The Squeeze (and an Unsqueeze right after it) went into the region's first node, or
         # with no node between them into the node writing the 4-D tensor.
         first = body[0].name if body else (squeeze.inputs[0].inputs[0].name
@@ -172,6 +213,8 @@ def lift_batchless(graph: gs.Graph, done: Rewrites) -> bool:
                 else first  # the region's last node, or the one writing the 4-D tensor
             node.inputs.clear()
             node.outputs.clear()
+        for node in means:
+            _close_with_mean(graph, node, opset, names, done)
         for node in body:
             if node.op == "Pad":
                 _pad_after_transpose(node, outputs)

@@ -34,8 +34,10 @@ attention mask's constant below fp16's range clamped to -32752 (``mask_constants
 within its stated bound), and a Where masking scores before a Softmax made an Add of a finite
 mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound).
 Rank-5 reshape chains and repeats between rank-4 tensors are their rank-4 forms
-(``rank5_detours.py``, exact), and a Mul of a one-channel map by per-channel constants a 1x1
-Conv (``unit_broadcast.py``, exact but for the sign of a zero product).
+(``rank5_detours.py``, exact), a Mul of a one-channel map by per-channel constants a 1x1
+Conv (``unit_broadcast.py``, exact but for the sign of a zero product), and a Pad no Conv
+absorbs Slice, Conv, Add or MatMul layers (``pad_forms.py``: exact for finite inputs but for
+the sign of a zero).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -64,6 +66,7 @@ from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
+from mrvl_convert.frontend.pad_forms import rewrite_pads
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
@@ -138,7 +141,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # folds check the activations' shapes (and the folds read constant head splits).
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    if lift_batchless(graph, forms):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
+    if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
@@ -151,6 +154,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means or detours):
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):

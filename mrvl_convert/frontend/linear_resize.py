@@ -60,7 +60,8 @@ from typing import Optional, Tuple, Union
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
+from mrvl_convert.core.graph import (attr, const_value, float_activation_issue, is_const,
+                                     static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
 from mrvl_convert.frontend.resize_matrices import rewrite_as_matmuls
 
@@ -101,12 +102,9 @@ def _issue(node: gs.Node, opset: int) -> Optional[str]:
     src, dst = static_shape(x), static_shape(y)
     if src is None or dst is None or len(src) != 4 or len(dst) != 4:
         return f"the forms take 4-D tensors; this {node.op} maps {src} to {dst}"
-    if is_const(x) or x.dtype is None or np.dtype(x.dtype) != np.float32:
-        return f"the input is not a float32 activation ({x.dtype})"
-    if any(t.op == "DequantizeLinear" for t in x.inputs) \
-            or any(t.op == "QuantizeLinear" for t in y.outputs):
-        return "it is in an int8 (QDQ) region, where its float layers would not give the " \
-               "int8 steps the QDQ model computes"
+    not_float = float_activation_issue(x, y)
+    if not_float:
+        return not_float
     if _coord(node) not in _MODES:
         return f"coordinate_transformation_mode {_coord(node)!r} is not one of " \
                f"{', '.join(_MODES)}"

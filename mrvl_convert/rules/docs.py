@@ -120,6 +120,22 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "(`frontend/resize_matrices.py`). Both are exact in real arithmetic (their float32 "
         "bounds are in those modules); cubic, tf_crop_and_resize, 5-D and antialiased ones "
         "stay on CPU with the reason.",
+        "A Pad no Conv absorbs (`frontend/pad_forms.py`), of a 2-D to 4-D float activation "
+        "outside an int8 region, in constant (any value), reflect or edge mode, maps as layers "
+        "on its 4-D view, after moving past the Unsqueeze and Transpose nodes that alone read "
+        "it (`frontend/pad_sinking.py`; next to a Conv it then folds into it): negative pads "
+        "as a Slice (mrvl.strided_slice), channel pads as a 1x1 Conv by the 0/1 selection of "
+        "the channels (a constant value as the bias), zero H/W pads as a depthwise 1x1 Conv of "
+        "weight 1 with those pads (another value: plus an Add of the border constant), reflect "
+        "and edge H/W pads as MatMuls by 0/1 selection matrices along W and H with transposes "
+        "between; a -inf Pad of H and W that a MaxPool alone reads as the MaxPool's own "
+        "padding. Exact for finite inputs (but for the sign of a zero); a Pad of the batch "
+        "axis, of rank 1 or 5+, in wrap mode, with a value beyond float16's range (outside "
+        "the MaxPool case) or with pads computed at run time stays on CPU with the reason.",
+        "A batchless region (above) may end at a ReduceMean over H and W of its [H, W, C] "
+        "(madmom's global pool): a Transpose to [1, C, H, W], the mean over H and W, and a "
+        "Squeeze(0), exact in real arithmetic (summed in another order: at most 2 (H W - 1) "
+        "2**-24 mean |x| apart).",
         "",
         "| composite | Marvell layer | ONNX pattern | summary |",
         "|---|---|---|---|",

@@ -82,15 +82,18 @@ def test_batch_over_eight_refused(tmp_path):
 
 
 def test_reflect_pad_stays_on_cpu_and_conv_still_goes(tmp_path):
+    """A reflect Pad of the batch axis: no form of frontend/pad_forms.py takes it (a reflect
+    Pad of H and W becomes selection MatMuls there)."""
     b = Builder()
-    x = b.input("x", [1, 4, 8, 8])
-    y = b.op("Pad", [x, b.const(np.array([0, 0, 1, 1, 0, 0, 1, 1], np.int64))], name="pad",
+    x = b.input("x", [2, 4, 8, 8])
+    y = b.op("Pad", [x, b.const(np.array([1, 0, 1, 1, 0, 0, 1, 1], np.int64))], name="pad",
              mode="reflect")
     y = b.conv(y, 4, 4, name="conv")
     places, _ = place(b.model([y]), tmp_path)
     assert places["conv"]["placement"] == "mrvl"
     assert places["pad"]["placement"] == "cpu"
     assert "mode is 'reflect', only constant padding folds" in places["pad"]["reason"]
+    assert "it pads the batch axis 0" in places["pad"]["canonical"]
 
 
 def test_float64_refused(tmp_path):
