@@ -32,7 +32,9 @@ upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.p
 ``resize_matrices.py``: exact in real arithmetic, their float32 bounds stated there), an
 attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact
 within its stated bound), and a Where masking scores before a Softmax made an Add of a finite
-mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound).
+mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound),
+and a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and a Mul (``rsqrt_forms.py``: its
+bound stated there).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -62,6 +64,7 @@ from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.rank_lift import lift_ranks
+from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
@@ -123,6 +126,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     forms = rewrite(graph, _opset(loaded))
     forms.rewritten.update(clamp_mask_constants(graph))  # exact within its stated bound
     rewrite_where_masks(graph, forms)  # exact within its stated bound
+    rewrite_rsqrt_forms(graph, forms)  # norms' x / sqrt(v) and powers: exact or its bound
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
