@@ -1,0 +1,40 @@
+"""Property tests over norms and powers as exporters write them
+(tests/support/strategies/norms.py): each power or division by a Sqrt keeps onnxruntime's result
+within frontend/rsqrt_forms.py's stated bound over sixty binades; an RMSNorm encoder in any of its
+spellings is one Mrvl subgraph and passes verify. Quick profile by default (a tenth of its
+examples for the conversions: each is a conversion and a verify)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import mrvl_convert
+from mrvl_convert.verify.compare import compare
+from support.models import canonicalized, run_ort
+from support.strategies.norms import powers, rmsnorm_models
+
+pytestmark = pytest.mark.system
+
+_FEW = settings(max_examples=max(2, settings.default.max_examples // 10))
+
+
+@given(case=powers())
+def test_powers_and_divisions_by_a_sqrt_stay_within_their_bound(case):
+    canonical, proto = canonicalized(case.model)
+    assert not {"Pow", "Div"} & {n.op for n in canonical.graph.nodes}
+    [want] = run_ort(case.model, case.feeds, optimize=False).values()
+    [got] = run_ort(proto, case.feeds, optimize=False).values()
+    finite = np.isfinite(want) & (want != 0)
+    assert np.all((got == want)[~finite] | np.isnan(want[~finite]))
+    rel = np.abs(got[finite].astype(np.float64) - want[finite]) / np.abs(want[finite])
+    assert rel.size == 0 or rel.max() <= 2.0 ** -22
+
+
+@_FEW
+@given(case=rmsnorm_models())
+def test_an_rmsnorm_encoder_is_one_mrvl_subgraph_and_verifies(case, tmp_path_factory):
+    out = tmp_path_factory.mktemp("norms") / "art"
+    result = mrvl_convert.convert(case.model, out)
+    assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"], str(case)
+    assert compare(case.model, out, [case.feeds]).passed
