@@ -38,3 +38,15 @@ def test_an_rmsnorm_encoder_is_one_mrvl_subgraph_and_verifies(case, tmp_path_fac
     result = mrvl_convert.convert(case.model, out)
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"], str(case)
     assert compare(case.model, out, [case.feeds]).passed
+
+
+@_FEW
+@given(case=rmsnorm_models(scale=400.0))
+def test_an_overflowing_rmsnorm_is_named_as_the_models_own(case, tmp_path_factory):
+    """Squares of a residual stream of ~1200 reach ~1e6 in float32: verify names the first
+    overflowing tensor, a square or its mean (verify/fp16_overflow.py)."""
+    out = tmp_path_factory.mktemp("norms_over") / "art"
+    mrvl_convert.convert(case.model, out)
+    check = compare(case.model, out, [case.feeds])
+    assert check.overflow.startswith("fp16 overflows in the model itself: norm0_"), str(case)
+    assert "converter defect, not fp16" not in check.summary_line()
