@@ -98,3 +98,18 @@ def test_the_t5_norm_loses_its_division():
     [want] = run_ort(model, {"x": x_value}, optimize=False).values()
     [got] = run_ort(proto, {"x": x_value}, optimize=False).values()
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("form", ["pow_half", "pow_neg_half", "div_one", "div_const"])
+def test_zeros_infinities_and_nans_differ_only_where_the_module_says(form):
+    """-0 and -inf under Pow(., +-0.5) are the stated exceptions; every other special value
+    (+0, +inf, a negative, NaN, a subnormal) comes out the same, sign of zero included."""
+    special = np.array([0.0, -0.0, np.inf, -np.inf, -2.0, np.nan, 1e-45, 4.0], np.float32)
+    model = _model(form, shape=(1, 1, 8))
+    _, proto = canonicalized(model)
+    [want] = run_ort(model, {"x": special.reshape(1, 1, 8)}, optimize=False).values()
+    [got] = run_ort(proto, {"x": special.reshape(1, 1, 8)}, optimize=False).values()
+    want, got = want.ravel(), got.ravel()
+    same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
+    stated = {"pow_half": [1, 3], "pow_neg_half": [1, 3]}.get(form, [])
+    assert sorted(np.flatnonzero(~same)) == stated
