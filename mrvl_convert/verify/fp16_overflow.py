@@ -12,7 +12,8 @@ that is not finite, are then the model's, not a converter defect.
 - requires: the reference model (a copy is run; it is not changed), the range events' source
   nodes and the feeds;
 - ensures: ``Overflow.tensors``, each output tensor of those nodes whose largest float32 |value|
-  over the feeds exceeds 65504, in the model's node order, with that value; ``line()`` says so
+  over the feeds exceeds 65504, in the model's node order, with that value; ``Overflow.nodes``,
+  the nodes writing or reading them (what ``--keep-fp32 auto`` keeps first); ``line()`` says so
   in one sentence ('' when none does); a reference that cannot be run gives no tensor (the
   verdict never fails because of this diagnostic).
 """
@@ -36,7 +37,9 @@ class Overflow:
     """The tensors of the model that exceed fp16's range in float32, with their peak |value|."""
 
     tensors: List[Tuple[str, float]] = field(default_factory=list)
-    nodes: List[str] = field(default_factory=list)  # the nodes writing them
+    # the nodes writing them and those reading them: an fp16 layer reading such a value
+    # reads inf, so keeping a value in fp32 means keeping its readers too
+    nodes: List[str] = field(default_factory=list)
 
     def line(self) -> str:
         if not self.tensors:
@@ -62,7 +65,10 @@ def model_overflow(model: object, source_nodes: Sequence[str],
         return Overflow()
     peaks = _peaks(proto, [t for _, t in tensors], feeds, log_severity)
     over = [(node, tensor) for node, tensor in tensors if peaks.get(tensor, 0.0) > FP16_MAX]
-    return Overflow([(tensor, peaks[tensor]) for _, tensor in over], [n for n, _ in over])
+    read = {tensor for _, tensor in over}
+    readers = [n.name for n in proto.graph.node if n.name and read & set(n.input)]
+    return Overflow([(tensor, peaks[tensor]) for _, tensor in over],
+                    list(dict.fromkeys([n for n, _ in over] + readers)))
 
 
 def _peaks(proto: onnx.ModelProto, names: List[str], feeds: Sequence[Dict[str, np.ndarray]],

@@ -36,6 +36,7 @@ def test_verify_names_the_models_own_overflow(tmp_path):
     assert check.overflow.startswith("fp16 overflows in the model itself: norm0_pow_out "
                                      f"reaches {np.float32(squares):.3g} in float32")
     assert check.overflow_nodes[:3] == ["norm0_pow", "norm0_mean", "norm0_eps"]
+    assert "norm0_sqrt" in check.overflow_nodes  # reads the sum beyond 65504
     line = check.summary_line()
     assert check.overflow in line and "converter defect, not fp16" not in line
     assert "fails where fp16 overflows in the model itself" in check.format_table()
