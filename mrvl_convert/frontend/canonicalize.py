@@ -25,7 +25,8 @@ Only exact rewrites happen here, so a CPU subgraph cut from this graph computes 
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
 (``token_forms.py``), differ only in the sign of a zero (onnxruntime's Relu keeps -0, its Max
 gives +0; its Conv turns -0 into +0), a 3-D GlobalMaxPool as ReduceMax (a NaN it may skip
-propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
+propagates; a 4-D global ReduceMax as GlobalMaxPool the same, ``global_max.py``), and the
+LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
 ``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
 rounded differently (their bounds are in those modules), a linear Resize as nearest
 upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.py``,
@@ -56,6 +57,7 @@ from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
 from mrvl_convert.frontend.batchless_lift import lift_batchless
+from mrvl_convert.frontend.global_max import rewrite_global_max
 from mrvl_convert.frontend.global_means import keep_global_mean_dims
 from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
@@ -144,6 +146,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     sunk = sink_concats(graph, _opset(loaded), forms)
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
+    means = rewrite_global_max(graph, forms) or means  # exact without NaN: a GlobalMaxPool
     folded = fold_into_fcs(graph, forms)
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 import mrvl_convert
 from mrvl_convert.verify.compare import compare
 from support.models import canonicalized, run_ort
-from support.strategies.norms import powers, rmsnorm_models
+from support.strategies.norms import global_max_models, powers, rmsnorm_models
 
 pytestmark = pytest.mark.system
 
@@ -50,3 +50,12 @@ def test_an_overflowing_rmsnorm_is_named_as_the_models_own(case, tmp_path_factor
     check = compare(case.model, out, [case.feeds])
     assert check.overflow.startswith("fp16 overflows in the model itself: norm0_"), str(case)
     assert "converter defect, not fp16" not in check.summary_line()
+
+
+@given(case=global_max_models())
+def test_a_global_reduce_max_is_a_global_max_pool_bit_for_bit(case):
+    canonical, proto = canonicalized(case.model)
+    assert next(n for n in canonical.graph.nodes if n.name == "pool").op == "GlobalMaxPool"
+    [want] = run_ort(case.model, case.feeds, optimize=False).values()
+    [got] = run_ort(proto, case.feeds, optimize=False).values()
+    assert got.shape == want.shape and np.array_equal(got, want)

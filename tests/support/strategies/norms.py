@@ -102,3 +102,21 @@ def powers(draw) -> GeneratedModel:
     rng = np.random.default_rng(seed)
     feeds = {"x": (rng.random(shape) * 10.0 ** rng.integers(-30, 30, shape)).astype(np.float32)}
     return GeneratedModel(b.model([y]), feeds, f"{form} of {shape}, seed {seed}")
+
+
+@st.composite
+def global_max_models(draw) -> GeneratedModel:
+    """A global max over H and W as keras2onnx (NHWC Transpose, axes [1, 2], dropped) or torch
+    (axes [2, 3], kept or dropped) writes it, of a 4-D activation (frontend/global_max.py)."""
+    keras = draw(st.booleans())
+    keepdims = 0 if keras else draw(st.integers(0, 1))
+    shape = [1, draw(st.integers(1, 6)), draw(st.integers(1, 7)), draw(st.integers(1, 7))]
+    b = Builder(seed=0, opset=draw(st.sampled_from([11, 13])))
+    y = b.op("Relu", [b.input("x", shape)])
+    if keras:
+        y = b.op("Transpose", [y], perm=[0, 2, 3, 1])
+    y = b.op("ReduceMax", [y], name="pool", axes=[1, 2] if keras else [2, 3], keepdims=keepdims)
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    feeds = {"x": (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape))
+             .astype(np.float32)}
+    return GeneratedModel(b.model([y]), feeds, f"global max, keras {keras}, {shape}")
