@@ -22,6 +22,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, reduce_axes, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.global_means import flatten_after
 
 _NHWC = [0, 2, 3, 1]
 
@@ -58,21 +59,14 @@ def _pooled_source(node: gs.Node) -> Optional[gs.Tensor]:
 
 def _rewrite(graph: gs.Graph, node: gs.Node, x: gs.Tensor, done: Rewrites,
              names: Names) -> None:
-    n, c = static_shape(x)[:2]
-    out, keeps = node.outputs[0], int(attr(node, "keepdims", 1))
+    keeps = int(attr(node, "keepdims", 1))
     transposed = node.inputs[0] is not x
     node.op = "GlobalMaxPool"
     node.attrs.clear()
     node.inputs.clear()
     node.inputs.append(x)
     if not keeps:
-        pooled = gs.Variable(names.fresh(f"{out.name}_pooled"), dtype=out.dtype,
-                             shape=[n, c, 1, 1])
-        node.outputs[0] = pooled
-        flatten = gs.Node("Flatten", names.fresh(f"{node.name}_flatten"), attrs={"axis": 1},
-                          inputs=[pooled], outputs=[out])
-        graph.nodes.append(flatten)
-        done.derived[flatten.name] = node.name
+        flatten_after(graph, node, done, names)
     done.rewritten[node.name] = ("ReduceMax over H and W became GlobalMaxPool"
                                  + (" of the Transpose's input" if transposed else "")
                                  + ("" if keeps else " and a Flatten"))
