@@ -140,7 +140,8 @@ def _verify(model: Any, artifact: Path, ctx: _Context, fp32: Optional[Dict[str, 
     comparison = mrvl_convert.compare(model, artifact, _as_taken(ctx.test, artifact),
                                       fp32=against_fp32)
     row: Row = {"passed": comparison.passed,
-                "failed_outputs": [r.tensor for r in comparison.judged_rows if not r.passed]}
+                "failed_outputs": [r.tensor for r in comparison.judged_rows if not r.passed],
+                "overflow": comparison.overflow}
     if fp32:
         errs = [feeds.over_peak(r.max_abs or 0.0, feeds.peak(fp32[r.tensor]))
                 if r.max_abs is not None else float("nan")

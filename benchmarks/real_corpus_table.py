@@ -40,7 +40,10 @@ def _verdict(row: Row) -> str:
     if row["passed"]:
         return "PASS"
     failed = row.get("failed_outputs") or []
-    return "FAIL" + (f" ({', '.join(failed[:2])})" if failed else "")
+    # the model's own fp16 overflow (verify/fp16_overflow.py), not a converter defect
+    overflow = row.get("overflow", "").split(", beyond")[0].replace(" in float32", "")
+    return "FAIL" + (f" ({', '.join(failed[:2])})" if failed else "") + (
+        f"; {overflow}" if overflow else "")
 
 
 def fp16_line(row: Row) -> str:

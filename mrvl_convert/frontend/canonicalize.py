@@ -25,7 +25,8 @@ Only exact rewrites happen here, so a CPU subgraph cut from this graph computes 
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
 (``token_forms.py``), differ only in the sign of a zero (onnxruntime's Relu keeps -0, its Max
 gives +0; its Conv turns -0 into +0), a 3-D GlobalMaxPool as ReduceMax (a NaN it may skip
-propagates), and the LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
+propagates; a 4-D global ReduceMax as GlobalMaxPool the same, ``global_max.py``), and the
+LayerNorm fold of ``fc_folds.py``, the ReduceSum as MatMul of
 ``token_ops.py`` and the variance form of ``variance_form.py``, exact in real arithmetic but
 rounded differently (their bounds are in those modules), a linear Resize as nearest
 upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.py``,
@@ -37,7 +38,8 @@ Rank-5 reshape chains and repeats between rank-4 tensors are their rank-4 forms
 (``rank5_detours.py``, exact), a Mul of a one-channel map by per-channel constants a 1x1
 Conv (``unit_broadcast.py``, exact but for the sign of a zero product), and a Pad no Conv
 absorbs Slice, Conv, Add or MatMul layers (``pad_forms.py``: exact for finite inputs but for
-the sign of a zero).
+the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and a Mul
+(``rsqrt_forms.py``: its bound stated there).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -59,6 +61,7 @@ from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
                                           verbose_requested)
 from mrvl_convert.frontend.batchless_lift import lift_batchless
+from mrvl_convert.frontend.global_max import rewrite_global_max
 from mrvl_convert.frontend.global_means import keep_global_mean_dims
 from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
@@ -69,6 +72,7 @@ from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
+from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
@@ -131,6 +135,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     forms = rewrite(graph, _opset(loaded))
     forms.rewritten.update(clamp_mask_constants(graph))  # exact within its stated bound
     rewrite_where_masks(graph, forms)  # exact within its stated bound
+    rewrite_rsqrt_forms(graph, forms)  # norms' x / sqrt(v) and powers: exact or its bound
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
@@ -150,6 +155,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
     detours = rewrite_rank5_detours(graph, _opset(loaded), forms)  # exact: rank 5 as rank 4
     detours = broadcast_muls_as_convs(graph, forms) or detours  # exact: a 1x1 Conv
+    means = rewrite_global_max(graph, forms) or means  # exact without NaN: a GlobalMaxPool
     folded = fold_into_fcs(graph, forms)
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized

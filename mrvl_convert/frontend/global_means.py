@@ -33,15 +33,21 @@ def _dropping_global_mean(node: gs.Node) -> bool:
     return shape is not None and len(shape) == 4 and reduce_axes(node) == [2, 3]
 
 
-def _keep_dims(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names) -> None:
+def flatten_after(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names) -> None:
+    """``node`` writes ``[N, C, 1, 1]`` (N, C its input's) and a new Flatten its former
+    ``[N, C]`` output."""
     n, c = static_shape(node.inputs[0])[:2]
     out = node.outputs[0]
     pooled = gs.Variable(names.fresh(f"{out.name}_pooled"), dtype=out.dtype, shape=[n, c, 1, 1])
-    node.attrs["keepdims"] = 1
     node.outputs[0] = pooled
     flatten = gs.Node("Flatten", names.fresh(f"{node.name}_flatten"), attrs={"axis": 1},
                       inputs=[pooled], outputs=[out])
     graph.nodes.append(flatten)
     done.derived[flatten.name] = node.name
+
+
+def _keep_dims(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names) -> None:
+    node.attrs["keepdims"] = 1
+    flatten_after(graph, node, done, names)
     done.rewritten[node.name] = ("keeps H and W (a global average pool); a Flatten after it "
                                  "drops them")

@@ -1,4 +1,5 @@
-"""Power: out = in ** exponent, for a scalar constant exponent (ONNX ``Pow(x, c)``).
+"""Power: out = in ** exponent, for a scalar constant exponent (ONNX ``Pow(x, c)``; a standalone
+``Sqrt`` as exponent 0.5, within fp16's rounding of sqrt).
 
 The newer codegen writes it in ``CreateCompositeMrvlActivationLayer`` (princekumar70/tvm
 @9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc):
@@ -20,6 +21,8 @@ from mrvl_convert.layers._unary import ONLY_MARVELL, SOURCE, UnaryKernel, loweri
 
 
 def _attrs(node: gs.Node) -> Dict[str, Any]:
+    if node.op == "Sqrt":  # mrvl.sqrt: the layer set has no Sqrt layer; 0.5 is exact in "%f"
+        return {"exponent": 0.5}
     return {"exponent": float(np.float32(const_value(node.inputs[1]).reshape(-1)[0]))}
 
 

@@ -22,13 +22,19 @@ def check_rank_in(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> De
 
 def check_binary_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """Two operands; one (the first, when ``ordered``) has the output's shape and the other
-    broadcasts into it without a new axis; a constant operand only when ``const`` is true."""
+    broadcasts into it without a new axis; a constant operand only when ``const`` is true, and
+    only within fp16's range (the layer holds it in fp16)."""
     if len(node.inputs) != 2:
         return {"detail": f"{node.op} has {len(node.inputs)} operands"}
     out = static_shape(node.outputs[0])
     consts = [t for t in node.inputs if is_const(t)]
     if len(consts) == 2 or (consts and not args.get("const", True)):
         return {"detail": f"operand {consts[0].name} is a constant; the layer takes activations"}
+    for tensor in consts:  # the layer's constant is fp16: one beyond its range is inf there
+        peak = float(np.max(np.abs(const_value(tensor).astype(np.float64)), initial=0.0))
+        if not peak <= 65504.0:
+            return {"detail": f"constant {tensor.name} reaches {peak:.6g}, beyond fp16's largest "
+                              "value 65504: the layer's fp16 constant cannot hold it"}
     shapes = [list(const_value(t).shape) if is_const(t) else static_shape(t)
               for t in node.inputs]
     full = [k for k, shape in enumerate(shapes) if shape == out and not is_const(node.inputs[k])]

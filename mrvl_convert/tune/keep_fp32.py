@@ -100,6 +100,8 @@ class KeepFp32Result:
     # before and after on the samples held out of the choice ({"samples", "before", "after"})
     chosen_on: Optional[int] = None
     held_out: Optional[Dict[str, Any]] = None
+    # ``auto``: the nodes whose float32 values leave fp16's range (verify/fp16_overflow.py)
+    overflow: List[str] = field(default_factory=list)
 
     @property
     def measured(self) -> Dict[str, Any]:
@@ -154,6 +156,7 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
         result = KeepFp32Result(Path(model).name, list(kept), _figures(check), _figures(check))
         if AUTO in names and not check.passed:
             result.analysis = analyze_fp16(model, first, verify.inputs)
+            result.overflow = list(check.overflow_nodes)
         last = _rounds(result, model, base, verify, Path(tmp), max_rounds) or first
         if AUTO in names:
             result.chosen_on = len(verify.feeds(first))
@@ -180,14 +183,17 @@ def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
         if _measure(result, model, base, verify, last, result.kept):
             return last
     candidates = result.analysis.candidates() if result.analysis is not None else []
-    for row in candidates:
+    # The model's own overflows first, all at once: no fp16 layer computes them, and each
+    # one alone makes the outputs inf or NaN whatever else is kept.
+    rows = ([_Overflowing(result.overflow)] if result.overflow else []) + candidates
+    for row in rows:
         added = [n for n in row.op_nodes if n not in result.kept]
         if not added:
             continue
         if len(result.rounds) == max_rounds:
             return last
         entry = {"layer": row.layer, "layer_name": row.layer_name, "nodes": list(row.op_nodes),
-                 "why": _why(result.analysis, row)}
+                 "why": getattr(row, "why", None) or _why(result.analysis, row)}
         result.rounds.append(entry)
         artifact = tmp / f"round{len(result.rounds)}"
         try:
@@ -200,6 +206,16 @@ def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
         if passed:
             return last
     return last
+
+
+@dataclass
+class _Overflowing:
+    """The round keeping the nodes whose float32 values leave fp16's range."""
+
+    op_nodes: List[str]
+    layer: str = "(overflow)"
+    layer_name: str = "the model's own fp16 overflow"
+    why: str = "their float32 values exceed fp16's largest, 65504 (verify/fp16_overflow.py)"
 
 
 def _measure(result: KeepFp32Result, model: PathLike, base: ConvertOptions,

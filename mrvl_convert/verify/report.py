@@ -32,6 +32,9 @@ def judge(max_abs: Optional[float], floor: Optional[float]) -> Optional[str]:
     wrong. None when either is not known."""
     if max_abs is None or floor is None:
         return None
+    if not math.isfinite(floor):  # the model rounded to fp16 gives inf or NaN itself
+        return ("the fp16 floor is not finite: rounding the model's own tensors to fp16 "
+                "overflows, not a converter defect (--keep-fp32 keeps the nodes in fp32)")
     if max_abs <= FLOOR_MULTIPLE * floor:
         return (f"within {FLOOR_MULTIPLE:g}x the fp16 floor: the model is fp16-sensitive "
                 "(--keep-fp32 auto keeps its costliest layers in fp32)")
@@ -82,6 +85,9 @@ class Comparison:
     reference: str = ""  # the model the verdict is judged against (its path or graph name)
     origin: Optional[SampleOrigin] = None  # where the samples came from (None: not said)
     floor_note: str = ""  # why the fp16 floor was not measured ('' when it was, or not asked)
+    # where a layer overflowed: the model's own float32 values beyond 65504 (fp16_overflow.py)
+    overflow: str = ""
+    overflow_nodes: List[str] = field(default_factory=list)  # the nodes writing those values
 
     @property
     def samples_text(self) -> str:
@@ -136,7 +142,7 @@ class Comparison:
         first = self.first_layer_over
         return {"passed": self.passed, "samples": self.samples, "reference": self.reference,
                 "origin": None if self.origin is None else self.origin.to_dict(),
-                "range_events": list(self.range_events),
+                "range_events": list(self.range_events), "overflow": self.overflow,
                 "first_layer_over": None if first is None else first.tensor,
                 "rows": [asdict(r) for r in self.rows],
                 "fp32": None if self.fp32 is None else self.fp32.to_dict()}
@@ -167,6 +173,7 @@ class Comparison:
         if over:
             parts.append(f"{len(over)} stage-boundary tensor(s) over tolerance, first "
                          f"{over[0].tensor} (diagnostic)")
+        parts += [self.overflow] if self.overflow else []
         parts += [f"fp16 range: {e}" for e in self.range_events]
         if self.fp32 is not None:
             parts.append(self.fp32.summary())
@@ -185,6 +192,8 @@ class Comparison:
             (f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")]
         for row in self.judged_rows:
             said = None if row.passed else judge(row.max_abs, row.floor_max_abs)
+            if said and self.overflow:  # the model's own values leave fp16's range
+                said = "fails where fp16 overflows in the model itself, not a converter defect"
             if said:
                 parts.append(f"{row.tensor} {said}" + (
                     self._first_over() if row in self.far_above_floor else ""))
@@ -202,6 +211,7 @@ class Comparison:
         header = ("tensor", "kind", "shape", "max_abs", "max_rel", "cosine", "top1",
                   "tol atol/rel/cos/top1", "ok")
         text = aligned_lines(header, [_table_cells(row) for row in self.rows])
+        text += [self.overflow] if self.overflow else []
         for event in self.range_events:
             text.append(f"fp16 range: {event}")
         verdict = "PASS" if self.passed else "FAIL"

@@ -100,8 +100,8 @@ GOLDEN = [
     ("Tanh", lambda b, x: b.op("Tanh", [b.op("MaxPool", [x], kernel_shape=[1, 1])], name="op"),
      {}, ACTIVATION_LAYER),
     ("Softmax", lambda b, x: b.op("Softmax", [x], name="op", axis=1), {}, ACTIVATION_LAYER),
-    ("Power", lambda b, x: b.op("Pow", [x, b.const(np.array(2, np.float32))], name="op"),
-     {"exponent": ["2.000000"]}, ACTIVATION_LAYER),
+    ("Power", lambda b, x: b.op("Pow", [x, b.const(np.array(3, np.float32))], name="op"),
+     {"exponent": ["3.000000"]}, ACTIVATION_LAYER),
     ("Rsqrt", lambda b, x: b.op("Reciprocal", [b.op("Sqrt", [x])], name="op"), {},
      ACTIVATION_LAYER),
 ]
@@ -308,7 +308,7 @@ def test_float_layers_stay_out_of_an_int8_region(tmp_path):
     x = b.input("x", [1, 10])
     scale, zero = b.const(np.array(0.05, np.float32)), b.const(np.array(0, np.int8))
     y = b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, scale, zero]), scale, zero])
-    y = b.op("Pow", [y, b.const(np.array(2.0, np.float32))], name="op")
+    y = b.op("Pow", [y, b.const(np.array(3.0, np.float32))], name="op")
     out = b.const(np.array(1 / 127, np.float32))
     y = b.op("DequantizeLinear", [b.op("QuantizeLinear", [y, out, zero]), out, zero])
     entry = convert(b.model([y]), tmp_path / "q").placement("op")

@@ -1,0 +1,73 @@
+"""A global max pool as keras2onnx writes it, made the GlobalMaxPool the layers take.
+
+keras's ``GlobalMaxPooling2D`` on a channels-last model reaches ONNX as
+``ReduceMax(Transpose(x, perm=[0, 2, 3, 1]), axes=[1, 2], keepdims=0)`` of an NCHW ``x`` (the
+converter's pushed-down transpose); torch's ``x.amax((2, 3))`` as ``ReduceMax(x, axes=[2, 3])``.
+The layer set's ReduceMax takes one axis of a 3-D tensor, its GlobalMaxPool2D a 4-D one.
+
+Requires: a graph whose activations' shapes are static.
+Ensures: every such ReduceMax of a 4-D float ``x`` keeps its name and becomes ``GlobalMaxPool(x)``
+(``[N, C, 1, 1]``, listed in ``rewritten``), followed where it dropped the axes by a new
+``Flatten(axis=1)`` (in ``derived``) writing its former output ``[N, C]``; the Transpose stays
+only for its other readers. Exact on every input without a NaN (a max selects one of the values,
+and ``[N, H, W, C]`` reduced over H and W is ``[N, C]`` in the same order); where a window holds a
+NaN the two may differ, as ``token_ops.py``'s GlobalMaxPool and ReduceMax do.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import attr, reduce_axes, static_shape
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.global_means import flatten_after
+
+_NHWC = [0, 2, 3, 1]
+
+
+def rewrite_global_max(graph: gs.Graph, done: Rewrites) -> bool:
+    """Rewrite every global ReduceMax in place; True when one was (the caller then cleans up
+    and sorts the graph)."""
+    names, before = Names(graph), len(done.rewritten)
+    for node in list(graph.nodes):
+        source = _pooled_source(node)
+        if source is not None:
+            _rewrite(graph, node, source, done, names)
+    return len(done.rewritten) > before
+
+
+def _pooled_source(node: gs.Node) -> Optional[gs.Tensor]:
+    """The NCHW tensor whose H and W the ReduceMax ``node`` reduces, or None."""
+    if node.op != "ReduceMax" or len(node.outputs) != 1 or not node.inputs:
+        return None
+    x, axes = node.inputs[0], reduce_axes(node)
+    shape = static_shape(x)
+    if shape is None or len(shape) != 4 or x.dtype is None \
+            or not np.issubdtype(np.dtype(x.dtype), np.floating):
+        return None
+    if axes == [2, 3]:
+        return x
+    producer = x.inputs[0] if x.inputs else None
+    # keeping the axes, the NHWC form is [N, 1, 1, C]: not the pool's [N, C, 1, 1]
+    if axes == [1, 2] and producer is not None and producer.op == "Transpose" \
+            and list(attr(producer, "perm", [])) == _NHWC and not int(attr(node, "keepdims", 1)):
+        return producer.inputs[0]
+    return None
+
+
+def _rewrite(graph: gs.Graph, node: gs.Node, x: gs.Tensor, done: Rewrites,
+             names: Names) -> None:
+    keeps = int(attr(node, "keepdims", 1))
+    transposed = node.inputs[0] is not x
+    node.op = "GlobalMaxPool"
+    node.attrs.clear()
+    node.inputs.clear()
+    node.inputs.append(x)
+    if not keeps:
+        flatten_after(graph, node, done, names)
+    done.rewritten[node.name] = ("ReduceMax over H and W became GlobalMaxPool"
+                                 + (" of the Transpose's input" if transposed else "")
+                                 + ("" if keeps else " and a Flatten"))
+

@@ -1,0 +1,138 @@
+"""Norms as other exporters write them: ``x / sqrt(v)`` and the powers around it, made the forms
+the layers take (Rsqrt, a broadcasting Mul2D, Power).
+
+An RMSNorm (T5's, ``x * rsqrt(mean(x**2) + eps)``) reaches ONNX as
+``Mul(x, Div(1, Sqrt(Add(ReduceMean(Pow(x, 2)), eps))))``, or with ``Reciprocal(Sqrt(..))``, or
+``Mul(x, Pow(v, -0.5))``; a magnitude as ``Pow(Sqrt(..), 2)``. The layer set has Rsqrt and a
+Mul2D the second operand of which may broadcast into the first, but no division by an activation,
+so a Div by the Sqrt cut the model at every norm.
+
+- ``Pow(x, 2)`` -> ``Mul(x, x)``: exact (onnxruntime's Pow squares for exponent 2).
+- ``Pow(v, 0.5)`` -> ``Sqrt(v)`` and ``Pow(v, -0.5)`` -> ``Reciprocal(Sqrt(v))``.
+- ``Div(1, Sqrt(v))`` (a constant of ones that does not enlarge the quotient) ->
+  ``Reciprocal(Sqrt(v))``: exact (both are one correctly rounded division of 1).
+- ``Div(a, Sqrt(v))`` that ``mrvl.sqrt_div`` does not take (``a`` another constant, or an
+  activation that is not of the quotient's shape, or a divisor of another rank) ->
+  ``Mul(Reciprocal(Sqrt(v)), a)``, the larger operand first. ``Div(d, Sqrt(v))`` with ``d`` of the
+  quotient's shape stays: ``mrvl.sqrt_div`` takes it, and a CPU stage keeps its one rounding.
+
+Bound (u = 2**-24; Sqrt, Reciprocal, Mul and Div are correctly rounded, onnxruntime's Pow is the
+C library's ``powf``, within 0.82 ulp, i.e. 1.64 u relative, in glibc). For a finite positive
+``v``: ``Sqrt`` is within ``u + 1.64 u < 2**-22`` relative of ``Pow(v, 0.5)``; ``Reciprocal(Sqrt)``
+within ``2 u + 1.64 u + u**2 < 2**-22`` relative of ``Pow(v, -0.5)``; the Mul within
+``3 u + u**2 < 2**-22`` relative of the Div ``a / s`` (plus 2**-149 where the quotient is
+subnormal). Zeros and infinities: ``Pow(-0, 0.5)`` is +0 where Sqrt gives -0,
+``Pow(-0, -0.5)`` is +inf where the rewrite gives -inf, and ``Pow(-inf, +-0.5)`` is inf or 0 where
+it gives NaN; elsewhere (``v = +0``, ``+inf``, negative, NaN; ``a / 0``, ``a / inf``) the two agree.
+tests/frontend/test_rsqrt_forms.py runs each rewrite on onnxruntime before and after.
+
+Requires: a graphsurgeon graph with constants as initializers (after folding), static shapes.
+Ensures: the rewrites above, a rewritten node keeping its name (listed in ``rewritten``), the
+Sqrt or Reciprocal it adds listed in ``derived``; elsewhere the graph is as it was. The caller
+cleans up and sorts the graph.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import const_value, is_const, static_shape
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+
+_BOUND = "within 2**-22 relative in float32 (frontend/rsqrt_forms.py)"
+
+
+def rewrite_rsqrt_forms(graph: gs.Graph, done: Rewrites) -> bool:
+    """Apply the rewrites to ``graph`` in place; True when one happened."""
+    names, before = Names(graph), len(done.rewritten)
+    for node in list(graph.nodes):
+        if node.op == "Pow" and len(node.inputs) == 2 and node.outputs:
+            _pow(graph, node, done, names)
+    for node in list(graph.nodes):
+        if node.op == "Div" and len(node.inputs) == 2 and node.outputs:
+            _div(graph, node, done, names)
+    return len(done.rewritten) > before
+
+
+def _floating(tensor: gs.Tensor) -> bool:
+    return tensor.dtype is not None and np.issubdtype(np.dtype(tensor.dtype), np.floating)
+
+
+def _scalar(tensor: gs.Tensor) -> Optional[float]:
+    """The one value of a float constant, or None."""
+    if not is_const(tensor):
+        return None
+    value = const_value(tensor)
+    if value.size != 1 or not np.issubdtype(value.dtype, np.floating):
+        return None
+    return float(value.reshape(-1)[0])
+
+
+def _keeps_shape(node: gs.Node) -> bool:
+    """The constant operand does not broadcast the output larger than the activation."""
+    shape = static_shape(node.inputs[0])
+    return shape is not None and shape == static_shape(node.outputs[0])
+
+
+def _set(node: gs.Node, op: str, inputs) -> None:
+    node.op = op
+    node.attrs.clear()
+    node.inputs.clear()
+    node.inputs.extend(inputs)
+
+
+def _sqrt(graph: gs.Graph, v: gs.Tensor, base: str, origin: gs.Node, done: Rewrites,
+          names: Names) -> gs.Tensor:
+    s = gs.Variable(names.fresh(f"{base}_sqrt"), dtype=v.dtype, shape=v.shape)
+    node = gs.Node("Sqrt", names.fresh(f"{base}_sqrt"), inputs=[v], outputs=[s])
+    graph.nodes.append(node)
+    done.derived[node.name] = origin.name
+    return s
+
+
+def _pow(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names) -> None:
+    x, exponent = node.inputs[0], _scalar(node.inputs[1])
+    if exponent not in (2.0, 0.5, -0.5) or is_const(x) or not _floating(x) \
+            or not _keeps_shape(node):
+        return
+    if exponent == 2.0:
+        _set(node, "Mul", [x, x])
+        done.rewritten[node.name] = "Pow(x, 2) became Mul(x, x) (exact)"
+    elif exponent == 0.5:
+        _set(node, "Sqrt", [x])
+        done.rewritten[node.name] = f"Pow(v, 0.5) became Sqrt(v), {_BOUND}"
+    else:
+        _set(node, "Reciprocal", [_sqrt(graph, x, node.name, node, done, names)])
+        done.rewritten[node.name] = f"Pow(v, -0.5) became Reciprocal(Sqrt(v)), {_BOUND}"
+
+
+def _sqrt_div_takes(node: gs.Node) -> bool:
+    """What mrvl.sqrt_div maps (rules/checks_transformer.py check_sqrt_divisor)."""
+    dividend, divisor = node.inputs
+    out = static_shape(node.outputs[0])
+    return (not is_const(dividend) and static_shape(dividend) == out
+            and out is not None and len(static_shape(divisor) or []) == len(out))
+
+
+def _div(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names) -> None:
+    a, s = node.inputs
+    if not s.inputs or s.inputs[0].op != "Sqrt" or not _floating(s) or _sqrt_div_takes(node):
+        return
+    out, s_shape = static_shape(node.outputs[0]), static_shape(s)
+    if out is None or s_shape is None:
+        return
+    if is_const(a) and np.all(const_value(a) == 1.0) and s_shape == out:
+        _set(node, "Reciprocal", [s])
+        done.rewritten[node.name] = "Div(1, Sqrt(v)) became Reciprocal(Sqrt(v)) (exact)"
+        return
+    r = gs.Variable(names.fresh(f"{node.name}_reciprocal"), dtype=s.dtype, shape=s.shape)
+    reciprocal = gs.Node("Reciprocal", names.fresh(f"{node.name}_reciprocal"), inputs=[s],
+                         outputs=[r])
+    graph.nodes.append(reciprocal)
+    done.derived[reciprocal.name] = node.name
+    # Mul2D broadcasts its second operand into its first: the one of the output's shape first.
+    operands = [a, r] if static_shape(a) == out and not is_const(a) else [r, a]
+    _set(node, "Mul", operands)
+    done.rewritten[node.name] = f"Div(a, Sqrt(v)) became Mul(Reciprocal(Sqrt(v)), a), {_BOUND}"
