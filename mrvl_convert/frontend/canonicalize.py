@@ -67,6 +67,7 @@ from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
+from mrvl_convert.frontend.window_conv import rewrite_window_convs
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
@@ -135,6 +136,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_batchless(graph, forms):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_sequences(graph, _opset(loaded), forms):  # frames [T, ...] as [1, T, ...]
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
