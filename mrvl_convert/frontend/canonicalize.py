@@ -133,11 +133,11 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
+    if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_batchless(graph, forms):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_sequences(graph, _opset(loaded), forms):  # frames [T, ...] as [1, T, ...]
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
