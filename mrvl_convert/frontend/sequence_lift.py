@@ -147,7 +147,7 @@ def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) ->
                 continue
             region.lifted.append(reader)
             region.sequence |= mixes_frames(reader)
-            for out in reader.outputs:
+            for out in (t for t in reader.outputs if t.name):  # not an absent optional one
                 region.tensors[out.name] = out
                 if keeps_frames(reader) and _frames(out, max_rank):
                     frontier.append(out)
@@ -204,7 +204,7 @@ def _reshape_to(graph: gs.Graph, joined: gs.Tensor, stacked: gs.Tensor, opset: i
     Reshape of another is the last one), else one is added."""
     readers = list(stacked.outputs)
     if stacked.name not in outputs and readers and all(
-            r.op == "Reshape" or flattens_features(r) for r in readers):
+            _reshapes_whole(r) or flattens_features(r) for r in readers):
         for reader in readers:
             reader.inputs[0] = joined
         return
@@ -213,6 +213,14 @@ def _reshape_to(graph: gs.Graph, joined: gs.Tensor, stacked: gs.Tensor, opset: i
                         np.array(static_shape(stacked), np.int64))
     graph.nodes.append(gs.Node("Reshape", name, inputs=[joined, shape], outputs=[stacked]))
     done.derived[name] = concat.name
+
+
+def _reshapes_whole(node: gs.Node) -> bool:
+    """A Reshape to a constant shape that copies no input axis but the first (a 0 there
+    names the input's own size, which the joined tensor keeps only on axis 0)."""
+    if node.op != "Reshape" or not is_const(node.inputs[1]):
+        return False
+    return not np.any(np.asarray(node.inputs[1].values).reshape(-1)[1:] == 0)
 
 
 def _apply(graph: gs.Graph, region: _Region, squeezes: List[gs.Node], opset: int,
@@ -232,7 +240,8 @@ def _apply(graph: gs.Graph, region: _Region, squeezes: List[gs.Node], opset: int
             if tensor.name in views and not is_const(tensor):
                 node.inputs[i] = views[tensor.name]
         for i, tensor in enumerate(node.outputs):
-            node.outputs[i] = views[tensor.name]
+            if tensor.name:
+                node.outputs[i] = views[tensor.name]
         _record(done, node.name)
     for node in region.closing:
         _close(node, views[node.inputs[0].name], done)
@@ -240,7 +249,8 @@ def _apply(graph: gs.Graph, region: _Region, squeezes: List[gs.Node], opset: int
     for name, tensor in region.tensors.items():
         served = region.lifted[0] if region.lifted else region.closing[0]
         if name in inputs:
-            _add(graph, "Unsqueeze", tensor, views[name], opset, names, done, served)
+            if views[name].outputs:  # read by a lifted node, or by a closing Unsqueeze's readers
+                _add(graph, "Unsqueeze", tensor, views[name], opset, names, done, served)
         elif name in seeded:
             _drop_seed(seeded[name], served, outputs, done)
         elif tensor.outputs or name in outputs:

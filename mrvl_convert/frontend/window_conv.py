@@ -7,7 +7,8 @@ stack ``[L, ..., K, ...]``), flattens each window (``Flatten`` at 1, or a ``Resh
 of kernel ``K x W`` and dilation ``d`` along the frames. The layer set has no unfold (its
 Concat joins channels of one batch), but it has the Conv.
 
-Requires: static shapes, constant Slice geometry and weights.
+Requires: static shapes, constant Slice geometry and weights, opset 13 or later (the Squeeze
+and Unsqueeze axes it writes are inputs).
 Ensures: each such MatMul is a ``Conv`` (keeping the MatMul's name and output tensor) on the
 frames as madmom wraps its own Convs, ``Unsqueeze(0) -> Transpose -> Conv -> Transpose ->
 Squeeze(0)`` (``sequence_lift.py`` then computes it on ``[1, T, ...]``), its weight
@@ -46,11 +47,13 @@ class _Windows:
 def rewrite_window_convs(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     """Rewrite every windowed FC of ``graph`` in place, recording it in ``done``; True when
     one was (the caller then cleans up and sorts the graph)."""
+    if opset < 13:
+        return False
     names, changed = Names(graph), False
     outputs = {t.name for t in graph.outputs}
     for matmul in [n for n in graph.nodes if n.op == "MatMul"]:
         windows = _windows(matmul, outputs)
-        if windows is not None and opset >= 13:
+        if windows is not None:
             _as_conv(graph, matmul, windows, names, done)
             changed = True
     return changed
@@ -63,11 +66,12 @@ def _only_reader(tensor: gs.Tensor, outputs: set) -> Optional[gs.Node]:
 
 def _windows(matmul: gs.Node, outputs: set) -> Optional[_Windows]:
     weight, flat = matmul.inputs[1], matmul.inputs[0]
-    if not is_const(weight) or const_value(weight).ndim != 2 or not flat.inputs:
+    if not is_const(weight) or const_value(weight).ndim != 2 or not flat.inputs \
+            or flat.dtype is None or not np.issubdtype(np.dtype(flat.dtype), np.floating):
         return None
     flatten = flat.inputs[0]
     shape = static_shape(flat)
-    if shape is None or len(shape) != 2 or _only_reader(flat, outputs) is not matmul or not (
+    if shape is None or len(shape) != 2 or const_value(weight).shape[0] != shape[1] or _only_reader(flat, outputs) is not matmul or not (
             flatten.op == "Flatten" and int(attr(flatten, "axis", 1)) == 1
             or flatten.op == "Reshape" and is_const(flatten.inputs[1])):
         return None
