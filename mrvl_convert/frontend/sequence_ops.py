@@ -174,10 +174,15 @@ def _set_axes(node: gs.Node, axes: List[int], opset: int, names: Names) -> None:
     if "axes" in node.attrs or opset < as_input:
         node.attrs["axes"] = axes
         return
-    constant = gs.Constant(names.fresh(f"{node.name}_axes_seq"), np.array(axes, np.int64))
-    while len(node.inputs) < 2:
+    _set_input(node, 1, axes, names)
+
+
+def _set_input(node: gs.Node, index: int, values: List[int], names: Names) -> None:
+    """The node's (optional) input ``index`` becomes the constant ``values``."""
+    constant = gs.Constant(names.fresh(f"{node.name}_axes_seq"), np.array(values, np.int64))
+    while len(node.inputs) <= index:
         node.inputs.append(gs.Variable.empty())
-    node.inputs[1] = constant
+    node.inputs[index] = constant
 
 
 def _const_operands(node: gs.Node, names: Names) -> None:
@@ -203,10 +208,7 @@ def _slice(node: gs.Node, opset: int, names: Names) -> None:
     if opset < 10 or "starts" in node.attrs:
         node.attrs["axes"] = axes
         return
-    constant = gs.Constant(names.fresh(f"{node.name}_axes_seq"), np.array(axes, np.int64))
-    while len(node.inputs) < 4:
-        node.inputs.append(gs.Variable.empty())
-    node.inputs[3] = constant
+    _set_input(node, 3, axes, names)
 
 
 def _pads(node: gs.Node) -> List[int]:

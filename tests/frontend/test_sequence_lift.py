@@ -10,11 +10,10 @@ import onnx
 import onnx_graphsurgeon as gs
 import pytest
 
-import mrvl_convert
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.sequence_lift import lift_sequences
 from support.models import Builder, canonicalized, run_ort
-from support.strategies.seqaxis import sequence_from_spec
+from support.strategies.seqaxis import assert_whole_and_verified, sequence_from_spec
 
 _U = 2.0 ** -24
 
@@ -105,10 +104,4 @@ def test_a_framewise_elu_and_a_mean_over_frames_are_one_mrvl_subgraph(tmp_path):
     case = sequence_from_spec({"seed": 2, "frames": 98, "bins": 8, "channels": 8, "windows": 0,
                                "dilation": 1, "stack_axis": 1, "per_frame": ["elu", "fc"],
                                "mean": True})
-    result = mrvl_convert.convert(case.model, tmp_path / "art")
-    summary = result.report["summary"]
-    cpu = [(e["name"], e.get("reason")) for e in result.report["nodes"]
-           if e["placement"] == "cpu"]
-    assert summary["mrvl_subgraphs"] == 1 and summary["cpu_subgraphs"] == 0, (summary, cpu)
-    assert summary["mrvl_mac_share"] >= 0.9
-    assert mrvl_convert.compare(case.model, tmp_path / "art", samples=2).passed
+    assert_whole_and_verified(case.model, tmp_path / "art")

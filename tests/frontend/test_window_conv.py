@@ -10,11 +10,10 @@ import onnx
 import onnx_graphsurgeon as gs
 import pytest
 
-import mrvl_convert
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.window_conv import rewrite_window_convs
 from support.models import canonicalized, run_ort
-from support.strategies.seqaxis import sequence_from_spec
+from support.strategies.seqaxis import assert_whole_and_verified, sequence_from_spec
 
 _U = 2.0 ** -24
 _ONSETS = {"seed": 5, "frames": 40, "bins": 6, "channels": 8, "windows": 7, "dilation": 1,
@@ -95,10 +94,4 @@ def test_canonical_graph_keeps_onnxruntime_outputs():
 def test_onsets_windows_are_one_mrvl_subgraph_and_verify(changes, tmp_path):
     """onsets_cnn's form: on main 2 Mrvl subgraphs and 2 CPU ones."""
     case = sequence_from_spec(_spec(**changes))
-    result = mrvl_convert.convert(case.model, tmp_path / "art")
-    summary = result.report["summary"]
-    cpu = [(e["name"], e.get("reason")) for e in result.report["nodes"]
-           if e["placement"] == "cpu"]
-    assert summary["mrvl_subgraphs"] == 1 and summary["cpu_subgraphs"] == 0, (summary, cpu)
-    assert summary["mrvl_mac_share"] >= 0.9
-    assert mrvl_convert.compare(case.model, tmp_path / "art", samples=2).passed
+    assert_whole_and_verified(case.model, tmp_path / "art")

@@ -9,9 +9,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 
-import mrvl_convert
 from support.models import canonicalized, run_ort
-from support.strategies.seqaxis import sequence_models
+from support.strategies.seqaxis import assert_whole_and_verified, sequence_models
 
 pytestmark = pytest.mark.system
 
@@ -36,10 +35,5 @@ def test_the_rewrites_keep_onnxruntime_outputs(case):
 @_FEW
 @given(case=sequence_models())
 def test_a_sequence_net_is_one_mrvl_subgraph_and_verifies(case, tmp_path_factory):
-    out = tmp_path_factory.mktemp("seqaxis") / "art"
-    result = mrvl_convert.convert(case.model, out)
-    summary = result.report["summary"]
-    cpu = [(e["name"], e.get("reason")) for e in result.report["nodes"]
-           if e["placement"] == "cpu"]
-    assert summary["mrvl_subgraphs"] == 1 and summary["mrvl_mac_share"] >= 0.9, (summary, cpu)
-    assert mrvl_convert.compare(case.model, out, samples=1).passed
+    assert_whole_and_verified(case.model, tmp_path_factory.mktemp("seqaxis") / "art",
+                              samples=1)

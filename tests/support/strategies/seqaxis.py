@@ -16,10 +16,12 @@ falsifying example prints as that call); ``sequence_models()`` draws one.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 from hypothesis import strategies as st
 
+import mrvl_convert
 from support.models import Builder
 from support.strategies.generated import GeneratedModel
 
@@ -109,3 +111,15 @@ def sequence_models(draw) -> SequenceModel:
             "per_frame": draw(st.lists(st.sampled_from(PER_FRAME), min_size=0, max_size=4)),
             "mean": draw(st.booleans())}
     return sequence_from_spec(spec)
+
+
+def assert_whole_and_verified(model, out: Path, samples: int = 2) -> None:
+    """The model converts to one Mrvl subgraph and no CPU one, >= 90% of its MACs on the
+    accelerator, and verify passes."""
+    result = mrvl_convert.convert(model, out)
+    summary = result.report["summary"]
+    cpu = [(e["name"], e.get("reason")) for e in result.report["nodes"]
+           if e["placement"] == "cpu"]
+    assert summary["mrvl_subgraphs"] == 1 and summary["cpu_subgraphs"] == 0, (summary, cpu)
+    assert summary["mrvl_mac_share"] >= 0.9, summary
+    assert mrvl_convert.compare(model, out, samples=samples).passed
