@@ -105,3 +105,36 @@ def test_a_framewise_elu_and_a_mean_over_frames_are_one_mrvl_subgraph(tmp_path):
                                "dilation": 1, "stack_axis": 1, "per_frame": ["elu", "fc"],
                                "mean": True})
     assert_whole_and_verified(case.model, tmp_path / "art")
+
+
+def test_opset_11_attributes_and_graph_outputs_keep_their_values():
+    """Axes as attributes (Unsqueeze, Squeeze without axes, ReduceMean), Softmax's default axis
+    1 before opset 13, a Pad of the frames, and region tensors that are graph outputs."""
+    b = Builder(seed=3, opset=11)
+    y = b.op("Softmax", [b.op("Elu", [b.input("x", [40, 6])], name="elu")], name="softmax")
+    y = b.op("Pad", [y, b.const(np.array([1, 0, 2, 0], np.int64))], name="pad")
+    pieces = [b.op("Unsqueeze", [b.op("Slice", [y, b.const(np.array([k])),
+                                                b.const(np.array([40 + k])),
+                                                b.const(np.array([0]))], name=f"win{k}")],
+                   name=f"stack{k}", axes=[1]) for k in range(3)]
+    stacked = b.op("Concat", pieces, name="windows", axis=1)
+    mean = b.op("ReduceMean", [stacked], name="mean", axes=[0], keepdims=0)
+    head = b.op("Squeeze", [b.op("MatMul", [y, b.weight(6, 1)], name="fc")], name="head")
+    model = b.model([mean, head, stacked])
+    graph = gs.import_onnx(onnx.shape_inference.infer_shapes(model))
+    done = Rewrites()
+    assert lift_sequences(graph, 11, done)
+    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    assert {n.name for n in graph.nodes} >= {"elu", "softmax", "pad", "windows", "mean"}
+    assert "stack1" in done.merged and done.rewritten["softmax"].endswith("one sample")
+    proto = gs.export_onnx(graph)
+    proto.ir_version = model.ir_version
+    onnx.checker.check_model(proto)
+    feeds = {"x": np.random.default_rng(0).standard_normal((40, 6)).astype(np.float32)}
+    want, got = run_ort(model, feeds, optimize=False), run_ort(proto, feeds, optimize=False)
+    for name, value in want.items():
+        assert got[name].shape == value.shape, name
+        if name == "mean_out":  # a mean of 43 softmax values (<= 1): its stated bound
+            _within_sum_bound(got[name], value, 43, 1.0)
+        else:
+            assert np.array_equal(got[name], value), name
