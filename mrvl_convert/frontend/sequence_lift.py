@@ -42,6 +42,10 @@ float32 sums of the same n terms are at most ``2 (n - 1) u sum |x|`` apart (u = 
 ``2 (n - 1) u mean |x|``. The tests compare onnxruntime's outputs before and after
 (``tests/frontend/test_sequence_lift.py``).
 
+Then ``sequence_forms.py`` moves a lifted Pad after the Unsqueeze / Transpose reading it (so a
+Conv folds it) and makes a mean over the frames and bins of ``[1, T, W, C]`` a global average
+pool (its bound is there).
+
 Bookkeeping (``done``): a lifted node keeps its name and is listed in ``rewritten``; an added
 Unsqueeze or Squeeze is in ``derived`` with the node it serves; a model Squeeze(0),
 Unsqueeze(0) or stacking Unsqueeze that goes is in ``merged`` with the node computing it now.
@@ -56,6 +60,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.sequence_forms import means_as_pools, sink_pads
 from mrvl_convert.frontend.sequence_ops import (OPS, flattens_features, keeps_frames, liftable,
                                                 lift, mixes_frames, squeezed_axes,
                                                 unsqueezed_axes)
@@ -256,6 +261,9 @@ def _apply(graph: gs.Graph, region: _Region, squeezes: List[gs.Node], opset: int
         elif tensor.outputs or name in outputs:
             _add(graph, "Squeeze", views[name], tensor, opset, names, done,
                  views[name].inputs[0])
+    sink_pads(graph, [n for n in region.lifted if n.op == "Pad"], names, done)
+    means_as_pools(graph, [n for n in region.lifted if n.op == "ReduceMean"], opset, names,
+                   done)
 
 
 def _record(done: Rewrites, name: str) -> None:

@@ -132,7 +132,7 @@ def mixes_frames(node: gs.Node) -> bool:
     if node.op == "Slice":
         return 0 in _slice_axes(node)
     if node.op == "Pad":
-        pads = _pads(node)
+        pads = pad_list(node)
         return bool(pads) and (pads[0] != 0 or pads[len(pads) // 2] != 0)
     return False
 
@@ -211,7 +211,7 @@ def _slice(node: gs.Node, opset: int, names: Names) -> None:
     _set_input(node, 3, axes, names)
 
 
-def _pads(node: gs.Node) -> List[int]:
+def pad_list(node: gs.Node) -> List[int]:
     """The pads over every axis (begins then ends), an ``axes`` input expanded."""
     rank = len(static_shape(node.inputs[0]) or [])
     if "pads" in node.attrs:
@@ -227,9 +227,13 @@ def _pads(node: gs.Node) -> List[int]:
 
 
 def _pad(node: gs.Node, names: Names) -> None:
-    pads = _pads(node)
+    pads = pad_list(node)
     half = len(pads) // 2
-    lifted = [0] + pads[:half] + [0] + pads[half:]
+    set_pads(node, [0] + pads[:half] + [0] + pads[half:], names)
+
+
+def set_pads(node: gs.Node, lifted: List[int], names: Names) -> None:
+    """The Pad pads every axis by ``lifted`` (begins, then ends)."""
     if "pads" in node.attrs:
         node.attrs["pads"] = lifted
         return
