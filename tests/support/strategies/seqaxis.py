@@ -8,7 +8,9 @@ frames a draw of
 - per-frame ops on ``[T, C]``: Elu, a Mul by a per-channel constant, an FC with a bias, a
   residual Add;
 - a head: a Sigmoid FC per frame (``[T]``) and, drawn, a mean over the frames (ReduceMean
-  over axis 0) into an FC and a Softmax.
+  over axis 0) into an FC and a Softmax;
+- drawn, a Pad of the input (frames and bins, before the Conv) and a mean over the frames and
+  the bins of the Conv's ``[T, W, C]`` (madmom's key net).
 
 ``sequence_from_spec(spec)`` builds the model and its feeds from a flat spec alone (a
 falsifying example prints as that call); ``sequence_models()`` draws one.
@@ -77,10 +79,18 @@ def _per_frame(b: Builder, y: str, op: str, channels: int, i: int) -> str:
 def sequence_from_spec(spec: dict) -> SequenceModel:
     b = Builder(seed=spec["seed"], opset=13)
     frames, bins, channels = spec["frames"], spec["bins"], spec["channels"]
-    y = b.op("Unsqueeze", [b.input("x", [frames, bins]), _i64(b, 2)], name="expand_channel")
+    y = b.input("x", [frames, bins])
+    if spec.get("pad"):  # madmom's key net pads its input, a frame and a bin each side
+        y = b.op("Pad", [y, _i64(b, 1, 1, 1, 1)], name="pad_input")
+        frames, bins = frames + 2, bins + 2
+    y = b.op("Unsqueeze", [y, _i64(b, 2)], name="expand_channel")
     width = 1 if spec["windows"] else 2  # a Conv over the bins leaves W = 1 (or 2)
     y = _wrapped_conv(b, y, 1, channels, [3, bins + 1 - width])  # [T - 2, width, channels]
     frames -= 2
+    extra = []
+    if spec.get("global_mean"):  # a mean over the frames and the bins (the key net's head)
+        extra.append(b.op("ReduceMean", [b.op("Elu", [y], name="key_elu")], name="key_mean",
+                          axes=[0, 1], keepdims=0))
     if spec["windows"]:
         y = _windows(b, y, frames, width, channels, spec)
     else:
@@ -97,8 +107,8 @@ def sequence_from_spec(spec: dict) -> SequenceModel:
                                  b.weight(channels, 5)], name="tempo")
         outputs.append(b.op("Softmax", [logits], name="tempo_softmax", axis=-1))
     feeds = {"x": np.random.default_rng(spec["seed"]).standard_normal(
-        (spec["frames"], bins)).astype(np.float32)}
-    return SequenceModel(model=b.model(outputs), feeds=feeds, description=str(spec), spec=spec)
+        (spec["frames"], spec["bins"])).astype(np.float32)}
+    return SequenceModel(model=b.model(outputs + extra), feeds=feeds, description=str(spec), spec=spec)
 
 
 @st.composite
@@ -109,7 +119,8 @@ def sequence_models(draw) -> SequenceModel:
             "windows": windows, "dilation": draw(st.integers(1, 2)),
             "stack_axis": draw(st.sampled_from([1, 2])),
             "per_frame": draw(st.lists(st.sampled_from(PER_FRAME), min_size=0, max_size=4)),
-            "mean": draw(st.booleans())}
+            "mean": draw(st.booleans()), "pad": draw(st.booleans()),
+            "global_mean": draw(st.booleans())}
     return sequence_from_spec(spec)
 
 
