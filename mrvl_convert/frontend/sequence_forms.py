@@ -25,13 +25,13 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.sequence_ops import (pad_list, reduced_axes, set_pads,
+from mrvl_convert.frontend.sequence_ops import (kept_names, pad_list, reduced_axes, set_pads,
                                                 unsqueezed_axes)
 
 
 def sink_pads(graph: gs.Graph, pads: List[gs.Node], names: Names, done: Rewrites) -> None:
     """Move each Pad after the Unsqueezes and Transposes that alone read it."""
-    outputs = {t.name for t in graph.outputs}
+    outputs = kept_names(graph)
     for pad in pads:
         moved = False
         while _sink_once(pad, outputs, names):

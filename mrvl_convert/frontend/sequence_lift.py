@@ -61,8 +61,8 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.sequence_forms import means_as_pools, sink_pads
-from mrvl_convert.frontend.sequence_ops import (OPS, flattens_features, keeps_frames, liftable,
-                                                lift, mixes_frames, squeezed_axes,
+from mrvl_convert.frontend.sequence_ops import (OPS, flattens_features, keeps_frames, kept_names,
+                                                liftable, lift, mixes_frames, squeezed_axes,
                                                 unsqueezed_axes)
 
 _WHAT = "computes on [1, T, ...]: the frame axis 0 of a batchless tensor as axis 1 of one sample"
@@ -128,7 +128,7 @@ def _fits(node: gs.Node, opset: int, max_rank: int) -> bool:
 def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) -> _Region:
     """The region around ``seeds`` whose original tensors have at most ``max_rank`` axes. A
     node reading two region tensors (a residual Add) waits until both are in."""
-    outputs = {t.name for t in graph.outputs}
+    outputs = kept_names(graph)
     region, frontier, waiting = _Region(), list(seeds), set()
     region.tensors.update((t.name, t) for t in seeds)
     seen: Set[int] = set()
@@ -163,7 +163,7 @@ def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) ->
 def _stacks_as_concats(graph: gs.Graph, region: _Region, opset: int, names: Names,
                        done: Rewrites) -> bool:
     """Each stack of frames in ``region`` as a Concat along its axis and a Reshape."""
-    outputs = {t.name for t in graph.outputs}
+    outputs = kept_names(graph)
     changed = False
     for concat in [n for n in region.lifted if n.op == "Concat"]:
         pieces = _stack_pieces(concat, region, outputs)
@@ -250,7 +250,7 @@ def _apply(graph: gs.Graph, region: _Region, squeezes: List[gs.Node], opset: int
         _record(done, node.name)
     for node in region.closing:
         _close(node, views[node.inputs[0].name], done)
-    outputs = {t.name for t in graph.outputs}
+    outputs = kept_names(graph)
     for name, tensor in region.tensors.items():
         served = region.lifted[0] if region.lifted else region.closing[0]
         if name in inputs:

@@ -13,12 +13,13 @@ or MatMul that onnxruntime may add in another order on the longer shape, is in
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List, Optional, Set
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.core.graph import (attr, const_value, is_const, outer_inputs, present,
+                                     static_shape)
 from mrvl_convert.frontend.canonical_forms import Names
 from mrvl_convert.frontend.rank_ops import ELEMENTWISE
 
@@ -28,6 +29,13 @@ _REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "Reduc
 _AXIS = frozenset({"Softmax", "LogSoftmax", "Concat", "Split", "LayerNormalization"})
 OPS = _PLAIN | _REDUCE | _AXIS | {"MatMul", "Slice", "Pad", "Unsqueeze", "Squeeze", "Reshape",
                                   "Flatten", "Transpose"}
+
+
+def kept_names(graph: gs.Graph) -> Set[str]:
+    """A model output, or a tensor an If/Loop body reads (unlisted in its readers): a rewrite
+    keeps its producer."""
+    return {t.name for t in graph.outputs} | {
+        t.name for n in graph.nodes for t in outer_inputs(n)}
 
 
 def _shifted(axis: int) -> int:

@@ -31,6 +31,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.sequence_ops import kept_names
 
 
 @dataclass
@@ -50,7 +51,7 @@ def rewrite_window_convs(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     if opset < 13:
         return False
     names, changed = Names(graph), False
-    outputs = {t.name for t in graph.outputs}
+    outputs = kept_names(graph)
     for matmul in [n for n in graph.nodes if n.op == "MatMul"]:
         windows = _windows(matmul, outputs)
         if windows is not None:
