@@ -32,7 +32,10 @@ upsampling + depthwise Conv + Mul or as interpolation MatMuls (``linear_resize.p
 ``resize_matrices.py``: exact in real arithmetic, their float32 bounds stated there), an
 attention mask's constant below fp16's range clamped to -32752 (``mask_constants.py``: exact
 within its stated bound), and a Where masking scores before a Softmax made an Add of a finite
-mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound).
+mask, a NaN guard after the Softmax dropped (``where_masks.py``: exact within its stated bound),
+sliding windows of frames read by an FC as a Conv (``window_conv.py``) and a batchless tensor's
+frames on ``[1, T, ...]`` (``sequence_lift.py``, ``sequence_forms.py``: their sums within the
+bounds stated there).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
