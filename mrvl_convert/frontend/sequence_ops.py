@@ -111,8 +111,8 @@ def liftable(node: gs.Node, opset: int) -> bool:
         return bool(src and dst) and src[0] == dst[0] and is_const(node.inputs[1])
     if op == "Flatten":  # [T, ...] -> [T, features]: the frames stay axis 0
         return flattens_features(node)
-    if op == "Transpose":
-        return [int(p) for p in attr(node, "perm", [0])][0] == 0
+    if op == "Transpose":  # no perm reverses the axes, the frames last
+        return "perm" in node.attrs and int(attr(node, "perm")[0]) == 0
     if op in _REDUCE:
         return reduced_axes(node) is not None
     return False
