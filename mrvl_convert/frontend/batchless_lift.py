@@ -179,6 +179,12 @@ def _pad_after_transpose(pad: gs.Node, outputs: set) -> None:
         [pads[p] for p in perm] + [pads[4 + p] for p in perm], np.int64))
 
 
+def _merge(done: Rewrites, name: str, into: str) -> None:
+    """A model node went into ``into``; one an earlier rewrite added just goes."""
+    if done.derived.pop(name, None) is None:
+        done.merged[name] = into
+
+
 def lift_batchless(graph: gs.Graph, done: Rewrites, opset: int = 13) -> bool:
     """Lift every closed batchless region of ``graph`` in place, recording it in ``done``;
     True when one was lifted (the caller then cleans up and sorts the graph)."""
@@ -204,13 +210,13 @@ def lift_batchless(graph: gs.Graph, done: Rewrites, opset: int = 13) -> bool:
         for node in body:
             _lift_node(node, done)
         _reroute(squeeze.outputs[0], squeeze.inputs[0])
-        done.merged[squeeze.name] = first
+        _merge(done, squeeze.name, first)
         squeeze.inputs.clear()
         squeeze.outputs.clear()
         for node in closing:
             _reroute(node.outputs[0], node.inputs[0])
-            done.merged[node.name] = node.inputs[0].inputs[0].name if node.inputs[0].inputs \
-                else first  # the region's last node, or the one writing the 4-D tensor
+            _merge(done, node.name, node.inputs[0].inputs[0].name if node.inputs[0].inputs
+                   else first)  # the region's last node, or the one writing the 4-D tensor
             node.inputs.clear()
             node.outputs.clear()
         for node in means:

@@ -39,7 +39,9 @@ Rank-5 reshape chains and repeats between rank-4 tensors are their rank-4 forms
 Conv (``unit_broadcast.py``, exact but for the sign of a zero product), and a Pad no Conv
 absorbs Slice, Conv, Add or MatMul layers (``pad_forms.py``: exact for finite inputs but for
 the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and a Mul
-(``rsqrt_forms.py``: its bound stated there).
+(``rsqrt_forms.py``: its bound stated there); sliding windows of frames read by an FC as a
+Conv (``window_conv.py``) and a batchless tensor's frames on ``[1, T, ...]``
+(``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -74,10 +76,12 @@ from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
+from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
+from mrvl_convert.frontend.window_conv import rewrite_window_convs
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
@@ -144,9 +148,13 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
+    if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if lift_sequences(graph, _opset(loaded), forms):  # frames [T, ...] as [1, T, ...]
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
