@@ -15,6 +15,7 @@ from mrvl_convert.core.graph import (activation_inputs, attr, const_value, conv_
                       pad_amounts, pad_value, present, sole_consumer, static_shape, squeeze_axes)
 from mrvl_convert.core.pooling import pool_out_size
 from mrvl_convert.rules import checks_shape
+from mrvl_convert.rules.batch_axis import chunk_refusal
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.qnn_checks import QNN_CHECKS
 from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
@@ -68,13 +69,23 @@ def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
     reader first moves behind a new leading axis (``Unsqueeze(axes=[0])``, a Reshape adding a
     leading 1: a batchless ``[frames, bins]``) is one sample, batch 1, and the batchless
     ``[H, W, C]`` between its Conv wrappers is no batch of H; an input read as it is (a Conv
-    of ``[12, C, H, W]``) has its axis 0 as its batch, refused above the device's."""
+    of ``[12, C, H, W]``) has its axis 0 as its batch.
+    Above either limit, a node whose axis 0 is the model's batch and that computes each sample
+    on its own passes: its region is compiled at a batch the limits take and run on chunks of
+    the batch (``batch_axis.batch_runs``); otherwise ``across`` says which op reads across the
+    samples."""
     acts = activation_inputs(node)
     shape = (static_shape(acts[0]) if acts else None) or []
     batch = shape[0] if shape else 1
     if "limit" in args:
         batch = min(batch, model_batch(graph))
-    return None if batch <= args["max"] else {"batch": batch, "max": args["max"]}
+    if batch <= args["max"]:
+        return None
+    refusal = chunk_refusal(node, shape[0], model_batch(graph))
+    if refusal is None:
+        return None
+    return {"batch": batch, "max": args["max"],
+            "across": f", and {refusal}, so its samples cannot run in chunks of {args['max']}"}
 
 
 def check_const_input(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
