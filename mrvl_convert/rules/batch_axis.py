@@ -7,9 +7,12 @@ reader first moves out of place, by an ``Unsqueeze`` adding axis 0 (``[T, F] -> 
 or a ``Reshape`` to a higher rank with a leading 1, is one sample whose axis 0 is a data axis
 (madmom's music nets read ``[frames, bins]`` this way): its batch is 1. Ops that keep axis 0
 where it is on the way there (elementwise ops of equal output rank, ``Pad``, ``Slice``,
-``Cast``, an ``Unsqueeze`` or ``Squeeze`` not at axis 0) are followed. Any other reader
-(``Conv``, ``MatMul``, ``Transpose``, a graph output, ...) takes axis 0 as it is: then it is a
-batch, and a batch larger than the device's is still refused.
+``Cast``, an ``Unsqueeze`` or ``Squeeze`` not at axis 0) are followed. A recurrent cell
+(``LSTM``, ``GRU``, ``RNN``) in its default layout reads axis 0 of its sequence as time and of
+its states ``[directions, batch, hidden]`` as directions (ONNX's operator spec; silero_vad's
+``[2, 1, 64]`` states sliced per layer): not a batch. Any other reader (``Conv``, ``MatMul``,
+``Transpose``, a graph output, ...) takes axis 0 as it is: then it is a batch (above the
+device's, it runs in chunks where the region allows: ``batch_runs``).
 """
 from __future__ import annotations
 
@@ -30,6 +33,10 @@ _KEEPS_AXIS0 = frozenset({
 })
 
 
+# Recurrent cells: axis 0 of what they read is time or directions (layout 0), not a batch.
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
+
+
 def _normalized(axes: list, rank: int) -> Set[int]:
     return {a % rank for a in axes} if rank else set(axes)
 
@@ -38,6 +45,8 @@ def _lifts(node: gs.Node, src: list) -> Optional[bool]:
     """True when the node puts a new axis in front of axis 0; False when axis 0 stays axis 0
     (follow its output); None when the node reads axis 0 as a batch."""
     dst = static_shape(node.outputs[0]) if node.outputs else None
+    if node.op in _RECURRENT:
+        return True if not node.attrs.get("layout", 0) else None
     if node.op in ("Unsqueeze", "Squeeze"):
         axes = squeeze_axes(node)
         if axes is None or dst is None:

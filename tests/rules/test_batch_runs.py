@@ -133,3 +133,25 @@ def test_the_batch_reason_is_unchanged_for_a_batch_that_is_not_the_models(tmp_pa
     y = b.op("MatMul", [y, b.weight(8, 8)], name="fc")
     result = mrvl_convert.convert(b.model([b.op("Relu", [y], name="act")]), tmp_path / "a")
     assert all("runs" not in s for s in result.manifest["stages"])
+
+
+def test_recurrent_states_are_not_batches():
+    # silero_vad's LSTM states [directions, batch, hidden] = [2, 1, 64], sliced per layer:
+    # axis 0 is the directions (ONNX's LSTM, layout 0), so the model's batch stays 1.
+    import onnx
+    import onnx_graphsurgeon as gs
+
+    from mrvl_convert.rules.batch_axis import axis0_is_batch
+    from mrvl_convert.rules.checks_shape import model_batch
+
+    b = Builder(seed=48, opset=13)
+    x, h = b.input("x", [4, 1, 8]), b.input("h", [2, 1, 6])
+    first = b.op("Slice", [h] + [b.const(np.array([v], np.int64)) for v in (0, 1, 0)],
+                 name="layer0_state")
+    y = b.op("LSTM", [x, b.weight(1, 24, 8), b.weight(1, 24, 6), "", "", first],
+             name="lstm", hidden_size=6)
+    model = onnx.shape_inference.infer_shapes(b.model([y]))
+    graph = gs.import_onnx(model)
+    (state,) = [t for t in graph.inputs if t.name == "h"]
+    assert not axis0_is_batch(graph, state)
+    assert model_batch(graph) == 1
