@@ -155,3 +155,15 @@ def test_recurrent_states_are_not_batches():
     (state,) = [t for t in graph.inputs if t.name == "h"]
     assert not axis0_is_batch(graph, state)
     assert model_batch(graph) == 1
+
+
+def test_every_layer_of_a_chunked_stage_is_compared_on_the_whole_batch(tmp_path):
+    # verify's per-layer rows: each layer's runs concatenated, a Flatten (reshape layer) too.
+    b = Builder(seed=49, opset=13)
+    y = b.op("Relu", [b.conv(b.input("x", [10, 3, 8, 8]), 3, 8, pads=[1, 1, 1, 1])])
+    model = b.model([b.gemm(b.op("Flatten", [y], name="flat"), 8 * 8 * 8, 5)])
+    result = mrvl_convert.convert(model, tmp_path / "art")
+    assert [s.get("runs") for s in result.manifest["stages"]] == [2]
+    report = mrvl_convert.compare(model, result.out_dir, samples=1, layers=True)
+    rows = {row.tensor: row for row in report.rows}
+    assert report.passed and rows["flat_out"].shape == [10, 512] and rows["flat_out"].passed
