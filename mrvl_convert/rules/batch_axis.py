@@ -23,7 +23,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import activation_inputs, is_const, squeeze_axes, static_shape
 from mrvl_convert.ir.stages import Stage
-from mrvl_convert.rules.per_sample import reads_across_batch
+from mrvl_convert.rules.per_sample import is_weight, reads_across_batch
 
 # Ops through which axis 0 stays axis 0 (when the output's rank is the input's).
 _KEEPS_AXIS0 = frozenset({
@@ -143,12 +143,15 @@ def batch_runs(stage: Stage) -> Optional[BatchRuns]:
     is compiled at ``device_batch(N, limit)``. None when the stage runs as it is (its batch
     fits, or it is not per-sample: then the device check still names the batch)."""
     limit = stage_batch_limit(stage)
+    # The data: not an int8 weight's DequantizeLinear, one value for every sample.
+    nodes = [n for n in stage.nodes if not all(is_weight(t) for t in n.outputs)]
     tensors = list(stage.inputs) + list(stage.outputs) + [
-        t for node in stage.nodes for t in activation_inputs(node) + list(node.outputs)]
+        t for node in nodes for t in activation_inputs(node) + list(node.outputs)
+        if not is_weight(t)]
     batches = {tuple(static_shape(t) or ())[:1] for t in tensors}
     if limit is None or len(batches) != 1:
         return None
     (batch,) = batches.pop() or (0,)
-    if batch <= limit or any(reads_across_batch(n, batch) for n in stage.nodes):
+    if batch <= limit or any(reads_across_batch(n, batch) for n in nodes):
         return None
     return BatchRuns(batch, device_batch(batch, limit))

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Optional, Sequence
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import (activation_inputs, attr, const_value, is_const,
@@ -75,10 +74,20 @@ def _shape_issue(node: gs.Node, batch: int) -> Optional[str]:
     return None
 
 
+def is_weight(tensor: gs.Tensor, depth: int = 4) -> bool:
+    """A constant, or a tensor computed from constants only (an int8 weight's
+    DequantizeLinear, a Cast of a constant): one value for every sample."""
+    if is_const(tensor):
+        return True
+    if depth == 0 or not tensor.inputs:
+        return False
+    return all(is_weight(t, depth - 1) for t in tensor.inputs[0].inputs if t.name or is_const(t))
+
+
 def _batch_operands(node: gs.Node) -> List[gs.Tensor]:
     """The activations read as batches: a MatMul's second operand of rank <= 2 is a weight-like
     matrix whose axis 0 is contracted (``_matmul`` names it), not a batch."""
-    acts = activation_inputs(node)
+    acts = [t for t in activation_inputs(node) if not is_weight(t)]
     if node.op == "MatMul" and len(node.inputs) == 2 and node.inputs[1] in acts:
         second = static_shape(node.inputs[1])
         if second is not None and len(second) <= 2:
@@ -90,9 +99,9 @@ def _constant_rows(node: gs.Node, batch: int) -> Optional[str]:
     """A constant operand with one row per sample (rank of the output, axis 0 of ``batch``)."""
     out = static_shape(node.outputs[0]) if node.outputs else None
     for tensor in node.inputs:
-        if not is_const(tensor) or out is None:
+        if not is_weight(tensor) or out is None:
             continue
-        shape = list(np.shape(const_value(tensor)))
+        shape = static_shape(tensor) or []
         if len(shape) == len(out) and shape and shape[0] != 1:
             return f"reads the constant {tensor.name!r} ({shape}) that differs per sample"
     return None
@@ -176,25 +185,23 @@ def _per_axis_scale(node: gs.Node) -> Optional[str]:
 def _matmul(node: gs.Node) -> Optional[str]:
     second = node.inputs[1]
     shape = static_shape(second) or []
-    if not is_const(second) and len(shape) <= 2:
+    if not is_weight(second) and len(shape) <= 2:
         return f"contracts the samples of {second.name!r} ({shape}) with each other"
-    if is_const(second) and len(shape) >= 3 and shape[0] != 1:
-        return f"multiplies by the constant {second.name!r} ({shape}) that differs per sample"
-    first = node.inputs[0]
-    if is_const(first) and len(np.shape(const_value(first))) >= 3 \
-            and np.shape(const_value(first))[0] != 1:
-        return f"multiplies by the constant {first.name!r} that differs per sample"
+    for operand in node.inputs[:2]:
+        rows = static_shape(operand) or []
+        if is_weight(operand) and len(rows) >= 3 and rows[0] != 1:
+            return f"multiplies by the constant {operand.name!r} ({rows}) that differs per sample"
     return None
 
 
 def _gemm(node: gs.Node) -> Optional[str]:
-    if attr(node, "transA", 0) or is_const(node.inputs[0]):
+    if attr(node, "transA", 0) or is_weight(node.inputs[0]):
         return "reads its samples as columns (transA, or a constant A)"
-    if not is_const(node.inputs[1]):
+    if not is_weight(node.inputs[1]):
         return "multiplies two activations: their samples meet"
     bias = present(node, 2)
-    if bias is not None and is_const(bias):
-        shape = list(np.shape(const_value(bias)))
+    if bias is not None and is_weight(bias):
+        shape = static_shape(bias) or []
         if len(shape) == 2 and shape[0] != 1:
             return f"adds the constant {bias.name!r} ({shape}) that differs per sample"
     return None

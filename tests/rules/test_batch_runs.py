@@ -167,3 +167,22 @@ def test_every_layer_of_a_chunked_stage_is_compared_on_the_whole_batch(tmp_path)
     report = mrvl_convert.compare(model, result.out_dir, samples=1, layers=True)
     rows = {row.tensor: row for row in report.rows}
     assert report.passed and rows["flat_out"].shape == [10, 512] and rows["flat_out"].passed
+
+
+def test_an_int8_cnn_above_the_limit_runs_in_chunks(tmp_path, monkeypatch):
+    # The int8 weights' DequantizeLinear outputs are one value for every sample, not batches.
+    from mrvl_convert.quantize.recipe import Quantization
+
+    model = cnn(10)
+    rows = np.random.default_rng(0).standard_normal((4, 10, 3, 8, 8)).astype(np.float32)
+    recipe = Quantization(calibration={"x": rows})
+    result = mrvl_convert.convert(model, tmp_path / "art", quantize=recipe)
+    assert [(s["kind"], s.get("runs")) for s in result.manifest["stages"]] == [("mrvl", 2)]
+    assert nodes_doc(result)["batch_size"] == "5"
+    chunked = HybridSession(result.out_dir).run(None, feed(10))[0]
+    monkeypatch.setattr(convert_module, "batch_runs", lambda stage: None)
+    whole = mrvl_convert.convert(model, tmp_path / "whole", quantize=recipe)
+    np.testing.assert_array_equal(chunked, HybridSession(whole.out_dir).run(None, feed(10))[0])
+    monkeypatch.undo()
+    qdq = result.out_dir / result.manifest["quantization"]["file"]
+    assert mrvl_convert.compare(qdq, result.out_dir, samples=2).passed
