@@ -7,13 +7,16 @@ The rule, per node, given the batch ``N`` (axis 0 of the tensors it reads as a b
 - every activation it reads and every tensor it writes has ``N`` as its axis 0 (a lower-rank
   activation broadcast over the samples, or an output of another length, is not per-sample);
 - a constant operand of an elementwise op does not vary along axis 0 (rank below the output's,
-  or axis 0 of 1): a constant with one row per sample would have to be cut with the chunks;
+  or axis 0 of 1): a constant with one row per sample would have to be cut with the chunks. A
+  weight is a constant or a tensor computed from constants only (an int8 weight's
+  DequantizeLinear, ``is_weight``): one value for every sample, never a batch;
 - the op is one of ``_PER_SAMPLE`` (its semantics never cross axis 0 when the shapes above
   hold), or one of ``_AXIS_CHECKS`` whose axis attribute or constant input keeps off axis 0:
-  Transpose (perm[0] == 0), Concat/Split/Softmax/Gather/CumSum/LayerNormalization (axis != 0),
-  reductions (axis 0 not reduced), Slice (axis 0 whole, step 1), MatMul (the second operand a
-  weight of rank <= 2 or a batch of the same ``N``), Gemm (A not transposed, a bias row not per
-  sample). Any other op (GatherND, Einsum, LSTM, ...) is taken as reading across axis 0.
+  Transpose (perm[0] == 0), Concat/Split/Softmax/Gather/LayerNormalization (axis != 0),
+  reductions (axis 0 not reduced), Slice (axis 0 whole, step 1), Pad (none on axis 0),
+  Quantize/DequantizeLinear (no scale per sample), MatMul (the second operand a weight of rank
+  <= 2 or a batch of the same ``N``), Gemm (A not transposed, a bias row not per sample). Any
+  other op (GatherND, CumSum, Einsum, LSTM, ...) is taken as reading across axis 0.
 
 ``reads_across_batch`` returns None for a per-sample node, else why not, naming the op: the
 reason a batch the device cannot take keeps.
