@@ -137,11 +137,12 @@ def stage_batch_limit(stage: Stage) -> Optional[int]:
     return min(limits, default=None)
 
 
-def batch_runs(stage: Stage) -> Optional[BatchRuns]:
+def batch_runs(stage: Stage, model_batch: int) -> Optional[BatchRuns]:
     """How ``stage`` runs when its batch is above what one of its layers takes: every tensor it
-    reads or writes has the same axis 0 N, every node computes each sample on its own, and it
-    is compiled at ``device_batch(N, limit)``. None when the stage runs as it is (its batch
-    fits, or it is not per-sample: then the device check still names the batch)."""
+    reads or writes has the same axis 0 N, the model's batch (``model_batch``: heads folded
+    into axis 0 are not chunked), every node computes each sample on its own, and it is
+    compiled at ``device_batch(N, limit)``. None when the stage runs as it is (its batch fits,
+    or it is not per-sample: then the device check still names the batch)."""
     limit = stage_batch_limit(stage)
     # The data: not an int8 weight's DequantizeLinear, one value for every sample.
     nodes = [n for n in stage.nodes if not all(is_weight(t) for t in n.outputs)]
@@ -152,6 +153,6 @@ def batch_runs(stage: Stage) -> Optional[BatchRuns]:
     if limit is None or len(batches) != 1:
         return None
     (batch,) = batches.pop() or (0,)
-    if batch <= limit or any(reads_across_batch(n, batch) for n in nodes):
+    if batch <= limit or batch != model_batch or any(reads_across_batch(n, batch) for n in nodes):
         return None
     return BatchRuns(batch, device_batch(batch, limit))

@@ -33,7 +33,7 @@ def test_a_per_sample_batch_runs_in_chunks_as_the_whole_batch(case, tmp_path_fac
     runs = case.spec["batch"] // device_batch(case.spec["batch"], limit)
     assert result.manifest["stages"][0].get("runs", 1) == runs
     [chunked] = HybridSession(result.out_dir).run(None, case.feeds)
-    with mock.patch.object(_CONVERT, "batch_runs", lambda stage: None):
+    with mock.patch.object(_CONVERT, "batch_runs", lambda stage, batch: None):
         whole = mrvl_convert.convert(case.model, out / "whole")
     [want] = HybridSession(whole.out_dir).run(None, case.feeds)
     assert np.array_equal(chunked, want)
