@@ -186,3 +186,21 @@ def test_an_int8_cnn_above_the_limit_runs_in_chunks(tmp_path, monkeypatch):
     monkeypatch.undo()
     qdq = result.out_dir / result.manifest["quantization"]["file"]
     assert mrvl_convert.compare(qdq, result.out_dir, samples=2).passed
+
+
+def test_an_lstm_state_sliced_per_layer_is_no_batch_cut(tmp_path):
+    # silero_vad: "the batch dimension is not kept ([2, 1, 64] -> [1, 1, 64])" on the Slices of
+    # its LSTM states; axis 0 there is the layers, so the Slice maps (and computes it right).
+    b = Builder(seed=50, opset=13)
+    x, h = b.input("x", [4, 1, 8]), b.input("h", [2, 1, 6])
+    state = b.op("Slice", [h] + [b.const(np.array([v], np.int64)) for v in (1, 2, 0)],
+                 name="layer1_state")
+    y = b.op("LSTM", [x, b.weight(1, 24, 8), b.weight(1, 24, 6), "", "", state],
+             name="lstm", hidden_size=6)
+    model = b.model([y])
+    result = mrvl_convert.convert(model, tmp_path / "art", min_compute_layers=0)
+    assert result.placement("layer1_state")["placement"] == "mrvl"
+    feeds = [{"x": np.random.default_rng(k).standard_normal((4, 1, 8)).astype(np.float32),
+              "h": np.random.default_rng(k + 9).standard_normal((2, 1, 6)).astype(np.float32)}
+             for k in range(2)]
+    assert mrvl_convert.compare(model, result.out_dir, feeds).passed
