@@ -135,6 +135,17 @@ def test_the_batch_reason_is_unchanged_for_a_batch_that_is_not_the_models(tmp_pa
     assert all("runs" not in s for s in result.manifest["stages"])
 
 
+def lstm_of_sliced_state() -> "mrvl_convert.onnx.ModelProto":
+    """An LSTM whose initial state is layer 1 of a ``[layers, batch 1, hidden]`` input."""
+    b = Builder(seed=50, opset=13)
+    x, h = b.input("x", [4, 1, 8]), b.input("h", [2, 1, 6])
+    state = b.op("Slice", [h] + [b.const(np.array([v], np.int64)) for v in (1, 2, 0)],
+                 name="layer1_state")
+    y = b.op("LSTM", [x, b.weight(1, 24, 8), b.weight(1, 24, 6), "", "", state],
+             name="lstm", hidden_size=6)
+    return b.model([y])
+
+
 def test_recurrent_states_are_not_batches():
     # silero_vad's LSTM states [directions, batch, hidden] = [2, 1, 64], sliced per layer:
     # axis 0 is the directions (ONNX's LSTM, layout 0), so the model's batch stays 1.
@@ -144,13 +155,7 @@ def test_recurrent_states_are_not_batches():
     from mrvl_convert.rules.batch_axis import axis0_is_batch
     from mrvl_convert.rules.checks_shape import model_batch
 
-    b = Builder(seed=48, opset=13)
-    x, h = b.input("x", [4, 1, 8]), b.input("h", [2, 1, 6])
-    first = b.op("Slice", [h] + [b.const(np.array([v], np.int64)) for v in (0, 1, 0)],
-                 name="layer0_state")
-    y = b.op("LSTM", [x, b.weight(1, 24, 8), b.weight(1, 24, 6), "", "", first],
-             name="lstm", hidden_size=6)
-    model = onnx.shape_inference.infer_shapes(b.model([y]))
+    model = onnx.shape_inference.infer_shapes(lstm_of_sliced_state())
     graph = gs.import_onnx(model)
     (state,) = [t for t in graph.inputs if t.name == "h"]
     assert not axis0_is_batch(graph, state)
@@ -191,13 +196,7 @@ def test_an_int8_cnn_above_the_limit_runs_in_chunks(tmp_path, monkeypatch):
 def test_an_lstm_state_sliced_per_layer_is_no_batch_cut(tmp_path):
     # silero_vad: "the batch dimension is not kept ([2, 1, 64] -> [1, 1, 64])" on the Slices of
     # its LSTM states; axis 0 there is the layers, so the Slice maps (and computes it right).
-    b = Builder(seed=50, opset=13)
-    x, h = b.input("x", [4, 1, 8]), b.input("h", [2, 1, 6])
-    state = b.op("Slice", [h] + [b.const(np.array([v], np.int64)) for v in (1, 2, 0)],
-                 name="layer1_state")
-    y = b.op("LSTM", [x, b.weight(1, 24, 8), b.weight(1, 24, 6), "", "", state],
-             name="lstm", hidden_size=6)
-    model = b.model([y])
+    model = lstm_of_sliced_state()
     result = mrvl_convert.convert(model, tmp_path / "art", min_compute_layers=0)
     assert result.placement("layer1_state")["placement"] == "mrvl"
     feeds = [{"x": np.random.default_rng(k).standard_normal((4, 1, 8)).astype(np.float32),
