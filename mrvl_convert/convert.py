@@ -33,6 +33,8 @@ from mrvl_convert.lowering.lower import lower_stage
 from mrvl_convert.options import ConvertOptions, Estimate, Rules, Shapes
 from mrvl_convert.partition.plan import Ranking, partition
 from mrvl_convert.quantize.recipe import Quantization, quantized_model
+from mrvl_convert.rules.batch_axis import batch_runs
+from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
 from mrvl_convert.rules.other_sets import layer_set_hints, set_verdicts
@@ -171,8 +173,9 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
                          rank=_ranking(profile) if options.max_subgraphs is not None else None,
                          light=_interpolation(canonical))
         step("lower")
-        subgraphs = {s.name: lower_stage(s, canonical.copies) for s in plan.stages
-                     if s.kind == "mrvl"}
+        batch = model_batch(canonical.graph)
+        subgraphs = {s.name: lower_stage(s, canonical.copies, _chunks(s, batch))
+                     for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
     step("emit")
@@ -245,6 +248,12 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
         staging.publish(on_publish)
         written = tuple(sorted(out_dir / f for f in staging.files))
     return Result(loaded.name, out_dir, written, manifest, report, graph)
+
+
+def _chunks(stage: Any, batch: int) -> Optional[Any]:
+    """(batch, device batch) of a Mrvl stage run in chunks of the model's ``batch``, or None."""
+    runs = batch_runs(stage, batch)
+    return None if runs is None else (runs.batch, runs.device_batch)
 
 
 def _no_step(stage: str) -> None:

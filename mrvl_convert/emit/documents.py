@@ -78,6 +78,8 @@ def manifest(loaded: LoadedModel, plan: Plan, subgraphs: Mapping[str, MrvlSubgra
             entry["inputs"] = [_boundary(t, lay.name, label)
                                for t, lay in zip(sub.input_tensors, sub.input_layouts)]
             entry["layers"] = len(sub.layers)
+            if sub.runs > 1:  # its layers take the batch in this many chunks of axis 0
+                entry["runs"] = sub.runs
         else:
             entry["inputs"] = [_boundary(t, label=label) for t in stage.inputs]
             entry["nodes"] = len(stage.nodes)

@@ -1,6 +1,7 @@
 """The ESTIMATE of a whole artifact: every Mrvl stage, and every tensor crossing a Mrvl boundary."""
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Union
@@ -45,6 +46,7 @@ def estimate_documents(manifest: Mapping[str, Any], load_nodes: NodesLoader,
                 raise
             est = estimate_stage(doc, prof, tiles=tiles, name=entry["name"],
                                  const_shapes=const_shapes(entry))
+        est = dataclasses.replace(est, runs=int(entry.get("runs", 1)))  # a chunked batch
         estimates[entry["name"]] = est
         stages.append(est.as_dict())
     boundaries = _boundaries(manifest, prof)

@@ -53,10 +53,13 @@ class StageEstimate:
     tiles: int
     layers: tuple
     clock_hz: float
+    # Runs of the layers per stage run (the manifest's ``runs``: a batch run in chunks); the
+    # layers are one run's, the stage's cycles, MACs and DDR traffic all of them.
+    runs: int = 1
 
     @property
     def cycles(self) -> float:
-        return sum(layer.cycles for layer in self.layers)
+        return sum(layer.cycles for layer in self.layers) * self.runs
 
     @property
     def microseconds(self) -> float:
@@ -64,7 +67,7 @@ class StageEstimate:
 
     @property
     def macs(self) -> int:
-        return sum(layer.macs for layer in self.layers if layer.kind in MATMUL_KINDS)
+        return sum(layer.macs for layer in self.layers if layer.kind in MATMUL_KINDS) * self.runs
 
     @property
     def weight_bytes(self) -> int:
@@ -72,14 +75,15 @@ class StageEstimate:
 
     @property
     def ddr_bytes(self) -> int:
-        return sum(layer.ddr_bytes for layer in self.layers)
+        return sum(layer.ddr_bytes for layer in self.layers) * self.runs
 
     def as_dict(self) -> Dict[str, Any]:
         return {"name": self.name, "kind": "mrvl", "tiles": self.tiles,
                 "cycles": round(self.cycles), "microseconds": round(self.microseconds, 3),
                 "matmul_macs": self.macs, "weight_bytes": self.weight_bytes,
                 "ddr_bytes": self.ddr_bytes,
-                "layers": [layer.as_dict(self.clock_hz) for layer in self.layers]}
+                "layers": [layer.as_dict(self.clock_hz) for layer in self.layers],
+                **({"runs": self.runs} if self.runs > 1 else {})}
 
 
 def estimate_stage(nodes_doc: Mapping[str, Any], profile: HardwareProfile, *,

@@ -80,7 +80,8 @@ def dims_per_shape(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
 
 def batch(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
     """A model built by TVM runs at batch {max_batch}: the first dimension of every input and
-    output of rank 2 or more is at most {max_batch}."""
+    output of rank 2 or more is at most {max_batch}; a Mrvl subgraph whose batch runs in
+    chunks (the manifest's runs: DPDK's nb_batches) counts its batch per run."""
     return [_reason(batch, "max_batch", sub.name,
                     f"{sub.name}'s tensor {name!r} has batch {shape[0]}",
                     f"convert at batch {limits.max_batch} (--input-shape NAME:"
@@ -111,8 +112,12 @@ def check_device(manifest: Mapping[str, Any], stage_docs: StageDocs, profile: Ha
     on-chip memory of ``tiles``, default the estimate's or the profile's) and ``notes``."""
     limits = profile.device
     subgraphs = tuple(_subgraph(s) for s in manifest["stages"] if s["kind"] == "mrvl")
-    model = Model(subgraphs, Subgraph("the model", _io(manifest["model"]["inputs"], "name"),
-                                      _io(manifest["model"]["outputs"], "name")))
+    # A model input or output a chunked subgraph takes or gives is fed a run's batch at a time.
+    runs = {t["tensor"]: int(s.get("runs", 1)) for s in manifest["stages"] if s["kind"] == "mrvl"
+            for t in s["inputs"] + s["outputs"]}
+    model = Model(subgraphs, Subgraph("the model",
+                                      _io(manifest["model"]["inputs"], "name", runs),
+                                      _io(manifest["model"]["outputs"], "name", runs)))
     reasons = [r for check in LIMITS for r in check(model, limits)]
     tiles = tiles or (estimate or {}).get("tiles") or profile.tiles
     ocm = _ocm(subgraphs, stage_docs, profile, tiles, estimate)
@@ -146,13 +151,23 @@ def _spill_cost(sub: Mapping[str, Any]) -> str:
     return cost + " (--quantize int8 halves the weights' bytes)"
 
 
-def _io(tensors: Sequence[Mapping[str, Any]], key: str) -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
-    return tuple((str(t[key]), tuple(d if isinstance(d, int) else 0 for d in t["shape"]))
-                 for t in tensors)
+def _io(tensors: Sequence[Mapping[str, Any]], key: str,
+        runs: Optional[Mapping[str, int]] = None) -> Tuple[Tuple[str, Tuple[int, ...]], ...]:
+    """(name, shape) per tensor, axis 0 divided by the runs its batch is taken in."""
+    found = []
+    for t in tensors:
+        shape = [d if isinstance(d, int) else 0 for d in t["shape"]]
+        chunks = (runs or {}).get(str(t[key]), 1)
+        if shape and chunks > 1:
+            shape[0] //= chunks
+        found.append((str(t[key]), tuple(shape)))
+    return tuple(found)
 
 
 def _subgraph(stage: Mapping[str, Any]) -> Subgraph:
-    return Subgraph(stage["name"], _io(stage["inputs"], "tensor"), _io(stage["outputs"], "tensor"))
+    runs = {t["tensor"]: int(stage.get("runs", 1)) for t in stage["inputs"] + stage["outputs"]}
+    return Subgraph(stage["name"], _io(stage["inputs"], "tensor", runs),
+                    _io(stage["outputs"], "tensor", runs))
 
 
 def _ocm(subgraphs: Sequence[Subgraph], stage_docs: StageDocs, profile: HardwareProfile,

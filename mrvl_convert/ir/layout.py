@@ -125,6 +125,9 @@ class MrvlSubgraph:
     layers: List[Layer]
     heads: List[int]                   # value indices in stage output order
     output_tensors: List[gs.Tensor]
+    # Runs of the layers per stage run: the layers take 1/runs of the stage's batch (axis 0)
+    # each time (rules/batch_axis.py ``batch_runs``; the manifest's ``runs``).
+    runs: int = 1
 
 
 class LayoutContext:

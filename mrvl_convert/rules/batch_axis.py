@@ -1,22 +1,29 @@
-"""Whether a model input's axis 0 is a batch, decided from the graph (the device batch rule's
-``model_batch`` asks it).
+"""The model's batch and the device's: whether a model input's axis 0 is a batch, decided from
+the graph (the device batch rule's ``model_batch`` asks it), and how a region whose batch is
+larger than a layer or the device takes runs anyway (``batch_runs``: the one home of that rule).
 
 The rule: the model's batch is what the model treats as one sample. An input whose axis 0 every
 reader first moves out of place, by an ``Unsqueeze`` adding axis 0 (``[T, F] -> [1, T, F]``)
 or a ``Reshape`` to a higher rank with a leading 1, is one sample whose axis 0 is a data axis
 (madmom's music nets read ``[frames, bins]`` this way): its batch is 1. Ops that keep axis 0
 where it is on the way there (elementwise ops of equal output rank, ``Pad``, ``Slice``,
-``Cast``, an ``Unsqueeze`` or ``Squeeze`` not at axis 0) are followed. Any other reader
-(``Conv``, ``MatMul``, ``Transpose``, a graph output, ...) takes axis 0 as it is: then it is a
-batch, and a batch larger than the device's is still refused.
+``Cast``, an ``Unsqueeze`` or ``Squeeze`` not at axis 0) are followed. A recurrent cell
+(``LSTM``, ``GRU``, ``RNN``) in its default layout reads axis 0 of its sequence as time and of
+its states ``[directions, batch, hidden]`` as directions (ONNX's operator spec; silero_vad's
+``[2, 1, 64]`` states sliced per layer): not a batch. Any other reader (``Conv``, ``MatMul``,
+``Transpose``, a graph output, ...) takes axis 0 as it is: then it is a batch (above the
+device's, it runs in chunks where the region allows: ``batch_runs``).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional, Set
 
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import is_const, squeeze_axes, static_shape
+from mrvl_convert.core.graph import activation_inputs, is_const, squeeze_axes, static_shape
+from mrvl_convert.ir.stages import Stage
+from mrvl_convert.rules.per_sample import is_weight, reads_across_batch
 
 # Ops through which axis 0 stays axis 0 (when the output's rank is the input's).
 _KEEPS_AXIS0 = frozenset({
@@ -24,6 +31,10 @@ _KEEPS_AXIS0 = frozenset({
     "Sigmoid", "Exp", "Log", "Sqrt", "Abs", "Neg", "Clip", "Cast", "Identity", "Pad", "Slice",
     "Softplus", "Selu", "HardSigmoid", "Erf", "Reciprocal", "Dropout",
 })
+
+
+# Recurrent cells: axis 0 of what they read is time or directions (layout 0), not a batch.
+_RECURRENT = frozenset({"LSTM", "GRU", "RNN"})
 
 
 def _normalized(axes: list, rank: int) -> Set[int]:
@@ -34,6 +45,8 @@ def _lifts(node: gs.Node, src: list) -> Optional[bool]:
     """True when the node puts a new axis in front of axis 0; False when axis 0 stays axis 0
     (follow its output); None when the node reads axis 0 as a batch."""
     dst = static_shape(node.outputs[0]) if node.outputs else None
+    if node.op in _RECURRENT:
+        return True if not node.attrs.get("layout", 0) else None
     if node.op in ("Unsqueeze", "Squeeze"):
         axes = squeeze_axes(node)
         if axes is None or dst is None:
@@ -68,3 +81,78 @@ def axis0_is_batch(graph: gs.Graph, tensor: gs.Tensor) -> bool:
             if not lifted:
                 frontier.extend(t for t in node.outputs[:1] if not is_const(t))
     return False
+
+
+# The device's batch, and a batch above it run in chunks.
+#
+# Marvell's compiler takes batch <= 8 (``-batch``; a layer may take less: Mul2D and Sub take 1).
+# DPDK's ML API runs a model compiled at batch b on several batches in one request: ``struct
+# rte_ml_op``'s ``nb_batches`` ("Number of batches. Minimum value must be one. Input buffer must
+# hold inference data for each batch as contiguous", DPDK/dpdk ``lib/mldev/rte_mldev.h``, which
+# also gives ``rte_ml_model_info`` ``min_batches``/``max_batches`` and an I/O shape "for
+# min_batches of the model"); the cnxk driver takes the model's compiled batch from its metadata
+# (``cn10k_ml_model_load``: ``model->batch_size = metadata.model.batch_size``, 0 meaning 256, passed
+# to the firmware in the model-start job descriptor, ``drivers/ml/cnxk/cn10k_ml_ops.c``). So a
+# region of N samples whose every op computes each sample on its own (``per_sample.py``) is
+# compiled at batch b and run N/b times on contiguous chunks of axis 0, by the application or as
+# ``nb_batches``: the manifest's ``runs``. Per-sample ops make that numerically the run of the
+# whole batch: each output sample reads its own input sample only.
+
+
+@dataclass(frozen=True)
+class BatchRuns:
+    """A Mrvl region of ``batch`` samples compiled at ``device_batch`` and run ``runs`` times."""
+    batch: int
+    device_batch: int
+
+    @property
+    def runs(self) -> int:
+        return self.batch // self.device_batch
+
+
+def device_batch(batch: int, limit: int) -> int:
+    """The batch a region of ``batch`` samples is compiled at: the largest divisor of ``batch``
+    that is at most ``limit``, so that every run is full (no padded last run, no second
+    program for a remainder): 10 -> 5 (2 runs), 12 -> 6, 16 -> 8, a prime 11 -> 1 (11 runs)."""
+    return max(d for d in range(1, min(batch, limit) + 1) if batch % d == 0)
+
+
+def chunk_refusal(node: gs.Node, batch: int, model_batch: int) -> Optional[str]:
+    """None when ``node``, whose axis 0 is ``batch`` (above a limit), may run in chunks of the
+    batch: its axis 0 is the model's batch and it computes each sample on its own
+    (``per_sample.reads_across_batch``). Else why not, naming the op: the batch limit's reason
+    keeps it."""
+    if batch != model_batch:
+        return f"axis 0 of this {node.op} ({batch}) is not the model's batch ({model_batch})"
+    return reads_across_batch(node, batch)
+
+
+def stage_batch_limit(stage: Stage) -> Optional[int]:
+    """The largest batch every layer of ``stage`` takes: the smallest ``max`` of the
+    ``batch_at_most`` constraints of its composites' rules (the device's, and a layer's own:
+    Mul2D's 1), counting only the roles present; None when no rule states one."""
+    limits = [int(c.args["max"]) for unit in stage.units if unit.composite is not None
+              for c in unit.composite.rule.constraints
+              if c.check == "batch_at_most" and unit.composite.binding.node(c.role) is not None]
+    return min(limits, default=None)
+
+
+def batch_runs(stage: Stage, model_batch: int) -> Optional[BatchRuns]:
+    """How ``stage`` runs when its batch is above what one of its layers takes: every tensor it
+    reads or writes has the same axis 0 N, the model's batch (``model_batch``: heads folded
+    into axis 0 are not chunked), every node computes each sample on its own, and it is
+    compiled at ``device_batch(N, limit)``. None when the stage runs as it is (its batch fits,
+    or it is not per-sample: then the device check still names the batch)."""
+    limit = stage_batch_limit(stage)
+    # The data: not an int8 weight's DequantizeLinear, one value for every sample.
+    nodes = [n for n in stage.nodes if not all(is_weight(t) for t in n.outputs)]
+    tensors = list(stage.inputs) + list(stage.outputs) + [
+        t for node in nodes for t in activation_inputs(node) + list(node.outputs)
+        if not is_weight(t)]
+    batches = {tuple(static_shape(t) or ())[:1] for t in tensors}
+    if limit is None or len(batches) != 1:
+        return None
+    (batch,) = batches.pop() or (0,)
+    if batch <= limit or batch != model_batch or any(reads_across_batch(n, batch) for n in nodes):
+        return None
+    return BatchRuns(batch, device_batch(batch, limit))

@@ -15,6 +15,7 @@ from mrvl_convert.core.graph import (activation_inputs, attr, const_value, conv_
                       pad_amounts, pad_value, present, sole_consumer, static_shape, squeeze_axes)
 from mrvl_convert.core.pooling import pool_out_size
 from mrvl_convert.rules import checks_shape
+from mrvl_convert.rules.batch_axis import chunk_refusal
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.qnn_checks import QNN_CHECKS
 from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
@@ -63,18 +64,18 @@ def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
     exporter's ``Add(bias, x)`` puts the bias first: its length is no batch). Against an
     accelerator limit (``max`` names one of the rule file's ``limits``: the device's batch), at
     most the model's batch (``model_batch``: heads folded into axis 0 are no batch of the
-    device's); against a layer's own number (``max: 1``), the tensor's axis 0 as it is.
-    The model's batch is what the model treats as one sample: an input whose axis 0 every
-    reader first moves behind a new leading axis (``Unsqueeze(axes=[0])``, a Reshape adding a
-    leading 1: a batchless ``[frames, bins]``) is one sample, batch 1, and the batchless
-    ``[H, W, C]`` between its Conv wrappers is no batch of H; an input read as it is (a Conv
-    of ``[12, C, H, W]``) has its axis 0 as its batch, refused above the device's."""
+    device's; a batchless ``[frames, bins]`` input lifted to ``[1, ...]`` is batch 1); against
+    a layer's own number (``max: 1``), the tensor's axis 0 as it is. Above either limit, a
+    per-sample node of the model's batch passes (its region runs in chunks:
+    ``batch_axis.batch_runs``); else ``across`` names the op that reads across the samples."""
     acts = activation_inputs(node)
     shape = (static_shape(acts[0]) if acts else None) or []
     batch = shape[0] if shape else 1
     if "limit" in args:
         batch = min(batch, model_batch(graph))
-    return None if batch <= args["max"] else {"batch": batch, "max": args["max"]}
+    refusal = None if batch <= args["max"] else chunk_refusal(node, shape[0], model_batch(graph))
+    return None if refusal is None else {"batch": batch, "max": args["max"], "across": (
+        f", and {refusal}, so its samples cannot run in chunks of {args['max']}")}
 
 
 def check_const_input(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:

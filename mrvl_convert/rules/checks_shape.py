@@ -77,8 +77,10 @@ def check_split_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
 
 def check_slice_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """A 2-D, 3-D or 4-D Slice with constant starts, ends, axes and steps, all steps positive,
-    keeping the batch. A 3-D token tensor [B, T, C] is sliced as the NHWC [B, T, C, 1] it is
-    (``ir/layout.py``), so the codegen sees the 4-D tensor it lays out."""
+    keeping the batch, or cutting an axis 0 that is no batch (the model's batch is 1,
+    ``model_batch``: an LSTM's ``[directions, 1, hidden]`` state sliced per layer). A 3-D token
+    tensor [B, T, C] is sliced as the NHWC [B, T, C, 1] it is (``ir/layout.py``), so the
+    codegen sees the 4-D tensor it lays out."""
     src = static_shape(node.inputs[0])
     issue = None if src is not None and len(src) == 3 else _rank_2_or_4(node)
     if issue:
@@ -95,7 +97,7 @@ def check_slice_static(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     if steps is not None and np.any(const_value(steps) < 1):
         return {"detail": f"steps {const_value(steps).tolist()} are not all positive"}
     src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0])
-    if dst is None or dst[0] != src[0]:
+    if dst is None or (dst[0] != src[0] and model_batch(graph) != 1):
         return {"detail": f"the batch dimension is not kept ({src} -> {dst})"}
     return None
 

@@ -132,6 +132,8 @@ def _why_not(stages: Sequence[Any], inputs: Sequence[Any], outputs: Sequence[Any
     for stage in stages:
         if stage.kind != "mrvl":
             continue
+        if getattr(stage.runner, "runs", 1) > 1:
+            return f"Mrvl stage {stage.name} runs its batch in {stage.runner.runs} chunks"
         plan = stage.runner.graph
         if plan is None:
             return f"Mrvl stage {stage.name} runs layer by layer (engine 'layers')"

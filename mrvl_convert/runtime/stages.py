@@ -21,6 +21,7 @@ import numpy as np
 from mrvl_convert.core.artifact import require, shape_of
 from mrvl_convert.core.paths import confined
 from mrvl_convert.errors import ArtifactError
+from mrvl_convert.runtime.chunked import ChunkedSubgraph
 from mrvl_convert.runtime.options import cpu_session_options
 from mrvl_convert.runtime.simulator import CompiledSubgraph, MrvlSimulator
 
@@ -131,7 +132,7 @@ class StageReader:
         return path
 
     def _compile_mrvl(self, doc: Dict[str, Any], name: str, inputs: List[TensorSpec],
-                      outputs: List[TensorSpec], alone: bool) -> CompiledSubgraph:
+                      outputs: List[TensorSpec], alone: bool) -> Any:
         compiled = self.simulator.compile(self._file(doc, "nodes_json", name),
                                           self._file(doc, "consts_json", name), alone=alone)
         for spec in inputs + outputs:
@@ -141,16 +142,19 @@ class StageReader:
                 raise ArtifactError(f"{self.manifest_path}: stage {name}: tensor {spec.name!r} "
                                     f"is declared {spec.dtype}, but Mrvl stages take and give "
                                     "float32 (or int8 in an int8 region)")
+        runs = _runs(doc, self.manifest_path, name)
         stated = [(t.name, t.shape) for t in inputs]
-        actual = [(n.name, n.shape) for n in compiled.inputs]
+        actual = [(n.name, _times(n.shape, runs)) for n in compiled.inputs]
         if stated != actual:
             raise ArtifactError(f"{self.manifest_path}: stage {name}: inputs {stated} do not "
-                                f"match the Nodes-JSON input nodes {actual} (arg_nodes order)")
+                                f"match the Nodes-JSON input nodes {actual} (arg_nodes order"
+                                f"{f', axis 0 times its {runs} runs' if runs > 1 else ''})")
         stated_out = [t.shape for t in outputs]
-        if stated_out != [tuple(s) for s in compiled.output_shapes]:
+        heads = [_times(tuple(s), runs) for s in compiled.output_shapes]
+        if stated_out != heads:
             raise ArtifactError(f"{self.manifest_path}: stage {name}: output shapes {stated_out} "
-                                f"do not match the Nodes-JSON heads {compiled.output_shapes}")
-        return compiled
+                                f"do not match the Nodes-JSON heads {heads}")
+        return compiled if runs == 1 else ChunkedSubgraph(compiled, runs)
 
     def _open_cpu(self, path: str, name: str, inputs: List[TensorSpec],
                   outputs: List[TensorSpec]) -> Any:
@@ -174,6 +178,20 @@ class StageReader:
         for spec in inputs + outputs:
             _check_against_onnx(spec, declared[spec.name], path, name)
         return session
+
+
+def _runs(doc: Dict[str, Any], manifest_path: str, name: str) -> int:
+    """A Mrvl stage's ``runs`` (1 when absent): how many chunks of its batch its layers take."""
+    runs = doc.get("runs", 1)
+    if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+        raise ArtifactError(f"{manifest_path}: stage {name}: runs {runs!r} is not a whole "
+                            "number >= 1")
+    return runs
+
+
+def _times(shape: Tuple[int, ...], runs: int) -> Tuple[int, ...]:
+    """A Nodes-JSON shape as the stage sees it: axis 0 times the runs."""
+    return shape if runs == 1 or not shape else (shape[0] * runs, *shape[1:])
 
 
 def check_wiring(manifest_path: str, inputs: Sequence[TensorSpec], stages: Sequence[Stage],

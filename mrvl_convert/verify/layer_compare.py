@@ -72,10 +72,13 @@ def layer_plans(session: HybridSession, form: onnx.ModelProto,
     for stage in session.stages:
         if stage.kind != "mrvl":
             continue
+        runs = getattr(stage.runner, "runs", 1)  # a batch run in chunks: the traces hold all
         for spec in stage.runner.layers:
             if not spec.source_nodes:
                 continue  # a layout_transform the converter added: nothing to compare with
-            plan = LayerPlan(stage.name, spec.name, spec.layer_name, list(spec.shape))
+            shape = list(spec.shape)
+            plan = LayerPlan(stage.name, spec.name, spec.layer_name,
+                             [shape[0] * runs] + shape[1:] if shape else shape)
             missing = [n for n in spec.source_nodes if n not in position]
             if missing:
                 plans.append(replace(plan, skip=f"source node {missing[0]!r} is not in the "
@@ -147,7 +150,7 @@ def _model_order(plan: LayerPlan, out: LayerOutput,
             return value
         # Undo the reshape, go back to the model's NCHW, replay the absorbed Transposes: the
         # elements in the order the model's reshape sees them (the caller reshapes to its shape).
-        value = value.reshape(source)
+        value = value.reshape([-1, *source[1:]])  # axis 0: every run of a chunked batch
         if layout == "NHWC":
             value = value.transpose(0, 3, 1, 2)
         for perm in plan.perms:

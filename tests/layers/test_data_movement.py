@@ -132,10 +132,11 @@ def test_strided_slice_attributes_as_the_codegen_writes_them(tmp_path):
 
 def test_concat_in_the_newer_set_is_4d_and_batch_1(tmp_path):
     """codegen.cc CreateMrvlConcatLayer writes `axis` (3 for NHWC); the newer mrvl.py takes
-    4-D, batch 1, channel axis only."""
+    4-D, batch 1, channel axis only (a batch 2 made inside the model, not its own batch: no
+    runs in chunks of 1, rules/batch_axis.py)."""
     b = Builder(opset=13)
-    x = b.input("x", [2, 4, 6, 6])
-    y = b.conv(x, 4, 4, pads=[1, 1, 1, 1])
+    x = b.input("x", [1, 4, 6, 6])
+    y = b.conv(b.op("Concat", [x, x], axis=0), 4, 4, pads=[1, 1, 1, 1])
     cat = b.op("Concat", [y, y], name="cat", axis=1)
     model = b.model([b.conv(cat, 8, 4)])
     newer = mrvl_convert.convert(model, tmp_path / "newer")

@@ -90,7 +90,8 @@ def test_the_identity_is_exact_in_float32_on_onnxruntime():
 
 def test_prelu_left_on_cpu_says_why(tmp_path):
     two = Builder()
-    xb = two.input("x", [2, 4, 6, 7])
+    # a batch 2 that is not the model's (rules/batch_axis.py: no runs in chunks of 1)
+    xb = two.op("Concat", [two.input("x", [1, 4, 6, 7])] * 2, axis=0)
     batch2 = two.model([two.op("PRelu", [_front_of(two, xb), two.const(SLOPES["scalar"])],
                                name="b2")])
     reason = mrvl_convert.convert(batch2, tmp_path / "b").placement("b2")["reason"]

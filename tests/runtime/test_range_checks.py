@@ -198,7 +198,8 @@ def test_generated_models_report_an_overflow_alike_in_both_engines(gm, data):
         event(step.spec.layer_name)
         trial = _with_scaled_weights(*_stage_files(session, stage.name), step.spec.name,
                                      os.path.join(tmp, "trial"))
-        inputs = [env[t.name] for t in stage.inputs]
+        runs = getattr(stage.runner, "runs", 1)  # a batch run in chunks: the first chunk
+        inputs = [env[t.name][:len(env[t.name]) // runs] for t in stage.inputs]
         want, got = (_outcome(trial, engine, inputs) for engine in ("layers", "graph"))
         event("overflow" if want is not None else "in range")
         assert got == want
