@@ -48,12 +48,17 @@ def conv_input_means(model: onnx.ModelProto, feeds: Iterable[Mapping[str, np.nda
 
 
 def correct_biases(model: onnx.ModelProto, qdq: onnx.ModelProto,
-                   means: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """A copy of the float ``model`` with each Conv's bias moved by ``-delta`` (module
-    docstring), ``qdq`` being ``model`` quantized (Conv nodes keep their names)."""
+                   means: Mapping[str, np.ndarray],
+                   only: Optional[Iterable[str]] = None) -> onnx.ModelProto:
+    """A copy of the float ``model`` with each Conv's bias (of those ``only`` names, None:
+    every Conv's) moved by ``-delta`` (module docstring), ``qdq`` being ``model`` quantized
+    (Conv nodes keep their names)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     quantized = _quantized_weights(qdq)
+    if only is not None:
+        named = set(only)
+        quantized = {k: v for k, v in quantized.items() if k in named}
     inits = {t.name: t for t in out.graph.initializer}
     for conv in out.graph.node:
         w_q = quantized.get(conv.name) if conv.op_type == "Conv" else None

@@ -110,7 +110,8 @@ def test_the_target_keeps_the_worst_layer_first_and_is_judged_held_out(case):
     from scratch on the model written, which was calibrated on the other half only."""
     src, calibration, _, tmp = case
     result = quantize_keep_fp16(src, tmp / "keep.onnx", calibration, "auto",
-                                min_agreement=0.95, threshold_db=-100.0)
+                                min_agreement=0.95, threshold_db=-100.0,
+                                recipes=False)  # equalization would mend conv1 (no Relu)
     choose, judge = split_feeds(calibration)
     assert result.samples == len(choose) and result.held_out_samples == len(judge)
     assert len(choose) + len(judge) == len(calibration["x"])
@@ -157,9 +158,10 @@ def test_the_choice_split_decides_and_the_held_out_one_only_judges(case, monkeyp
         value, snr = next(measured)
         return Agreement({"y": value}, len(feeds), snr)
 
-    monkeypatch.setattr("mrvl_convert.tune.keep_fp16.measure", fake)
+    monkeypatch.setattr("mrvl_convert.tune.target_search.measure", fake)
     result = quantize_keep_fp16(src, tmp / "drop.onnx", calibration, "auto",
-                                min_agreement=0.95, max_rounds=3, threshold_db=-100.0)
+                                min_agreement=0.95, max_rounds=3, threshold_db=-100.0,
+                                recipes=False)  # the figures above are the prefix search's
     assert [p.prefix for p in result.curve] == [3, 1]
     assert [(p.agreement, p.held_out) for p in result.curve] == [(1.0, 1.0), (0.96, 0.6)]
     assert len(result.rounds) == 1 and result.kept == result.rounds[0].nodes
