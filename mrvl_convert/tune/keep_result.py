@@ -103,11 +103,8 @@ class KeepFp16Result:
         return with_recipes(replace(base, keep_fp16=tuple(self.kept)), self.recipes.to_dict())
 
     def recipes_text(self) -> str:
-        """The recipes kept: model-wide ones, then per layer (``-``: the user's alone)."""
-        wide = [c.recipe for c in self.recipe_trials if c.kept and c.layer == "model"]
-        layers = [f"{c.layer} {c.recipe}" for c in self.recipe_trials
-                  if c.kept and c.layer != "model"]
-        return ", ".join(wide + layers) or "-"
+        """The recipes kept, per layer (``-``: the user's alone)."""
+        return ", ".join(f"{c.layer} {c.recipe}" for c in self.recipe_trials if c.kept) or "-"
 
     def summary(self) -> str:
         """One line: the target, the held-out figure (the verdict) and the choice one, the

@@ -1,32 +1,35 @@
-"""The recipes ``--keep-fp16 auto --min-agreement`` tries before it keeps any layer in fp16
-(issue 44): Marvell's int8 is fixed (per-tensor symmetric, no zero point), so what can change is
-how each tensor is quantized; a layer mended that way stays int8 and costs no MACs.
+"""The recipes ``--keep-fp16 auto --min-agreement`` tries on each layer before it keeps any
+layer in fp16 (issue 44): Marvell's int8 is fixed (per-tensor symmetric, no zero point), so
+what can change is how each tensor is quantized; a layer mended that way stays int8 and costs
+no MACs.
 
-- **model-wide**, tried once each where the user did not ask for it: cross-layer equalization
-  (``quantize/equalize.py``: only the pairs where it is exact) and bias correction of every Conv
-  (``quantize/bias_correct.py``); the better of the user's recipe and these (by choice-sample
-  agreement, then output SNR) is the base;
-- **per layer**, on the candidate layers in their isolated-SNR order (at most
-  ``RECIPE_LAYERS``): bias correction of that layer's Conv alone, and its output's range chosen
-  by MSE (``mse_ranges``: the clip of the symmetric int8 range, a share of the observed absmax,
-  whose quantize-dequantize error on the layer's float output is least). Each is one trial on
-  the choice samples; a recipe is kept for a layer when it removes output noise against the
-  base (the best of the layer's recipes). The kept recipes are tried together; when that is not
-  better than the best one alone, only that one is kept, and none when it is not better than
-  the base either. What each layer got is in the manifest and the summary line.
+Per candidate layer (in their isolated-SNR order, at most ``RECIPE_LAYERS``), with **only that
+layer int8** and every other node float (AIMET's "only this layer quantized" sensitivity, so a
+layer elsewhere that int8 wrecks does not drown the figure), the model's output SNR on the
+choice samples is measured with the user's recipe and with each recipe of the layer:
+
+- ``bias_correction``: that layer's Conv bias corrected for its int8 weights' mean error
+  (``quantize/bias_correct.py``, on that Conv alone);
+- ``range_mse``: its output's symmetric int8 range clipped to the share of the observed absmax
+  whose quantize-dequantize error on the layer's float output is least (``mse_ranges``).
+
+A layer gets the recipe that removes most of its own output noise, where that is at least
+``MIN_SHARE`` of it (less is within what the choice samples can tell apart); none otherwise.
+The recipes kept are then used by every later trial (the fp16 ranking and the bisection), and
+the model written. Cross-layer equalization acts on pairs of layers, not on one: the search
+does not try it (``--equalize`` puts it in every trial).
 
 The range choice measures the float outputs on at most ``RANGE_SAMPLES`` choice feeds (a
-subsample of ``RANGE_VALUES`` values per feed and tensor): the clip is chosen on those, as the
-calibration takes its ranges from all the choice rows.
+uniform subsample of ``RANGE_VALUES`` values per feed and tensor; the absmax is over all).
 
-- requires: a ``measure`` callable that quantizes (with the given keyword arguments on top of
-  the user's recipe), converts and measures on the choice samples only;
-- ensures: the ``Recipes`` returned is never worse on the choice samples than the base it was
-  measured against (it is the base itself when nothing helped).
+- requires: a ``measure`` callable that quantizes only the given layer (with the given recipes
+  on top of the user's), converts and measures on the choice samples only;
+- ensures: a layer's recipe removed at least ``MIN_SHARE`` of the output noise that layer alone
+  adds, measured; every recipe tried is returned with its figures.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -37,9 +40,10 @@ from mrvl_convert.tune.prefix_search import noise
 from mrvl_convert.verify.quant_report import LayerQuality
 
 RECIPE_LAYERS = 16     # candidate layers each per-layer recipe is tried on
+MIN_SHARE = 0.1        # of a layer's own output noise a recipe must remove to be kept
 RANGE_SAMPLES = 16     # float feeds the MSE range choice looks at
 RANGE_VALUES = 4096    # values per feed and tensor it keeps
-CLIPS = tuple(np.round(np.linspace(1.0, 0.3, 15), 3))  # shares of absmax tried
+CLIPS = tuple(float(c) for c in np.round(np.geomspace(1.0, 0.05, 24), 4))  # shares of absmax
 
 
 @dataclass(frozen=True)
@@ -76,8 +80,9 @@ class Recipes:
 
 @dataclass
 class Choice:
-    """A recipe tried: the layer (or ``model`` for a model-wide one), its name, the output SNR
-    (dB) on the choice samples with it, and whether it is in the recipes kept."""
+    """A recipe tried on a layer: its name, the output SNR (dB) and top-1 agreement on the
+    choice samples with only that layer int8 with it (``alone_snr_db``: without it), the
+    output noise it removes, and whether it is kept."""
 
     layer: str
     recipe: str
@@ -85,63 +90,38 @@ class Choice:
     output_snr_db: Optional[float]
     agreement: Optional[float]
     gain: float
+    alone_snr_db: Optional[float] = None
     kept: bool = False
-    key: Tuple[float, float] = field(default=(-1.0, 0.0), compare=False)
 
     def to_dict(self) -> Dict[str, object]:
         return {"layer": self.layer, "recipe": self.recipe, "output_snr_db": self.output_snr_db,
-                "agreement": self.agreement, "gain": self.gain, "kept": self.kept}
+                "alone_snr_db": self.alone_snr_db, "agreement": self.agreement,
+                "gain": self.gain, "kept": self.kept}
 
 
-Measure = Callable[[Recipes], Agreement]
+Measure = Callable[[LayerQuality, Recipes], Agreement]  # only that layer int8
 
 
-def model_wide(base: Recipes, user: Mapping[str, bool], first: Agreement, measure: Measure
-               ) -> Tuple[Recipes, Agreement, List[Choice]]:
-    """The best of the user's recipe (``first`` measured) and equalization or bias correction
-    of every Conv added to it (those the user did not ask for)."""
-    best, best_got, tried = base, first, []
-    for name in ("equalize", "bias_correction"):
-        if user.get(name):
-            continue
-        recipes = replace(base, **{name: True})
-        got = measure(recipes)
-        tried.append(_choice("model", name, recipes, got, first))
-        if got.key() > best_got.key():
-            best, best_got = recipes, got
-    for choice in tried:
-        choice.kept = choice.recipes == best
-    return best, best_got, tried
-
-
-def per_layer(rows: Sequence[LayerQuality], base: Recipes, first: Agreement, measure: Measure,
+def per_layer(rows: Sequence[LayerQuality], base: Recipes, measure: Measure,
               ranges: Mapping[str, float], bias_done: bool, convs: Sequence[str],
               limit: int = RECIPE_LAYERS) -> Tuple[Recipes, List[Choice]]:
-    """Per-layer recipes on ``base`` (``first`` measured; module docstring): the recipes
-    kept and every recipe tried."""
+    """Per-layer recipes on ``base`` (module docstring): the recipes kept (``base`` joined
+    with each layer's) and every recipe tried."""
     tried: List[Choice] = []
-    best_of: List[Choice] = []
+    kept: List[Choice] = []
     for row in rows[:limit]:
         options = _layer_options(row, ranges, bias_done, convs)
-        got = [_choice(row.layer, name, base.joined(r), measure(base.joined(r)), first)
+        if not options:
+            continue
+        alone = measure(row, base)
+        got = [_choice(row.layer, name, r, measure(row, base.joined(r)), alone)
                for name, r in options]
         tried += got
-        gaining = [c for c in got if c.gain > 0]
-        if gaining:
-            best_of.append(max(gaining, key=lambda c: c.gain))
-    if not best_of:
-        return base, tried
-    single = max(best_of, key=lambda c: c.key)
-    chosen, chosen_key = [single], single.key
-    if len(best_of) > 1:
-        together = measure(_joined(base, best_of))
-        if together.key() > single.key:
-            chosen, chosen_key = best_of, together.key()
-    if chosen_key <= first.key():
-        return base, tried
-    for c in chosen:
-        c.kept = True
-    return _joined(base, chosen), tried
+        best = max(got, key=lambda c: c.gain)
+        if best.gain >= MIN_SHARE * noise(alone.snr_db) and best.gain > 0:
+            best.kept = True
+            kept.append(best)
+    return _joined(base, kept), tried
 
 
 def _joined(base: Recipes, choices: Sequence[Choice]) -> Recipes:
@@ -151,9 +131,10 @@ def _joined(base: Recipes, choices: Sequence[Choice]) -> Recipes:
     return out
 
 
-def _choice(layer: str, name: str, recipes: Recipes, got: Agreement, base: Agreement) -> Choice:
+def _choice(layer: str, name: str, recipes: Recipes, got: Agreement, alone: Agreement
+            ) -> Choice:
     return Choice(layer, name, recipes, got.snr_db, got.value,
-                  noise(base.snr_db) - noise(got.snr_db), key=got.key())
+                  noise(alone.snr_db) - noise(got.snr_db), alone.snr_db)
 
 
 def _layer_options(row: LayerQuality, ranges: Mapping[str, float], bias_done: bool,
@@ -172,11 +153,11 @@ def mse_ranges(float_model: Path, feeds: Sequence[Mapping[str, np.ndarray]],
     """Per float tensor, the absmax whose symmetric int8 quantize-dequantize error on its
     values (over the first ``samples`` feeds) is least, where that is below the observed
     absmax (a tensor whose best clip is its whole range is left out)."""
-    values = _tensor_values(float_model, feeds[:samples], tensors)
+    tops, values = _tensor_values(float_model, feeds[:samples], tensors)
     out = {}
     for name, v in values.items():
-        top = float(np.abs(v).max()) if v.size else 0.0
-        if top <= 0.0:
+        top = tops[name]
+        if top <= 0.0 or not v.size:
             continue
         errors = [_qdq_error(v, top * c) for c in CLIPS]
         best = int(np.argmin(errors))
@@ -191,9 +172,10 @@ def _qdq_error(values: np.ndarray, absmax: float) -> float:
 
 
 def _tensor_values(float_model: Path, feeds: Sequence[Mapping[str, np.ndarray]],
-                   tensors: Sequence[str]) -> Dict[str, np.ndarray]:
-    """A fixed subsample of each tensor's values on each feed, by onnxruntime (one run a
-    feed); the sample's largest magnitude is always kept, so absmax is the observed one."""
+                   tensors: Sequence[str]) -> "Tuple[Dict[str, float], Dict[str, np.ndarray]]":
+    """Per tensor, its absmax over the feeds and a uniform subsample of its values (at most
+    ``RANGE_VALUES`` a feed: an unbiased sample of the error each clip makes), by onnxruntime,
+    one run a feed."""
     import onnx
     import onnxruntime as ort
     from onnx import helper
@@ -205,16 +187,20 @@ def _tensor_values(float_model: Path, feeds: Sequence[Mapping[str, np.ndarray]],
     options.log_severity_level = 3
     session = ort.InferenceSession(proto.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
-    names = [t for t in tensors]
+    names = list(dict.fromkeys(tensors))
     rng = np.random.default_rng(0)
+    tops = {t: 0.0 for t in names}
     kept: Dict[str, List[np.ndarray]] = {t: [] for t in names}
     for feed in feeds:
         for name, value in zip(names, session.run(names, dict(feed))):
             flat = np.asarray(value, np.float64).reshape(-1)
-            pick = rng.choice(flat.size, min(flat.size, RANGE_VALUES), replace=False)
-            kept[name] += [flat[pick], flat[[int(np.abs(flat).argmax())]]]
-    return {t: np.concatenate(v) if v else np.zeros(0) for t, v in kept.items()}
+            if not flat.size:
+                continue
+            tops[name] = max(tops[name], float(np.abs(flat).max()))
+            kept[name].append(flat[rng.choice(flat.size, min(flat.size, RANGE_VALUES),
+                                              replace=False)])
+    return tops, {t: np.concatenate(v) if v else np.zeros(0) for t, v in kept.items()}
 
 
-__all__: List[str] = ["Choice", "Recipes", "model_wide", "mse_ranges", "per_layer",
+__all__: List[str] = ["Choice", "MIN_SHARE", "Recipes", "mse_ranges", "per_layer",
                       "RECIPE_LAYERS"]

@@ -138,29 +138,29 @@ def _recipes(result: KeepFp16Result, trial: Trial, named: Path, choose: List[Dic
     """The recipes phase (``tune/layer_recipes.py``): sets ``result.recipes`` and
     ``result.recipe_trials``; returns the choice and held-out Agreements and the stages of
     the all-int8 model with them (``measured``: those of the user's recipe alone)."""
-    base = measured[0]
+    nodes = _node_names(named)
 
-    def on_choice(recipes: Recipes) -> Agreement:
-        return trial.run(result.kept, judge=False, recipes=recipes)[0]
-    wide, first, tried = layer_recipes.model_wide(Recipes(), user, base, on_choice)
-    rows = [r for r in _ranked(result.analysis, result.kept, {})]
-    equalized = bool(user.get("equalize") or wide.equalize)  # its tensors are not the float's
-    ranges = {} if equalized else layer_recipes.mse_ranges(named, choose,
-                                                            [r.tensor for r in rows])
-    bias_done = bool(user.get("bias_correction") or wide.bias_correction)
-    convs = _conv_nodes(named)
-    chosen, per_layer = layer_recipes.per_layer(rows, wide, first, on_choice, ranges,
-                                                bias_done, convs)
-    result.recipes, result.recipe_trials = chosen, tried + per_layer
+    def alone(row: LayerQuality, recipes: Recipes) -> Agreement:
+        others = [n for n in nodes if n not in row.op_nodes]
+        return trial.run(others, judge=False, recipes=recipes)[0]
+    rows = _ranked(result.analysis, result.kept, {})
+    # an equalized model's tensors are not the float model's: no range is chosen on them
+    ranges = {} if user.get("equalize") else layer_recipes.mse_ranges(
+        named, choose, [r.tensor for r in rows[:layer_recipes.RECIPE_LAYERS]])
+    convs = [n for n, op in nodes.items() if op == "Conv"]
+    chosen, result.recipe_trials = layer_recipes.per_layer(
+        rows, Recipes(), alone, ranges, bool(user.get("bias_correction")), convs)
+    result.recipes = chosen
     if chosen == Recipes():
         return measured
     got, held, stages, _ = trial.run(result.kept, recipes=chosen)
     return got, held, stages
 
 
-def _conv_nodes(named: Path) -> List[str]:
+def _node_names(named: Path) -> Dict[str, str]:
+    """The named float model's nodes: name -> op type, in graph order."""
     import onnx
-    return [n.name for n in onnx.load(str(named)).graph.node if n.op_type == "Conv"]
+    return {n.name: n.op_type for n in onnx.load(str(named)).graph.node}
 
 
 def _point(k: int, kept: Sequence[str], got: Agreement, held: Agreement,
