@@ -135,7 +135,7 @@ def _with_ranges(options: Dict[str, Any], ranges: Optional[Mapping[str, float]]
     (the scale stays absmax / 127: Marvell's per-tensor symmetric int8)."""
     if ranges:
         options["extra_options"]["TensorQuantOverrides"] = {
-            name: [{"rmin": -float(absmax), "rmax": float(absmax)}]
+            name: [{"rmin": np.array(-absmax, np.float32), "rmax": np.array(absmax, np.float32)}]
             for name, absmax in sorted(ranges.items())}
     return options
 

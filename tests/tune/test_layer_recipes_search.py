@@ -18,6 +18,7 @@ from onnx import helper
 
 import mrvl_convert
 from mrvl_convert.cli.convert import main
+from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.tune.layer_recipes import CLIPS, _qdq_error, mse_ranges
 from support.int8 import float_model
@@ -172,3 +173,24 @@ def test_mse_range_clips_a_heavy_tail_and_leaves_a_uniform_tensor(tmp_path):
     top = float(np.abs(a).max())
     errors = {c: _qdq_error(a.astype(np.float64), top * c) for c in CLIPS}
     assert ranges["a"] == pytest.approx(top * min(errors, key=errors.get), rel=0.35)
+
+
+def test_an_activation_range_sets_that_tensors_int8_scale(trained):
+    """quantize_int8's activation_ranges: the tensor named (relu3's output) gets scale
+    absmax / 127, and so does the Relu's input (``quantize/relu_ranges.py``: they share it);
+    the others keep the calibrated one."""
+    src, calibration, _, tmp = trained
+    plain = quantize_int8(src, tmp / "r0.onnx", calibration)
+    ranged = quantize_int8(src, tmp / "r1.onnx", calibration, activation_ranges={"r3": 0.5})
+    a, b = scales(plain), scales(ranged)
+    assert b["r3"] == b["c3"] == pytest.approx(0.5 / 127, rel=1e-6) != a["r3"]
+    assert {k: v for k, v in a.items() if k not in ("r3", "c3")} == \
+        {k: v for k, v in b.items() if k not in ("r3", "c3")}
+
+
+def scales(qdq: Path) -> dict:
+    """Per quantized tensor of a QDQ model, its scale."""
+    model = onnx.load(str(qdq))
+    inits = {i.name: onnx.numpy_helper.to_array(i) for i in model.graph.initializer}
+    return {n.input[0]: float(inits[n.input[1]]) for n in model.graph.node
+            if n.op_type == "QuantizeLinear" and n.input[1] in inits}
