@@ -152,6 +152,8 @@ def main(argv: Optional[List[str]] = None) -> None:
             results.append(measure(MODELS[name], args.calibrate, args.test, args.rounds,
                                    args.hand, Path(tmp), args.only_auto, args.target,
                                    args.auto_bias_correction))
+            if args.json:  # as each model is done: a long run keeps what it measured
+                Path(args.json).write_text(json.dumps(_jsonable(results), indent=1) + "\n")
     print(f"\n{args.calibrate} calibration samples, {args.test} test samples "
           f"(onnxruntime {ort.__version__})\n")
     print(tables(results))
