@@ -6,7 +6,10 @@ per multiply-accumulate kept in fp16, a prefix of that ranking by bisection
 Every trial quantizes the named float model with the user's recipe plus the recipes chosen so
 far, converts and measures against the fp32 outputs computed once per sample
 (``tune/agreement.py``); the calibration ranges are computed once (one float run per choice
-sample) and reused by every trial that does not change the float model's activations.
+sample) and reused by every trial that does not change the float model's activations. The
+many trials that only rank (a layer's sensitivity, a recipe's gain: output SNR, a continuous
+figure) are measured on the first ``PROBE_SAMPLES`` choice samples; the prefixes the bisection
+tries, which decide, on all of them.
 
 - requires: a ``KeepFp16Result`` with a target, the named float model, its calibration samples;
 - ensures: the result's kept nodes, recipes and figures are those of the model written to
@@ -37,6 +40,10 @@ from mrvl_convert.verify.quant_analysis import (KEEPABLE_LAYERS, QuantAnalysis,
                                                 analyze_quantization)
 from mrvl_convert.verify.quant_report import LayerQuality
 
+# Choice samples the sensitivity and recipe trials (many, ranking only) are measured on; the
+# prefixes the bisection tries (few, deciding) are measured on every choice sample.
+PROBE_SAMPLES = 32
+
 
 @dataclass
 class Trial:
@@ -57,14 +64,21 @@ class Trial:
             recipes: Recipes = Recipes()) -> tuple:
         """(choice Agreement, held-out Agreement or None, stages, artifact) of ``kept`` in
         float, quantized with ``recipes`` on top of the user's; ``judge=False``: the choice
-        samples only (a sensitivity or recipe trial)."""
+        samples only, the first ``PROBE_SAMPLES`` of them (a sensitivity or recipe trial)."""
         self.quantize(exclude=list(kept), **recipes.kwargs(self.tmp))
         artifact = self.tmp / f"trial{self.count}"
         self.count += 1
         convert_with(self.out, artifact, self.options)
+        if not judge:
+            return self.probe(artifact), None, {}, artifact
         chosen = measure(artifact, self.choose, self.references[0])
-        held = measure(artifact, self.judge, self.references[1]) if judge else None
+        held = measure(artifact, self.judge, self.references[1])
         return chosen, held, stage_counts(artifact), artifact
+
+    def probe(self, artifact: Path) -> Agreement:
+        """The artifact on the first ``PROBE_SAMPLES`` choice feeds: what sensitivity and
+        recipe trials are measured on, all against the same feeds."""
+        return measure(artifact, self.choose[:PROBE_SAMPLES], self.references[0])
 
 
 def search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.ndarray],
@@ -88,6 +102,7 @@ def search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.nda
     macs = _node_macs(named, choose[0])
     total = sum(macs.values())
     base, held, stages, artifact = trial.run(result.kept)
+    probe = trial.probe(artifact)
     _need_top1(base)
     result.agreement_before, result.held_out_before = base.value, held.value
     result.samples, result.held_out_samples = _samples(choose), _samples(judge)
@@ -98,8 +113,8 @@ def search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.nda
     start = _point(0, result.kept, base, held, macs, total, result.min_agreement)
     stages_of = {0: stages}
     if not start.reaches and max_rounds > 0 and recipes_first:
-        base, held, stages_of[0] = _recipes(result, trial, named, choose,
-                                            (base, held, stages), user)
+        base, held, stages_of[0], probe = _recipes(result, trial, named, choose,
+                                                   (base, held, stages, probe), user)
         start = _point(0, result.kept, base, held, macs, total, result.min_agreement)
         start.recipes = sum(c.kept for c in result.recipe_trials)
     recipes = result.recipes
@@ -107,7 +122,7 @@ def search(result: KeepFp16Result, named: Path, calibration: Mapping[str, np.nda
         ranked: List[Ranked] = []
     else:
         ranked = rank([Ranked(r, _layer_macs(r, macs))
-                       for r in _ranked(result.analysis, result.kept, macs)], base,
+                       for r in _ranked(result.analysis, result.kept, macs)], probe,
                       lambda row: trial.run(result.kept + row.op_nodes, judge=False,
                                             recipes=recipes)[0])
     result.ranking = ranked
@@ -137,7 +152,8 @@ def _recipes(result: KeepFp16Result, trial: Trial, named: Path, choose: List[Dic
              measured: tuple, user: Mapping[str, bool]) -> tuple:
     """The recipes phase (``tune/layer_recipes.py``): sets ``result.recipes`` and
     ``result.recipe_trials``; returns the choice and held-out Agreements and the stages of
-    the all-int8 model with them (``measured``: those of the user's recipe alone)."""
+    the all-int8 model with them, and its probe figures (``measured``: those of the user's
+    recipe alone)."""
     nodes = _node_names(named)
 
     def alone(row: LayerQuality, recipes: Recipes) -> Agreement:
@@ -153,8 +169,8 @@ def _recipes(result: KeepFp16Result, trial: Trial, named: Path, choose: List[Dic
     result.recipes = chosen
     if chosen == Recipes():
         return measured
-    got, held, stages, _ = trial.run(result.kept, recipes=chosen)
-    return got, held, stages
+    got, held, stages, artifact = trial.run(result.kept, recipes=chosen)
+    return got, held, stages, trial.probe(artifact)
 
 
 def _node_names(named: Path) -> Dict[str, str]:
