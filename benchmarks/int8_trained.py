@@ -123,7 +123,8 @@ def measure(model: Model, calibrate: int, test_count: int, rounds: int, hand: bo
 def _say(model: Model, row: Dict[str, object]) -> None:
     task = (f"task accuracy {row['task_accuracy']:.3f}, on the sure ones "
             f"{_f(row['confident_agreement'])}  " if "task_accuracy" in row else "")
-    print(f"{model.name:12s} {row['recipe']:26s} agreement {row['agreement']:.3f}  {task}"
+    print(f"{model.name:12s} {row['recipe']:26s} agreement {row['agreement']:.3f} (held out "
+          f"{row['held_out']:.3f})  {task}"
           f"{row['mrvl']} Mrvl / {row['cpu']} CPU  Mrvl MAC share {row['mrvl_mac_share']}  "
           f"({row['seconds']} s)", flush=True)
 
