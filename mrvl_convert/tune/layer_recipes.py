@@ -177,17 +177,9 @@ def _tensor_values(float_model: Path, feeds: Sequence[Mapping[str, np.ndarray]],
     ``RANGE_VALUES`` a feed: an unbiased sample of the error each clip makes), by onnxruntime,
     one run a feed."""
     import onnx
-    import onnxruntime as ort
-    from onnx import helper
-    proto = onnx.load(str(float_model))
-    known = {o.name for o in proto.graph.output}
-    proto.graph.output.extend(helper.make_tensor_value_info(t, onnx.TensorProto.FLOAT, None)
-                              for t in tensors if t not in known)
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(proto.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    from mrvl_convert.quantize.bias_correct import probe_session
     names = list(dict.fromkeys(tensors))
+    session = probe_session(onnx.load(str(float_model)), names)
     rng = np.random.default_rng(0)
     tops = {t: 0.0 for t in names}
     kept: Dict[str, List[np.ndarray]] = {t: [] for t in names}

@@ -22,6 +22,7 @@ from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.tune.layer_recipes import CLIPS, _qdq_error, mse_ranges
 from support.int8 import float_model
+from support.trained import template_images
 
 CLASSES = 3
 TARGET = 0.95
@@ -30,13 +31,7 @@ LEVELS = 8
 
 
 def images(count: int, seed: int) -> "tuple[np.ndarray, np.ndarray]":
-    """Each class a fixed 3x8x8 template, scaled and noised: separable, labels known."""
-    templates = np.random.default_rng(100).standard_normal((CLASSES, 3, 8, 8))
-    rng = np.random.default_rng(seed)
-    labels = rng.integers(0, CLASSES, count)
-    x = templates[labels] * rng.uniform(0.7, 1.3, (count, 1, 1, 1)) \
-        + 0.3 * rng.standard_normal((count, 3, 8, 8))
-    return x.astype(np.float32), labels
+    return template_images(count, seed, CLASSES)
 
 
 def conv(a: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:
