@@ -104,6 +104,9 @@ def keep_fp16_per_model(models: List[Path], args: argparse.Namespace, options: C
         kept, auto, rows = _keep_fp16(model, args, replace(options, shapes=shapes or None))
         chosen[str(model)] = replace(options.quantize, keep_fp16=kept, keep_fp16_auto=auto,
                                      rows=rows)
+        if auto is not None:  # the recipes the search measured its model with
+            from mrvl_convert.tune.keep_result import with_recipes
+            chosen[str(model)] = with_recipes(chosen[str(model)], auto["recipes"])
     return chosen
 
 

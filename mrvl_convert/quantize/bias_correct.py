@@ -23,11 +23,10 @@ import onnx
 from onnx import helper, numpy_helper
 
 
-def conv_input_means(model: onnx.ModelProto, feeds: Iterable[Mapping[str, np.ndarray]]
-                     ) -> Dict[str, np.ndarray]:
-    """Per Conv input tensor, its mean per channel (axis 1) over every feed, by onnxruntime."""
+def probe_session(model: onnx.ModelProto, names: Iterable[str]) -> object:
+    """An onnxruntime session of a copy of the float ``model`` that also outputs the tensors
+    ``names`` (float32), so one run reads them all."""
     import onnxruntime as ort
-    names = sorted({n.input[0] for n in model.graph.node if n.op_type == "Conv"})
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     known = {o.name for o in probe.graph.output}
@@ -35,8 +34,15 @@ def conv_input_means(model: onnx.ModelProto, feeds: Iterable[Mapping[str, np.nda
                               for n in names if n not in known)
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    session = ort.InferenceSession(probe.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(probe.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"])
+
+
+def conv_input_means(model: onnx.ModelProto, feeds: Iterable[Mapping[str, np.ndarray]]
+                     ) -> Dict[str, np.ndarray]:
+    """Per Conv input tensor, its mean per channel (axis 1) over every feed, by onnxruntime."""
+    names = sorted({n.input[0] for n in model.graph.node if n.op_type == "Conv"})
+    session = probe_session(model, names)
     sums: Dict[str, np.ndarray] = {}
     counts: Dict[str, int] = {}
     for feed in feeds:
@@ -48,12 +54,17 @@ def conv_input_means(model: onnx.ModelProto, feeds: Iterable[Mapping[str, np.nda
 
 
 def correct_biases(model: onnx.ModelProto, qdq: onnx.ModelProto,
-                   means: Mapping[str, np.ndarray]) -> onnx.ModelProto:
-    """A copy of the float ``model`` with each Conv's bias moved by ``-delta`` (module
-    docstring), ``qdq`` being ``model`` quantized (Conv nodes keep their names)."""
+                   means: Mapping[str, np.ndarray],
+                   only: Optional[Iterable[str]] = None) -> onnx.ModelProto:
+    """A copy of the float ``model`` with each Conv's bias (of those ``only`` names, None:
+    every Conv's) moved by ``-delta`` (module docstring), ``qdq`` being ``model`` quantized
+    (Conv nodes keep their names)."""
     out = onnx.ModelProto()
     out.CopyFrom(model)
     quantized = _quantized_weights(qdq)
+    if only is not None:
+        named = set(only)
+        quantized = {k: v for k, v in quantized.items() if k in named}
     inits = {t.name: t for t in out.graph.initializer}
     for conv in out.graph.node:
         w_q = quantized.get(conv.name) if conv.op_type == "Conv" else None
@@ -120,4 +131,4 @@ def _quantized_weights(qdq: onnx.ModelProto) -> Dict[str, np.ndarray]:
     return weights
 
 
-__all__ = ["conv_input_means", "correct_biases"]
+__all__ = ["conv_input_means", "correct_biases", "probe_session"]

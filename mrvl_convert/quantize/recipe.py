@@ -55,7 +55,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                   report: Optional[Dict[str, Any]] = None, equalize: bool = False,
                   bias_correction: bool = False, rows: Optional[Sequence[int]] = None,
                   shapes: Optional[Mapping[str, Sequence[int]]] = None,
-                  ranges: Optional[PathLike] = None) -> Path:
+                  ranges: Optional[PathLike] = None, bias_nodes: Sequence[str] = (),
+                  activation_ranges: Optional[Mapping[str, float]] = None) -> Path:
     """Write ``model`` quantized to QDQ int8 (Marvell's recipe) to ``out``.
 
     ``calibration``: input name -> samples stacked on axis 0 (any number; they are fed in
@@ -76,7 +77,10 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     ``calibration_cache_path``, where it has one): a later call with the same file, model,
     samples, rows and method reads them instead of running the float model again (the
     ``--keep-fp16 auto`` trials differ only in the nodes excluded; a bias-corrected model is
-    always calibrated anew). Returns ``out``.
+    always calibrated anew). Per-layer recipes (``tune/layer_recipes.py``): ``bias_nodes``,
+    Conv nodes whose biases are corrected as ``bias_correction`` corrects all of them;
+    ``activation_ranges``: tensor -> the absmax its symmetric int8 scale is taken from instead
+    of the calibrated one (onnxruntime's ``TensorQuantOverrides``). Returns ``out``.
     """
     from onnxruntime.quantization import QuantFormat, QuantType
 
@@ -108,12 +112,14 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
                 quantize_static_shared_relu, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
                 activation_type=QuantType.QInt8,
                 nodes_to_exclude=list(dict.fromkeys([*exclude, *lone])),
-                calibrate_method=calibrate_method(method), **recipe())
+                calibrate_method=calibrate_method(method),
+                **_with_ranges(recipe(), activation_ranges))
             cached_ranges(quantize, ranges)(source, str(out), reader)
             if report is not None and lone:
                 report["lone_batchnorm"] = list(lone)
-            if bias_correction:
-                _bias_corrected(Path(source), out, calibration, quantize, rows)
+            if bias_correction or bias_nodes:
+                _bias_corrected(Path(source), out, calibration, quantize, rows,
+                                None if bias_correction else bias_nodes)
         if declared:
             onnx.save(pinned.restore(onnx.load(str(out)), declared), str(out))
     except (ValueError, RuntimeError, ConvertError) as exc:  # onnxruntime's refusals (and bugs)
@@ -123,17 +129,30 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     return out
 
 
+def _with_ranges(options: Dict[str, Any], ranges: Optional[Mapping[str, float]]
+                 ) -> Dict[str, Any]:
+    """The recipe's options with each tensor of ``ranges`` given the symmetric range +-absmax
+    (the scale stays absmax / 127: Marvell's per-tensor symmetric int8)."""
+    if ranges:
+        options["extra_options"]["TensorQuantOverrides"] = {
+            name: [{"rmin": np.array(-absmax, np.float32), "rmax": np.array(absmax, np.float32)}]
+            for name, absmax in sorted(ranges.items())}
+    return options
+
+
 def _bias_corrected(source: Path, out: Path, calibration: "Calibration",
-                    quantize: Any, rows: Optional[Sequence[int]] = None) -> None:
-    """``out`` quantized again from ``source`` with its Conv biases corrected for the int8
-    weights ``out`` has (``quantize/bias_correct.py``), on the calibration samples."""
+                    quantize: Any, rows: Optional[Sequence[int]] = None,
+                    only: Optional[Sequence[str]] = None) -> None:
+    """``out`` quantized again from ``source`` with its Conv biases (those ``only`` names,
+    None: all) corrected for the int8 weights ``out`` has (``quantize/bias_correct.py``), on
+    the calibration samples."""
     if not isinstance(calibration, (Mapping, str, os.PathLike)):
         raise OptionError("bias correction reads the calibration samples twice: give them as "
                           "arrays or files, not a CalibrationDataReader")
     float_model = onnx.load(str(source))
     reader = calibration_reader(float_model, calibration, str(source), rows)
     means = conv_input_means(float_model, iter(reader.get_next, None))
-    corrected = correct_biases(float_model, onnx.load(str(out)), means)
+    corrected = correct_biases(float_model, onnx.load(str(out)), means, only)
     with tempfile.TemporaryDirectory(prefix="mrvl_bias_") as folder:
         path = Path(folder) / source.name
         onnx.save(corrected, str(path))
@@ -181,6 +200,10 @@ class Quantization:
     # The calibration samples (rows) that calibrate; None: calibration_choice's. --keep-fp16
     # auto with a target sets its choice samples, so its held-out figure is the artifact's.
     rows: Optional[Tuple[int, ...]] = None
+    # Per-layer recipes --keep-fp16 auto chose (tune/layer_recipes.py): Conv nodes whose biases
+    # are corrected, and (tensor, absmax) activation ranges chosen by MSE.
+    bias_nodes: Tuple[str, ...] = ()
+    activation_ranges: Tuple[Tuple[str, float], ...] = ()
 
     def __post_init__(self) -> None:
         calibrate_method(self.method)
@@ -198,6 +221,9 @@ class Quantization:
             entry["equalize"] = True
         if self.bias_correction:
             entry["bias_correction"] = True
+        if self.bias_nodes or self.activation_ranges:
+            entry["layer_recipes"] = {"bias_correction": list(self.bias_nodes),
+                                      "activation_ranges": dict(self.activation_ranges)}
         if self.keep_fp16_auto is not None:
             entry["keep_fp16_auto"] = dict(self.keep_fp16_auto)
         return entry
@@ -222,7 +248,7 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
             source, default = Path(model), Path(model).stem
         name = safe_name(name or default or "model")
         source_sha = hashlib.sha256(source.read_bytes()).hexdigest()
-        if quantization.keep_fp16:  # the names are the converter's: a copy with every node named
+        if quantization.keep_fp16 or quantization.bias_nodes:  # the converter's names: a copy
             named_copy(source, Path(tmp) / "named.onnx", quantization.keep_fp16)
             source = Path(tmp) / "named.onnx"
         calibration: Dict[str, Any] = {}
@@ -232,7 +258,9 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
                                 quantization.keep_fp16, method=quantization.method,
                                 report=calibration, equalize=quantization.equalize,
                                 bias_correction=quantization.bias_correction,
-                                rows=quantization.rows, shapes=shapes)
+                                rows=quantization.rows, shapes=shapes,
+                                bias_nodes=quantization.bias_nodes,
+                                activation_ranges=dict(quantization.activation_ranges))
         data = out.read_bytes()
     entry = quantization.manifest_entry(f"{name}.int8.onnx", data, source_sha)
     if "lone_batchnorm" in calibration:  # kept in float by the recipe, not by the user

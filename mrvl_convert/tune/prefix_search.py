@@ -68,11 +68,12 @@ class Point:
     snr_db: Optional[float]
     reaches: bool
     key: Tuple[float, float] = field(default=(-1.0, 0.0), compare=False)
+    recipes: int = 0  # layers given a recipe of their own (tune/layer_recipes.py)
 
     def to_dict(self) -> Dict[str, object]:
         return {"prefix": self.prefix, "int8_mac_share": self.int8_mac_share,
                 "agreement": self.agreement, "held_out": self.held_out,
-                "snr_db": self.snr_db, "reaches": self.reaches}
+                "snr_db": self.snr_db, "reaches": self.reaches, "recipes": self.recipes}
 
 
 def noise(snr_db: Optional[float]) -> float:

@@ -13,7 +13,7 @@ pytestmark = pytest.mark.system
 
 
 def test_search_halves_come_from_their_own_sources():
-    trained = bench_module("int8_trained")
+    trained = bench_module("int8_trained_data")
     count = 20
     choice = np.zeros((count, 3, 2, 2), np.float32) + np.arange(count)[:, None, None, None]
     held = -choice - 1  # negative: a row from the held-out source, value -(i + 1)
@@ -29,7 +29,7 @@ def test_search_halves_come_from_their_own_sources():
 
 def test_turned_lines_turn_odd_rows_by_180():
     pytest.importorskip("PIL", reason="the benchmark resizes with Pillow: pip install .[bench]")
-    trained = bench_module("int8_trained")
+    trained = bench_module("int8_trained_data")
     line = np.tile(np.linspace(0, 255, 192, dtype=np.float32), (48, 1)).astype(np.uint8)
     out = trained._turned_lines([line, line])
     assert out.shape == (2, 3, 48, 192)

@@ -110,7 +110,8 @@ def test_the_target_keeps_the_worst_layer_first_and_is_judged_held_out(case):
     from scratch on the model written, which was calibrated on the other half only."""
     src, calibration, _, tmp = case
     result = quantize_keep_fp16(src, tmp / "keep.onnx", calibration, "auto",
-                                min_agreement=0.95, threshold_db=-100.0)
+                                min_agreement=0.95, threshold_db=-100.0,
+                                recipes=False)  # equalization would mend conv1 (no Relu)
     choose, judge = split_feeds(calibration)
     assert result.samples == len(choose) and result.held_out_samples == len(judge)
     assert len(choose) + len(judge) == len(calibration["x"])
@@ -145,21 +146,24 @@ def float_nodes(qdq: Path) -> List[str]:
 
 
 def test_the_choice_split_decides_and_the_held_out_one_only_judges(case, monkeypatch):
-    """The figures measured, in order: int8 (choice 0.5, held-out 0.9), the three layers'
+    """The figures measured, in order: int8 (choice 0.5, held-out 0.9, and on the probe
+    samples 0.5 at 10 dB, what the sensitivity is measured against), the three layers'
     sensitivity trials (choice only: output SNR 20, 30, 40 dB against 10), then the whole
     ranking (1.0, 1.0) and its first half, one layer (0.96, 0.6): it reaches the target where
     it chooses, so it is the model written, and its verdict the 0.6 measured held out."""
     src, calibration, _, tmp = case
-    measured = iter([(0.5, 10.0), (0.9, 10.0), (0.6, 20.0), (0.6, 30.0), (0.6, 40.0),
+    measured = iter([(0.5, 10.0), (0.9, 10.0), (0.5, 10.0), (0.6, 20.0), (0.6, 30.0),
+                     (0.6, 40.0),
                      (1.0, 50.0), (1.0, 50.0), (0.96, 35.0), (0.6, 35.0)])
 
     def fake(artifact, feeds, reference):
         value, snr = next(measured)
         return Agreement({"y": value}, len(feeds), snr)
 
-    monkeypatch.setattr("mrvl_convert.tune.keep_fp16.measure", fake)
+    monkeypatch.setattr("mrvl_convert.tune.target_search.measure", fake)
     result = quantize_keep_fp16(src, tmp / "drop.onnx", calibration, "auto",
-                                min_agreement=0.95, max_rounds=3, threshold_db=-100.0)
+                                min_agreement=0.95, max_rounds=3, threshold_db=-100.0,
+                                recipes=False)  # the figures above are the prefix search's
     assert [p.prefix for p in result.curve] == [3, 1]
     assert [(p.agreement, p.held_out) for p in result.curve] == [(1.0, 1.0), (0.96, 0.6)]
     assert len(result.rounds) == 1 and result.kept == result.rounds[0].nodes
