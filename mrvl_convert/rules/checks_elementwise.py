@@ -11,6 +11,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (activation_inputs, attr, const_value, is_const, present,
                                      producer, softmax_axis, static_shape)
 from mrvl_convert.core.macs import MAC_OPS
+from mrvl_convert.rules.int8_forms import QDQ_OPS as _QDQ, builtin_int8_op_types
 
 Details = Optional[Dict[str, Any]]
 
@@ -128,7 +129,17 @@ def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     dequantized int8 and leads to a kept layer (quantize_static quantizes the input of every
     layer it quantizes, so a float Conv, Gemm or MatMul reached without a QuantizeLinear is a
     kept one), or one that follows a kept layer or a DequantizeLinear into a QuantizeLinear.
-    The island's layers are fp16 already; this one joins them between its quant layers."""
+    The island's layers are fp16 already; this one joins them between its quant layers.
+
+    So does an op no int8 layer takes (``int8_forms.py``: a LayerNormalization, a Pow), and
+    one that reads from or feeds such an op with no QDQ pair between them (the ``x - mean`` of a
+    LayerNorm, a GELU's ``x / sqrt(2)`` before its Erf: ``frontend/float_pairs.py`` dropped the
+    pairs there): no int8 form can take it, so it runs as an fp16 layer between the region's
+    quant layers, and verify's reference rounds it where the artifact does
+    (``verify/kept_fp16.py``).
+    """
+    if _no_int8_form(node) or any(_no_int8_form(n) for n in _float_neighbours(node)):
+        return None
     for tensor in activation_inputs(node):
         if _dequantized(tensor) and not _leads_to_float_layer(node):
             return {"detail": f"its input {tensor.name} is dequantized int8"}
@@ -136,6 +147,15 @@ def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
         if consumer.op == "QuantizeLinear" and not _in_float_island(node):
             return {"detail": f"its output is quantized to int8 by {consumer.name}"}
     return None
+
+
+def _no_int8_form(node: gs.Node) -> bool:
+    return node.op not in _QDQ and node.op not in builtin_int8_op_types()
+
+
+def _float_neighbours(node: gs.Node) -> List[gs.Node]:
+    """The nodes ``node`` reads from or feeds directly (not through a QDQ node)."""
+    return [n for n in _producers(node) + _consumers(node) if n.op not in _QDQ]
 
 
 def _dequantized(tensor: gs.Tensor) -> bool:
