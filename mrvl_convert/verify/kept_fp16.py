@@ -37,6 +37,7 @@ from onnx import helper, numpy_helper
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.verify.fp16_chains import chains_as_written
 from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.value_tensors import never_rounded
 
@@ -203,6 +204,7 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
                 _cast_pair(graph, node.output[k], name)
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
+    chains_as_written(graph, members, _cast_pair)  # Rsqrt and Mul2D; GELU's five layers
 
 
 def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto],
