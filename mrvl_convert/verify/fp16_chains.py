@@ -8,6 +8,9 @@ model writes one formula.
   tanh approximation as five layers (``layers/gelu.py``): ``s = fp16(x * x)``, ``s = fp16(s *
   fp16(2 c k))``, ``s = fp16(s + fp16(2 k))``, ``g = fp16(sigmoid(x * s))``, ``y = x * g``
   (rounded as the group's result), ``k = sqrt(2/pi)``, ``c = 0.044715``.
+- ``mrvl.layer_norm`` (the opset-17 LayerNormalization op over the last axis): nine layers
+  (``layers/layer_norm.py``): ReduceMean, Sub, Mul2D(d, d), ReduceMean, Sum2D(+fp16(eps)),
+  Rsqrt, Mul2D(d, r), Mul2D(gamma) unless all ones, Sum2D(beta) unless absent or zeros.
 
 In an int8 model those layers sit between int8 layers: a reference that computed the formula
 in float32 would differ from the artifact by fp16 roundings and by the approximation, and each
@@ -32,11 +35,14 @@ _SUFFIX = "__as_written"
 
 
 def chains_as_written(graph: onnx.GraphProto, members: List[onnx.NodeProto],
-                      cast_pair: Callable[[onnx.GraphProto, str, str], str]) -> None:
+                      cast_pair: Callable[[onnx.GraphProto, str, str], str],
+                      opset: int = 17) -> None:
     """Rewrite ``members`` (one fp16 layer's nodes) as the chain the artifact computes, where
-    it is one of those in the module docstring."""
+    it is one of those in the module docstring (``opset``: the model's, for ReduceMean)."""
     ops = sorted(n.op_type for n in members)
-    if ops == ["Div", "Sqrt"]:
+    if ops == ["LayerNormalization"]:
+        _layer_norm(graph, members[0], cast_pair, opset)
+    elif ops == ["Div", "Sqrt"]:
         _rsqrt(graph, members, cast_pair)
     elif ops == ["Add", "Div", "Erf", "Mul", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul", "Mul"]:
         _gelu(graph, members, cast_pair)
@@ -78,4 +84,49 @@ def _gelu(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> N
              helper.make_node("Mul", [x, gate], [y], name=names[4] + "_gate")]
     for node in members:
         graph.node.remove(node)
+    graph.node.extend(steps)
+
+
+def _layer_norm(graph: onnx.GraphProto, node: onnx.NodeProto, cast_pair, opset: int) -> None:
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("axis", -1) != -1 or len(node.output) > 1 and any(node.output[1:]):
+        return
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer
+             if t.name in node.input[1:]}
+    base = node.name + _SUFFIX
+    eps = f"{base}_eps"
+    graph.initializer.append(numpy_helper.from_array(
+        np.array(np.float16(attrs.get("epsilon", 1e-5)), np.float32), eps))
+    steps: List[onnx.NodeProto] = []
+
+    def step(op: str, inputs: List[str], last: bool = False, rounded: bool = True) -> str:
+        name = f"{base}_{len(steps)}"
+        kwargs = {}
+        if op == "ReduceMean" and opset < 18:
+            kwargs = {"axes": [-1], "keepdims": 1}
+        elif op == "ReduceMean":
+            axes = f"{base}_axes"
+            if axes not in {t.name for t in graph.initializer}:
+                graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), axes))
+            inputs = inputs + [axes]
+        steps.append(helper.make_node(op, inputs, [node.output[0] if last else name],
+                                      name=name, **kwargs))
+        if last or not rounded:
+            return steps[-1].output[0]
+        return cast_pair(graph, name, name + "16")
+
+    gamma = node.input[1]
+    beta = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+    scaled = gamma in inits and not np.all(inits[gamma] == 1)
+    shifted = bool(beta) and not (beta in inits and not np.any(inits[beta]))
+    x = node.input[0]
+    d = step("Sub", [x, step("ReduceMean", [x])])
+    v = step("Add", [step("ReduceMean", [step("Mul", [d, d])]), eps])
+    r = step("Reciprocal", [step("Sqrt", [v], rounded=False)])  # Rsqrt: one rounding
+    n = step("Mul", [d, r], last=not (scaled or shifted))
+    if scaled:
+        n = step("Mul", [n, gamma], last=not shifted)
+    if shifted:
+        step("Add", [n, beta], last=True)
+    graph.node.remove(node)
     graph.node.extend(steps)

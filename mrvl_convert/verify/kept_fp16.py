@@ -204,7 +204,7 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
                 _cast_pair(graph, node.output[k], name)
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
-    chains_as_written(graph, members, _cast_pair)  # Rsqrt and Mul2D; GELU's five layers
+    chains_as_written(graph, members, _cast_pair, _opset(proto))  # Rsqrt, GELU, LayerNorm
 
 
 def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto],
@@ -227,6 +227,10 @@ def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto]
     inits[name] = graph.initializer[-1]
     div.op_type = "Mul"
     div.input[1] = name
+
+
+def _opset(proto: onnx.ModelProto) -> int:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
 
 
 def _leaves(graph: onnx.GraphProto, name: str, group: Iterable[str]) -> bool:
