@@ -12,8 +12,8 @@ piece was a region of its own, on CPU. Here:
   node whose readers (through pairs) are all float, or which reads a float node (through a
   pair) and either has no other activation input (a GELU's ``* 0.5``, a LayerNorm's ``+ beta``)
   or feeds no int8 MAC and no graph output (an elementwise piece between them: the ``x - mean``
-  of a LayerNorm, the ``1 + erf`` of a GELU); data movement (Reshape, Transpose...) never,
-  being exact in int8;
+  of a LayerNorm, the ``1 + erf`` of a GELU); an op whose int8 form is exact (Reshape,
+  Transpose, MaxPool, Relu...: ``EXACT_IN_INT8``) never;
 - a pair is dropped when the node it quantizes and every node reading it are float: the
   readers read the float tensor itself. Pairs at an int8 MAC's output or input, at the graph's
   inputs and outputs, stay, so every int8 MAC keeps its int8 input and output.
@@ -38,10 +38,11 @@ import onnx
 from mrvl_convert.core.macs import MAC_OPS
 from mrvl_convert.frontend.qdq_graph import QdqGraph, dequantized
 
-# Ops that move values without computing on them: exact in int8, so a pair before one costs
-# nothing, and they stay int8 layers (a float node's pairs end at them).
-MOVES = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Slice",
-                   "Identity", "Split", "Concat"})
+# Ops whose int8 form is exact (they move, select or clamp values, computing none): a pair
+# around one costs nothing, so they stay int8 layers and a float node's pairs end at them.
+EXACT_IN_INT8 = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Slice",
+                           "Identity", "Split", "Concat", "MaxPool", "Relu", "Clip", "Min",
+                           "Max"})
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
 
 
@@ -109,7 +110,7 @@ def _float_nodes(graph: QdqGraph, int8_ops: AbstractSet[str]) -> Set[int]:
     while changed:
         changed = False
         for node in compute:
-            if id(node) in floats or id(node) in macs or node.op_type in MOVES:
+            if id(node) in floats or id(node) in macs or node.op_type in EXACT_IN_INT8:
                 continue
             sources, readers = links[id(node)]
             ids = [id(r) if r is not None else None for r in readers]
