@@ -17,7 +17,7 @@ from mrvl_convert.frontend.float_pairs import drop_float_pairs
 from mrvl_convert.quantize.recipe import Quantization
 from mrvl_convert.rules.int8_forms import builtin_int8_op_types
 from mrvl_convert.verify.compare import compare
-from support.corpus_transformer import Tokens
+from support.corpus_transformer import token_blocks, token_feeds
 from support.foreign_qdq import foreign_quantized
 from support.onnxref import run_model as run_ort
 
@@ -25,17 +25,11 @@ TOKENS, CHANNELS = 8, 32
 
 
 def _block() -> onnx.ModelProto:
-    t = Tokens(3)
-    y = t.b.input("tokens", [1, TOKENS, CHANNELS])
-    for _ in range(2):
-        y = t.encoder(y, CHANNELS, 2)
-    return t.model(y, [1, TOKENS, CHANNELS], "block2")
+    return token_blocks(3, 2, TOKENS, CHANNELS)
 
 
 def _feeds(count: int, seed: int):
-    rng = np.random.default_rng(seed)
-    return [{"tokens": rng.standard_normal((1, TOKENS, CHANNELS)).astype(np.float32)}
-            for _ in range(count)]
+    return token_feeds(count, seed, TOKENS, CHANNELS)
 
 
 @pytest.fixture(scope="module")
