@@ -145,11 +145,16 @@ def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str
     not round an exact layer's result (``runtime/simulator.py``, ``graph_engine.py``), and a
     dequantizing ``quant`` layer's is ``q * scale`` in float32, no fp16 value. An exact layer
     with no source node (a layout_transform the layout pass put in front of a BatchMatmul) hands
-    on its own input's tensor as it is: the one behind it is looked up instead."""
+    on its own input's tensor as it is: the one behind it is looked up instead; so does a
+    layer of the same chain (a LayerNorm's nine, a GELU's five: only the last names its
+    source nodes)."""
     names: Set[str] = set()
     pending = list(step.inputs)
     while pending:
         producer = steps.get(pending.pop())  # None: a subgraph input, which goes in as fp16
+        if producer is not None and not producer.kernel.exact and not producer.spec.source_nodes:
+            pending.extend(producer.inputs)  # a partial result of the same chain (a LayerNorm's
+            continue                         # first layers read what the chain reads)
         if producer is None or not producer.kernel.exact:
             continue
         if producer.spec.source_nodes:
