@@ -37,6 +37,7 @@ from mrvl_convert.rules.batch_axis import batch_runs
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
+from mrvl_convert.rules.int8_forms import int8_op_types
 from mrvl_convert.rules.other_sets import layer_set_hints, set_verdicts
 
 StageFn = Callable[[str], None]
@@ -151,7 +152,8 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     foreign = requantized = None
     if quantized is None:  # our own recipe's QDQ is the device's int8 already
         loaded.proto, foreign, serialized = foreign_int8_section(
-            loaded.proto, options.foreign_int8, feeds_for and feeds_for(loaded.proto))
+            loaded.proto, options.foreign_int8, feeds_for and feeds_for(loaded.proto),
+            int8_op_types(rules))
         # verify's reference, as the int8 QDQ model of --quantize (foreign_kept.py)
         requantized = kept_model(foreign, loaded.proto, loaded.name, serialized)
     try:

@@ -18,7 +18,7 @@ samples) are used instead.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Union
+from typing import AbstractSet, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnx
@@ -141,14 +141,15 @@ def _run(model: Union[onnx.ModelProto, bytes], feeds: Sequence[Mapping[str, np.n
 
 
 def foreign_int8_section(model: onnx.ModelProto, mode: str,
-                         feeds: Optional[Sequence[Mapping[str, np.ndarray]]] = None):
+                         feeds: Optional[Sequence[Mapping[str, np.ndarray]]] = None,
+                         int8_ops: AbstractSet[str] = frozenset()):
     """``model`` brought into the device's int8 (``foreign_int8.bring_foreign_int8``) and
     report.json's ``foreign_int8`` section (what was done, its measured cost, and the line the
     CLI prints), or ``(model, None)`` when it has no foreign QDQ node; third, the rewritten
     model serialized when it was measured, else None (``foreign_kept.kept_model`` keeps those
-    bytes: a large model is not serialized twice)."""
+    bytes: a large model is not serialized twice). ``int8_ops``: as ``bring_foreign_int8``."""
     from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
-    rewritten, done = bring_foreign_int8(model, mode)
+    rewritten, done = bring_foreign_int8(model, mode, int8_ops)
     if done is None:
         return model, _operator_form(model, mode), None
     if not done.changed:
@@ -162,6 +163,9 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     cost = measure(model, serialized, feeds)
     counts = (f"{done.weights} weights, {done.activations} activations, "
               f"{done.biases} biases")
+    if done.float_pairs:
+        counts += (f", {done.float_pairs} activation QDQ pairs between ops of no int8 form "
+                   "dropped (those ops run in fp16 inside the int8 region)")
     if done.batchnorms:
         counts += f", {done.batchnorms} BatchNormalizations folded into their Conv"
     if done.dynamic:
@@ -186,6 +190,7 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     section = {"mode": mode, "kinds": list(done.kinds), "weights": done.weights,
                "activations": done.activations, "biases": done.biases,
                "batchnorms": done.batchnorms, "dynamic": done.dynamic,
+               "float_pairs": done.float_pairs,
                "left": list(done.left), "cost": cost, "line": line}
     if done.fp16_because:
         section["fp16_because"] = done.fp16_because

@@ -14,6 +14,9 @@ modes:
   covering the same float range: ``[lo, hi] = [(qmin - zp) s0, (qmax - zp) s0]`` becomes scale
   ``max(|lo|, |hi|) / 127``, zero point 0 (int8). An int32 bias whose scale is no longer its
   layer's ``input_scale x weight_scale`` is re-scaled to it from its dequantized value.
+- ``requantize`` then drops the activation pairs between ops no int8 layer takes (a LayerNorm's
+  or GELU's pieces, attention's Softmax: ``float_pairs.py``, its bound there), so they match
+  their float composites and run in fp16 inside the int8 region, as whole as the float twin.
 - ``requantize`` of a model none of whose MAC layers has an int8 form (MatMuls of two
   activations only) is run as ``fp16`` is, and the line says why (``_no_int8_macs``).
 - ``fp16``: every QDQ node goes (activation pairs removed, weights and biases replaced by the
@@ -41,7 +44,7 @@ Contract.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import AbstractSet, List, Optional, Tuple
 
 import numpy as np
 import onnx
@@ -50,6 +53,7 @@ from onnx import TensorProto, helper
 from mrvl_convert.core.macs import MAC_OPS
 from mrvl_convert.errors import OptionError
 from mrvl_convert.frontend.foreign_bn import FOLDED_WEIGHT, fold_batchnorms
+from mrvl_convert.frontend.float_pairs import drop_float_pairs, int8_mac, rank_of
 from mrvl_convert.frontend.foreign_dynamic import dynamic_matmuls, float_matmuls
 from mrvl_convert.frontend.qdq_graph import (EIGHT_BIT, QdqGraph, dequantized, drop_attr,
                                              given_range, known_range)
@@ -67,6 +71,7 @@ class ForeignInt8:
     biases: int = 0               # int32 biases re-scaled (or made float)
     batchnorms: int = 0           # BatchNormalizations folded into their Conv (requantize)
     dynamic: int = 0              # dynamic int8 MatMuls (MatMulInteger) made float MatMuls
+    float_pairs: int = 0          # activation QDQ pairs between ops of no int8 form dropped
     fp16_because: str = ""        # requantize asked, run in fp16 instead: why (no int8 MAC)
     kinds: List[str] = field(default_factory=list)   # "per-channel weights", "uint8 ..."
     left: List[str] = field(default_factory=list)    # foreign nodes it could not rewrite
@@ -83,10 +88,13 @@ def check_mode(mode: object) -> str:
     return str(mode)
 
 
-def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"
+def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize",
+                       int8_ops: AbstractSet[str] = frozenset()
                        ) -> Tuple[onnx.ModelProto, Optional[ForeignInt8]]:
     """``model`` with its foreign QDQ nodes rewritten as ``mode`` says (a copy), and what was
-    done; ``(model, None)`` unchanged when it has no foreign QDQ node."""
+    done; ``(model, None)`` unchanged when it has no foreign QDQ node. ``int8_ops``: the op
+    types the rule set has an int8 form of (``rules/int8_forms.py``); requantized, the pairs
+    between ops outside it are dropped (``float_pairs.py``; none when empty)."""
     check_mode(mode)
     graph = QdqGraph(model)
     kinds = graph.foreign_kinds()
@@ -107,6 +115,8 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize"
     else:
         _to_float(graph, done)
     graph.commit()
+    if int8_ops and mode == "requantize" and not done.fp16_because:
+        done.float_pairs = len(drop_float_pairs(out, int8_ops))
     return out, done
 
 
@@ -175,37 +185,18 @@ def _no_int8_macs(graph: QdqGraph) -> str:
     whole as its float twin."""
     macs = [n for n in graph.g.node if n.op_type in MAC_OPS and any(
         _dequantized_activation(graph, name) for name in n.input[:2])]
-    if not macs or any(_int8_form(graph, n) for n in macs):
+    if not macs or any(int8_mac(graph, n) for n in macs):
         return ""
     return (f"none of its {len(macs)} MatMuls has an int8 form (the int8 FC takes a 2-D "
             f"input or tokens times a constant weight; e.g. {macs[0].name!r} is "
-            f"{_rank(graph, macs[0].output[0])}-D of two activations), so requantized it would "
+            f"{rank_of(graph, macs[0].output[0])}-D of two activations), so requantized it would "
             "run its MACs in fp16 between int8 roundings")
-
-
-def _int8_form(graph: QdqGraph, node: onnx.NodeProto) -> bool:
-    """A MAC layer an int8 rule can take: not a MatMul, a 2-D one (or of unknown rank), or a
-    3-D one by a dequantized constant 2-D weight."""
-    rank = _rank(graph, node.output[0])
-    if node.op_type != "MatMul" or rank in (None, 2):
-        return True
-    source = graph.producer.get(node.input[1])
-    weight = (graph.const(source.input[0]) if source is not None
-              and source.op_type == "DequantizeLinear" else None)
-    return rank == 3 and weight is not None and weight.ndim == 2
 
 
 def _dequantized_activation(graph: QdqGraph, name: str) -> bool:
     source = graph.producer.get(name)
     return (source is not None and source.op_type == "DequantizeLinear"
             and graph.const(source.input[0]) is None)
-
-
-def _rank(graph: QdqGraph, name: str) -> Optional[int]:
-    info = graph.infos.get(name)
-    if info is None or not info.type.tensor_type.HasField("shape"):
-        return None
-    return len(info.type.tensor_type.shape.dim)
 
 
 def _record_ranges(graph: QdqGraph) -> None:
@@ -271,7 +262,9 @@ def _keep_clamp(graph: QdqGraph, quantize: onnx.NodeProto, given: Tuple[float, f
     symmetric range holds it and values beyond it are no longer clamped there (part of the
     measured cost)."""
     lo, hi = given
-    if lo != 0.0 or known_range(graph, quantize.input[0])[0] >= 0.0:
+    # an input known above -step/2 (1 + erf(x) with the quantizer's 1 a hair below 1) rounds
+    # to 0 at worst: the clamp changes nothing the grid keeps
+    if lo != 0.0 or known_range(graph, quantize.input[0])[0] >= -float(scale) / 2:
         return
     source, base = quantize.input[0], quantize.name
     names = [f"{base}_clamp_q", f"{base}_clamp_dq", f"{base}_clamp"]

@@ -193,7 +193,9 @@ _BOUNDED = {"Erf": (-1.0, 1.0), "Tanh": (-1.0, 1.0), "Sigmoid": (0.0, 1.0),
 def known_range(graph: QdqGraph, name: str, depth: int = 8) -> Tuple[float, float]:
     """Bounds the values of tensor ``name`` are known to keep in the given model (interval
     arithmetic over a few ops; (-inf, inf) where it cannot tell)."""
-    node = graph.producer.get(name)
+    node, value = graph.producer.get(name), graph.const(name)
+    if value is not None and value.dtype.kind == "f" and value.size:
+        return float(value.min()), float(value.max())
     if node is not None and node.op_type == "DequantizeLinear":
         source = graph.const(node.input[0])
         if source is not None and graph.params(node) is not None:
@@ -207,6 +209,9 @@ def known_range(graph: QdqGraph, name: str, depth: int = 8) -> Tuple[float, floa
         return _BOUNDED[node.op_type]
     if node.op_type == "Relu":
         return max(0.0, known_range(graph, node.input[0], depth - 1)[0]), np.inf
+    if node.op_type == "Pow" and len(node.input) == 2 and _even(
+            known_range(graph, node.input[1], depth - 1)):
+        return 0.0, np.inf  # a square (a LayerNorm's variance): never negative
     if node.op_type in ("Add", "Mul") and len(node.input) == 2:
         return _combine(node.op_type, *(known_range(graph, t, depth - 1) for t in node.input))
     if node.op_type in _RANGE_KEEPING:
@@ -214,6 +219,11 @@ def known_range(graph: QdqGraph, name: str, depth: int = 8) -> Tuple[float, floa
         spans = [known_range(graph, t, depth - 1) for t in data if t]
         return min(s[0] for s in spans), max(s[1] for s in spans)
     return -np.inf, np.inf
+
+
+def _even(span: Tuple[float, float]) -> bool:
+    """One value, an even integer."""
+    return span[0] == span[1] and float(span[0]).is_integer() and int(span[0]) % 2 == 0
 
 
 def _combine(op: str, a: Tuple[float, float], b: Tuple[float, float]) -> Tuple[float, float]:

@@ -11,6 +11,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (activation_inputs, attr, const_value, is_const, present,
                                      producer, softmax_axis, static_shape)
 from mrvl_convert.core.macs import MAC_OPS
+from mrvl_convert.rules.int8_forms import QDQ_OPS as _QDQ, builtin_int8_op_types
 
 Details = Optional[Dict[str, Any]]
 
@@ -134,7 +135,20 @@ def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     dequantized int8 and leads to a kept layer (quantize_static quantizes the input of every
     layer it quantizes, so a float Conv, Gemm or MatMul reached without a QuantizeLinear is a
     kept one), or one that follows a kept layer or a DequantizeLinear into a QuantizeLinear.
-    The island's layers are fp16 already; this one joins them between its quant layers."""
+    The island's layers are fp16 already; this one joins them between its quant layers.
+
+    So does an op no int8 layer takes (``int8_forms.py``: a LayerNormalization, a Pow, an Erf),
+    and every op of a float span holding one, ops joined with no QDQ pair between them (a
+    LayerNorm's ``x - mean`` and ``d * d``, a GELU's ``x / sqrt(2)`` before its Erf:
+    ``frontend/float_pairs.py`` dropped the pairs there): no int8 form can take the span, so it
+    runs as fp16 layers between the region's quant layers, and verify's reference rounds them
+    where the artifact does (``verify/kept_fp16.py``).
+    """
+    refused = _int8_neighbour(node)
+    return None if refused is None or _in_float_span(node) else refused
+
+
+def _int8_neighbour(node: gs.Node) -> Details:
     for tensor in activation_inputs(node):
         if _dequantized(tensor) and not _leads_to_float_layer(node):
             return {"detail": f"its input {tensor.name} is dequantized int8"}
@@ -142,6 +156,25 @@ def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
         if consumer.op == "QuantizeLinear" and not _in_float_island(node):
             return {"detail": f"its output is quantized to int8 by {consumer.name}"}
     return None
+
+
+def _no_int8_form(node: gs.Node) -> bool:
+    return node.op not in _QDQ and node.op not in builtin_int8_op_types()
+
+
+def _in_float_span(node: gs.Node) -> bool:
+    """``node`` or an op joined to it through float tensors (no QDQ node between, within
+    ``_ISLAND_DEPTH`` steps) has no int8 form."""
+    frontier, seen = [node], {id(node)}
+    for _ in range(_ISLAND_DEPTH):
+        if any(_no_int8_form(n) for n in frontier):
+            return True
+        frontier = [n for current in frontier for n in _producers(current) + _consumers(current)
+                    if n.op not in _QDQ and id(n) not in seen]
+        seen.update(id(n) for n in frontier)
+        if not frontier:
+            return False
+    return False
 
 
 def _dequantized(tensor: gs.Tensor) -> bool:

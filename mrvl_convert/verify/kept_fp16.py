@@ -37,6 +37,7 @@ from onnx import helper, numpy_helper
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.verify.fp16_chains import chains_as_written
 from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.value_tensors import never_rounded
 
@@ -144,11 +145,16 @@ def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str
     not round an exact layer's result (``runtime/simulator.py``, ``graph_engine.py``), and a
     dequantizing ``quant`` layer's is ``q * scale`` in float32, no fp16 value. An exact layer
     with no source node (a layout_transform the layout pass put in front of a BatchMatmul) hands
-    on its own input's tensor as it is: the one behind it is looked up instead."""
+    on its own input's tensor as it is: the one behind it is looked up instead; so does a
+    layer of the same chain (a LayerNorm's nine, a GELU's five: only the last names its
+    source nodes)."""
     names: Set[str] = set()
     pending = list(step.inputs)
     while pending:
         producer = steps.get(pending.pop())  # None: a subgraph input, which goes in as fp16
+        if producer is not None and not producer.kernel.exact and not producer.spec.source_nodes:
+            pending.extend(producer.inputs)  # a partial result of the same chain (a LayerNorm's
+            continue                         # first layers read what the chain reads)
         if producer is None or not producer.kernel.exact:
             continue
         if producer.spec.source_nodes:
@@ -203,6 +209,7 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
                 _cast_pair(graph, node.output[k], name)
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
+    chains_as_written(graph, members, _cast_pair, _opset(proto))  # Rsqrt, GELU, LayerNorm
 
 
 def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto],
@@ -225,6 +232,10 @@ def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto]
     inits[name] = graph.initializer[-1]
     div.op_type = "Mul"
     div.input[1] = name
+
+
+def _opset(proto: onnx.ModelProto) -> int:
+    return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
 
 
 def _leaves(graph: onnx.GraphProto, name: str, group: Iterable[str]) -> bool:

@@ -103,21 +103,32 @@ def _shape_cone(graph: onnx.GraphProto) -> Set[str]:
 
 
 def _from_sizes(graph: onnx.GraphProto) -> Set[str]:
-    """(c): Shape/Size outputs and what is computed from them and constants alone."""
+    """(c): Shape/Size outputs and what is computed from them and constants alone, but for the
+    rows a Gather takes of a float table at indices computed so (a position embedding: float
+    data the device holds in fp16, whatever its indices come from)."""
+    tables = {t.name for t in graph.initializer if t.data_type == _FLOAT}
     return _computed_from(graph, set(), lambda node: node.output
-                          if node.op_type in _SIZES else ())
+                          if node.op_type in _SIZES else (),
+                          lambda node: node.op_type in _GATHERS and node.input[0] in tables)
+
+
+_GATHERS = ("Gather", "GatherElements", "GatherND")
 
 
 def _computed_from(graph: onnx.GraphProto, seeds: Set[str],
-                   sources: Callable[[onnx.NodeProto], Iterable[str]]) -> Set[str]:
+                   sources: Callable[[onnx.NodeProto], Iterable[str]],
+                   data: Callable[[onnx.NodeProto], bool] = lambda node: False) -> Set[str]:
     """``seeds``, the outputs ``sources`` gives of each node, and what is computed from those
-    and constants alone (nodes taken in graph order, which onnx requires to be topological)."""
+    and constants alone (nodes taken in graph order, which onnx requires to be topological);
+    not the outputs of a node ``data`` says computes float data."""
     constant = {t.name for t in graph.initializer}
     found = set(seeds)
     for node in graph.node:
         inputs = [i for i in node.input if i]
         if node.op_type == "Constant":
             constant.update(node.output)
+        elif data(node):
+            continue
         elif inputs and any(i in found for i in inputs) and all(
                 i in found or i in constant for i in inputs):
             found.update(o for o in node.output if o)

@@ -51,15 +51,17 @@ def test_requantize_runs_the_blocks_token_fcs_in_int8(twin_and_qdq, tmp_path) ->
     """Its projections and FFN are MatMuls of [B, T, C] tokens by constant weights: requantized,
     the int8 FC on tokens takes them (main ran the block in fp16: "none of its 8 MatMuls has an
     int8 form"); only attention's two MatMuls of activations stay fp16. The LayerNorm and GELU
-    the quantizer left between QDQ pairs have no int8 form and go to the CPU (``--foreign-int8
-    fp16`` keeps the block whole, first test). verify against the requantized QDQ model the
-    artifact keeps is bit-equal."""
+    the quantizer left between QDQ pairs have no int8 form: their pairs are dropped
+    (``float_pairs.py``) and they run as fp16 layers inside the int8 region, as whole as the
+    float twin (1 Mrvl subgraph; the integration branch before it: 3). verify against the
+    requantized QDQ model the artifact keeps is bit-equal."""
     from mrvl_convert.verify.compare import compare
     _, qdq = twin_and_qdq
     got = mrvl_convert.convert(qdq, tmp_path / "qdq")
     section = got.report["foreign_int8"]
     assert section["mode"] == "requantize" and not section.get("fp16_because")
     assert got.report["precision"]["shares"]["int8"] > 0.9
+    assert got.summary["mrvl_subgraphs"] == 1, got.summary
     fcs = [e for e in got.placements
            if e.get("rule") == "mrvl.qnn_fc_tokens" and e["op_type"] == "MatMul"]
     assert len(fcs) == 6

@@ -144,6 +144,25 @@ class Tokens:
         return self.b.model([output], name=name, shapes={output: list(shape)})
 
 
+def token_blocks(seed: int = 0, blocks: int = 2, tokens: int = 8, channels: int = 32,
+                 heads: int = 2) -> onnx.ModelProto:
+    """``blocks`` pre-norm encoder blocks (decomposed LayerNorm, attention with Q, K, V and
+    output projections, Erf GELU MLP) on a float token input ``tokens`` [1, T, C]."""
+    t = Tokens(seed)
+    y = t.b.input("tokens", [1, tokens, channels])
+    for _ in range(blocks):
+        y = t.encoder(y, channels, heads)
+    return t.model(y, [1, tokens, channels], f"block{blocks}")
+
+
+def token_feeds(count: int, seed: int, tokens: int = 8, channels: int = 32
+                ) -> List[Dict[str, np.ndarray]]:
+    """``count`` seeded standard-normal feeds for ``token_blocks``."""
+    rng = np.random.default_rng(seed)
+    return [{"tokens": rng.standard_normal((1, tokens, channels)).astype(np.float32)}
+            for _ in range(count)]
+
+
 def vit_tiny(seed: int = 0, channels: int = 192, heads: int = 3, blocks: int = 4,
              pool: str = "token") -> onnx.ModelProto:
     """``pool``: "token", timm's class token (prepended, read back by the head) or "mean"."""

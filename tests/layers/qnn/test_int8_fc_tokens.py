@@ -16,26 +16,19 @@ import pytest
 import mrvl_convert
 from mrvl_convert.quantize.recipe import Quantization
 from mrvl_convert.verify.compare import compare
-from support.corpus_transformer import Tokens
+from support.corpus_transformer import token_blocks, token_feeds
 from support.foreign_qdq import foreign_quantized
 
 TOKENS, CHANNELS = 8, 32
 
 
 def two_layer_block(seed: int = 0):
-    """Two pre-norm encoder blocks (attention with Q, K, V and output projections, GELU MLP)
-    on a float token input [1, 8, 32]."""
-    t = Tokens(seed)
-    y = t.b.input("tokens", [1, TOKENS, CHANNELS])
-    for _ in range(2):
-        y = t.encoder(y, CHANNELS, 2)
-    return t.model(y, [1, TOKENS, CHANNELS], "block2")
+    """Two pre-norm encoder blocks on a float token input [1, 8, 32]."""
+    return token_blocks(seed, 2, TOKENS, CHANNELS)
 
 
 def _feeds(count: int, seed: int):
-    rng = np.random.default_rng(seed)
-    return [{"tokens": rng.standard_normal((1, TOKENS, CHANNELS)).astype(np.float32)}
-            for _ in range(count)]
+    return token_feeds(count, seed, TOKENS, CHANNELS)
 
 
 def _int8_fcs(art) -> list:

@@ -1,0 +1,132 @@
+"""Two fp16 layers' source nodes as the artifact computes them, for verify's rounded reference
+(``kept_fp16.py``): a composite lowered to a chain of layers, each rounded to fp16, where the
+model writes one formula.
+
+- ``mrvl.sqrt_div`` (a decomposed LayerNorm's ``d / sqrt(v)``): Rsqrt then Mul2D
+  (``layers/layer_norm.py``): ``fp16(d * fp16(1 / sqrt(v)))``, not ``fp16(d / sqrt(v))``.
+- ``mrvl.gelu_erf`` (``0.5 * x * (1 + erf(x / sqrt 2))``, its 0.5 inside the composite): the
+  tanh approximation as five layers (``layers/gelu.py``): ``s = fp16(x * x)``, ``s = fp16(s *
+  fp16(2 c k))``, ``s = fp16(s + fp16(2 k))``, ``g = fp16(sigmoid(x * s))``, ``y = x * g``
+  (rounded as the group's result), ``k = sqrt(2/pi)``, ``c = 0.044715``.
+- ``mrvl.layer_norm`` (the opset-17 LayerNormalization op over the last axis): nine layers
+  (``layers/layer_norm.py``): ReduceMean, Sub, Mul2D(d, d), ReduceMean, Sum2D(+fp16(eps)),
+  Rsqrt, Mul2D(d, r), Mul2D(gamma) unless all ones, Sum2D(beta) unless absent or zeros.
+
+In an int8 model those layers sit between int8 layers: a reference that computed the formula
+in float32 would differ from the artifact by fp16 roundings and by the approximation, and each
+such difference near a quantization boundary is an int8 step after it.
+
+Contract. Requires: a group's nodes with their inputs and result already rounded
+(``kept_fp16._round_group``). Ensures: the group's nodes replaced by the chain (their result's
+name kept); any other group unchanged.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, List
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+_K = math.sqrt(2.0 / math.pi)
+_C = 0.044715
+_SUFFIX = "__as_written"
+
+
+def chains_as_written(graph: onnx.GraphProto, members: List[onnx.NodeProto],
+                      cast_pair: Callable[[onnx.GraphProto, str, str], str],
+                      opset: int = 17) -> None:
+    """Rewrite ``members`` (one fp16 layer's nodes) as the chain the artifact computes, where
+    it is one of those in the module docstring (``opset``: the model's, for ReduceMean)."""
+    ops = sorted(n.op_type for n in members)
+    if ops == ["LayerNormalization"]:
+        _layer_norm(graph, members[0], cast_pair, opset)
+    elif ops == ["Div", "Sqrt"]:
+        _rsqrt(graph, members, cast_pair)
+    elif ops == ["Add", "Div", "Erf", "Mul", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul", "Mul"]:
+        _gelu(graph, members, cast_pair)
+
+
+def _rsqrt(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> None:
+    sqrt = next(n for n in members if n.op_type == "Sqrt")
+    div = next(n for n in members if n.op_type == "Div")
+    if div.input[1] != sqrt.output[0]:
+        return
+    recip = sqrt.name + _SUFFIX
+    graph.node.append(helper.make_node("Reciprocal", [sqrt.output[0]], [recip], name=recip))
+    div.op_type = "Mul"
+    div.input[1] = cast_pair(graph, recip, recip + "16")
+
+
+def _gelu(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> None:
+    inside = {o for n in members for o in n.output}
+    erf = next(n for n in members if n.op_type == "Erf")
+    scale = next((n for n in members if erf.input[0] in n.output), None)
+    last = [n for n in members if not any(n.output[0] in m.input for m in members)]
+    if scale is None or len(last) != 1 or scale.input[0] in inside:
+        return
+    x, y, base = scale.input[0], last[0].output[0], erf.name + _SUFFIX
+    consts = [f"{base}_cubic", f"{base}_linear"]
+    graph.initializer.extend(
+        numpy_helper.from_array(np.array(np.float16(v), np.float32), name)
+        for name, v in zip(consts, (2.0 * _C * _K, 2.0 * _K)))
+    names = [f"{base}_{k}" for k in range(5)]
+    square = cast_pair(graph, names[0], names[0] + "16")
+    scaled = cast_pair(graph, names[1], names[1] + "16")
+    summed = cast_pair(graph, names[2], names[2] + "16")
+    gate = cast_pair(graph, names[4], names[4] + "16")
+    steps = [helper.make_node("Mul", [x, x], [names[0]], name=names[0]),
+             helper.make_node("Mul", [square, consts[0]], [names[1]], name=names[1]),
+             helper.make_node("Add", [scaled, consts[1]], [names[2]], name=names[2]),
+             helper.make_node("Mul", [x, summed], [names[3]], name=names[3]),
+             helper.make_node("Sigmoid", [names[3]], [names[4]], name=names[4] + "_sigmoid"),
+             helper.make_node("Mul", [x, gate], [y], name=names[4] + "_gate")]
+    for node in members:
+        graph.node.remove(node)
+    graph.node.extend(steps)
+
+
+def _layer_norm(graph: onnx.GraphProto, node: onnx.NodeProto, cast_pair, opset: int) -> None:
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if attrs.get("axis", -1) != -1 or len(node.output) > 1 and any(node.output[1:]):
+        return
+    inits = {t.name: numpy_helper.to_array(t) for t in graph.initializer
+             if t.name in node.input[1:]}
+    base = node.name + _SUFFIX
+    eps = f"{base}_eps"
+    graph.initializer.append(numpy_helper.from_array(
+        np.array(np.float16(attrs.get("epsilon", 1e-5)), np.float32), eps))
+    steps: List[onnx.NodeProto] = []
+
+    def step(op: str, inputs: List[str], last: bool = False, rounded: bool = True) -> str:
+        name = f"{base}_{len(steps)}"
+        kwargs = {}
+        if op == "ReduceMean" and opset < 18:
+            kwargs = {"axes": [-1], "keepdims": 1}
+        elif op == "ReduceMean":
+            axes = f"{base}_axes"
+            if axes not in {t.name for t in graph.initializer}:
+                graph.initializer.append(numpy_helper.from_array(np.array([-1], np.int64), axes))
+            inputs = inputs + [axes]
+        steps.append(helper.make_node(op, inputs, [node.output[0] if last else name],
+                                      name=name, **kwargs))
+        if last or not rounded:
+            return steps[-1].output[0]
+        return cast_pair(graph, name, name + "16")
+
+    gamma = node.input[1]
+    beta = node.input[2] if len(node.input) > 2 and node.input[2] else ""
+    scaled = gamma in inits and not np.all(inits[gamma] == 1)
+    shifted = bool(beta) and not (beta in inits and not np.any(inits[beta]))
+    x = node.input[0]
+    d = step("Sub", [x, step("ReduceMean", [x])])
+    v = step("Add", [step("ReduceMean", [step("Mul", [d, d])]), eps])
+    r = step("Reciprocal", [step("Sqrt", [v], rounded=False)])  # Rsqrt: one rounding
+    n = step("Mul", [d, r], last=not (scaled or shifted))
+    if scaled:
+        n = step("Mul", [n, gamma], last=not shifted)
+    if shifted:
+        step("Add", [n, beta], last=True)
+    graph.node.remove(node)
+    graph.node.extend(steps)
