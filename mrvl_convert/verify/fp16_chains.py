@@ -11,6 +11,9 @@ model writes one formula.
 - ``mrvl.layer_norm`` (the opset-17 LayerNormalization op over the last axis): nine layers
   (``layers/layer_norm.py``): ReduceMean, Sub, Mul2D(d, d), ReduceMean, Sum2D(+fp16(eps)),
   Rsqrt, Mul2D(d, r), Mul2D(gamma) unless all ones, Sum2D(beta) unless absent or zeros.
+- ``mrvl.elu`` (no exponential layer): ten layers (``layers/_elu.py``): ``r = Relu(x)``, ``m =
+  x - r``, ``t = tanh(m * 0.5)``, ``d = -t + 1``, ``q = d ** -1``, ``y = r + (t q) fp16(2
+  alpha)``, each rounded.
 
 In an int8 model those layers sit between int8 layers: a reference that computed the formula
 in float32 would differ from the artifact by fp16 roundings and by the approximation, and each
@@ -44,6 +47,8 @@ def chains_as_written(graph: onnx.GraphProto, members: List[onnx.NodeProto],
         _layer_norm(graph, members[0], cast_pair, opset)
     elif ops == ["Div", "Sqrt"]:
         _rsqrt(graph, members, cast_pair)
+    elif ops == ["Elu"]:
+        _elu(graph, members[0], cast_pair)
     elif ops == ["Add", "Div", "Erf", "Mul", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul", "Mul"]:
         _gelu(graph, members, cast_pair)
 
@@ -128,5 +133,31 @@ def _layer_norm(graph: onnx.GraphProto, node: onnx.NodeProto, cast_pair, opset: 
         n = step("Mul", [n, gamma], last=not shifted)
     if shifted:
         step("Add", [n, beta], last=True)
+    graph.node.remove(node)
+    graph.node.extend(steps)
+
+
+def _elu(graph: onnx.GraphProto, node: onnx.NodeProto, cast_pair) -> None:
+    alpha = next((helper.get_attribute_value(a) for a in node.attribute if a.name == "alpha"),
+                 1.0)
+    base = node.name + _SUFFIX
+    consts = {"half": 0.5, "minus": -1.0, "one": 1.0, "power": -1.0,
+              "alpha2": float(np.float16(2.0 * np.float32(alpha)))}
+    graph.initializer.extend(numpy_helper.from_array(np.array(v, np.float32), f"{base}_{k}")
+                             for k, v in consts.items())
+    steps: List[onnx.NodeProto] = []
+
+    def step(op: str, inputs: List[str], last: bool = False) -> str:
+        name = f"{base}_{len(steps)}"
+        steps.append(helper.make_node(op, inputs, [node.output[0] if last else name], name=name))
+        return steps[-1].output[0] if last else cast_pair(graph, name, name + "16")
+
+    x = node.input[0]
+    r = step("Relu", [x])
+    t = step("Tanh", [step("Mul", [step("Sub", [x, r]), f"{base}_half"])])
+    d = step("Add", [step("Mul", [t, f"{base}_minus"]), f"{base}_one"])
+    q = step("Pow", [d, f"{base}_power"])
+    s = step("Mul", [step("Mul", [t, q]), f"{base}_alpha2"])
+    step("Add", [r, s], last=True)
     graph.node.remove(node)
     graph.node.extend(steps)
