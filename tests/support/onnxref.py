@@ -18,6 +18,28 @@ U = 2.0 ** -11
 ORT_OLD_CEIL_POOLING = tuple(int(v) for v in ort.__version__.split(".")[:2]) < (1, 21)
 
 
+def _runs_int8_conv_integer() -> bool:
+    """Whether this onnxruntime has a CPU ConvInteger kernel for int8 weights. onnxruntime
+    1.18 has only uint8 x uint8 (session creation: NOT_IMPLEMENTED), though its own
+    ``quantize_dynamic`` writes int8 weights by default; later versions run both."""
+    graph = helper.make_graph(
+        [helper.make_node("ConvInteger", ["x", "w"], ["y"])], "probe",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, [1, 1, 1, 1])],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, None)],
+        [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.int8), "w")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001 - NotImplemented from the pybind layer
+        return False
+    return True
+
+
+#: onnxruntime runs a ConvInteger with int8 weights (not 1.18: uint8 weights only there).
+ORT_CONV_INTEGER_INT8 = _runs_int8_conv_integer()
+
+
 def ceil_pool_quirks(sizes: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
                      pads: Sequence[int], dilations: Sequence[int], ceil_mode: bool) -> Set[str]:
     """Which ceil-mode cases this pool has: "late window" (ceil mode would add a window that

@@ -1,8 +1,9 @@
 """Strategies for onnxruntime's dynamic int8 forms (``quantize_dynamic``), hand-built: x ->
-DynamicQuantizeLinear -> MatMulInteger or ConvInteger (int8 weights) -> [the old form's bias
-in accumulator units: Div by the scales, Floor, Cast to int32, Add] -> Cast to float -> Mul by
-the input's times the weight's scale -> [Add of a float bias]. Widths reach accumulators far
-over fp16's 65504, which the fp16 floor must not round."""
+DynamicQuantizeLinear -> MatMulInteger or ConvInteger (int8 weights; a ConvInteger's uint8 at
+onnxruntime 1.18, which has no int8 kernel for it) -> [the old form's bias in accumulator
+units: Div by the scales, Floor, Cast to int32, Add] -> Cast to float -> Mul by the input's
+times the weight's scale -> [Add of a float bias]. Widths reach accumulators far over fp16's
+65504, which the fp16 floor must not round."""
 from __future__ import annotations
 
 from typing import List, Tuple
@@ -11,6 +12,8 @@ import numpy as np
 import onnx
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
+
+from support.onnxref import ORT_CONV_INTEGER_INT8
 
 
 @st.composite
@@ -21,11 +24,15 @@ def dynamic_int8_models(draw) -> Tuple[onnx.ModelProto, List[int], str]:
     outs = draw(st.integers(1, 8))
     rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
     shape = [1, width, 4, 4] if conv else [1, width]
-    weight = rng.integers(-127, 128, (outs, width, 3, 3) if conv else (width, outs))
-    inits = [numpy_helper.from_array(weight.astype(np.int8), "w"),
+    # onnxruntime 1.18 runs ConvInteger for uint8 weights only: there the conv's weights are
+    # uint8 about a zero point of 128 (quantize_dynamic's weight_type=QUInt8), as wide.
+    unsigned = conv and not ORT_CONV_INTEGER_INT8
+    wtype, wzero = (np.uint8, 128) if unsigned else (np.int8, 0)
+    weight = wzero + rng.integers(-127, 128, (outs, width, 3, 3) if conv else (width, outs))
+    inits = [numpy_helper.from_array(weight.astype(wtype), "w"),
              numpy_helper.from_array(np.array(draw(st.sampled_from([1e-3, 0.02])), np.float32),
                                      "w_scale"),
-             numpy_helper.from_array(np.array(0, np.int8), "w_zero")]
+             numpy_helper.from_array(np.array(wzero, wtype), "w_zero")]
     nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["xq", "x_scale", "x_zero"]),
              helper.make_node("Mul", ["x_scale", "w_scale"], ["scales"])]
     nodes.append(helper.make_node("ConvInteger", ["xq", "w", "x_zero", "w_zero"], ["acc"],
