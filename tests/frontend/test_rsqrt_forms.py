@@ -1,14 +1,23 @@
 """Norms' x / sqrt(v) and powers (frontend/rsqrt_forms.py): each rewrite on onnxruntime before
-and after, bit-equal where the module says exact, else within its stated 2**-22 relative bound;
-the forms mrvl.sqrt_div takes, and other powers, are left alone."""
+and after, bit-equal where the module says exact, else within its stated relative bound (2**-22,
+and for the Pows 2**-20 where onnxruntime's Sqrt is Eigen's fast psqrt);
+the forms mrvl.sqrt_div takes, and other powers, are left alone. The special values in which
+Pow(v, +-0.5) and its rewrite differ depend on onnxruntime's Sqrt kernel (the module's two lists:
+Eigen's fast psqrt, as in 1.18, or a correctly rounded one, as in 1.32); the test asks the
+installed onnxruntime which kernel it has and checks that list exactly."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from support.models import Builder, canonicalized, run_ort
+from mrvl_convert.frontend.rsqrt_forms import DIV_BOUND, POW_BOUND, POW_BOUND_ROUNDED
+from support.models import Builder, canonicalized, ort_sqrt_is_fast, run_ort
 
-BOUND = 2.0 ** -22
+
+# Indices of test_zeros_infinities_and_nans_differ_only_where_the_module_says's inputs
+# [+0, -0, +inf, -inf, -2, NaN, 1e-45, 4] at which the module says Pow(., +-0.5) and its rewrite
+# differ: -0 and -inf with a correctly rounded Sqrt; +inf, -inf and the subnormal with the fast one.
+POW_EXCEPTIONS = {False: [1, 3], True: [2, 3, 6]}
 
 
 def _scalar(b: Builder, value: float) -> str:
@@ -57,9 +66,16 @@ def test_each_rewrite_keeps_onnxruntime_result_within_its_bound(form, exact, bec
         return
     same = (got == want) | (np.isnan(got) & np.isnan(want))
     finite = np.isfinite(want) & (want != 0)
-    assert np.all(same | finite)  # zeros and infinities agree
+    # zeros and infinities agree, but for the module's stated exception: with onnxruntime's fast
+    # Sqrt (1.18) Pow(+inf, +-0.5) is inf or 0 where the rewrite gives NaN
+    stated = (x == np.inf) & form.startswith("pow_") & ort_sqrt_is_fast()
+    assert np.all(same | finite | stated)
     rel = np.abs(got[finite].astype(np.float64) - want[finite]) / np.abs(want[finite])
-    assert rel.max() <= BOUND
+    if form.startswith("pow_"):
+        bound = POW_BOUND if ort_sqrt_is_fast() else POW_BOUND_ROUNDED
+    else:
+        bound = DIV_BOUND
+    assert rel.max() <= bound
 
 
 def test_a_division_mrvl_sqrt_div_takes_stays_a_division():
@@ -102,8 +118,9 @@ def test_the_t5_norm_loses_its_division():
 
 @pytest.mark.parametrize("form", ["pow_half", "pow_neg_half", "div_one", "div_const"])
 def test_zeros_infinities_and_nans_differ_only_where_the_module_says(form):
-    """-0 and -inf under Pow(., +-0.5) are the stated exceptions; every other special value
-    (+0, +inf, a negative, NaN, a subnormal) comes out the same, sign of zero included."""
+    """-0 and -inf under Pow(., +-0.5) are the stated exceptions (+inf, -inf and a subnormal with
+    onnxruntime 1.18's fast Sqrt); every other special value (+0, +inf, a negative, NaN, a
+    subnormal) comes out the same, sign of zero included."""
     special = np.array([0.0, -0.0, np.inf, -np.inf, -2.0, np.nan, 1e-45, 4.0], np.float32)
     model = _model(form, shape=(1, 1, 8))
     _, proto = canonicalized(model)
@@ -111,5 +128,5 @@ def test_zeros_infinities_and_nans_differ_only_where_the_module_says(form):
     [got] = run_ort(proto, {"x": special.reshape(1, 1, 8)}, optimize=False).values()
     want, got = want.ravel(), got.ravel()
     same = (want.view(np.uint32) == got.view(np.uint32)) | (np.isnan(want) & np.isnan(got))
-    stated = {"pow_half": [1, 3], "pow_neg_half": [1, 3]}.get(form, [])
+    stated = POW_EXCEPTIONS[ort_sqrt_is_fast()] if form.startswith("pow_") else []
     assert sorted(np.flatnonzero(~same)) == stated

@@ -121,6 +121,17 @@ def run_ort(model: onnx.ModelProto, feeds: Dict[str, np.ndarray],
     return dict(zip(names, session.run(names, feeds)))
 
 
+def ort_sqrt_is_fast() -> bool:
+    """onnxruntime's Sqrt is Eigen's fast psqrt (x * rsqrt(x), one Newton step; 1.18), not
+    correctly rounded (frontend/rsqrt_forms.py): its sqrt(+inf) is NaN, where a correctly
+    rounded Sqrt (1.32) gives +inf."""
+    b = Builder(opset=13)
+    x = b.input("x", [1, 8])
+    [y] = run_ort(b.model([b.op("Sqrt", [x])]), {"x": np.full((1, 8), np.inf, np.float32)},
+                  optimize=False).values()
+    return bool(np.isnan(y).all())
+
+
 def mrvl_cpu_mrvl_model(seed: int = 0) -> onnx.ModelProto:
     """conv-relu-pool | Sin (no layer set maps it) | conv-relu-flatten-gemm."""
     rng = np.random.default_rng(seed)
