@@ -281,11 +281,41 @@ def _keep_clamp(graph: QdqGraph, quantize: onnx.NodeProto, given: Tuple[float, f
 
 def _requantize_weight(graph: QdqGraph, node: onnx.NodeProto, source: np.ndarray,
                        done: ForeignInt8) -> None:
-    """A weight's DequantizeLinear as per-tensor symmetric int8 of its dequantized value."""
-    weight = dequantized(graph, node, source)
+    """A weight's DequantizeLinear as per-tensor symmetric int8 of its dequantized value (a
+    scalar the given quantizer clamped, as the value it clamped: ``_unclamped``)."""
+    weight = _unclamped(graph, node, source)
     scale = _symmetric_scale(float(weight.min(initial=0.0)), float(weight.max(initial=0.0)))
     _set_params(graph, node, np.clip(np.rint(weight / scale), -127, 127).astype(np.int8), scale)
     done.weights += 1
+
+
+def _unclamped(graph: QdqGraph, node: onnx.NodeProto, source: np.ndarray) -> np.ndarray:
+    """A constant's dequantized value; a uint8 scalar on a symmetric grid of its own (zero point
+    128, ``q - zp`` within one step of the grid's half range 127.5) as the value that grid was
+    made for, ``+-127.5 s``.
+
+    Why: onnxruntime 1.18's ``quantize_static`` (uint8 activations) quantizes every initializer,
+    a scalar's too, on the symmetric uint8 grid ``s = 2 |v| / 255``, zp 128, on which ``v / s``
+    is exactly +-127.5 steps: rounded to 128 and clamped to 255 (or to 0 below), it reads half
+    a step short. A GELU's ``1 + erf`` and ``* 0.5`` became 0.99608 and 0.49804 (a LayerNorm's
+    epsilon 0.99608e-5): a rounding of the quantizer's, not the model's, and the GELU no longer
+    one (its matcher wants 1 and 0.5), so it stayed on CPU between two Mrvl subgraphs. Later
+    versions put a scalar on an asymmetric grid that holds it exactly (zp 0: unchanged here);
+    int8's symmetric grid is [-127, 127] (zp 0), which holds +-127 steps exactly (unchanged
+    too). Only a scalar is its grid's absolute maximum for sure: which of a tensor's edge
+    values was the clamped one is not known, so tensors are left as dequantized. The value
+    moves by half the given step, ``|v| / 255``: within the bound of the requantization
+    (``|v| / 254``, module docstring)."""
+    value = dequantized(graph, node, source)
+    scale, zero, dtype = graph.params(node)
+    if (dtype != np.dtype(np.uint8) or source.size != 1 or scale.size != 1
+            or zero.size != 1 or int(zero.reshape(-1)[0]) != 128):
+        return value
+    steps = int(source.reshape(-1)[0]) - 128
+    if abs(abs(steps) - 127.5) != 0.5:
+        return value
+    edge = np.float32(np.sign(steps) * 127.5 * np.float64(scale.reshape(-1)[0]))
+    return np.full(value.shape, edge, dtype=value.dtype)
 
 
 def _rescale_bias(graph: QdqGraph, node: onnx.NodeProto, source: np.ndarray,
