@@ -18,72 +18,24 @@ from it.
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import List
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, static_shape
+from mrvl_convert.core.graph import static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.sequence_ops import (kept_names, pad_list, reduced_axes, set_pads,
-                                                unsqueezed_axes)
+from mrvl_convert.frontend.pad_sinking import sink_pad
+from mrvl_convert.frontend.sequence_ops import kept_names, reduced_axes
 
 
 def sink_pads(graph: gs.Graph, pads: List[gs.Node], names: Names, done: Rewrites) -> None:
-    """Move each Pad after the Unsqueezes and Transposes that alone read it."""
+    """Move each Pad after the Unsqueezes and Transposes that alone read it
+    (``pad_sinking.sink_pad``)."""
     outputs = kept_names(graph)
     for pad in pads:
-        moved = False
-        while _sink_once(pad, outputs, names):
-            moved = True
-        if moved:
+        if sink_pad(pad, outputs, names):
             done.rewritten[pad.name] += "; moved after the Unsqueeze / Transpose reading it"
-
-
-def _sink_once(pad: gs.Node, outputs: set, names: Names) -> bool:
-    out = pad.outputs[0]
-    reader = out.outputs[0] if len(out.outputs) == 1 and out.name not in outputs else None
-    src = static_shape(pad.inputs[0])
-    if reader is None or src is None or reader.inputs[0] is not out:
-        return False
-    moved = _moved_pads(reader, pad_list(pad), len(src))
-    if moved is None:
-        return False
-    shape = _moved_shape(reader, src)
-    middle = gs.Variable(names.fresh(f"{reader.name}_unpadded"), dtype=out.dtype, shape=shape)
-    target = reader.outputs[0]
-    reader.inputs[0] = pad.inputs[0]
-    reader.outputs[0] = middle
-    pad.inputs[0] = middle
-    pad.outputs[0] = target
-    set_pads(pad, moved, names)
-    return True
-
-
-def _moved_pads(reader: gs.Node, pads: List[int], rank: int) -> Optional[List[int]]:
-    begin, end = pads[:rank], pads[rank:]
-    if reader.op == "Transpose":
-        perm = [int(p) for p in attr(reader, "perm", list(range(rank))[::-1])]
-        return [begin[p] for p in perm] + [end[p] for p in perm]
-    if reader.op == "Unsqueeze" and len(reader.inputs) <= 2:
-        axes = unsqueezed_axes(reader)
-        if axes is None:
-            return None
-        for axis in axes:
-            begin.insert(axis, 0)
-            end.insert(axis, 0)
-        return begin + end
-    return None
-
-
-def _moved_shape(reader: gs.Node, src: List[int]) -> List[int]:
-    if reader.op == "Transpose":
-        perm = [int(p) for p in attr(reader, "perm", list(range(len(src)))[::-1])]
-        return [src[p] for p in perm]
-    shape = list(src)
-    for axis in unsqueezed_axes(reader):
-        shape.insert(axis, 1)
-    return shape
 
 
 def means_as_pools(graph: gs.Graph, means: List[gs.Node], opset: int, names: Names,

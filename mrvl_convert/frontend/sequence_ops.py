@@ -21,6 +21,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (attr, const_value, is_const, outer_inputs, present,
                                      static_shape)
 from mrvl_convert.frontend.canonical_forms import Names
+from mrvl_convert.frontend.pad_sinking import set_pads
 from mrvl_convert.frontend.rank_ops import ELEMENTWISE
 
 _PLAIN = ELEMENTWISE | {"Cast", "Identity"}
@@ -238,14 +239,3 @@ def _pad(node: gs.Node, names: Names) -> None:
     pads = pad_list(node)
     half = len(pads) // 2
     set_pads(node, [0] + pads[:half] + [0] + pads[half:], names)
-
-
-def set_pads(node: gs.Node, lifted: List[int], names: Names) -> None:
-    """The Pad pads every axis by ``lifted`` (begins, then ends)."""
-    if "pads" in node.attrs:
-        node.attrs["pads"] = lifted
-        return
-    node.inputs[1] = gs.Constant(names.fresh(f"{node.name}_pads_seq"),
-                                 np.array(lifted, np.int64))
-    if present(node, 3) is not None:  # the pads now list every axis
-        node.inputs[3] = gs.Variable.empty()
