@@ -24,7 +24,7 @@ from mrvl_convert.batch.outcome import BatchResult, Outcome
 from mrvl_convert.batch.plan import BatchShapes, Job, PathLike, VerifyOptions, plan_jobs
 from mrvl_convert.batch.summary import prepare_out_dir, write_summary
 from mrvl_convert.batch.worker import (INTERRUPTED, StageFn, convert_one, failed, init_worker,
-                                       skipped)
+                                       inline_interrupts, skipped)
 from mrvl_convert.errors import OptionError
 from mrvl_convert.estimate.device import one_device
 from mrvl_convert.options import ConvertOptions, Estimate, Rules
@@ -171,13 +171,18 @@ def _mp_context() -> multiprocessing.context.BaseContext:
 
 def _run_inline(jobs: List[Job], outcomes: List[Optional[Outcome]], fail_fast: bool,
                 progress: Optional[ProgressFn], on_stage: Optional[StageFn] = None) -> None:
-    for index, job in enumerate(jobs):
-        if fail_fast and any(o is not None and not o.ok for o in outcomes):
-            outcomes[index] = skipped(job)
-            continue
-        outcome = convert_one(job, on_stage)
-        outcomes[index] = outcome
-        _report(progress, outcome)
+    with inline_interrupts() as raise_if_held:
+        for index, job in enumerate(jobs):
+            raise_if_held()
+            if fail_fast and any(o is not None and not o.ok for o in outcomes):
+                outcomes[index] = skipped(job)
+                continue
+            outcome = convert_one(job, on_stage)
+            if outcome.error == INTERRUPTED:
+                raise KeyboardInterrupt
+            outcomes[index] = outcome
+            _report(progress, outcome)
+        raise_if_held()
 
 
 def _run_on(executor: cf.Executor, jobs: List[Job], outcomes: List[Optional[Outcome]],

@@ -6,14 +6,16 @@ works unchanged on a Dask or Ray executor (``distributed.Client(...).get_executo
 """
 from __future__ import annotations
 
+import contextlib
 import signal
+import threading
 import time
 import traceback
 import warnings
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from mrvl_convert.batch.outcome import COUNT_KEYS, FAILED, OK, SKIPPED, VERIFY_FAILED, Outcome
 from mrvl_convert.batch.plan import Job, VerifyOptions
@@ -59,6 +61,29 @@ def init_worker(log_severity: Optional[int] = None) -> None:
     if log_severity is not None:  # verify runs onnxruntime here: its process-wide log level too
         import onnxruntime as ort
         ort.set_default_logger_severity(log_severity)
+
+
+@contextlib.contextmanager
+def inline_interrupts() -> Iterator[Callable[[], None]]:
+    """Models converted in this process (``jobs=1``): Ctrl-C is held from a model's publish
+    until its outcome is recorded, as a pool worker holds it. Yields ``raise_if_held()``, to be
+    called once the outcome is recorded: it raises the KeyboardInterrupt that was held.
+    Without it a Ctrl-C just after the rename left a directory without its summary row.
+    Only the main thread can own SIGINT; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield lambda: None
+        return
+    handler = _Interrupt()
+    previous = signal.signal(signal.SIGINT, handler)
+
+    def raise_if_held() -> None:
+        if handler.fired:
+            raise KeyboardInterrupt
+
+    try:
+        yield raise_if_held
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def interrupted() -> bool:

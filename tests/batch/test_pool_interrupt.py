@@ -50,3 +50,28 @@ def test_ctrl_c_keeps_the_rows_and_lines_of_finished_models(tmp_path: Path, jobs
     ok_lines = {line.split()[1] for line in stdout.splitlines() if line.startswith("ok ")}
     assert ok_lines == written
     assert not [p for p in out.iterdir() if ".tmp-" in p.name]
+
+
+def test_ctrl_c_just_after_a_publish_keeps_that_models_row_in_process(tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """jobs=1 converts in this process: a Ctrl-C that lands right after the first model's
+    directory took its place still gives that model its row (it was held until recorded),
+    and the next model is not started."""
+    from mrvl_convert.batch import pool
+    from mrvl_convert.emit import publish
+
+    models = [save_conv_relu(tmp_path / f"m{k}.onnx") for k in range(3)]
+    swap = publish.StagingDir._swap
+
+    def swap_then_ctrl_c(self) -> None:
+        swap(self)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    monkeypatch.setattr(publish.StagingDir, "_swap", swap_then_ctrl_c)
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):
+        pool.convert_many(models, out, jobs=1)
+    assert _artifacts(out) == {"m0"}
+    rows = json.loads((out / "summary.json").read_text(encoding="utf-8"))["models"]
+    assert [(r["name"], r["status"]) for r in rows] == [("m0", "ok")]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
