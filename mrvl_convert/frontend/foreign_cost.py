@@ -171,6 +171,12 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     if done.dynamic:
         counts += (f", {done.dynamic} dynamic int8 MatMuls (MatMulInteger, scales computed at "
                    "run time) as float MatMuls, in fp16")
+    if done.dynamic_convs:
+        counts += (f", {done.dynamic_convs} dynamic int8 Convs (ConvInteger, scales computed "
+                   "at run time) as float Convs, in fp16")
+    if done.dynamic_lstms:
+        counts += (f", {done.dynamic_lstms} DynamicQuantizeLSTMs as float LSTMs (weights "
+                   "dequantized)")
     if done.fp16_because:
         action = (f"run in fp16, as --foreign-int8 fp16 does, though requantize was asked: "
                   f"{done.fp16_because}; its QDQ nodes removed ({counts})")
@@ -190,6 +196,7 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     section = {"mode": mode, "kinds": list(done.kinds), "weights": done.weights,
                "activations": done.activations, "biases": done.biases,
                "batchnorms": done.batchnorms, "dynamic": done.dynamic,
+               "dynamic_convs": done.dynamic_convs, "dynamic_lstms": done.dynamic_lstms,
                "float_pairs": done.float_pairs,
                "left": list(done.left), "cost": cost, "line": line}
     if done.fp16_because:

@@ -46,9 +46,34 @@ def float_matmuls(graph: QdqGraph) -> int:
     return done
 
 
-def _only_reader(graph: QdqGraph, name: str, op: str) -> Optional[onnx.NodeProto]:
+def only_reader(graph: QdqGraph, name: str, op: str) -> Optional[onnx.NodeProto]:
+    """The one node reading ``name`` when it is an ``op``, else None."""
     readers = graph.readers.get(name, [])
     return readers[0] if len(readers) == 1 and readers[0].op_type == op else None
+
+
+def scaled_output(graph: QdqGraph, integer: onnx.NodeProto, quantize: onnx.NodeProto,
+                  after: Optional[onnx.NodeProto] = None
+                  ) -> Optional[Tuple[onnx.NodeProto, np.ndarray]]:
+    """(the Mul by ``x_scale * w_scale``, the constant ``w_scale``) after ``integer``'s Cast
+    (``after``: an integer node between them, e.g. a bias Add), or None."""
+    cast = only_reader(graph, (after or integer).output[0], "Cast")
+    output_mul = only_reader(graph, cast.output[0], "Mul") if cast is not None else None
+    if output_mul is None:
+        return None
+    other = [t for t in output_mul.input if t != cast.output[0]]
+    scales = graph.producer.get(other[0]) if len(other) == 1 else None
+    w_scale = weight_scale(graph, scales, quantize)
+    return None if w_scale is None else (output_mul, w_scale)
+
+
+def weight_scale(graph: QdqGraph, scales: Optional[onnx.NodeProto],
+                 quantize: onnx.NodeProto) -> Optional[np.ndarray]:
+    """The constant factor of ``scales`` = Mul(the run-time x_scale, w_scale), or None."""
+    if scales is None or scales.op_type != "Mul" or quantize.output[1] not in scales.input:
+        return None
+    w_scale = [graph.const(t) for t in scales.input if t != quantize.output[1]]
+    return w_scale[0] if len(w_scale) == 1 else None
 
 
 def _chain(graph: QdqGraph, matmul: onnx.NodeProto
@@ -59,16 +84,9 @@ def _chain(graph: QdqGraph, matmul: onnx.NodeProto
     if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or weight is None:
         return None
     zero = graph.const(matmul.input[3]) if len(matmul.input) > 3 and matmul.input[3] else 0
-    cast = _only_reader(graph, matmul.output[0], "Cast")
-    output_mul = _only_reader(graph, cast.output[0], "Mul") if cast is not None else None
-    if output_mul is None or zero is None:
+    found = scaled_output(graph, matmul, quantize)
+    if found is None or zero is None:
         return None
-    other = [t for t in output_mul.input if t != cast.output[0]]
-    scales = graph.producer.get(other[0]) if len(other) == 1 else None
-    if scales is None or scales.op_type != "Mul" or quantize.output[1] not in scales.input:
-        return None
-    w_scale = [graph.const(t) for t in scales.input if t != quantize.output[1]]
-    if len(w_scale) != 1 or w_scale[0] is None:
-        return None
+    output_mul, w_scale = found
     wide = weight.astype(np.int64) - np.asarray(zero).astype(np.int64)
-    return quantize.input[0], (wide.astype(np.float32) * w_scale[0].astype(np.float32)), output_mul
+    return quantize.input[0], (wide.astype(np.float32) * w_scale.astype(np.float32)), output_mul

@@ -54,7 +54,7 @@ from mrvl_convert.core.macs import MAC_OPS
 from mrvl_convert.errors import OptionError
 from mrvl_convert.frontend.foreign_bn import FOLDED_WEIGHT, fold_batchnorms
 from mrvl_convert.frontend.float_pairs import drop_float_pairs, int8_mac, rank_of
-from mrvl_convert.frontend.foreign_dynamic import dynamic_matmuls, float_matmuls
+from mrvl_convert.frontend.foreign_dynamic_ops import dynamic_kinds, float_dynamic
 from mrvl_convert.frontend.qdq_graph import (EIGHT_BIT, QdqGraph, dequantized, drop_attr,
                                              given_range, known_range)
 
@@ -71,6 +71,8 @@ class ForeignInt8:
     biases: int = 0               # int32 biases re-scaled (or made float)
     batchnorms: int = 0           # BatchNormalizations folded into their Conv (requantize)
     dynamic: int = 0              # dynamic int8 MatMuls (MatMulInteger) made float MatMuls
+    dynamic_convs: int = 0        # dynamic int8 Convs (ConvInteger) made float Convs
+    dynamic_lstms: int = 0        # DynamicQuantizeLSTMs made float LSTMs
     float_pairs: int = 0          # activation QDQ pairs between ops of no int8 form dropped
     fp16_because: str = ""        # requantize asked, run in fp16 instead: why (no int8 MAC)
     kinds: List[str] = field(default_factory=list)   # "per-channel weights", "uint8 ..."
@@ -78,7 +80,8 @@ class ForeignInt8:
 
     @property
     def changed(self) -> bool:
-        return bool(self.weights or self.activations or self.biases or self.dynamic)
+        return bool(self.weights or self.activations or self.biases or self.dynamic
+                    or self.dynamic_convs or self.dynamic_lstms)
 
 
 def check_mode(mode: object) -> str:
@@ -98,15 +101,14 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize",
     check_mode(mode)
     graph = QdqGraph(model)
     kinds = graph.foreign_kinds()
-    if dynamic_matmuls(graph):
-        kinds.append("dynamic int8 MatMuls")
+    kinds += dynamic_kinds(graph)
     if not kinds:
         return model, None
     out = onnx.ModelProto()
     out.CopyFrom(model)
     graph = QdqGraph(out)
     done = ForeignInt8(mode=mode, kinds=kinds)
-    done.dynamic = float_matmuls(graph)
+    float_dynamic(graph, done)
     _float_tables(graph, done)
     done.fp16_because = _no_int8_macs(graph) if mode == "requantize" else ""
     if mode == "requantize" and not done.fp16_because:

@@ -10,7 +10,8 @@ the model as given beside the verdict (``verify/quant_cost.py``), as an int8 ver
 its cost against fp32. A model run in fp16 (``--foreign-int8 fp16``, or requantize of a model
 with no int8 MAC) keeps its float form (``<name>.float.onnx``, QDQ nodes removed) the same way:
 judged against the given QDQ model, the quantizer's own rounding would fail the verdict. So
-does a model whose only rewrite is ``quantize_dynamic``'s MatMulIntegers as float MatMuls.
+does a model whose only rewrite is ``quantize_dynamic``'s MatMulIntegers, ConvIntegers or
+DynamicQuantizeLSTMs as float ones (``foreign_dynamic.py``, ``foreign_dynamic_ops.py``).
 
 Contract.
   Requires: the requantized model as ``bring_foreign_int8`` left it (before canonicalization
@@ -38,9 +39,11 @@ def kept_model(section: Optional[Mapping[str, Any]], proto: onnx.ModelProto,
     (``serialized``: ``proto``'s, when the caller has them already)."""
     requantized = section and (section.get("weights") or section.get("activations")
                                or section.get("biases"))
-    if not requantized and not (section and section.get("dynamic")):
+    dynamic = section and any(section.get(k) for k in ("dynamic", "dynamic_convs",
+                                                        "dynamic_lstms"))
+    if not requantized and not dynamic:
         return None
-    # only dynamic int8 MatMuls made float MatMuls (run in fp16): the model kept is a float
+    # only dynamic int8 layers made float ones (run in fp16): the model kept is a float
     # form, judged against the given one verify would count the run-time quantization of
     # their inputs the rewrite removed (``foreign_dynamic.py``'s bound) against the conversion
     mode = "fp16" if (section.get("mode") == "fp16" or section.get("fp16_because")
