@@ -224,17 +224,29 @@ def test_dynamic_int8_matmuls_run_as_float_matmuls(tmp_path) -> None:
 
 
 def test_operator_form_int8_left_as_it_is_gets_its_line(tmp_path) -> None:
-    """A dynamic int8 Conv (ConvInteger) has no rewrite here: the line names it, not silence."""
-    from onnxruntime.quantization import quantize_dynamic
+    """An int8 Conv in operator form (QLinearConv, quantize_static's QOperator format) has no
+    rewrite here: the line names it, not silence."""
+    from onnxruntime.quantization import (CalibrationDataReader, QuantFormat, QuantType,
+                                          quantize_static)
     from support.models import Builder
     b = Builder(0)
     x = b.input("x", [1, 3, 8, 8])
     src, out = tmp_path / "f.onnx", tmp_path / "d.onnx"
     onnx.save(b.model([b.op("Relu", [b.conv(x, 3, 4)])]), src)
-    quantize_dynamic(str(src), str(out), op_types_to_quantize=["Conv"])
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.feeds = iter(samples(onnx.load(str(src)), 2, seed=1))
+
+        def get_next(self):
+            return next(self.feeds, None)
+    # symmetric int8 activations: its Quantize/DequantizeLinear at the edges are not foreign
+    quantize_static(str(src), str(out), Reader(), quant_format=QuantFormat.QOperator,
+                    activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    extra_options={"ActivationSymmetric": True})
     result = mrvl_convert.convert(str(out), tmp_path / "art")
     line = result.report["foreign_int8"]["line"]
-    assert "operator form (" in line and "ConvInteger x1" in line
+    assert "operator form (" in line and "QLinearConv x1" in line
 
 
 def test_nothing_foreign_is_left_after_a_batchnorm_fold() -> None:
