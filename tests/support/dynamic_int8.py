@@ -94,8 +94,9 @@ def dynamic(tmp_path: Path, model: onnx.ModelProto, name: str, **kw) -> onnx.Mod
 
 
 def on_grid(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
-    """Values DynamicQuantizeLinear quantizes exactly: its range [-100/32, 155/32] spanned
-    (both ends present), so its scale is 1/32 and zero point 100, every value on that grid."""
+    """Values (two at least) DynamicQuantizeLinear quantizes exactly: its range [-100/32,
+    155/32] spanned (both ends present), so its scale is 1/32 and zero point 100, every value
+    on that grid."""
     q = rng.integers(0, 256, size=int(np.prod(shape)))
     q[:2] = (0, 255)
     return ((q - 100) / 32.0).astype(np.float32).reshape(shape)
