@@ -180,6 +180,10 @@ def foreign_int8_section(model: onnx.ModelProto, mode: str,
     if done.fp16_because:
         action = (f"run in fp16, as --foreign-int8 fp16 does, though requantize was asked: "
                   f"{done.fp16_because}; its QDQ nodes removed ({counts})")
+    elif not (done.weights or done.activations or done.biases):
+        # dynamic int8 only: nothing was requantized, whatever mode was asked
+        action = (f"run in fp16 (its scales are computed at run time, which the device's "
+                  f"int8 cannot carry): {counts}")
     elif mode == "requantize":
         action = (f"requantized to per-tensor symmetric int8 (--foreign-int8 requantize, the "
                   f"default; --foreign-int8 fp16 runs them in fp16 instead): {counts}")

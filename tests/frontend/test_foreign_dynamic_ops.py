@@ -127,7 +127,8 @@ def test_a_quantize_dynamic_cnn_runs_its_convs_on_the_accelerator(tmp_path) -> N
     result = mrvl_convert.convert(str(tmp_path / "cnn_d.onnx"), tmp_path / "art")
     assert result.summary["mrvl_mac_share"] == 1.0
     assert result.summary["mrvl_subgraphs"] == 1 and result.summary["cpu_subgraphs"] == 0
-    assert "2 dynamic int8 Convs (ConvInteger" in result.report["foreign_int8"]["line"]
+    line = result.report["foreign_int8"]["line"]
+    assert "2 dynamic int8 Convs (ConvInteger" in line and "run in fp16 (its scales are" in line
 
 
 def test_a_dynamic_cnn_is_judged_against_its_float_form(tmp_path, capsys) -> None:
