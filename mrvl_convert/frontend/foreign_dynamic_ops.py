@@ -1,5 +1,5 @@
-"""onnxruntime's dynamic int8 Convs and LSTMs (``quantize_dynamic``) as float ones, for
-``foreign_int8.py``, as ``foreign_dynamic.py`` makes its MatMulIntegers float MatMuls:
+"""onnxruntime's dynamic int8 Convs, LSTMs and fused MatMuls (``quantize_dynamic``) as float
+ones, for ``foreign_int8.py``, as ``foreign_dynamic.py`` makes its MatMulIntegers float MatMuls:
 
 - ``DynamicQuantizeLinear(x) -> ConvInteger(xq, Wq, xzp, wzp) [-> Add(bias_q)] -> Cast ->
   Mul(x_scale * w_scale)`` becomes ``Conv(x, (Wq - wzp) * w_scale [, bias])``, the Conv's
@@ -9,24 +9,29 @@
   becomes the ONNX ``LSTM(X, W, R, B, ...)``, its weights dequantized (per direction or per
   gate column) and transposed from ``[dirs, in, 4h]`` to ONNX's ``[dirs, 4h, in]``, the same
   attributes and outputs.
+- onnxruntime's fusions of ``foreign_dynamic.py``'s chain, ``com.microsoft``
+  ``DynamicQuantizeMatMul(x, Wq, w_scale, w_zp, bias)`` and ``MatMulIntegerToFloat`` of a
+  DynamicQuantizeLinear's outputs, become ``MatMul(x, (Wq - w_zp) * w_scale)`` (``+ bias``).
 
 The device's int8 takes scales fixed at conversion; a scale computed per input at run time has
 no carrier, so these layers run in fp16 (whatever ``--foreign-int8`` says), no longer on the
-CPU as ConvInteger/DynamicQuantizeLSTM, which no Marvell layer takes.
+CPU as ConvInteger, DynamicQuantizeLSTM..., which no Marvell layer takes.
 
 Contract.
   Requires: a ``QdqGraph``. A Conv chain as above whose weight, weight zero point (per tensor
   or per output channel) and weight scale (per tensor or per output channel) are constants,
   each node read only by the next; a DynamicQuantizeLSTM whose weights, scales and zero points
-  are constants.
+  are constants; a fused MatMul whose weight (2-D), scale and zero point (per tensor or per
+  column) are.
   Ensures: the last Mul computes the float Conv under its own output name (the rest of the
   chain is left unread: ``QdqGraph.commit`` drops it); the LSTM node is rewritten in place
-  (its output names kept).
+  (its output names kept), as is a fused MatMul (a MatMul, or an Add after one).
   Bound: not exact against the given model. The weights are its dequantized ones, bit for
   bit; what is gone is the per-input uint8 quantization of the activations: each element of a
-  Conv's ``x`` moved by up to half a step of its run-time scale, ``(max(x, 0) - min(x, 0)) /
-  510``, per tensor; a Conv bias by under one step of ``x_scale * w_scale`` (the floor); an
-  LSTM's ``X`` and its hidden state ``h_t`` by half a step of their run-time scales, per step.
+  Conv's (or fused MatMul's) ``x`` moved by up to half a step of its run-time scale,
+  ``(max(x, 0) - min(x, 0)) / 510``, per tensor; a Conv bias by under one step of
+  ``x_scale * w_scale`` (the floor); an LSTM's ``X`` and its hidden state ``h_t`` by half a
+  step of their run-time scales, per step.
   What that costs at the outputs is measured (``foreign_cost.py``).
 """
 from __future__ import annotations
@@ -185,9 +190,69 @@ def _dequantized_gates(weight: np.ndarray, scale: np.ndarray,
         (wide.astype(np.float32) * shaped[1].astype(np.float32)).transpose(0, 2, 1))
 
 
+def dynamic_fused_matmuls(graph: QdqGraph) -> int:
+    """How many com.microsoft DynamicQuantizeMatMul/MatMulIntegerToFloat ``float_fused_matmuls``
+    would rewrite."""
+    return sum(_fused_matmul(graph, n) is not None for n in graph.g.node)
+
+
+def float_fused_matmuls(graph: QdqGraph) -> int:
+    """Every ``DynamicQuantizeMatMul(x, Wq, w_scale, w_zp, bias)``, and every
+    ``MatMulIntegerToFloat(DynamicQuantizeLinear(x), Wq, x_scale, w_scale, x_zp, w_zp, bias)``
+    (onnxruntime's fusions of the MatMulInteger chain), as ``MatMul(x, (Wq - w_zp) * w_scale)``
+    [``+ bias``]; returns how many."""
+    done = 0
+    for node in list(graph.g.node):
+        found = _fused_matmul(graph, node)
+        if found is None:
+            continue
+        x, weight, bias = found
+        inputs = [x, graph.add_const(f"{node.name}_dequantized_weight", weight)]
+        node.domain = ""
+        del node.attribute[:]
+        del node.input[:]
+        if bias:
+            product = onnx.helper.make_node("MatMul", inputs, [f"{node.name}_product"],
+                                            name=f"{node.name}_matmul")
+            graph.like(product.output[0], node.output[0], onnx.TensorProto.FLOAT)
+            graph.inserted.setdefault(id(node), []).append(product)
+            node.op_type, inputs = "Add", [product.output[0], bias]
+        else:
+            node.op_type = "MatMul"
+        node.input.extend(inputs)
+        done += 1
+    return done
+
+
+_FUSED = {"DynamicQuantizeMatMul": (1, 2, 3, 4), "MatMulIntegerToFloat": (1, 3, 5, 6)}
+
+
+def _fused_matmul(graph: QdqGraph, node: onnx.NodeProto
+                  ) -> Optional[Tuple[str, np.ndarray, str]]:
+    """(x, the float weight, the bias's name or '') of a fused dynamic int8 MatMul, or None."""
+    if node.op_type not in _FUSED or node.domain != "com.microsoft":
+        return None
+    names = [node.input[i] if len(node.input) > i else "" for i in _FUSED[node.op_type]]
+    weight, scale = graph.const(names[0]), graph.const(names[1])
+    zero = graph.const(names[2]) if names[2] else np.zeros((), np.int64)
+    x = node.input[0]
+    if node.op_type == "MatMulIntegerToFloat":
+        quantize = graph.producer.get(x)
+        if (quantize is None or quantize.op_type != "DynamicQuantizeLinear"
+                or node.input[2] != quantize.output[1] or len(node.input) < 5
+                or node.input[4] != quantize.output[2]):
+            return None
+        x = quantize.input[0]
+    if weight is None or scale is None or zero is None or weight.ndim != 2 or not all(
+            v.size in (1, weight.shape[1]) and v.ndim <= 1 for v in (scale, zero)):
+        return None
+    wide = weight.astype(np.int64) - zero.astype(np.int64)
+    return x, wide.astype(np.float32) * scale.astype(np.float32), names[3]
+
+
 def dynamic_kinds(graph: QdqGraph) -> List[str]:
     """The kinds of dynamic int8 layer ``float_dynamic`` would rewrite, for the line."""
-    counts = (("dynamic int8 MatMuls", dynamic_matmuls(graph)),
+    counts = (("dynamic int8 MatMuls", dynamic_matmuls(graph) + dynamic_fused_matmuls(graph)),
               ("dynamic int8 Convs", dynamic_convs(graph)),
               ("dynamic int8 LSTMs", dynamic_lstms(graph)))
     return [kind for kind, count in counts if count]
@@ -196,6 +261,6 @@ def dynamic_kinds(graph: QdqGraph) -> List[str]:
 def float_dynamic(graph: QdqGraph, done) -> None:
     """Every dynamic int8 MatMul, Conv and LSTM as its float form, counted in ``done`` (a
     ``foreign_int8.ForeignInt8``)."""
-    done.dynamic = float_matmuls(graph)
+    done.dynamic = float_matmuls(graph) + float_fused_matmuls(graph)
     done.dynamic_convs = float_convs(graph)
     done.dynamic_lstms = float_lstms(graph)

@@ -15,7 +15,7 @@ import mrvl_convert
 from mrvl_convert.cli.convert import main as convert_main
 from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
 from support.dynamic_int8 import (conv_integer_model, dynamic, dynamic_step, float_lstm,
-                                  on_grid)
+                                  fused_matmul_model, on_grid)
 from support.onnxref import ORT_CONV_INTEGER_INT8
 
 
@@ -203,3 +203,29 @@ def test_a_long_dynamic_lstm_sequence_moves_by_its_run_time_quantization(tmp_pat
     x = np.random.default_rng(1).standard_normal((12, 1, 8)).astype(np.float32)
     diff = np.abs(_run(given, {"x": x})[0] - _run(rewritten, {"x": x})[0]).max()
     assert 0 < diff <= 4 * 2 / 255
+
+
+@pytest.mark.parametrize("op", ["DynamicQuantizeMatMul", "MatMulIntegerToFloat"])
+@pytest.mark.parametrize("per_column", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_a_fused_dynamic_matmul_is_a_float_matmul_within_half_a_dynamic_step(
+        op, per_column, with_bias) -> None:
+    """onnxruntime's fusions of the MatMulInteger chain (com.microsoft ops, CPU only): exact on
+    the input's grid, within half its run-time step times the column's sum of |w| off it."""
+    rng = np.random.default_rng(6)
+    weight = rng.integers(-127, 128, (12, 5))
+    zero = rng.integers(-3, 4, 5) if per_column else np.array(2)
+    scale = rng.random(5) * 0.02 + 1e-3 if per_column else np.array(0.01)
+    bias = rng.standard_normal(5).astype(np.float32) if with_bias else None
+    model = fused_matmul_model(op, weight, zero, scale, bias)
+    rewritten, done = bring_foreign_int8(model)
+    assert done.dynamic == 1 and done.kinds == ["dynamic int8 MatMuls"]
+    ops = sorted(n.op_type for n in rewritten.graph.node)
+    assert ops == (["Add", "MatMul"] if with_bias else ["MatMul"])
+    float_weight = (weight - zero) * np.float32(scale)
+    column = np.abs(float_weight).sum(axis=0)
+    for x, exact in ((on_grid(rng, (2, 12)), True),
+                     (rng.standard_normal((2, 12)).astype(np.float32), False)):
+        given, got = _run(model, {"x": x})[0], _run(rewritten, {"x": x})[0]
+        bound = 1e-5 * np.abs(given).max() + (0.0 if exact else dynamic_step(x) / 2 * column)
+        assert np.all(np.abs(given - got) <= bound)

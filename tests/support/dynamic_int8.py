@@ -105,3 +105,33 @@ def on_grid(rng: np.random.Generator, shape: Sequence[int]) -> np.ndarray:
 def dynamic_step(x: np.ndarray) -> float:
     """DynamicQuantizeLinear's run-time scale of ``x`` (its range widened to hold 0)."""
     return float((max(float(x.max()), 0.0) - min(float(x.min()), 0.0)) / 255.0)
+
+
+def fused_matmul_model(op: str, weight: np.ndarray, w_zero: np.ndarray, w_scale: np.ndarray,
+                       bias: Optional[np.ndarray] = None) -> onnx.ModelProto:
+    """x[2, K] -> com.microsoft ``op`` (DynamicQuantizeMatMul, or MatMulIntegerToFloat of a
+    DynamicQuantizeLinear's outputs: onnxruntime's fusions of the MatMulInteger chain) with an
+    int8 ``weight`` [K, N], its zero point and scale (scalar or [N]) and ``bias`` -> y."""
+    inits = [numpy_helper.from_array(weight.astype(np.int8), "w_q"),
+             numpy_helper.from_array(np.asarray(w_zero, np.int8), "w_zero"),
+             numpy_helper.from_array(np.asarray(w_scale, np.float32), "w_scale")]
+    tail = []
+    if bias is not None:
+        inits.append(numpy_helper.from_array(np.asarray(bias, np.float32), "bias"))
+        tail = ["bias"]
+    if op == "DynamicQuantizeMatMul":
+        nodes = [helper.make_node(op, ["x", "w_q", "w_scale", "w_zero", *tail], ["y"],
+                                  name="fused", domain="com.microsoft")]
+    else:
+        nodes = [helper.make_node("DynamicQuantizeLinear", ["x"], ["x_q", "x_scale", "x_zero"],
+                                  name="x_quantize"),
+                 helper.make_node(op, ["x_q", "w_q", "x_scale", "w_scale", "x_zero", "w_zero",
+                                       *tail], ["y"], name="fused", domain="com.microsoft")]
+    graph = helper.make_graph(
+        nodes, "fused_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, weight.shape[0]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, weight.shape[1]])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13),
+                                                    helper.make_opsetid("com.microsoft", 1)])
+    model.ir_version = 8
+    return model
