@@ -229,3 +229,19 @@ def test_a_fused_dynamic_matmul_is_a_float_matmul_within_half_a_dynamic_step(
         given, got = _run(model, {"x": x})[0], _run(rewritten, {"x": x})[0]
         bound = 1e-5 * np.abs(given).max() + (0.0 if exact else dynamic_step(x) / 2 * column)
         assert np.all(np.abs(given - got) <= bound)
+
+
+def test_a_dynamic_lstm_model_is_judged_against_its_float_form(tmp_path, capsys) -> None:
+    """``--verify`` of a quantize_dynamic LSTM: the artifact keeps the float LSTM form and
+    passes against it; the line says the LSTM was made float."""
+    given = dynamic(tmp_path, float_lstm(8, 6, 8, 16, "bidirectional"), "lstm")
+    onnx.save(given, str(tmp_path / "dlstm.onnx"))
+    code = convert_main([str(tmp_path / "dlstm.onnx"), "-o", str(tmp_path / "out"),
+                         "--verify", "-j", "1"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    line = next(t for t in out.out.splitlines() if t.startswith("verify dlstm:"))
+    assert line.startswith("verify dlstm: PASS"), line
+    assert "1 DynamicQuantizeLSTMs as float LSTMs" in out.err
+    kept = onnx.load(str(tmp_path / "out" / "dlstm" / "dlstm.float.onnx"))
+    assert [n.op_type for n in kept.graph.node] == ["LSTM"]
