@@ -1,4 +1,4 @@
-"""``foreign_dynamic_ops.py`` on generated dynamic int8 Convs and LSTMs: the rewritten model
+"""``foreign_dynamic_ops.py`` on generated dynamic int8 Convs, fused MatMuls and LSTMs: the rewritten model
 runs on onnxruntime within the module's bound of the model as given (half a run-time step of
 the input per element, under one step of the product scale for the integer bias), and exactly
 where the run-time quantization rounds nothing (an input on its grid)."""
@@ -15,7 +15,7 @@ from hypothesis import given
 
 from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
 from support.dynamic_int8 import dynamic, dynamic_step, on_grid
-from support.strategies.dynamic_int8 import conv_integer_chains, float_lstms
+from support.strategies.dynamic_int8 import conv_integer_chains, float_lstms, fused_matmuls
 
 pytestmark = pytest.mark.system
 
@@ -54,3 +54,18 @@ def test_a_dynamic_lstm_step_on_its_input_grid_is_the_float_lstm(case):
     x = on_grid(np.random.default_rng(0), shape)
     want, got = _run(given_model, x), _run(rewritten, x)
     assert want.shape == got.shape and np.abs(want - got).max() <= 1e-5
+
+
+@given(fused_matmuls())
+def test_a_fused_dynamic_matmul_moves_by_half_a_run_time_step_of_its_input(case):
+    model, weight = case
+    rewritten, done = bring_foreign_int8(model)
+    assert done is not None and done.dynamic == 1
+    column = np.abs(weight).sum(axis=0)
+    rng = np.random.default_rng(0)
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    for x, exact in ((on_grid(rng, shape), True),
+                     ((3 * rng.standard_normal(shape)).astype(np.float32), False)):
+        want, got = _run(model, x), _run(rewritten, x)
+        bound = 1e-5 * np.abs(want).max() + (0.0 if exact else dynamic_step(x) / 2 * column)
+        assert want.shape == got.shape and np.all(np.abs(want - got) <= bound)

@@ -1,7 +1,7 @@
 """Strategies for ``foreign_dynamic_ops.py``: onnxruntime's dynamic int8 Conv chains
 (``support/dynamic_int8.conv_integer_model``: kernel, stride, padding, per-tensor or
-per-output-channel scale, no bias, a float bias or the run-time integer bias) and float LSTMs
-for ``quantize_dynamic`` to make DynamicQuantizeLSTMs."""
+per-output-channel scale, no bias, a float bias or the run-time integer bias), onnxruntime's
+fused dynamic MatMuls, and float LSTMs for ``quantize_dynamic`` to make DynamicQuantizeLSTMs."""
 from __future__ import annotations
 
 from typing import Tuple
@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 from hypothesis import strategies as st
 
-from support.dynamic_int8 import conv_integer_model, float_lstm
+from support.dynamic_int8 import conv_integer_model, float_lstm, fused_matmul_model
 
 
 @st.composite
@@ -40,3 +40,17 @@ def float_lstms(draw) -> Tuple[onnx.ModelProto, bool]:
                        draw(st.sampled_from(["forward", "reverse", "bidirectional"])),
                        batch=draw(st.integers(1, 2)))
     return model, draw(st.booleans())
+
+
+@st.composite
+def fused_matmuls(draw) -> Tuple[onnx.ModelProto, np.ndarray]:
+    """(a DynamicQuantizeMatMul or MatMulIntegerToFloat model, its float weight)."""
+    rng = np.random.default_rng(draw(st.integers(0, 2 ** 16)))
+    rows, columns = draw(st.integers(2, 40)), draw(st.integers(1, 9))
+    weight = rng.integers(-127, 128, (rows, columns))
+    per_column = draw(st.booleans())
+    zero = rng.integers(-5, 6, columns) if per_column else np.array(draw(st.integers(-5, 5)))
+    scale = rng.random(columns) * 0.02 + 1e-3 if per_column else np.array(0.01)
+    bias = rng.standard_normal(columns).astype(np.float32) if draw(st.booleans()) else None
+    op = draw(st.sampled_from(["DynamicQuantizeMatMul", "MatMulIntegerToFloat"]))
+    return fused_matmul_model(op, weight, zero, scale, bias), (weight - zero) * np.float32(scale)
