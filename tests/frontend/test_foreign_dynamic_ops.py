@@ -131,22 +131,28 @@ def test_a_quantize_dynamic_cnn_runs_its_convs_on_the_accelerator(tmp_path) -> N
     assert "2 dynamic int8 Convs (ConvInteger" in line and "run in fp16 (its scales are" in line
 
 
+def _verified(tmp_path: Path, model: onnx.ModelProto, name: str, capsys) -> tuple:
+    """``mrvl-convert --verify`` of ``model``: (its verify line, stderr, the model kept for
+    verify as the manifest names it)."""
+    onnx.save(model, str(tmp_path / f"{name}.onnx"))
+    code = convert_main([str(tmp_path / f"{name}.onnx"), "-o", str(tmp_path / "out"),
+                         "--verify", "-j", "1"])
+    out = capsys.readouterr()
+    assert code == 0, out.err[-2000:]
+    line = next(t for t in out.out.splitlines() if t.startswith(f"verify {name}:"))
+    manifest = json.loads((tmp_path / "out" / name / "manifest.json").read_text())
+    assert manifest["foreign_int8"]["file"] == f"{name}.float.onnx"
+    return line, out.err, onnx.load(str(tmp_path / "out" / name / f"{name}.float.onnx"))
+
+
 def test_a_dynamic_cnn_is_judged_against_its_float_form(tmp_path, capsys) -> None:
     """``--verify``: the artifact keeps the float form (ConvIntegers as Convs) and passes
     against it; the model as given is the second reference."""
     model = dynamic(tmp_path, _small_cnn(), "cnn", op_types_to_quantize=["Conv"],
                     **_conv_weights())
-    onnx.save(model, str(tmp_path / "dcnn.onnx"))
-    code = convert_main([str(tmp_path / "dcnn.onnx"), "-o", str(tmp_path / "out"),
-                         "--verify", "-j", "1"])
-    out = capsys.readouterr()
-    assert code == 0, out.err[-2000:]
-    line = next(t for t in out.out.splitlines() if t.startswith("verify dcnn:"))
+    line, _, kept = _verified(tmp_path, model, "dcnn", capsys)
     assert line.startswith("verify dcnn: PASS") and "overflows fp16" not in line
     assert "verdict against the model without its QDQ nodes" in line
-    manifest = json.loads((tmp_path / "out" / "dcnn" / "manifest.json").read_text())
-    assert manifest["foreign_int8"]["file"] == "dcnn.float.onnx"
-    kept = onnx.load(str(tmp_path / "out" / "dcnn" / "dcnn.float.onnx"))
     assert not any(n.op_type in ("ConvInteger", "DynamicQuantizeLinear") for n in kept.graph.node)
 
 
@@ -235,13 +241,7 @@ def test_a_dynamic_lstm_model_is_judged_against_its_float_form(tmp_path, capsys)
     """``--verify`` of a quantize_dynamic LSTM: the artifact keeps the float LSTM form and
     passes against it; the line says the LSTM was made float."""
     given = dynamic(tmp_path, float_lstm(8, 6, 8, 16, "bidirectional"), "lstm")
-    onnx.save(given, str(tmp_path / "dlstm.onnx"))
-    code = convert_main([str(tmp_path / "dlstm.onnx"), "-o", str(tmp_path / "out"),
-                         "--verify", "-j", "1"])
-    out = capsys.readouterr()
-    assert code == 0, out.err[-2000:]
-    line = next(t for t in out.out.splitlines() if t.startswith("verify dlstm:"))
+    line, err, kept = _verified(tmp_path, given, "dlstm", capsys)
     assert line.startswith("verify dlstm: PASS"), line
-    assert "1 DynamicQuantizeLSTMs as float LSTMs" in out.err
-    kept = onnx.load(str(tmp_path / "out" / "dlstm" / "dlstm.float.onnx"))
+    assert "1 DynamicQuantizeLSTMs as float LSTMs" in err
     assert [n.op_type for n in kept.graph.node] == ["LSTM"]
