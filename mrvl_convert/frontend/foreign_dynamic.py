@@ -81,7 +81,8 @@ def _chain(graph: QdqGraph, matmul: onnx.NodeProto
     """(x, the float weight, the output Mul) of a dynamic int8 MatMul chain, or None."""
     quantize = graph.producer.get(matmul.input[0])
     weight = graph.const(matmul.input[1])
-    if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or weight is None:
+    if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or weight is None \
+            or matmul.input[2:3] != quantize.output[2:3]:  # x's zero point: the run-time one
         return None
     zero = graph.const(matmul.input[3]) if len(matmul.input) > 3 and matmul.input[3] else 0
     found = scaled_output(graph, matmul, quantize)

@@ -81,7 +81,8 @@ def _conv_chain(graph: QdqGraph, conv: onnx.NodeProto
     chain, or None."""
     quantize = graph.producer.get(conv.input[0])
     weight = graph.const(conv.input[1])
-    if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or weight is None:
+    if quantize is None or quantize.op_type != "DynamicQuantizeLinear" or weight is None \
+            or conv.input[2:3] != quantize.output[2:3]:  # x's zero point: the run-time one
         return None
     zero = graph.const(conv.input[3]) if len(conv.input) > 3 and conv.input[3] else np.zeros(())
     bias_add = only_reader(graph, conv.output[0], "Add")

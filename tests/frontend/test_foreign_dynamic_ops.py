@@ -103,6 +103,18 @@ def test_a_conv_integer_of_an_unknown_weight_scale_is_left_as_it_is() -> None:
     assert done is None
 
 
+def test_a_conv_integer_of_another_input_zero_point_is_left_as_it_is() -> None:
+    """A ConvInteger whose x zero point is not the run-time one of its DynamicQuantizeLinear
+    computes ``conv(xq - zp)``, not the Conv of x: no float form of it here."""
+    rng = np.random.default_rng(2)
+    model = conv_integer_model(rng.integers(0, 256, (4, 4, 3, 3)), np.array(128),
+                               np.array(0.01))
+    model.graph.initializer.append(onnx.numpy_helper.from_array(np.array(0, np.uint8), "zp0"))
+    next(n for n in model.graph.node if n.op_type == "ConvInteger").input[2] = "zp0"
+    _, done = bring_foreign_int8(model)
+    assert done is None
+
+
 def _conv_weights() -> dict:
     """uint8 weights at onnxruntime 1.18 (its CPU ConvInteger is uint8 x uint8 only)."""
     from onnxruntime.quantization import QuantType
