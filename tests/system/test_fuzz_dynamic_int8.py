@@ -1,7 +1,7 @@
-"""``foreign_dynamic_ops.py`` on generated dynamic int8 Convs, fused MatMuls and LSTMs: the rewritten model
-runs on onnxruntime within the module's bound of the model as given (half a run-time step of
-the input per element, under one step of the product scale for the integer bias), and exactly
-where the run-time quantization rounds nothing (an input on its grid)."""
+"""``foreign_dynamic_ops.py`` on generated dynamic int8 Convs, fused MatMuls and LSTMs: the
+rewritten model runs on onnxruntime within the module's bound of the model as given (half a
+run-time step of the input per element, under one step of the product scale for the integer
+bias), and exactly where the run-time quantization rounds nothing (an input on its grid)."""
 from __future__ import annotations
 
 import tempfile
