@@ -58,6 +58,7 @@ from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
+from mrvl_convert.frontend.einsum_forms import rewrite_einsums
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
@@ -148,6 +149,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
+    if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
