@@ -79,6 +79,7 @@ from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
+from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
@@ -92,7 +93,7 @@ _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op 
 class CanonicalGraph:
     graph: gs.Graph
     removed: Dict[str, str] = field(default_factory=dict)   # node name -> why it is gone
-    op_types: Dict[str, str] = field(default_factory=dict)  # every loaded node -> op type
+    op_types: Dict[str, str] = field(default_factory=dict)  # loaded/branch node -> op type
     merged: Dict[str, str] = field(default_factory=dict)    # node name -> node computing it now
     rewritten: Dict[str, str] = field(default_factory=dict)  # node name -> what it became
     kept: Dict[str, str] = field(default_factory=dict)      # node name -> why not rewritten
@@ -126,6 +127,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
                                    given):
         unfolded.update(fold_constants(graph, verbose, origins=branch_of))
     after_fold = {n.name for n in graph.nodes}
+    # A decided If's branch nodes as loaded, before any rewrite (what convert's light set reads).
+    op_types.update({n.name: n.op for n in graph.nodes if n.name in branch_of})
     # A node refused in one pass (its size input not yet computed) may fold in a later one.
     unfolded = {name: why for name, why in unfolded.items() if name in after_fold}
     for name in op_types:
@@ -173,6 +176,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
             or means or detours):
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_reversed_slices(graph, _opset(loaded), forms):  # exact: a selection MatMul
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
