@@ -13,7 +13,7 @@ from mrvl_convert import HybridSession, convert
 from mrvl_convert.frontend.einsum_equation import read_equation
 from support.backend_cases import assert_fp16_close
 from support.models import Builder, canonicalized, run_ort
-from support.strategies.einsum import EinsumCase, within_bound
+from support.strategies.einsum import EinsumCase, ort_sums_and_moves, within_bound
 
 
 CASES = [
@@ -25,8 +25,11 @@ CASES = [
     ("bld,dhk->blhk", [[2, 7, 8], [8, 3, 4]], True, ["MatMul", "Reshape"]),
     ("blhk,dhk->bld", [[2, 7, 3, 4], [8, 3, 4]], True, ["Reshape", "MatMul"]),
     ("ij->ji", [[3, 4]], False, ["Transpose"]),
-    ("ijk->ki", [[3, 4, 5]], False,
-     ["Transpose", "MatMul", "Transpose", "Squeeze", "Transpose"]),
+    pytest.param("ijk->ki", [[3, 4, 5]], False,
+                 ["Transpose", "MatMul", "Transpose", "Squeeze", "Transpose"],
+                 marks=pytest.mark.skipif(not ort_sums_and_moves(), reason=(
+                     "this onnxruntime's Einsum (1.18) fails on one operand summed and "
+                     "reordered: no original to compare with"))),
     ("ij,ij->ij", [[3, 4], [3, 4]], False, ["Mul"]),
     ("i,j->ij", [[3], [4]], False, ["Reshape", "Mul"]),
     ("...ij,...jk->...ik", [[2, 3, 4], [2, 4, 5]], False, ["MatMul"]),

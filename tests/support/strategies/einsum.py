@@ -6,6 +6,7 @@ constant second operand (a weight); and the bound the forms state
 (``2 gamma_n sum |products|`` per output)."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
@@ -45,6 +46,27 @@ class EinsumCase:
         return {f"x{k}": (rng.standard_normal(self.shapes[k])
                           * 2.0 ** rng.integers(-4, 5, self.shapes[k])).astype(np.float32)
                 for k in range(count)}
+
+
+def sums_and_moves(term: str, output: str) -> bool:
+    """One operand summed over some letters and the rest reordered (``ijk->ki``)."""
+    kept = [c for c in term if c in output]
+    return len(kept) < len(term) and "".join(kept) != output
+
+
+@functools.lru_cache(maxsize=None)
+def ort_sums_and_moves() -> bool:
+    """Whether this onnxruntime runs ``ijk->ki``: 1.18's Einsum fails on one operand summed and
+    reordered ("The candidate output does not match the actual output's shape"), so no such
+    model runs there to compare with (the newest versions run it)."""
+    b = Builder(seed=0, opset=17)
+    x = b.input("x", [2, 3, 4])
+    model = b.model([b.op("Einsum", [x], equation="ijk->ki")], shapes={"Einsum_1_out": [4, 2]})
+    try:
+        run_ort(model, {"x": np.ones((2, 3, 4), np.float32)}, optimize=False)
+    except Exception:  # onnxruntime's own failure, whatever its type
+        return False
+    return True
 
 
 def within_bound(case: EinsumCase, opset: int = 17):
@@ -88,6 +110,7 @@ def einsum_cases(draw, *, two: Optional[bool] = None) -> EinsumCase:
         terms.append("".join(draw(st.permutations(mine))))
     output = "".join(draw(st.permutations([c for c in letters if "O" in roles[role[c]]])))
     assume(output and all(terms))  # no scalar: onnx's rank-0 tensors are another matter
+    assume(two or not sums_and_moves(terms[0], output) or ort_sums_and_moves())
     equation, shapes = _spelled(draw, terms, output, size)
     return EinsumCase(equation, shapes, two and draw(st.booleans()), draw(st.integers(0, 99)))
 
