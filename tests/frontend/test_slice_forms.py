@@ -12,10 +12,10 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from mrvl_convert import HybridSession, convert
+from mrvl_convert import convert
 from mrvl_convert.frontend.slice_forms import onnx_indices
-from support.backend_cases import assert_fp16_close
 from support.models import Builder, canonicalized, run_ort
+from support.whole_mrvl import assert_whole_mrvl
 
 BIG = 2 ** 63 - 1
 
@@ -108,12 +108,7 @@ def test_between_convs_is_one_mrvl_subgraph_where_main_cut_it(tmp_path: Path, ax
     """Main: 'mrvl.strided_slice: steps [-1] are not all positive', the Slice a CPU subgraph
     between two Mrvl ones."""
     model = _sliced([1, 4, 5, 6], starts, [-BIG], axes, steps, conv_around=True)
-    result = convert(model, tmp_path / "a")
-    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0), \
-        result.summary
-    feed = _feed([1, 4, 5, 6])
-    got = HybridSession(tmp_path / "a").run(None, feed)[0]
-    assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())), "slice")
+    assert_whole_mrvl(model, tmp_path / "a", _feed([1, 4, 5, 6]), "slice")
 
 
 def _branch_model(middle: str) -> onnx.ModelProto:
