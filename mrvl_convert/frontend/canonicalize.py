@@ -42,6 +42,9 @@ the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and
 (``rsqrt_forms.py``: its bound stated there); sliding windows of frames read by an FC as a
 Conv (``window_conv.py``) and a batchless tensor's frames on ``[1, T, ...]``
 (``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there).
+An Einsum is Transpose, Reshape, ReduceSum, MatMul or Mul layers (``einsum_forms.py``: its
+sums reordered, within the bound stated there), a Slice with a negative step a positive-step
+Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

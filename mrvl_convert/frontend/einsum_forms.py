@@ -22,7 +22,8 @@ has and the output drops are summed first (``ReduceSum``); then
   lacks, and one broadcasting ``Mul``.
 
 A constant operand's steps are computed here (numpy), so a weight reaches the MatMul in the
-layout it needs.
+layout it needs; a constant first operand is made the second (the operands of an equation
+commute), as the layer takes a constant second operand only.
 
 Why a batched MatMul rather than a grouped 1x1 Conv for the grouped linear: the MatMul keeps
 the tokens' ``[b, t, ...]`` layout on both sides (the Conv needs the channels moved to axis 1
@@ -84,6 +85,8 @@ def einsum_equation(node: gs.Node) -> Union[Equation, str]:
         return f"its output shape {shapes[-1]} is not the equation's"
     if not isinstance(eq, str) and eq.inputs == (eq.output,):
         return "its equation moves nothing (an identity)"
+    if not isinstance(eq, str) and 0 in eq.sizes.values():
+        return "an axis of size 0"
     return eq
 
 
@@ -97,7 +100,10 @@ class _Builder:
 
     def build(self, eq: Equation) -> None:
         equation = str(attr(self.node, "equation", ""))
-        ins = [self.own_sums(t, k, eq) for k, t in enumerate(list(self.node.inputs))]
+        operands = list(self.node.inputs)
+        if len(operands) == 2 and is_const(operands[0]):  # the layer takes a constant second
+            operands, eq = operands[::-1], Equation(eq.inputs[::-1], eq.output, eq.sizes)
+        ins = [self.own_sums(t, k, eq) for k, t in enumerate(operands)]
         terms = [''.join(c for c in term if c not in _own(eq, k))
                  for k, term in enumerate(eq.inputs)]
         if len(ins) == 1:

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from mrvl_convert.frontend.einsum_equation import read_equation
-from support.models import Builder, canonicalized
-from support.strategies.einsum import EinsumCase, ort_sums_and_moves, within_bound
+from support.models import Builder, canonicalized, run_ort
+from support.strategies.einsum import EinsumCase, bound, ort_sums_and_moves, within_bound
 from support.whole_mrvl import assert_whole_mrvl
 
 
@@ -63,6 +63,22 @@ def test_what_no_form_takes_stays_with_its_reason(equation, shapes, why):
         model = b.model([b.op("Einsum", names, name="einsum", equation=equation)])
     canonical, _ = canonicalized(model)
     assert why in canonical.kept["einsum"], canonical.kept
+
+
+def test_a_weight_first_is_made_the_second_operand():
+    """``gih,btgi->btgh``: the same layers as ``btgi,gih->btgh`` (a BatchMatmul takes a
+    constant second operand only)."""
+    b = Builder(seed=4, opset=17)
+    x = b.input("x0", [1, 5, 4, 6])
+    w = np.random.default_rng(5).standard_normal((4, 6, 3)).astype(np.float32)
+    model = b.model([b.op("Einsum", [b.const(w), x], name="einsum", equation="gih,btgi->btgh")])
+    canonical, proto = canonicalized(model)
+    assert [n.op_type for n in proto.graph.node] == ["Transpose", "MatMul", "Transpose"]
+    feed = EinsumCase("btgi,gih->btgh", ((1, 5, 4, 6), (4, 6, 3)), True, seed=4).feed()
+    want = next(iter(run_ort(model, feed, optimize=False).values()))
+    got = next(iter(run_ort(proto, feed, optimize=False).values()))
+    limit = bound("btgi,gih->btgh", [feed["x0"], w], ((1, 5, 4, 6), (4, 6, 3)))
+    assert (np.abs(got.astype(np.float64) - want) <= limit).all()
 
 
 def test_three_operands_are_refused():
