@@ -343,12 +343,12 @@ def _plan(canonical: CanonicalGraph, rules: Any, denied: Dict[str, str], loaded:
 
 
 def _interpolation(canonical: CanonicalGraph) -> Set[str]:
-    """The nodes computing a linear Resize or a Pad rewritten into layers
-    (frontend/linear_resize.py, pad_forms.py): not compute that makes a region worth the
-    accelerator on its own (a Pad only moved toward its Conv is the Pad still)."""
+    """The nodes computing a linear Resize, a Pad or a reversed Slice rewritten into layers
+    (frontend/linear_resize.py, pad_forms.py, slice_forms.py): not compute that makes a region
+    worth the accelerator on its own (a Pad only moved toward its Conv is the Pad still)."""
     now = {node.name: node.op for node in canonical.graph.nodes}
     resizes = {name for name in canonical.rewritten
-               if canonical.op_types.get(name) in ("Resize", "Upsample")
+               if canonical.op_types.get(name) in ("Resize", "Upsample", "Slice")
                or canonical.op_types.get(name) == "Pad" and now.get(name) not in (None, "Pad")}
     return resizes | {name for name, origin in canonical.derived.items() if origin in resizes}
 

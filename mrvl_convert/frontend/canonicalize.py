@@ -42,6 +42,9 @@ the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and
 (``rsqrt_forms.py``: its bound stated there); sliding windows of frames read by an FC as a
 Conv (``window_conv.py``) and a batchless tensor's frames on ``[1, T, ...]``
 (``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there).
+An Einsum is Transpose, Reshape, ReduceSum, MatMul or Mul layers (``einsum_forms.py``: its
+sums reordered, within the bound stated there), a Slice with a negative step a positive-step
+Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -58,6 +61,7 @@ from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
+from mrvl_convert.frontend.einsum_forms import rewrite_einsums
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.float16_model import same_type_cast
 from mrvl_convert.frontend.folding import (FoldBounds, fold_constants, quiet_third_parties,
@@ -78,6 +82,7 @@ from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
+from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
@@ -91,7 +96,7 @@ _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op 
 class CanonicalGraph:
     graph: gs.Graph
     removed: Dict[str, str] = field(default_factory=dict)   # node name -> why it is gone
-    op_types: Dict[str, str] = field(default_factory=dict)  # every loaded node -> op type
+    op_types: Dict[str, str] = field(default_factory=dict)  # loaded/branch node -> op type
     merged: Dict[str, str] = field(default_factory=dict)    # node name -> node computing it now
     rewritten: Dict[str, str] = field(default_factory=dict)  # node name -> what it became
     kept: Dict[str, str] = field(default_factory=dict)      # node name -> why not rewritten
@@ -125,6 +130,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
                                    given):
         unfolded.update(fold_constants(graph, verbose, origins=branch_of))
     after_fold = {n.name for n in graph.nodes}
+    # A decided If's branch nodes as loaded, before any rewrite (what convert's light set reads).
+    op_types.update({n.name: n.op for n in graph.nodes if n.name in branch_of})
     # A node refused in one pass (its size input not yet computed) may fold in a later one.
     unfolded = {name: why for name, why in unfolded.items() if name in after_fold}
     for name in op_types:
@@ -148,6 +155,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
+    if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
@@ -170,6 +179,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
             or means or detours):
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_reversed_slices(graph, _opset(loaded), forms):  # exact: a selection MatMul
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):

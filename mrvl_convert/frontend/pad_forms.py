@@ -199,6 +199,12 @@ def selection(size: int, begin: int, end: int, mode: str) -> np.ndarray:
     else:
         index = np.pad(np.arange(size), (begin, end), mode="reflect" if mode == "reflect"
                        else "edge")
+    return gather_matrix(index, size)
+
+
+def gather_matrix(index: np.ndarray, size: int) -> np.ndarray:
+    """``[len(index), size]`` 0/1: row j has a 1 at column ``index[j]`` (none where it is
+    negative), so that a MatMul by its transpose gathers those inputs exactly."""
     matrix = np.zeros((len(index), size), np.float32)
     rows = np.flatnonzero(index >= 0)
     matrix[rows, index[rows]] = 1.0
@@ -275,9 +281,20 @@ def _squeeze(axes: List[int], opset: int, const: _Constants, shape: List[int]) -
 def _rewrite(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites, names: Names,
              opset: int) -> None:
     """Replace ``node`` by its steps: the node becomes the first, the others are added."""
+    steps = pad_steps(plan, opset, _Constants(names, node.name), static_shape(node.outputs[0]))
+    what = replace_with_steps(graph, node, steps, done, names)
+    earlier = done.rewritten.get(node.name)
+    done.rewritten[node.name] = (f"{earlier}; then " if earlier else "") + (
+        f"{plan.mode} Pad{'' if plan.mode != 'constant' else f' of {plan.value:g}'} became "
+        f"{what}: exact for finite inputs")
+
+
+def replace_with_steps(graph: gs.Graph, node: gs.Node, steps: Sequence[Step], done: Rewrites,
+                       names: Names) -> str:
+    """Replace ``node`` by ``steps`` (the first reads its first input, the last writes its
+    output): the node becomes the first, the others are added, ``derived`` from it; the ops
+    joined by arrows."""
     x, y = node.inputs[0], node.outputs[0]
-    steps = pad_steps(plan, opset, _Constants(names, node.name), static_shape(y))
-    what = " -> ".join(op for op, *_ in steps)
     source, first = x, True
     for k, (op, consts, attrs, shape) in enumerate(steps):
         last = k == len(steps) - 1
@@ -294,10 +311,7 @@ def _rewrite(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites, name
             graph.nodes.append(added)
             done.derived[added.name] = node.name
         source = out
-    earlier = done.rewritten.get(node.name)
-    done.rewritten[node.name] = (f"{earlier}; then " if earlier else "") + (
-        f"{plan.mode} Pad{'' if plan.mode != 'constant' else f' of {plan.value:g}'} became "
-        f"{what}: exact for finite inputs")
+    return " -> ".join(op for op, *_ in steps)
 
 
 def macs(plan: PadPlan) -> int:
