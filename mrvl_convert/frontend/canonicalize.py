@@ -78,6 +78,7 @@ from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
+from mrvl_convert.frontend.space_to_batch import rewrite_space_to_batch
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
@@ -148,6 +149,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
+    if rewrite_space_to_batch(graph, forms):  # SpaceToBatch -> Conv -> BatchToSpace: dilated
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
