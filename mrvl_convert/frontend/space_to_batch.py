@@ -327,7 +327,8 @@ class _Adder:
         target = [shape[a] for a in perm]
         if list(perm) == sorted(perm):
             return x
-        if [d for d in target if d != 1] == [d for d in shape if d != 1]:
+        moving = [a for a in perm if shape[a] != 1]
+        if moving == sorted(moving):  # the other axes keep their order
             return self.node("Reshape", [x, self.ints(target)], target)
         return self.node("Transpose", [x], target, perm=list(perm))
 
