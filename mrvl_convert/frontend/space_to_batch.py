@@ -43,6 +43,7 @@ from mrvl_convert.frontend.index_moves import ABSENT, is_move, move
 from mrvl_convert.frontend.sequence_ops import kept_names
 
 _MAX_ELEMENTS = 1 << 23  # index arrays beyond this are not built (the form is left as is)
+_INDEX = np.int32  # enough for _MAX_ELEMENTS, half the memory traffic of int64
 _MAX_CHAIN = 16
 _UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
                     "HardSwish", "Softplus", "Neg", "Abs", "Clip"})
@@ -99,6 +100,8 @@ def _inner_pads(conv: gs.Node) -> Optional[List[int]]:
 def _split(conv: gs.Node, inner: List[int]) -> Optional[_Split]:
     """The farthest tensor X whose chain to the Conv's input is a SpaceToBatch of X."""
     target = conv.inputs[0]
+    if static_shape(target)[0] < 2:  # no phase grids in its batch: the common Conv, at no cost
+        return None
     chain: List[gs.Node] = []
     tensor = target
     candidates = []
@@ -118,7 +121,7 @@ def _run(source: gs.Tensor, nodes: Sequence[gs.Node]) -> Optional[np.ndarray]:
     shape = static_shape(source)
     if shape is None or int(np.prod(shape)) > _MAX_ELEMENTS:
         return None
-    array = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    array = np.arange(int(np.prod(shape)), dtype=_INDEX).reshape(shape)
     for node in nodes:
         array = move(node, array)
         if array is None or list(array.shape) != static_shape(node.outputs[0]):
@@ -132,31 +135,35 @@ def _blocks(count: int) -> List[Tuple[int, int]]:
 
 def _as_split(source: gs.Tensor, moved: np.ndarray, inner: List[int]) -> Optional[_Split]:
     shape = static_shape(source)
-    if len(shape) != 4 or moved.ndim != 4:
+    if len(shape) != 4 or moved.ndim != 4 or 0 in shape:
         return None
-    index = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
+    index = np.arange(int(np.prod(shape)), dtype=_INDEX).reshape(shape)
+    where = np.full(index.size, -1, np.int64)  # each element's flat position in ``moved``
+    flat = moved.reshape(-1)
+    copied = flat != ABSENT
+    where[flat[copied]] = np.flatnonzero(copied)
     for perm in itertools.permutations(range(4)):
         image = index.transpose(perm)  # [N, C, H, W]
         n, c = image.shape[:2]
         if c != moved.shape[1] or moved.shape[0] % n:
             continue
         for block in _blocks(moved.shape[0] // n):
-            pads = _split_pads(image, moved, block)
+            pads = _split_pads(image, moved, where, block)
             if pads is not None:
                 top, left = pads[0] + inner[0] * block[0], pads[1] + inner[1] * block[1]
                 return _Split(source, tuple(perm), block, (top, left), n)
     return None
 
 
-def _split_pads(image: np.ndarray, moved: np.ndarray, block: Tuple[int, int]
-                ) -> Optional[Tuple[int, int]]:
+def _split_pads(image: np.ndarray, moved: np.ndarray, where: np.ndarray,
+                block: Tuple[int, int]) -> Optional[Tuple[int, int]]:
     """The top and left pad for which ``moved`` is SpaceToBatch(image), or None."""
     (bh, bw), (n, c, height, width) = block, image.shape
     h, w = moved.shape[2:]
-    found = np.argwhere(moved == image[0, 0, 0, 0])
-    if len(found) != 1:
+    position = int(where[image[0, 0, 0, 0]])
+    if position < 0:
         return None
-    k, ch, y, x = (int(v) for v in found[0])
+    k, ch, y, x = (int(v) for v in np.unravel_index(position, moved.shape))
     phase = k // n
     top, left = y * bh + phase // bw, x * bw + phase % bw
     bottom, right = h * bh - height - top, w * bw - width - left
@@ -204,16 +211,18 @@ def _as_join(z: gs.Tensor, result: gs.Tensor, nodes: List[gs.Node], split: _Spli
     if array is None or shape is None or len(shape) != 4:
         return None
     (bh, bw), n, outs = split.block, split.batch, zshape[1]
-    full = np.arange(int(np.prod(zshape)), dtype=np.int64).reshape(bh, bw, n, outs, *zshape[2:])
+    full = np.arange(int(np.prod(zshape)), dtype=_INDEX).reshape(bh, bw, n, outs, *zshape[2:])
     full = full.transpose(2, 3, 4, 0, 5, 1).reshape(n, outs, zshape[2] * bh, zshape[3] * bw)
     for perm in itertools.permutations(range(4)):
         image = array.transpose(perm)
         if image.shape[:2] != (n, outs):
             continue
-        found = np.argwhere(full == image[0, 0, 0, 0])
-        if len(found) != 1 or found[0][0] or found[0][1]:
+        if image[0, 0, 0, 0] == ABSENT:
             continue
-        top, left = (int(v) for v in found[0][2:])
+        k, channel, y, x = (int(v) for v in np.unravel_index(int(image[0, 0, 0, 0]), zshape))
+        if channel or k % n:  # the first element is no first sample's first channel
+            continue
+        top, left = y * bh + k // n // bw, x * bw + k // n % bw
         height, width = image.shape[2:]
         if np.array_equal(full[:, :, top:top + height, left:left + width], image):
             return _Join(result, tuple(perm), (top, left), (height, width), nodes, per_channel)
@@ -226,7 +235,7 @@ def _run_joined(z: gs.Tensor, nodes: List[gs.Node]):
     zshape = static_shape(z)
     if int(np.prod(zshape)) > _MAX_ELEMENTS:
         return None, []
-    array = np.arange(int(np.prod(zshape)), dtype=np.int64).reshape(zshape)
+    array = np.arange(int(np.prod(zshape)), dtype=_INDEX).reshape(zshape)
     per_channel = []
     for node in nodes:
         if is_move(node):
