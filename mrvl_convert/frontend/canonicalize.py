@@ -41,7 +41,9 @@ absorbs Slice, Conv, Add or MatMul layers (``pad_forms.py``: exact for finite in
 the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and a Mul
 (``rsqrt_forms.py``: its bound stated there); sliding windows of frames read by an FC as a
 Conv (``window_conv.py``) and a batchless tensor's frames on ``[1, T, ...]``
-(``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there).
+(``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there);
+TensorFlow's atrous Conv, SpaceToBatch -> Conv -> BatchToSpace in any spelling of the data
+movement, as one Conv with dilations (``space_to_batch.py``: its sums within the bound there).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

@@ -22,11 +22,13 @@ Conv's output. A form that does not match exactly (another block, pads or crops 
 line up, a per-element op whose constant varies within a channel, a chain another node reads
 midway) is left as it is: nothing else changes.
 
-Bound: every output element is the same sum of the same n = C kh kw / group products and the
-bias as before (the zeros the pads add are the same zeros), only the order of the additions
-may differ: two float32 sums of n + 1 terms are at most ``2 n u sum |x w|`` apart
-(u = 2**-24); the moved per-element ops then see the same values. The tests compare onnxruntime's
-outputs before and after within it (``tests/frontend/test_space_to_batch.py``).
+Bound: every output of the Conv is the same sum of the same n = (C / group) kh kw products
+(and its bias) as before (the zeros the pads add are the same zeros); only the order of the
+additions may differ, and two float32 sums of the same n + 1 terms are at most
+``2 n u sum |x w|`` apart (u = 2**-24). The moved per-element ops are the same ops on values
+that close (a Mul by s scales the difference by |s|), each adding at most one rounding of its
+own output. The tests compare onnxruntime's outputs before and after within this
+(``tests/frontend/test_space_to_batch.py``, ``tests/system/test_fuzz_space_to_batch.py``).
 """
 from __future__ import annotations
 

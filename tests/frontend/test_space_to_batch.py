@@ -22,6 +22,7 @@ _VARIANTS = [
     {"block": (4, 4), "kernel": 3, "h": 9, "w": 14, "n": 2, "out": "nchw"},
     {"block": (2, 2), "kernel": 5, "padding": "VALID", "h": 15, "w": 12},
     {"block": (3, 3), "kernel": 3, "post_before": True, "c": 1},
+    {"block": (2, 2), "kernel": 3, "c": 6, "o": 6, "group": 6, "h": 12, "w": 9},  # depthwise
     {"form": "reshape", "block": (2, 3), "kernel": 3, "h": 11, "w": 13},
     {"form": "reshape", "block": (4, 4), "kernel": 5, "post_before": True, "n": 2,
      "out": "nchw", "h": 10, "w": 7},
@@ -116,7 +117,8 @@ def test_canonical_graph_keeps_onnxruntime_outputs():
 
 @pytest.mark.parametrize("spec", [{}, {"out": "nchw", "block": (3, 3), "kernel": 5, "h": 20,
                                        "w": 19},
-                                  {"form": "reshape", "block": (2, 4), "h": 16, "w": 18}])
+                                  {"form": "reshape", "block": (2, 4), "h": 16, "w": 18},
+                                  {"group": 8, "block": (4, 4), "h": 15, "w": 15}])
 def test_atrous_conv_is_one_mrvl_subgraph_and_verifies(spec, tmp_path):
     """On main: 1 Mrvl subgraph (the Conv alone) and 2 CPU ones."""
     model, _ = atrous_model({**spec, "c": 8, "o": 8})

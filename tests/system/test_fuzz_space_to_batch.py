@@ -1,6 +1,6 @@
 """Property tests over TensorFlow's atrous Conv as tf2onnx writes it
 (tests/support/strategies/space_to_batch.py): blocks 1..4 (any bh x bw in the generic Reshape
-form), kernels 1..5, SAME or VALID, odd sizes that need pad and crop, batch 1 or 2, per-channel
+form), kernels 1..5, plain or depthwise, SAME or VALID, odd sizes that need pad and crop, batch 1 or 2, per-channel
 bias/BN/Relu before or after the BatchToSpace, NHWC or NCHW output. For each: the rewrite
 (``frontend/space_to_batch.py``) makes one dilated Conv within its stated bound of onnxruntime's
 outputs, and the whole conversion is one Mrvl subgraph that verifies. Quick profile by default."""
@@ -37,5 +37,5 @@ def test_the_rewrite_keeps_onnxruntime_outputs_within_its_bound(spec):
 @given(spec=spaced_convs())
 def test_an_atrous_conv_is_one_mrvl_subgraph_and_verifies(spec, tmp_path_factory):
     assume(spec["block"] != (1, 1))  # a plain Conv between Transposes: no space-to-batch
-    model, _ = atrous_model({**spec, "c": 4, "o": 4})
+    model, _ = atrous_model({**spec, "c": 4, "o": 4, "group": 4 if spec["group"] > 1 else 1})
     assert_whole_and_verified(model, tmp_path_factory.mktemp("s2b") / "art")

@@ -25,8 +25,8 @@ import onnx
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-SPEC = {"seed": 0, "n": 1, "h": 13, "w": 11, "c": 3, "o": 4, "block": (2, 2), "kernel": 3,
-        "padding": "SAME", "form": "s2d", "post": ["bias", "bn", "relu"], "post_before": False,
+SPEC = {"seed": 0, "n": 1, "h": 13, "w": 11, "c": 3, "o": 4, "group": 1, "block": (2, 2),
+        "kernel": 3, "padding": "SAME", "form": "s2d", "post": ["bias", "bn", "relu"], "post_before": False,
         "out": "nhwc"}
 U = 2.0 ** -24
 
@@ -64,12 +64,13 @@ def atrous_model(spec: Dict) -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
     g = _Graph()
     t = g.op("Pad", ["x", g.const("pads", np.array([0, ph0, pw0, 0, 0, ph1, pw1, 0], np.int64))],
              "s2b_pad")
-    weight = (rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
+    group = s["group"]
+    weight = (rng.standard_normal((o, c // group, k, k)) / np.sqrt(c * k * k)).astype(np.float32)
     if s["form"] == "s2d":
         t = g.op("Transpose", [t], "s2b_cnhw", perm=[3, 0, 1, 2])
         t = g.op("SpaceToDepth", [t], "s2b_s2d", blocksize=bh)
         t = g.op("Transpose", [t], "s2b_batch", perm=[1, 0, 2, 3])
-        t = g.op("Conv", [t, g.const("w", weight)], "atrous_conv")
+        t = g.op("Conv", [t, g.const("w", weight)], "atrous_conv", group=group)
     else:
         t = g.op("Reshape", [t, g.const("r1", np.array([n, hp, bh, wp, bw, c], np.int64))],
                  "s2b_r1")
@@ -77,7 +78,7 @@ def atrous_model(spec: Dict) -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
         t = g.op("Reshape", [t, g.const("r2", np.array([bh * bw * n, hp, wp, c], np.int64))],
                  "s2b_r2")
         t = g.op("Transpose", [t], "s2b_nchw", perm=[0, 3, 1, 2])
-        t = g.op("Conv", [t, g.const("w", weight)], "atrous_conv")
+        t = g.op("Conv", [t, g.const("w", weight)], "atrous_conv", group=group)
     ho, wo = hp - k + 1, wp - k + 1
     if s["post_before"]:  # on the Conv's own output [n b b, o, h, w]
         t = _post(g, t, s["post"], rng, [1, o, 1, 1])
@@ -133,14 +134,13 @@ def _post(g: _Graph, t: str, ops: List[str], rng: np.random.Generator, shape: Li
 
 
 def rewrite_bound(model: onnx.ModelProto, x: np.ndarray, reference: np.ndarray) -> float:
-    """The module's bound for these outputs: ``2 n u sum |x w|`` of the Conv (n = C kh kw + 1
-    terms, ``sum |x w|`` at most max |x| times an output channel's sum |w|), times the largest
+    """The module's bound for these outputs: ``2 n u sum |x w|`` of the Conv (n = C kh kw,
+    ``sum |x w|`` at most max |x| times an output channel's sum |w|), times the largest
     BatchNormalization scale after it, plus one rounding (u |y|) for each per-element op."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     weight = np.abs(inits["w"])
-    terms = weight[0].size + 1
-    conv = 2 * terms * U * float(np.abs(x).max()) * float(weight.reshape(len(weight), -1)
-                                                          .sum(axis=1).max())
+    conv = 2 * weight[0].size * U * float(np.abs(x).max()) * float(
+        weight.reshape(len(weight), -1).sum(axis=1).max())
     scale = float(np.abs(inits["bn_scale"]).max()) if "bn_scale" in inits else 1.0
     posts = sum(n.op_type in ("Add", "Mul", "Relu") for n in model.graph.node)
     return conv * scale + posts * U * float(np.abs(reference).max())
@@ -149,16 +149,20 @@ def rewrite_bound(model: onnx.ModelProto, x: np.ndarray, reference: np.ndarray) 
 @st.composite
 def spaced_convs(draw) -> Dict:
     """A spec for ``atrous_model``: any block 1..4 (1 x 1 is no space-to-batch: left alone),
-    kernel 1..5, SAME or VALID, odd sizes, either form, per-channel ops before or after."""
+    kernel 1..5, SAME or VALID, odd sizes, either form, plain or depthwise, per-channel ops
+    before or after."""
     form = draw(st.sampled_from(["s2d", "reshape"]))
     bh = draw(st.integers(1, 4))
     bw = bh if form == "s2d" else draw(st.integers(1, 4))
     kernel = draw(st.integers(1, 5))
     padding = draw(st.sampled_from(["SAME", "VALID"]))
     low = 1 + (kernel - 1) * max(bh, bw) if padding == "VALID" else 1
+    c = draw(st.integers(1, 4))
+    depthwise = draw(st.booleans())
     return {"seed": draw(st.integers(0, 2 ** 16)), "n": draw(st.integers(1, 2)),
             "h": draw(st.integers(low, low + 9)), "w": draw(st.integers(low, low + 9)),
-            "c": draw(st.integers(1, 4)), "o": draw(st.integers(1, 4)), "block": (bh, bw),
+            "c": c, "o": c if depthwise else draw(st.integers(1, 4)),
+            "group": c if depthwise else 1, "block": (bh, bw),
             "kernel": kernel, "padding": padding, "form": form,
             "post": draw(st.lists(st.sampled_from(["bias", "bn", "relu"]), max_size=3,
                                   unique=True)),
