@@ -93,7 +93,8 @@ def _inner_pads(conv: gs.Node) -> Optional[List[int]]:
     shape, out = static_shape(x), static_shape(z)
     if weight is None or not is_const(weight) or shape is None or out is None or len(shape) != 4 \
             or x.dtype is None or np.dtype(x.dtype) != np.float32 or len(conv.outputs) != 1 \
-            or any(int(v) != 1 for v in attr(conv, "strides", [1, 1]) + attr(conv, "dilations", [1, 1])):
+            or any(int(v) != 1 for v in attr(conv, "strides", [1, 1])
+                   + attr(conv, "dilations", [1, 1])):
         return None
     kernel = list(const_value(weight).shape[2:])
     return conv_pads(conv, shape, kernel, [1, 1], [1, 1], out)
@@ -290,7 +291,8 @@ def _as_dilated(graph: gs.Graph, conv: gs.Node, split: _Split, join: _Join, name
     x = add.permuted(split.source, split.to_nchw)
     kept = [max(p, 0) for p in pads]
     out = gs.Variable(names.fresh(f"{conv.name}_dilated"), dtype=np.float32, shape=[
-        n, outs, height + kept[0] + kept[2] - (kh - 1) * bh, width + kept[1] + kept[3] - (kw - 1) * bw])
+        n, outs, height + kept[0] + kept[2] - (kh - 1) * bh,
+        width + kept[1] + kept[3] - (kw - 1) * bw])
     inputs = [x] + list(conv.inputs[1:])
     conv.inputs.clear()
     conv.inputs.extend(inputs)

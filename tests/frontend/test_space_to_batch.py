@@ -18,7 +18,7 @@ from support.strategies.space_to_batch import atrous_model, rewrite_bound
 
 _VARIANTS = [
     {},                                                        # block 2, kernel 3, 13 x 11
-    {"block": (3, 3), "kernel": 5, "h": 17, "w": 10},
+    {"block": (3, 3), "kernel": 5, "h": 17, "w": 10, "detour": True},
     {"block": (4, 4), "kernel": 3, "h": 9, "w": 14, "n": 2, "out": "nchw"},
     {"block": (2, 2), "kernel": 5, "padding": "VALID", "h": 15, "w": 12},
     {"block": (3, 3), "kernel": 3, "post_before": True, "c": 1},

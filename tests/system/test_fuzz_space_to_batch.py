@@ -1,7 +1,7 @@
 """Property tests over TensorFlow's atrous Conv as tf2onnx writes it
 (tests/support/strategies/space_to_batch.py): blocks 1..4 (any bh x bw in the generic Reshape
-form), kernels 1..5, plain or depthwise, SAME or VALID, odd sizes that need pad and crop, batch 1 or 2, per-channel
-bias/BN/Relu before or after the BatchToSpace, NHWC or NCHW output. For each: the rewrite
+form), kernels 1..5, plain or depthwise, SAME or VALID, odd sizes that need pad and crop,
+batch 1 or 2, per-channel bias/BN/Relu before or after the BatchToSpace, NHWC or NCHW output. For each: the rewrite
 (``frontend/space_to_batch.py``) makes one dilated Conv within its stated bound of onnxruntime's
 outputs, and the whole conversion is one Mrvl subgraph that verifies. Quick profile by default."""
 from __future__ import annotations

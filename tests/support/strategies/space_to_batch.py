@@ -7,7 +7,8 @@ tf2onnx's spellings of the two data movements:
 
 - ``form="s2d"`` (tf2onnx for a 4-D input and a square block, LEADER's): Pad, Transpose
   ``[3, 0, 1, 2]``, SpaceToDepth, Transpose ``[1, 0, 2, 3]``, Conv, Transpose ``[1, 0, 2, 3]``,
-  DepthToSpace, Slice of the crop, the per-channel ops on ``[o, n, H, W]``;
+  DepthToSpace, Slice of the crop, the per-channel ops on ``[o, n, H, W]`` (``detour``: the
+  first batch swap through rank 5, Unsqueeze/Transpose/Squeeze, as LEADER's raw graph has it);
 - ``form="reshape"`` (its generic one, any block ``bh x bw``): Pad, Reshape to rank 6,
   Transpose, Reshape, Transpose to NCHW, Conv, Transpose to NHWC, Reshape to rank 6, Transpose,
   Reshape, Slice, the per-channel ops on NHWC.
@@ -26,8 +27,8 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 SPEC = {"seed": 0, "n": 1, "h": 13, "w": 11, "c": 3, "o": 4, "group": 1, "block": (2, 2),
-        "kernel": 3, "padding": "SAME", "form": "s2d", "post": ["bias", "bn", "relu"], "post_before": False,
-        "out": "nhwc"}
+        "kernel": 3, "padding": "SAME", "form": "s2d", "detour": False,
+        "post": ["bias", "bn", "relu"], "post_before": False, "out": "nhwc"}
 U = 2.0 ** -24
 
 
@@ -69,7 +70,12 @@ def atrous_model(spec: Dict) -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
     if s["form"] == "s2d":
         t = g.op("Transpose", [t], "s2b_cnhw", perm=[3, 0, 1, 2])
         t = g.op("SpaceToDepth", [t], "s2b_s2d", blocksize=bh)
-        t = g.op("Transpose", [t], "s2b_batch", perm=[1, 0, 2, 3])
+        if s["detour"]:  # the batch swap through rank 5 (tf2onnx's Unsqueeze/Squeeze)
+            t = g.op("Unsqueeze", [t, g.const("ax0", np.array([0], np.int64))], "s2b_unsq")
+            t = g.op("Transpose", [t], "s2b_batch", perm=[0, 2, 1, 3, 4])
+            t = g.op("Squeeze", [t, "ax0"], "s2b_sq")
+        else:
+            t = g.op("Transpose", [t], "s2b_batch", perm=[1, 0, 2, 3])
         t = g.op("Conv", [t, g.const("w", weight)], "atrous_conv", group=group)
     else:
         t = g.op("Reshape", [t, g.const("r1", np.array([n, hp, bh, wp, bw, c], np.int64))],
@@ -163,7 +169,7 @@ def spaced_convs(draw) -> Dict:
             "h": draw(st.integers(low, low + 9)), "w": draw(st.integers(low, low + 9)),
             "c": c, "o": c if depthwise else draw(st.integers(1, 4)),
             "group": c if depthwise else 1, "block": (bh, bw),
-            "kernel": kernel, "padding": padding, "form": form,
+            "kernel": kernel, "padding": padding, "form": form, "detour": draw(st.booleans()),
             "post": draw(st.lists(st.sampled_from(["bias", "bn", "relu"]), max_size=3,
                                   unique=True)),
             "post_before": draw(st.booleans()), "out": draw(st.sampled_from(["nhwc", "nchw"]))}
