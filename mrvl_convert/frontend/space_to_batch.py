@@ -203,6 +203,8 @@ def _moving_input(node: gs.Node) -> Optional[int]:
         return None
     if node.op in _UNARY and variables == [0]:
         return 0 if all(const_value(t).size == 1 for t in node.inputs[1:] if t.name) else None
+    if node.op == "PRelu" and variables != [0]:  # the slope is no operand order can swap
+        return None
     return variables[0] if node.op in _BINARY and len(node.inputs) == 2 else None
 
 
@@ -311,6 +313,7 @@ def _as_dilated(graph: gs.Graph, conv: gs.Node, split: _Split, join: _Join, name
             operands[1 - k] = gs.Constant(names.fresh(f"{node.name}_per_channel"),
                                           values.reshape(1, outs, 1, 1))
         out = add.node(node.op, operands, [n, outs, ho, wo], **node.attrs)
+        done.merged[node.name] = add.last.name
     add.finish(out, tuple(int(a) for a in np.argsort(join.to_nchw)), join.result)
     done.rewritten[conv.name] = (f"a space-to-batch Conv (block {bh}x{bw}): one Conv with "
                                  f"dilations {bh}x{bw}")
