@@ -14,7 +14,9 @@ tf2onnx's spellings of the two data movements:
   Reshape, Slice, the per-channel ops on NHWC.
 
 ``post`` lists the per-channel ops (``bias``, ``bn`` as Mul/Add, ``relu``); ``post_before``
-puts them between the Conv and the BatchToSpace instead. The output is NHWC (``out="nhwc"``) or
+puts them between the Conv and the BatchToSpace instead; ``gelu`` adds a tanh GELU after them
+that reads its input three times (so the BatchToSpace's layout stays around it: ``[o, 1, H, W]``
+in the first form, as in LEADER). The output is NHWC (``out="nhwc"``) or
 NCHW (``"nchw"``, LEADER's next layers). ``spaced_convs()`` draws specs.
 """
 from __future__ import annotations
@@ -28,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 SPEC = {"seed": 0, "n": 1, "h": 13, "w": 11, "c": 3, "o": 4, "group": 1, "block": (2, 2),
         "kernel": 3, "padding": "SAME", "form": "s2d", "detour": False,
-        "post": ["bias", "bn", "relu"], "post_before": False, "out": "nhwc"}
+        "post": ["bias", "bn", "relu"], "post_before": False, "out": "nhwc", "gelu": False}
 U = 2.0 ** -24
 
 
@@ -108,6 +110,8 @@ def atrous_model(spec: Dict) -> Tuple[onnx.ModelProto, Dict[str, np.ndarray]]:
                            g.const("crop_a", np.array([1, 2], np.int64))], "b2s_crop")
     if not s["post_before"]:
         t = _post(g, t, s["post"], rng, [o, 1, 1, 1] if s["form"] == "s2d" else [o])
+    if s["gelu"]:  # tanh GELU reading the result three times (LEADER's attention convs)
+        t = _gelu(g, t)
     perm = {("s2d", "nhwc"): [1, 2, 3, 0], ("s2d", "nchw"): [1, 0, 2, 3],
             ("reshape", "nhwc"): None, ("reshape", "nchw"): [0, 3, 1, 2]}[s["form"], s["out"]]
     g.nodes.append(helper.make_node("Transpose" if perm else "Identity", [t], ["y"],
@@ -139,16 +143,29 @@ def _post(g: _Graph, t: str, ops: List[str], rng: np.random.Generator, shape: Li
     return t
 
 
+def _gelu(g: _Graph, t: str) -> str:
+    half = g.op("Mul", [t, g.const("gelu_half", np.array(0.5, np.float32))], "gelu_half_x")
+    cube = g.op("Pow", [t, g.const("gelu_three", np.array(3.0, np.float32))], "gelu_cube")
+    cube = g.op("Mul", [cube, g.const("gelu_c", np.array(0.044715, np.float32))], "gelu_cube_c")
+    inner = g.op("Add", [t, cube], "gelu_inner")
+    inner = g.op("Mul", [inner, g.const("gelu_s", np.array(0.7978846, np.float32))], "gelu_scaled")
+    tanh = g.op("Tanh", [inner], "gelu_tanh")
+    tanh = g.op("Add", [tanh, g.const("gelu_one", np.array(1.0, np.float32))], "gelu_one_plus")
+    return g.op("Mul", [half, tanh], "gelu")
+
+
 def rewrite_bound(model: onnx.ModelProto, x: np.ndarray, reference: np.ndarray) -> float:
     """The module's bound for these outputs: ``2 n u sum |x w|`` of the Conv (n = C kh kw,
     ``sum |x w|`` at most max |x| times an output channel's sum |w|), times the largest
-    BatchNormalization scale after it, plus one rounding (u |y|) for each per-element op."""
+    BatchNormalization scale after it (and GELU's slope), plus one rounding (u |y|) for each
+    per-element op."""
     inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
     weight = np.abs(inits["w"])
     conv = 2 * weight[0].size * U * float(np.abs(x).max()) * float(
         weight.reshape(len(weight), -1).sum(axis=1).max())
     scale = float(np.abs(inits["bn_scale"]).max()) if "bn_scale" in inits else 1.0
-    posts = sum(n.op_type in ("Add", "Mul", "Relu") for n in model.graph.node)
+    scale *= 1.13 if "gelu_half" in inits else 1.0  # max |GELU'|, 1.129
+    posts = sum(n.op_type in ("Add", "Mul", "Relu", "Pow", "Tanh") for n in model.graph.node)
     return conv * scale + posts * U * float(np.abs(reference).max())
 
 
@@ -172,4 +189,5 @@ def spaced_convs(draw) -> Dict:
             "kernel": kernel, "padding": padding, "form": form, "detour": draw(st.booleans()),
             "post": draw(st.lists(st.sampled_from(["bias", "bn", "relu"]), max_size=3,
                                   unique=True)),
-            "post_before": draw(st.booleans()), "out": draw(st.sampled_from(["nhwc", "nchw"]))}
+            "post_before": draw(st.booleans()), "out": draw(st.sampled_from(["nhwc", "nchw"])),
+            "gelu": draw(st.booleans())}
