@@ -1,4 +1,4 @@
-"""Per-element regions in tf2onnx's channel-in-batch layout ``[C, 1, H, W]`` run on ``[1, C, H, W]``.
+"""Per-element regions in tf2onnx's channel-in-batch ``[C, 1, H, W]`` run on ``[1, C, H, W]``.
 
 Around a SpaceToBatch/BatchToSpace pair tf2onnx keeps a model of batch 1 in the layout
 ``[C, N, H, W]`` (its Transposes ``[3, 0, 1, 2]`` and ``[1, 0, 2, 3]``), and the per-element

@@ -2,9 +2,10 @@
 (tests/support/strategies/space_to_batch.py): blocks 1..4 (any bh x bw in the generic Reshape
 form), kernels 1..5, plain or depthwise, SAME or VALID, odd sizes that need pad and crop,
 batch 1 or 2, per-channel bias/BN/Relu before or after the BatchToSpace, a GELU after it that
-reads it three times (``unit_swap.py`` where it sits in ``[o, 1, H, W]``), NHWC or NCHW output. For each: the rewrite
-(``frontend/space_to_batch.py``) makes one dilated Conv within its stated bound of onnxruntime's
-outputs, and the whole conversion is one Mrvl subgraph that verifies. Quick profile by default."""
+reads it three times (``unit_swap.py`` where it sits in ``[o, 1, H, W]``), NHWC or NCHW
+output. For each: the rewrite (``frontend/space_to_batch.py``) makes one dilated Conv within
+its stated bound of onnxruntime's outputs, and the whole conversion is one Mrvl subgraph that
+verifies. Quick profile by default."""
 from __future__ import annotations
 
 import numpy as np
