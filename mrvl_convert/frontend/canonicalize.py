@@ -41,7 +41,11 @@ absorbs Slice, Conv, Add or MatMul layers (``pad_forms.py``: exact for finite in
 the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and a Mul
 (``rsqrt_forms.py``: its bound stated there); sliding windows of frames read by an FC as a
 Conv (``window_conv.py``) and a batchless tensor's frames on ``[1, T, ...]``
-(``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there).
+(``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there);
+TensorFlow's atrous Conv, SpaceToBatch -> Conv -> BatchToSpace in any spelling of the data
+movement, as one Conv with dilations (``space_to_batch.py``: its sums within the bound there),
+and the per-element ops after it in tf2onnx's ``[C, 1, H, W]`` on ``[1, C, H, W]``
+(``unit_swap.py``, exact).
 An Einsum is Transpose, Reshape, ReduceSum, MatMul or Mul layers (``einsum_forms.py``: its
 sums reordered, within the bound stated there), a Slice with a negative step a positive-step
 Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
@@ -83,8 +87,10 @@ from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_
 from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
+from mrvl_convert.frontend.space_to_batch import rewrite_space_to_batch
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
+from mrvl_convert.frontend.unit_swap import unswap_unit_batches
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from mrvl_convert.frontend.window_conv import rewrite_window_convs
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
@@ -156,6 +162,9 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_space_to_batch(graph, forms):  # SpaceToBatch -> Conv -> BatchToSpace: dilated
+        unswap_unit_batches(graph, forms)  # what followed it in [C, 1, H, W] on [1, C, H, W]
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
