@@ -42,6 +42,9 @@ from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
+# ops that only move their first input's values: what they make of an unrounded tensor is
+# unrounded too (the converter absorbs them into the layout, or runs them as exact layers)
+_MOVES = frozenset({"Squeeze", "Unsqueeze", "Reshape", "Transpose", "Flatten", "Identity"})
 _SUFFIX = "__as_fp16"
 
 
@@ -105,6 +108,10 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
     reads unrounded: those an exact layer of its stage gives it (``_exact_results``)."""
     ops = {n.name: n.op_type for n in proto.graph.node}
     outputs = {n.name: list(n.output) for n in proto.graph.node}
+    moves: Dict[str, List[str]] = {}
+    for node in proto.graph.node:
+        if node.op_type in _MOVES and node.input and node.output:
+            moves.setdefault(node.input[0], []).append(node.output[0])
     layers: List[Tuple[List[str], Set[str]]] = []
     for stage in session.stages:
         if stage.kind != "mrvl":
@@ -122,7 +129,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
                 continue
             group = [n for n in spec.source_nodes if n in ops]
             if group and group not in [g for g, _ in layers]:
-                layers.append((group, _exact_results(step, steps, outputs)))
+                layers.append((group, _moved(_exact_results(step, steps, outputs), moves)))
     return layers
 
 
@@ -162,6 +169,20 @@ def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str
         else:
             pending.extend(producer.inputs)
     return names
+
+
+def _moved(names: Set[str], moves: Dict[str, List[str]]) -> Set[str]:
+    """``names`` and what the model's move-only nodes (``_MOVES``) make of them: a dequantizing
+    quant layer's float32 result reaches an fp16 Mul2D through a Squeeze the converter absorbed
+    (madmom's key CNN: Conv, Transpose, Squeeze, then its BatchNormalization's Mul), and the
+    simulator hands it on unrounded; rounded there, the reference was one fp16 step off."""
+    found, pending = set(names), list(names)
+    while pending:
+        for nxt in moves.get(pending.pop(), ()):
+            if nxt not in found:
+                found.add(nxt)
+                pending.append(nxt)
+    return found
 
 
 def round_groups(proto: onnx.ModelProto, groups: List[List[str]],
