@@ -37,7 +37,7 @@ from onnx import helper, numpy_helper
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
-from mrvl_convert.verify.fp16_chains import chains_as_written
+from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.value_tensors import never_rounded
 
@@ -61,7 +61,32 @@ def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[
     layers = _fp16_layers(session, proto)
     _exponents_as_written(proto, session, {n for g, _ in layers for n in g})
     _divisions_as_written(proto, {n for g, _ in layers for n in g})
-    return round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
+    done = round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
+    if _means_as_laid_out(proto, session, set(done)):
+        topologically_sorted(proto)
+    return done
+
+
+def _means_as_laid_out(proto: onnx.ModelProto, session: HybridSession,
+                       rounded: AbstractSet[str]) -> bool:
+    """Each fp16 ReduceMean layer over the channels of a 4-D NHWC tensor reduced in the
+    reference as the layer reduces it (``fp16_chains.mean_as_laid_out``); whether any was.
+    Opset >= 18 (axes as an input) is left as it is."""
+    nodes = {n.name: n for n in proto.graph.node if n.op_type == "ReduceMean"
+             and n.name in rounded}
+    changed = False
+    for stage in session.stages:
+        for step in stage.runner.steps if stage.kind == "mrvl" else ():
+            spec = step.spec
+            layout = spec.attrs.get("data_layout") or [""]
+            if (spec.kind.name != "ReduceMean" or len(spec.source_nodes) != 1
+                    or layout[0] != "NHWC" or len(spec.input_shapes[0]) != 4
+                    or spec.value("axis") != 3):
+                continue
+            node = nodes.get(spec.source_nodes[0])
+            if node is not None:
+                changed |= mean_as_laid_out(proto.graph, node, spec.input_shapes[0])
+    return changed
 
 
 def _exponents_as_written(proto: onnx.ModelProto, session: HybridSession,
