@@ -38,7 +38,11 @@ def quantize_static_shared_relu(source: str, out: str, reader: Any, **options: A
     onnxruntime this package supports. The ops no int8 layer takes (a LayerNorm's or GELU's
     pieces, attention's Softmax) are then left in float, as ``--keep-fp16`` leaves a node: the
     QDQ pairs between them dropped (``frontend/float_pairs.py``), so they run as fp16 layers
-    inside the int8 region, as whole as the float model."""
+    inside the int8 region, as whole as the float model. Why that pass and not
+    ``nodes_to_exclude``: which nodes are float is known from the QDQ graph (a MatMul of two
+    activations, the pieces between them), and quantize_static would still quantize an excluded
+    node's tensors for its quantized neighbours; one pass serves our recipe and other
+    quantizers' models alike, and the QDQ model kept for verify is the one it leaves."""
     from onnxruntime.quantization import quantize_static
     quantize_static(source, out, reader, **options)
     written = onnx.load(out)
