@@ -20,7 +20,9 @@ model writes one formula.
   axis in another order than a strided one: a float32 sum one step apart lands on the
   neighbouring fp16 value now and then (LEADER's fp16 LayerNorms: 26 of 65536 means, each then
   one int8 step after the LayerNorm, and its atan2 head turned that into a FAIL). The reference
-  reduces the same NHWC tensor the same way (as rows of channels, ``mean_as_laid_out``).
+  reduces the same NHWC tensor the same way (as rows of channels, ``mean_as_laid_out``): as
+  the graph engine runs the layer (verify's default); the layer-by-layer engine's ``np.mean``
+  sums in numpy's order and can still be a neighbour on a near-tie (3 of those 65536).
 
 In an int8 model those layers sit between int8 layers: a reference that computed the formula
 in float32 would differ from the artifact by fp16 roundings and by the approximation, and each
