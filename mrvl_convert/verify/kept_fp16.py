@@ -11,9 +11,9 @@ module gives the verdict a reference that rounds where the artifact rounds, and 
 with onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32 pairs, as the graph
 engine rounds): every input of such a layer that is neither a weight nor an exact layer's
 result (a stage input, an fp16 layer's result; an exact result reaches it unrounded also
-through the model's Squeeze, Transpose, Reshape... the converter absorbed), every weight (a rounded copy for the layer; a
-Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it), every result
-that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering writes them
+through the model's Squeeze, Transpose, Reshape... the converter absorbed), every weight (a
+rounded copy for the layer; a Conv + BatchNormalization pair the layer folds as
+``fp16_fold.py`` rounds it), every result that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering writes them
 (Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D it is
 lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
 rounded (``value_tensors.py``). The weights stay the QDQ model's own: a wrong weight in the

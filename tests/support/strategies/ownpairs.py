@@ -71,7 +71,8 @@ def float_op_cnns(draw) -> onnx.ModelProto:
              "b2": 0.1 * rng.standard_normal(channels), **consts}
     shape = [1, channels, side, side]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, side, side])],
+        nodes, "g",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 3, side, side])],
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, shape)],
         [numpy_helper.from_array(v if v.dtype == np.int64 else v.astype(np.float32), k)
          for k, v in inits.items()])
