@@ -7,15 +7,15 @@ dequantized input is ``q * scale`` in float32 as in that run (the dequantizing `
 is exact, ``QuantKernel``: the simulator rounds no exact layer's result). Judged against that
 run, a correct conversion with kept layers "fails": an fp16 rounding moves a value across a
 quantization boundary, and one int8 step early on is several at the output (issue 40). This
-module gives the verdict a reference that rounds where the artifact rounds, and only there,
-with onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32 pairs, as the graph
-engine rounds): every input of such a layer that is neither a weight nor an exact layer's
-result (a stage input, an fp16 layer's result; an exact result reaches it unrounded also
-through the model's Squeeze, Transpose, Reshape... the converter absorbed), every weight (a
-rounded copy for the layer; a Conv + BatchNormalization pair the layer folds as
-``fp16_fold.py`` rounds it), every result that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering writes them
-(Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D it is
-lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
+module gives the verdict a reference that rounds where the artifact rounds, and only there, with
+onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32 pairs, as the graph engine
+rounds): every input of such a layer that is neither a weight nor an exact layer's result (a
+stage input, an fp16 layer's result; an exact result reaches it unrounded also through the
+model's Squeeze, Transpose, Reshape... the converter absorbed), every weight (a rounded copy for
+the layer; a Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it),
+every result that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering
+writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D
+it is lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
 rounded (``value_tensors.py``). The weights stay the QDQ model's own: a wrong weight in the
 artifact still fails.
 

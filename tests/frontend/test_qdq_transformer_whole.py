@@ -3,9 +3,10 @@
 (per-tensor or per-channel, uint8 activations: its defaults) or by our recipe was cut into 3 to
 10 Mrvl subgraphs (main before the recipe dropped them too: 3 Mrvl / 2 CPU for ours; 10 / 10 for
 onnxruntime's before float_pairs): its LayerNorm's and GELU's pieces sat between QDQ pairs,
-which no int8 layer takes and no float composite matched. The pairs between ops of no int8 form are dropped
-(``frontend/float_pairs.py``) and those ops run as fp16 layers inside the one int8 region; verify
-judges against the QDQ model kept (with the same pairs dropped) and its outputs are bit-equal."""
+which no int8 layer takes and no float composite matched. The pairs between ops of no int8 form
+are dropped (``frontend/float_pairs.py``) and those ops run as fp16 layers inside the one int8
+region; verify judges against the QDQ model kept (with the same pairs dropped) and its outputs
+are bit-equal."""
 from __future__ import annotations
 
 import numpy as np
