@@ -14,7 +14,9 @@ from typing import Any, Iterator, Optional, Union
 
 import onnx
 
+from mrvl_convert.frontend.float_pairs import drop_float_pairs
 from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
+from mrvl_convert.rules.int8_forms import builtin_int8_op_types
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -33,13 +35,30 @@ def cached_ranges(quantize: Any, ranges: Optional[PathLike]) -> Any:
 def quantize_static_shared_relu(source: str, out: str, reader: Any, **options: Any) -> None:
     """quantize_static, its Relus' and Clips' inputs then given their outputs' scales as
     onnxruntime >= 1.19 gives them (``quantize/relu_ranges.py``): the same QDQ model at every
-    onnxruntime this package supports."""
+    onnxruntime this package supports. The ops no int8 layer takes (a LayerNorm's or GELU's
+    pieces, attention's Softmax) are then left in float, as ``--keep-fp16`` leaves a node: the
+    QDQ pairs between them dropped (``frontend/float_pairs.py``), so they run as fp16 layers
+    inside the int8 region, as whole as the float model. Why that pass and not
+    ``nodes_to_exclude``: which nodes are float is known from the QDQ graph (a MatMul of two
+    activations, the pieces between them), and quantize_static would still quantize an excluded
+    node's tensors for its quantized neighbours; one pass serves our recipe and other
+    quantizers' models alike, and the QDQ model kept for verify is the one it leaves."""
     from onnxruntime.quantization import quantize_static
     quantize_static(source, out, reader, **options)
     written = onnx.load(out)
     shared = relu_inputs_share_output_scale(written)
-    if shared is not written:
+    if float_pairs_dropped(shared) or shared is not written:
         onnx.save(shared, out)
+
+
+def float_pairs_dropped(model: onnx.ModelProto) -> bool:
+    """``model`` (in place) without the QDQ pairs between ops of no int8 form; whether any
+    went. Shapes are inferred on a copy first: a MatMul's rank tells an int8 FC from
+    attention's product of two activations."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+    return bool(drop_float_pairs(model, builtin_int8_op_types()))
 
 
 class _DropQuantizerRecords(logging.Filter):

@@ -15,6 +15,15 @@ model writes one formula.
   x - r``, ``t = tanh(m * 0.5)``, ``d = -t + 1``, ``q = d ** -1``, ``y = r + (t q) fp16(2
   alpha)``, each rounded.
 
+- ``ReduceMean`` over an image's channels (a LayerNorm's mean, written over axis 1 of NCHW): the
+  layer reduces the last axis of NHWC (``layers/reduce.py``), and onnxruntime sums a contiguous
+  axis in another order than a strided one: a float32 sum one step apart lands on the
+  neighbouring fp16 value now and then (LEADER's fp16 LayerNorms: 26 of 65536 means, each then
+  one int8 step after the LayerNorm, and its atan2 head turned that into a FAIL). The reference
+  reduces the same NHWC tensor the same way (as rows of channels, ``mean_as_laid_out``): as
+  the graph engine runs the layer (verify's default); the layer-by-layer engine's ``np.mean``
+  sums in numpy's order and can still be a neighbour on a near-tie (3 of those 65536).
+
 In an int8 model those layers sit between int8 layers: a reference that computed the formula
 in float32 would differ from the artifact by fp16 roundings and by the approximation, and each
 such difference near a quantization boundary is an int8 step after it.
@@ -26,7 +35,7 @@ name kept); any other group unchanged.
 from __future__ import annotations
 
 import math
-from typing import Callable, List
+from typing import Callable, List, Sequence
 
 import numpy as np
 import onnx
@@ -51,6 +60,37 @@ def chains_as_written(graph: onnx.GraphProto, members: List[onnx.NodeProto],
         _elu(graph, members[0], cast_pair)
     elif ops == ["Add", "Div", "Erf", "Mul", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul", "Mul"]:
         _gelu(graph, members, cast_pair)
+
+
+def mean_as_laid_out(graph: onnx.GraphProto, node: onnx.NodeProto,
+                     shape: Sequence[int]) -> bool:
+    """The rounded ReduceMean ``node`` (axes as an opset < 18 attribute) over the channels of
+    an image the layer holds as NHWC ``shape`` reduced as the layer reduces it (module
+    docstring), in place; whether it was. The channels are made the last axis of a 2-D
+    tensor: a Transpose straight before the ReduceMean, onnxruntime's transpose optimizer would
+    fold back into the strided reduction."""
+    attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
+    if len(node.input) > 1 or [a % 4 for a in attrs.get("axes", [])] != [1]:
+        return False
+    n, h, w, c = shape
+    keep = bool(attrs.get("keepdims", 1))
+    base = node.name + _SUFFIX
+    graph.initializer.extend([
+        numpy_helper.from_array(np.array([-1, c], np.int64), base + "_rows"),
+        numpy_helper.from_array(np.array([n, 1, h, w] if keep else [n, h, w], np.int64),
+                                base + "_shape")])
+    graph.node.extend([
+        helper.make_node("Transpose", [node.input[0]], [base + "_nhwc"], name=base + "_nhwc",
+                         perm=[0, 2, 3, 1]),
+        helper.make_node("Reshape", [base + "_nhwc", base + "_rows"], [base + "_flat"],
+                         name=base + "_flat"),
+        helper.make_node("Reshape", [base + "_mean", base + "_shape"], [node.output[0]],
+                         name=base + "_back")])
+    node.input[0], node.output[0] = base + "_flat", base + "_mean"
+    del node.attribute[:]
+    node.attribute.extend([helper.make_attribute("axes", [1]),
+                           helper.make_attribute("keepdims", 1)])
+    return True
 
 
 def _rsqrt(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> None:

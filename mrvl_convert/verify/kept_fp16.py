@@ -7,14 +7,15 @@ dequantized input is ``q * scale`` in float32 as in that run (the dequantizing `
 is exact, ``QuantKernel``: the simulator rounds no exact layer's result). Judged against that
 run, a correct conversion with kept layers "fails": an fp16 rounding moves a value across a
 quantization boundary, and one int8 step early on is several at the output (issue 40). This
-module gives the verdict a reference that rounds where the artifact rounds, and only there,
-with onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32 pairs, as the graph
-engine rounds): every input of such a layer that is neither a weight nor an exact layer's
-result (a stage input, an fp16 layer's result), every weight (a rounded copy for the layer; a
-Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it), every result
-that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering writes them
-(Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D it is
-lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
+module gives the verdict a reference that rounds where the artifact rounds, and only there, with
+onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32 pairs, as the graph engine
+rounds): every input of such a layer that is neither a weight nor an exact layer's result (a
+stage input, an fp16 layer's result; an exact result reaches it unrounded also through the
+model's Squeeze, Transpose, Reshape... the converter absorbed), every weight (a rounded copy for
+the layer; a Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it),
+every result that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering
+writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D
+it is lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
 rounded (``value_tensors.py``). The weights stay the QDQ model's own: a wrong weight in the
 artifact still fails.
 
@@ -37,11 +38,14 @@ from onnx import helper, numpy_helper
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
-from mrvl_convert.verify.fp16_chains import chains_as_written
+from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
+# ops that only move their first input's values: what they make of an unrounded tensor is
+# unrounded too (the converter absorbs them into the layout, or runs them as exact layers)
+_MOVES = frozenset({"Squeeze", "Unsqueeze", "Reshape", "Transpose", "Flatten", "Identity"})
 _SUFFIX = "__as_fp16"
 
 
@@ -58,7 +62,32 @@ def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[
     layers = _fp16_layers(session, proto)
     _exponents_as_written(proto, session, {n for g, _ in layers for n in g})
     _divisions_as_written(proto, {n for g, _ in layers for n in g})
-    return round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
+    done = round_groups(proto, [g for g, _ in layers], [f for _, f in layers])
+    if _means_as_laid_out(proto, session, set(done)):
+        topologically_sorted(proto)
+    return done
+
+
+def _means_as_laid_out(proto: onnx.ModelProto, session: HybridSession,
+                       rounded: AbstractSet[str]) -> bool:
+    """Each fp16 ReduceMean layer over the channels of a 4-D NHWC tensor reduced in the
+    reference as the layer reduces it (``fp16_chains.mean_as_laid_out``); whether any was.
+    Opset >= 18 (axes as an input) is left as it is."""
+    nodes = {n.name: n for n in proto.graph.node if n.op_type == "ReduceMean"
+             and n.name in rounded}
+    changed = False
+    for stage in session.stages:
+        for step in stage.runner.steps if stage.kind == "mrvl" else ():
+            spec = step.spec
+            layout = spec.attrs.get("data_layout") or [""]
+            if (spec.kind.name != "ReduceMean" or len(spec.source_nodes) != 1
+                    or layout[0] != "NHWC" or len(spec.input_shapes[0]) != 4
+                    or spec.value("axis") != 3):
+                continue
+            node = nodes.get(spec.source_nodes[0])
+            if node is not None:
+                changed |= mean_as_laid_out(proto.graph, node, spec.input_shapes[0])
+    return changed
 
 
 def _exponents_as_written(proto: onnx.ModelProto, session: HybridSession,
@@ -105,6 +134,10 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
     reads unrounded: those an exact layer of its stage gives it (``_exact_results``)."""
     ops = {n.name: n.op_type for n in proto.graph.node}
     outputs = {n.name: list(n.output) for n in proto.graph.node}
+    moves: Dict[str, List[str]] = {}
+    for node in proto.graph.node:
+        if node.op_type in _MOVES and node.input and node.output:
+            moves.setdefault(node.input[0], []).append(node.output[0])
     layers: List[Tuple[List[str], Set[str]]] = []
     for stage in session.stages:
         if stage.kind != "mrvl":
@@ -122,7 +155,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
                 continue
             group = [n for n in spec.source_nodes if n in ops]
             if group and group not in [g for g, _ in layers]:
-                layers.append((group, _exact_results(step, steps, outputs)))
+                layers.append((group, _moved(_exact_results(step, steps, outputs), moves)))
     return layers
 
 
@@ -162,6 +195,20 @@ def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str
         else:
             pending.extend(producer.inputs)
     return names
+
+
+def _moved(names: Set[str], moves: Dict[str, List[str]]) -> Set[str]:
+    """``names`` and what the model's move-only nodes (``_MOVES``) make of them: a dequantizing
+    quant layer's float32 result reaches an fp16 Mul2D through a Squeeze the converter absorbed
+    (madmom's key CNN: Conv, Transpose, Squeeze, then its BatchNormalization's Mul), and the
+    simulator hands it on unrounded; rounded there, the reference was one fp16 step off."""
+    found, pending = set(names), list(names)
+    while pending:
+        for nxt in moves.get(pending.pop(), ()):
+            if nxt not in found:
+                found.add(nxt)
+                pending.append(nxt)
+    return found
 
 
 def round_groups(proto: onnx.ModelProto, groups: List[List[str]],
