@@ -33,7 +33,7 @@ from mrvl_convert.lowering.lower import lower_stage
 from mrvl_convert.options import ConvertOptions, Estimate, Rules, Shapes
 from mrvl_convert.partition.plan import Ranking, partition
 from mrvl_convert.quantize.recipe import Quantization, quantized_model
-from mrvl_convert.rules.batch_axis import batch_runs
+from mrvl_convert.rules.batch_axis import batch_runs, batchless_lifts
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
@@ -160,11 +160,15 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
         step("match")
-        denied = _denied(canonical, loaded, options.deny)
+        device_limit = (profile or load_profile(None)).device.max_batch
+        # A batchless input's lift runs on CPU: the Mrvl subgraph reads [1, ...] (batch_axis.py)
+        lifts = batchless_lifts(canonical.graph, device_limit)
+        denied = {**lifts, **_denied(canonical, loaded, options.deny)}
         kept = _kept_fp32(canonical, loaded, options.keep_fp32)
         # Without the nodes kept in fp32: the plan their cost is measured against.
         baseline = _plan(canonical, rules, denied, loaded, options, profile) if kept else None
         matches = match(canonical.graph, rules, deny={**denied, **kept})
+        matches.unmatched_reason.update({k: v for k, v in lifts.items() if denied[k] == v})
         matches.elsewhere.update(layer_set_hints(canonical.graph, options.layer_set, matches,
                                                  {**denied, **kept}))
         # Before partition and lowering touch the graph: the codegen report's rule checks.
@@ -176,7 +180,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
                          light=_interpolation(canonical))
         step("lower")
         batch = model_batch(canonical.graph)
-        subgraphs = {s.name: lower_stage(s, canonical.copies, _chunks(s, batch))
+        subgraphs = {s.name: lower_stage(s, canonical.copies, _chunks(s, batch, device_limit))
                      for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
@@ -252,9 +256,9 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
     return Result(loaded.name, out_dir, written, manifest, report, graph)
 
 
-def _chunks(stage: Any, batch: int) -> Optional[Any]:
+def _chunks(stage: Any, batch: int, device_limit: int) -> Optional[Any]:
     """(batch, device batch) of a Mrvl stage run in chunks of the model's ``batch``, or None."""
-    runs = batch_runs(stage, batch)
+    runs = batch_runs(stage, batch, device_limit)
     return None if runs is None else (runs.batch, runs.device_batch)
 
 

@@ -79,14 +79,18 @@ def dims_per_shape(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
 
 
 def batch(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
-    """A model built by TVM runs at batch {max_batch}: the first dimension of every input and
-    output of rank 2 or more is at most {max_batch}; a Mrvl subgraph whose batch runs in
-    chunks (the manifest's runs: DPDK's nb_batches) counts its batch per run."""
+    """A Mrvl subgraph of a model built by TVM runs at batch {max_batch}: the first dimension
+    of every input and output of rank 2 or more of a Mrvl subgraph is at most {max_batch}; a
+    subgraph whose batch runs in chunks (the manifest's runs: DPDK's nb_batches) counts its
+    batch per run. The model's own inputs and outputs are whole tensors of one batch."""
+    # Only the subgraphs: the codegen compiles a subgraph at its inputs' axis 0 (Nodes-JSON
+    # batch_size), while DPDK loads a TVM-built model at batch_size 1 and sizes each of its
+    # inputs and outputs as its whole shape (mvtvm_ml_model.c), whatever its axis 0 holds.
     return [_reason(batch, "max_batch", sub.name,
                     f"{sub.name}'s tensor {name!r} has batch {shape[0]}",
                     f"convert at batch {limits.max_batch} (--input-shape NAME:"
                     f"{limits.max_batch},...) and run the batch as several inferences", limits)
-            for sub in model.loaded for name, shape in sub.inputs + sub.outputs
+            for sub in model.subgraphs for name, shape in sub.inputs + sub.outputs
             if len(shape) >= 2 and shape[0] > limits.max_batch]
 
 

@@ -17,7 +17,7 @@ device's, it runs in chunks where the region allows: ``batch_runs``).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Set
+from typing import Dict, List, Optional, Set
 
 import onnx_graphsurgeon as gs
 
@@ -64,8 +64,15 @@ def _lifts(node: gs.Node, src: list) -> Optional[bool]:
 def axis0_is_batch(graph: gs.Graph, tensor: gs.Tensor) -> bool:
     """False when every path from ``tensor`` moves its axis 0 behind a new leading axis before
     anything reads it (see the module docstring); True otherwise."""
+    return lift_path(graph, tensor) is None
+
+
+def lift_path(graph: gs.Graph, tensor: gs.Tensor) -> Optional[List[gs.Node]]:
+    """The nodes from ``tensor`` up to and including the ones that lift its axis 0 behind a
+    new leading axis (the ops followed on the way, then the ``Unsqueeze`` or ``Reshape``; a
+    recurrent cell, which reads axis 0 as time, is not listed); None when axis 0 is a batch."""
     outputs = {t.name for t in graph.outputs}
-    frontier, seen = [tensor], set()
+    frontier, seen, path = [tensor], set(), {}
     while frontier:
         current = frontier.pop()
         if current.name in seen:
@@ -73,14 +80,38 @@ def axis0_is_batch(graph: gs.Graph, tensor: gs.Tensor) -> bool:
         seen.add(current.name)
         src = static_shape(current)
         if current.name in outputs or not current.outputs or not src:
-            return True
+            return None
         for node in current.outputs:
             lifted = _lifts(node, src)
             if lifted is None:
-                return True
+                return None
+            if node.op not in _RECURRENT:
+                path[node.name] = node
             if not lifted:
                 frontier.extend(t for t in node.outputs[:1] if not is_const(t))
-    return False
+    return list(path.values())
+
+
+def batchless_lifts(graph: gs.Graph, limit: int) -> Dict[str, str]:
+    """Node name -> why it runs on CPU, for the lifts of the model inputs whose axis 0 is no
+    batch (``lift_path``) and larger than the device's ``limit``. TVM's Marvell codegen lays a
+    Mrvl subgraph's input out by its rank (2-D as NC, 3-D as NCW, 4-D as NCHW) and takes axis 0
+    as the batch it compiles (the Nodes-JSON's ``batch_size``): a subgraph reading madmom's
+    ``[frames, bins]`` would be compiled at batch ``frames``, the frames of one sample. With
+    the lift (a view: the same bytes) on the CPU side, the subgraph reads the lifted
+    ``[1, frames, ...]``, batch 1, and computes what the model does."""
+    found: Dict[str, str] = {}
+    for tensor in graph.inputs:
+        shape = static_shape(tensor)
+        if is_const(tensor) or not shape or len(shape) < 2 or shape[0] <= limit:
+            continue
+        for node in lift_path(graph, tensor) or ():
+            found[node.name] = (
+                f"on the way from the batchless input {tensor.name!r} {list(shape)} (axis 0 "
+                f"is data, not a batch) to its lifted [1, ...] form: it runs on CPU so that "
+                f" the Mrvl subgraph reads the lifted tensor at batch 1, not axis 0's "
+                f"{shape[0]} as its batch (the codegen takes a 2-D input as NC, N the batch)")
+    return found
 
 
 # The device's batch, and a batch above it run in chunks.
@@ -137,13 +168,17 @@ def stage_batch_limit(stage: Stage) -> Optional[int]:
     return min(limits, default=None)
 
 
-def batch_runs(stage: Stage, model_batch: int) -> Optional[BatchRuns]:
-    """How ``stage`` runs when its batch is above what one of its layers takes: every tensor it
-    reads or writes has the same axis 0 N, the model's batch (``model_batch``: heads folded
-    into axis 0 are not chunked), every node computes each sample on its own, and it is
-    compiled at ``device_batch(N, limit)``. None when the stage runs as it is (its batch fits,
-    or it is not per-sample: then the device check still names the batch)."""
-    limit = stage_batch_limit(stage)
+def batch_runs(stage: Stage, model_batch: int,
+               device_limit: Optional[int] = None) -> Optional[BatchRuns]:
+    """How ``stage`` runs when its batch is above what one of its layers or the device takes
+    (``device_limit``: the hardware profile's ``max_batch``, 1 for a TVM-built model, below
+    the compiler's 8): every tensor it reads or writes has the same axis 0 N, the model's batch
+    (``model_batch``: heads folded into axis 0 are not chunked), every node computes each
+    sample on its own, and it is compiled at ``device_batch(N, limit)``, ``limit`` the smaller
+    of the two. None when the stage runs as it is (its batch fits, or it is not per-sample:
+    then the device check still names the batch)."""
+    limit = min((x for x in (stage_batch_limit(stage), device_limit) if x is not None),
+                default=None)
     # The data: not an int8 weight's DequantizeLinear, one value for every sample.
     nodes = [n for n in stage.nodes if not all(is_weight(t) for t in n.outputs)]
     tensors = list(stage.inputs) + list(stage.outputs) + [
