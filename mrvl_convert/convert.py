@@ -188,7 +188,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     converted = _Converted(loaded, canonical, matches, plan, subgraphs,
                            None if baseline is None else
                            _keep_fp32_entry(options.keep_fp32, baseline, plan), upstream,
-                           foreign, requantized)
+                           foreign, requantized, batch)
     return _emit(converted, Path(out_dir), options, profile, quantized, on_publish)
 
 
@@ -205,6 +205,7 @@ class _Converted:
     upstream: Optional[Dict[str, Optional[str]]] = None
     foreign_int8: Optional[Dict[str, Any]] = None   # report.json's section (another quantizer)
     requantized: Optional[Dict[str, Any]] = None    # the manifest's foreign_int8, with its bytes
+    model_batch: Optional[int] = None   # checks_shape.model_batch, before lowering
 
 
 def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
@@ -238,7 +239,8 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
         # Every conversion: will it load on one device (the estimate's profile, or the built-in)?
         report["device"] = check_device(manifest, lambda name: stages.mrvl[name],
                                         profile or load_profile(None),
-                                        estimate=report.get("estimate"))
+                                        estimate=report.get("estimate"),
+                                        model_batch=converted.model_batch)
         graph = _describe(loaded, report)
         if options.draw:
             _draw(staging, loaded, report, graph)
