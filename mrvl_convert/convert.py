@@ -33,7 +33,7 @@ from mrvl_convert.lowering.lower import lower_stage
 from mrvl_convert.options import ConvertOptions, Estimate, Rules, Shapes
 from mrvl_convert.partition.plan import Ranking, partition
 from mrvl_convert.quantize.recipe import Quantization, quantized_model
-from mrvl_convert.rules.batch_axis import batch_runs, batchless_lifts
+from mrvl_convert.rules.batch_axis import batch_runs, batchless_lifts, sequence_lifts
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
@@ -162,7 +162,9 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         step("match")
         device_limit = (profile or load_profile(None)).device.max_batch
         # A batchless input's lift runs on CPU: the Mrvl subgraph reads [1, ...] (batch_axis.py)
-        lifts = batchless_lifts(canonical.graph, device_limit)
+        batch = model_batch(canonical.graph)
+        lifts = {**sequence_lifts(canonical.graph, device_limit, batch),
+                 **batchless_lifts(canonical.graph, device_limit)}
         denied = {**lifts, **_denied(canonical, loaded, options.deny)}
         kept = _kept_fp32(canonical, loaded, options.keep_fp32)
         # Without the nodes kept in fp32: the plan their cost is measured against.
@@ -179,7 +181,6 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
                          rank=_ranking(profile) if options.max_subgraphs is not None else None,
                          light=_interpolation(canonical))
         step("lower")
-        batch = model_batch(canonical.graph)
         subgraphs = {s.name: lower_stage(s, canonical.copies, _chunks(s, batch, device_limit))
                      for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:

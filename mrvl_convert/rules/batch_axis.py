@@ -173,9 +173,9 @@ def batch_runs(stage: Stage, model_batch: int,
     """How ``stage`` runs when its batch is above what one of its layers or the device takes
     (``device_limit``: the hardware profile's ``max_batch``, 1 for a TVM-built model, below
     the compiler's 8): every tensor it reads or writes has the same axis 0 N, the model's batch
-    (``model_batch``: heads folded into axis 0 are not chunked), every node computes each
-    sample on its own, and it is compiled at ``device_batch(N, limit)``, ``limit`` the smaller
-    of the two. None when the stage runs as it is (its batch fits, or it is not per-sample:
+    (``model_batch``), or another axis where the model's batch fits (time steps or heads of a
+    batch-1 model), every node computes each row of axis 0 on its own, and it is compiled at
+    ``device_batch(N, limit)``, ``limit`` the smaller of the two. None when the stage runs as it is (its batch fits, or it is not per-sample:
     then the device check still names the batch)."""
     limit = min((x for x in (stage_batch_limit(stage), device_limit) if x is not None),
                 default=None)
@@ -188,6 +188,73 @@ def batch_runs(stage: Stage, model_batch: int,
     if limit is None or len(batches) != 1:
         return None
     (batch,) = batches.pop() or (0,)
-    if batch <= limit or batch != model_batch or any(reads_across_batch(n, batch) for n in nodes):
+    # Axis 0 other than a batch above the limit (a recurrent cell's time steps of a batch-1
+    # model) is chunked as well: each run computes its rows on their own all the same.
+    other = model_batch <= limit
+    if batch <= limit or batch != model_batch and not other or any(
+            reads_across_batch(n, batch) for n in nodes):
         return None
     return BatchRuns(batch, device_batch(batch, limit))
+
+
+# Ops that only move or view elements: on CPU next to a recurrent cell they cost a copy at most.
+_LAYOUT = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+_CELLS = _RECURRENT | {"DynamicQuantizeLSTM"}
+
+
+def _layout_back(tensor: gs.Tensor, limit: int) -> Optional[List[gs.Node]]:
+    """The layout ops that make ``tensor`` (axis 0 above ``limit``) from a tensor whose axis 0
+    is at most ``limit``, nearest first; None when something else makes it."""
+    chain: List[gs.Node] = []
+    while True:
+        shape = static_shape(tensor)
+        if shape is None:
+            return None
+        if shape and shape[0] <= limit:
+            return chain
+        if not tensor.inputs or tensor.inputs[0].op not in _LAYOUT:
+            return None
+        node = tensor.inputs[0]
+        chain.append(node)
+        tensor = node.inputs[0]
+
+
+def _layout_forward(tensor: gs.Tensor, limit: int, found: List[gs.Node]) -> bool:
+    """Adds to ``found`` the layout ops that bring every reader's path from ``tensor`` to an
+    axis 0 at most ``limit``; False when another op reads a tensor whose axis 0 is above it."""
+    for reader in tensor.outputs:
+        if reader.op in _CELLS:
+            continue
+        out = reader.outputs[0] if reader.outputs else None
+        shape = static_shape(out) if out is not None else None
+        if reader.op not in _LAYOUT or shape is None:
+            return False
+        found.append(reader)
+        if shape and shape[0] > limit and not _layout_forward(out, limit, found):
+            return False
+    return True
+
+
+def sequence_lifts(graph: gs.Graph, limit: int, model_batch: int) -> Dict[str, str]:
+    """Node name -> why it runs on CPU: in a model whose batch is at most ``limit``, the layout
+    ops that turn a batch-1 tensor into a recurrent cell's time-major ``[T, 1, C]`` input, and
+    those that turn the cell's ``[T, directions, 1, H]`` outputs back into batch-1 tensors.
+    On CPU beside the cell (which runs there), the Mrvl subgraphs around it read and write the
+    batch-1 tensors; on Mrvl they would be compiled at batch ``T`` (the codegen takes axis 0
+    of a subgraph's input or output as its batch). Where another op reads or makes the
+    time-major tensor, nothing moves (``batch_runs`` may chunk that region)."""
+    if model_batch > limit:
+        return {}
+    found: Dict[str, str] = {}
+    for cell in (n for n in graph.nodes if n.op in _CELLS):
+        moved = list(_layout_back(cell.inputs[0], limit) or ()) if cell.inputs else []
+        for out in cell.outputs:
+            after: List[gs.Node] = []
+            if _layout_forward(out, limit, after):
+                moved += after
+        for node in moved:
+            found[node.name] = (
+                f"makes or reads the time-major sequence of {cell.op} {cell.name!r} (axis 0: "
+                f"its time steps, not a batch): it runs on CPU beside the cell, so that the Mrvl "
+                f"subgraphs around it read and write batch-1 tensors")
+    return found
