@@ -15,8 +15,6 @@ and number said no while their Mrvl part fits).
 from __future__ import annotations
 
 import json
-from importlib import resources
-
 import numpy as np
 
 import mrvl_convert
@@ -24,6 +22,7 @@ from mrvl_convert.cli.convert import main as cli_main
 from mrvl_convert.estimate.device import Model, Subgraph, batch
 from mrvl_convert.estimate import load_profile
 from support.badmodels import save
+from support.device_profiles import profile_of_batch
 from support.models import Builder
 
 
@@ -75,14 +74,6 @@ def cnn(batch: int):
     return b, b.op("Relu", [b.conv(y, 8, 4, pads=[1, 1, 1, 1])], name="out")
 
 
-def _profile(tmp_path, max_batch: int) -> str:
-    text = resources.files("mrvl_convert.estimate").joinpath("cn10ka_fp16.yaml").read_text()
-    path = tmp_path / f"batch{max_batch}.yaml"
-    path.write_text(text.replace("max_batch: 1 ", f"max_batch: {max_batch} "))
-    assert load_profile(path).device.max_batch == max_batch
-    return str(path)
-
-
 def test_a_batch_within_the_rules_limit_runs_at_the_profiles_batch(tmp_path):
     # batch 8 is the Conv rule's limit; the built-in profile (a TVM-built model) takes 1
     b, y = cnn(8)
@@ -92,7 +83,7 @@ def test_a_batch_within_the_rules_limit_runs_at_the_profiles_batch(tmp_path):
     assert result.report["device"]["fits"] is True, result.report["device"]["reasons"]
     # a profile of max_batch 4: b = 4, 2 runs
     b, y = cnn(8)
-    four = mrvl_convert.convert(b.model([y]), tmp_path / "b", estimate=_profile(tmp_path, 4))
+    four = mrvl_convert.convert(b.model([y]), tmp_path / "b", estimate=profile_of_batch(tmp_path, 4))
     stage, doc = _mrvl(four)
     assert stage["runs"] == 2 and doc["batch_size"] == "4"
     assert four.report["device"]["fits"] is True, four.report["device"]["reasons"]
@@ -133,3 +124,40 @@ def test_a_true_misfit_still_prints_and_its_fix_is_true(tmp_path, capsys):
              if "does not fit one device" in line]
     assert len(lines) == 1 and "max_batch 1" in lines[0] and "has batch 12" in lines[0]
     assert "the model's batch is already 1" in lines[0] and "--input-shape" not in lines[0]
+
+
+def crnn(tail_reshape: bool):
+    """Conv -> [1, C, T] -> Transpose to the LSTM's time-major [T, 1, C] -> LSTM ->
+    [T, 1, 1, H], then either a Reshape back to batch 1 [1, T, H] or a per-step Squeeze to
+    [T, 1, H], and a MatMul head (modelA_paper, ddddocr's common, rec-model)."""
+    b, hidden, steps = Builder(seed=64, opset=13), 6, 16
+    y = b.op("Relu", [b.conv(b.input("x", [1, 3, 8, steps]), 3, 8, pads=[1, 1, 1, 1])],
+             name="c1")
+    y = b.op("ReduceMean", [y], name="pool_h", axes=[2], keepdims=0)          # [1, 8, T]
+    seq = b.op("Transpose", [y], name="to_seq", perm=[2, 0, 1])               # [T, 1, 8]
+    out = b.op("LSTM", [seq, b.weight(1, 4 * hidden, 8, scale=0.3),
+                        b.weight(1, 4 * hidden, hidden, scale=0.3)], name="lstm",
+               hidden_size=hidden)
+    if tail_reshape:
+        z = b.op("Reshape", [out, b.const(np.array([1, steps, hidden], np.int64))], name="back")
+    else:
+        z = b.op("Squeeze", [out, _axes(b, 1)], name="back")                  # [T, 1, H]
+    return b.model([b.op("MatMul", [z, b.weight(hidden, 5)], name="head")])
+
+
+def test_a_recurrent_cells_time_major_boundaries_are_batch_one(tmp_path):
+    for tail_reshape in (True, False):
+        model = crnn(tail_reshape)
+        result = mrvl_convert.convert(model, tmp_path / f"a{tail_reshape}")
+        device = result.report["device"]
+        assert device["fits"] is True, device["reasons"]
+        to_seq = result.placement("to_seq")
+        assert to_seq["placement"] == "cpu" and "time-major" in to_seq["reason"]
+        stages = [s for s in result.manifest["stages"] if s["kind"] == "mrvl"]
+        assert stages[0]["outputs"][0]["shape"] == [1, 8, 16]   # before the Transpose
+        assert result.placement("head")["placement"] == "mrvl"
+        # a Reshape to [1, T, H] runs beside the LSTM; a per-step Squeeze region runs in
+        # 16 chunks of one time step
+        assert result.placement("back")["placement"] == ("cpu" if tail_reshape else "mrvl")
+        assert stages[-1].get("runs", 1) == (1 if tail_reshape else 16)
+        assert mrvl_convert.compare(model, result.out_dir, samples=2).passed

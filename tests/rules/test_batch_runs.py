@@ -19,6 +19,7 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.rules.batch_axis import device_batch
 from mrvl_convert.runtime.session import HybridSession
 
+from support.device_profiles import profile_of_batch
 from support.models import Builder
 
 # The module, not the function the package exports under the same name.
@@ -48,15 +49,6 @@ def nodes_doc(result) -> dict:
                                              (1, 1), (9, 3)])
 def test_the_device_batch_is_the_largest_divisor_at_most_the_limit(batch, expected):
     assert device_batch(batch, 8) == expected
-
-
-def profile_of_batch(tmp_path, max_batch: int) -> str:
-    """The built-in profile with the device's ``max_batch`` set (the built-in's is 1)."""
-    from importlib import resources
-    text = resources.files("mrvl_convert.estimate").joinpath("cn10ka_fp16.yaml").read_text()
-    path = tmp_path / f"max_batch_{max_batch}.yaml"
-    path.write_text(text.replace("max_batch: 1 ", f"max_batch: {max_batch} "))
-    return str(path)
 
 
 # b = the largest divisor of N at most min(the layers' limit, the profile's max_batch)
