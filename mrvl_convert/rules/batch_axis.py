@@ -13,6 +13,12 @@ its states ``[directions, batch, hidden]`` as directions (ONNX's operator spec; 
 ``[2, 1, 64]`` states sliced per layer): not a batch. Any other reader (``Conv``, ``MatMul``,
 ``Transpose``, a graph output, ...) takes axis 0 as it is: then it is a batch (above the
 device's, it runs in chunks where the region allows: ``batch_runs``).
+
+Where a Mrvl subgraph's boundary would carry an axis 0 that is no batch, the codegen would
+compile it as one (it takes axis 0 of a subgraph's input or output as its batch): the lift of a
+batchless input (``batchless_lifts``) and the layout ops around a recurrent cell's time-major
+sequence (``sequence_lifts``) run on CPU instead, so the subgraphs read and write batch-1
+tensors. Only placement changes: the graph and its values are the model's (exact).
 """
 from __future__ import annotations
 
