@@ -161,7 +161,8 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         _check_outputs(canonical.graph, loaded.label)
         step("match")
         device_limit = (profile or load_profile(None)).device.max_batch
-        # A batchless input's lift runs on CPU: the Mrvl subgraph reads [1, ...] (batch_axis.py)
+        # The lifts of axes that are no batch run on CPU: Mrvl subgraphs get batch-1 boundaries
+        # (a batchless input's [1, T, ...], a recurrent cell's sequence; batch_axis.py)
         batch = model_batch(canonical.graph)
         lifts = {**sequence_lifts(canonical.graph, device_limit, batch),
                  **batchless_lifts(canonical.graph, device_limit)}

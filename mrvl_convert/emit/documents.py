@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-
 from typing import Any, Dict, List, Mapping, Optional
 
 import onnx
@@ -185,7 +184,7 @@ def _derived(name: str, stage_of: Mapping[str, Any], layer_of: Mapping[str, str]
     added: Dict[str, Any] = {"name": name, "stage": stage_of[name].name}
     if name in layer_of:
         added["layer"] = layer_of[name]
-    elif name in reasons:  # on CPU: why (a batchless input's lift, batch_axis.py)
+    elif name in reasons:  # on CPU: why (a batchless input's lift: batch_axis.py)
         added["reason"] = reasons[name]
     return added
 
