@@ -100,10 +100,9 @@ def _batch_fix(model: Model, sub: str, name: str, axis0: int, limits: DeviceLimi
         return (f"convert at batch {limits.max_batch} (--input-shape NAME:{limits.max_batch},"
                 "...) and run the batch as several inferences")
     return (f"the model's batch is already {model.batch}: axis 0 of {name!r} ({axis0}) holds "
-            "another axis (a recurrent cell's time steps, attention heads or space-to-batch "
-            "blocks folded into axis 0), which "
-            f"the codegen compiles as {sub}'s batch; --deny the nodes of {sub} that make or "
-            f"read {name!r} (they run on CPU)")
+            "another axis (frames or time steps, attention heads, space-to-batch blocks), "
+            f"which the codegen compiles as {sub}'s batch; --deny the nodes of {sub} that make "
+            f"or read {name!r} (they run on CPU)")
 
 
 LIMITS = (model_slots, inputs_outputs, dims_per_shape, batch)
