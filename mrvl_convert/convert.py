@@ -33,7 +33,7 @@ from mrvl_convert.lowering.lower import lower_stage
 from mrvl_convert.options import ConvertOptions, Estimate, Rules, Shapes
 from mrvl_convert.partition.plan import Ranking, partition
 from mrvl_convert.quantize.recipe import Quantization, quantized_model
-from mrvl_convert.rules.batch_axis import batch_runs
+from mrvl_convert.rules.batch_axis import batch_runs, batchless_lifts, sequence_lifts
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
@@ -160,11 +160,18 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         canonical = canonicalize(loaded)
         _check_outputs(canonical.graph, loaded.label)
         step("match")
-        denied = _denied(canonical, loaded, options.deny)
+        device_limit = (profile or load_profile(None)).device.max_batch
+        # The lifts of axes that are no batch run on CPU: Mrvl subgraphs get batch-1 boundaries
+        # (a batchless input's [1, T, ...], a recurrent cell's sequence; batch_axis.py)
+        batch = model_batch(canonical.graph)
+        lifts = {**sequence_lifts(canonical.graph, device_limit, batch),
+                 **batchless_lifts(canonical.graph, device_limit)}
+        denied = {**lifts, **_denied(canonical, loaded, options.deny)}
         kept = _kept_fp32(canonical, loaded, options.keep_fp32)
         # Without the nodes kept in fp32: the plan their cost is measured against.
         baseline = _plan(canonical, rules, denied, loaded, options, profile) if kept else None
         matches = match(canonical.graph, rules, deny={**denied, **kept})
+        matches.unmatched_reason.update({k: v for k, v in lifts.items() if denied[k] == v})
         matches.elsewhere.update(layer_set_hints(canonical.graph, options.layer_set, matches,
                                                  {**denied, **kept}))
         # Before partition and lowering touch the graph: the codegen report's rule checks.
@@ -175,8 +182,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
                          rank=_ranking(profile) if options.max_subgraphs is not None else None,
                          light=_interpolation(canonical))
         step("lower")
-        batch = model_batch(canonical.graph)
-        subgraphs = {s.name: lower_stage(s, canonical.copies, _chunks(s, batch))
+        subgraphs = {s.name: lower_stage(s, canonical.copies, _chunks(s, batch, device_limit))
                      for s in plan.stages if s.kind == "mrvl"}
     except MrvlConvertError as exc:
         raise exc.attach_model(loaded.label)
@@ -184,7 +190,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     converted = _Converted(loaded, canonical, matches, plan, subgraphs,
                            None if baseline is None else
                            _keep_fp32_entry(options.keep_fp32, baseline, plan), upstream,
-                           foreign, requantized)
+                           foreign, requantized, batch)
     return _emit(converted, Path(out_dir), options, profile, quantized, on_publish)
 
 
@@ -201,6 +207,7 @@ class _Converted:
     upstream: Optional[Dict[str, Optional[str]]] = None
     foreign_int8: Optional[Dict[str, Any]] = None   # report.json's section (another quantizer)
     requantized: Optional[Dict[str, Any]] = None    # the manifest's foreign_int8, with its bytes
+    model_batch: Optional[int] = None   # checks_shape.model_batch, before lowering
 
 
 def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
@@ -234,7 +241,8 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
         # Every conversion: will it load on one device (the estimate's profile, or the built-in)?
         report["device"] = check_device(manifest, lambda name: stages.mrvl[name],
                                         profile or load_profile(None),
-                                        estimate=report.get("estimate"))
+                                        estimate=report.get("estimate"),
+                                        model_batch=converted.model_batch)
         graph = _describe(loaded, report)
         if options.draw:
             _draw(staging, loaded, report, graph)
@@ -252,9 +260,9 @@ def _emit(converted: _Converted, out_dir: Path, options: ConvertOptions,
     return Result(loaded.name, out_dir, written, manifest, report, graph)
 
 
-def _chunks(stage: Any, batch: int) -> Optional[Any]:
+def _chunks(stage: Any, batch: int, device_limit: int) -> Optional[Any]:
     """(batch, device batch) of a Mrvl stage run in chunks of the model's ``batch``, or None."""
-    runs = batch_runs(stage, batch)
+    runs = batch_runs(stage, batch, device_limit)
     return None if runs is None else (runs.batch, runs.device_batch)
 
 

@@ -1,6 +1,7 @@
 """manifest.json and report.json: how the stages are wired, and where every original node went."""
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Dict, List, Mapping, Optional
 
 import onnx
@@ -178,11 +179,13 @@ def _cut_by(entries: List[Dict[str, Any]], mrvl_subgraphs: int) -> List[Dict[str
             for op, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
-def _derived(name: str, stage_of: Mapping[str, Any], layer_of: Mapping[str, str]
-             ) -> Dict[str, Any]:
+def _derived(name: str, stage_of: Mapping[str, Any], layer_of: Mapping[str, str],
+             reasons: Mapping[str, str] = MappingProxyType({})) -> Dict[str, Any]:
     added: Dict[str, Any] = {"name": name, "stage": stage_of[name].name}
     if name in layer_of:
         added["layer"] = layer_of[name]
+    elif name in reasons:  # on CPU: why (a batchless input's lift: batch_axis.py)
+        added["reason"] = reasons[name]
     return added
 
 
@@ -206,8 +209,9 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
         entry["merged_into"] = name
     if name in canonical.rewritten:
         entry["canonical"] = canonical.rewritten[name]
-    derived = [_derived(added, stage_of, layer_of)
-               for added, origin in canonical.derived.items() if origin == name]
+    # a node merged into another keeps what was derived from it (sequence_lift's view)
+    derived = [_derived(added, stage_of, layer_of, matches.unmatched_reason)
+               for added, origin in canonical.derived.items() if origin in (name, node.name)]
     if derived:
         entry["derived"] = derived
     if name in canonical.kept:  # also on Mrvl, where a layer may compute what CPU could not

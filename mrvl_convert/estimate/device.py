@@ -35,6 +35,7 @@ class Model:
     TVM-built model the application loads has inputs and outputs too)."""
     subgraphs: Tuple[Subgraph, ...]
     whole: Subgraph
+    batch: Optional[int] = None   # the model's batch (checks_shape.model_batch), if known
 
     @property
     def loaded(self) -> Tuple[Subgraph, ...]:
@@ -79,15 +80,29 @@ def dims_per_shape(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
 
 
 def batch(model: Model, limits: DeviceLimits) -> List[Dict[str, Any]]:
-    """A model built by TVM runs at batch {max_batch}: the first dimension of every input and
-    output of rank 2 or more is at most {max_batch}; a Mrvl subgraph whose batch runs in
-    chunks (the manifest's runs: DPDK's nb_batches) counts its batch per run."""
+    """A Mrvl subgraph of a model built by TVM runs at batch {max_batch}: the first dimension
+    of every input and output of rank 2 or more of a Mrvl subgraph is at most {max_batch}; a
+    subgraph whose batch runs in chunks (the manifest's runs: DPDK's nb_batches) counts its
+    batch per run. The model's own inputs and outputs are whole tensors of one batch."""
+    # Only the subgraphs: the codegen compiles a subgraph at its inputs' axis 0 (Nodes-JSON
+    # batch_size), while DPDK loads a TVM-built model at batch_size 1 and sizes each of its
+    # inputs and outputs as its whole shape (mvtvm_ml_model.c), whatever its axis 0 holds.
     return [_reason(batch, "max_batch", sub.name,
                     f"{sub.name}'s tensor {name!r} has batch {shape[0]}",
-                    f"convert at batch {limits.max_batch} (--input-shape NAME:"
-                    f"{limits.max_batch},...) and run the batch as several inferences", limits)
-            for sub in model.loaded for name, shape in sub.inputs + sub.outputs
+                    _batch_fix(model, sub.name, name, shape[0], limits), limits)
+            for sub in model.subgraphs for name, shape in sub.inputs + sub.outputs
             if len(shape) >= 2 and shape[0] > limits.max_batch]
+
+
+def _batch_fix(model: Model, sub: str, name: str, axis0: int, limits: DeviceLimits) -> str:
+    """Converting at a smaller batch helps only where axis 0 is the model's batch."""
+    if model.batch is None or model.batch > limits.max_batch:
+        return (f"convert at batch {limits.max_batch} (--input-shape NAME:{limits.max_batch},"
+                "...) and run the batch as several inferences")
+    return (f"the model's batch is already {model.batch}: axis 0 of {name!r} ({axis0}) holds "
+            "another axis (frames or time steps, attention heads, space-to-batch blocks), "
+            f"which the codegen compiles as {sub}'s batch; --deny the nodes of {sub} that make "
+            f"or read {name!r} (they run on CPU)")
 
 
 LIMITS = (model_slots, inputs_outputs, dims_per_shape, batch)
@@ -106,10 +121,12 @@ def _reason(check: Callable[..., Any], limit: str, subgraph: Optional[str], deta
 
 def check_device(manifest: Mapping[str, Any], stage_docs: StageDocs, profile: HardwareProfile,
                  *, estimate: Optional[Mapping[str, Any]] = None,
-                 tiles: Optional[int] = None) -> Dict[str, Any]:
+                 tiles: Optional[int] = None, model_batch: Optional[int] = None
+                 ) -> Dict[str, Any]:
     """report.json's ``device`` section: ``fits`` (every limit met), ``reasons`` (one per
     thing over a limit), ``ocm`` (per subgraph: weights and largest activations against the
-    on-chip memory of ``tiles``, default the estimate's or the profile's) and ``notes``."""
+    on-chip memory of ``tiles``, default the estimate's or the profile's) and ``notes``;
+    ``model_batch`` (the model's batch) words a batch reason's fix."""
     limits = profile.device
     subgraphs = tuple(_subgraph(s) for s in manifest["stages"] if s["kind"] == "mrvl")
     # A model input or output a chunked subgraph takes or gives is fed a run's batch at a time.
@@ -117,7 +134,8 @@ def check_device(manifest: Mapping[str, Any], stage_docs: StageDocs, profile: Ha
             for t in s["inputs"] + s["outputs"]}
     model = Model(subgraphs, Subgraph("the model",
                                       _io(manifest["model"]["inputs"], "name", runs),
-                                      _io(manifest["model"]["outputs"], "name", runs)))
+                                      _io(manifest["model"]["outputs"], "name", runs)),
+                  model_batch)
     reasons = [r for check in LIMITS for r in check(model, limits)]
     tiles = tiles or (estimate or {}).get("tiles") or profile.tiles
     ocm = _ocm(subgraphs, stage_docs, profile, tiles, estimate)

@@ -13,11 +13,17 @@ its states ``[directions, batch, hidden]`` as directions (ONNX's operator spec; 
 ``[2, 1, 64]`` states sliced per layer): not a batch. Any other reader (``Conv``, ``MatMul``,
 ``Transpose``, a graph output, ...) takes axis 0 as it is: then it is a batch (above the
 device's, it runs in chunks where the region allows: ``batch_runs``).
+
+Where a Mrvl subgraph's boundary would carry an axis 0 that is no batch, the codegen would
+compile it as one (it takes axis 0 of a subgraph's input or output as its batch): the lift of a
+batchless input (``batchless_lifts``) and the layout ops around a recurrent cell's time-major
+sequence (``sequence_lifts``) run on CPU instead, so the subgraphs read and write batch-1
+tensors. Only placement changes: the graph and its values are the model's (exact).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Set
+from typing import Dict, List, Optional, Set
 
 import onnx_graphsurgeon as gs
 
@@ -64,8 +70,15 @@ def _lifts(node: gs.Node, src: list) -> Optional[bool]:
 def axis0_is_batch(graph: gs.Graph, tensor: gs.Tensor) -> bool:
     """False when every path from ``tensor`` moves its axis 0 behind a new leading axis before
     anything reads it (see the module docstring); True otherwise."""
+    return lift_path(graph, tensor) is None
+
+
+def lift_path(graph: gs.Graph, tensor: gs.Tensor) -> Optional[List[gs.Node]]:
+    """The nodes from ``tensor`` up to and including the ones that lift its axis 0 behind a
+    new leading axis (the ops followed on the way, then the ``Unsqueeze`` or ``Reshape``; a
+    recurrent cell, which reads axis 0 as time, is not listed); None when axis 0 is a batch."""
     outputs = {t.name for t in graph.outputs}
-    frontier, seen = [tensor], set()
+    frontier, seen, path = [tensor], set(), {}
     while frontier:
         current = frontier.pop()
         if current.name in seen:
@@ -73,14 +86,38 @@ def axis0_is_batch(graph: gs.Graph, tensor: gs.Tensor) -> bool:
         seen.add(current.name)
         src = static_shape(current)
         if current.name in outputs or not current.outputs or not src:
-            return True
+            return None
         for node in current.outputs:
             lifted = _lifts(node, src)
             if lifted is None:
-                return True
+                return None
+            if node.op not in _RECURRENT:
+                path[node.name] = node
             if not lifted:
                 frontier.extend(t for t in node.outputs[:1] if not is_const(t))
-    return False
+    return list(path.values())
+
+
+def batchless_lifts(graph: gs.Graph, limit: int) -> Dict[str, str]:
+    """Node name -> why it runs on CPU, for the lifts of the model inputs whose axis 0 is no
+    batch (``lift_path``) and larger than the device's ``limit``. TVM's Marvell codegen lays a
+    Mrvl subgraph's input out by its rank (2-D as NC, 3-D as NCW, 4-D as NCHW) and takes axis 0
+    as the batch it compiles (the Nodes-JSON's ``batch_size``): a subgraph reading madmom's
+    ``[frames, bins]`` would be compiled at batch ``frames``, the frames of one sample. With
+    the lift (a view: the same bytes) on the CPU side, the subgraph reads the lifted
+    ``[1, frames, ...]``, batch 1, and computes what the model does."""
+    found: Dict[str, str] = {}
+    for tensor in graph.inputs:
+        shape = static_shape(tensor)
+        if is_const(tensor) or not shape or len(shape) < 2 or shape[0] <= limit:
+            continue
+        for node in lift_path(graph, tensor) or ():
+            found[node.name] = (
+                f"on the way from the batchless input {tensor.name!r} {list(shape)} (axis 0 "
+                f"is data, not a batch) to its lifted [1, ...] form: it runs on CPU so that "
+                f" the Mrvl subgraph reads the lifted tensor at batch 1, not axis 0's "
+                f"{shape[0]} as its batch (the codegen takes a 2-D input as NC, N the batch)")
+    return found
 
 
 # The device's batch, and a batch above it run in chunks.
@@ -137,13 +174,17 @@ def stage_batch_limit(stage: Stage) -> Optional[int]:
     return min(limits, default=None)
 
 
-def batch_runs(stage: Stage, model_batch: int) -> Optional[BatchRuns]:
-    """How ``stage`` runs when its batch is above what one of its layers takes: every tensor it
-    reads or writes has the same axis 0 N, the model's batch (``model_batch``: heads folded
-    into axis 0 are not chunked), every node computes each sample on its own, and it is
-    compiled at ``device_batch(N, limit)``. None when the stage runs as it is (its batch fits,
-    or it is not per-sample: then the device check still names the batch)."""
-    limit = stage_batch_limit(stage)
+def batch_runs(stage: Stage, model_batch: int,
+               device_limit: Optional[int] = None) -> Optional[BatchRuns]:
+    """How ``stage`` runs when its batch is above what one of its layers or the device takes
+    (``device_limit``: the hardware profile's ``max_batch``, 1 for a TVM-built model, below
+    the compiler's 8): every tensor it reads or writes has the same axis 0 N, the model's batch
+    (``model_batch``), or another axis where the model's batch fits (time steps or heads of a
+    batch-1 model), every node computes each row of axis 0 on its own, and it is compiled at
+    ``device_batch(N, limit)``, ``limit`` the smaller of the two. None when the stage runs as it is (its batch fits, or it is not per-sample:
+    then the device check still names the batch)."""
+    limit = min((x for x in (stage_batch_limit(stage), device_limit) if x is not None),
+                default=None)
     # The data: not an int8 weight's DequantizeLinear, one value for every sample.
     nodes = [n for n in stage.nodes if not all(is_weight(t) for t in n.outputs)]
     tensors = list(stage.inputs) + list(stage.outputs) + [
@@ -153,6 +194,73 @@ def batch_runs(stage: Stage, model_batch: int) -> Optional[BatchRuns]:
     if limit is None or len(batches) != 1:
         return None
     (batch,) = batches.pop() or (0,)
-    if batch <= limit or batch != model_batch or any(reads_across_batch(n, batch) for n in nodes):
+    # Axis 0 other than a batch above the limit (a recurrent cell's time steps of a batch-1
+    # model) is chunked as well: each run computes its rows on their own all the same.
+    other = model_batch <= limit
+    if batch <= limit or batch != model_batch and not other or any(
+            reads_across_batch(n, batch) for n in nodes):
         return None
     return BatchRuns(batch, device_batch(batch, limit))
+
+
+# Ops that only move or view elements: on CPU next to a recurrent cell they cost a copy at most.
+_LAYOUT = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"})
+_CELLS = _RECURRENT | {"DynamicQuantizeLSTM"}
+
+
+def _layout_back(tensor: gs.Tensor, limit: int) -> Optional[List[gs.Node]]:
+    """The layout ops that make ``tensor`` (axis 0 above ``limit``) from a tensor whose axis 0
+    is at most ``limit``, nearest first; None when something else makes it."""
+    chain: List[gs.Node] = []
+    while True:
+        shape = static_shape(tensor)
+        if shape is None:
+            return None
+        if shape and shape[0] <= limit:
+            return chain
+        if not tensor.inputs or tensor.inputs[0].op not in _LAYOUT:
+            return None
+        node = tensor.inputs[0]
+        chain.append(node)
+        tensor = node.inputs[0]
+
+
+def _layout_forward(tensor: gs.Tensor, limit: int, found: List[gs.Node]) -> bool:
+    """Adds to ``found`` the layout ops that bring every reader's path from ``tensor`` to an
+    axis 0 at most ``limit``; False when another op reads a tensor whose axis 0 is above it."""
+    for reader in tensor.outputs:
+        if reader.op in _CELLS:
+            continue
+        out = reader.outputs[0] if reader.outputs else None
+        shape = static_shape(out) if out is not None else None
+        if reader.op not in _LAYOUT or shape is None:
+            return False
+        found.append(reader)
+        if shape and shape[0] > limit and not _layout_forward(out, limit, found):
+            return False
+    return True
+
+
+def sequence_lifts(graph: gs.Graph, limit: int, model_batch: int) -> Dict[str, str]:
+    """Node name -> why it runs on CPU: in a model whose batch is at most ``limit``, the layout
+    ops that turn a batch-1 tensor into a recurrent cell's time-major ``[T, 1, C]`` input, and
+    those that turn the cell's ``[T, directions, 1, H]`` outputs back into batch-1 tensors.
+    On CPU beside the cell (which runs there), the Mrvl subgraphs around it read and write the
+    batch-1 tensors; on Mrvl they would be compiled at batch ``T`` (the codegen takes axis 0
+    of a subgraph's input or output as its batch). Where another op reads or makes the
+    time-major tensor, nothing moves (``batch_runs`` may chunk that region)."""
+    if model_batch > limit:
+        return {}
+    found: Dict[str, str] = {}
+    for cell in (n for n in graph.nodes if n.op in _CELLS):
+        moved = list(_layout_back(cell.inputs[0], limit) or ()) if cell.inputs else []
+        for out in cell.outputs:
+            after: List[gs.Node] = []
+            if _layout_forward(out, limit, after):
+                moved += after
+        for node in moved:
+            found[node.name] = (
+                f"makes or reads the time-major sequence of {cell.op} {cell.name!r} (axis 0: "
+                f"its time steps, not a batch): it runs on CPU beside the cell, so that the Mrvl "
+                f"subgraphs around it read and write batch-1 tensors")
+    return found

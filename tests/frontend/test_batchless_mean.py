@@ -62,5 +62,8 @@ def test_the_key_net_is_one_mrvl_subgraph_and_verifies(tmp_path, opset):
     summary = result.report["summary"]
     cpu = [(e["name"], e.get("reason")) for e in result.report["nodes"]
            if e["placement"] != "mrvl"]
-    assert (summary["mrvl_subgraphs"], summary["cpu_subgraphs"]) == (1, 0), cpu
+    # the CPU stage lifts the batchless input to [1, T, F] only (batch_axis.batchless_lifts)
+    assert (summary["mrvl_subgraphs"], summary["cpu_subgraphs"], summary["cpu_nodes"]) == \
+        (1, 1, 0), cpu
+    assert result.report["device"]["fits"] is True, result.report["device"]["reasons"]
     assert mrvl_convert.compare(model, tmp_path / "art", samples=2).passed

@@ -15,6 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import mrvl_convert
+from support.device_profiles import profile_of_batch
 
 
 class _Net:
@@ -114,8 +115,9 @@ def test_the_batch_limit_reads_the_batch_not_a_constant_operand(tmp_path):
     net = _Net(("x", [16, 4, 32]))
     y = net.op("Add", [net.const(np.ones(32, np.float32)), net.fc("x", 32, 32)], name="add")
     result = mrvl_convert.convert(net.model(y), tmp_path / "out")
-    # batch 16 runs as 2 runs of 8 (rules/batch_axis.py batch_runs); 32 would be 4 runs of 8
-    assert [s.get("runs") for s in result.manifest["stages"] if s["kind"] == "mrvl"] == [2]
+    # batch 16 runs as 16 runs of the profile's 1 (rules/batch_axis.py batch_runs); 32 would
+    # be 32 runs
+    assert [s.get("runs") for s in result.manifest["stages"] if s["kind"] == "mrvl"] == [16]
     assert "batch 32" not in json.dumps(result.report)
 
 
@@ -170,8 +172,9 @@ def test_softmax_of_a_3d_batch_of_3_runs_as_it_is_written(tmp_path):
     """[3, T, C] written [3, 1, T, C]: the simulator reads it so (it once took only the trailing-1
     pad [3, T, C, 1] and refused the converter's own artifact for a batch above 1)."""
     net = _Net(("x", [3, 5, 12]))
+    # a device of max_batch 8 compiles the batch of 3 as it is (the built-in's 1 would chunk it)
     result = converted(net.model(net.op("Softmax", ["x"], axis=-1)), tmp_path,
-                       min_compute_layers=0)
+                       min_compute_layers=0, estimate=profile_of_batch(tmp_path, 8))
     assert the(result, "Softmax")["data_layout_shape"] == ["3", "1", "5", "12"]
 
 

@@ -19,6 +19,7 @@ from mrvl_convert.errors import ArtifactError
 from mrvl_convert.rules.batch_axis import device_batch
 from mrvl_convert.runtime.session import HybridSession
 
+from support.device_profiles import profile_of_batch
 from support.models import Builder
 
 # The module, not the function the package exports under the same name.
@@ -50,12 +51,15 @@ def test_the_device_batch_is_the_largest_divisor_at_most_the_limit(batch, expect
     assert device_batch(batch, 8) == expected
 
 
-@pytest.mark.parametrize("batch, silu, device", [(10, False, 5), (12, False, 6),
-                                                 (11, False, 1), (10, True, 1)])
+# b = the largest divisor of N at most min(the layers' limit, the profile's max_batch)
+@pytest.mark.parametrize("batch, silu, max_batch, device", [
+    (10, False, 8, 5), (12, False, 8, 6), (11, False, 8, 1), (10, True, 8, 1),
+    (10, False, 1, 1), (12, False, 4, 4)])
 def test_a_per_sample_cnn_above_the_limit_is_one_mrvl_subgraph_run_in_chunks(
-        tmp_path, monkeypatch, batch, silu, device):
+        tmp_path, monkeypatch, batch, silu, max_batch, device):
     model = cnn(batch, silu)
-    result = mrvl_convert.convert(model, tmp_path / "art", estimate=True)
+    result = mrvl_convert.convert(model, tmp_path / "art",
+                                  estimate=profile_of_batch(tmp_path, max_batch))
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
     (stage,) = result.manifest["stages"]
     assert stage["runs"] == batch // device
@@ -70,7 +74,7 @@ def test_a_per_sample_cnn_above_the_limit_is_one_mrvl_subgraph_run_in_chunks(
     assert costed["matmul_macs"] == result.summary["macs"]
     chunked = HybridSession(result.out_dir).run(None, feed(batch))[0]
     # The fp16 simulator of the whole batch: the same stage lowered at batch N, run once.
-    monkeypatch.setattr(convert_module, "batch_runs", lambda stage, batch: None)
+    monkeypatch.setattr(convert_module, "batch_runs", lambda *args: None)
     whole = mrvl_convert.convert(model, tmp_path / "whole")
     assert "runs" not in whole.manifest["stages"][0]
     assert nodes_doc(whole)["batch_size"] == str(batch)
@@ -168,7 +172,7 @@ def test_every_layer_of_a_chunked_stage_is_compared_on_the_whole_batch(tmp_path)
     y = b.op("Relu", [b.conv(b.input("x", [10, 3, 8, 8]), 3, 8, pads=[1, 1, 1, 1])])
     model = b.model([b.gemm(b.op("Flatten", [y], name="flat"), 8 * 8 * 8, 5)])
     result = mrvl_convert.convert(model, tmp_path / "art")
-    assert [s.get("runs") for s in result.manifest["stages"]] == [2]
+    assert [s.get("runs") for s in result.manifest["stages"]] == [10]   # the profile's batch 1
     report = mrvl_convert.compare(model, result.out_dir, samples=1, layers=True)
     rows = {row.tensor: row for row in report.rows}
     assert report.passed and rows["flat_out"].shape == [10, 512] and rows["flat_out"].passed
@@ -182,10 +186,10 @@ def test_an_int8_cnn_above_the_limit_runs_in_chunks(tmp_path, monkeypatch):
     rows = np.random.default_rng(0).standard_normal((4, 10, 3, 8, 8)).astype(np.float32)
     recipe = Quantization(calibration={"x": rows})
     result = mrvl_convert.convert(model, tmp_path / "art", quantize=recipe)
-    assert [(s["kind"], s.get("runs")) for s in result.manifest["stages"]] == [("mrvl", 2)]
-    assert nodes_doc(result)["batch_size"] == "5"
+    assert [(s["kind"], s.get("runs")) for s in result.manifest["stages"]] == [("mrvl", 10)]
+    assert nodes_doc(result)["batch_size"] == "1"
     chunked = HybridSession(result.out_dir).run(None, feed(10))[0]
-    monkeypatch.setattr(convert_module, "batch_runs", lambda stage, batch: None)
+    monkeypatch.setattr(convert_module, "batch_runs", lambda *args: None)
     whole = mrvl_convert.convert(model, tmp_path / "whole", quantize=recipe)
     np.testing.assert_array_equal(chunked, HybridSession(whole.out_dir).run(None, feed(10))[0])
     monkeypatch.undo()
