@@ -74,6 +74,7 @@ from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
+from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
@@ -146,6 +147,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    if unroll_recurrent(graph, forms):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv

@@ -1,0 +1,220 @@
+"""Recurrent cells (LSTM, GRU, RNN) over a static sequence, unrolled into the layers they are.
+
+No layer of the accelerator's set is a recurrent cell, so a cell stayed on the CPU and cut its
+model in two or three (a CRNN's BiLSTM, a voice-activity model's LSTM, a speech model's GRU),
+with most of the model's MACs. Over a static sequence length T a cell is FC, Sigmoid, Tanh,
+Mul2D, Sum2D, StridedSlice and Concat layers.
+
+Rewrite: the input projection of every step and direction, ``X W^T + Wb (+ Rb)``, is ONE MatMul
+of the sequence as tokens ``[N, T, I]`` (``X`` transposed from ``[T, N, I]`` in layout 0) by the
+directions' stacked ``W^T``, plus one Add; it is viewed as ``[N, T * D * G * hidden]`` and each
+step takes its columns (``recurrent_steps.py``): per step and direction only ``H R^T`` (one
+``[N, hidden] x [hidden, G * hidden]`` MatMul) and the gates. Y, Y_h and Y_c are Concats of the
+steps' ``[N, hidden]`` states along axis 1, reshaped (and transposed) to ONNX's shapes. The cell's
+node becomes the projection MatMul (``rewritten``); every other node is ``derived`` from it.
+
+Requires: a cell with constant W, R (and B, P); T static. Ensures: each cell whose form is one
+of those below is replaced; any other cell stays, ``kept`` says why: T dynamic or over
+``MAX_STEPS`` steps, ``sequence_lens`` not all T, ``activations`` other than the defaults,
+``activation_alpha/beta``, ``clip``, ``input_forget=1``, peepholes ``P`` other than zero.
+
+Bound: exact in real arithmetic. In float32, each gate's pre-activation is the same sum of
+``I + hidden + 2`` terms (``X W``, ``H R``, ``Wb``, ``Rb``) in another order (onnxruntime adds
+``Wb + Rb`` first, here ``Rb`` joins ``X W + Wb``): it differs by at most ``2 (I + hidden + 1)
+u sum|terms|`` (u = 2^-24) per step; the gates, products and state updates are ONNX's formulas
+evaluated as onnxruntime does, so only that difference propagates through the steps
+(``tests/frontend/test_recurrent_unroll.py`` runs both on onnxruntime for every form).
+MACs: the MatMuls count ``T N D G hidden (I + hidden)``, the cell's (``core/macs.py``), less
+the first step's ``H R^T`` of a zero initial state, which is not computed.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.recurrent_steps import GATES, STEPS, Builder, Step, Weights
+
+MAX_STEPS = 256  # steps unrolled at most: T * directions steps of about 15 layers each
+_DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
+                        "RNN": ["Tanh"]}
+
+
+def unroll_recurrent(graph: gs.Graph, done: Rewrites) -> bool:
+    """Unroll every cell this module takes in place; True when one was (the caller cleans up)."""
+    names, changed = Names(graph), False
+    for node in list(graph.nodes):
+        if node.op not in STEPS:
+            continue
+        why = refusal(node)
+        if why is not None:
+            done.kept[node.name] = f"{node.op} not unrolled: {why}; it runs on the CPU"
+            continue
+        _unroll(graph, node, names, done)
+        changed = True
+    return changed
+
+
+def refusal(node: gs.Node) -> Optional[str]:
+    """Why this cell is not unrolled, or None."""
+    x = static_shape(node.inputs[0])
+    if x is None or len(x) != 3:
+        return "its sequence's shape is not static"
+    steps = x[1] if int(attr(node, "layout", 0)) else x[0]
+    if steps > MAX_STEPS:
+        return f"its sequence has T={steps} steps, over the {MAX_STEPS} unrolled at most"
+    weights = [node.inputs[1], node.inputs[2], present(node, 3), _peepholes(node)]
+    if not all(is_const(t) for t in weights if t is not None):
+        return "its weights W, R, B or P are not constants"
+    return _attribute_refusal(node, steps) or _input_refusal(node, steps)
+
+
+def _attribute_refusal(node: gs.Node, steps: int) -> Optional[str]:
+    directions = 2 if attr(node, "direction", "forward") == "bidirectional" else 1
+    given = attr(node, "activations")
+    if given is not None and list(given) != _DEFAULT_ACTIVATIONS[node.op] * directions:
+        return f"activations {list(given)} are not the defaults"
+    for name in ("activation_alpha", "activation_beta", "clip"):
+        if attr(node, name) is not None:
+            return f"attribute {name} is set"
+    if int(attr(node, "input_forget", 0)):
+        return "input_forget=1 couples its gates"
+    return None
+
+
+def _input_refusal(node: gs.Node, steps: int) -> Optional[str]:
+    lens = present(node, 4)
+    if lens is not None and not (is_const(lens) and np.all(const_value(lens) == steps)):
+        return f"sequence_lens is given and not a constant {steps} (T) for every sample"
+    peep = _peepholes(node)
+    if peep is not None and np.any(const_value(peep) != 0):
+        return "it has peephole weights P"
+    return None
+
+
+def _peepholes(node: gs.Node) -> Optional[gs.Tensor]:
+    return present(node, 7) if node.op == "LSTM" else None
+
+
+def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites) -> None:
+    b, cell = Builder(graph, names, node.name), node.op
+    layout = int(attr(node, "layout", 0))
+    direction = attr(node, "direction", "forward")
+    w = const_value(node.inputs[1]).astype(np.float32)  # [D, G k, I]
+    r = const_value(node.inputs[2]).astype(np.float32)  # [D, G k, k]
+    dirs, gk, width = w.shape
+    k = gk // GATES[cell]
+    x_shape = static_shape(node.inputs[0])
+    steps, rows = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])
+    bias = present(node, 3)
+    wb, rb = (np.split(const_value(bias).astype(np.float32), 2, axis=1) if bias is not None
+              else (np.zeros((dirs, gk), np.float32),) * 2)
+    inside = cell == "GRU" and int(attr(node, "linear_before_reset", 0))
+    folded = rb.copy()
+    if inside:
+        folded[:, 2 * k:] = 0  # Rbh is scaled by r inside the step
+    outputs = list(node.outputs)
+    first = list(zip(_states(b, node, 5, dirs, rows, k, layout),
+                     _states(b, node, 6, dirs, rows, k, layout)))
+    proj = _projection(b, node, steps, rows, layout, w, wb + folded)
+    ys, finals = [[None] * dirs for _ in range(steps)], []
+    for d in range(dirs):
+        reverse = direction == "reverse" or d == 1
+        h, c = first[d]
+        weights = Weights(np.ascontiguousarray(r[d].T), rb[d, 2 * k:] if inside else None)
+        for t in (reversed(range(steps)) if reverse else range(steps)):
+            x = b.columns(proj, (t * dirs + d) * gk, gk, rows, f"t{t}d{d}_x")
+            h, c = STEPS[cell](b, Step(x, h, c, rows, k, f"t{t}d{d}"), weights)
+            ys[t][d] = h
+        finals.append((h, c))
+    _outputs(b, outputs, ys, finals, rows, k, layout)
+    _become_projection(node, b, done, steps, dirs)
+
+
+def _projection(b: Builder, node: gs.Node, steps: int, rows: int, layout: int, w: np.ndarray,
+                bias: np.ndarray) -> gs.Tensor:
+    """``X W^T + bias`` of every step and direction as ``[N, T * D * G * k]``."""
+    dirs, gk, width = w.shape
+    x = node.inputs[0]
+    if not layout:
+        x = (b.reshape(x, [1, steps, width], "tokens") if rows == 1 else
+             b.op("Transpose", [x], [rows, steps, width], "tokens", {"perm": [1, 0, 2]}))
+    stacked = np.concatenate([w[d].T for d in range(dirs)], axis=1)  # [I, D G k]
+    node.attrs = {}
+    node.op = "MatMul"
+    out = gs.Variable(b.names.fresh(f"{node.name}_proj"), np.float32, [rows, steps, dirs * gk])
+    node.inputs.clear()
+    node.inputs.extend([x, b.const(stacked, "W")])
+    node.outputs.clear()
+    node.outputs.append(out)
+    biased = b.op("Add", [out, b.const(bias.reshape(-1), "B")], [rows, steps, dirs * gk], "bias")
+    return b.reshape(biased, [rows, steps * dirs * gk], "steps")
+
+
+def _states(b: Builder, node: gs.Node, index: int, dirs: int, rows: int, k: int,
+            layout: int) -> List:
+    """Each direction's initial state ``[N, k]`` from ``[D, N, k]`` (layout 1: ``[N, D, k]``;
+    None: zeros). Read before the cell's node becomes the projection."""
+    given = present(node, index) if index < 6 or node.op == "LSTM" else None
+    if given is None:
+        return [None] * dirs
+    if is_const(given) and not np.any(const_value(given)):
+        return [None] * dirs  # zeros: the products by it are skipped, exactly
+    if rows != 1 and dirs != 1 and not layout:
+        given = b.op("Transpose", [given], [rows, dirs, k], f"init{index}_t", {"perm": [1, 0, 2]})
+    flat = b.reshape(given, [rows, dirs * k], f"init{index}")
+    return [flat if dirs == 1 else b.columns(flat, d * k, k, rows, f"init{index}_d{d}")
+            for d in range(dirs)]
+
+
+def _outputs(b: Builder, outputs: List[gs.Tensor], ys, finals, rows: int, k: int,
+             layout: int) -> None:
+    """Y ``[T, D, N, k]`` (layout 1: ``[N, T, D, k]``), Y_h and Y_c ``[D, N, k]`` (``[N, D, k]``)."""
+    steps, dirs = len(ys), len(finals)
+    wanted = [o if o.name and (o.outputs or o in b.graph.outputs) else None for o in outputs]
+    wanted += [None] * (3 - len(wanted))
+    if wanted[0] is not None:
+        _assemble(b, [h for row in ys for h in row], wanted[0], [rows, steps, dirs, k],
+                  None if layout else [1, 2, 0, 3], "Y")
+    for j, (out, tag) in enumerate(zip(wanted[1:], ("Y_h", "Y_c"))):
+        if out is not None:
+            _assemble(b, [f[j] for f in finals], out, [rows, dirs, k],
+                      None if layout else [1, 0, 2], tag)
+
+
+def _assemble(b: Builder, parts: List[gs.Tensor], out: gs.Tensor, shape: List[int],
+              perm: Optional[List[int]], tag: str) -> None:
+    """Concat ``[N, k]`` parts along the channel axis of their ``[N, k, 1, 1]`` views (the
+    layer set concatenates 4-D tensors), view as ``shape``, transpose by ``perm`` into ``out``
+    (a Reshape when the batch is 1: the transpose moves no element then)."""
+    rows, k = shape[0], shape[-1]
+    joined = parts[0] if len(parts) == 1 else b.op(
+        "Concat", [b.reshape(p, [rows, k, 1, 1], f"{tag}_part") for p in parts],
+        [rows, len(parts) * k, 1, 1], f"{tag}_cat", {"axis": 1})
+    if perm is None or rows == 1:
+        final = [shape[i] for i in perm] if perm else shape
+        b.op("Reshape", [joined, b.ints(final, f"{tag}_shape")], final, tag)
+    else:
+        viewed = b.reshape(joined, shape, f"{tag}_view")
+        b.op("Transpose", [viewed], [shape[i] for i in perm], tag, {"perm": perm})
+    _rebind(b, out)
+
+
+def _rebind(b: Builder, out: gs.Tensor) -> None:
+    """The last added node writes the cell's own output tensor (its name and readers kept)."""
+    last = b.added[-1]
+    last.outputs.clear()
+    last.outputs.append(out)
+
+
+def _become_projection(node: gs.Node, b: Builder, done: Rewrites, steps: int,
+                       dirs: int) -> None:
+    cell = b.origin
+    done.rewritten[cell] = (f"unrolled over its T={steps} steps x {dirs} direction(s): this "
+                            f"node is the input projection of every step, one MatMul; the "
+                            f"steps' FCs and gates are nodes derived from it")
+    for added in b.added:
+        done.derived[added.name] = cell

@@ -1,0 +1,89 @@
+"""Small recurrent models built in the tests: one cell of any form, and a CRNN (Conv front end
+-> BiLSTM -> FC head) as OCR and audio models write it."""
+from __future__ import annotations
+
+from typing import Dict, Sequence
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+
+def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int = 1,
+               width: int = 3, hidden: int = 4, bias: bool = True, states: str = "none",
+               outputs: Sequence[bool] = (True, True, True), lbr: int = 0,
+               seed: int = 0, **attrs) -> onnx.ModelProto:
+    """One cell reading ``x`` ``[T, N, I]``; ``states``: "none", "inputs" (h0/c0 graph inputs)
+    or "constants"; ``outputs``: which of Y, Y_h, Y_c are graph outputs (unused ones unnamed)."""
+    rng = np.random.default_rng(seed)
+    gates, dirs = GATES[op], 2 if direction == "bidirectional" else 1
+    inits = {"W": rng.standard_normal((dirs, gates * hidden, width)),
+             "R": rng.standard_normal((dirs, gates * hidden, hidden)) * 0.5}
+    names = ["x", "W", "R", ""]
+    if bias:
+        inits["B"] = rng.standard_normal((dirs, 2 * gates * hidden)) * 0.5
+        names[3] = "B"
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, width])]
+    state = [dirs, batch, hidden]
+    if states != "none":
+        names.append("")  # sequence_lens
+        for s in (["h0", "c0"] if op == "LSTM" else ["h0"]):
+            names.append(s)
+            if states == "inputs":
+                inputs.append(helper.make_tensor_value_info(s, TensorProto.FLOAT, state))
+            else:
+                inits[s] = rng.standard_normal(state)
+    attrs = dict(hidden_size=hidden, direction=direction, **attrs)
+    if op == "GRU":
+        attrs["linear_before_reset"] = lbr
+    shapes = {"Y": [steps, dirs, batch, hidden], "Y_h": state, "Y_c": state}
+    out_names = [n if used else "" for n, used in zip(["Y", "Y_h", "Y_c"][:2 + (op == "LSTM")],
+                                                      outputs)]
+    while out_names and not out_names[-1]:
+        out_names.pop()
+    node = helper.make_node(op, names, out_names, name="cell", **attrs)
+    graph = helper.make_graph(
+        [node], "cell", inputs,
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n]) for n in out_names if n],
+        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+
+
+def crnn(steps: int = 8, hidden: int = 16, classes: int = 10, seed: int = 0,
+         cell: str = "LSTM") -> onnx.ModelProto:
+    """image [1, 3, 8, steps] -> Conv(8) Relu -> MaxPool(2x1) -> Reshape [1, 32, T] ->
+    Transpose [T, 1, 32] -> bidirectional ``cell`` -> Transpose [T, 1, 2, h] -> Reshape
+    [T, 1, 2h] -> MatMul + Add (classes) -> logits [T, 1, classes]."""
+    rng = np.random.default_rng(seed)
+    gates = GATES[cell]
+    inits: Dict[str, np.ndarray] = {
+        "cw": rng.standard_normal((8, 3, 3, 3)) * 0.3, "cb": rng.standard_normal(8) * 0.1,
+        "shape1": np.array([1, 32, steps]), "shape2": np.array([steps, 1, 2 * hidden]),
+        "W": rng.standard_normal((2, gates * hidden, 32)) * 0.2,
+        "R": rng.standard_normal((2, gates * hidden, hidden)) * 0.2,
+        "B": rng.standard_normal((2, 2 * gates * hidden)) * 0.1,
+        "hw": rng.standard_normal((2 * hidden, classes)) * 0.3,
+        "hb": rng.standard_normal(classes) * 0.1}
+    extra = {"linear_before_reset": 1} if cell == "GRU" else {}
+    nodes = [
+        helper.make_node("Conv", ["image", "cw", "cb"], ["c"], name="conv", pads=[1] * 4),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["p"], name="pool", kernel_shape=[2, 1],
+                         strides=[2, 1]),
+        helper.make_node("Reshape", ["p", "shape1"], ["f"], name="flatten"),
+        helper.make_node("Transpose", ["f"], ["seq"], name="to_seq", perm=[2, 0, 1]),
+        helper.make_node(cell, ["seq", "W", "R", "B"], ["Y"], name="rnn", hidden_size=hidden,
+                         direction="bidirectional", **extra),
+        helper.make_node("Transpose", ["Y"], ["Yt"], name="dirs_last", perm=[0, 2, 1, 3]),
+        helper.make_node("Reshape", ["Yt", "shape2"], ["feat"], name="join_dirs"),
+        helper.make_node("MatMul", ["feat", "hw"], ["m"], name="head"),
+        helper.make_node("Add", ["m", "hb"], ["logits"], name="head_bias")]
+    graph = helper.make_graph(
+        nodes, "crnn", [helper.make_tensor_value_info("image", TensorProto.FLOAT,
+                                                      [1, 3, 8, steps])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [steps, 1, classes])],
+        [numpy_helper.from_array(np.asarray(v, np.int64 if k.startswith("shape") else np.float32),
+                                 k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
