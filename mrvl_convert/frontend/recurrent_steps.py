@@ -119,7 +119,12 @@ def gru_step(b: Builder, s: Step, w: Weights):
         pre = b.op("Add", [pre, b.op("MatMul", [rh, b.const(w.r[:, 2 * k:], f"{t}_Rh")], [n, k],
                                      f"{t}_hfc")], [n, k], f"{t}_hsum")
     cand = b.op("Tanh", [pre], [n, k], f"{t}_ht")
-    keep = b.op("Sub", [b.const(np.ones((1,), np.float32), f"{t}_one"), z], [n, k], f"{t}_1z")
+    # 1 - z as -z + 1 (negation is exact, so the one rounding is the Sub's): the layer set
+    # subtracts activations only, and adds or multiplies by constants.
+    minus = b.op("Mul", [z, b.const(np.full((1,), -1, np.float32), f"{t}_neg")], [n, k],
+                 f"{t}_mz")
+    keep = b.op("Add", [minus, b.const(np.ones((1,), np.float32), f"{t}_one")], [n, k],
+                f"{t}_1z")
     h = b.op("Mul", [keep, cand], [n, k], f"{t}_new")
     if s.h is not None:
         h = b.op("Add", [h, b.op("Mul", [z, s.h], [n, k], f"{t}_zH")], [n, k], f"{t}_H")
