@@ -74,7 +74,7 @@ from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
-from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
+from mrvl_convert.frontend.recurrent_unroll import deep_recursion, unroll_recurrent
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
@@ -104,7 +104,8 @@ def canonicalize(loaded: LoadedModel, *, verbose: Optional[bool] = None) -> Cano
     """``verbose``: let graphsurgeon and onnxruntime print their warnings (default:
     ``MRVL_CONVERT_VERBOSE`` set, as ``mrvl-convert -v`` does)."""
     verbose = verbose_requested() if verbose is None else verbose
-    with quiet_third_parties(verbose):
+    # An unrolled recurrent cell's steps make paths graphsurgeon's toposort recurses along.
+    with quiet_third_parties(verbose), deep_recursion():
         return _canonicalize(loaded, verbose)
 
 
