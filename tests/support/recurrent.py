@@ -2,7 +2,7 @@
 -> BiLSTM -> FC head) as OCR and audio models write it."""
 from __future__ import annotations
 
-from typing import Dict, Sequence
+from typing import Dict, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -13,10 +13,13 @@ GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 
 def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int = 1,
                width: int = 3, hidden: int = 4, bias: bool = True, states: str = "none",
-               outputs: Sequence[bool] = (True, True, True), lbr: int = 0,
-               seed: int = 0, **attrs) -> onnx.ModelProto:
-    """One cell reading ``x`` ``[T, N, I]``; ``states``: "none", "inputs" (h0/c0 graph inputs)
-    or "constants"; ``outputs``: which of Y, Y_h, Y_c are graph outputs (unused ones unnamed)."""
+               outputs: Sequence[bool] = (True, True, True), lbr: int = 0, layout: int = 0,
+               lens: Optional[Sequence[int]] = None, peepholes: bool = False, seed: int = 0,
+               **attrs) -> onnx.ModelProto:
+    """One cell reading ``x`` ``[T, N, I]`` (layout 1: ``[N, T, I]``); ``states``: "none",
+    "inputs" (h0/c0 graph inputs) or "constants"; ``outputs``: which of Y, Y_h, Y_c are graph
+    outputs (unused ones unnamed); ``lens``: a constant sequence_lens; ``peepholes``: a
+    nonzero P. The same seed gives the same weights whatever the layout."""
     rng = np.random.default_rng(seed)
     gates, dirs = GATES[op], 2 if direction == "bidirectional" else 1
     inits = {"W": rng.standard_normal((dirs, gates * hidden, width)),
@@ -25,20 +28,31 @@ def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int =
     if bias:
         inits["B"] = rng.standard_normal((dirs, 2 * gates * hidden)) * 0.5
         names[3] = "B"
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [steps, batch, width])]
-    state = [dirs, batch, hidden]
-    if states != "none":
-        names.append("")  # sequence_lens
-        for s in (["h0", "c0"] if op == "LSTM" else ["h0"]):
-            names.append(s)
-            if states == "inputs":
-                inputs.append(helper.make_tensor_value_info(s, TensorProto.FLOAT, state))
-            else:
-                inits[s] = rng.standard_normal(state)
+    seq = [batch, steps, width] if layout else [steps, batch, width]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, seq)]
+    state = [batch, dirs, hidden] if layout else [dirs, batch, hidden]
+    names.append("")
+    if lens is not None:
+        inits["lens"] = np.asarray(lens, np.int32)
+        names[4] = "lens"
+    for s in (["h0", "c0"] if op == "LSTM" else ["h0"]):
+        names.append(s if states != "none" else "")
+        if states == "inputs":
+            inputs.append(helper.make_tensor_value_info(s, TensorProto.FLOAT, state))
+        elif states == "constants":
+            inits[s] = rng.standard_normal(state)
+    if peepholes:
+        inits["P"] = rng.standard_normal((dirs, 3 * hidden))
+        names.append("P")
+    while names[-1] == "":
+        names.pop()
     attrs = dict(hidden_size=hidden, direction=direction, **attrs)
     if op == "GRU":
         attrs["linear_before_reset"] = lbr
-    shapes = {"Y": [steps, dirs, batch, hidden], "Y_h": state, "Y_c": state}
+    if layout:
+        attrs["layout"] = 1
+    ys = [batch, steps, dirs, hidden] if layout else [steps, dirs, batch, hidden]
+    shapes = {"Y": ys, "Y_h": state, "Y_c": state}
     out_names = [n if used else "" for n, used in zip(["Y", "Y_h", "Y_c"][:2 + (op == "LSTM")],
                                                       outputs)]
     while out_names and not out_names[-1]:
@@ -47,15 +61,17 @@ def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int =
     graph = helper.make_graph(
         [node], "cell", inputs,
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n]) for n in out_names if n],
-        [numpy_helper.from_array(np.asarray(v, np.float32), k) for k, v in inits.items()])
+        [numpy_helper.from_array(np.asarray(v, v.dtype if k == "lens" else np.float32), k)
+         for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
 
 
 def crnn(steps: int = 8, hidden: int = 16, classes: int = 10, seed: int = 0,
-         cell: str = "LSTM") -> onnx.ModelProto:
+         cell: str = "LSTM", **cell_attrs) -> onnx.ModelProto:
     """image [1, 3, 8, steps] -> Conv(8) Relu -> MaxPool(2x1) -> Reshape [1, 32, T] ->
     Transpose [T, 1, 32] -> bidirectional ``cell`` -> Transpose [T, 1, 2, h] -> Reshape
-    [T, 1, 2h] -> MatMul + Add (classes) -> logits [T, 1, classes]."""
+    [T, 1, 2h] -> MatMul + Add (classes) -> logits [T, 1, classes]. ``cell_attrs``: more
+    attributes of the cell (GRU: linear_before_reset=1 unless given)."""
     rng = np.random.default_rng(seed)
     gates = GATES[cell]
     inits: Dict[str, np.ndarray] = {
@@ -67,6 +83,7 @@ def crnn(steps: int = 8, hidden: int = 16, classes: int = 10, seed: int = 0,
         "hw": rng.standard_normal((2 * hidden, classes)) * 0.3,
         "hb": rng.standard_normal(classes) * 0.1}
     extra = {"linear_before_reset": 1} if cell == "GRU" else {}
+    extra.update(cell_attrs)
     nodes = [
         helper.make_node("Conv", ["image", "cw", "cb"], ["c"], name="conv", pads=[1] * 4),
         helper.make_node("Relu", ["c"], ["r"], name="relu"),
