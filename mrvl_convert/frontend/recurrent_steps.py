@@ -106,8 +106,9 @@ def gru_step(b: Builder, s: Step, w: Weights):
     n, k, t = s.rows, s.hidden, s.tag
     zr = _recurrent_sum(b, s, w.r, 2 * k, "zr")
     z = b.op("Sigmoid", [b.columns(zr, 0, k, n, f"{t}_z")], [n, k], f"{t}_zs")
-    r = b.op("Sigmoid", [b.columns(zr, k, k, n, f"{t}_r")], [n, k], f"{t}_rs")
     pre = b.columns(s.x, 2 * k, k, n, f"{t}_hx")
+    if w.rb_h is not None or s.h is not None:  # else r scales a zero state: not computed
+        r = b.op("Sigmoid", [b.columns(zr, k, k, n, f"{t}_r")], [n, k], f"{t}_rs")
     if w.rb_h is not None:  # linear before reset: r scales H Rh^T + Rbh
         hr = b.const(w.rb_h, f"{t}_Rbh")
         if s.h is not None:

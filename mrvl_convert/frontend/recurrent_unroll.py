@@ -159,7 +159,11 @@ def _projection(b: Builder, node: gs.Node, steps: int, rows: int, layout: int, w
     dirs, gk, width = w.shape
     x = node.inputs[0]
     if not layout:
-        x = (b.reshape(x, [1, steps, width], "tokens") if rows == 1 else
+        # Batch 1: Squeeze(1), Unsqueeze(0), which tells rules/batch_axis.py that axis 0 of
+        # the sequence is no batch (a Transpose reads it as one).
+        x = (b.op("Unsqueeze", [b.op("Squeeze", [x, b.ints([1], "time_axes")], [steps, width],
+                                     "frames"), b.ints([0], "one_axes")], [1, steps, width],
+                  "tokens") if rows == 1 else
              b.op("Transpose", [x], [rows, steps, width], "tokens", {"perm": [1, 0, 2]}))
     stacked = np.concatenate([w[d].T for d in range(dirs)], axis=1)  # [I, D G k]
     node.attrs = {}
@@ -182,7 +186,11 @@ def _states(b: Builder, node: gs.Node, index: int, dirs: int, rows: int, k: int,
         return [None] * dirs
     if is_const(given) and not np.any(const_value(given)):
         return [None] * dirs  # zeros: the products by it are skipped, exactly
-    if rows != 1 and dirs != 1 and not layout:
+    if rows == 1 and dirs != 1 and not layout:  # as the sequence: axis 0 is no batch
+        given = b.op("Unsqueeze", [b.op("Squeeze", [given, b.ints([1], f"init{index}_b")],
+                                        [dirs, k], f"init{index}_d"),
+                                   b.ints([0], f"init{index}_n")], [1, dirs, k], f"init{index}_1")
+    elif rows != 1 and dirs != 1 and not layout:
         given = b.op("Transpose", [given], [rows, dirs, k], f"init{index}_t", {"perm": [1, 0, 2]})
     flat = b.reshape(given, [rows, dirs * k], f"init{index}")
     return [flat if dirs == 1 else b.columns(flat, d * k, k, rows, f"init{index}_d{d}")
@@ -236,4 +244,5 @@ def _become_projection(node: gs.Node, b: Builder, done: Rewrites, steps: int,
                             f"node is the input projection of every step, one MatMul; the "
                             f"steps' FCs and gates are nodes derived from it")
     for added in b.added:
-        done.derived[added.name] = cell
+        if added.outputs and added.outputs[0].outputs or added.outputs[0] in b.graph.outputs:
+            done.derived[added.name] = cell  # a node nothing reads is cleaned up, unlisted
