@@ -75,13 +75,21 @@ class Step:
     tag: str
 
 
+def _product(b: Builder, h: gs.Tensor, r: np.ndarray, rows: int, tag: str) -> gs.Tensor:
+    """``H R^T``: an FC, or a constant for a constant initial state (no layer multiplies two
+    constants; numpy's sum of the same terms, within the module's bound)."""
+    if isinstance(h, gs.Constant):
+        return b.const((np.asarray(h.values, np.float32) @ r).astype(np.float32), f"{tag}_HR")
+    return b.op("MatMul", [h, b.const(np.ascontiguousarray(r), f"{tag}_R")],
+                [rows, r.shape[1]], f"{tag}fc")
+
+
 def _recurrent_sum(b: Builder, s: Step, r: np.ndarray, width: int, what: str) -> gs.Tensor:
     """``x + H R^T`` over the first ``width`` columns (x alone for a zero state)."""
     x = s.x if width == r.shape[1] else b.columns(s.x, 0, width, s.rows, f"{s.tag}_{what}x")
     if s.h is None:
         return x
-    hr = b.op("MatMul", [s.h, b.const(r[:, :width], f"{s.tag}_{what}R")], [s.rows, width],
-              f"{s.tag}_{what}fc")
+    hr = _product(b, s.h, r[:, :width], s.rows, f"{s.tag}_{what}")
     return b.op("Add", [x, hr], [s.rows, width], f"{s.tag}_{what}sum")
 
 
@@ -112,13 +120,13 @@ def gru_step(b: Builder, s: Step, w: Weights):
     if w.rb_h is not None:  # linear before reset: r scales H Rh^T + Rbh
         hr = b.const(w.rb_h, f"{t}_Rbh")
         if s.h is not None:
-            hr = b.op("Add", [b.op("MatMul", [s.h, b.const(w.r[:, 2 * k:], f"{t}_Rh")], [n, k],
-                                   f"{t}_hfc"), hr], [n, k], f"{t}_hb")
+            hr = b.op("Add", [_product(b, s.h, w.r[:, 2 * k:], n, f"{t}_h"), hr], [n, k],
+                      f"{t}_hb")
         pre = b.op("Add", [pre, b.op("Mul", [r, hr], [n, k], f"{t}_rh")], [n, k], f"{t}_hsum")
     elif s.h is not None:
         rh = b.op("Mul", [r, s.h], [n, k], f"{t}_rH")
-        pre = b.op("Add", [pre, b.op("MatMul", [rh, b.const(w.r[:, 2 * k:], f"{t}_Rh")], [n, k],
-                                     f"{t}_hfc")], [n, k], f"{t}_hsum")
+        pre = b.op("Add", [pre, _product(b, rh, w.r[:, 2 * k:], n, f"{t}_h")], [n, k],
+                   f"{t}_hsum")
     cand = b.op("Tanh", [pre], [n, k], f"{t}_ht")
     # 1 - z as -z + 1 (negation is exact, so the one rounding is the Sub's): the layer set
     # subtracts activations only, and adds or multiplies by constants.

@@ -25,7 +25,8 @@ u sum|terms|`` (u = 2^-24) per step; the gates, products and state updates are O
 evaluated as onnxruntime does, so only that difference propagates through the steps
 (``tests/frontend/test_recurrent_unroll.py`` runs both on onnxruntime for every form).
 MACs: the MatMuls count ``T N D G hidden (I + hidden)``, the cell's (``core/macs.py``), less
-the first step's ``H R^T`` of a zero initial state, which is not computed.
+the first step's ``H R^T`` of a zero initial state (not computed) or a constant one (computed
+here, numpy's sum of the same terms, within the bound above).
 """
 from __future__ import annotations
 
@@ -186,6 +187,11 @@ def _states(b: Builder, node: gs.Node, index: int, dirs: int, rows: int, k: int,
         return [None] * dirs
     if is_const(given) and not np.any(const_value(given)):
         return [None] * dirs  # zeros: the products by it are skipped, exactly
+    if is_const(given):  # each direction's [N, k] as a constant: no op on a constant
+        values = const_value(given).astype(np.float32)
+        values = values if layout else values.transpose(1, 0, 2)  # [N, D, k]
+        return [b.const(np.ascontiguousarray(values[:, d]), f"init{index}_d{d}")
+                for d in range(dirs)]
     if rows == 1 and dirs != 1 and not layout:  # as the sequence: axis 0 is no batch
         given = b.op("Unsqueeze", [b.op("Squeeze", [given, b.ints([1], f"init{index}_b")],
                                         [dirs, k], f"init{index}_d"),

@@ -11,55 +11,17 @@ import itertools
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-import onnxruntime as ort
 import pytest
 
 from mrvl_convert.core.macs import node_macs
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.recurrent_unroll import MAX_STEPS, unroll_recurrent
-from support.recurrent import cell_model
-
-U = 2.0 ** -24
-
-
-def _run(model: onnx.ModelProto, feeds):
-    session = ort.InferenceSession(model.SerializeToString(),
-                                   providers=["CPUExecutionProvider"])
-    names = [o.name for o in session.get_outputs()]
-    return dict(zip(names, session.run(None, feeds)))
-
-
-def _unrolled(model: onnx.ModelProto):
-    graph, done = gs.import_onnx(model), Rewrites()
-    assert unroll_recurrent(graph, done), done.kept
-    graph.cleanup().toposort()
-    proto = gs.export_onnx(graph)
-    proto.ir_version = model.ir_version
-    return proto, graph, done
-
-
-def _feeds(model: onnx.ModelProto, seed: int = 1):
-    rng = np.random.default_rng(seed)
-    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]
-                                        ).astype(np.float32) for i in model.graph.input}
-
-
-def bound(model: onnx.ModelProto, feeds) -> float:
-    """The module's bound, 2 (I + hidden + 1) u sum|terms| per pre-activation, times T^2: each
-    of T steps adds its own, and a later step's R carries it on (a state sums up to T)."""
-    weights = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
-    w, r = np.abs(weights["W"]), np.abs(weights["R"])
-    width, hidden = w.shape[2], r.shape[2]
-    terms = (np.abs(feeds["x"]).max() * w.sum(axis=2) + r.sum(axis=2)).max()
-    terms += np.abs(weights.get("B", np.zeros(1))).max() * 2
-    steps = max(d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim[:2])
-    return steps * steps * 2 * (width + hidden + 1) * U * float(terms)
-
+from support.recurrent import bound, cell_model, feeds_for, run, unrolled
 
 def assert_agrees(model: onnx.ModelProto, seed: int = 1) -> None:
-    feeds = _feeds(model, seed)
-    want = _run(model, feeds)
-    got = _run(_unrolled(model)[0], feeds)
+    feeds = feeds_for(model, seed)
+    want = run(model, feeds)
+    got = run(unrolled(model)[0], feeds)
     assert set(got) == set(want)
     limit = bound(model, feeds)
     for name, value in want.items():
@@ -99,11 +61,11 @@ def test_without_a_bias_and_with_default_activations_spelled_out():
 def test_layout_1_is_the_layout_0_cell_on_the_transposed_sequence(op):
     flat = cell_model(op, "bidirectional", states="inputs", batch=2)
     batchwise = cell_model(op, "bidirectional", states="inputs", batch=2, layout=1)
-    feeds = _feeds(flat)
-    want = _run(flat, feeds)
+    feeds = feeds_for(flat)
+    want = run(flat, feeds)
     turned = {"x": feeds["x"].transpose(1, 0, 2).copy()}
     turned.update({k: v.transpose(1, 0, 2).copy() for k, v in feeds.items() if k != "x"})
-    got = _run(_unrolled(batchwise)[0], turned)
+    got = run(unrolled(batchwise)[0], turned)
     limit = bound(flat, feeds)
     assert np.max(np.abs(got["Y"] - want["Y"].transpose(2, 0, 1, 3))) <= limit
     for name in set(want) - {"Y"}:
@@ -115,7 +77,7 @@ def test_the_projection_is_one_matmul_and_the_macs_are_the_cells():
     cell's exactly; the projection of every step and direction is one MatMul."""
     model = cell_model("LSTM", "bidirectional", steps=6, width=5, hidden=4, states="inputs")
     cell = gs.import_onnx(model).nodes[0]
-    _, graph, done = _unrolled(model)
+    _, graph, done = unrolled(model)
     matmuls = [n for n in graph.nodes if n.op == "MatMul"]
     projection = next(n for n in matmuls if n.name == "cell")
     assert projection.outputs[0].shape == [1, 6, 2 * 4 * 4]
@@ -128,7 +90,7 @@ def test_the_projection_is_one_matmul_and_the_macs_are_the_cells():
 def test_a_zero_initial_state_skips_the_first_steps_products():
     model = cell_model("GRU", "forward", steps=4, width=3, hidden=5)
     cell = gs.import_onnx(model).nodes[0]
-    _, graph, _ = _unrolled(model)
+    _, graph, _ = unrolled(model)
     skipped = 1 * 3 * 5 * 5  # one direction's first H R^T, batch 1
     assert sum(node_macs(n) for n in graph.nodes if n.op == "MatMul") == node_macs(cell) - skipped
 
@@ -151,5 +113,5 @@ def test_what_is_not_unrolled_stays_with_its_reason(form, words):
     assert words in done.kept["cell"] and "runs on the CPU" in done.kept["cell"]
 
 
-def test_sequence_lens_all_t_is_unrolled():
+def test_sequence_lens_all_t_isunrolled():
     assert_agrees(cell_model("GRU", "bidirectional", batch=2, lens=[5, 5]))

@@ -1,14 +1,64 @@
 """Small recurrent models built in the tests: one cell of any form, and a CRNN (Conv front end
--> BiLSTM -> FC head) as OCR and audio models write it."""
+-> BiLSTM -> FC head) as OCR and audio models write it; running a cell before and after
+``frontend/recurrent_unroll.py`` and that module's bound."""
 from __future__ import annotations
 
 from typing import Dict, Optional, Sequence
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
+import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
+
 GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
+
+U = 2.0 ** -24
+
+
+def run(model: onnx.ModelProto, feeds) -> Dict[str, np.ndarray]:
+    """The model's outputs by name on onnxruntime."""
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    names = [o.name for o in session.get_outputs()]
+    return dict(zip(names, session.run(None, feeds)))
+
+
+def unrolled(model: onnx.ModelProto):
+    """(the model with its cells unrolled, its graph, the Rewrites); every cell must be."""
+    graph, done = gs.import_onnx(model), Rewrites()
+    assert unroll_recurrent(graph, done), done.kept
+    graph.cleanup().toposort()
+    proto = gs.export_onnx(graph)
+    proto.ir_version = model.ir_version
+    return proto, graph, done
+
+
+def feeds_for(model: onnx.ModelProto, seed: int = 1) -> Dict[str, np.ndarray]:
+    """Standard normal values for every graph input."""
+    rng = np.random.default_rng(seed)
+    return {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim]
+                                        ).astype(np.float32) for i in model.graph.input}
+
+
+def bound(model: onnx.ModelProto, feeds) -> float:
+    """The module's bound, 2 (I + hidden + 1) u sum|terms| per pre-activation, times T^2: each
+    of T steps adds its own, and a later step's R carries it on (a state sums up to T). A state
+    is at most 1 in magnitude after a step, the initial one what it is."""
+    values = {t.name: onnx.numpy_helper.to_array(t) for t in model.graph.initializer}
+    values.update(feeds)
+    w, r = np.abs(values["W"]), np.abs(values["R"])
+    width, hidden = w.shape[2], r.shape[2]
+    state = max([1.0] + [float(np.abs(values[s]).max()) for s in ("h0",) if s in values])
+    terms = (np.abs(values["x"]).max() * w.sum(axis=2) + state * r.sum(axis=2)).max()
+    terms += np.abs(values.get("B", np.zeros(1))).max() * 2
+    cell = model.graph.node[0]
+    layout = next((a.i for a in cell.attribute if a.name == "layout"), 0)
+    steps = values["x"].shape[1 if layout else 0]
+    return steps * steps * 2 * (width + hidden + 1) * U * float(terms)
 
 
 def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int = 1,
