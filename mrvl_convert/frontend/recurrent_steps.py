@@ -23,7 +23,8 @@ from mrvl_convert.frontend.canonical_forms import Names
 
 @dataclass
 class Builder:
-    """Adds nodes with shaped float32 outputs, each listed as derived from ``origin``."""
+    """Makes nodes with shaped float32 outputs, in order (``added``); the caller puts them in
+    the graph."""
     graph: gs.Graph
     names: Names
     origin: str
@@ -35,7 +36,6 @@ class Builder:
                           shape=list(shape))
         node = gs.Node(op, self.names.fresh(f"{self.origin}_{tag}"), attrs=attrs or {},
                        inputs=list(inputs), outputs=[out])
-        self.graph.nodes.append(node)
         self.added.append(node)
         return out
 

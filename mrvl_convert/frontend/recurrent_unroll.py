@@ -140,6 +140,7 @@ def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites) -> Non
     first = list(zip(_states(b, node, 5, dirs, rows, k, layout),
                      _states(b, node, 6, dirs, rows, k, layout)))
     proj = _projection(b, node, steps, rows, layout, w, wb + folded)
+    before = b.added[:-2]  # what the projection reads; its bias Add and Reshape follow it
     ys, finals = [[None] * dirs for _ in range(steps)], []
     for d in range(dirs):
         reverse = direction == "reverse" or d == 1
@@ -152,6 +153,15 @@ def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites) -> Non
         finals.append((h, c))
     _outputs(b, outputs, ys, finals, rows, k, layout)
     _become_projection(node, b, done, steps, dirs)
+    _place(graph, node, before, b.added[len(before):])
+
+
+def _place(graph: gs.Graph, node: gs.Node, before: List[gs.Node], after: List[gs.Node]) -> None:
+    """The new nodes around the cell's, in order: the graph stays topologically sorted
+    (graphsurgeon 0.5.2's toposort reports a false cycle on a tensor read three times from
+    nodes it has not sorted yet: every step reads the projection)."""
+    at = next(i for i, n in enumerate(graph.nodes) if n is node)
+    graph.nodes[at:at + 1] = before + [node] + after
 
 
 def _projection(b: Builder, node: gs.Node, steps: int, rows: int, layout: int, w: np.ndarray,
