@@ -42,6 +42,8 @@ the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and
 (``rsqrt_forms.py``: its bound stated there); sliding windows of frames read by an FC as a
 Conv (``window_conv.py``) and a batchless tensor's frames on ``[1, T, ...]``
 (``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there).
+An LSTM, GRU or RNN over a static sequence is unrolled into one projection MatMul and per-step
+FCs and gates (``recurrent_unroll.py``: exact up to the order of each gate's sum, its bound).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

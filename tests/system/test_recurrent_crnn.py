@@ -34,6 +34,7 @@ def test_a_cell_that_is_not_unrolled_stays_on_cpu_with_its_reason(tmp_path):
     entry = result.placement("rnn")
     assert entry["placement"] == "cpu"
     assert "LSTM not unrolled: attribute clip is set" in entry["canonical"]
+    assert "this one was not (its 'canonical' entry says why)" in entry["reason"]
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl", "cpu", "mrvl"]
 
 
