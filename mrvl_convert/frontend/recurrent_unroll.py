@@ -83,6 +83,8 @@ def refusal(node: gs.Node) -> Optional[str]:
     x = static_shape(node.inputs[0])
     if x is None or len(x) != 3:
         return "its sequence's shape is not static"
+    if node.inputs[0].dtype is not None and np.dtype(node.inputs[0].dtype) != np.float32:
+        return f"its sequence is {np.dtype(node.inputs[0].dtype).name}, not float32"
     steps = x[1] if int(attr(node, "layout", 0)) else x[0]
     if steps > MAX_STEPS:
         return f"its sequence has T={steps} steps, over the {MAX_STEPS} unrolled at most"
@@ -121,25 +123,19 @@ def _peepholes(node: gs.Node) -> Optional[gs.Tensor]:
 
 def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites) -> None:
     b, cell = Builder(graph, names, node.name), node.op
-    layout = int(attr(node, "layout", 0))
-    direction = attr(node, "direction", "forward")
+    layout, direction = int(attr(node, "layout", 0)), attr(node, "direction", "forward")
     w = const_value(node.inputs[1]).astype(np.float32)  # [D, G k, I]
     r = const_value(node.inputs[2]).astype(np.float32)  # [D, G k, k]
-    dirs, gk, width = w.shape
+    dirs, gk, _ = w.shape
     k = gk // GATES[cell]
     x_shape = static_shape(node.inputs[0])
     steps, rows = (x_shape[1], x_shape[0]) if layout else (x_shape[0], x_shape[1])
-    bias = present(node, 3)
-    wb, rb = (np.split(const_value(bias).astype(np.float32), 2, axis=1) if bias is not None
-              else (np.zeros((dirs, gk), np.float32),) * 2)
     inside = cell == "GRU" and int(attr(node, "linear_before_reset", 0))
-    folded = rb.copy()
-    if inside:
-        folded[:, 2 * k:] = 0  # Rbh is scaled by r inside the step
+    projected, rb = _biases(node, dirs, gk, k, inside)
     outputs = list(node.outputs)
     first = list(zip(_states(b, node, 5, dirs, rows, k, layout),
                      _states(b, node, 6, dirs, rows, k, layout)))
-    proj = _projection(b, node, steps, rows, layout, w, wb + folded)
+    proj = _projection(b, node, steps, rows, layout, w, projected)
     before = b.added[:-2]  # what the projection reads; its bias Add and Reshape follow it
     ys, finals = [[None] * dirs for _ in range(steps)], []
     for d in range(dirs):
@@ -154,6 +150,20 @@ def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites) -> Non
     _outputs(b, outputs, ys, finals, rows, k, layout)
     _become_projection(node, b, done, steps, dirs)
     _place(graph, node, before, b.added[len(before):])
+
+
+def _biases(node: gs.Node, dirs: int, gk: int, k: int, inside: bool):
+    """(the projection's bias ``Wb + Rb`` ``[D, G k]``, ``Rb``): a GRU's ``Rbh`` stays out of
+    it when r scales it inside the step (``linear_before_reset``)."""
+    bias = present(node, 3)
+    if bias is None:
+        zeros = np.zeros((dirs, gk), np.float32)
+        return zeros, zeros
+    wb, rb = np.split(const_value(bias).astype(np.float32), 2, axis=1)
+    folded = rb.copy()
+    if inside:
+        folded[:, 2 * k:] = 0
+    return wb + folded, rb
 
 
 def _place(graph: gs.Graph, node: gs.Node, before: List[gs.Node], after: List[gs.Node]) -> None:
@@ -192,7 +202,7 @@ def _states(b: Builder, node: gs.Node, index: int, dirs: int, rows: int, k: int,
             layout: int) -> List:
     """Each direction's initial state ``[N, k]`` from ``[D, N, k]`` (layout 1: ``[N, D, k]``;
     None: zeros). Read before the cell's node becomes the projection."""
-    given = present(node, index) if index < 6 or node.op == "LSTM" else None
+    given = present(node, index)  # a GRU's or RNN's inputs end at 5
     if given is None:
         return [None] * dirs
     if is_const(given) and not np.any(const_value(given)):
