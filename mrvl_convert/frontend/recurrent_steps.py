@@ -28,6 +28,7 @@ class Builder:
     graph: gs.Graph
     names: Names
     origin: str
+    opset: int
     added: List[gs.Node] = field(default_factory=list)
 
     def op(self, op: str, inputs: Sequence[gs.Tensor], shape: Sequence[int], tag: str,
@@ -50,6 +51,17 @@ class Builder:
         return self.op("Slice", [x, self.ints([start], f"{tag}_s"),
                                  self.ints([start + width], f"{tag}_e"), self.ints([1], f"{tag}_a")],
                        [rows, width], tag)
+
+    def to_front(self, x: gs.Tensor, shape: Sequence[int], tag: str) -> gs.Variable:
+        """``[A, 1, C]`` as ``[1, A, C]`` by Squeeze(1) and Unsqueeze(0): rules/batch_axis.py
+        then knows axis 0 is no batch (a Reshape or Transpose reads it as one)."""
+        squeezed = self._axes("Squeeze", x, 1, [shape[1], shape[2]], f"{tag}_squeezed")
+        return self._axes("Unsqueeze", squeezed, 0, shape, tag)
+
+    def _axes(self, op: str, x: gs.Tensor, axis: int, shape: Sequence[int], tag: str):
+        if self.opset >= 13:  # axes an input from opset 13, an attribute before
+            return self.op(op, [x, self.ints([axis], f"{tag}_axes")], shape, tag)
+        return self.op(op, [x], shape, tag, {"axes": [axis]})
 
     def reshape(self, x: gs.Tensor, shape: Sequence[int], tag: str) -> gs.Variable:
         return self.op("Reshape", [x, self.ints(shape, f"{tag}_shape")], shape, tag)

@@ -32,13 +32,17 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.load import name_nodes
+from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
+from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.recurrent_steps import GATES, STEPS, Builder, Step, Weights
 
 MAX_STEPS = 256  # steps unrolled at most: T * directions steps of about 15 layers each
@@ -50,7 +54,7 @@ _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", 
                         "RNN": ["Tanh"]}
 
 
-def unroll_recurrent(graph: gs.Graph, done: Rewrites) -> bool:
+def unroll_recurrent(graph: gs.Graph, done: Rewrites, opset: int) -> bool:
     """Unroll every cell this module takes in place; True when one was (the caller cleans up)."""
     names, changed = Names(graph), False
     for node in list(graph.nodes):
@@ -60,9 +64,37 @@ def unroll_recurrent(graph: gs.Graph, done: Rewrites) -> bool:
         if why is not None:
             done.kept[node.name] = f"{node.op} not unrolled: {why}; it runs on the CPU"
             continue
-        _unroll(graph, node, names, done)
+        _unroll(graph, node, names, done, opset)
         changed = True
     return changed
+
+
+def unrolled_cells(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
+                   ) -> onnx.ModelProto:
+    """``proto`` with its cells unrolled as ``unroll_recurrent`` unrolls them in a conversion,
+    under the same node names (verify's int8 reference rounds the artifact's fp16 layers by
+    their source nodes, ``verify/kept_fp16.py``), its inputs at ``shapes`` (the artifact's);
+    ``proto`` itself when it has no cell to unroll."""
+    if not any(n.op_type in STEPS for n in proto.graph.node):
+        return proto
+    name_nodes(proto)  # an unnamed cell named as the converter named it (LSTM_79), in place
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(proto)
+    for tensor in fixed.graph.input:
+        if tensor.name in shapes:
+            tensor.type.tensor_type.shape.ClearField("dim")
+            tensor.type.tensor_type.shape.dim.extend(
+                onnx.TensorShapeProto.Dimension(dim_value=int(d)) for d in shapes[tensor.name])
+    with deep_recursion():
+        graph = gs.import_onnx(infer_model_shapes(fixed))
+        resolve_shapes(graph, fixed.ir_version)  # what a computed Reshape target left unknown
+        opset = next(o.version for o in fixed.opset_import if o.domain in ("", "ai.onnx"))
+        if not unroll_recurrent(graph, Rewrites(), opset):
+            return proto
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        unrolled = gs.export_onnx(graph)
+    unrolled.ir_version = proto.ir_version
+    return unrolled
 
 
 @contextmanager
@@ -121,8 +153,8 @@ def _peepholes(node: gs.Node) -> Optional[gs.Tensor]:
     return present(node, 7) if node.op == "LSTM" else None
 
 
-def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites) -> None:
-    b, cell = Builder(graph, names, node.name), node.op
+def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites, opset: int) -> None:
+    b, cell = Builder(graph, names, node.name, opset), node.op
     layout, direction = int(attr(node, "layout", 0)), attr(node, "direction", "forward")
     w = const_value(node.inputs[1]).astype(np.float32)  # [D, G k, I]
     r = const_value(node.inputs[2]).astype(np.float32)  # [D, G k, k]
@@ -180,11 +212,7 @@ def _projection(b: Builder, node: gs.Node, steps: int, rows: int, layout: int, w
     dirs, gk, width = w.shape
     x = node.inputs[0]
     if not layout:
-        # Batch 1: Squeeze(1), Unsqueeze(0), which tells rules/batch_axis.py that axis 0 of
-        # the sequence is no batch (a Transpose reads it as one).
-        x = (b.op("Unsqueeze", [b.op("Squeeze", [x, b.ints([1], "time_axes")], [steps, width],
-                                     "frames"), b.ints([0], "one_axes")], [1, steps, width],
-                  "tokens") if rows == 1 else
+        x = (b.to_front(x, [1, steps, width], "tokens") if rows == 1 else
              b.op("Transpose", [x], [rows, steps, width], "tokens", {"perm": [1, 0, 2]}))
     stacked = np.concatenate([w[d].T for d in range(dirs)], axis=1)  # [I, D G k]
     node.attrs = {}
@@ -213,9 +241,7 @@ def _states(b: Builder, node: gs.Node, index: int, dirs: int, rows: int, k: int,
         return [b.const(np.ascontiguousarray(values[:, d]), f"init{index}_d{d}")
                 for d in range(dirs)]
     if rows == 1 and dirs != 1 and not layout:  # as the sequence: axis 0 is no batch
-        given = b.op("Unsqueeze", [b.op("Squeeze", [given, b.ints([1], f"init{index}_b")],
-                                        [dirs, k], f"init{index}_d"),
-                                   b.ints([0], f"init{index}_n")], [1, dirs, k], f"init{index}_1")
+        given = b.to_front(given, [1, dirs, k], f"init{index}_1")
     elif rows != 1 and dirs != 1 and not layout:
         given = b.op("Transpose", [given], [rows, dirs, k], f"init{index}_t", {"perm": [1, 0, 2]})
     flat = b.reshape(given, [rows, dirs * k], f"init{index}")

@@ -30,7 +30,8 @@ def run(model: onnx.ModelProto, feeds) -> Dict[str, np.ndarray]:
 def unrolled(model: onnx.ModelProto):
     """(the model with its cells unrolled, its graph, the Rewrites); every cell must be."""
     graph, done = gs.import_onnx(model), Rewrites()
-    assert unroll_recurrent(graph, done), done.kept
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    assert unroll_recurrent(graph, done, opset), done.kept
     graph.cleanup().toposort()
     proto = gs.export_onnx(graph)
     proto.ir_version = model.ir_version
@@ -65,7 +66,7 @@ def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int =
                width: int = 3, hidden: int = 4, bias: bool = True, states: str = "none",
                outputs: Sequence[bool] = (True, True, True), lbr: int = 0, layout: int = 0,
                lens: Optional[Sequence[int]] = None, peepholes: bool = False, seed: int = 0,
-               **attrs) -> onnx.ModelProto:
+               opset: int = 14, **attrs) -> onnx.ModelProto:
     """One cell reading ``x`` ``[T, N, I]`` (layout 1: ``[N, T, I]``); ``states``: "none",
     "inputs" (h0/c0 graph inputs) or "constants"; ``outputs``: which of Y, Y_h, Y_c are graph
     outputs (unused ones unnamed); ``lens``: a constant sequence_lens; ``peepholes``: a
@@ -113,7 +114,8 @@ def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int =
         [helper.make_tensor_value_info(n, TensorProto.FLOAT, shapes[n]) for n in out_names if n],
         [numpy_helper.from_array(np.asarray(v, v.dtype if k == "lens" else np.float32), k)
          for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                             ir_version=8)
 
 
 def crnn(steps: int = 8, hidden: int = 16, classes: int = 10, seed: int = 0,
