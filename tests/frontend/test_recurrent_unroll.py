@@ -113,5 +113,12 @@ def test_what_is_not_unrolled_stays_with_its_reason(form, words):
     assert words in done.kept["cell"] and "runs on the CPU" in done.kept["cell"]
 
 
-def test_sequence_lens_all_t_isunrolled():
+def test_sequence_lens_all_t_is_unrolled():
     assert_agrees(cell_model("GRU", "bidirectional", batch=2, lens=[5, 5]))
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_before_opset_13_squeeze_takes_its_axes_as_an_attribute(op):
+    """A batch-1 bidirectional cell's sequence and states enter by Squeeze/Unsqueeze: at
+    opset 11 (ddddocr's common) their axes are attributes, or onnxruntime refuses the graph."""
+    assert_agrees(cell_model(op, "bidirectional", states="inputs", opset=11))
