@@ -6,17 +6,24 @@ with most of the model's MACs. Over a static sequence length T a cell is FC, Sig
 Mul2D, Sum2D, StridedSlice and Concat layers.
 
 Rewrite: the input projection of every step and direction, ``X W^T + Wb (+ Rb)``, is ONE MatMul
-of the sequence as tokens ``[N, T, I]`` (``X`` transposed from ``[T, N, I]`` in layout 0) by the
-directions' stacked ``W^T``, plus one Add; it is viewed as ``[N, T * D * G * hidden]`` and each
-step takes its columns (``recurrent_steps.py``): per step and direction only ``H R^T`` (one
-``[N, hidden] x [hidden, G * hidden]`` MatMul) and the gates. Y, Y_h and Y_c are Concats of the
-steps' ``[N, hidden]`` states along axis 1, reshaped (and transposed) to ONNX's shapes. The cell's
-node becomes the projection MatMul (``rewritten``); every other node is ``derived`` from it.
+of the sequence as tokens ``[N, T, I]`` (``X`` transposed from ``[T, N, I]`` in layout 0; at
+batch 1 by Squeeze(1) and Unsqueeze(0), so ``rules/batch_axis.py`` sees that axis 0 is time, not
+a batch) by the directions' stacked ``W^T``, plus one Add; it is viewed as
+``[N, T * D * G * hidden]`` and each step takes its columns (``recurrent_steps.py``): per step
+and direction only ``H R^T`` (one ``[N, hidden] x [hidden, G * hidden]`` MatMul) and the gates,
+all on 2-D ``[N, C]`` tensors (no step slices an axis that may be the batch). Y, Y_h and Y_c are
+Concats of the steps' states on the channel axis of their ``[N, hidden, 1, 1]`` views, reshaped
+(and transposed) to ONNX's shapes. The cell's node becomes the projection MatMul
+(``rewritten``); every other node is ``derived`` from it, so ``--deny LSTM`` still denies it.
+``unrolled_cells`` unrolls a QDQ model's cells the same way for verify's int8 reference.
 
-Requires: a cell with constant W, R (and B, P); T static. Ensures: each cell whose form is one
-of those below is replaced; any other cell stays, ``kept`` says why: T dynamic or over
+Requires: a cell with constant W, R (and B, P), a float32 sequence of static T; opset
+``opset`` (>= 11). Ensures: each cell whose form is one of those below is replaced, the graph
+left topologically sorted; any other cell stays, ``kept`` says why: T dynamic or over
 ``MAX_STEPS`` steps, ``sequence_lens`` not all T, ``activations`` other than the defaults,
 ``activation_alpha/beta``, ``clip``, ``input_forget=1``, peepholes ``P`` other than zero.
+Batch N > 1 unrolls too, but its per-step layers take batch 1 only (Mul2D, Concat), so those
+steps run on the CPU in pieces.
 
 Bound: exact in real arithmetic. In float32, each gate's pre-activation is the same sum of
 ``I + hidden + 2`` terms (``X W``, ``H R``, ``Wb``, ``Rb``) in another order (onnxruntime adds
