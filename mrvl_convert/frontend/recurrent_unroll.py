@@ -15,7 +15,8 @@ all on 2-D ``[N, C]`` tensors (no step slices an axis that may be the batch). Y,
 Concats of the steps' states on the channel axis of their ``[N, hidden, 1, 1]`` views, reshaped
 (and transposed) to ONNX's shapes. The cell's node becomes the projection MatMul
 (``rewritten``); every other node is ``derived`` from it, so ``--deny LSTM`` still denies it.
-``unrolled_cells`` unrolls a QDQ model's cells the same way for verify's int8 reference.
+``recurrent_reference.py`` unrolls a QDQ model's cells the same way for verify's int8
+reference.
 
 Requires: a cell with constant W, R (and B, P), a float32 sequence of static T; opset
 ``opset`` (>= 11). Ensures: each cell whose form is one of those below is replaced, the graph
@@ -39,17 +40,13 @@ from __future__ import annotations
 
 import sys
 from contextlib import contextmanager
-from typing import Iterator, List, Mapping, Optional, Sequence
+from typing import Iterator, List, Optional
 
 import numpy as np
-import onnx
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.load import name_nodes
-from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
-from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.recurrent_steps import GATES, STEPS, Builder, Step, Weights
 
 MAX_STEPS = 256  # steps unrolled at most: T * directions steps of about 15 layers each
@@ -74,34 +71,6 @@ def unroll_recurrent(graph: gs.Graph, done: Rewrites, opset: int) -> bool:
         _unroll(graph, node, names, done, opset)
         changed = True
     return changed
-
-
-def unrolled_cells(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
-                   ) -> onnx.ModelProto:
-    """``proto`` with its cells unrolled as ``unroll_recurrent`` unrolls them in a conversion,
-    under the same node names (verify's int8 reference rounds the artifact's fp16 layers by
-    their source nodes, ``verify/kept_fp16.py``), its inputs at ``shapes`` (the artifact's);
-    ``proto`` itself when it has no cell to unroll."""
-    if not any(n.op_type in STEPS for n in proto.graph.node):
-        return proto
-    name_nodes(proto)  # an unnamed cell named as the converter named it (LSTM_79), in place
-    fixed = onnx.ModelProto()
-    fixed.CopyFrom(proto)
-    for tensor in fixed.graph.input:
-        if tensor.name in shapes:
-            tensor.type.tensor_type.shape.ClearField("dim")
-            tensor.type.tensor_type.shape.dim.extend(
-                onnx.TensorShapeProto.Dimension(dim_value=int(d)) for d in shapes[tensor.name])
-    with deep_recursion():
-        graph = gs.import_onnx(infer_model_shapes(fixed))
-        resolve_shapes(graph, fixed.ir_version)  # what a computed Reshape target left unknown
-        opset = next(o.version for o in fixed.opset_import if o.domain in ("", "ai.onnx"))
-        if not unroll_recurrent(graph, Rewrites(), opset):
-            return proto
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
-        unrolled = gs.export_onnx(graph)
-    unrolled.ir_version = proto.ir_version
-    return unrolled
 
 
 @contextmanager

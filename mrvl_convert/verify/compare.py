@@ -39,7 +39,7 @@ import onnx
 from mrvl_convert.core.samples import DEFAULT_VERIFY_SAMPLES, GIVEN, RANDOM, SampleOrigin
 from mrvl_convert.errors import OptionError
 from mrvl_convert.frontend.foreign_kept import WORDS
-from mrvl_convert.frontend.recurrent_unroll import unrolled_cells
+from mrvl_convert.frontend.recurrent_reference import unrolled_cells
 from mrvl_convert.runtime.options import QUIET
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
