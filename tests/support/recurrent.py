@@ -119,11 +119,12 @@ def cell_model(op: str, direction: str = "forward", steps: int = 5, batch: int =
 
 
 def crnn(steps: int = 8, hidden: int = 16, classes: int = 10, seed: int = 0,
-         cell: str = "LSTM", **cell_attrs) -> onnx.ModelProto:
+         cell: str = "LSTM", computed_weights: bool = False, **cell_attrs) -> onnx.ModelProto:
     """image [1, 3, 8, steps] -> Conv(8) Relu -> MaxPool(2x1) -> Reshape [1, 32, T] ->
     Transpose [T, 1, 32] -> bidirectional ``cell`` -> Transpose [T, 1, 2, h] -> Reshape
     [T, 1, 2h] -> MatMul + Add (classes) -> logits [T, 1, classes]. ``cell_attrs``: more
-    attributes of the cell (GRU: linear_before_reset=1 unless given)."""
+    attributes of the cell (GRU: linear_before_reset=1 unless given). ``computed_weights``: W
+    is a Concat of two constants (paddle2onnx's LSTMs: the int8 recipe quantizes it)."""
     rng = np.random.default_rng(seed)
     gates = GATES[cell]
     inits: Dict[str, np.ndarray] = {
@@ -143,12 +144,17 @@ def crnn(steps: int = 8, hidden: int = 16, classes: int = 10, seed: int = 0,
                          strides=[2, 1]),
         helper.make_node("Reshape", ["p", "shape1"], ["f"], name="flatten"),
         helper.make_node("Transpose", ["f"], ["seq"], name="to_seq", perm=[2, 0, 1]),
-        helper.make_node(cell, ["seq", "W", "R", "B"], ["Y"], name="rnn", hidden_size=hidden,
+        helper.make_node(cell, ["seq", "Wc" if computed_weights else "W", "R", "B"], ["Y"],
+                         name="rnn", hidden_size=hidden,
                          direction="bidirectional", **extra),
         helper.make_node("Transpose", ["Y"], ["Yt"], name="dirs_last", perm=[0, 2, 1, 3]),
         helper.make_node("Reshape", ["Yt", "shape2"], ["feat"], name="join_dirs"),
         helper.make_node("MatMul", ["feat", "hw"], ["m"], name="head"),
         helper.make_node("Add", ["m", "hb"], ["logits"], name="head_bias")]
+    if computed_weights:
+        half = gates * hidden // 2
+        inits["Wa"], inits["Wb"] = inits["W"][:, :half], inits.pop("W")[:, half:]
+        nodes.insert(5, helper.make_node("Concat", ["Wa", "Wb"], ["Wc"], name="w_join", axis=1))
     graph = helper.make_graph(
         nodes, "crnn", [helper.make_tensor_value_info("image", TensorProto.FLOAT,
                                                       [1, 3, 8, steps])],
