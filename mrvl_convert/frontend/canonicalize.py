@@ -49,6 +49,8 @@ and the per-element ops after it in tf2onnx's ``[C, 1, H, W]`` on ``[1, C, H, W]
 An Einsum is Transpose, Reshape, ReduceSum, MatMul or Mul layers (``einsum_forms.py``: its
 sums reordered, within the bound stated there), a Slice with a negative step a positive-step
 Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
+An LSTM, GRU or RNN over a static sequence is unrolled into one projection MatMul and per-step
+FCs and gates (``recurrent_unroll.py``: exact up to the order of each gate's sum, its bound).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -82,6 +84,7 @@ from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
+from mrvl_convert.frontend.recurrent_unroll import deep_recursion, unroll_recurrent
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
@@ -114,7 +117,8 @@ def canonicalize(loaded: LoadedModel, *, verbose: Optional[bool] = None) -> Cano
     """``verbose``: let graphsurgeon and onnxruntime print their warnings (default:
     ``MRVL_CONVERT_VERBOSE`` set, as ``mrvl-convert -v`` does)."""
     verbose = verbose_requested() if verbose is None else verbose
-    with quiet_third_parties(verbose):
+    # An unrolled recurrent cell's steps make paths graphsurgeon's toposort recurses along.
+    with quiet_third_parties(verbose), deep_recursion():
         return _canonicalize(loaded, verbose)
 
 
@@ -159,6 +163,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there

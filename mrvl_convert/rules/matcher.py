@@ -136,14 +136,19 @@ def match(graph: gs.Graph, rules: Sequence[Rule], *,
 
 # Recurrent cells, onnx's and onnxruntime's contrib int8 one: no layer of the set computes them.
 _RECURRENT = ("LSTM", "GRU", "RNN", "DynamicQuantizeLSTM")
+_UNROLLED = ("LSTM", "GRU", "RNN")
 
 
 def _why_unmatched(node: gs.Node, rules: Sequence[Rule]) -> str:
     fusing = sorted({r.name for r in rules if node.op in r.ops})
     if not fusing and node.op in _RECURRENT:
+        # LSTM/GRU/RNN over a static sequence are unrolled (frontend/recurrent_unroll.py).
+        unrolled = ("; one over a static sequence is unrolled into FC and gate layers, this "
+                    "one was not (its 'canonical' entry says why)" if node.op in _UNROLLED
+                    else "")
         return (f"no rule handles op type {node.op}: a recurrent cell, which no layer of the "
-                f"accelerator's set computes; it runs on the CPU and the layers around it stay "
-                f"on the accelerator")
+                f"accelerator's set computes{unrolled}; it runs on the CPU and the layers "
+                f"around it stay on the accelerator")
     if not fusing:
         return f"no rule handles op type {node.op}"
     producers = [t.inputs[0] for t in node.inputs if t.inputs]

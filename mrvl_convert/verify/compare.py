@@ -39,6 +39,7 @@ import onnx
 from mrvl_convert.core.samples import DEFAULT_VERIFY_SAMPLES, GIVEN, RANDOM, SampleOrigin
 from mrvl_convert.errors import OptionError
 from mrvl_convert.frontend.foreign_kept import WORDS
+from mrvl_convert.frontend.recurrent_reference import unrolled_cells
 from mrvl_convert.runtime.options import QUIET
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.simulator import Fp16RangeWarning
@@ -103,6 +104,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     label = model_label(model)
     what = ORIGINAL
     if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
+        # a cell's steps are fp16 layers, each rounded
+        proto = unrolled_cells(proto, {t.name: t.shape for t in session.input_specs})
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
             what = rewrite_label(label, f"{len(rounded)} node(s) rounded to fp16 as the "

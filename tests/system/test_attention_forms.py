@@ -46,7 +46,7 @@ def test_a_model_whose_own_batch_is_over_the_limit_runs_in_chunks(tmp_path):
     assert [s.get("runs") for s in result.manifest["stages"]] == [12]
 
 
-def _conv_lstm_head():
+def _conv_lstm_head(**cell_attrs):
     """Conv stack -> [T, 1, C] sequence -> LSTM -> FC head (a CRNN's shape)."""
     b, hidden = Builder(opset=13), 6
     x = b.input("x", [1, 3, 8, 16])
@@ -56,18 +56,28 @@ def _conv_lstm_head():
     seq = b.op("Transpose", [y], name="to_seq", perm=[2, 0, 1])
     out = b.op("LSTM", [seq, b.weight(1, 4 * hidden, 8, scale=0.3),
                         b.weight(1, 4 * hidden, hidden, scale=0.3)], name="lstm",
-               hidden_size=hidden)
+               hidden_size=hidden, **cell_attrs)
     z = b.op("Reshape", [out, b.const(np.array([1, 16, hidden], np.int64))], name="flat")
     return b.model([b.op("MatMul", [z, b.weight(hidden, 5)], name="head")])
 
 
-def test_a_recurrent_cell_stays_on_cpu_with_its_reason_and_the_rest_is_whole(tmp_path):
+def test_a_recurrent_cell_unrolled_makes_the_model_whole(tmp_path):
+    """frontend/recurrent_unroll.py: the LSTM over its 16 steps is FC and gate layers."""
     model = _conv_lstm_head()
+    result = mrvl_convert.convert(model, tmp_path / "art")
+    assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
+    assert result.placement("lstm")["placement"] == "mrvl"
+    assert compare(model, tmp_path / "art").passed
+
+
+def test_a_recurrent_cell_stays_on_cpu_with_its_reason_and_the_rest_is_whole(tmp_path):
+    model = _conv_lstm_head(clip=10.0)  # a clipped cell is not unrolled
     result = mrvl_convert.convert(model, tmp_path / "art")
     kinds = [s["kind"] for s in result.manifest["stages"]]
     assert kinds.count("mrvl") <= 2 and kinds.count("cpu") == 1, kinds
     lstm = result.placement("lstm")
     assert lstm["placement"] == "cpu" and "recurrent cell" in lstm["reason"]
+    assert "clip is set" in lstm["canonical"]
     for name in ("c1", "c2", "head"):
         assert result.placement(name)["placement"] == "mrvl"
     assert compare(model, tmp_path / "art").passed
