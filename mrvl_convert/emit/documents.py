@@ -200,7 +200,8 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
     if name in canonical.removed:
         entry.update(placement="removed", reason=canonical.removed[name])
         # A decided If is gone, its branch's nodes are not: say where they went.
-        branch = [_derived(n, stage_of, layer_of) for n, o in canonical.derived.items() if o == name]
+        branch = [_derived(n, stage_of, layer_of) for n, o in canonical.derived.items()
+                  if o == name and n in stage_of]
         entry.update({"derived": branch} if branch else {})
         return entry
     # A node merged into another by a canonical rewrite goes wherever that one went.
@@ -210,8 +211,10 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
     if name in canonical.rewritten:
         entry["canonical"] = canonical.rewritten[name]
     # a node merged into another keeps what was derived from it (sequence_lift's view)
+    # (one a later cleanup dropped, its output read by nothing, is no longer anywhere)
     derived = [_derived(added, stage_of, layer_of, matches.unmatched_reason)
-               for added, origin in canonical.derived.items() if origin in (name, node.name)]
+               for added, origin in canonical.derived.items()
+               if origin in (name, node.name) and added in stage_of]
     if derived:
         entry["derived"] = derived
     if name in canonical.kept:  # also on Mrvl, where a layer may compute what CPU could not

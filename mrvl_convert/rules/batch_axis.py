@@ -244,7 +244,8 @@ def _layout_forward(tensor: gs.Tensor, limit: int, found: List[gs.Node]) -> bool
 def sequence_lifts(graph: gs.Graph, limit: int, model_batch: int) -> Dict[str, str]:
     """Node name -> why it runs on CPU: in a model whose batch is at most ``limit``, the layout
     ops that turn a batch-1 tensor into a recurrent cell's time-major ``[T, 1, C]`` input, and
-    those that turn the cell's ``[T, directions, 1, H]`` outputs back into batch-1 tensors.
+    those that turn the cell's ``[T, directions, 1, H]`` outputs back into batch-1 tensors,
+    and those that only lay a batch-1 tensor out as a model output whose axis 0 is above it.
     On CPU beside the cell (which runs there), the Mrvl subgraphs around it read and write the
     batch-1 tensors; on Mrvl they would be compiled at batch ``T`` (the codegen takes axis 0
     of a subgraph's input or output as its batch). Where another op reads or makes the
@@ -263,4 +264,12 @@ def sequence_lifts(graph: gs.Graph, limit: int, model_batch: int) -> Dict[str, s
                 f"makes or reads the time-major sequence of {cell.op} {cell.name!r} (axis 0: "
                 f"its time steps, not a batch): it runs on CPU beside the cell, so that the Mrvl "
                 f"subgraphs around it read and write batch-1 tensors")
+    # An unrolled cell's (recurrent_unroll) or any other time-major output laid out from a
+    # batch-1 tensor: the model's own outputs are whole tensors, a subgraph's are not.
+    for out in graph.outputs:
+        for node in _layout_back(out, limit) or ():
+            found.setdefault(node.name, (
+                f"lays out the model's output {out.name!r} (axis 0 of {static_shape(out)[0]}: "
+                f"not a batch) from a batch-1 tensor: it runs on CPU, so that the Mrvl subgraph "
+                f"writes the batch-1 tensor"))
     return found

@@ -129,7 +129,9 @@ def test_a_true_misfit_still_prints_and_its_fix_is_true(tmp_path, capsys):
 def crnn(tail_reshape: bool):
     """Conv -> [1, C, T] -> Transpose to the LSTM's time-major [T, 1, C] -> LSTM ->
     [T, 1, 1, H], then either a Reshape back to batch 1 [1, T, H] or a per-step Squeeze to
-    [T, 1, H], and a MatMul head (modelA_paper, ddddocr's common, rec-model)."""
+    [T, 1, H], and a MatMul head (modelA_paper, ddddocr's common, rec-model). Its gates never
+    reach the clip, but a clipped cell is not unrolled (``recurrent_unroll``), so its time-major
+    sequence crosses Mrvl boundaries as an unrollable one's did before."""
     b, hidden, steps = Builder(seed=64, opset=13), 6, 16
     y = b.op("Relu", [b.conv(b.input("x", [1, 3, 8, steps]), 3, 8, pads=[1, 1, 1, 1])],
              name="c1")
@@ -137,7 +139,7 @@ def crnn(tail_reshape: bool):
     seq = b.op("Transpose", [y], name="to_seq", perm=[2, 0, 1])               # [T, 1, 8]
     out = b.op("LSTM", [seq, b.weight(1, 4 * hidden, 8, scale=0.3),
                         b.weight(1, 4 * hidden, hidden, scale=0.3)], name="lstm",
-               hidden_size=hidden)
+               hidden_size=hidden, clip=50.0)  # clipped: not unrolled, the cell stays on CPU
     if tail_reshape:
         z = b.op("Reshape", [out, b.const(np.array([1, steps, hidden], np.int64))], name="back")
     else:
@@ -161,3 +163,32 @@ def test_a_recurrent_cells_time_major_boundaries_are_batch_one(tmp_path):
         assert result.placement("back")["placement"] == ("cpu" if tail_reshape else "mrvl")
         assert stages[-1].get("runs", 1) == (1 if tail_reshape else 16)
         assert mrvl_convert.compare(model, result.out_dir, samples=2).passed
+
+
+def test_an_unrolled_cells_time_major_output_is_laid_out_on_cpu(tmp_path):
+    """An LSTM unrolled onto the accelerator (recurrent_unroll) whose Y ``[T, 1, 1, H]`` is a
+    model output: the Mrvl subgraph writes the batch-1 tensor the steps were joined in, the
+    Reshape to time-major runs on CPU, and the model fits (main: the subgraph wrote axis 0 T,
+    'does not fit one device')."""
+    from support.recurrent import cell_model
+
+    model = cell_model("LSTM", steps=4, outputs=(True, False, False))
+    result = mrvl_convert.convert(model, tmp_path / "a")
+    assert result.report["summary"]["mrvl_subgraphs"] == 1
+    assert result.report["device"]["fits"] is True, result.report["device"]["reasons"]
+    mrvl = [s for s in result.manifest["stages"] if s["kind"] == "mrvl"]
+    assert all(t["shape"][0] == 1 for s in mrvl for t in s["inputs"] + s["outputs"]), mrvl
+    assert mrvl_convert.compare(model, result.out_dir, samples=2).passed
+
+
+def test_a_step_a_cleanup_dropped_is_not_in_the_report(tmp_path):
+    """Only Y_c read: the unrolled steps' unused outputs are dropped after canonicalize; the
+    report lists what was derived from the cell and is still somewhere (was a KeyError)."""
+    from support.recurrent import cell_model
+
+    model = cell_model("LSTM", steps=1, width=1, hidden=1, bias=False,
+                       outputs=(False, False, True))
+    result = mrvl_convert.convert(model, tmp_path / "a")
+    stages = {s["name"] for s in result.manifest["stages"]}
+    derived = [d for e in result.report["nodes"] for d in e.get("derived", ())]
+    assert derived and all(d["stage"] in stages for d in derived)
