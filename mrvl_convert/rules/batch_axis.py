@@ -267,6 +267,8 @@ def sequence_lifts(graph: gs.Graph, limit: int, model_batch: int) -> Dict[str, s
     # An unrolled cell's (recurrent_unroll) or any other time-major output laid out from a
     # batch-1 tensor: the model's own outputs are whole tensors, a subgraph's are not.
     for out in graph.outputs:
+        if len(static_shape(out) or ()) < 2:  # rank 0/1 has no batch axis for the codegen
+            continue
         for node in _layout_back(out, limit) or ():
             found.setdefault(node.name, (
                 f"lays out the model's output {out.name!r} (axis 0 of {static_shape(out)[0]}: "
