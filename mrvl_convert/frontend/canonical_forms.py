@@ -26,7 +26,7 @@ sums of a Sum) is listed in ``derived`` with the node it comes from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -66,6 +66,17 @@ class Names:
             name = f"{base}_{k}"
         self.used.add(name)
         return name
+
+
+def axes_node(op: str, name: str, x: gs.Tensor, out: gs.Tensor, axes: Sequence[int],
+              opset: int, names: Names, attrs: Optional[dict] = None) -> gs.Node:
+    """A Squeeze, Unsqueeze or ReduceSum of ``x`` over ``axes`` into ``out``: the axes an
+    input from opset 13, an attribute before (``attrs``: its others, e.g. keepdims)."""
+    attrs = dict(attrs or {})
+    if opset >= 13:
+        axes_input = gs.Constant(names.fresh(f"{name}_axes"), np.array(list(axes), np.int64))
+        return gs.Node(op, name, attrs=attrs, inputs=[x, axes_input], outputs=[out])
+    return gs.Node(op, name, attrs={**attrs, "axes": list(axes)}, inputs=[x], outputs=[out])
 
 
 def _set_inputs(node: gs.Node, tensors: List[gs.Tensor]) -> None:

@@ -56,7 +56,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import (const_value, is_const, outer_inputs, present,
                                      static_shape)
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
 from mrvl_convert.frontend.rank_ops import (GLOBAL, QDQ, REDUCE, WINDOWED, dequantized, lift,
                                             liftable, lifted_shape, unit_axes)
 
@@ -228,12 +228,7 @@ def _replace(graph: gs.Graph, tensor: gs.Tensor, inside: Set[int], is_output: bo
 def _add(graph: gs.Graph, op: str, x: gs.Tensor, out: gs.Tensor, axes: List[int], opset: int,
          names: Names, done: Rewrites, served: gs.Node) -> None:
     name = names.fresh(f"{served.name}_{op.lower()}")
-    if opset >= 13:  # the axes an input from opset 13, an attribute before
-        constant = gs.Constant(names.fresh(f"{name}_axes"), np.array(axes, np.int64))
-        node = gs.Node(op, name, inputs=[x, constant], outputs=[out])
-    else:
-        node = gs.Node(op, name, attrs={"axes": axes}, inputs=[x], outputs=[out])
-    graph.nodes.append(node)
+    graph.nodes.append(axes_node(op, name, x, out, axes, opset, names))
     done.derived[name] = done.derived.get(served.name, served.name)
 
 

@@ -18,7 +18,7 @@ from typing import List, Optional, Sequence
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.frontend.canonical_forms import Names
+from mrvl_convert.frontend.canonical_forms import Names, axes_node
 
 
 @dataclass
@@ -59,9 +59,11 @@ class Builder:
         return self._axes("Unsqueeze", squeezed, 0, shape, tag)
 
     def _axes(self, op: str, x: gs.Tensor, axis: int, shape: Sequence[int], tag: str):
-        if self.opset >= 13:  # axes an input from opset 13, an attribute before
-            return self.op(op, [x, self.ints([axis], f"{tag}_axes")], shape, tag)
-        return self.op(op, [x], shape, tag, {"axes": [axis]})
+        name = self.names.fresh(f"{self.origin}_{tag}")
+        out = gs.Variable(name, dtype=np.float32, shape=list(shape))
+        self.added.append(axes_node(op, self.names.fresh(name), x, out, [axis], self.opset,
+                                    self.names))
+        return out
 
     def reshape(self, x: gs.Tensor, shape: Sequence[int], tag: str) -> gs.Variable:
         return self.op("Reshape", [x, self.ints(shape, f"{tag}_shape")], shape, tag)

@@ -59,7 +59,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import is_const, static_shape
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
 from mrvl_convert.frontend.sequence_forms import means_as_pools, sink_pads
 from mrvl_convert.frontend.sequence_ops import (OPS, flattens_features, keeps_frames, kept_names,
                                                 liftable, lift, mixes_frames, squeezed_axes,
@@ -302,10 +302,5 @@ def _drop_seed(squeeze: gs.Node, served: gs.Node, outputs: Set[str], done: Rewri
 def _add(graph: gs.Graph, op: str, x: gs.Tensor, out: gs.Tensor, opset: int, names: Names,
          done: Rewrites, served: gs.Node) -> None:
     name = names.fresh(f"{served.name}_{op.lower()}_seq")
-    if opset >= 13:  # the axes an input from opset 13, an attribute before
-        axes = gs.Constant(names.fresh(f"{name}_axes"), np.array([0], np.int64))
-        node = gs.Node(op, name, inputs=[x, axes], outputs=[out])
-    else:
-        node = gs.Node(op, name, attrs={"axes": [0]}, inputs=[x], outputs=[out])
-    graph.nodes.append(node)
+    graph.nodes.append(axes_node(op, name, x, out, [0], opset, names))
     done.derived[name] = done.derived.get(served.name, served.name)

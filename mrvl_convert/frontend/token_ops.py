@@ -41,7 +41,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, is_const, reduce_axes, static_shape
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
 
 # Ops whose every input broadcasts numpy-style to the output (multidirectional broadcasting).
 _BROADCASTING = ("Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Sum", "Mean", "Where",
@@ -116,15 +116,6 @@ def _spans(reader: gs.Node, out: gs.Tensor, source: gs.Tensor) -> bool:
         return False
 
 
-def _axis_node(op: str, name: str, x: gs.Tensor, out: gs.Tensor, axis: int, opset: int,
-               names: Names) -> gs.Node:
-    """An Unsqueeze / Squeeze of one axis: the axes an input from opset 13, an attribute before."""
-    if opset >= 13:
-        axes = gs.Constant(names.fresh(f"{name}_axes"), np.array([axis], np.int64))
-        return gs.Node(op, name, inputs=[x, axes], outputs=[out])
-    return gs.Node(op, name, attrs={"axes": [axis]}, inputs=[x], outputs=[out])
-
-
 def _global_max_pool(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
                      opset: int) -> None:
     shape = static_shape(node.inputs[0])
@@ -157,7 +148,7 @@ def _reduce_sum(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
     target = out
     if not int(attr(node, "keepdims", 1)):
         target = gs.Variable(names.fresh(f"{out.name}_kept"), dtype=out.dtype, shape=kept)
-        squeeze = _axis_node("Squeeze", names.fresh(f"{node.name}_squeeze"), target, out, axis,
+        squeeze = axes_node("Squeeze", names.fresh(f"{node.name}_squeeze"), target, out, [axis],
                              opset, names)
         graph.nodes.append(squeeze)
         done.derived[squeeze.name] = node.name
@@ -206,12 +197,12 @@ def _batch_norm(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names,
     view = shape + [1]
     image = gs.Variable(names.fresh(f"{node.name}_image"), dtype=x.dtype, shape=view)
     normed = gs.Variable(names.fresh(f"{node.name}_normed"), dtype=out.dtype, shape=view)
-    unsqueeze = _axis_node("Unsqueeze", names.fresh(f"{node.name}_unsqueeze"), x, image, 3,
-                           opset, names)
+    unsqueeze = axes_node("Unsqueeze", names.fresh(f"{node.name}_unsqueeze"), x, image, [3],
+                          opset, names)
     node.inputs[0] = image
     node.outputs[0] = normed
-    squeeze = _axis_node("Squeeze", names.fresh(f"{node.name}_squeeze"), normed, out, 3, opset,
-                         names)
+    squeeze = axes_node("Squeeze", names.fresh(f"{node.name}_squeeze"), normed, out, [3], opset,
+                        names)
     graph.nodes.extend([unsqueeze, squeeze])
     done.derived[unsqueeze.name] = node.name
     done.derived[squeeze.name] = node.name
