@@ -161,11 +161,12 @@ def lift(node: gs.Node, opset: int, names: Names) -> None:
         _slice(node, opset, names)
     elif op == "Pad":
         _pad(node, names)
-    elif op in ("Unsqueeze", "Squeeze") or op in _REDUCE:
+    elif (op in ("Unsqueeze", "Squeeze") or op in _REDUCE) and not _squeezes_nothing(node):
         axes = (unsqueezed_axes(node) if op == "Unsqueeze" else
                 squeezed_axes(node) if op == "Squeeze" else reduced_axes(node))
         _set_axes(node, [a + 1 for a in axes], opset, names)
-    elif op in ("Reshape", "Flatten"):  # a Flatten of [1, T, ...] at 2 would make it 2-D
+    elif op in ("Reshape", "Flatten", "Squeeze"):  # a Flatten of [1, T, ...] at 2 would make
+        # it 2-D; a Squeeze of no unit axis, given axes [], would squeeze the new unit batch
         node.op = "Reshape"
         node.attrs.clear()
         if len(node.inputs) < 2:
@@ -175,6 +176,13 @@ def lift(node: gs.Node, opset: int, names: Names) -> None:
                                      np.array(shape, np.int64))
     elif op == "Transpose":
         node.attrs["perm"] = [0] + [int(p) + 1 for p in attr(node, "perm")]
+
+
+def _squeezes_nothing(node: gs.Node) -> bool:
+    """A Squeeze of an input without unit axes: a copy. Lifted, its axes would be an empty list,
+    which onnxruntime reads as "every unit axis" (the new batch too) and shape inference as
+    "none", so it is written as the Reshape it is."""
+    return node.op == "Squeeze" and squeezed_axes(node) == []
 
 
 def _set_axes(node: gs.Node, axes: List[int], opset: int, names: Names) -> None:

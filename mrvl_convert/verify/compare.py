@@ -51,7 +51,7 @@ from mrvl_convert.verify.fp16_floor import Floor, fp16_floor
 from mrvl_convert.verify.fp16_overflow import model_overflow
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
-                                               layer_values, named_copy)
+                                               layer_values, named_copy, onto)
 from mrvl_convert.verify.metrics import Top1, Worst, is_classifier
 from mrvl_convert.verify.quant_cost import quantization_cost
 from mrvl_convert.verify.reference import (ORIGINAL, check_model_inputs, element_types,
@@ -265,6 +265,8 @@ def decisive_samples(origin: SampleOrigin) -> List[bool]:
 def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarray],
          tol: Tolerance, decisive: Sequence[bool] = ()) -> Row:
     row = Row(spec.name, kind, list(spec.shape), tolerance=tol.to_dict())
+    # a tensor a lift computes with a unit batch more ([1, T, F] for [T, F]): the same elements
+    got = [onto(g, w.shape) for g, w in zip(got, want)]
     if any(g.shape != w.shape for g, w in zip(got, want)):
         row.passed, row.note = False, (f"shape mismatch: hybrid {list(got[0].shape)}, fp32 "
                                        f"{list(want[0].shape)}")

@@ -11,6 +11,13 @@ of the two a layer's output is: the one whose shape is the model's, else its phy
 (FORMATS.md), and a Transpose in front of the model's reshape (Keras style) is absorbed by the
 converter; so their output is put in the model's order by replaying, on the NCHW form of their
 input, the absorbed Transposes that lead to the model's reshape.
+
+A batchless or frame-lifted model (``batchless_lift``, ``sequence_lift``: its ``[H, W, C]`` or
+``[T, F]`` tensors computed as ``[1, H, W, C]``, ``[1, T, F]``) has tensors that are a layer's
+elements with unit axes fewer or more: of the orders a layer's output (or a reshape layer's
+input) can be in, the one whose shape is the model's tensor's, else the only one whose shape
+is, unit axes aside, is taken, and given the model's shape (unit axes move no element). Only
+where both orders fit alike (every non-unit dim equal) do the physical letters decide.
 """
 from __future__ import annotations
 
@@ -34,7 +41,8 @@ RESHAPE_LAYERS = frozenset(k.name for k in CATALOGUE.values() if k.reshape_like)
 class LayerPlan:
     """One Mrvl layer to compare: ``tensor`` is the original model's tensor it computes (empty
     if unknown); a non-empty ``skip`` says why it is not compared. ``perms`` are the
-    Transposes the model applies between a reshape layer's NCHW input and its reshape."""
+    Transposes the model applies between a reshape layer's NCHW input and its reshape;
+    ``source`` the model's shape of the tensor that reshape reads (empty if unknown)."""
 
     stage: str
     layer: str
@@ -43,6 +51,7 @@ class LayerPlan:
     tensor: str = ""
     skip: str = ""
     perms: Tuple[Tuple[int, ...], ...] = ()
+    source: Tuple[int, ...] = ()
 
     @property
     def note(self) -> str:
@@ -67,6 +76,7 @@ def layer_plans(session: HybridSession, form: onnx.ModelProto,
     nodes = list(form.graph.node)
     position = {node.name: k for k, node in enumerate(nodes)}
     producer = {out: node for node in nodes for out in node.output}
+    shapes = static_shapes(form)
     seen = set(compared)
     plans = []
     for stage in session.stages:
@@ -89,11 +99,50 @@ def layer_plans(session: HybridSession, form: onnx.ModelProto,
             if tensor in seen:
                 continue
             seen.add(tensor)
-            perms = _transposes_before(nodes[order[0]], producer,
-                                       {t.name for t in stage.inputs}) \
-                if spec.layer_name in RESHAPE_LAYERS else ()
-            plans.append(replace(plan, tensor=tensor, perms=perms))
+            if spec.layer_name in RESHAPE_LAYERS:
+                first = nodes[order[0]]
+                plan = replace(plan, source=shapes.get(first.input[0], ()),
+                               perms=_transposes_before(first, producer,
+                                                        {t.name for t in stage.inputs}))
+            plans.append(replace(plan, tensor=tensor))
     return plans
+
+
+def static_shapes(proto: onnx.ModelProto) -> Dict[str, Tuple[int, ...]]:
+    """Each tensor's static shape where ``proto`` records one (the rewritten form does)."""
+    shapes = {}
+    graph = proto.graph
+    for info in list(graph.input) + list(graph.value_info) + list(graph.output):
+        dims = info.type.tensor_type.shape.dim
+        if dims and all(d.HasField("dim_value") for d in dims):
+            shapes[info.name] = tuple(int(d.dim_value) for d in dims)
+    return shapes
+
+
+def unit_free(shape: Sequence[int]) -> Tuple[int, ...]:
+    """A shape without its unit axes: two shapes equal so hold the same elements in one order."""
+    return tuple(int(d) for d in shape if d != 1)
+
+
+def onto(value: np.ndarray, shape: Optional[Sequence[int]]) -> np.ndarray:
+    """``value`` given ``shape`` where the two differ only in unit axes, else as it is."""
+    if shape is None or tuple(value.shape) == tuple(shape):
+        return value
+    return value.reshape(shape) if unit_free(value.shape) == unit_free(shape) else value
+
+
+def _only_fit(orders: Sequence[np.ndarray], shape: Optional[Sequence[int]]
+              ) -> Optional[np.ndarray]:
+    """Of ``orders`` (one layer value's candidate element orders), the one whose shape is
+    ``shape``, else the only one that is unit axes aside (given ``shape``); None if none or
+    both do."""
+    if not shape:
+        return None
+    exact = [v for v in orders if tuple(v.shape) == tuple(shape)]
+    if exact:
+        return exact[0] if len(exact) == 1 else None
+    loose = [v for v in orders if unit_free(v.shape) == unit_free(shape)]
+    return loose[0].reshape(shape) if len(loose) == 1 else None
 
 
 def _transposes_before(node: onnx.NodeProto, producer: Mapping[str, onnx.NodeProto],
@@ -145,20 +194,28 @@ def _model_order(plan: LayerPlan, out: LayerOutput,
                  shape: Optional[Sequence[int]] = None) -> np.ndarray:
     value, spec = out.value, out.spec
     if plan.layer_name in RESHAPE_LAYERS:
-        source, layout = spec.input_shapes[0], spec.string("data_layout", "NHWC")
-        if len(source) != 4 or layout not in ("NHWC", "NCHW"):
-            return value
-        # Undo the reshape, go back to the model's NCHW, replay the absorbed Transposes: the
-        # elements in the order the model's reshape sees them (the caller reshapes to its shape).
-        value = value.reshape([-1, *source[1:]])  # axis 0: every run of a chunked batch
-        if layout == "NHWC":
-            value = value.transpose(0, 3, 1, 2)
-        for perm in plan.perms:
-            value = value.transpose(perm)
-        return value
+        return _reshape_input_order(plan, value, spec)
     if value.ndim != 4:
-        return value
+        return onto(value, shape)
     nchw = value.transpose(0, 3, 1, 2)
-    if shape is not None and (tuple(nchw.shape) == tuple(shape)) != (value.shape == tuple(shape)):
-        return nchw if tuple(nchw.shape) == tuple(shape) else value  # only one order fits
-    return nchw if _physical_letters(spec) == "NHWC" else value
+    fit = _only_fit((nchw, value), shape)
+    if fit is not None:
+        return fit
+    return onto(nchw if _physical_letters(spec) == "NHWC" else value, shape)
+
+
+def _reshape_input_order(plan: LayerPlan, value: np.ndarray, spec) -> np.ndarray:
+    """A reshape layer's output in the order the model's reshape reads its input (the caller
+    reshapes it to the model's shape)."""
+    source, layout = spec.input_shapes[0], spec.string("data_layout", "NHWC")
+    if len(source) != 4 or layout not in ("NHWC", "NCHW"):
+        return value
+    # Undo the reshape: the input as laid. Back to the model's NCHW and the absorbed
+    # Transposes replayed, it is what a 4-D NCHW model's reshape reads; a batchless or lifted
+    # model's reshape reads the input as laid (its [1, T, F, C] is NHWC): the shape says which.
+    laid = value.reshape([-1, *source[1:]])  # axis 0: every run of a chunked batch
+    replayed = laid.transpose(0, 3, 1, 2) if layout == "NHWC" else laid
+    for perm in plan.perms:
+        replayed = replayed.transpose(perm)
+    fit = _only_fit((replayed, laid), plan.source)
+    return replayed if fit is None else fit

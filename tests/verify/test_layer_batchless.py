@@ -1,0 +1,78 @@
+"""compare(..., layers=True) on a batchless ``[T, F]`` Conv network (madmom's key_cnn form), fp16
+and int8. The converter computes its ``[T, F, C]`` tensors as ``[1, T, F, C]`` (the batch and
+frame lifts). On main the per-layer run crashed in onnxruntime on the rewritten model (a lifted
+Squeeze of nothing got axes [], which onnxruntime reads as "every unit axis"), and once past
+that the layers of ``[T, F, C]`` tensors said "not compared: its layout gives [1, C, T, F]", the
+boundary tensors "shape mismatch: hybrid [1, T, F, C], fp32 [T, F, C]"."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+
+from mrvl_convert import convert
+from mrvl_convert.quantize import Quantization
+from mrvl_convert.verify.compare import compare
+from support.batchless_cnn import batchless_cnn
+from support.models import canonicalized, run_ort
+
+_U = 2.0 ** -24
+
+
+def _feeds(seed: int, count: int = 2):
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((12, 10)).astype(np.float32)} for _ in range(count)]
+
+
+def test_the_canonical_graph_of_a_squeeze_of_nothing_runs_on_onnxruntime():
+    """The lifted Squeeze without axes, of a [C] tensor, is the Reshape it is: onnxruntime runs
+    the canonical graph, and gives the model's output within the bound of a mean of T * F
+    terms added in another order (2 (n - 1) u max|y|)."""
+    model = batchless_cnn()
+    canonical, proto = canonicalized(model)
+    assert any("frame axis 0" in why or "batch" in why for why in canonical.rewritten.values())
+    probed = onnx.ModelProto()
+    probed.CopyFrom(model)
+    probed.graph.output.append(onnx.helper.make_tensor_value_info(
+        "block2_elu_out", onnx.TensorProto.FLOAT, [12, 10, 6]))
+    for feed in _feeds(0):
+        want = run_ort(probed, feed, optimize=False)
+        got = run_ort(proto, feed, ["squeeze_all_out"], optimize=False)["squeeze_all_out"]
+        assert got.shape == want["squeeze_all_out"].shape == (6,)
+        bound = 2 * (12 * 10 - 1) * _U * float(np.abs(want["block2_elu_out"]).max())
+        assert np.all(np.abs(got - want["squeeze_all_out"]) <= bound)
+
+
+def _layer_rows(comparison):
+    return [row for row in comparison.rows if row.kind == "layer"]
+
+
+def _assert_every_row_compared(comparison) -> None:
+    for row in comparison.rows:
+        assert "not compared: its layout" not in (row.note or ""), row
+        assert "shape mismatch" not in (row.note or ""), row
+    layers = {row.tensor: row for row in _layer_rows(comparison)}
+    # the layers of [T, F, C] tensors: the BN's Mul/Add and the Elu of each block
+    assert {"block1_elu_out", "block2_bn_mul_out", "block2_elu_out"} <= set(layers)
+    for row in layers.values():
+        assert row.max_abs is not None, row
+        assert row.passed and row.cosine > 0.999, row
+
+
+def test_every_layer_of_an_fp16_batchless_cnn_is_compared(tmp_path):
+    model = batchless_cnn()
+    convert(model, str(tmp_path / "fp16"))
+    result = compare(model, str(tmp_path / "fp16"), _feeds(1), layers=True)
+    _assert_every_row_compared(result)
+    assert result.passed and result.first_layer_over is None
+
+
+def test_every_layer_of_an_int8_batchless_cnn_is_compared(tmp_path):
+    """Against its QDQ model, every int8 layer within tolerance, boundary tensors included."""
+    model = batchless_cnn()
+    calibration = {"x": np.concatenate([f["x"] for f in _feeds(2, 4)])}
+    result = convert(model, str(tmp_path / "int8"), policy="multi",
+                     quantize=Quantization(calibration, "minmax"))
+    qdq = tmp_path / "int8" / result.manifest["quantization"]["file"]
+    comparison = compare(str(qdq), str(tmp_path / "int8"), _feeds(3), layers=True)
+    _assert_every_row_compared(comparison)
+    assert comparison.passed
