@@ -30,16 +30,19 @@ def _conv_block(b: Builder, x: str, cin: int, cout: int, tag: str) -> str:
     return b.op("Elu", [y], name=f"{tag}_elu", alpha=1.0)
 
 
-def batchless_cnn(frames: int = 12, bins: int = 10, seed: int = 45) -> onnx.ModelProto:
-    """x [frames, bins] -> two Conv blocks on [T, F, C] -> Reshape [T, F * C] back to
-    [T, F, C] -> mean over T and F (keepdims 0) -> Squeeze (no axes, nothing to squeeze) ->
-    y [C]."""
+def batchless_cnn(frames: int = 12, bins: int = 10, seed: int = 45, *,
+                  reshape: bool = True) -> onnx.ModelProto:
+    """x [frames, bins] -> two Conv blocks on [T, F, C] -> (with ``reshape``: Reshape
+    [T, F * C] and back to [T, F, C]) -> mean over T and F (keepdims 0) -> Squeeze (no axes,
+    nothing to squeeze) -> y [C]. Without the Reshapes it is key_cnn's tail: the frame lift
+    reaches the Squeeze."""
     b = Builder(seed=seed, opset=18)
     x = b.input("x", [frames, bins])
     y = b.op("Unsqueeze", [x, _i64(b, 2)], name="expand_channel")  # [T, F, 1]
     y = _conv_block(b, y, 1, 4, "block1")
     y = _conv_block(b, y, 4, 6, "block2")
-    y = b.op("Reshape", [y, _i64(b, frames, bins * 6)], name="frames_flat")
-    y = b.op("Reshape", [y, _i64(b, frames, bins, 6)], name="frames_back")
+    if reshape:
+        y = b.op("Reshape", [y, _i64(b, frames, bins * 6)], name="frames_flat")
+        y = b.op("Reshape", [y, _i64(b, frames, bins, 6)], name="frames_back")
     y = b.op("ReduceMean", [y, _i64(b, 0, 1)], name="mean", keepdims=0)  # [C]
     return b.model([b.op("Squeeze", [y], name="squeeze_all")])

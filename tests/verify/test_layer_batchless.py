@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 
 from mrvl_convert import convert
 from mrvl_convert.quantize import Quantization
@@ -27,7 +28,7 @@ def test_the_canonical_graph_of_a_squeeze_of_nothing_runs_on_onnxruntime():
     """The lifted Squeeze without axes, of a [C] tensor, is the Reshape it is: onnxruntime runs
     the canonical graph, and gives the model's output within the bound of a mean of T * F
     terms added in another order (2 (n - 1) u max|y|)."""
-    model = batchless_cnn()
+    model = batchless_cnn(reshape=False)
     canonical, proto = canonicalized(model)
     assert any("frame axis 0" in why or "batch" in why for why in canonical.rewritten.values())
     probed = onnx.ModelProto()
@@ -43,36 +44,41 @@ def test_the_canonical_graph_of_a_squeeze_of_nothing_runs_on_onnxruntime():
 
 
 def _layer_rows(comparison):
-    return [row for row in comparison.rows if row.kind == "layer"]
+    return {row.tensor: row for row in comparison.rows if row.kind == "layer"}
 
 
-def _assert_every_row_compared(comparison) -> None:
-    for row in comparison.rows:
-        assert "not compared: its layout" not in (row.note or ""), row
-        assert "shape mismatch" not in (row.note or ""), row
-    layers = {row.tensor: row for row in _layer_rows(comparison)}
-    # the layers of [T, F, C] tensors: the BN's Mul/Add and the Elu of each block
-    assert {"block1_elu_out", "block2_bn_mul_out", "block2_elu_out"} <= set(layers)
-    for row in layers.values():
-        assert row.max_abs is not None, row
-        assert row.passed and row.cosine > 0.999, row
-
-
-def test_every_layer_of_an_fp16_batchless_cnn_is_compared(tmp_path):
-    model = batchless_cnn()
+@pytest.mark.parametrize("reshape", [True, False])
+def test_every_layer_of_an_fp16_batchless_cnn_is_compared(tmp_path, reshape):
+    """Each layer's NHWC [1, T, F, C] output is the model's [T, F, C] (not its NCHW order), each
+    reshape layer's input as laid: every row compared, within tolerance, cosine > 0.9999."""
+    model = batchless_cnn(reshape=reshape)
     convert(model, str(tmp_path / "fp16"))
     result = compare(model, str(tmp_path / "fp16"), _feeds(1), layers=True)
-    _assert_every_row_compared(result)
+    layers = _layer_rows(result)
+    assert {"block1_bn_mul_out", "block1_elu_out", "mean_pooled"} <= set(layers), sorted(layers)
+    assert {"block2_elu_out", "block2_elu_out_seq"} & set(layers)  # as the model or lift names it
+    assert not reshape or {"frames_flat_out_seq", "frames_back_out_seq"} <= set(layers)
+    for row in result.rows:
+        assert row.max_abs is not None or row.tensor == "x_seq", row  # the lifted input only
+        if row.kind == "layer":
+            assert row.passed and row.cosine > 0.9999, row
     assert result.passed and result.first_layer_over is None
 
 
-def test_every_layer_of_an_int8_batchless_cnn_is_compared(tmp_path):
-    """Against its QDQ model, every int8 layer within tolerance, boundary tensors included."""
-    model = batchless_cnn()
+def test_every_boundary_of_an_int8_batchless_cnn_is_compared(tmp_path):
+    """Against its QDQ model: the boundary tensors the lift computes as [1, T, F, C] are compared
+    with the model's [T, F, C] (bit-equal, as every int8 layer's), and so are the int8 layers
+    of the stages (quant, Conv2D: bit-equal)."""
+    model = batchless_cnn(reshape=False)
     calibration = {"x": np.concatenate([f["x"] for f in _feeds(2, 4)])}
     result = convert(model, str(tmp_path / "int8"), policy="multi",
                      quantize=Quantization(calibration, "minmax"))
     qdq = tmp_path / "int8" / result.manifest["quantization"]["file"]
     comparison = compare(str(qdq), str(tmp_path / "int8"), _feeds(3), layers=True)
-    _assert_every_row_compared(comparison)
+    boundary = [row for row in comparison.rows if row.kind == "boundary" and row.tensor != "x_seq"]
+    assert boundary and all(row.max_abs == 0.0 and row.passed for row in boundary), boundary
+    assert any(list(row.shape) == [1, 12, 10, 4] for row in boundary)
+    int8 = [row for row in _layer_rows(comparison).values()
+            if "(Conv2D" in row.note or "(quant" in row.note and row.max_abs is not None]
+    assert len(int8) >= 4 and all(row.max_abs == 0.0 for row in int8), int8
     assert comparison.passed
