@@ -17,7 +17,10 @@ the layer-to-tensor maps ``layer_compare.py``.
   ``layers=True``), judged against the tolerances; an output the model does not have fails the
   verdict (never PASS over nothing); an input whose static dims the conversion overrode is run
   at the artifact's shape (``reference.check_model_inputs``); a QDQ model has the artifact's
-  fp16 layers rounded as the artifact rounds them (``kept_fp16.py``); a model that is not the
+  fp16 layers rounded as the artifact rounds them (``kept_fp16.py``), and so has the model as
+  the converter rewrote it for ``layers=True`` (rounded after those rewrites, which drop Cast
+  pairs as no-ops); a tensor a lift computes with unit axes more (``[1, T, F]`` for
+  ``[T, F]``) is compared as the model's (the same elements); a model that is not the
   artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError`` (an
   error of verify's own rewrite of it names the rewrite: ``reference.rewrite_label``); a top-1
   flip counts only beyond fp32's near ties and never on random samples (``metrics.Top1``);
@@ -103,9 +106,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     check_model_inputs(proto, session, model_label(model))
     label = model_label(model)
     what = ORIGINAL
+    unrounded, rounded = proto, []
     if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
         # a cell's steps are fp16 layers, each rounded
         proto = unrolled_cells(proto, {t.name: t.shape for t in session.input_specs})
+        unrounded = named_copy(proto) if layers else proto
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
             what = rewrite_label(label, f"{len(rounded)} node(s) rounded to fp16 as the "
@@ -114,8 +119,12 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                       "to fp16 as it rounds them)")
     present = _tensor_names(proto)
     judged = [s for s in specs if s.name in present]
-    form = _rewritten(session, proto) if layers else None
+    form = _rewritten(session, unrounded) if layers else None
     plans = layer_plans(session, form, {s.name for s in specs}) if layers else []
+    if form is not None and rounded:
+        # rounded after the converter's rewrites, which take fp16 Cast pairs for no-ops; the
+        # plans name the layers' tensors as the converter has them (unrounded, named alike)
+        rounded_as_artifact(form, session)
     traced = [p for p in plans if not p.skip]
     own = [p.tensor for p in traced if p.tensor in present]
     added = [p.tensor for p in traced if p.tensor not in present]  # only the rewrite has them
