@@ -20,7 +20,8 @@ the layer-to-tensor maps ``layer_compare.py``.
   fp16 layers rounded as the artifact rounds them (``kept_fp16.py``), and so has the model as
   the converter rewrote it for ``layers=True`` (rounded after those rewrites, which drop Cast
   pairs as no-ops); a tensor a lift computes with unit axes more (``[1, T, F]`` for
-  ``[T, F]``) is compared as the model's (the same elements); a model that is not the
+  ``[T, F]``) is compared as the model's (the same elements), and a boundary tensor only a lift
+  has (the ``[1, T, F]`` input) with the rewritten model's, for ``layers=True``; a model that is not the
   artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError`` (an
   error of verify's own rewrite of it names the rewrite: ``reference.rewrite_label``); a top-1
   flip counts only beyond fp32's near ties and never on random samples (``metrics.Top1``);
@@ -65,6 +66,7 @@ from mrvl_convert.verify.tolerances import Tolerance, Tolerances
 
 _OVERFLOW_NOTE = "hybrid value holds inf/NaN (fp16 overflow)"
 MISSING_NOTE = "not a tensor of the reference model: not compared"
+LIFTED_NOTE = "a tensor of the model as the converter rewrote it (--layers): compared there"
 
 
 def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
@@ -127,16 +129,19 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
         rounded_as_artifact(form, session)
     traced = [p for p in plans if not p.skip]
     own = [p.tensor for p in traced if p.tensor in present]
-    added = [p.tensor for p in traced if p.tensor not in present]  # only the rewrite has them
-    types = element_types(form or proto) if traced else {}
+    # boundary tensors a lift added (the [1, T, F] input): the rewrite has them, as the layers
+    lifted = [] if form is None else [s.name for s in specs if s.name not in present
+                                      and s.name not in outputs and s.name in _tensor_names(form)]
+    added = [p.tensor for p in traced if p.tensor not in present] + lifted
+    types = element_types(form or proto) if added or own else {}
     reference = reference_session(proto, judged + [
         TensorSpec(t, (), types.get(t, "float32")) for t in own], log_severity, what)
     form_what = rewrite_label(label, "rewritten as the converter rewrote it, for --layers")
     extra = reference_session(form, [TensorSpec(t, (), types.get(t, "float32"))
                                      for t in added], log_severity, form_what) if added else None
     names = [s.name for s in judged]
-    got: Dict[str, List[np.ndarray]] = {n: [] for n in names}
-    want: Dict[str, List[np.ndarray]] = {n: [] for n in names}
+    got: Dict[str, List[np.ndarray]] = {n: [] for n in names + lifted}
+    want: Dict[str, List[np.ndarray]] = {n: [] for n in names + lifted}
     # Layer outputs are folded into running worst cases sample by sample: kept for every
     # sample, a ResNet-50's would take some 40 MB per sample.
     worst = {p.tensor: Worst() for p in traced}
@@ -153,12 +158,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
         results = run_reference(reference, names + own, feed, proto, what)
         if extra is not None:
             results += run_reference(extra, added, feed, form, form_what)
-        shapes = dict(zip(own + added, (np.shape(r) for r in results[len(names):])))
-        values = layer_values(traced, trace, shapes)
-        for name, value in zip(names, results):
-            want[name].append(np.asarray(value))
+        refs = dict(zip(names + own + added, results))
+        values = layer_values(traced, trace, {t: np.shape(refs[t]) for t in own + added})
+        for name in got:
+            want[name].append(np.asarray(refs[name]))
             got[name].append(env[name])
-        refs = dict(zip(own + added, results[len(names):]))
         for plan in traced:
             worst[plan.tensor].add(values[plan.tensor], np.asarray(refs[plan.tensor]),
                                    reshape=plan.layer_name in RESHAPE_LAYERS)
@@ -168,6 +172,11 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     rows = []
     for spec in specs:
         kind = "output" if spec.name in outputs else "boundary"
+        if spec.name in lifted:
+            rows.append(_row(spec, kind, got[spec.name], want[spec.name],
+                             tols.for_tensor(spec.name), decisive))
+            rows[-1].note = rows[-1].note or LIFTED_NOTE
+            continue
         if spec.name not in present:
             # An output the reference lacks fails the verdict: passed, it would let a model
             # that is not the artifact's source (a re-export with its outputs renamed) PASS
