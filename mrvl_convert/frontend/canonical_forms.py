@@ -26,7 +26,7 @@ sums of a Sum) is listed in ``derived`` with the node it comes from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -72,11 +72,19 @@ def axes_node(op: str, name: str, x: gs.Tensor, out: gs.Tensor, axes: Sequence[i
               opset: int, names: Names, attrs: Optional[dict] = None) -> gs.Node:
     """A Squeeze, Unsqueeze or ReduceSum of ``x`` over ``axes`` into ``out``: the axes an
     input from opset 13, an attribute before (``attrs``: its others, e.g. keepdims)."""
-    attrs = dict(attrs or {})
+    extra, given = axes_operands(axes, opset,
+                                 lambda value: gs.Constant(names.fresh(f"{name}_axes"), value))
+    return gs.Node(op, name, attrs={**(attrs or {}), **given}, inputs=[x, *extra],
+                   outputs=[out])
+
+
+def axes_operands(axes: Sequence[int], opset: int,
+                  constant: Callable[[np.ndarray], gs.Tensor]) -> Tuple[List[gs.Tensor], dict]:
+    """How a Squeeze, Unsqueeze or ReduceSum is given ``axes``: the inputs after its data
+    (``constant`` of them, named by the caller, from opset 13) and the attributes (before)."""
     if opset >= 13:
-        axes_input = gs.Constant(names.fresh(f"{name}_axes"), np.array(list(axes), np.int64))
-        return gs.Node(op, name, attrs=attrs, inputs=[x, axes_input], outputs=[out])
-    return gs.Node(op, name, attrs={**attrs, "axes": list(axes)}, inputs=[x], outputs=[out])
+        return [constant(np.array(list(axes), np.int64))], {}
+    return [], {"axes": list(axes)}
 
 
 def _set_inputs(node: gs.Node, tensors: List[gs.Tensor]) -> None:

@@ -46,7 +46,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs, axes_operands
 from mrvl_convert.frontend.einsum_equation import (Equation, matmul_plan, read_equation,
                                                    size_of)
 
@@ -147,10 +147,8 @@ class _Builder:
         shape = [s for k, s in enumerate(static_shape(x)) if k not in axes]
         if is_const(x):
             return self.constant(np.sum(const_value(x), axis=tuple(axes), dtype=np.float32))
-        if self.opset >= 13:
-            return self.add("ReduceSum", [x, self.constant(np.array(axes, np.int64))],
-                            {"keepdims": 0}, shape)
-        return self.add("ReduceSum", [x], {"axes": axes, "keepdims": 0}, shape)
+        extra, attrs = axes_operands(axes, self.opset, self.constant)
+        return self.add("ReduceSum", [x, *extra], {**attrs, "keepdims": 0}, shape)
 
     def transpose(self, x: gs.Tensor, term: str, order: str) -> gs.Tensor:
         perm = [term.index(c) for c in order]

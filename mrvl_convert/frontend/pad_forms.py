@@ -60,7 +60,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import (attr, float_activation_issue, pad_value, present,
                                      static_shape)
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs, axes_operands
 from mrvl_convert.frontend.pad_sinking import (fold_into_maxpool, full_pads, set_pads,
                                               sink_pad)
 
@@ -217,7 +217,8 @@ def pad_steps(plan: PadPlan, opset: int, const: _Constants, out: List[int]) -> L
     n, c, h, w = plan.view
     steps: List[Step] = []
     if plan.rank < 4:
-        steps.append(_unsqueeze(_VIEW_AXES[plan.rank], opset, const, [n, c, h, w]))
+        steps.append(_axes_step("Unsqueeze", "view_axes", _VIEW_AXES[plan.rank], opset, const,
+                                [n, c, h, w]))
     if any(sum(pair) for pair in plan.crop):
         axes = [a for a, pair in enumerate(plan.crop) if sum(pair)]
         c, h, w = (size - sum(plan.crop[a]) for a, size in ((1, c), (2, h), (3, w)))
@@ -237,7 +238,8 @@ def pad_steps(plan: PadPlan, opset: int, const: _Constants, out: List[int]) -> L
     if hb or he or wb or we:
         steps += _spatial(plan, (c, h, w), const)
     if plan.rank < 4:
-        steps.append(_squeeze(_VIEW_AXES[plan.rank], opset, const, out))
+        steps.append(_axes_step("Squeeze", "back_axes", _VIEW_AXES[plan.rank], opset, const,
+                                out))
     return steps
 
 
@@ -266,16 +268,11 @@ def _spatial(plan: PadPlan, size: Tuple[int, int, int], const: _Constants) -> Li
     return steps
 
 
-def _unsqueeze(axes: List[int], opset: int, const: _Constants, shape: List[int]) -> Step:
-    if opset >= 13:
-        return "Unsqueeze", [const("view_axes", np.array(axes, np.int64))], {}, shape
-    return "Unsqueeze", [], {"axes": axes}, shape
-
-
-def _squeeze(axes: List[int], opset: int, const: _Constants, shape: List[int]) -> Step:
-    if opset >= 13:
-        return "Squeeze", [const("back_axes", np.array(axes, np.int64))], {}, shape
-    return "Squeeze", [], {"axes": axes}, shape
+def _axes_step(op: str, tag: str, axes: List[int], opset: int, const: _Constants,
+               shape: List[int]) -> Step:
+    """An Unsqueeze to the 4-D view or the Squeeze back (its axes constant named ``tag``)."""
+    consts, attrs = axes_operands(axes, opset, lambda value: const(tag, value))
+    return op, consts, attrs, shape
 
 
 def _rewrite(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites, names: Names,

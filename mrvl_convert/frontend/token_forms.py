@@ -34,7 +34,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const, static_shape
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node, axes_operands
 from mrvl_convert.frontend.token_ops import rewrite_token_ops
 from mrvl_convert.frontend.variance_form import rewrite_variance
 
@@ -92,20 +92,6 @@ def _token_const(lead: List[np.ndarray], x_shape: List[int], trail: List[np.ndar
     return const[:1] if np.array_equal(const, np.broadcast_to(const[:1], const.shape)) else const
 
 
-def _axis_1(name: str, x: gs.Tensor, opset: int, names: Names) -> Tuple[list, dict]:
-    """Inputs and attributes of an Unsqueeze / Squeeze of axis 1: the axes an input from
-    opset 13, an attribute before."""
-    if opset >= 13:
-        return [x, gs.Constant(names.fresh(f"{name}_axes"), np.array([1], np.int64))], {}
-    return [x], {"axes": [1]}
-
-
-def _axes_node(op: str, name: str, x: gs.Tensor, out: gs.Tensor, opset: int,
-               names: Names) -> gs.Node:
-    inputs, attrs = _axis_1(name, x, opset, names)
-    return gs.Node(op, name, attrs=attrs, inputs=inputs, outputs=[out])
-
-
 def _concat(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     parts = _token_parts(node)
     if parts is None:
@@ -125,10 +111,10 @@ def _concat(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset:
                        shape=[batch, tokens + k_lead + k_trail, channels])
     one = gs.Constant(names.fresh(f"{base}_one"), np.ones((1, 1, 1, 1), dtype))
     added = [
-        _axes_node("Unsqueeze", names.fresh(f"{base}_unsqueeze"), x, image, opset, names),
+        axes_node("Unsqueeze", names.fresh(f"{base}_unsqueeze"), x, image, [1], opset, names),
         gs.Node("Conv", names.fresh(f"{base}_pad_rows"), inputs=[image, one], outputs=[padded],
                 attrs={"kernel_shape": [1, 1], "pads": [k_lead, 0, k_trail, 0]}),
-        _axes_node("Squeeze", names.fresh(f"{base}_squeeze"), padded, rows, opset, names),
+        axes_node("Squeeze", names.fresh(f"{base}_squeeze"), padded, rows, [1], opset, names),
     ]
     tokens_const = gs.Constant(names.fresh(f"{base}_tokens"),
                                _token_const(lead, shape, trail, dtype))
@@ -187,9 +173,10 @@ def _gather(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset:
                          outputs=[token])
     graph.nodes.append(slice_node)
     done.derived[slice_node.name] = node.name
-    inputs, attrs = _axis_1(node.name, token, opset, names)
+    extra, attrs = axes_operands([1], opset,
+                                 lambda v: gs.Constant(names.fresh(f"{node.name}_axes"), v))
     node.op = "Squeeze"
-    node.inputs.extend(inputs)
+    node.inputs.extend([token, *extra])
     node.attrs.update(attrs)
     done.rewritten[node.name] = (f"Gather of token {i} on axis 1 became Slice {i}:{i + 1} "
                                  "and Squeeze of axis 1")

@@ -21,8 +21,8 @@ the layer-to-tensor maps ``layer_compare.py``.
   the converter rewrote it for ``layers=True`` (rounded after those rewrites, which drop Cast
   pairs as no-ops); a tensor a lift computes with unit axes more (``[1, T, F]`` for
   ``[T, F]``) is compared as the model's (the same elements), and a boundary tensor only a lift
-  has (the ``[1, T, F]`` input) with the rewritten model's, for ``layers=True``; a model that is not the
-  artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError`` (an
+  has (the ``[1, T, F]`` input) with the rewritten model's, for ``layers=True``; a model that
+  is not the artifact's source raises ``ShapeError``, one onnxruntime cannot run ``ModelLoadError`` (an
   error of verify's own rewrite of it names the rewrite: ``reference.rewrite_label``); a top-1
   flip counts only beyond fp32's near ties and never on random samples (``metrics.Top1``);
   every output row carries its fp16 floor (``fp16_floor.py``: information beside the verdict,
