@@ -37,6 +37,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (attr, const_value, is_const, present, reduce_axes,
                                      squeeze_axes, static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.sequence_forms import mean_of_nchw_view
 
 _ELEMENTWISE = frozenset({
     "Add", "Sub", "Mul", "Div", "Max", "Min", "Pow", "Elu", "Relu", "LeakyRelu", "Tanh",
@@ -105,17 +106,8 @@ def _close_with_mean(graph: gs.Graph, mean: gs.Node, opset: int, names: Names,
                      done: Rewrites) -> None:
     """``ReduceMean([1, H, W, C], 0 1)`` -> Transpose to NCHW, ReduceMean over 2 and 3,
     Squeeze(0): the global pool the layer set has (module docstring)."""
-    lifted, out = mean.inputs[0], mean.outputs[0]
-    _, h, w, c = static_shape(lifted)
-    nchw = gs.Variable(names.fresh(f"{mean.name}_nchw"), dtype=out.dtype, shape=[1, c, h, w])
-    pooled = gs.Variable(names.fresh(f"{mean.name}_pooled"), dtype=out.dtype, shape=[1, c])
-    turn = gs.Node("Transpose", names.fresh(f"{mean.name}_to_nchw"), attrs={"perm": [0, 3, 1, 2]},
-                   inputs=[lifted], outputs=[nchw])
-    axes = gs.Constant(names.fresh(f"{mean.name}_axes_nchw"), np.array([2, 3], np.int64))
-    mean.attrs = {"keepdims": 0} if opset >= 18 else {"keepdims": 0, "axes": [2, 3]}
-    mean.inputs.clear()
-    mean.inputs.extend([nchw, axes] if opset >= 18 else [nchw])
-    mean.outputs[0] = pooled
+    out = mean.outputs[0]
+    turn, pooled = mean_of_nchw_view(mean, 0, opset, names, "axes_nchw")
     drop = gs.Node("Squeeze", names.fresh(f"{mean.name}_drop_batch"),
                    attrs={} if opset >= 13 else {"axes": [0]},
                    inputs=[pooled] + ([gs.Constant(names.fresh(f"{mean.name}_axis0"),

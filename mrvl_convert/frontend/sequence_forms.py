@@ -18,7 +18,7 @@ from it.
 """
 from __future__ import annotations
 
-from typing import List
+from typing import List, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -47,26 +47,35 @@ def means_as_pools(graph: gs.Graph, means: List[gs.Node], opset: int, names: Nam
                 or reduced_axes(mean) != [1, 2]:
             continue
         out = mean.outputs[0]
-        nchw = gs.Variable(names.fresh(f"{mean.name}_nchw"), dtype=out.dtype,
-                           shape=[src[0], src[3], src[1], src[2]])
-        pooled = gs.Variable(names.fresh(f"{mean.name}_pooled"), dtype=out.dtype,
-                             shape=[src[0], src[3], 1, 1])
-        _add(graph, gs.Node("Transpose", names.fresh(f"{mean.name}_to_nchw"),
-                            attrs={"perm": [0, 3, 1, 2]}, inputs=[mean.inputs[0]],
-                            outputs=[nchw]), mean, done)
+        turn, pooled = mean_of_nchw_view(mean, 1, opset, names, "axes_hw")
+        _add(graph, turn, mean, done)
         shape = gs.Constant(names.fresh(f"{mean.name}_shape"),
                             np.array(static_shape(out), np.int64))
         _add(graph, gs.Node("Reshape", names.fresh(f"{mean.name}_reshape"),
                             inputs=[pooled, shape], outputs=[out]), mean, done)
-        mean.inputs[0] = nchw
-        mean.outputs[0] = pooled
-        mean.attrs["keepdims"] = 1
-        if "axes" in mean.attrs or opset < 18:
-            mean.attrs["axes"] = [2, 3]
-        else:
-            mean.inputs[1] = gs.Constant(names.fresh(f"{mean.name}_axes_hw"),
-                                         np.array([2, 3], np.int64))
         done.rewritten[mean.name] += "; a global average pool of its NCHW view"
+
+
+def mean_of_nchw_view(mean: gs.Node, keepdims: int, opset: int, names: Names,
+                      tag: str) -> Tuple[gs.Node, gs.Variable]:
+    """``mean`` (over H and W of its ``[N, H, W, C]`` input) made a ReduceMean over axes 2 and
+    3 of the input's NCHW view (its axes constant named ``tag``), into a new tensor: the
+    Transpose to add before it, and that tensor (``[N, C, 1, 1]``, ``[N, C]`` without
+    ``keepdims``) for the caller to bring to the mean's old output. Exact: the same values in
+    another order, the mean over the same ones."""
+    out = mean.outputs[0]
+    n, h, w, c = static_shape(mean.inputs[0])
+    nchw = gs.Variable(names.fresh(f"{mean.name}_nchw"), dtype=out.dtype, shape=[n, c, h, w])
+    pooled = gs.Variable(names.fresh(f"{mean.name}_pooled"), dtype=out.dtype,
+                         shape=[n, c, 1, 1] if keepdims else [n, c])
+    turn = gs.Node("Transpose", names.fresh(f"{mean.name}_to_nchw"), attrs={"perm": [0, 3, 1, 2]},
+                   inputs=[mean.inputs[0]], outputs=[nchw])
+    axes = gs.Constant(names.fresh(f"{mean.name}_{tag}"), np.array([2, 3], np.int64))
+    mean.attrs = {"keepdims": keepdims} if opset >= 18 else {"keepdims": keepdims, "axes": [2, 3]}
+    mean.inputs.clear()
+    mean.inputs.extend([nchw, axes] if opset >= 18 else [nchw])
+    mean.outputs[0] = pooled
+    return turn, pooled
 
 
 def _add(graph: gs.Graph, node: gs.Node, served: gs.Node, done: Rewrites) -> None:
