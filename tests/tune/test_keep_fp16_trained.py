@@ -24,7 +24,7 @@ from mrvl_convert.core.samples import calibration_split
 from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
 from support.int8 import float_model
-from support.trained import template_images
+from support.trained import conv_nchw, pooled_fc, saved_classifier, template_images
 
 CLASSES = 3
 TARGET = 0.95
@@ -37,13 +37,7 @@ def images(count: int, seed: int) -> "tuple[np.ndarray, np.ndarray]":
 def features(x: np.ndarray, w1, b1, w2, b2) -> np.ndarray:
     """relu(conv2(relu(conv1 x))) pooled, in numpy (what the fc is fitted on)."""
     def conv(a, w, b):
-        k = w.shape[-1]
-        p = k // 2
-        a = np.pad(a, ((0, 0), (0, 0), (p, p), (p, p)))
-        h, v = a.shape[2] - k + 1, a.shape[3] - k + 1
-        cols = np.stack([a[:, :, i:i + h, j:j + v] for i in range(k) for j in range(k)], -1)
-        out = np.einsum("nchwk,ock->nohw", cols, w.reshape(w.shape[0], w.shape[1], -1))
-        return out + b[None, :, None, None]
+        return conv_nchw(a, w, b, w.shape[-1] // 2)
     return np.maximum(conv(np.maximum(conv(x, w1, b1), 0), w2, b2), 0).mean(axis=(2, 3))
 
 
@@ -62,20 +56,13 @@ def trained_classifier() -> onnx.ModelProto:
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1] * 4),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2"),
-             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"),
-             helper.make_node("GlobalAveragePool", ["r2"], ["p"], name="pool"),
-             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
-             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc")]
+             helper.make_node("Relu", ["c2"], ["r2"], name="relu2"), *pooled_fc("r2")]
     return float_model(nodes, inits, [1, 3, 8, 8], [1, CLASSES])
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("trained")
-    src = tmp / "clf.onnx"
-    onnx.save(trained_classifier(), src)
-    x, labels = images(64, 2)
-    return src, {"x": x}, labels, tmp
+    return saved_classifier(trained_classifier(), tmp_path_factory.mktemp("trained"), CLASSES)
 
 
 def agreement_on(src: Path, artifact: Path, x: np.ndarray, rows: Sequence[int]) -> float:

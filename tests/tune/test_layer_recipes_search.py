@@ -22,7 +22,7 @@ from mrvl_convert.quantize.recipe import quantize_int8
 from mrvl_convert.tune.keep_fp16 import quantize_keep_fp16
 from mrvl_convert.tune.layer_recipes import CLIPS, _qdq_error, mse_ranges
 from support.int8 import float_model
-from support.trained import template_images
+from support.trained import conv_nchw, pooled_fc, saved_classifier, template_images
 
 CLASSES = 3
 TARGET = 0.95
@@ -32,15 +32,6 @@ LEVELS = 8
 
 def images(count: int, seed: int) -> "tuple[np.ndarray, np.ndarray]":
     return template_images(count, seed, CLASSES)
-
-
-def conv(a: np.ndarray, w: np.ndarray, b: np.ndarray, pad: int) -> np.ndarray:
-    a = np.pad(a, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
-    k = w.shape[-1]
-    h, v = a.shape[2] - k + 1, a.shape[3] - k + 1
-    cols = np.stack([a[:, :, i:i + h, j:j + v] for i in range(k) for j in range(k)], -1)
-    return np.einsum("nchwk,ock->nohw", cols, w.reshape(w.shape[0], w.shape[1], -1)) \
-        + b[None, :, None, None]
 
 
 def weights() -> dict:
@@ -61,9 +52,9 @@ def weights() -> dict:
 
 
 def features(x: np.ndarray, w: dict) -> np.ndarray:
-    r1 = np.maximum(conv(x, w["w1"], w["b1"], 1), 0)
-    r2 = np.clip(conv(r1, w["w2"], w["b2"], 0), 0, 6)
-    return np.maximum(conv(r2, w["w3"], w["b3"], 0), 0).mean(axis=(2, 3))
+    r1 = np.maximum(conv_nchw(x, w["w1"], w["b1"], 1), 0)
+    r2 = np.clip(conv_nchw(r1, w["w2"], w["b2"], 0), 0, 6)
+    return np.maximum(conv_nchw(r2, w["w3"], w["b3"], 0), 0).mean(axis=(2, 3))
 
 
 def trained_classifier() -> onnx.ModelProto:
@@ -77,20 +68,13 @@ def trained_classifier() -> onnx.ModelProto:
              helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2"),
              helper.make_node("Clip", ["c2", "lo", "hi"], ["r2"], name="clip2"),
              helper.make_node("Conv", ["r2", "w3", "b3"], ["c3"], name="conv3"),
-             helper.make_node("Relu", ["c3"], ["r3"], name="relu3"),
-             helper.make_node("GlobalAveragePool", ["r3"], ["p"], name="pool"),
-             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
-             helper.make_node("Gemm", ["f", "wf", "bf"], ["y"], name="fc")]
+             helper.make_node("Relu", ["c3"], ["r3"], name="relu3"), *pooled_fc("r3")]
     return float_model(nodes, inits, [1, 3, 8, 8], [1, CLASSES])
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    tmp = tmp_path_factory.mktemp("recipes")
-    src = tmp / "clf.onnx"
-    onnx.save(trained_classifier(), src)
-    x, labels = images(64, 2)
-    return src, {"x": x}, labels, tmp
+    return saved_classifier(trained_classifier(), tmp_path_factory.mktemp("recipes"), CLASSES)
 
 
 def test_the_classifier_is_trained(trained):
