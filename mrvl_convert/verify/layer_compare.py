@@ -41,8 +41,9 @@ RESHAPE_LAYERS = frozenset(k.name for k in CATALOGUE.values() if k.reshape_like)
 class LayerPlan:
     """One Mrvl layer to compare: ``tensor`` is the original model's tensor it computes (empty
     if unknown); a non-empty ``skip`` says why it is not compared. ``perms`` are the
-    Transposes the model applies between a reshape layer's NCHW input and its reshape;
-    ``source`` the model's shape of the tensor that reshape reads (empty if unknown)."""
+    Transposes the model applies between the layer's NCHW input and its first source node (a
+    reshape, or an elementwise node such as a QuantizeLinear: the converter absorbed them);
+    ``source`` the model's shape of the tensor a reshape layer reads (empty if unknown)."""
 
     stage: str
     layer: str
@@ -99,11 +100,11 @@ def layer_plans(session: HybridSession, form: onnx.ModelProto,
             if tensor in seen:
                 continue
             seen.add(tensor)
+            first = nodes[order[0]]
+            plan = replace(plan, perms=_transposes_before(first, producer,
+                                                          {t.name for t in stage.inputs}))
             if spec.layer_name in RESHAPE_LAYERS:
-                first = nodes[order[0]]
-                plan = replace(plan, source=shapes.get(first.input[0], ()),
-                               perms=_transposes_before(first, producer,
-                                                        {t.name for t in stage.inputs}))
+                plan = replace(plan, source=shapes.get(first.input[0], ()))
             plans.append(replace(plan, tensor=tensor))
     return plans
 
@@ -199,9 +200,22 @@ def _model_order(plan: LayerPlan, out: LayerOutput,
         return onto(value, shape)
     nchw = value.transpose(0, 3, 1, 2)
     fit = _only_fit((nchw, value), shape)
+    if fit is None and shape and plan.perms and not any(
+            unit_free(v.shape) == unit_free(shape) for v in (nchw, value)):
+        # neither order is the model's: a Transpose in front of the layer's node was absorbed
+        # (an int8 stage's Quantize of a Transpose); replayed, the only order that fits
+        fit = _only_fit((_replayed(nchw, plan.perms),), shape)
     if fit is not None:
         return fit
     return onto(nchw if _physical_letters(spec) == "NHWC" else value, shape)
+
+
+def _replayed(value: np.ndarray, perms: Sequence[Tuple[int, ...]]) -> np.ndarray:
+    """``value`` put through the Transposes ``perms`` (those of its rank), in order."""
+    for perm in perms:
+        if len(perm) == value.ndim:
+            value = value.transpose(perm)
+    return value
 
 
 def _reshape_input_order(plan: LayerPlan, value: np.ndarray, spec) -> np.ndarray:
@@ -214,8 +228,6 @@ def _reshape_input_order(plan: LayerPlan, value: np.ndarray, spec) -> np.ndarray
     # Transposes replayed, it is what a 4-D NCHW model's reshape reads; a batchless or lifted
     # model's reshape reads the input as laid (its [1, T, F, C] is NHWC): the shape says which.
     laid = value.reshape([-1, *source[1:]])  # axis 0: every run of a chunked batch
-    replayed = laid.transpose(0, 3, 1, 2) if layout == "NHWC" else laid
-    for perm in plan.perms:
-        replayed = replayed.transpose(perm)
+    replayed = _replayed(laid.transpose(0, 3, 1, 2) if layout == "NHWC" else laid, plan.perms)
     fit = _only_fit((replayed, laid), plan.source)
     return replayed if fit is None else fit

@@ -72,7 +72,9 @@ def test_every_boundary_and_layer_of_an_int8_batchless_cnn_is_compared(tmp_path)
     second stage, its fp16 BN and Elu layers too: the reference rounds them as the artifact
     does also where the lifts rename their tensors (on main: no Elu row, "source node
     'block1_elu' is not in the original model", and the lifted tensors one int8 step off, the
-    rewritten model having dropped the reference's fp16 roundings)."""
+    rewritten model having dropped the reference's fp16 roundings; the Quantize of a Transpose
+    the layer absorbed "not compared: its layout gives [1, 12, 10, 4], the model's tensor is
+    [1, 4, 12, 10]")."""
     model = batchless_cnn(reshape=False)
     calibration = {"x": np.concatenate([f["x"] for f in _feeds(2, 4)])}
     result = convert(model, str(tmp_path / "int8"), policy="multi",
@@ -84,6 +86,8 @@ def test_every_boundary_and_layer_of_an_int8_batchless_cnn_is_compared(tmp_path)
     assert boundary and all(row.max_abs == 0.0 and row.passed for row in boundary), boundary
     assert any(list(row.shape) == [1, 12, 10, 4] for row in boundary)
     layers = _layer_rows(comparison)
+    # the Quantize of block2's Transpose to NCHW: the stage's layer absorbed that Transpose
+    assert all(row.max_abs is not None for row in layers.values()), layers
     second = [row for row in layers.values() if "_mrvl_1)" in row.note and row.max_abs is not None]
     assert "block1_elu_out" in {row.tensor for row in second}, sorted(layers)
     assert any(row.tensor.startswith("block2_elu_out") for row in second), sorted(layers)
