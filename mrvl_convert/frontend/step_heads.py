@@ -1,0 +1,125 @@
+"""Per-step heads after an unrolled recurrent cell: its time-major outputs as views of ONE
+batch-1 tensor, so the head's layers run at batch 1 over T rows.
+
+``recurrent_unroll.py`` joins a batch-1 cell's step states into one ``[1, T D k, 1, 1]`` tensor
+and lays it out as ONNX's ``Y`` ``[T, D, 1, k]``. Models then view ``Y`` (a Transpose of the
+unit batch axis, a Reshape to ``[T, 1, D k]`` or ``[T, D k]``, a Squeeze) and run a per-step
+head (MatMul, Add, Softmax) on a tensor whose axis 0 is the T steps. The layer set and the
+codegen take axis 0 as the batch: with T above the device's maximum batch (8) the head's layers
+were compiled at batch T and the model did not fit one device (an EEG LSTM over 30 steps, a
+CRNN over an image's columns).
+
+Rewrite: from the joined tensor of each unrolled cell's ``Y`` (``sources``) the chain of views
+(``Reshape``, ``Flatten``, ``Squeeze``, ``Unsqueeze``, ``Identity``, a ``Transpose`` that moves
+only axes of size 1) is followed to every tensor X that another op reads or that is a graph
+output. X is then made from the joined tensor directly: ``Squeeze(0)`` of ``Reshape(joined,
+[1] + shape(X))`` when its axis 0 is above 1 (``sequence_lift.py``, which runs after, seeds on
+that Squeeze and computes X's per-step readers on ``[1, T, ...]``: one layer at batch 1 over T
+rows), ``Reshape(joined, shape(X))`` when its axis 0 is 1 (a next cell's ``[1, T, I]``
+sequence). The views between go when nothing else reads them.
+
+Requires: ``sources`` batch-1 float tensors of static shape in ``graph``, the graph sorted.
+Ensures: every X above (rank at most 3 when its axis 0 is above 1; a larger one keeps its
+chain) has the same name, shape and values; the graph stays sorted; each added node is in
+``done.derived`` with the node that made X before.
+
+Exact (pure layout): each view keeps the elements' memory order (a Transpose that moves only
+axes of size 1 does), so X is the joined tensor reshaped to X's shape, element for element; no
+value is computed.
+"""
+from __future__ import annotations
+
+from typing import Iterator, List, Sequence
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import attr, is_const, static_shape
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
+
+_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
+_MAX_RANK = 3  # sequence_lift.py lifts tensors of rank 3 at most (their views 4)
+
+
+def lift_step_heads(graph: gs.Graph, sources: Sequence[gs.Tensor], opset: int,
+                    done: Rewrites) -> bool:
+    """Remake each tensor the views of ``sources`` lead to from its source (see the module
+    docstring); True when one was (the caller cleans up)."""
+    names, changed = Names(graph), False
+    outputs = {t.name for t in graph.outputs}
+    for source in sources:
+        for target in list(_viewed(source, outputs)):
+            changed |= _remake(graph, source, target, opset, names, done)
+    return changed
+
+
+def is_view(node: gs.Node) -> bool:
+    """The node only reshapes: its output holds its input's elements in the same order."""
+    if node.op not in _VIEWS or not node.outputs or static_shape(node.outputs[0]) is None:
+        return False
+    if node.op == "Transpose":
+        shape = static_shape(node.inputs[0])
+        perm = attr(node, "perm")
+        if shape is None or perm is None:
+            return False
+        moved = [int(p) for p in perm if shape[int(p)] != 1]
+        return moved == sorted(moved)
+    return node.op != "Reshape" or is_const(node.inputs[1])
+
+
+def _viewed(source: gs.Tensor, outputs: set) -> Iterator[gs.Tensor]:
+    """The tensors reached from ``source`` through views only that something else reads (or
+    that are graph outputs), each once."""
+    frontier, seen = [source], {source.name}
+    while frontier:
+        tensor = frontier.pop()
+        if tensor is not source and (tensor.name in outputs or
+                                     any(not is_view(r) for r in tensor.outputs)):
+            yield tensor
+        for reader in tensor.outputs:
+            out = reader.outputs[0] if is_view(reader) else None
+            if out is not None and out.name not in seen:
+                seen.add(out.name)
+                frontier.append(out)
+
+
+def _remake(graph: gs.Graph, source: gs.Tensor, target: gs.Tensor, opset: int, names: Names,
+            done: Rewrites) -> bool:
+    shape = static_shape(target)
+    if not shape or len(target.inputs) != 1:
+        return False
+    lifted = shape[0] != 1
+    if lifted and len(shape) > _MAX_RANK:
+        return False
+    maker = target.inputs[0]
+    if maker.inputs and maker.inputs[0] is source and not lifted:
+        return False  # already one Reshape of the source
+    added = _nodes(source, shape, lifted, opset, names, maker.name)
+    maker.outputs[0] = gs.Variable(names.fresh(f"{target.name}_before"), target.dtype, shape)
+    _rebind(added[-1], target)
+    at = next(i for i, n in enumerate(graph.nodes) if n is maker)
+    graph.nodes[at:at] = added
+    for node in added:
+        done.derived[node.name] = maker.name
+    return True
+
+
+def _nodes(source: gs.Tensor, shape: List[int], lifted: bool, opset: int, names: Names,
+           tag: str) -> List[gs.Node]:
+    """The Reshape of ``source`` to ``shape`` (lifted: to ``[1] + shape``, then a Squeeze(0)
+    to ``shape``, the seed ``sequence_lift.py`` lifts from)."""
+    view = [1] + shape if lifted else shape
+    out = gs.Variable(names.fresh(f"{tag}_steps"), source.dtype, view)
+    target = gs.Constant(names.fresh(f"{tag}_steps_shape"), np.asarray(view, np.int64))
+    nodes = [gs.Node("Reshape", names.fresh(f"{tag}_steps"), inputs=[source, target],
+                     outputs=[out])]
+    if lifted:
+        squeezed = gs.Variable(names.fresh(f"{tag}_squeezed"), source.dtype, shape)
+        nodes.append(axes_node("Squeeze", names.fresh(f"{tag}_squeeze"), out, squeezed, [0],
+                               opset, names))
+    return nodes
+
+
+def _rebind(node: gs.Node, tensor: gs.Tensor) -> None:
+    node.outputs.clear()
+    node.outputs.append(tensor)
