@@ -16,7 +16,10 @@ output. X is then made from the joined tensor directly: ``Squeeze(0)`` of ``Resh
 [1] + shape(X))`` when its axis 0 is above 1 (``sequence_lift.py``, which runs after, seeds on
 that Squeeze and computes X's per-step readers on ``[1, T, ...]``: one layer at batch 1 over T
 rows), ``Reshape(joined, shape(X))`` when its axis 0 is 1 (a next cell's ``[1, T, I]``
-sequence). The views between go when nothing else reads them.
+sequence). The views between go when nothing else reads them. A Gemm reading a lifted X
+(``A B + C``, constant B and C, alpha and beta 1: a CRNN's ``[T, C]`` classifier) becomes a
+MatMul by B (``B^T`` for ``transB``, a constant) and an Add of C, which ``sequence_lift.py``
+lifts with X (no Gemm takes ``[1, T, C]``).
 
 Requires: ``sources`` batch-1 float tensors of static shape in ``graph``, the graph sorted.
 Ensures: every X above (rank at most 3 when its axis 0 is above 1; a larger one keeps its
@@ -25,7 +28,10 @@ chain) has the same name, shape and values; the graph stays sorted; each added n
 
 Exact (pure layout): each view keeps the elements' memory order (a Transpose that moves only
 axes of size 1 does), so X is the joined tensor reshaped to X's shape, element for element; no
-value is computed.
+value is computed. The one bound is the Gemm's: onnxruntime's Gemm adds C into its accumulator
+(by blocks of K), the MatMul and Add add it last; two float32 sums of the same K + 1 terms are
+at most ``2 K u sum |terms|`` apart (u = 2**-24), ``tests/frontend/test_step_heads.py`` runs
+both on onnxruntime.
 """
 from __future__ import annotations
 
@@ -101,7 +107,44 @@ def _remake(graph: gs.Graph, source: gs.Tensor, target: gs.Tensor, opset: int, n
     graph.nodes[at:at] = added
     for node in added:
         done.derived[node.name] = maker.name
+    for gemm in [r for r in target.outputs if lifted and _plain_gemm(r)]:
+        _gemm_as_matmul(graph, gemm, names, done)
     return True
+
+
+def _plain_gemm(node: gs.Node) -> bool:
+    """``A B (+ C)`` with constant B and C: a per-row FC ``sequence_lift.py`` lifts once it is
+    a MatMul and an Add (no Gemm takes ``[1, T, C]``)."""
+    if node.op != "Gemm" or attr(node, "transA", 0) or float(attr(node, "alpha", 1.0)) != 1.0:
+        return False
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
+    if bias is not None and (float(attr(node, "beta", 1.0)) != 1.0 or not is_const(bias)):
+        return False
+    return is_const(node.inputs[1]) and static_shape(node.outputs[0]) is not None
+
+
+def _gemm_as_matmul(graph: gs.Graph, gemm: gs.Node, names: Names, done: Rewrites) -> None:
+    """The Gemm's node becomes the MatMul (``B`` transposed as a constant for ``transB``), an
+    Add of ``C`` after it writes the Gemm's output."""
+    weight = np.asarray(gemm.inputs[1].values)
+    if attr(gemm, "transB", 0):
+        weight = np.ascontiguousarray(weight.T)
+    bias = gemm.inputs[2] if len(gemm.inputs) > 2 and gemm.inputs[2].name else None
+    out = gemm.outputs[0]
+    gemm.op, gemm.attrs = "MatMul", {}
+    data = gemm.inputs[0]
+    gemm.inputs.clear()
+    gemm.inputs.extend([data, gs.Constant(names.fresh(f"{gemm.name}_B"), weight)])
+    done.rewritten[gemm.name] = ("a per-step Gemm after an unrolled recurrent cell as a MatMul "
+                                 "and an Add, lifted with the steps to [1, T, ...]")
+    if bias is None:
+        return
+    product = gs.Variable(names.fresh(f"{gemm.name}_product"), out.dtype, out.shape)
+    gemm.outputs[0] = product
+    add = gs.Node("Add", names.fresh(f"{gemm.name}_bias"), inputs=[product, bias], outputs=[out])
+    at = next(i for i, n in enumerate(graph.nodes) if n is gemm)
+    graph.nodes.insert(at + 1, add)
+    done.derived[add.name] = gemm.name
 
 
 def _nodes(source: gs.Tensor, shape: List[int], lifted: bool, opset: int, names: Names,
