@@ -13,7 +13,9 @@ a batch) by the directions' stacked ``W^T``, plus one Add; it is viewed as
 and direction only ``H R^T`` (one ``[N, hidden] x [hidden, G * hidden]`` MatMul) and the gates,
 all on 2-D ``[N, C]`` tensors (no step slices an axis that may be the batch). Y, Y_h and Y_c are
 Concats of the steps' states on the channel axis of their ``[N, hidden, 1, 1]`` views, reshaped
-(and transposed) to ONNX's shapes. The cell's node becomes the projection MatMul
+(and transposed) to ONNX's shapes; at batch 1, the views the model takes of a time-major Y
+are then remade from its joined steps (``step_heads.py``, exact), so a per-step head computes
+on ``[1, T, ...]``, not at batch T. The cell's node becomes the projection MatMul
 (``rewritten``); every other node is ``derived`` from it, so ``--deny LSTM`` still denies it.
 ``recurrent_reference.py`` unrolls a QDQ model's cells the same way for verify's int8
 reference.
