@@ -26,7 +26,8 @@ left topologically sorted; any other cell stays, ``kept`` says why: T dynamic or
 ``MAX_STEPS`` steps, ``sequence_lens`` not all T, ``activations`` other than the defaults,
 ``activation_alpha/beta``, ``clip``, ``input_forget=1``, peepholes ``P`` other than zero.
 Batch N > 1 unrolls too, but its per-step layers take batch 1 only (Mul2D, Concat), so those
-steps run on the CPU in pieces.
+steps run on the CPU in pieces; the cell's ``rewritten`` entry says so (not run in chunks: the
+region reads the sequence's axis 0, time, beside its steps' axis 0, the batch).
 
 Bound: exact in real arithmetic. In float32, each gate's pre-activation is the same sum of
 ``I + hidden + 2`` terms (``X W``, ``H R``, ``Wb``, ``Rb``) in another order (onnxruntime adds
@@ -163,7 +164,7 @@ def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites,
             ys[t][d] = h
         finals.append((h, c))
     joined = _outputs(b, outputs, ys, finals, rows, k, layout)
-    _become_projection(node, b, done, steps, dirs)
+    _become_projection(node, b, done, steps, dirs, rows)
     _place(graph, node, before, b.added[len(before):])
     return joined
 
@@ -278,11 +279,16 @@ def _rebind(b: Builder, out: gs.Tensor) -> None:
 
 
 def _become_projection(node: gs.Node, b: Builder, done: Rewrites, steps: int,
-                       dirs: int) -> None:
+                       dirs: int, rows: int) -> None:
     cell = b.origin
     done.rewritten[cell] = (f"unrolled over its T={steps} steps x {dirs} direction(s): this "
                             f"node is the input projection of every step, one MatMul; the "
-                            f"steps' FCs and gates are nodes derived from it")
+                            f"steps' FCs and gates are nodes derived from it") + (
+        "" if rows == 1 else
+        f"; at batch {rows} its steps' Mul2D and Concat layers, which take batch 1 only, run "
+        f"on CPU, the steps in pieces between them (the region reads the sequence's axis 0, "
+        f"time, and its steps' axis 0, the batch, so it is not run in chunks): convert at "
+        f"batch 1 and run each sample as its own inference")
     for added in b.added:
         if added.outputs and added.outputs[0].outputs or added.outputs[0] in b.graph.outputs:
             done.derived[added.name] = cell  # a node nothing reads is cleaned up, unlisted
