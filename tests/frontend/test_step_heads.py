@@ -96,3 +96,28 @@ def test_a_batch_of_two_keeps_its_views():
     transpose = next(n for n in graph.nodes if n.op == "Transpose")
     transpose.inputs[0].shape = [T, D, 2, K]
     assert not is_view(transpose)
+
+
+@pytest.mark.parametrize("head", ["squeeze", "crnn"])
+def test_the_unrolled_cell_with_its_views_remade_is_bit_equal_to_it_without(head, monkeypatch):
+    """The whole unroll on onnxruntime with and without ``lift_step_heads``: the same values."""
+    from mrvl_convert.frontend import recurrent_unroll
+    from support.recurrent import feeds_for, unrolled
+    from support.step_heads import step_head_model
+    model = onnx.shape_inference.infer_shapes(step_head_model(
+        "LSTM", head, direction="forward" if head == "squeeze" else "bidirectional"))
+    lifted, graph, _ = unrolled(model)
+    assert _seeded(graph)
+    monkeypatch.setattr(recurrent_unroll, "lift_step_heads", lambda *args: False)
+    plain, graph, _ = unrolled(model)
+    assert not _seeded(graph)
+    feeds = feeds_for(model)
+    assert np.array_equal(run(lifted, feeds)["logits"], run(plain, feeds)["logits"])
+
+
+def _seeded(graph: gs.Graph) -> bool:
+    """``feat`` (what the head reads) is a Squeeze(0) of a ``[1] + shape`` Reshape."""
+    feat = graph.tensors()["feat"]
+    maker = feat.inputs[0]
+    return maker.op == "Squeeze" and list(maker.inputs[0].shape) == [1] + list(feat.shape) \
+        and maker.inputs[0].inputs[0].op == "Reshape"
