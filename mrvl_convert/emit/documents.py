@@ -212,9 +212,13 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
         entry["canonical"] = canonical.rewritten[name]
     # a node merged into another keeps what was derived from it (sequence_lift's view)
     # (one a later cleanup dropped, its output read by nothing, is no longer anywhere)
-    derived = [_derived(added, stage_of, layer_of, matches.unmatched_reason)
-               for added, origin in canonical.derived.items()
-               if origin in (name, node.name) and added in stage_of]
+    added_here = [added for added, origin in canonical.derived.items()
+                  if origin in (name, node.name) and added in stage_of]
+    # each one on CPU says why, as a node of the model does (an unrolled cell's step at a
+    # batch its layer does not take)
+    why = {added: _cpu_reason(added, matches, plan) for added in added_here
+           if stage_of[added].kind != "mrvl"}
+    derived = [_derived(added, stage_of, layer_of, why) for added in added_here]
     if derived:
         entry["derived"] = derived
     if name in canonical.kept:  # also on Mrvl, where a layer may compute what CPU could not
@@ -251,16 +255,22 @@ def _placed(entry, name, matches, plan, stage_of, layer_of, rule_of) -> Dict[str
             entry["reason"] = "absorbed into the NHWC layout: no layer needed"
         return entry
     entry["placement"] = "cpu"
-    if name in plan.demoted:
-        entry["reason"] = plan.demoted[name]
-    elif name in matches.near_miss:
+    entry["reason"] = _cpu_reason(name, matches, plan)
+    if name in matches.near_miss and name not in plan.demoted:
         miss = matches.near_miss[name]
-        entry["reason"] = f"{miss.binding.rule.name}: {miss.reason}"
         entry["near_miss"] = {"rule": miss.binding.rule.name, "reason": miss.reason,
                               "nodes": [n.name for n in miss.binding.nodes],
                               "failed_on": list(miss.failed_nodes)}
-    else:
-        entry["reason"] = matches.unmatched_reason.get(name, "no rule matched")
-    if name in matches.elsewhere and name not in plan.demoted:
-        entry["reason"] += f"; {matches.elsewhere[name]}"
     return entry
+
+
+def _cpu_reason(name: str, matches, plan) -> str:
+    """Why canonical node ``name`` runs on CPU: demoted, its near miss, or why no rule took it."""
+    if name in plan.demoted:
+        return plan.demoted[name]
+    if name in matches.near_miss:
+        miss = matches.near_miss[name]
+        reason = f"{miss.binding.rule.name}: {miss.reason}"
+    else:
+        reason = matches.unmatched_reason.get(name, "no rule matched")
+    return reason + (f"; {matches.elsewhere[name]}" if name in matches.elsewhere else "")

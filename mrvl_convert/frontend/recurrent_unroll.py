@@ -13,7 +13,9 @@ a batch) by the directions' stacked ``W^T``, plus one Add; it is viewed as
 and direction only ``H R^T`` (one ``[N, hidden] x [hidden, G * hidden]`` MatMul) and the gates,
 all on 2-D ``[N, C]`` tensors (no step slices an axis that may be the batch). Y, Y_h and Y_c are
 Concats of the steps' states on the channel axis of their ``[N, hidden, 1, 1]`` views, reshaped
-(and transposed) to ONNX's shapes. The cell's node becomes the projection MatMul
+(and transposed) to ONNX's shapes; at batch 1, the views the model takes of a time-major Y
+are then remade from its joined steps (``step_heads.py``, exact), so a per-step head computes
+on ``[1, T, ...]``, not at batch T. The cell's node becomes the projection MatMul
 (``rewritten``); every other node is ``derived`` from it, so ``--deny LSTM`` still denies it.
 ``recurrent_reference.py`` unrolls a QDQ model's cells the same way for verify's int8
 reference.
@@ -24,7 +26,8 @@ left topologically sorted; any other cell stays, ``kept`` says why: T dynamic or
 ``MAX_STEPS`` steps, ``sequence_lens`` not all T, ``activations`` other than the defaults,
 ``activation_alpha/beta``, ``clip``, ``input_forget=1``, peepholes ``P`` other than zero.
 Batch N > 1 unrolls too, but its per-step layers take batch 1 only (Mul2D, Concat), so those
-steps run on the CPU in pieces.
+steps run on the CPU in pieces; the cell's ``rewritten`` entry says so (not run in chunks: the
+region reads the sequence's axis 0, time, beside its steps' axis 0, the batch).
 
 Bound: exact in real arithmetic. In float32, each gate's pre-activation is the same sum of
 ``I + hidden + 2`` terms (``X W``, ``H R``, ``Wb``, ``Rb``) in another order (onnxruntime adds
@@ -48,6 +51,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.recurrent_steps import GATES, STEPS, Builder, Step, Weights
+from mrvl_convert.frontend.step_heads import lift_step_heads
 
 MAX_STEPS = 256  # steps unrolled at most: T * directions steps of about 15 layers each
 # graphsurgeon's toposort recurses along the longest path, 2 frames a node; an unrolled cell's
@@ -60,7 +64,7 @@ _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", 
 
 def unroll_recurrent(graph: gs.Graph, done: Rewrites, opset: int) -> bool:
     """Unroll every cell this module takes in place; True when one was (the caller cleans up)."""
-    names, changed = Names(graph), False
+    names, changed, joined = Names(graph), False, []
     for node in list(graph.nodes):
         if node.op not in STEPS:
             continue
@@ -68,8 +72,10 @@ def unroll_recurrent(graph: gs.Graph, done: Rewrites, opset: int) -> bool:
         if why is not None:
             done.kept[node.name] = f"{node.op} not unrolled: {why}; it runs on the CPU"
             continue
-        _unroll(graph, node, names, done, opset)
+        joined += _unroll(graph, node, names, done, opset)
         changed = True
+    # After every cell: a next cell's sequence is a view of the one before it.
+    lift_step_heads(graph, joined, opset, done)
     return changed
 
 
@@ -129,7 +135,9 @@ def _peepholes(node: gs.Node) -> Optional[gs.Tensor]:
     return present(node, 7) if node.op == "LSTM" else None
 
 
-def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites, opset: int) -> None:
+def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites,
+            opset: int) -> List[gs.Tensor]:
+    """Unrolls ``node``; returns the batch-1 tensor its Y views, if any (``step_heads.py``)."""
     b, cell = Builder(graph, names, node.name, opset), node.op
     layout, direction = int(attr(node, "layout", 0)), attr(node, "direction", "forward")
     w = const_value(node.inputs[1]).astype(np.float32)  # [D, G k, I]
@@ -155,9 +163,10 @@ def _unroll(graph: gs.Graph, node: gs.Node, names: Names, done: Rewrites, opset:
             h, c = STEPS[cell](b, Step(x, h, c, rows, k, f"t{t}d{d}"), weights)
             ys[t][d] = h
         finals.append((h, c))
-    _outputs(b, outputs, ys, finals, rows, k, layout)
-    _become_projection(node, b, done, steps, dirs)
+    joined = _outputs(b, outputs, ys, finals, rows, k, layout)
+    _become_projection(node, b, done, steps, dirs, rows)
     _place(graph, node, before, b.added[len(before):])
+    return joined
 
 
 def _biases(node: gs.Node, dirs: int, gk: int, k: int, inside: bool):
@@ -226,22 +235,25 @@ def _states(b: Builder, node: gs.Node, index: int, dirs: int, rows: int, k: int,
 
 
 def _outputs(b: Builder, outputs: List[gs.Tensor], ys, finals, rows: int, k: int,
-             layout: int) -> None:
-    """Y ``[T, D, N, k]`` (layout 1: ``[N, T, D, k]``), Y_h and Y_c ``[D, N, k]`` (``[N, D, k]``)."""
+             layout: int) -> List[gs.Tensor]:
+    """Y ``[T, D, N, k]`` (layout 1: ``[N, T, D, k]``), Y_h and Y_c ``[D, N, k]`` (``[N, D, k]``);
+    returns Y's joined steps when the batch is 1 (a time-major Y is a view of them)."""
     steps, dirs = len(ys), len(finals)
     wanted = [o if o.name and (o.outputs or o in b.graph.outputs) else None for o in outputs]
     wanted += [None] * (3 - len(wanted))
+    joined = []
     if wanted[0] is not None:
-        _assemble(b, [h for row in ys for h in row], wanted[0], [rows, steps, dirs, k],
-                  None if layout else [1, 2, 0, 3], "Y")
+        joined.append(_assemble(b, [h for row in ys for h in row], wanted[0],
+                                [rows, steps, dirs, k], None if layout else [1, 2, 0, 3], "Y"))
     for j, (out, tag) in enumerate(zip(wanted[1:], ("Y_h", "Y_c"))):
         if out is not None:
             _assemble(b, [f[j] for f in finals], out, [rows, dirs, k],
                       None if layout else [1, 0, 2], tag)
+    return joined if rows == 1 else []
 
 
 def _assemble(b: Builder, parts: List[gs.Tensor], out: gs.Tensor, shape: List[int],
-              perm: Optional[List[int]], tag: str) -> None:
+              perm: Optional[List[int]], tag: str) -> gs.Tensor:
     """Concat ``[N, k]`` parts along the channel axis of their ``[N, k, 1, 1]`` views (the
     layer set concatenates 4-D tensors), view as ``shape``, transpose by ``perm`` into ``out``
     (a Reshape when the batch is 1: the transpose moves no element then)."""
@@ -256,6 +268,7 @@ def _assemble(b: Builder, parts: List[gs.Tensor], out: gs.Tensor, shape: List[in
         viewed = b.reshape(joined, shape, f"{tag}_view")
         b.op("Transpose", [viewed], [shape[i] for i in perm], tag, {"perm": perm})
     _rebind(b, out)
+    return joined
 
 
 def _rebind(b: Builder, out: gs.Tensor) -> None:
@@ -266,11 +279,16 @@ def _rebind(b: Builder, out: gs.Tensor) -> None:
 
 
 def _become_projection(node: gs.Node, b: Builder, done: Rewrites, steps: int,
-                       dirs: int) -> None:
+                       dirs: int, rows: int) -> None:
     cell = b.origin
     done.rewritten[cell] = (f"unrolled over its T={steps} steps x {dirs} direction(s): this "
                             f"node is the input projection of every step, one MatMul; the "
-                            f"steps' FCs and gates are nodes derived from it")
+                            f"steps' FCs and gates are nodes derived from it") + (
+        "" if rows == 1 else
+        f"; at batch {rows} its steps' Mul2D and Concat layers, which take batch 1 only, run "
+        f"on CPU, the steps in pieces between them (the region reads the sequence's axis 0, "
+        f"time, and its steps' axis 0, the batch, so it is not run in chunks): convert at "
+        f"batch 1 and run each sample as its own inference")
     for added in b.added:
         if added.outputs and added.outputs[0].outputs or added.outputs[0] in b.graph.outputs:
             done.derived[added.name] = cell  # a node nothing reads is cleaned up, unlisted
