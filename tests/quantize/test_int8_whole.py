@@ -46,27 +46,33 @@ def _qdq(name: str, src: str, dst: str, scale: str = "s", zero: str = "z") -> li
                              name=f"{name}_DQ")]
 
 
-def _padded_qdq_model(zero_point: int, pads=(0, 0, 1, 2, 0, 0, 2, 1)) -> onnx.ModelProto:
+def _padded_qdq_model(zero_point: int, reshape: bool = False,
+                      pads=(0, 0, 1, 2, 0, 0, 2, 1)) -> onnx.ModelProto:
     """x -> Q/DQ -> Pad(0) -> Q/DQ -> Transpose -> Q/DQ -> Conv -> y, the Conv's weight
-    dequantized: the Pad reaches the Conv only through pairs and a Transpose (NHWC -> NCHW)."""
+    dequantized: the Pad reaches the Conv only through pairs and a Transpose (NHWC -> NCHW), or
+    (``reshape``, one channel) tf2onnx's Reshape ``[1, H, W, 1] -> [1, 1, H, W]``."""
     rng = np.random.default_rng(3)
+    channels = 1 if reshape else 2
     nhwc = [pads[i] for i in (0, 2, 3, 1)] + [pads[i] for i in (4, 6, 7, 5)]
+    to_nchw = helper.make_node("Reshape", ["pd", "nchw"], ["t"], name="to_nchw") if reshape \
+        else helper.make_node("Transpose", ["pd"], ["t"], perm=[0, 3, 1, 2], name="to_nchw")
     nodes = [*_qdq("x", "x", "xd"),
              helper.make_node("Pad", ["xd", "pads"], ["p"], name="pad"),
-             *_qdq("p", "p", "pd"),
-             helper.make_node("Transpose", ["pd"], ["t"], perm=[0, 3, 1, 2], name="to_nchw"),
-             *_qdq("t", "t", "td"),
+             *_qdq("p", "p", "pd"), to_nchw, *_qdq("t", "t", "td"),
              helper.make_node("DequantizeLinear", ["wq", "ws"], ["w"], name="w_DQ"),
              helper.make_node("Conv", ["td", "w"], ["y"], pads=[1, 0, 0, 1], name="conv")]
     zero_type = TensorProto.UINT8 if zero_point else TensorProto.INT8
     zero = numpy_helper.from_array(np.array(zero_point, helper.tensor_dtype_to_np_dtype(
         zero_type)), "z")
     inits = [numpy_helper.from_array(np.array(nhwc, np.int64), "pads"),
+             numpy_helper.from_array(np.array([1, 1, 8, 9], np.int64), "nchw"),
              numpy_helper.from_array(np.array(0.05, np.float32), "s"), zero,
-             numpy_helper.from_array(rng.integers(-60, 60, (3, 2, 3, 3)).astype(np.int8), "wq"),
+             numpy_helper.from_array(rng.integers(-60, 60, (3, channels, 3, 3)).astype(np.int8),
+                                     "wq"),
              numpy_helper.from_array(np.array(0.01, np.float32), "ws")]
     graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 6, 2])],
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 5, 6, channels])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return onnx.shape_inference.infer_shapes(
         helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
@@ -82,9 +88,10 @@ def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 def test_a_zero_pad_folds_into_its_conv_through_qdq_pairs_bit_for_bit():
     """Symmetric int8 and asymmetric uint8 (zero point 128: the Pad's zero is the zero point
-    between the pairs): onnxruntime gives the same bits before and after."""
-    for zero_point in (0, 128):
-        model = _padded_qdq_model(zero_point)
+    between the pairs), through a Transpose or a unit-axis Reshape (its target then the unpadded
+    shape): onnxruntime gives the same bits before and after."""
+    for zero_point, reshape in ((0, False), (128, False), (0, True), (128, True)):
+        model = _padded_qdq_model(zero_point, reshape)
         graph = gs.import_onnx(model)
         done = Rewrites()
         assert fold_qdq_pads(graph, done)
@@ -94,13 +101,14 @@ def test_a_zero_pad_folds_into_its_conv_through_qdq_pairs_bit_for_bit():
         assert done.merged == {"pad": "conv"}
         conv = next(n for n in graph.nodes if n.op == "Conv")
         assert conv.attrs["pads"] == [1 + 1, 0 + 2, 0 + 2, 1 + 1]
-        x = np.random.default_rng(zero_point).uniform(-3, 3, (1, 5, 6, 2)).astype(np.float32)
+        x = np.random.default_rng(zero_point).uniform(
+            -3, 3, (1, 5, 6, 1 if reshape else 2)).astype(np.float32)
         expected, got = _run(model, x), _run(after, x)
         assert expected.shape == got.shape == (1, 3, 7, 8)
         np.testing.assert_array_equal(got, expected)
 
 
-def test_a_pad_of_another_value_or_read_twice_stays():
+def test_a_pad_of_another_value_read_twice_or_reshaped_stays():
     model = _padded_qdq_model(0)
     assert model.graph.node[2].op_type == "Pad"
     model.graph.node[2].input.append("")
@@ -110,6 +118,12 @@ def test_a_pad_of_another_value_or_read_twice_stays():
     twice = _padded_qdq_model(0)
     twice.graph.output.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, None))
     assert not fold_qdq_pads(gs.import_onnx(twice), Rewrites())
+    # a Reshape that reorders the padded axes' elements is no view of them
+    mixed = _padded_qdq_model(0, reshape=True)
+    target = next(i for i in mixed.graph.initializer if i.name == "nchw")
+    target.CopyFrom(numpy_helper.from_array(np.array([1, 1, 9, 8], np.int64), "nchw"))
+    assert not fold_qdq_pads(gs.import_onnx(onnx.shape_inference.infer_shapes(mixed)),
+                             Rewrites())
 
 
 def test_a_batchless_input_is_lifted_through_its_qdq_pair():
