@@ -9,6 +9,10 @@ where its fp16 twin is not, by three mechanisms that did not see through the QDQ
 - with the Pad folded, the batch norm's Mul -> Add -> Elu left in float by the quantizer was
   refused an fp16 layer (``rules/checks_elementwise.check_float_region``).
 
+A keras global max pool, ``ReduceMax(Transpose(x))``, read the Transpose through its QDQ pair,
+so ``frontend/global_max.py`` did not make it a GlobalMaxPool (speechmos's DNSMOS: 3 Mrvl / 2
+CPU in int8, 2 / 1 in fp16).
+
 On main the test model converts to 2 Mrvl / 2 CPU subgraphs (madmom's key CNN: 9 / 10); here
 1 / 1 as in fp16, verify bit-equal against its QDQ model."""
 from __future__ import annotations
@@ -19,10 +23,13 @@ import onnx_graphsurgeon as gs
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
+import mrvl_convert
 from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.frontend.global_max import rewrite_global_max
 from mrvl_convert.frontend.qdq_pads import fold_qdq_pads
 from mrvl_convert.rules.batch_axis import axis0_is_batch
 from mrvl_convert.rules.checks_elementwise import check_float_region
+from support.int8 import converted_int8
 from support.strategies.int8_whole import FramesNet, convert_frames_net, verify_bit_equal
 
 
@@ -167,3 +174,45 @@ def test_a_float_span_without_macs_between_pairs_takes_fp16_layers():
     mul.outputs[0] = tensors["e"]
     lone = gs.Graph(nodes=[dq, mul, q], inputs=[quantized], outputs=[q.outputs[0]])
     assert check_float_region(mul, {}, lone) is not None
+
+
+def _keras_max_pool() -> onnx.ModelProto:
+    """Conv -> Relu -> Transpose to NHWC -> ReduceMax over H and W (keepdims 0) -> MatMul:
+    keras's GlobalMaxPooling2D as tf2onnx writes it (speechmos's DNSMOS head)."""
+    rng = np.random.default_rng(5)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1], name="to_nhwc"),
+             helper.make_node("ReduceMax", ["t"], ["m"], axes=[1, 2], keepdims=0, name="pool"),
+             helper.make_node("MatMul", ["m", "fc"], ["y"], name="dense")]
+    inits = {"w": rng.standard_normal((6, 3, 3, 3)) / 3, "b": 0.1 * rng.standard_normal(6),
+             "fc": rng.standard_normal((6, 4)) / 3}
+    graph = helper.make_graph(
+        nodes, "keras_max", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 7])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_an_int8_keras_max_pool_is_one_subgraph_and_bit_equal(tmp_path):
+    """Its pool read the Transpose's QDQ pair, so the global-max form never saw the Transpose:
+    a ReduceMax of a 4-D tensor, on CPU between two Mrvl subgraphs (main: 2 / 1). The pool now
+    reads a copy of the pair on the NCHW tensor: 1 / 0, bit-equal to the QDQ model."""
+    result, qdq = converted_int8(_keras_max_pool(), tmp_path / "out")
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
+    rules = {e["name"]: e.get("rule") for e in result.placements}
+    assert rules["pool"] == "mrvl.globalmaxpool2d_nhwc2nhwc", rules
+    feeds = [{"x": f} for f in np.random.default_rng(6).uniform(-1, 1, (3, 1, 3, 9, 7))
+             .astype(np.float32)]
+    comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
+    assert comparison.passed, comparison.summary_line()
+    assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
+    # the rewrite alone, on the QDQ model: onnxruntime gives the same bits before and after
+    model = onnx.shape_inference.infer_shapes(onnx.load(str(qdq)))
+    graph = gs.import_onnx(model)
+    done = Rewrites()
+    assert rewrite_global_max(graph, done) and done.rewritten["pool"].startswith("ReduceMax")
+    after = gs.export_onnx(graph.cleanup().toposort())
+    assert "ReduceMax" not in {n.op_type for n in after.graph.node}
+    for feed in feeds:
+        np.testing.assert_array_equal(_run(after, feed["x"]), _run(model, feed["x"]))
