@@ -11,7 +11,8 @@ Transpose -> Q -> DQ -> Conv`` never has the Pad beside the Conv, no int8 rule t
 first Pad read through a pair and tf2onnx's one-channel ``Reshape`` to NCHW: 6 where fp16 has 1).
 
 Requires: static shapes on the chain's tensors; constant pads.
-Ensures: a ``Pad`` of mode ``constant``, value 0, pads >= 0, whose output reaches a ``Conv``
+Ensures: a ``Pad`` of mode ``constant``, value 0 (or a DequantizeLinear of constants giving 0),
+pads >= 0, whose output reaches a ``Conv``
 (``auto_pad`` NOTSET) through nodes each read by the next alone (no graph output among them),
 each an ``Unsqueeze``, a ``Transpose``, a ``Reshape`` that only moves unit axes (its target
 then the unpadded shape), or a ``QuantizeLinear`` / ``DequantizeLinear`` of a scalar scale and
@@ -35,7 +36,7 @@ from typing import List, Optional, Set, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, pad_value, static_shape
+from mrvl_convert.core.graph import attr, const_value, is_const, pad_value, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.pad_sinking import _moved, full_pads
 
@@ -61,7 +62,21 @@ def fold_qdq_pads(graph: gs.Graph, done: Rewrites) -> bool:
 
 
 def _is_zero_pad(pad: gs.Node) -> bool:
-    return str(attr(pad, "mode", "constant")) == "constant" and pad_value(pad) == 0.0
+    if str(attr(pad, "mode", "constant")) != "constant":
+        return False
+    value = present(pad, 2)
+    return pad_value(pad) == 0.0 if value is None or not value.inputs else _dequantized_zero(value)
+
+
+def _dequantized_zero(value: gs.Tensor) -> bool:
+    """The pad value is a DequantizeLinear of constants that gives 0 (the quantizer quantized
+    the Pad's constant too: DeepFilterNet's encoder)."""
+    source = value.inputs[0]
+    if source.op != "DequantizeLinear" or not all(is_const(t) for t in source.inputs if t.name):
+        return False
+    q, scale = (const_value(t).astype(np.float64) for t in source.inputs[:2])
+    zero = const_value(source.inputs[2]).astype(np.float64) if present(source, 2) else 0.0
+    return q.size == 1 and float(((q - zero) * scale).reshape(-1)[0]) == 0.0
 
 
 def _scalar_qdq(node: gs.Node) -> bool:

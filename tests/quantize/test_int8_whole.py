@@ -96,10 +96,15 @@ def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
 
 def test_a_zero_pad_folds_into_its_conv_through_qdq_pairs_bit_for_bit():
     """Symmetric int8 and asymmetric uint8 (zero point 128: the Pad's zero is the zero point
-    between the pairs), through a Transpose or a unit-axis Reshape (its target then the unpadded
+    between the pairs; its value the DequantizeLinear of a quantized 0, as DeepFilterNet's
+    encoder has it), through a Transpose or a unit-axis Reshape (its target then the unpadded
     shape): onnxruntime gives the same bits before and after."""
     for zero_point, reshape in ((0, False), (128, False), (0, True), (128, True)):
         model = _padded_qdq_model(zero_point, reshape)
+        if zero_point:  # the quantizer's own pad value: DequantizeLinear(z, s, z) = 0
+            model.graph.node[2].input.append("v")
+            model.graph.node.insert(2, helper.make_node("DequantizeLinear", ["z", "s", "z"],
+                                                        ["v"], name="v_DQ"))
         graph = gs.import_onnx(model)
         done = Rewrites()
         assert fold_qdq_pads(graph, done)
