@@ -23,15 +23,14 @@ import onnx_graphsurgeon as gs
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.global_max import rewrite_global_max
 from mrvl_convert.frontend.qdq_pads import fold_qdq_pads
 from mrvl_convert.rules.batch_axis import axis0_is_batch
 from mrvl_convert.rules.checks_elementwise import check_float_region
 from support.int8 import converted_int8
-from support.strategies.int8_whole import (FramesNet, convert_frames_net, keras_max_pool,
-                                           reflect_padded, verify_bit_equal)
+from support.strategies.int8_whole import (FramesNet, assert_bit_equal, convert_frames_net,
+                                           keras_max_pool, reflect_padded, verify_bit_equal)
 
 
 def test_a_frames_network_in_int8_is_as_whole_as_in_fp16(tmp_path):
@@ -192,9 +191,7 @@ def test_an_int8_keras_max_pool_is_one_subgraph_and_bit_equal(tmp_path):
     assert rules["pool"] == "mrvl.globalmaxpool2d_nhwc2nhwc", rules
     feeds = [{"x": f} for f in np.random.default_rng(6).uniform(-1, 1, (3, 1, 3, 9, 7))
              .astype(np.float32)]
-    comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
-    assert comparison.passed, comparison.summary_line()
-    assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
+    assert_bit_equal(qdq, result, feeds)
     # the rewrite alone, on the QDQ model: onnxruntime gives the same bits before and after
     model = onnx.shape_inference.infer_shapes(onnx.load(str(qdq)))
     graph = gs.import_onnx(model)
@@ -217,6 +214,4 @@ def test_an_int8_reflect_pad_is_fp16_selections_inside_the_region(tmp_path):
         assert rules["conv0"] == rules["conv1"] == "mrvl.qnn_conv2d", rules
         feeds = [{"x": f} for f in np.random.default_rng(8).uniform(-1, 1, (3, 1, 3, 9, 8))
                  .astype(np.float32)]
-        comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
-        assert comparison.passed, comparison.summary_line()
-        assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
+        assert_bit_equal(qdq, result, feeds)

@@ -94,7 +94,12 @@ def verify_bit_equal(result, net: FramesNet) -> None:
     rng = np.random.default_rng(net.seed + 2)
     feeds = [{"x": rng.standard_normal((net.frames, net.bins)).astype(np.float32)}
              for _ in range(3)]
-    qdq = result.out_dir / result.manifest["quantization"]["file"]
+    assert_bit_equal(result.out_dir / result.manifest["quantization"]["file"], result, feeds)
+
+
+def assert_bit_equal(qdq: Path, result, feeds: list) -> None:
+    """verify of ``result``'s artifact against the QDQ model ``qdq`` on ``feeds``: PASS, and
+    every output and boundary tensor judged at max_abs 0."""
     comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
     assert comparison.passed, comparison.summary_line()
     assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
