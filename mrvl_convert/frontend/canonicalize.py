@@ -97,6 +97,7 @@ from mrvl_convert.frontend.unit_swap import unswap_unit_batches
 from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from mrvl_convert.frontend.window_conv import rewrite_window_convs
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
+from mrvl_convert.frontend.qdq_pads import fold_qdq_pads
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
 
@@ -192,6 +193,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means or detours):
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if fold_qdq_pads(graph, forms):  # exact: an int8 region's zero Pad into its Conv's pads
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
         graph.cleanup(remove_unused_graph_inputs=False).toposort()

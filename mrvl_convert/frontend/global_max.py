@@ -12,15 +12,19 @@ Ensures: every such ReduceMax of a 4-D float ``x`` keeps its name and becomes ``
 only for its other readers. Exact on every input without a NaN (a max selects one of the values,
 and ``[N, H, W, C]`` reduced over H and W is ``[N, C]`` in the same order); where a window holds a
 NaN the two may differ, as ``token_ops.py``'s GlobalMaxPool and ReduceMax do.
+
+In an int8 QDQ model the keras form holds the Transpose's pair, ``ReduceMax(DQ(Q(Transpose(x))))``
+(speechmos's DNSMOS): the pool reads a copy of that pair on ``x`` (one scale and zero point each,
+elementwise, so exact: the same values in NCHW order), which is ``derived`` from the pair.
 """
 from __future__ import annotations
 
-from typing import Optional
+from typing import Optional, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, reduce_axes, static_shape
+from mrvl_convert.core.graph import attr, const_value, is_const, reduce_axes, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.global_means import flatten_after
 
@@ -33,9 +37,53 @@ def rewrite_global_max(graph: gs.Graph, done: Rewrites) -> bool:
     names, before = Names(graph), len(done.rewritten)
     for node in list(graph.nodes):
         source = _pooled_source(node)
+        pair = None if source is not None else _quantized_nhwc(node)
+        if pair is not None:
+            source = _pair_on(graph, node, pair, names, done)
         if source is not None:
             _rewrite(graph, node, source, done, names)
     return len(done.rewritten) > before
+
+
+def _quantized_nhwc(node: gs.Node) -> Optional[Tuple[gs.Node, gs.Node, gs.Tensor]]:
+    """An int8 model's keras pool, ``ReduceMax(DQ(Q(Transpose(x, NHWC))), [1, 2])`` of one
+    scale and zero point each: (the Q, the DQ, the NCHW ``x``), or None."""
+    if node.op != "ReduceMax" or len(node.outputs) != 1 or reduce_axes(node) != [1, 2] \
+            or int(attr(node, "keepdims", 1)):
+        return None
+    chain, tensor = [], node.inputs[0]
+    for op in ("DequantizeLinear", "QuantizeLinear", "Transpose"):
+        producer = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+        if producer is None or producer.op != op:
+            return None
+        chain.append(producer)
+        tensor = producer.inputs[0]
+    dq, q, transpose = chain
+    scalar = all(is_const(t) and const_value(t).size == 1
+                 for n in (q, dq) for t in n.inputs[1:] if t.name)
+    x = transpose.inputs[0]
+    if not scalar or list(attr(transpose, "perm", [])) != _NHWC or len(static_shape(x) or []) != 4:
+        return None
+    return q, dq, x
+
+
+def _pair_on(graph: gs.Graph, node: gs.Node, pair: Tuple[gs.Node, gs.Node, gs.Tensor],
+             names: Names, done: Rewrites) -> gs.Tensor:
+    """The pair's copy on the NCHW ``x``: the dequantized tensor the pool reads. Exact: a
+    QuantizeLinear and a DequantizeLinear of one scale and zero point are elementwise, so they
+    commute with the Transpose, and the pool reads the same values."""
+    q, dq, x = pair
+    quantized = gs.Variable(names.fresh(f"{node.name}_nchw_q"), dtype=q.outputs[0].dtype,
+                            shape=static_shape(x))
+    out = gs.Variable(names.fresh(f"{node.name}_nchw_dq"), dtype=dq.outputs[0].dtype,
+                      shape=static_shape(x))
+    for op, source, inputs, written in (("QuantizeLinear", q, [x], quantized),
+                                        ("DequantizeLinear", dq, [quantized], out)):
+        name = names.fresh(f"{source.name}_nchw")
+        graph.nodes.append(gs.Node(op, name, attrs=dict(source.attrs),
+                                   inputs=inputs + list(source.inputs[1:]), outputs=[written]))
+        done.derived[name] = source.name
+    return out
 
 
 def _pooled_source(node: gs.Node) -> Optional[gs.Tensor]:

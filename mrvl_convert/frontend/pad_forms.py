@@ -8,7 +8,10 @@ nodes that alone read it (``pad_sinking.py``). Then a Pad that the Conv reading 
 composite) is left for it, its ``axes`` input (if any) spread over full pads, and
 every other Pad of a float32 activation of rank 2 to 4, of mode ``constant`` (any value),
 ``reflect`` or ``edge``, with constant pads that leave the batch axis alone, outside an int8
-(QDQ) region, is rewritten on its 4-D view ``[N, C, H, W]`` (``[N, C, L]`` as ``[N, C, 1, L]``,
+(QDQ) region (inside one too for ``reflect`` and ``edge``: their forms only select the
+dequantized values, so the fp16 layers between the region's quant layers hand on each value
+as the QDQ model's Pad does, rounded to fp16 as verify's reference rounds them), is rewritten
+on its 4-D view ``[N, C, H, W]`` (``[N, C, L]`` as ``[N, C, 1, L]``,
 ``[N, C]`` as ``[N, C, 1, 1]``, between an Unsqueeze and a Squeeze) into, in order:
 
 1. crop: the negative pads as one ``Slice`` (StridedSlice; no multiply-add). onnxruntime crops
@@ -128,9 +131,9 @@ def pad_plan(node: gs.Node, opset: int) -> Union[PadPlan, str]:
     if src is None or dst is None:
         return "its shapes are not static"
     not_float = float_activation_issue(x, y)
-    if not_float:
-        return not_float
     mode = str(attr(node, "mode", "constant"))
+    if not_float and not (mode in ("reflect", "edge") and np.dtype(x.dtype) == np.float32):
+        return not_float
     pads, value = full_pads(node, len(src)), pad_value(node)
     issue = _issue(mode, src, pads, value, opset)
     if issue:

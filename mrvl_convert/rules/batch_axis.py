@@ -36,6 +36,7 @@ _KEEPS_AXIS0 = frozenset({
     "Add", "Sub", "Mul", "Div", "Pow", "Max", "Min", "Elu", "Relu", "LeakyRelu", "Tanh",
     "Sigmoid", "Exp", "Log", "Sqrt", "Abs", "Neg", "Clip", "Cast", "Identity", "Pad", "Slice",
     "Softplus", "Selu", "HardSigmoid", "Erf", "Reciprocal", "Dropout",
+    "QuantizeLinear", "DequantizeLinear",  # an int8 model's per-tensor pair: elementwise
 })
 
 

@@ -164,17 +164,21 @@ def _no_int8_form(node: gs.Node) -> bool:
 
 def _in_float_span(node: gs.Node) -> bool:
     """``node`` or an op joined to it through float tensors (no QDQ node between, within
-    ``_ISLAND_DEPTH`` steps) has no int8 form."""
-    frontier, seen = [node], {id(node)}
+    ``_ISLAND_DEPTH`` steps) has no int8 form; or the span is two or more ops and none
+    computes MACs (a kept BatchNormalization's Mul -> Add -> Elu, which the quantizer left in
+    float: an int8 layer is DequantizeLinear -> op -> QuantizeLinear, and no op of the span
+    has both; a Conv's own activation, Conv -> Relu -> QuantizeLinear, is not such a span)."""
+    frontier, seen, span = [node], {id(node)}, [node]
     for _ in range(_ISLAND_DEPTH):
         if any(_no_int8_form(n) for n in frontier):
             return True
         frontier = [n for current in frontier for n in _producers(current) + _consumers(current)
                     if n.op not in _QDQ and id(n) not in seen]
         seen.update(id(n) for n in frontier)
+        span.extend(frontier)
         if not frontier:
-            return False
-    return False
+            break
+    return len(span) > 1 and not any(n.op in MAC_OPS for n in span)
 
 
 def _dequantized(tensor: gs.Tensor) -> bool:

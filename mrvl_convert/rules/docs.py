@@ -121,7 +121,10 @@ def supported_ops_markdown(rules: Sequence[Rule]) -> str:
         "bounds are in those modules); cubic, tf_crop_and_resize, 5-D and antialiased ones "
         "stay on CPU with the reason.",
         "A Pad no Conv absorbs (`frontend/pad_forms.py`), of a 2-D to 4-D float activation "
-        "outside an int8 region, in constant (any value), reflect or edge mode, maps as layers "
+        "outside an int8 region (inside one: reflect and edge as below, as fp16 layers between "
+        "the region's quant layers; a zero Pad reaching its Conv through QDQ pairs, Unsqueezes, "
+        "Transposes or unit-axis Reshapes folds into the Conv, `frontend/qdq_pads.py`), "
+        "in constant (any value), reflect or edge mode, maps as layers "
         "on its 4-D view, after moving past the Unsqueeze and Transpose nodes that alone read "
         "it (`frontend/pad_sinking.py`; next to a Conv it then folds into it): negative pads "
         "as a Slice (mrvl.strided_slice), channel pads as a 1x1 Conv by the 0/1 selection of "
