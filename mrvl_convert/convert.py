@@ -132,7 +132,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     return convert_with(model, out_dir, options, on_stage)
 
 
-@paused_collection()  # its objects live until it returns: full collections find little
+@paused_collection  # its objects live until it returns: full collections find little
 def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOptions,
                  on_stage: Optional[StageFn] = None,
                  on_publish: Optional[Callable[[], None]] = None,

@@ -39,8 +39,7 @@ def test_a_failing_conversion_restores_the_collector(tmp_path, collector) -> Non
 
 def test_a_collector_the_caller_turned_off_stays_off(collector) -> None:
     gc.disable()
-    with paused_collection():
-        assert not gc.isenabled()
+    assert paused_collection(gc.isenabled)() is False
     assert not gc.isenabled()
 
 
@@ -50,15 +49,18 @@ def test_an_overlapping_pause_leaves_the_collector_on(collector) -> None:
     gc.enable()
     inside, release = threading.Event(), threading.Event()
 
+    @paused_collection
     def first() -> None:
-        with paused_collection():
-            inside.set()
-            release.wait(10)
+        inside.set()
+        release.wait(10)
+
+    @paused_collection
+    def second() -> None:
+        release.set()
+        thread.join(10)
 
     thread = threading.Thread(target=first)
     thread.start()
     inside.wait(10)
-    with paused_collection():
-        release.set()
-        thread.join(10)
+    second()
     assert gc.isenabled()
