@@ -31,6 +31,16 @@ def _shuffled_pair(model: onnx.ModelProto, seed: int):
     return first, second
 
 
+def _is_topological(graph: gs.Graph) -> bool:
+    made = {t.name for t in graph.inputs}
+    for node in graph.nodes:
+        if any(t.name and not isinstance(t, gs.Constant) and t.name not in made
+               for t in node.inputs):
+            return False
+        made.update(t.name for t in node.outputs)
+    return True
+
+
 def _chain(length: int) -> onnx.ModelProto:
     """x -> Relu -> ... -> Relu (``length`` of them) -> y, the nodes listed last first."""
     names = ["x"] + [f"t{i}" for i in range(length - 1)] + ["y"]
@@ -47,7 +57,14 @@ def _chain(length: int) -> onnx.ModelProto:
                                    audio_vad], ids=["crnn", "unrolled", "if_branches"])
 def test_the_order_is_graphsurgeons(build, seed) -> None:
     ours, theirs = _shuffled_pair(build(), seed)
-    theirs.toposort()
+    try:
+        theirs.toposort()
+    except Exception:  # noqa: BLE001 - graphsurgeon's own exception type
+        # graphsurgeon 0.5.2 (the lowest version) reports a false cycle on a tensor read by
+        # nodes met in another order (recurrent_unroll.py's note); ours has none to report
+        assert gs.__version__.startswith("0.5."), gs.__version__
+        assert _is_topological(toposort(ours))
+        return
     assert _order(toposort(ours)) == _order(theirs)
     # the If's branches are sorted too, as graphsurgeon sorts them
     assert [_order(g) for g in ours.subgraphs()] == [_order(g) for g in theirs.subgraphs()]
