@@ -73,8 +73,7 @@ def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
     batch = shape[0] if shape else 1
     if batch <= args["max"]:
         return None  # so is the smaller of it and the model's batch: spare walking the graph
-    if "limit" in args:
-        batch = min(batch, model_batch(graph))
+    batch = min(batch, model_batch(graph)) if "limit" in args else batch
     refusal = None if batch <= args["max"] else chunk_refusal(node, shape[0], model_batch(graph))
     return None if refusal is None else {"batch": batch, "max": args["max"], "across": (
         f", and {refusal}, so its samples cannot run in chunks of {args['max']}")}
