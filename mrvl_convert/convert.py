@@ -16,6 +16,7 @@ from mrvl_convert.emit.publish import StagingDir
 from mrvl_convert.emit.stage_files import StageFiles, write_stages
 from mrvl_convert.errors import (MrvlConvertError, NodeNotFoundError, OptionError,
                                  UnsupportedModelError)
+from mrvl_convert.core.collection import paused_collection
 from mrvl_convert.core.macs import total_macs
 from mrvl_convert.estimate import estimate_documents, load_profile
 from mrvl_convert.estimate.device import check_device
@@ -131,6 +132,7 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     return convert_with(model, out_dir, options, on_stage)
 
 
+@paused_collection  # its objects live until it returns: full collections find little
 def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOptions,
                  on_stage: Optional[StageFn] = None,
                  on_publish: Optional[Callable[[], None]] = None,

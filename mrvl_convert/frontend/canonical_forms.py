@@ -58,13 +58,18 @@ class Names:
 
     def __init__(self, graph: gs.Graph) -> None:
         self.used = {n.name for n in graph.nodes} | set(graph.tensors())
+        # base -> the suffix its last fresh name took: names are only ever added, so every
+        # lower one is still taken (a base asked for n times costs n tries, not n^2 / 2)
+        self._suffix: Dict[str, int] = {}
 
     def fresh(self, base: str) -> str:
-        name, k = base, 0
+        k = self._suffix.get(base, 0)
+        name = f"{base}_{k}" if k else base
         while name in self.used:
             k += 1
             name = f"{base}_{k}"
         self.used.add(name)
+        self._suffix[base] = k
         return name
 
 

@@ -63,6 +63,7 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import static_shape
+from mrvl_convert.core.toposort import toposort
 from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
@@ -84,7 +85,7 @@ from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
-from mrvl_convert.frontend.recurrent_unroll import deep_recursion, unroll_recurrent
+from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
@@ -118,8 +119,7 @@ def canonicalize(loaded: LoadedModel, *, verbose: Optional[bool] = None) -> Cano
     """``verbose``: let graphsurgeon and onnxruntime print their warnings (default:
     ``MRVL_CONVERT_VERBOSE`` set, as ``mrvl-convert -v`` does)."""
     verbose = verbose_requested() if verbose is None else verbose
-    # An unrolled recurrent cell's steps make paths graphsurgeon's toposort recurses along.
-    with quiet_third_parties(verbose), deep_recursion():
+    with quiet_third_parties(verbose):
         return _canonicalize(loaded, verbose)
 
 
@@ -160,27 +160,27 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     rewrite_rsqrt_forms(graph, forms)  # norms' x / sqrt(v) and powers: exact or its bound
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_space_to_batch(graph, forms):  # SpaceToBatch -> Conv -> BatchToSpace: dilated
         unswap_unit_batches(graph, forms)  # what followed it in [C, 1, H, W] on [1, C, H, W]
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_sequences(graph, _opset(loaded), forms):  # frames [T, ...] as [1, T, ...]
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
@@ -193,13 +193,13 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means or detours):
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if fold_qdq_pads(graph, forms):  # exact: an int8 region's zero Pad into its Conv's pads
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_reversed_slices(graph, _opset(loaded), forms):  # exact: a selection MatMul
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
@@ -246,7 +246,7 @@ def _reinfer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> gs.Graph:
         proto = infer_model_shapes(proto)
     except Exception:  # the shapes we had stay: rules report the tensors still unknown
         return graph
-    return gs.import_onnx(proto).cleanup(remove_unused_graph_inputs=False).toposort()
+    return toposort(gs.import_onnx(proto).cleanup(remove_unused_graph_inputs=False))
 
 
 def _bypass(graph: gs.Graph, node: gs.Node) -> bool:

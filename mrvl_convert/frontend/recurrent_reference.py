@@ -21,12 +21,13 @@ from typing import Mapping, Sequence
 import onnx
 import onnx_graphsurgeon as gs
 
+from mrvl_convert.core.toposort import toposort
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.folding import FoldBounds, fold_constants
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.frontend.qdq import fold_quantized_constants
 from mrvl_convert.frontend.recurrent_steps import STEPS
-from mrvl_convert.frontend.recurrent_unroll import deep_recursion, unroll_recurrent
+from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
 from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
 from mrvl_convert.frontend.shapes import resolve_shapes
 
@@ -39,14 +40,13 @@ def unrolled_cells(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     name_nodes(proto)  # an unnamed cell named as the converter named it (LSTM_79), in place
     fixed = _at_shapes(proto, shapes)
     opset = next(o.version for o in fixed.opset_import if o.domain in ("", "ai.onnx"))
-    with deep_recursion():
-        graph = gs.import_onnx(infer_model_shapes(fixed))
-        resolve_shapes(graph, fixed.ir_version)  # what a computed Reshape target left unknown
-        _fold_weights(graph, proto, opset)
-        if not unroll_recurrent(graph, Rewrites(), opset):
-            return proto
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
-        unrolled = gs.export_onnx(graph)
+    graph = gs.import_onnx(infer_model_shapes(fixed))
+    resolve_shapes(graph, fixed.ir_version)  # what a computed Reshape target left unknown
+    _fold_weights(graph, proto, opset)
+    if not unroll_recurrent(graph, Rewrites(), opset):
+        return proto
+    toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    unrolled = gs.export_onnx(graph)
     unrolled.ir_version = proto.ir_version
     return unrolled
 

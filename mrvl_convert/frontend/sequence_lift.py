@@ -59,6 +59,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import is_const, static_shape
+from mrvl_convert.core.toposort import toposort
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
 from mrvl_convert.frontend.sequence_forms import means_as_pools, sink_pads
 from mrvl_convert.frontend.sequence_ops import (OPS, flattens_features, keeps_frames, kept_names,
@@ -88,7 +89,7 @@ def lift_sequences(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
         return False
     names = Names(graph)
     if _stacks_as_concats(graph, _grow(graph, seeds, opset, 4), opset, names, done):
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     region = _grow(graph, seeds, opset, 3)
     if not region.lifted and not region.closing:
         return False

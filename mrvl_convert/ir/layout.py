@@ -27,7 +27,7 @@ src/relay/backend/contrib/mrvl/codegen.cc ``resizeInputOutputLayoutTo4dim``,
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Hashable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -139,11 +139,19 @@ class LayoutContext:
         self.input_layouts: List[TensorLayout] = []
         self.values: Dict[str, Tuple[int, TensorLayout]] = {}
         self._converted: Dict[Tuple[int, int, Tuple[int, ...]], int] = {}
+        self._memo: Dict[Hashable, Any] = {}
         for i, tensor in enumerate(stage.inputs):
             layout = TensorLayout(tuple(shape_of(tensor)), identity(len(shape_of(tensor))),
                                   _input_labels(tensor, stage))
             self.input_layouts.append(layout)
             self.values[tensor.name] = (i, layout)
+
+    def memo(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """``compute()``, once per stage and ``key``: a fact of the stage's units (which do not
+        change while it is lowered) that every layer would otherwise rescan the stage for."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def layout(self, tensor: gs.Tensor) -> TensorLayout:
         return self.values[tensor.name][1]

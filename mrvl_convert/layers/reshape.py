@@ -39,9 +39,10 @@ def _read_only_by(composite: Composite, ctx: LayoutContext, layer: str,
     out = composite.output
     if out.name in {t.name for t in ctx.stage.outputs}:
         return False
-    allowed = {n.name for u in ctx.stage.units
-               if u.composite is not None and u.composite.rule.layer == layer
-               for n in readers(u.composite)}
+    allowed = ctx.memo(("readers", layer), lambda: {
+        n.name for u in ctx.stage.units
+        if u.composite is not None and u.composite.rule.layer == layer
+        for n in readers(u.composite)})
     return bool(out.outputs) and all(c.name in allowed and c.inputs[0] is out
                                      for c in out.outputs)
 

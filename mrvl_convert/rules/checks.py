@@ -71,8 +71,9 @@ def check_batch_at_most(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
     acts = activation_inputs(node)
     shape = (static_shape(acts[0]) if acts else None) or []
     batch = shape[0] if shape else 1
-    if "limit" in args:
-        batch = min(batch, model_batch(graph))
+    if batch <= args["max"]:
+        return None  # so is the smaller of it and the model's batch: spare walking the graph
+    batch = min(batch, model_batch(graph)) if "limit" in args else batch
     refusal = None if batch <= args["max"] else chunk_refusal(node, shape[0], model_batch(graph))
     return None if refusal is None else {"batch": batch, "max": args["max"], "across": (
         f", and {refusal}, so its samples cannot run in chunks of {args['max']}")}

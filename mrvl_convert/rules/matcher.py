@@ -90,11 +90,34 @@ def _absorb(binding: Binding, claimed: Dict[str, int], graph_outputs: set) -> Bi
 DENIED = "denied by the user"
 
 
+def _start_ops(rule: Rule) -> Tuple[str, ...]:
+    """The op types a chain of ``rule`` can start at: those of its steps up to and including
+    the first required one (every step's when all are optional). ``bindings`` yields nothing
+    for a node of any other op type."""
+    ops: List[str] = []
+    for step in rule.steps:
+        ops.extend(step.ops)
+        if not step.optional:
+            break
+    return tuple(ops)
+
+
+def _by_start_op(ordered: Sequence[Rule]) -> Dict[str, List[Tuple[int, Rule]]]:
+    """op type -> the (rank, rule) pairs that can start at it, in rank order: matching a node
+    tries only these, not every rule (the same bindings, in the same order)."""
+    index: Dict[str, List[Tuple[int, Rule]]] = {}
+    for rank, rule in enumerate(ordered):
+        for op in dict.fromkeys(_start_ops(rule)):
+            index.setdefault(op, []).append((rank, rule))
+    return index
+
+
 def match(graph: gs.Graph, rules: Sequence[Rule], *,
           deny: Mapping[str, str] = MappingProxyType({})) -> MatchPlan:
     """``deny``: node name -> the user's entry that names it; no composite takes such a node
     (the rest of the chain it would have been fused into may still match without it)."""
     ordered = sorted(rules, key=lambda r: (-r.priority, r.name))
+    candidates = _by_start_op(ordered)
     graph_outputs = {t.name for t in graph.outputs}
     # Claimed by no composite (-1): bindings() walks around them like around taken nodes.
     claimed: Dict[str, int] = {name: -1 for name in deny}
@@ -104,7 +127,7 @@ def match(graph: gs.Graph, rules: Sequence[Rule], *,
         if node.name in claimed:
             continue
         best: Optional[Tuple[Tuple[int, int], Binding]] = None
-        for rank, rule in enumerate(ordered):
+        for rank, rule in candidates.get(node.op, ()):
             for binding in bindings(rule, node, claimed, graph_outputs):
                 result = evaluate(rule, binding, graph)
                 if result.ok:
