@@ -41,9 +41,7 @@ here, numpy's sum of the same terms, within the bound above).
 """
 from __future__ import annotations
 
-import sys
-from contextlib import contextmanager
-from typing import Iterator, List, Optional
+from typing import List, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -54,10 +52,6 @@ from mrvl_convert.frontend.recurrent_steps import GATES, STEPS, Builder, Step, W
 from mrvl_convert.frontend.step_heads import lift_step_heads
 
 MAX_STEPS = 256  # steps unrolled at most: T * directions steps of about 15 layers each
-# graphsurgeon's toposort recurses along the longest path, 2 frames a node; an unrolled cell's
-# path is about 8 nodes a step (plcmos_v2's GRUs over 100 steps exceeded Python's 1000 frames):
-# room for a few stacked cells of MAX_STEPS steps.
-RECURSION_LIMIT = 50_000
 _DEFAULT_ACTIVATIONS = {"LSTM": ["Sigmoid", "Tanh", "Tanh"], "GRU": ["Sigmoid", "Tanh"],
                         "RNN": ["Tanh"]}
 
@@ -77,19 +71,6 @@ def unroll_recurrent(graph: gs.Graph, done: Rewrites, opset: int) -> bool:
     # After every cell: a next cell's sequence is a view of the one before it.
     lift_step_heads(graph, joined, opset, done)
     return changed
-
-
-@contextmanager
-def deep_recursion() -> Iterator[None]:
-    """Python's recursion limit raised to ``RECURSION_LIMIT`` (restored after): the unrolled
-    steps make paths of thousands of nodes. What a path uses is its length in frames (about
-    2 a node, a few thousand), far below what the C stack holds."""
-    before = sys.getrecursionlimit()
-    sys.setrecursionlimit(max(before, RECURSION_LIMIT))
-    try:
-        yield
-    finally:
-        sys.setrecursionlimit(before)
 
 
 def refusal(node: gs.Node) -> Optional[str]:
