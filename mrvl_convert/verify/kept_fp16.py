@@ -40,7 +40,7 @@ from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
-from mrvl_convert.verify.kept_graph import WorkingGraph
+from mrvl_convert.verify.kept_graph import WorkingGraph, topologically_sorted
 from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
@@ -360,33 +360,3 @@ def _gate_steps(graph: WorkingGraph, node: onnx.NodeProto) -> None:
                                       name=f"{base}_gate"))
     graph.node.remove(node)
     graph.node.extend(steps)
-
-
-def topologically_sorted(proto: onnx.ModelProto) -> None:
-    """The graph's nodes in an order onnxruntime accepts (Cast pairs were appended)."""
-    graph = proto.graph
-    nodes = [onnx.NodeProto() for _ in graph.node]
-    for copy, node in zip(nodes, graph.node):
-        copy.CopyFrom(node)
-    known: Set[str] = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    ordered: List[int] = []
-    state: Dict[int, int] = {}  # 1: being visited, 2: placed
-    for start in range(len(nodes)):
-        stack = [(start, iter(nodes[start].input))]
-        while stack:
-            k, inputs = stack[-1]
-            if state.get(k) == 2:
-                stack.pop()
-                continue
-            state[k] = 1
-            nxt = next((producer[i] for i in inputs if i and i not in known and i in producer
-                        and state.get(producer[i]) is None), None)
-            if nxt is not None:
-                stack.append((nxt, iter(nodes[nxt].input)))
-                continue
-            state[k] = 2
-            ordered.append(k)
-            stack.pop()
-    del graph.node[:]
-    graph.node.extend(nodes[k] for k in ordered)

@@ -17,6 +17,8 @@ the rewritten model is the one the scans made, node for node.
   on a ``GraphProto``); initializers only appended, to the proto's own field;
 - ensures: the look-ups answer as a scan of the current graph would; ``commit`` writes the
   nodes back into the proto, in order.
+
+``topologically_sorted``: the nodes in an order onnxruntime accepts, once at the end.
 """
 from __future__ import annotations
 
@@ -169,3 +171,33 @@ class _Nodes:
 
     def __iter__(self) -> Iterator[onnx.NodeProto]:
         return self._graph.live()
+
+
+def topologically_sorted(proto: onnx.ModelProto) -> None:
+    """The graph's nodes in an order onnxruntime accepts (Cast pairs were appended)."""
+    graph = proto.graph
+    nodes = [onnx.NodeProto() for _ in graph.node]
+    for copy, node in zip(nodes, graph.node):
+        copy.CopyFrom(node)
+    known: Set[str] = {i.name for i in graph.input} | {t.name for t in graph.initializer}
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    ordered: List[int] = []
+    state: Dict[int, int] = {}  # 1: being visited, 2: placed
+    for start in range(len(nodes)):
+        stack = [(start, iter(nodes[start].input))]
+        while stack:
+            k, inputs = stack[-1]
+            if state.get(k) == 2:
+                stack.pop()
+                continue
+            state[k] = 1
+            nxt = next((producer[i] for i in inputs if i and i not in known and i in producer
+                        and state.get(producer[i]) is None), None)
+            if nxt is not None:
+                stack.append((nxt, iter(nodes[nxt].input)))
+                continue
+            state[k] = 2
+            ordered.append(k)
+            stack.pop()
+    del graph.node[:]
+    graph.node.extend(nodes[k] for k in ordered)
