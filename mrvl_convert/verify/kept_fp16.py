@@ -308,7 +308,7 @@ def _opset(proto: onnx.ModelProto) -> int:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
 
 
-def _rounded_weight(graph: "onnx.GraphProto | WorkingGraph", inits: Dict[str, onnx.TensorProto], name: str,
+def _rounded_weight(graph: WorkingGraph, inits: Dict[str, onnx.TensorProto], name: str,
                     reader: str) -> str:
     """A copy of the weight ``name`` rounded to fp16, for ``reader`` alone (the QDQ model may
     share it with an int8 layer, which must keep it)."""
