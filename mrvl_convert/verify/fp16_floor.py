@@ -55,9 +55,7 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
     """A copy of ``proto`` with every float tensor rounded to fp16 (module docstring): each
     float tensor a node reads goes through one Cast pair (made once, shared by its readers),
     each float weight is read as a rounded copy, each of ``outputs`` (default: the model's)
-    is rounded. Linear in the
-    model's size: ``kept_fp16.round_groups`` scans the graph per group, fine for a few kept
-    layers, quadratic for one group per node."""
+    is rounded. Linear in the model's size (one pass over the nodes)."""
     copy = load_model(proto)
     graph = copy.graph
     protected = never_rounded(copy)

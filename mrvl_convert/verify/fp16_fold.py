@@ -18,7 +18,7 @@ ulps of each weight, orders of magnitude below the fp16 step being measured).
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 import onnx
@@ -27,19 +27,23 @@ from onnx import numpy_helper
 from mrvl_convert.kernels.fp16 import round_to_fp16
 
 
-def round_folded(copy: onnx.ModelProto, readers: List[str]) -> bool:
+def round_folded(copy: onnx.ModelProto, readers: List[str],
+                 nodes: Optional[Mapping[str, onnx.NodeProto]] = None,
+                 inits: Optional[Dict[str, onnx.TensorProto]] = None) -> bool:
     """Rewrite the Conv + BatchNormalization pair ``readers`` names (module docstring), or a
-    BatchNormalization alone (``round_affine``)."""
-    nodes = {n.name: n for n in copy.graph.node}
+    BatchNormalization alone (``round_affine``). ``nodes`` and ``inits``: the graph's nodes and
+    initializers by name when the caller keeps them (``kept_fp16``: one look-up per layer, not
+    one scan); ``inits`` gets what is added."""
+    nodes = {n.name: n for n in copy.graph.node} if nodes is None else nodes
     if len(readers) == 1 and getattr(nodes.get(readers[0]), "op_type", "") == \
             "BatchNormalization":
-        return round_affine(copy, nodes[readers[0]])
+        return round_affine(copy, nodes[readers[0]], inits)
     pair = [nodes.get(name) for name in readers]
     if len(pair) != 2 or None in pair or [n.op_type for n in pair] != ["Conv",
                                                                          "BatchNormalization"]:
         return False
     conv, bn = pair
-    inits = {t.name: t for t in copy.graph.initializer}
+    inits = {t.name: t for t in copy.graph.initializer} if inits is None else inits
     if bn.input[0] != conv.output[0] or any(i not in inits for i in [conv.input[1],
                                                                      *bn.input[1:5]]):
         return False
@@ -65,14 +69,15 @@ def round_folded(copy: onnx.ModelProto, readers: List[str]) -> bool:
     return True
 
 
-def round_affine(copy: onnx.ModelProto, bn: onnx.NodeProto) -> bool:
+def round_affine(copy: onnx.ModelProto, bn: onnx.NodeProto,
+                 inits: Optional[Dict[str, onnx.TensorProto]] = None) -> bool:
     """A BatchNormalization no Conv precedes, which the converter lowers as a per-channel
     affine (``layers/conv2d.py _lower_affine``: scale = gamma / sqrt(var + eps), shift =
     beta - mean * scale in float64, each rounded to float32 then fp16 in the artifact), made
     to compute ``x * round16(scale) + round16(shift)``: gamma and beta become those, mean 0,
     var 1 and epsilon 0 (sqrt(1) and the division by it are exact). New initializers, so a
     shared parameter is left as it is. False (nothing changed) for non-constant operands."""
-    inits = {t.name: t for t in copy.graph.initializer}
+    inits = {t.name: t for t in copy.graph.initializer} if inits is None else inits
     if len(bn.input) < 5 or any(i not in inits for i in bn.input[1:5]):
         return False
     gamma, beta, mean, var = (_array(inits[bn.input[i]]) for i in (1, 2, 3, 4))

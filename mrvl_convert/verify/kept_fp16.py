@@ -29,7 +29,7 @@ artifact still fails.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Any, Dict, Iterable, List, Sequence, Set, Tuple
+from typing import AbstractSet, Any, Container, Dict, List, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -40,6 +40,7 @@ from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
+from mrvl_convert.verify.kept_graph import WorkingGraph, topologically_sorted
 from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
@@ -139,6 +140,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
         if node.op_type in _MOVES and node.input and node.output:
             moves.setdefault(node.input[0], []).append(node.output[0])
     layers: List[Tuple[List[str], Set[str]]] = []
+    seen: Set[Tuple[str, ...]] = set()  # a layer's group once (a set: thousands of layers)
     for stage in session.stages:
         if stage.kind != "mrvl":
             continue
@@ -154,7 +156,8 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             if _moves_unrounded(step, steps, rounded):
                 continue
             group = [n for n in spec.source_nodes if n in ops]
-            if group and group not in [g for g, _ in layers]:
+            if group and tuple(group) not in seen:
+                seen.add(tuple(group))
                 layers.append((group, _moved(_exact_results(step, steps, outputs), moves)))
     return layers
 
@@ -216,27 +219,42 @@ def round_groups(proto: onnx.ModelProto, groups: List[List[str]],
     """Round each group of nodes (one fp16 layer's source nodes) as the artifact computes
     that layer (module docstring), in place, nodes left in an order onnxruntime accepts; the
     names of the nodes rounded. ``unrounded[k]``: the tensors group ``k`` reads as they are
-    (an exact layer's result, ``_exact_results``); none when not given."""
+    (an exact layer's result, ``_exact_results``); none when not given. Linear in the model's
+    size: the look-ups are indexes kept up to date across the groups (``kept_graph.py``)."""
     done: List[str] = []
     protected = never_rounded(proto)  # shapes, indices, integers: never rounded
+    graph = WorkingGraph(proto.graph)
+    opset = _opset(proto)
     for k, group in enumerate(groups):
-        _round_group(proto, group, (unrounded[k] if k < len(unrounded) else frozenset())
-                     | protected)
+        # either set, not their union: a copy of ``protected`` per group was quadratic
+        _round_group(proto, graph, group, _Both(unrounded[k] if k < len(unrounded)
+                                                else frozenset(), protected), opset)
         done += group
     if done:
+        graph.commit()
         topologically_sorted(proto)
     return done
 
 
-def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSet[str]
-                 ) -> None:
-    graph = proto.graph
-    members = [n for n in graph.node if n.name in group]
-    inits = {t.name: t for t in graph.initializer}
+class _Both:
+    """Membership in either of two sets."""
+
+    def __init__(self, first: AbstractSet[str], second: AbstractSet[str]) -> None:
+        self._sets = (first, second)
+
+    def __contains__(self, name: object) -> bool:
+        return any(name in s for s in self._sets)
+
+
+def _round_group(proto: onnx.ModelProto, graph: WorkingGraph, group: List[str],
+                 unrounded: Container[str], opset: int) -> None:
+    members = graph.members(group)
+    inits = graph.inits()
     folded = set()
-    if round_folded(proto, group):  # its weights now hold the fold's fp16 values
-        folded = {i for n in members for i in n.input[1:]}
-        inits = {t.name: t for t in graph.initializer}
+    if round_folded(proto, group, graph.named, inits):
+        folded = {i for n in members for i in n.input[1:]}  # weights hold the fold's values
+        for node in members:
+            graph.refresh(node)
     inside = {o for n in members for o in n.output}
     _divisions_as_products(graph, members, inits, unrounded)
     for node in members:
@@ -249,18 +267,22 @@ def _round_group(proto: onnx.ModelProto, group: List[str], unrounded: AbstractSe
                 node.input[k] = _rounded_weight(graph, inits, name, node.name)
             elif name not in inside and name not in unrounded:
                 node.input[k] = _cast_pair(graph, name, name + _SUFFIX)
+        graph.refresh(node)
     for node in members:
         for k, name in enumerate(node.output):
-            if name and name not in unrounded and _leaves(graph, name, group):
+            if name and name not in unrounded and graph.leaves(name, group):
                 node.output[k] = name + "__fp32"
+                graph.refresh(node)
                 _cast_pair(graph, node.output[k], name)
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
-    chains_as_written(graph, members, _cast_pair, _opset(proto))  # Rsqrt, GELU, LayerNorm
+    chains_as_written(graph, members, _cast_pair, opset)  # Rsqrt, GELU, LayerNorm
+    for node in members:
+        graph.refresh(node)  # a chain may have rewired a member (Rsqrt's Div)
 
 
-def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto],
-                           inits: Dict[str, onnx.TensorProto], unrounded: AbstractSet[str]
+def _divisions_as_products(graph: WorkingGraph, members: List[onnx.NodeProto],
+                           inits: Dict[str, onnx.TensorProto], unrounded: Container[str]
                            ) -> None:
     """A Mul2D layer made of a Div by a constant c multiplies by fp16(1/c) (``mul2d.lower``:
     the reciprocal in float64, then float32, then fp16): its Div becomes that Mul here, the
@@ -279,19 +301,14 @@ def _divisions_as_products(graph: onnx.GraphProto, members: List[onnx.NodeProto]
     inits[name] = graph.initializer[-1]
     div.op_type = "Mul"
     div.input[1] = name
+    graph.refresh(div)
 
 
 def _opset(proto: onnx.ModelProto) -> int:
     return next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 17)
 
 
-def _leaves(graph: onnx.GraphProto, name: str, group: Iterable[str]) -> bool:
-    members = set(group)
-    return name in {o.name for o in graph.output} or any(
-        name in n.input for n in graph.node if n.name not in members)
-
-
-def _rounded_weight(graph: onnx.GraphProto, inits: Dict[str, onnx.TensorProto], name: str,
+def _rounded_weight(graph: WorkingGraph, inits: Dict[str, onnx.TensorProto], name: str,
                     reader: str) -> str:
     """A copy of the weight ``name`` rounded to fp16, for ``reader`` alone (the QDQ model may
     share it with an int8 layer, which must keep it)."""
@@ -306,9 +323,11 @@ def _rounded_weight(graph: onnx.GraphProto, inits: Dict[str, onnx.TensorProto], 
     return copy
 
 
-def _cast_pair(graph: onnx.GraphProto, source: str, target: str) -> str:
+def _cast_pair(graph: "onnx.GraphProto | WorkingGraph", source: str, target: str) -> str:
     """``target`` = ``source`` rounded to fp16 (two Casts), once per target name."""
-    if not any(target in n.output for n in graph.node):
+    produced = graph.produces(target) if isinstance(graph, WorkingGraph) else any(
+        target in n.output for n in graph.node)
+    if not produced:
         half = target + "__half"
         graph.node.extend([
             helper.make_node("Cast", [source], [half], name=half, to=onnx.TensorProto.FLOAT16),
@@ -317,7 +336,7 @@ def _cast_pair(graph: onnx.GraphProto, source: str, target: str) -> str:
     return target
 
 
-def _gate_steps(graph: onnx.GraphProto, node: onnx.NodeProto) -> None:
+def _gate_steps(graph: WorkingGraph, node: onnx.NodeProto) -> None:
     """HardSigmoid and HardSwish as the lowering writes them (``mrvl.hardsigmoid``,
     ``mrvl.hardswish``): Mul2D by alpha, Sum2D with beta, Clip(0, 1) and, for HardSwish, Mul2D
     by x; each result rounded to fp16, the constants fp16 too. ``node``'s input is rounded
@@ -341,33 +360,3 @@ def _gate_steps(graph: onnx.GraphProto, node: onnx.NodeProto) -> None:
                                       name=f"{base}_gate"))
     graph.node.remove(node)
     graph.node.extend(steps)
-
-
-def topologically_sorted(proto: onnx.ModelProto) -> None:
-    """The graph's nodes in an order onnxruntime accepts (Cast pairs were appended)."""
-    graph = proto.graph
-    nodes = [onnx.NodeProto() for _ in graph.node]
-    for copy, node in zip(nodes, graph.node):
-        copy.CopyFrom(node)
-    known: Set[str] = {i.name for i in graph.input} | {t.name for t in graph.initializer}
-    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
-    ordered: List[int] = []
-    state: Dict[int, int] = {}  # 1: being visited, 2: placed
-    for start in range(len(nodes)):
-        stack = [(start, iter(nodes[start].input))]
-        while stack:
-            k, inputs = stack[-1]
-            if state.get(k) == 2:
-                stack.pop()
-                continue
-            state[k] = 1
-            nxt = next((producer[i] for i in inputs if i and i not in known and i in producer
-                        and state.get(producer[i]) is None), None)
-            if nxt is not None:
-                stack.append((nxt, iter(nodes[nxt].input)))
-                continue
-            state[k] = 2
-            ordered.append(k)
-            stack.pop()
-    del graph.node[:]
-    graph.node.extend(nodes[k] for k in ordered)

@@ -167,6 +167,7 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
             dtype = given.get(spec.name, spec.dtype)
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[dtype][0]))
             proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
+    _clear_of_fusion_names(proto)
     try:
         return ort.InferenceSession(proto.SerializeToString(),
                                     qdq_as_written(ort_options(log_severity)),
@@ -174,6 +175,29 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
     except Exception as exc:
         raise ModelLoadError(f"onnxruntime cannot run {what}: {exc}",
                              model=proto.graph.name or None) from None
+
+
+# The shape initializers onnxruntime's MatMulAddFusion (1.2x and later; not 1.18) adds for an
+# N-D MatMul + Add, named so whatever the graph holds: a model onnxruntime optimized once
+# (``quant_pre_process`` writes them) in which verify's rewrite makes a new such pair (an
+# unrolled cell's input projection) failed to load, "Attempt to replace the existing tensor"
+# (rec-model's onnxruntime-QDQ rows).
+_ORT_FUSION_NAMES = ("gemm_input_shape", "gemm_output_shape")
+
+
+def _clear_of_fusion_names(proto: onnx.ModelProto) -> None:
+    """The model's own tensors named as in ``_ORT_FUSION_NAMES`` renamed (a suffix), in place;
+    a graph input or output keeps its name. Only names change: the same computation."""
+    graph = proto.graph
+    kept = {v.name for v in list(graph.input) + list(graph.output)}
+    names = {n: f"{n}__of_the_model" for n in _ORT_FUSION_NAMES if n not in kept}
+    for item in list(graph.initializer) + list(graph.value_info):
+        item.name = names.get(item.name, item.name)
+    for node in graph.node:
+        for field in (node.input, node.output):
+            for k, name in enumerate(field):
+                if name in names:
+                    field[k] = names[name]
 
 
 def _as_declared(reference: Any, feed: Feed) -> Feed:
