@@ -2,8 +2,9 @@
 quantizer leaves the Div's output unquantized (``DequantizeLinear -> Div -> MaxPool ->
 QuantizeLinear``); ``mrvl.qnn_lut_maxpool`` writes it as the Div's LUT at the pool's output scale
 then the int8 Maxpool2D, so the model is one Mrvl subgraph, bit-equal to onnxruntime's run of the
-QDQ model. A Div by a negative constant (decreasing: it does not commute with the max) stays on
-CPU (``lut_op`` on the MaxPool refuses it)."""
+QDQ model. A Div by a negative constant (decreasing: it does not commute with the max) is not
+taken by the LUT (``lut_op`` on the MaxPool refuses it): the float span ``Div -> MaxPool`` between
+the pairs runs as fp16 layers (``mrvl.div_const``, the float MaxPool), still bit-equal here."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -75,8 +76,10 @@ def test_div_before_maxpool_is_one_int8_subgraph(tmp_path):
     assert _exact(result, qdq)
 
 
-def test_decreasing_div_before_maxpool_stays_on_cpu(tmp_path):
+def test_decreasing_div_before_maxpool_is_no_lut_but_fp16_layers(tmp_path):
     result, qdq = converted_int8(_paddle_hardswish_pool(-6.0), tmp_path / "minus_six", span=3.0)
-    assert _div(result)["placement"] == "cpu"
-    assert result.report["summary"]["cpu_subgraphs"] == 1
+    assert _div(result)["rule"] == "mrvl.div_const"
+    pool = next(n for n in result.report["nodes"] if n["op_type"] == "MaxPool")
+    assert pool["rule"] == "mrvl.maxpool2d_nhwc2nhwc"
+    assert _cpu_nodes(result) == []
     assert _exact(result, qdq)
