@@ -66,6 +66,7 @@ from mrvl_convert.frontend.sequence_ops import (OPS, flattens_features, keeps_fr
                                                 liftable, lift, mixes_frames, squeezed_axes,
                                                 unsqueezed_axes)
 
+_QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))  # a QuantizeLinear's frames (QDQ models)
 _WHAT = "computes on [1, T, ...]: the frame axis 0 of a batchless tensor as axis 1 of one sample"
 
 
@@ -105,7 +106,8 @@ def _frames(tensor: gs.Tensor, max_rank: int = 3) -> bool:
     """A float tensor ``[T, ...]`` of rank 1 to ``max_rank`` with T > 1."""
     shape = static_shape(tensor)
     return bool(shape) and len(shape) <= max_rank and shape[0] > 1 and tensor.dtype is not None \
-        and np.issubdtype(np.dtype(tensor.dtype), np.floating)
+        and (np.issubdtype(np.dtype(tensor.dtype), np.floating)
+             or np.dtype(tensor.dtype) in _QUANTIZED)
 
 
 def _is_seed_squeeze(node: gs.Node) -> bool:
@@ -121,9 +123,17 @@ def _closes(node: gs.Node, outputs: Set[str]) -> bool:
 def _fits(node: gs.Node, opset: int, max_rank: int) -> bool:
     if node.op not in OPS or not liftable(node, opset):
         return False
-    acts = [t for t in list(node.inputs) + list(node.outputs) if t.name and not is_const(t)]
+    acts = [t for t in list(node.inputs) + list(node.outputs) if t.name and not _fixed(t)]
     shapes = [static_shape(t) for t in acts]
     return all(s is not None and len(s) <= max_rank for s in shapes)
+
+
+def _fixed(tensor: gs.Tensor) -> bool:
+    """A constant, or a DequantizeLinear of constants (a QDQ model's int8 weight): an operand
+    a lifted node keeps as it is."""
+    maker = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    return is_const(tensor) or (maker is not None and maker.op == "DequantizeLinear"
+                                and all(is_const(t) for t in maker.inputs if t.name))
 
 
 def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) -> _Region:
@@ -143,7 +153,7 @@ def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) ->
                 region.closing.append(reader)
                 region.sequence = True
                 continue
-            acts = [t for t in reader.inputs if t.name and not is_const(t)]
+            acts = [t for t in reader.inputs if t.name and not _fixed(t)]
             if any(t.name not in region.tensors for t in acts):
                 waiting.add(id(reader))
                 continue

@@ -170,6 +170,20 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
     return None
 
 
+def check_qdq_bias(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
+    """An Add of the int8 MatMul before it and an int32 constant ``[O]`` in its product scale."""
+    matmul, bias = producer(node.inputs[0]), node.inputs[1]
+    if matmul is None or matmul.op != "MatMul" or (static_shape(bias) or [0])[-1:] != \
+            (static_shape(matmul.outputs[0]) or [1])[-1:] or len(static_shape(bias)) != 1:
+        return {"detail": f"{bias.name} is not a bias [O] added to the MatMul's output"}
+    issue = _dequantized_const(bias, "int32") or _dequantized_const(matmul.inputs[1], "int8")
+    product = np.float32(scale_of(producer(matmul.inputs[0]))) * np.float32(
+        scale_of(producer(matmul.inputs[1]))) if issue is None else 0.0
+    if issue is None and abs(scale_of(producer(bias)) - product) > _BIAS_SCALE_RTOL * product:
+        issue = f"its scale {scale_of(producer(bias))!r} is not input x weight scale {product!r}"
+    return {"detail": issue} if issue else None
+
+
 def check_int8_weight_2d(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """The int8 constant input 1 dequantizes is 2-D (an FC's [C, O], not a batch of them)."""
     shape = const_value(producer(node.inputs[1]).inputs[0]).shape
@@ -382,6 +396,7 @@ QNN_CHECKS = MappingProxyType({
     "vacuous_clamp": check_vacuous_clamp,
     "qdq_weights": check_qdq_weights,
     "int8_weight_2d": check_int8_weight_2d,
+    "qdq_bias": check_qdq_bias,
     "qdq_operands": check_qdq_operands,
     "qdq_inputs": check_qdq_inputs,
     "same_scale": check_same_scale,
