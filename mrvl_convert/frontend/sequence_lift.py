@@ -26,7 +26,9 @@ than 4 axes.
   (their views <= 4). A node's outputs join the region; growth goes on from an output whose
   axis 0 is still frames (T > 1, not reduced away). An ``Unsqueeze(0)`` of a region tensor
   closes it: its readers read the view, which is the Unsqueeze's output. Anything else reading
-  a region tensor is outside (a ``Squeeze(0)`` feeds it).
+  a region tensor is outside (a ``Squeeze(0)`` feeds it). A QDQ model's per-tensor
+  ``QuantizeLinear`` / ``DequantizeLinear`` are per-frame ops (their int8 outputs grow the region
+  too), and a ``DequantizeLinear`` of constants (an int8 weight) counts as a constant operand.
 - A stack of frames (``Unsqueeze(a)`` of region tensors, a >= 1, joined by a ``Concat`` along
   a, each Unsqueeze read by that Concat only: the sliding windows) is first made a ``Concat``
   along a of the pieces and a ``Reshape`` to the stacked shape (into the Reshape that reads it

@@ -19,7 +19,11 @@ rows), ``Reshape(joined, shape(X))`` when its axis 0 is 1 (a next cell's ``[1, T
 sequence). The views between go when nothing else reads them. A Gemm reading a lifted X
 (``A B + C``, constant B and C, alpha and beta 1: a CRNN's ``[T, C]`` classifier) becomes a
 MatMul by B (``B^T`` for ``transB``, a constant) and an Add of C, which ``sequence_lift.py``
-lifts with X (no Gemm takes ``[1, T, C]``).
+lifts with X (no Gemm takes ``[1, T, C]``). In a QDQ model the Gemm reads X through a
+QuantizeLinear and a DequantizeLinear, its B and C dequantized constants (int8, int32): it
+becomes a MatMul by a DequantizeLinear of its own of the int8 B (``B^T`` for ``transB``: one
+scale, the same values) and an Add of the dequantized C, which ``sequence_lift.py`` lifts through
+the Q/DQ pair and ``mrvl.qnn_fc_tokens`` takes as one int8 FC with its bias (``rules/qnn_bias.py``).
 
 Requires: ``sources`` batch-1 float tensors of static shape in ``graph``, the graph sorted.
 Ensures: every X above (rank at most 3 when its axis 0 is above 1; a larger one keeps its

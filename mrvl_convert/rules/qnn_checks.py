@@ -26,7 +26,7 @@ Details = Optional[Dict[str, Any]]
 
 # Relative difference allowed between a bias scale and input_scale x weight_scale: the two are
 # computed in float32 in different orders by quantizers.
-_BIAS_SCALE_RTOL = 1e-5
+BIAS_SCALE_RTOL = 1e-5
 
 
 def qdq_issue(node: gs.Node, dtype: str = "int8") -> Optional[str]:
@@ -55,7 +55,7 @@ def qdq_issue(node: gs.Node, dtype: str = "int8") -> Optional[str]:
     return None
 
 
-def _dequantized_const(tensor: gs.Tensor, dtype: str) -> Optional[str]:
+def dequantized_const(tensor: gs.Tensor, dtype: str) -> Optional[str]:
     """Why ``tensor`` is not DequantizeLinear of a constant symmetric per-tensor ``dtype``."""
     node = producer(tensor)
     if node is None or node.op != "DequantizeLinear":
@@ -153,35 +153,21 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
                                      if c.op == "QuantizeLinear" and qdq_issue(c)), None)
     if issue:
         return {"detail": issue}
-    issue = _dequantized_const(node.inputs[1], "int8") or _transposed_geometry(node)
+    issue = dequantized_const(node.inputs[1], "int8") or _transposed_geometry(node)
     if issue:
         return {"detail": issue}
     bias = present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
     if bias is None:
         return None
-    issue = _dequantized_const(bias, "int32")
+    issue = dequantized_const(bias, "int32")
     if issue:
         return {"detail": issue}
     product = np.float32(scale_of(data)) * np.float32(scale_of(producer(node.inputs[1])))
     bias_scale = scale_of(producer(bias))
-    if abs(bias_scale - float(product)) > _BIAS_SCALE_RTOL * float(product):
+    if abs(bias_scale - float(product)) > BIAS_SCALE_RTOL * float(product):
         return {"detail": f"the bias scale {bias_scale!r} is not input_scale x weight_scale "
                           f"({float(product)!r})"}
     return None
-
-
-def check_qdq_bias(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
-    """An Add of the int8 MatMul before it and an int32 constant ``[O]`` in its product scale."""
-    matmul, bias = producer(node.inputs[0]), node.inputs[1]
-    if matmul is None or matmul.op != "MatMul" or (static_shape(bias) or [0])[-1:] != \
-            (static_shape(matmul.outputs[0]) or [1])[-1:] or len(static_shape(bias)) != 1:
-        return {"detail": f"{bias.name} is not a bias [O] added to the MatMul's output"}
-    issue = _dequantized_const(bias, "int32") or _dequantized_const(matmul.inputs[1], "int8")
-    product = np.float32(scale_of(producer(matmul.inputs[0]))) * np.float32(
-        scale_of(producer(matmul.inputs[1]))) if issue is None else 0.0
-    if issue is None and abs(scale_of(producer(bias)) - product) > _BIAS_SCALE_RTOL * product:
-        issue = f"its scale {scale_of(producer(bias))!r} is not input x weight scale {product!r}"
-    return {"detail": issue} if issue else None
 
 
 def check_int8_weight_2d(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
@@ -396,7 +382,6 @@ QNN_CHECKS = MappingProxyType({
     "vacuous_clamp": check_vacuous_clamp,
     "qdq_weights": check_qdq_weights,
     "int8_weight_2d": check_int8_weight_2d,
-    "qdq_bias": check_qdq_bias,
     "qdq_operands": check_qdq_operands,
     "qdq_inputs": check_qdq_inputs,
     "same_scale": check_same_scale,
