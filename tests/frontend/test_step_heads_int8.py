@@ -103,5 +103,5 @@ def test_the_fc_bias_check_takes_the_product_scale_only():
     _, graph, _ = _lifted(_qdq_gemm_model())
     add = next(n for n in graph.nodes if n.op == "Add")
     assert check_qdq_bias(add, {}, graph) is None
-    add.inputs[1].inputs[0].inputs[1] = gs.Constant("s_b2", np.float32(2 * S_IN * S_W))
+    add.inputs[1].inputs[0].inputs[1] = gs.Constant("s_b2", np.array(2 * S_IN * S_W, np.float32))
     assert "is not input_scale x weight_scale" in check_qdq_bias(add, {}, graph)["detail"]
