@@ -123,8 +123,11 @@ def _closes(node: gs.Node, outputs: Set[str]) -> bool:
 
 
 def _fits(node: gs.Node, opset: int, max_rank: int) -> bool:
-    if node.op not in OPS or not liftable(node, opset):
+    if node.op not in OPS or not liftable(node, opset) or _int8_matmul_over_4d(node):
         return False
+    if node.op in ("QuantizeLinear", "DequantizeLinear") and not all(
+            _fits(r, opset, max_rank) for r in node.outputs[0].outputs):
+        return False  # a Squeeze between a Q/DQ pair or a DQ and its op breaks the int8 form
     acts = [t for t in list(node.inputs) + list(node.outputs) if t.name and not _fixed(t)]
     shapes = [static_shape(t) for t in acts]
     return all(s is not None and len(s) <= max_rank for s in shapes)
@@ -136,6 +139,15 @@ def _fixed(tensor: gs.Tensor) -> bool:
     maker = tensor.inputs[0] if len(tensor.inputs) == 1 else None
     return is_const(tensor) or (maker is not None and maker.op == "DequantizeLinear"
                                 and all(is_const(t) for t in maker.inputs if t.name))
+
+
+def _int8_matmul_over_4d(node: gs.Node) -> bool:
+    """A MatMul by a dequantized int8 weight whose lifted input would be 4-D: the int8 FC takes
+    ``[1, T, C]`` at most, and the float BatchMatmul it would fall to leaves the weight's
+    DequantizeLinear on CPU, worse than the head at batch T (it stays unlifted)."""
+    weight = node.inputs[1] if node.op == "MatMul" and len(node.inputs) > 1 else None
+    return weight is not None and not is_const(weight) and _fixed(weight) \
+        and len(static_shape(node.inputs[0]) or []) > 2
 
 
 def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) -> _Region:

@@ -38,3 +38,14 @@ def test_an_int8_per_step_gemm_head_is_an_int8_fc_at_batch_one(tmp_path):
     comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
     assert comparison.passed, comparison.summary_line()
     assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
+
+
+def test_an_int8_head_over_4d_views_stays_as_it_was(tmp_path):
+    """A CRNN's head reads ``[T, 1, C]``: lifted it would be 4-D, which no int8 FC takes (the
+    float BatchMatmul would leave its int8 weight's DequantizeLinear on CPU). Its Q/DQ pair is
+    not lifted either, so the int8 FC keeps its form: no node on CPU, the MatMul in int8."""
+    model = step_head_model("LSTM", "crnn", direction="bidirectional")
+    result, _ = converted_int8(model, tmp_path / "art")
+    assert [n["name"] for n in result.report["nodes"] if n["placement"] == "cpu"] == []
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
+    assert result.placement("head")["rule"].startswith("mrvl.qnn_fc")
