@@ -29,6 +29,8 @@ than 4 axes.
   a region tensor is outside (a ``Squeeze(0)`` feeds it). A QDQ model's per-tensor
   ``QuantizeLinear`` / ``DequantizeLinear`` are per-frame ops (their int8 outputs grow the region
   too), and a ``DequantizeLinear`` of constants (an int8 weight) counts as a constant operand.
+  A Q/DQ is lifted only with all its readers (an int8 layer's pattern stays whole), and a MatMul
+  by an int8 weight only onto a 3-D view (the int8 FC's ``[1, T, C]``).
 - A stack of frames (``Unsqueeze(a)`` of region tensors, a >= 1, joined by a ``Concat`` along
   a, each Unsqueeze read by that Concat only: the sliding windows) is first made a ``Concat``
   along a of the pieces and a ``Reshape`` to the stacked shape (into the Reshape that reads it
