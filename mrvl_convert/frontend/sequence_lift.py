@@ -26,7 +26,11 @@ than 4 axes.
   (their views <= 4). A node's outputs join the region; growth goes on from an output whose
   axis 0 is still frames (T > 1, not reduced away). An ``Unsqueeze(0)`` of a region tensor
   closes it: its readers read the view, which is the Unsqueeze's output. Anything else reading
-  a region tensor is outside (a ``Squeeze(0)`` feeds it).
+  a region tensor is outside (a ``Squeeze(0)`` feeds it). A QDQ model's per-tensor
+  ``QuantizeLinear`` / ``DequantizeLinear`` are per-frame ops (their int8 outputs grow the region
+  too), and a ``DequantizeLinear`` of constants (an int8 weight) counts as a constant operand.
+  A Q/DQ is lifted only with all its readers (an int8 layer's pattern stays whole), and a MatMul
+  by an int8 weight only onto a 3-D view (the int8 FC's ``[1, T, C]``).
 - A stack of frames (``Unsqueeze(a)`` of region tensors, a >= 1, joined by a ``Concat`` along
   a, each Unsqueeze read by that Concat only: the sliding windows) is first made a ``Concat``
   along a of the pieces and a ``Reshape`` to the stacked shape (into the Reshape that reads it
@@ -66,6 +70,7 @@ from mrvl_convert.frontend.sequence_ops import (OPS, flattens_features, keeps_fr
                                                 liftable, lift, mixes_frames, squeezed_axes,
                                                 unsqueezed_axes)
 
+_QUANTIZED = (np.dtype(np.int8), np.dtype(np.uint8))  # a QuantizeLinear's frames (QDQ models)
 _WHAT = "computes on [1, T, ...]: the frame axis 0 of a batchless tensor as axis 1 of one sample"
 
 
@@ -105,7 +110,8 @@ def _frames(tensor: gs.Tensor, max_rank: int = 3) -> bool:
     """A float tensor ``[T, ...]`` of rank 1 to ``max_rank`` with T > 1."""
     shape = static_shape(tensor)
     return bool(shape) and len(shape) <= max_rank and shape[0] > 1 and tensor.dtype is not None \
-        and np.issubdtype(np.dtype(tensor.dtype), np.floating)
+        and (np.issubdtype(np.dtype(tensor.dtype), np.floating)
+             or np.dtype(tensor.dtype) in _QUANTIZED)
 
 
 def _is_seed_squeeze(node: gs.Node) -> bool:
@@ -119,11 +125,31 @@ def _closes(node: gs.Node, outputs: Set[str]) -> bool:
 
 
 def _fits(node: gs.Node, opset: int, max_rank: int) -> bool:
-    if node.op not in OPS or not liftable(node, opset):
+    if node.op not in OPS or not liftable(node, opset) or _int8_matmul_over_4d(node):
         return False
-    acts = [t for t in list(node.inputs) + list(node.outputs) if t.name and not is_const(t)]
+    if node.op in ("QuantizeLinear", "DequantizeLinear") and not all(
+            _fits(r, opset, max_rank) for r in node.outputs[0].outputs):
+        return False  # a Squeeze between a Q/DQ pair or a DQ and its op breaks the int8 form
+    acts = [t for t in list(node.inputs) + list(node.outputs) if t.name and not _fixed(t)]
     shapes = [static_shape(t) for t in acts]
     return all(s is not None and len(s) <= max_rank for s in shapes)
+
+
+def _fixed(tensor: gs.Tensor) -> bool:
+    """A constant, or a DequantizeLinear of constants (a QDQ model's int8 weight): an operand
+    a lifted node keeps as it is."""
+    maker = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    return is_const(tensor) or (maker is not None and maker.op == "DequantizeLinear"
+                                and all(is_const(t) for t in maker.inputs if t.name))
+
+
+def _int8_matmul_over_4d(node: gs.Node) -> bool:
+    """A MatMul by a dequantized int8 weight whose lifted input would be 4-D: the int8 FC takes
+    ``[1, T, C]`` at most, and the float BatchMatmul it would fall to leaves the weight's
+    DequantizeLinear on CPU, worse than the head at batch T (it stays unlifted)."""
+    weight = node.inputs[1] if node.op == "MatMul" and len(node.inputs) > 1 else None
+    return weight is not None and not is_const(weight) and _fixed(weight) \
+        and len(static_shape(node.inputs[0]) or []) > 2
 
 
 def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) -> _Region:
@@ -143,7 +169,7 @@ def _grow(graph: gs.Graph, seeds: List[gs.Tensor], opset: int, max_rank: int) ->
                 region.closing.append(reader)
                 region.sequence = True
                 continue
-            acts = [t for t in reader.inputs if t.name and not is_const(t)]
+            acts = [t for t in reader.inputs if t.name and not _fixed(t)]
             if any(t.name not in region.tensors for t in acts):
                 waiting.add(id(reader))
                 continue

@@ -28,8 +28,9 @@ _PLAIN = ELEMENTWISE | {"Cast", "Identity"}
 _REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
                      "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp"})
 _AXIS = frozenset({"Softmax", "LogSoftmax", "Concat", "Split", "LayerNormalization"})
-OPS = _PLAIN | _REDUCE | _AXIS | {"MatMul", "Slice", "Pad", "Unsqueeze", "Squeeze", "Reshape",
-                                  "Flatten", "Transpose"}
+_QDQ = frozenset({"QuantizeLinear", "DequantizeLinear"})
+OPS = _PLAIN | _REDUCE | _AXIS | _QDQ | {"MatMul", "Slice", "Pad", "Unsqueeze", "Squeeze",
+                                         "Reshape", "Flatten", "Transpose"}
 
 
 def kept_names(graph: gs.Graph) -> Set[str]:
@@ -91,6 +92,9 @@ def liftable(node: gs.Node, opset: int) -> bool:
         ranks = [len(static_shape(t) or ()) for t in node.inputs if t.name]
         acts = [r for t, r in zip((t for t in node.inputs if t.name), ranks) if not is_const(t)]
         return bool(acts) and max(ranks) <= max(acts)
+    if op in _QDQ:  # one scale and zero point per tensor: elementwise, no axis to move
+        return all(is_const(t) and np.asarray(const_value(t)).ndim == 0
+                   for t in node.inputs[1:] if t.name)
     if op in _AXIS:
         return op != "Split" or present(node, 1) is None or is_const(node.inputs[1])
     if op == "MatMul":

@@ -19,7 +19,11 @@ rows), ``Reshape(joined, shape(X))`` when its axis 0 is 1 (a next cell's ``[1, T
 sequence). The views between go when nothing else reads them. A Gemm reading a lifted X
 (``A B + C``, constant B and C, alpha and beta 1: a CRNN's ``[T, C]`` classifier) becomes a
 MatMul by B (``B^T`` for ``transB``, a constant) and an Add of C, which ``sequence_lift.py``
-lifts with X (no Gemm takes ``[1, T, C]``).
+lifts with X (no Gemm takes ``[1, T, C]``). In a QDQ model the Gemm reads X through a
+QuantizeLinear and a DequantizeLinear, its B and C dequantized constants (int8, int32): it
+becomes a MatMul by a DequantizeLinear of its own of the int8 B (``B^T`` for ``transB``: one
+scale, the same values) and an Add of the dequantized C, which ``sequence_lift.py`` lifts through
+the Q/DQ pair and ``mrvl.qnn_fc_tokens`` takes as one int8 FC with its bias (``rules/qnn_bias.py``).
 
 Requires: ``sources`` batch-1 float tensors of static shape in ``graph``, the graph sorted.
 Ensures: every X above (rank at most 3 when its axis 0 is above 1; a larger one keeps its
@@ -35,7 +39,7 @@ both on onnxruntime.
 """
 from __future__ import annotations
 
-from typing import Iterator, List, Sequence
+from typing import Callable, Iterator, List, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -109,32 +113,72 @@ def _remake(graph: gs.Graph, source: gs.Tensor, target: gs.Tensor, opset: int, n
         done.derived[node.name] = maker.name
     for gemm in [r for r in target.outputs if lifted and _plain_gemm(r)]:
         _gemm_as_matmul(graph, gemm, names, done)
+    for gemm in (_int8_gemms(target) if lifted else []):
+        _int8_weight_as_matmul(graph, gemm, names, done)
+        _gemm_as_matmul(graph, gemm, names, done)
     return True
 
 
-def _plain_gemm(node: gs.Node) -> bool:
-    """``A B (+ C)`` with constant B and C: a per-row FC ``sequence_lift.py`` lifts once it is
-    a MatMul and an Add (no Gemm takes ``[1, T, C]``)."""
+def _dequantized_const(tensor: gs.Tensor) -> bool:
+    """``tensor`` is a DequantizeLinear of a constant with one scale and zero point."""
+    maker = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    return maker is not None and maker.op == "DequantizeLinear" and all(
+        is_const(t) for t in maker.inputs if t.name) and all(
+        np.asarray(t.values).size == 1 for t in maker.inputs[1:] if t.name)
+
+
+def _int8_gemms(target: gs.Tensor) -> List[gs.Node]:
+    """The Gemms reading ``target`` through a QuantizeLinear and a DequantizeLinear (a QDQ
+    model's per-step head) whose weight and bias are dequantized constants."""
+    found = []
+    for quant in [r for r in target.outputs if r.op == "QuantizeLinear"]:
+        for dequant in [r for r in quant.outputs[0].outputs if r.op == "DequantizeLinear"]:
+            found += [g for g in dequant.outputs[0].outputs if _plain_gemm(g, _dequantized_const)]
+    return found
+
+
+def _int8_weight_as_matmul(graph: gs.Graph, gemm: gs.Node, names: Names, done: Rewrites) -> None:
+    """The int8 Gemm reads its weight ``[C, O]`` from a DequantizeLinear of its own (the int8
+    constant transposed for ``transB``: one scale, so the same values), as an int8 MatMul's."""
+    old = gemm.inputs[1].inputs[0]
+    values = np.asarray(old.inputs[0].values)
+    if attr(gemm, "transB", 0):
+        values = np.ascontiguousarray(values.T)
+    gemm.attrs["transB"] = 0
+    weight = gs.Constant(names.fresh(f"{gemm.name}_int8_B"), values)
+    out = gs.Variable(names.fresh(f"{gemm.name}_B"), gemm.inputs[1].dtype, list(values.shape))
+    dequant = gs.Node("DequantizeLinear", names.fresh(f"{gemm.name}_B_dequantize"),
+                      inputs=[weight] + list(old.inputs[1:]), outputs=[out])
+    gemm.inputs[1] = out
+    graph.nodes.insert(next(i for i, n in enumerate(graph.nodes) if n is gemm), dequant)
+    done.derived[dequant.name] = gemm.name
+
+
+def _plain_gemm(node: gs.Node, fixed: Callable[[gs.Tensor], bool] = is_const) -> bool:
+    """``A B (+ C)`` with ``fixed`` B and C (constants): a per-row FC ``sequence_lift.py``
+    lifts once it is a MatMul and an Add (no Gemm takes ``[1, T, C]``)."""
     if node.op != "Gemm" or attr(node, "transA", 0) or float(attr(node, "alpha", 1.0)) != 1.0:
         return False
     bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
-    if bias is not None and (float(attr(node, "beta", 1.0)) != 1.0 or not is_const(bias)):
+    if bias is not None and (float(attr(node, "beta", 1.0)) != 1.0 or not fixed(bias)):
         return False
-    return is_const(node.inputs[1]) and static_shape(node.outputs[0]) is not None
+    return fixed(node.inputs[1]) and static_shape(node.outputs[0]) is not None
 
 
 def _gemm_as_matmul(graph: gs.Graph, gemm: gs.Node, names: Names, done: Rewrites) -> None:
     """The Gemm's node becomes the MatMul (``B`` transposed as a constant for ``transB``), an
     Add of ``C`` after it writes the Gemm's output."""
-    weight = np.asarray(gemm.inputs[1].values)
-    if attr(gemm, "transB", 0):
-        weight = np.ascontiguousarray(weight.T)
+    weight = gemm.inputs[1]
+    if is_const(weight):
+        values = np.asarray(weight.values)
+        weight = gs.Constant(names.fresh(f"{gemm.name}_B"), np.ascontiguousarray(
+            values.T if attr(gemm, "transB", 0) else values))
     bias = gemm.inputs[2] if len(gemm.inputs) > 2 and gemm.inputs[2].name else None
     out = gemm.outputs[0]
     gemm.op, gemm.attrs = "MatMul", {}
     data = gemm.inputs[0]
     gemm.inputs.clear()
-    gemm.inputs.extend([data, gs.Constant(names.fresh(f"{gemm.name}_B"), weight)])
+    gemm.inputs.extend([data, weight])
     done.rewritten[gemm.name] = ("a per-step Gemm after an unrolled recurrent cell as a MatMul "
                                  "and an Add, lifted with the steps to [1, T, ...]")
     if bias is None:

@@ -17,7 +17,7 @@ from mrvl_convert.core.pooling import pool_out_size
 from mrvl_convert.rules import checks_shape
 from mrvl_convert.rules.batch_axis import chunk_refusal
 from mrvl_convert.rules.checks_shape import model_batch
-from mrvl_convert.rules.qnn_checks import QNN_CHECKS
+from mrvl_convert.rules.qnn_bias import INT8_CHECKS
 from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
 from mrvl_convert.rules.checks_transformer import TRANSFORMER_CHECKS
 from mrvl_convert.rules.checks_l2 import L2_CHECKS
@@ -393,7 +393,7 @@ CHECKS: Dict[str, Check] = {
     "conv_transpose": checks_shape.check_conv_transpose,
     "batch_matmul": checks_shape.check_batch_matmul,
     "ranks_2_to_4": checks_shape.check_ranks_2_to_4,
-    **QNN_CHECKS,
+    **INT8_CHECKS,
     **ELEMENTWISE_CHECKS,
     **TRANSFORMER_CHECKS,
     **L2_CHECKS,

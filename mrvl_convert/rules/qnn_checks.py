@@ -26,7 +26,7 @@ Details = Optional[Dict[str, Any]]
 
 # Relative difference allowed between a bias scale and input_scale x weight_scale: the two are
 # computed in float32 in different orders by quantizers.
-_BIAS_SCALE_RTOL = 1e-5
+BIAS_SCALE_RTOL = 1e-5
 
 
 def qdq_issue(node: gs.Node, dtype: str = "int8") -> Optional[str]:
@@ -55,7 +55,7 @@ def qdq_issue(node: gs.Node, dtype: str = "int8") -> Optional[str]:
     return None
 
 
-def _dequantized_const(tensor: gs.Tensor, dtype: str) -> Optional[str]:
+def dequantized_const(tensor: gs.Tensor, dtype: str) -> Optional[str]:
     """Why ``tensor`` is not DequantizeLinear of a constant symmetric per-tensor ``dtype``."""
     node = producer(tensor)
     if node is None or node.op != "DequantizeLinear":
@@ -153,18 +153,18 @@ def check_qdq_weights(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
                                      if c.op == "QuantizeLinear" and qdq_issue(c)), None)
     if issue:
         return {"detail": issue}
-    issue = _dequantized_const(node.inputs[1], "int8") or _transposed_geometry(node)
+    issue = dequantized_const(node.inputs[1], "int8") or _transposed_geometry(node)
     if issue:
         return {"detail": issue}
     bias = present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
     if bias is None:
         return None
-    issue = _dequantized_const(bias, "int32")
+    issue = dequantized_const(bias, "int32")
     if issue:
         return {"detail": issue}
     product = np.float32(scale_of(data)) * np.float32(scale_of(producer(node.inputs[1])))
     bias_scale = scale_of(producer(bias))
-    if abs(bias_scale - float(product)) > _BIAS_SCALE_RTOL * float(product):
+    if abs(bias_scale - float(product)) > BIAS_SCALE_RTOL * float(product):
         return {"detail": f"the bias scale {bias_scale!r} is not input_scale x weight_scale "
                           f"({float(product)!r})"}
     return None

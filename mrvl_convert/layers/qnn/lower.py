@@ -205,10 +205,11 @@ def _lower_fc(composite: Composite, ctx: LayoutContext) -> None:
     if fc.op == "MatMul" or not int(attr(fc, "transB", 0)):
         weights = weights.T
     out_features = weights.shape[0]
-    bias = present(fc, 2) if fc.op == "Gemm" else None
+    bias = present(fc, 2) if fc.op == "Gemm" else _added_bias(composite)
     bias = np.broadcast_to(_int_const(bias, np.int32).reshape(-1), (out_features,)) \
         if bias is not None else np.zeros(out_features, np.int32)
-    inexact = _bias_scale_note(fc, in_dq)
+    inexact = _bias_scale_note(fc, in_dq, bias_of=present(fc, 2) if fc.op == "Gemm" else
+                               _added_bias(composite))
     if layout.scrambled_from is not None:
         # The flatten kept the producer's NHWC order: reorder the weight columns to match.
         logical, perm = layout.scrambled_from
@@ -236,10 +237,18 @@ _PERMUTED_FC = ("int8 FC reading an NHWC flatten: its weight columns permuted, M
                 "within float32 rounding of a rounding boundary")
 
 
-def _bias_scale_note(node: gs.Node, in_dq: gs.Node) -> str:
+def _added_bias(composite: Composite) -> Optional[gs.Tensor]:
+    """The int32 bias of a token FC's Add (``mrvl.qnn_fc_tokens``' bias role), or None."""
+    add = composite.binding.node("bias")
+    return add.inputs[1] if add is not None else None
+
+
+def _bias_scale_note(node: gs.Node, in_dq: gs.Node, bias_of: Optional[gs.Tensor] = None) -> str:
     """Why the layer's bias is not dequantized as the model does (its scale is not the float32
-    product input_scale x weight_scale, which is all the Nodes-JSON can say), or ""."""
-    bias = present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
+    product input_scale x weight_scale, which is all the Nodes-JSON can say), or "". ``bias_of``:
+    the bias when it is not the node's input 2 (an Add's)."""
+    bias = bias_of if bias_of is not None else \
+        present(node, 2) if node.op in ("Conv", "ConvTranspose", "Gemm") else None
     if bias is None:
         return ""
     product = np.float32(scale_of(in_dq)) * np.float32(scale_of(producer(node.inputs[1])))
