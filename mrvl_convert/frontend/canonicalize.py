@@ -67,6 +67,7 @@ from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
+from mrvl_convert.frontend.concat_views import rewrite_concat_views
 from mrvl_convert.frontend.einsum_forms import rewrite_einsums
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.float16_model import same_type_cast
@@ -82,6 +83,7 @@ from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
+from mrvl_convert.frontend.pick_forms import rewrite_picks
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.recurrent_unroll import deep_recursion, unroll_recurrent
@@ -165,6 +167,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_picks(graph, _opset(loaded), forms):  # exact: a Gather as a Slice, Concat picks
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there
@@ -192,6 +196,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means or detours):
+        graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    if rewrite_concat_views(graph, forms):  # exact: 2-D/3-D Concats the lifts left, on 4-D views
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
     if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
