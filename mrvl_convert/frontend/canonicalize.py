@@ -187,6 +187,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
+    sunk = rewrite_picks(graph, _opset(loaded), forms) or sunk  # picks of a Concat sunk past QDQ
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
     detours = rewrite_rank5_detours(graph, _opset(loaded), forms)  # exact: rank 5 as rank 4
