@@ -18,11 +18,12 @@ Ensures (exact: data movement only, every output element is the same input eleme
   positions not in a run) is unchanged.
 - A ``Slice`` with constant starts, ends (steps 1 on the axis) of a Concat's output whose range
   on the Concat's axis lies within one input reads that input, its start and end shifted by
-  the input's offset; a Slice that takes that whole input and nothing else is dropped, its
-  readers read the input. The Concat goes when nothing else reads it (the caller cleans up).
+  the input's offset (a Slice of a whole input stays: a later pass may merge its reader away,
+  and a node merged into one that goes would have nowhere to be). The Concat goes when nothing
+  else reads it (the caller cleans up).
 
 Bookkeeping (``done``): a rewritten Gather or Slice keeps its name (``rewritten``); an added
-Squeeze is ``derived`` from its Gather; a dropped Slice is ``merged`` into its first reader.
+Squeeze is ``derived`` from its Gather.
 """
 from __future__ import annotations
 
@@ -45,10 +46,9 @@ def rewrite_picks(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
         if node.op == "Gather" and _gather_run(node) is not None:
             _gather_as_slice(graph, node, opset, names, done)
             changed = True
-    outputs = {id(t) for t in graph.outputs}
     for node in list(graph.nodes):
         if node.op == "Slice" and node.outputs:
-            changed = _slice_of_concat(node, outputs, names, done) or changed
+            changed = _slice_of_concat(node, names, done) or changed
     return changed
 
 
@@ -127,7 +127,7 @@ def _clamped(value: int, size: int) -> int:
     return min(max(value + size if value < 0 else value, 0), size)
 
 
-def _slice_of_concat(node: gs.Node, outputs: set, names: Names, done: Rewrites) -> bool:
+def _slice_of_concat(node: gs.Node, names: Names, done: Rewrites) -> bool:
     found = _concat_range(node)
     if found is None:
         return False
@@ -138,27 +138,13 @@ def _slice_of_concat(node: gs.Node, outputs: set, names: Names, done: Rewrites) 
         if size is None:
             return False
         if offset <= start and end <= offset + size and start < end:
-            return _read_piece(node, piece, k, start - offset, end - offset, size, outputs,
-                               names, done)
+            return _read_piece(node, piece, k, start - offset, end - offset, names, done)
         offset += size
     return False
 
 
-def _read_piece(node: gs.Node, piece: gs.Tensor, k: int, start: int, end: int, size: int,
-                outputs: set, names: Names, done: Rewrites) -> bool:
-    out = node.outputs[0]
-    single = len(const_value(node.inputs[1]).reshape(-1)) == 1
-    if single and (start, end) == (0, size) and id(out) not in outputs and out.outputs \
-            and static_shape(piece) == static_shape(out):
-        readers = list(out.outputs)
-        for reader in readers:
-            for i, t in enumerate(reader.inputs):
-                if t is out:
-                    reader.inputs[i] = piece
-        node.inputs.clear()
-        node.outputs.clear()
-        done.merged[node.name] = readers[0].name
-        return True
+def _read_piece(node: gs.Node, piece: gs.Tensor, k: int, start: int, end: int,
+                names: Names, done: Rewrites) -> bool:
     for index, value in ((1, start), (2, end)):
         bounds = const_value(node.inputs[index]).reshape(-1).astype(np.int64).copy()
         bounds[k] = value

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto
+from onnx import TensorProto, numpy_helper
 
 from mrvl_convert.frontend.pick_forms import rewrite_picks
 from support.exporter_picks import applied, feeds, torch_gru_states
@@ -90,7 +90,7 @@ def test_a_slice_within_one_concat_input_reads_it(starts, ends, axes, reads):
     _bit_equal(model, proto)
 
 
-def test_a_slice_of_one_whole_input_is_dropped():
+def test_a_slice_of_one_whole_input_reads_all_of_it():
     b = Builder(seed=0, opset=14)
     parts = [b.op("Relu", [b.input(f"x{i}", [2, n])]) for i, n in enumerate((2, 3))]
     joined = b.op("Concat", parts, axis=1)
@@ -98,9 +98,11 @@ def test_a_slice_of_one_whole_input_is_dropped():
                 name="pick")
     model = b.model([b.op("Sigmoid", [pick])])
     proto, done, changed = _picks(model)
-    relu, sigmoid = proto.graph.node  # the other input's Relu is read by nothing now
-    assert changed and (relu.op_type, relu.input[0]) == ("Relu", "x1")
-    assert sigmoid.input[0] == relu.output[0] and done.merged["pick"] == sigmoid.name
+    relu, pick, _ = proto.graph.node  # the other input's Relu is read by nothing now
+    assert changed and (relu.op_type, relu.input[0], pick.name) == ("Relu", "x1", "pick")
+    starts, ends = (next(numpy_helper.to_array(t) for t in proto.graph.initializer
+                         if t.name == pick.input[i]) for i in (1, 2))
+    assert (starts.tolist(), ends.tolist()) == ([0], [3])
     _bit_equal(model, proto)
 
 
