@@ -115,8 +115,10 @@ def _as_channels(graph: gs.Graph, node: gs.Node, shapes: List[List[int]], axis: 
     _op(graph, "Reshape", joined, static_shape(out), names, done, node, "out", into=out)
     view = f"[1, Q, {outer}, 1] (NCHW of [{outer}, Q])" if transposed else \
         f"[{rows}, Q, 1, 1]"
-    done.rewritten[node.name] = (f"Concat on axis {axis} of {len(shapes[0])}-D tensors as the "
-                                 f"channel Concat of their 4-D views {view} (exact)")
+    what = (f"Concat on axis {axis} of {len(shapes[0])}-D tensors as the channel Concat of "
+            f"their 4-D views {view} (exact)")
+    previous = done.rewritten.get(node.name)  # what sinking it said
+    done.rewritten[node.name] = f"{previous}; {what}" if previous else what
 
 
 def _op(graph: gs.Graph, op: str, x: gs.Tensor, shape: Sequence[int], names: Names,
