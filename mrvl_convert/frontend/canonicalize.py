@@ -167,8 +167,6 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
         _check_output_shapes(graph, loaded, unfolded, verbose)
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
         graph.cleanup(remove_unused_graph_inputs=False).toposort()
-    if rewrite_picks(graph, _opset(loaded), forms):  # exact: a Gather as a Slice, Concat picks
-        graph.cleanup(remove_unused_graph_inputs=False).toposort()
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there
@@ -187,7 +185,9 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
-    sunk = rewrite_picks(graph, _opset(loaded), forms) or sunk  # picks of a Concat sunk past QDQ
+    # exact: a Gather as a Slice, a pick of a Concat its input's (after the token Gathers, and
+    # after sinking: an int8 model's Concat sunk past its QDQ pair is read by the picks directly)
+    sunk = rewrite_picks(graph, _opset(loaded), forms) or sunk
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
     detours = rewrite_rank5_detours(graph, _opset(loaded), forms)  # exact: rank 5 as rank 4
