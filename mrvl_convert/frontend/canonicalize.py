@@ -51,6 +51,9 @@ sums reordered, within the bound stated there), a Slice with a negative step a p
 Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
 An LSTM, GRU or RNN over a static sequence is unrolled into one projection MatMul and per-step
 FCs and gates (``recurrent_unroll.py``: exact up to the order of each gate's sum, its bound).
+A Gather of constant indices is a Slice, a pick of a Concat within one input reads that input
+(``pick_forms.py``), and a 2-D or 3-D Concat on a non-leading axis the lifts left is the channel
+Concat of 4-D views (``concat_views.py``): both exact.
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

@@ -96,7 +96,7 @@ def _gather_as_slice(graph: gs.Graph, node: gs.Node, opset: int, names: Names,
         squeeze = names.fresh(f"{node.name}_squeeze")
         graph.nodes.append(axes_node("Squeeze", squeeze, sliced, out, [axis], opset, names))
         done.derived[squeeze] = node.name
-        what += f" and a Squeeze of it"
+        what += " and a Squeeze of it"
     done.rewritten[node.name] = f"Gather of constant indices as {what} (exact)"
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from mrvl_convert.frontend.concat_views import rewrite_concat_views
-from support.exporter_picks import applied, feeds
-from support.models import Builder, run_ort
+from support.exporter_picks import applied, assert_bit_equal
+from support.models import Builder
 
 
 def _joined(shapes, axis, batch=1, constant=False):
@@ -28,15 +28,6 @@ def _joined(shapes, axis, batch=1, constant=False):
 
 def _views(model):
     return applied(model, rewrite_concat_views)
-
-
-def _bit_equal(model, proto):
-    feed = feeds(model)
-    want = run_ort(model, feed, optimize=False)
-    got = run_ort(proto, feed, optimize=False)
-    for name, value in want.items():
-        assert got[name].shape == value.shape, name
-        assert np.array_equal(got[name].view(np.uint32), value.view(np.uint32)), name
 
 
 def _concat(proto):
@@ -61,7 +52,7 @@ def test_each_form_is_a_bit_equal_4d_channel_concat(shapes, axis, transposed):
     assert "channel Concat of their 4-D views" in done.rewritten["join"]
     assert all(done.derived[n.name] == "join" for n in proto.graph.node
                if n.op_type in ("Transpose", "Reshape") and n.name.startswith("join_"))
-    _bit_equal(model, proto)
+    assert_bit_equal(model, proto)
 
 
 def test_a_batch_of_several_samples_stays_on_axis_0():
@@ -72,7 +63,7 @@ def test_a_batch_of_several_samples_stays_on_axis_0():
     shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
               for v in proto.graph.value_info}
     assert shapes[_concat(proto).output[0]] == [3, 9, 1, 1]
-    _bit_equal(model, proto)
+    assert_bit_equal(model, proto)
 
 
 @pytest.mark.parametrize("shapes,axis,batch,constant", [

@@ -8,18 +8,8 @@ import pytest
 from onnx import TensorProto, numpy_helper
 
 from mrvl_convert.frontend.pick_forms import rewrite_picks
-from support.exporter_picks import applied, feeds, torch_gru_states
-from support.models import Builder, run_ort
-
-
-def _bit_equal(model, proto):
-    feed = feeds(model)
-    want = run_ort(model, feed, optimize=False)
-    got = run_ort(proto, feed, optimize=False)
-    assert set(got) == set(want)
-    for name, value in want.items():
-        assert got[name].shape == value.shape, name
-        assert np.array_equal(got[name].view(np.uint32), value.view(np.uint32)), name
+from support.exporter_picks import applied, assert_bit_equal, torch_gru_states
+from support.models import Builder
 
 
 def _picks(model):
@@ -44,7 +34,7 @@ def test_a_gather_of_constant_indices_is_a_bit_equal_slice(indices, axis, squeez
     ops = [n.op_type for n in proto.graph.node]
     assert ops == ["Relu", "Slice"] + (["Squeeze"] if squeezed else []), ops
     assert "Gather of constant indices as a Slice" in done.rewritten["gather"]
-    _bit_equal(model, proto)
+    assert_bit_equal(model, proto)
 
 
 @pytest.mark.parametrize("indices,axis", [([2, 0], 1), ([0, 2], 2), ([[0, 1]], 2), (5, 2),
@@ -87,7 +77,7 @@ def test_a_slice_within_one_concat_input_reads_it(starts, ends, axes, reads):
     (pick,) = [n for n in proto.graph.node if n.op_type == "Slice"]
     relu = next(n for n in proto.graph.node if n.output[0] == pick.input[0])
     assert relu.input[0] == reads
-    _bit_equal(model, proto)
+    assert_bit_equal(model, proto)
 
 
 def test_a_slice_of_one_whole_input_reads_all_of_it():
@@ -103,7 +93,7 @@ def test_a_slice_of_one_whole_input_reads_all_of_it():
     starts, ends = (next(numpy_helper.to_array(t) for t in proto.graph.initializer
                          if t.name == pick.input[i]) for i in (1, 2))
     assert (starts.tolist(), ends.tolist()) == ([0], [3])
-    _bit_equal(model, proto)
+    assert_bit_equal(model, proto)
 
 
 @pytest.mark.parametrize("starts,ends,axes,steps", [
@@ -121,4 +111,4 @@ def test_pytorchs_picked_gru_states_fold_the_concat_away():
     ops = [n.op_type for n in proto.graph.node]
     assert "Gather" not in ops and ops.count("Concat") == 3, ops  # cat_states is gone
     assert "reads the Concat's input h2" in done.rewritten["pick_a"]
-    _bit_equal(model, proto)
+    assert_bit_equal(model, proto)

@@ -136,3 +136,15 @@ def feeds(model: onnx.ModelProto, seed: int = 1) -> Dict[str, np.ndarray]:
         out[i.name] = (rng.standard_normal(shape) * 10.0 ** rng.integers(-3, 4, shape)
                        ).astype(np.float32)
     return out
+
+
+def assert_bit_equal(model: onnx.ModelProto, rewritten: onnx.ModelProto) -> None:
+    """Both run on onnxruntime (no graph optimization) give the same outputs, bit for bit."""
+    from support.models import run_ort
+    feed = feeds(model)
+    want = run_ort(model, feed, optimize=False)
+    got = run_ort(rewritten, feed, optimize=False)
+    assert set(got) == set(want)
+    for name, value in want.items():
+        assert got[name].shape == value.shape, name
+        assert np.array_equal(got[name].view(np.uint32), value.view(np.uint32)), name
