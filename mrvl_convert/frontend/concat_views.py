@@ -92,7 +92,7 @@ def _as_channels(graph: gs.Graph, node: gs.Node, shapes: List[List[int]], axis: 
                  outer: int, names: Names, done: Rewrites) -> None:
     """``outer``: P of the module docstring (1, or over 1 in a batch-1 model), or 0 for the
     form that keeps axis 0 ``[S_0, Q_i, 1, 1]``."""
-    out = node.outputs[0]
+    out, before = node.outputs[0], len(graph.nodes)
     rows = shapes[0][0] if outer == 0 else 1
     inner = [prod(s[axis:]) for s in shapes]
     total = sum(inner)
@@ -113,12 +113,23 @@ def _as_channels(graph: gs.Graph, node: gs.Node, shapes: List[List[int]], axis: 
         joined = _op(graph, "Transpose", joined, [1, outer, 1, total], names, done, node,
                      "nhwc", perm=_TO_NHWC)
     _op(graph, "Reshape", joined, static_shape(out), names, done, node, "out", into=out)
+    _place(graph, node, before, len(inner) * (2 if transposed else 1))
     view = f"[1, Q, {outer}, 1] (NCHW of [{outer}, Q])" if transposed else \
         f"[{rows}, Q, 1, 1]"
     what = (f"Concat on axis {axis} of {len(shapes[0])}-D tensors as the channel Concat of "
             f"their 4-D views {view} (exact)")
     previous = done.rewritten.get(node.name)  # what sinking it said
     done.rewritten[node.name] = f"{previous}; {what}" if previous else what
+
+
+def _place(graph: gs.Graph, node: gs.Node, first: int, feeding: int) -> None:
+    """The nodes added from ``first`` on put around ``node``: the ``feeding`` input views
+    before it, the output views after it. The graph stays sorted (graphsurgeon 0.5.2's
+    toposort reports a false cycle on a tensor several unsorted nodes read: Concat(x, x))."""
+    added = graph.nodes[first:]
+    del graph.nodes[first:]
+    at = next(i for i, n in enumerate(graph.nodes) if n is node)
+    graph.nodes[at:at + 1] = added[:feeding] + [node] + added[feeding:]
 
 
 def _op(graph: gs.Graph, op: str, x: gs.Tensor, shape: Sequence[int], names: Names,

@@ -94,7 +94,9 @@ def _gather_as_slice(graph: gs.Graph, node: gs.Node, opset: int, names: Names,
         sliced = gs.Variable(names.fresh(f"{out.name}_slice"), dtype=out.dtype, shape=kept)
         node.outputs[0] = sliced
         squeeze = names.fresh(f"{node.name}_squeeze")
-        graph.nodes.append(axes_node("Squeeze", squeeze, sliced, out, [axis], opset, names))
+        at = next(i for i, n in enumerate(graph.nodes) if n is node)  # the graph stays sorted
+        graph.nodes.insert(at + 1, axes_node("Squeeze", squeeze, sliced, out, [axis], opset,
+                                             names))
         done.derived[squeeze] = node.name
         what += " and a Squeeze of it"
     done.rewritten[node.name] = f"Gather of constant indices as {what} (exact)"
