@@ -28,9 +28,13 @@ tensor, a model of batch over 1 with ``a >= 2``) is unchanged.
 
 Requires: static shapes on the Concats it takes (canonicalize runs it after the rank lifts).
 Ensures: exact (Reshape, Transpose and Concat move data only: every output element is the same
-input element as before); the Concat keeps its name (``rewritten``) and its output tensor, so
-its readers and the graph's outputs are as before; the added Reshapes and Transposes are
-``derived`` from it.
+input element as before); the Concat keeps its name (``rewritten``), and its output tensor,
+which the last view writes now, keeps its name and readers, so the graph's outputs are as
+before; the added Reshapes and Transposes are ``derived`` from it.
+
+Not done here: in an int8 QDQ model ``concat_sinking.py`` has moved the QDQ pair after such a
+Concat onto its inputs, so an int8 FC reading the Concat finds no dequantized input and stays
+on the CPU (as before this module).
 """
 from __future__ import annotations
 
