@@ -291,3 +291,22 @@ def test_a_pair_with_a_scale_per_position_of_the_axis_keeps_the_concat_in_front(
     canonical = canonicalize(load_model(model))
     [concat] = [n for n in canonical.graph.nodes if n.op == "Concat"]
     assert concat.name == "joined" and _past_views(concat).op == "QuantizeLinear"
+
+
+def test_a_concat_read_through_a_qdq_pair_alone_stays_in_front_of_it():
+    """Moving it past the pair gains nothing (it is a channel Concat of 4-D views,
+    concat_views.py) and took the int8 FC after the pair its dequantized input."""
+    b = Builder(opset=17)
+    parts = [b.op("Relu", [b.input(f"x{k}", [1, n])]) for k, n in enumerate((3, 5))]
+    y = b.op("Concat", parts, name="joined", axis=1)
+    scale, zero = b.const(np.array(0.02, np.float32)), b.const(np.array(0, np.int8))
+    q = b.op("QuantizeLinear", [y, scale, zero])
+    d = b.op("DequantizeLinear", [q, scale, zero])
+    model = b.model([b.op("MatMul", [d, b.weight(8, 2)], name="fc")])
+    canonical = canonicalize(load_model(model))
+    [concat] = [n for n in canonical.graph.nodes if n.op == "Concat"]
+    assert concat.name == "joined" and _past_views(concat).op == "QuantizeLinear"
+    assert "moved past" not in canonical.rewritten.get("joined", "")
+    feed = {f"x{k}": np.random.default_rng(k).standard_normal((1, n)).astype(np.float32)
+            for k, n in enumerate((3, 5))}
+    assert np.array_equal(run(exported(canonical.graph), feed)[0], run(model, feed)[0])
