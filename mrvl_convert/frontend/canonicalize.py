@@ -51,6 +51,9 @@ sums reordered, within the bound stated there), a Slice with a negative step a p
 Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
 An LSTM, GRU or RNN over a static sequence is unrolled into one projection MatMul and per-step
 FCs and gates (``recurrent_unroll.py``: exact up to the order of each gate's sum, its bound).
+A Gather of constant indices is a Slice, a pick of a Concat within one input reads that input
+(``pick_forms.py``), and a 2-D or 3-D Concat on a non-leading axis the lifts left is the channel
+Concat of 4-D views (``concat_views.py``): both exact.
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
@@ -68,6 +71,7 @@ from mrvl_convert.errors import ShapeError
 from mrvl_convert.frontend.branches import decided_if, kept_reasons
 from mrvl_convert.frontend.canonical_forms import rewrite
 from mrvl_convert.frontend.concat_sinking import sink_concats
+from mrvl_convert.frontend.concat_views import rewrite_concat_views
 from mrvl_convert.frontend.einsum_forms import rewrite_einsums
 from mrvl_convert.frontend.fc_folds import fold_into_fcs
 from mrvl_convert.frontend.float16_model import same_type_cast
@@ -83,6 +87,7 @@ from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
+from mrvl_convert.frontend.pick_forms import rewrite_picks
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
@@ -184,6 +189,9 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
+    # exact: a Gather as a Slice, a pick of a Concat its input's (after the token Gathers, and
+    # after sinking: an int8 model's Concat sunk past its QDQ pair is read by the picks directly)
+    sunk = rewrite_picks(graph, _opset(loaded), forms) or sunk
     resized = rewrite_linear_resizes(graph, _opset(loaded), forms)
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
     detours = rewrite_rank5_detours(graph, _opset(loaded), forms)  # exact: rank 5 as rank 4
@@ -193,6 +201,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means or detours):
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    if rewrite_concat_views(graph, forms):  # exact: 2-D/3-D Concats the lifts left, on 4-D views
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if fold_qdq_pads(graph, forms):  # exact: an int8 region's zero Pad into its Conv's pads
         toposort(graph.cleanup(remove_unused_graph_inputs=False))

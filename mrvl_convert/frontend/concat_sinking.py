@@ -56,7 +56,8 @@ def sink_concats(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     names, moved = Names(graph), False
     for node in list(graph.nodes):
         axis = _joined_axis(node)
-        if axis is not None and _movable(graph, node.outputs[0], axis, opset):
+        if axis is not None and _movable(graph, node.outputs[0], axis, opset) \
+                and not (axis and _qdq_only(graph, node.outputs[0], axis, opset)):
             _sink(graph, node, axis, opset, done, names)
             moved = True
     for node in list(graph.nodes):
@@ -91,6 +92,17 @@ def _movable(graph: gs.Graph, value: gs.Tensor, axis: int, opset: int) -> bool:
                and all(static_shape(o) is not None for o in reader.outputs)
                and _next_axis(reader, shape, axis, opset) is not None
                for reader in value.outputs)
+
+
+def _qdq_only(graph: gs.Graph, value: gs.Tensor, axis: int, opset: int) -> bool:
+    """Sinking would move the Concat past per-tensor QuantizeLinear / DequantizeLinear pairs
+    alone: nothing gained for a Concat on a non-leading axis (a layer on its 4-D views,
+    concat_views.py), and an int8 layer reading the pair (an FC after the Concat) would lose
+    its dequantized input. (On axis 0, sunk, the picks of pick_forms.py read its inputs.)"""
+    readers = list(value.outputs)
+    return all(r.op in ("QuantizeLinear", "DequantizeLinear") for r in readers) and all(
+        not _movable(graph, out, axis, opset) or _qdq_only(graph, out, axis, opset)
+        for r in readers for out in r.outputs)
 
 
 def _next_axis(reader: gs.Node, shape: List[int], axis: int, opset: int) -> Optional[int]:

@@ -93,7 +93,9 @@ def test_token_gather_is_exact(index, expected):
 
 def _untouched(model):
     canonical, _ = canonicalized(model)
-    assert not canonical.rewritten, canonical.rewritten
+    # pick_forms.py and concat_views.py may take these (data movement); token_forms.py not
+    mine = {n: why for n, why in canonical.rewritten.items() if "token" in why}
+    assert not mine, mine
     return canonical
 
 

@@ -14,7 +14,7 @@ from support.partition import check_sound
 
 def _mul_and_flat_concat(batch: int = 1):
     """Mul of two activations (upstream's channel_affine refuses it, the newer Mul2D takes it)
-    and a Concat of two 2-D tensors (the newer Concat refuses it, upstream's takes it)."""
+    and a Concat of two 2-D tensors (upstream's takes it; the newer Concat takes its 4-D views)."""
     b = Builder()
     x = b.input("x", [batch, 3, 8, 8])
     y = b.conv(x, 3, 4, pads=[1, 1, 1, 1])
@@ -41,15 +41,15 @@ def test_upstream_names_marvell_for_a_node_its_rule_refused(tmp_path):
     check_sound(model, result, tmp_path / "u", _feeds())
 
 
-def test_marvell_names_upstream_for_a_node_its_rule_refused(tmp_path):
+def test_marvell_takes_the_flat_concat_on_its_4d_views(tmp_path):
+    """The newer Concat takes 4-D tensors only: the 2-D one is a channel Concat of its
+    ``[N, C, 1, 1]`` views (frontend/concat_views.py), so it needs upstream's no more (the
+    naming of upstream for a refused node: the batch-two Concat below)."""
     model = _mul_and_flat_concat()
     result = mrvl_convert.convert(model, tmp_path / "m", layer_set=MARVELL)
     entry = result.placement("cat")
-    assert entry["placement"] == "cpu"
-    assert entry["near_miss"]["rule"] == "mrvl.concat"
-    assert entry["reason"] == (
-        "mrvl.concat: the newer layer set concatenates 4-D tensors only; this one is 2-D; "
-        "layer set upstream-0.19 would take it (mrvl.concat)")
+    assert entry["placement"] == "mrvl"
+    assert "2-D tensors as the channel Concat of their 4-D views" in entry["canonical"]
     assert result.placement("mul")["placement"] == "mrvl"
     assert "would take it" not in result.placement("mul").get("reason", "")
     check_sound(model, result, tmp_path / "m", _feeds())

@@ -202,7 +202,9 @@ def test_trace_runs_layer_by_layer_and_equals_the_layers_engine(tmp_path):
         np.testing.assert_array_equal(a.value, b.value)
 
 
-@pytest.mark.parametrize("name,stages,spin", [("paddle_cnn", 1, "1"), ("yolo_detect", 2, "0")])
+# bert_tiny: its token lookup a CPU stage before the Mrvl one (yolo_detect was one Mrvl and one
+# CPU stage until frontend/concat_views.py put its head's 3-D Concats on the accelerator)
+@pytest.mark.parametrize("name,stages,spin", [("paddle_cnn", 1, "1"), ("bert_tiny", 2, "0")])
 def test_segments_take_the_thread_budget_and_spin_only_when_alone(tmp_path, name, stages, spin):
     """A model that is one segment is one onnxruntime session, whose idle workers may spin as
     onnxruntime's own do; with other stages between calls, they must sleep."""

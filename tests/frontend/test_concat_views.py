@@ -1,0 +1,77 @@
+"""A Concat of 2-D or 3-D tensors on a non-leading axis as the channel Concat of 4-D views
+(frontend/concat_views.py): each form computes on onnxruntime, bit for bit, what the Concat
+does; a model of batch over 1 keeps its axis 0 as the batch; what the module leaves is left."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mrvl_convert.frontend.concat_views import rewrite_concat_views
+from support.exporter_picks import applied, assert_bit_equal
+from support.models import Builder
+
+
+def _joined(shapes, axis, batch=1, constant=False):
+    """Inputs x_i ``[batch, prod(shape_i)]`` -> Relu -> Reshape to shape_i -> Concat(axis)
+    (``join``) -> Sigmoid: the Concat reads tensors of any shape from a batch-``batch``
+    model."""
+    b = Builder(seed=0, opset=14)
+    parts = []
+    for i, shape in enumerate(shapes):
+        x = b.op("Relu", [b.input(f"x{i}", [batch, int(np.prod(shape)) // batch])])
+        parts.append(b.op("Reshape", [x, b.const(np.array(shape, np.int64))]))
+    if constant:
+        shape = list(shapes[0])
+        parts.append(b.const(np.ones(shape, np.float32)))
+    return b.model([b.op("Sigmoid", [b.op("Concat", parts, name="join", axis=axis)])])
+
+
+def _views(model):
+    return applied(model, rewrite_concat_views)
+
+
+def _concat(proto):
+    (node,) = [n for n in proto.graph.node if n.op_type == "Concat"]
+    return node
+
+
+@pytest.mark.parametrize("shapes,axis,transposed", [
+    ([[1, 4], [1, 3]], 1, False), ([[1, 4], [1, 3], [1, 2]], -1, False),
+    ([[1, 1, 4], [1, 1, 6]], 2, False), ([[1, 2, 3], [1, 4, 3]], 1, False),
+    ([[6, 4], [6, 3]], 1, True),            # [T, C] of a batch-1 model
+    ([[5, 1, 4], [5, 1, 4]], 2, True),      # tf2onnx's bidirectional [T, N, h]
+    ([[5, 2, 3], [5, 1, 3]], 1, True), ([[2, 3, 4], [2, 3, 1]], -1, True)])
+def test_each_form_is_a_bit_equal_4d_channel_concat(shapes, axis, transposed):
+    model = _joined(shapes, axis)
+    proto, done, changed = _views(model)
+    assert changed
+    concat = _concat(proto)
+    assert [a.i for a in concat.attribute if a.name == "axis"] == [1]
+    ops = [n.op_type for n in proto.graph.node]
+    assert ops.count("Transpose") == (len(shapes) + 1 if transposed else 0), ops
+    assert "channel Concat of their 4-D views" in done.rewritten["join"]
+    assert all(done.derived[n.name] == "join" for n in proto.graph.node
+               if n.op_type in ("Transpose", "Reshape") and n.name.startswith("join_"))
+    assert_bit_equal(model, proto)
+
+
+def test_a_batch_of_several_samples_stays_on_axis_0():
+    """Batch 3: ``[3, C_i]`` as ``[3, C_i, 1, 1]`` (a region can still run in chunks)."""
+    model = _joined([[3, 4], [3, 5]], 1, batch=3)
+    proto, _, changed = _views(model)
+    assert changed and "Transpose" not in [n.op_type for n in proto.graph.node]
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in proto.graph.value_info}
+    assert shapes[_concat(proto).output[0]] == [3, 9, 1, 1]
+    assert_bit_equal(model, proto)
+
+
+@pytest.mark.parametrize("shapes,axis,batch,constant", [
+    ([[2, 3], [1, 3]], 0, 1, False),          # the leading axis
+    ([[1, 4], [1, 4]], 1, 1, True),           # a constant piece
+    ([[3, 2, 4], [3, 2, 4]], 2, 3, False),    # batch 3, a >= 2
+    ([[1, 2, 2, 3], [1, 2, 2, 3]], 3, 1, False)])  # rank 4
+def test_other_concats_are_left(shapes, axis, batch, constant):
+    proto, _, changed = _views(_joined(shapes, axis, batch=batch, constant=constant))
+    assert not changed
+    assert [n.op_type for n in proto.graph.node].count("Reshape") == len(shapes)
