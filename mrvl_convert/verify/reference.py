@@ -156,7 +156,8 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
     """fp32 onnxruntime on the original model with every compared tensor as a graph output
     (declared by name and element type only: intermediate shapes need no value_info); a QDQ
     model runs as written (``qdq_as_written``), the semantics the int8 layers simulate.
-    ``proto`` gets those outputs added. ``what``: how an error names the model run (verify's
+    ``proto`` gets those outputs added (in a QDQ model each as an Identity of the tensor the
+    nodes read: ``_outputs_apart``). ``what``: how an error names the model run (verify's
     own rewrite of it is named as such: ``rewrite_label``, never blamed on the user's model)."""
     existing = {o.name for o in proto.graph.output}
     # A float16 model's tensors are float32 in the artifact (its float32 twin): declared as
@@ -167,6 +168,8 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
             dtype = given.get(spec.name, spec.dtype)
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[dtype][0]))
             proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
+    if any(n.op_type in _QDQ for n in proto.graph.node):
+        _outputs_apart(proto, [s.name for s in specs if s.name not in existing])
     _clear_of_fusion_names(proto)
     try:
         return ort.InferenceSession(proto.SerializeToString(),
@@ -175,6 +178,33 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
     except Exception as exc:
         raise ModelLoadError(f"onnxruntime cannot run {what}: {exc}",
                              model=proto.graph.name or None) from None
+
+
+_QDQ = ("QuantizeLinear", "DequantizeLinear")
+
+
+def _outputs_apart(proto: onnx.ModelProto, names: Sequence[str]) -> None:
+    """Each node-made tensor of ``names`` handed out as an Identity of it, the model's nodes
+    reading it under another name, in place: the same values. Why: onnxruntime's transpose
+    optimizer (onnxruntime 1.32 does, 1.18 did not), moving a Transpose that follows a graph output in a
+    QDQ model, puts a Quantize/Dequantize pair before it and gives the pair's output the graph
+    output's name, so the output read is the tensor rounded to the int8 grid and clamped to
+    its range (the Unsqueeze before the first Quantize of a frame-lifted input). An output of
+    its own, that no node reads, it leaves as the model computes it."""
+    graph = proto.graph
+    made = {out for node in graph.node for out in node.output}
+    inner = {name: f"{name}__apart" for name in names if name in made}
+    if not inner:
+        return
+    nodes = []
+    for node in graph.node:
+        node.input[:] = [inner.get(name, name) for name in node.input]
+        probes = [name for name in node.output if name in inner]
+        node.output[:] = [inner.get(name, name) for name in node.output]
+        nodes += [node] + [onnx.helper.make_node("Identity", [inner[name]], [name],
+                                                 name=f"{name}__apart") for name in probes]
+    graph.ClearField("node")
+    graph.node.extend(nodes)
 
 
 # The shape initializers onnxruntime's MatMulAddFusion (1.2x and later; not 1.18) adds for an
