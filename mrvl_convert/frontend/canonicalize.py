@@ -84,6 +84,7 @@ from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.outer_sums import widen_outer_sums
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
 from mrvl_convert.frontend.pad_forms import rewrite_pads
@@ -196,6 +197,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     means = keep_global_mean_dims(graph, forms)  # exact: a mean keeping H and W, a Flatten
     detours = rewrite_rank5_detours(graph, _opset(loaded), forms)  # exact: rank 5 as rank 4
     detours = broadcast_muls_as_convs(graph, forms) or detours  # exact: a 1x1 Conv
+    detours = widen_outer_sums(graph, forms) or detours  # exact: an outer sum's 1x1 Conv
     means = rewrite_global_max(graph, forms) or means  # exact without NaN: a GlobalMaxPool
     folded = fold_into_fcs(graph, forms)
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
