@@ -100,26 +100,19 @@ def test_the_outer_sum_after_an_unrolled_bilstm_is_widened_bit_equal(ua_first):
         assert np.array_equal(want["logits"], got["logits"])
 
 
-def test_an_add_with_an_operand_of_the_output_shape_stays():
-    b = helper.make_graph(
+@pytest.mark.parametrize("a_shape,b_shape", [
+    ([1, 4, 3, 5], [1, 1, 3, 5]),   # an operand of the output's shape: Sum2D takes it as it is
+    ([1, 4, 3, 1], [1, 4, 1, 5]),   # an outer sum whose unit axes are not the channels
+])
+def test_other_broadcasting_adds_stay(a_shape, b_shape):
+    g = helper.make_graph(
         [helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4, 3, 5]),
-         helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 1, 3, 5])],
+        [helper.make_tensor_value_info("a", TensorProto.FLOAT, a_shape),
+         helper.make_tensor_value_info("b", TensorProto.FLOAT, b_shape)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 5])])
-    model = helper.make_model(b, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     changed, _, graph, _ = _widened(model)
     assert not changed and [n.op for n in graph.nodes] == ["Add"]
-
-
-def test_an_outer_sum_whose_unit_axis_is_not_the_channels_stays():
-    b = helper.make_graph(
-        [helper.make_node("Add", ["a", "b"], ["y"], name="add")], "g",
-        [helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4, 3, 1]),
-         helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4, 1, 5])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 3, 5])])
-    model = helper.make_model(b, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
-    changed, _, _, _ = _widened(model)
-    assert not changed
 
 
 def test_a_bilstm_with_additive_attention_is_one_mrvl_subgraph(tmp_path):
