@@ -54,6 +54,9 @@ FCs and gates (``recurrent_unroll.py``: exact up to the order of each gate's sum
 A Gather of constant indices is a Slice, a pick of a Concat within one input reads that input
 (``pick_forms.py``), and a 2-D or 3-D Concat on a non-leading axis the lifts left is the channel
 Concat of 4-D views (``concat_views.py``): both exact.
+An Add where each operand broadcasts along the other's unit axis (additive attention's outer
+sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
+zero's sign).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
