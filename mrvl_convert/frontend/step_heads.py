@@ -46,6 +46,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
+from mrvl_convert.frontend.int8_step_rows import flatten_int8_heads
 
 _VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
 _MAX_RANK = 3  # sequence_lift.py lifts tensors of rank 3 at most (their views 4)
@@ -58,6 +59,8 @@ def lift_step_heads(graph: gs.Graph, sources: Sequence[gs.Tensor], opset: int,
     names, changed = Names(graph), False
     outputs = {t.name for t in graph.outputs}
     for source in sources:
+        for target in list(_viewed(source, outputs)):  # an int8 head on [T, 1, C] reads [T, C]
+            changed |= flatten_int8_heads(graph, target, names, done) is not None
         for target in list(_viewed(source, outputs)):
             changed |= _remake(graph, source, target, opset, names, done)
     return changed
