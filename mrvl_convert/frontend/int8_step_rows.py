@@ -7,8 +7,10 @@ DequantizeLinear of the product ``[T, 1, O]``. ``sequence_lift.py`` would lift t
 head stayed at batch T and the model did not fit one device.
 
 Rewrite: the pair and the MatMul run on ``[T, C]``: a Reshape ``[T, 1, C] -> [T, C]`` before
-the QuantizeLinear, and a Reshape ``[T, O] -> [T, 1, O]`` after each DequantizeLinear of the
-product, under that DequantizeLinear's output name. ``step_heads.py`` then remakes the ``[T, C]``
+the QuantizeLinear; the product's Q/DQ pair and the per-row tail after it (per-tensor Q/DQ
+pairs, an Add / Sub / Mul of a (dequantized) constant of rank <= 1: a bias) on ``[T, O]``; a
+Reshape ``[T, O] -> [T, 1, O]`` where the rows end (a tensor read by another op, or a graph
+output), under that tensor's name. ``step_heads.py`` then remakes the ``[T, C]``
 tensor from the joined steps (a view of it) and ``sequence_lift.py`` lifts the head to
 ``[1, T, C]``: one int8 FC at batch 1; the tail after it (bias Add, Softmax) lifts on the 4-D
 view as in fp16.
@@ -19,8 +21,9 @@ read only by MatMuls by a dequantized 2-D constant with one scale, each product 
 QuantizeLinears, all with one scale and zero point); every other tensor keeps its name, shape
 and values; each added node is in ``done.derived`` with the node it serves.
 
-Exact: a Reshape only copies; a per-tensor QuantizeLinear / DequantizeLinear is elementwise, so
-it commutes with it; the MatMul computes each row ``x_t W`` from the same C products in both
+Exact: a Reshape only copies; a per-tensor QuantizeLinear / DequantizeLinear is elementwise, and
+an operand of rank <= 1 broadcasts over the last axis alike in both shapes, so they commute
+with it; the MatMul computes each row ``x_t W`` from the same C products in both
 shapes (onnxruntime runs a ``[T, 1, C]`` MatMul as the ``[T, C]`` GEMM).
 ``tests/frontend/test_int8_step_rows.py`` runs the model before and after on onnxruntime and
 compares bit for bit.
@@ -89,9 +92,11 @@ def _int8_head(quant: gs.Node) -> bool:
 
 
 def _flatten_head(graph: gs.Graph, quant: gs.Node, names: Names, done: Rewrites) -> None:
-    """The head after ``quant`` (which reads the ``[T, C]`` view now) on ``[T, ...]`` rows; the
-    product's dequantized ``[T, 1, O]`` tensors come back by Reshapes."""
+    """The head after ``quant`` (which reads the ``[T, C]`` view now) on ``[T, ...]`` rows, and
+    its per-row tail (``_per_row``) with it; each ``[T, 1, O]`` tensor the rows end at comes
+    back by a Reshape."""
     rows = static_shape(quant.inputs[0])[0]
+    outputs = {t.name for t in graph.outputs}
     _set_shape(quant.outputs[0], static_shape(quant.inputs[0]))
     for dequant in quant.outputs[0].outputs:
         _set_shape(dequant.outputs[0], static_shape(quant.inputs[0]))
@@ -101,20 +106,56 @@ def _flatten_head(graph: gs.Graph, quant: gs.Node, names: Names, done: Rewrites)
             for out_q in matmul.outputs[0].outputs:
                 _set_shape(out_q.outputs[0], [rows, width])
                 for out_dq in list(out_q.outputs[0].outputs):
-                    _unflatten(graph, out_dq, [rows, width], names, done)
+                    _carry(graph, out_dq, [rows, width], outputs, names, done)
             done.rewritten[matmul.name] = ("an int8 per-step head on [T, 1, C] run on [T, C] "
                                            "(an int8 FC at batch 1 once lifted)")
 
 
-def _unflatten(graph: gs.Graph, dequant: gs.Node, shape: List[int], names: Names,
+def _carry(graph: gs.Graph, start: gs.Node, shape: List[int], outputs: set, names: Names,
+           done: Rewrites) -> None:
+    """The rows go on from ``start``'s output through readers that compute each row alone; a
+    tensor read otherwise (or a graph output) is written back by a Reshape under its name."""
+    frontier = [start]
+    while frontier:
+        node = frontier.pop()
+        out = node.outputs[0]
+        if out.name in outputs or not out.outputs or not all(_per_row(r, out)
+                                                              for r in out.outputs):
+            _unflatten(graph, node, shape, names, done)
+            continue
+        _set_shape(out, shape)
+        frontier.extend(out.outputs)
+
+
+def _per_row(node: gs.Node, tensor: gs.Tensor) -> bool:
+    """``node`` computes each row of ``tensor`` alone, the same on ``[T, O]`` as on
+    ``[T, 1, O]``: a per-tensor DequantizeLinear, a per-tensor QuantizeLinear read by such
+    DequantizeLinears only (the rows end on a float tensor), an Add, Sub or Mul of a constant
+    (or dequantized constant) of rank <= 1 (it broadcasts over the last axis in both)."""
+    if node.op in ("QuantizeLinear", "DequantizeLinear"):
+        return node.inputs[0] is tensor and _one_scale(node) and (
+            node.op == "DequantizeLinear" or bool(_readers(node.outputs[0], "DequantizeLinear")))
+    others = [t for t in node.inputs if t is not tensor]
+    return node.op in ("Add", "Sub", "Mul") and len(others) == 1 and len(node.inputs) == 2 \
+        and (is_const(others[0]) or _dequantized(others[0])) \
+        and len(static_shape(others[0]) or [0, 0]) <= 1
+
+
+def _dequantized(tensor: gs.Tensor) -> bool:
+    maker = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    return maker is not None and maker.op == "DequantizeLinear" and all(
+        is_const(t) for t in maker.inputs if t.name)
+
+
+def _unflatten(graph: gs.Graph, node: gs.Node, shape: List[int], names: Names,
                done: Rewrites) -> None:
-    out = dequant.outputs[0]
+    out = node.outputs[0]
     flat = gs.Variable(names.fresh(f"{out.name}_rows"), out.dtype, shape)
-    dequant.outputs[0] = flat
-    at = next(i for i, n in enumerate(graph.nodes) if n is dequant)
-    back = _reshape(flat, out, names, dequant.name)
+    node.outputs[0] = flat
+    at = next(i for i, n in enumerate(graph.nodes) if n is node)
+    back = _reshape(flat, out, names, node.name)
     graph.nodes.insert(at + 1, back)
-    done.derived[back.name] = dequant.name
+    done.derived[back.name] = node.name
 
 
 def _reshape(x: gs.Tensor, out: gs.Tensor, names: Names, tag: str) -> gs.Node:

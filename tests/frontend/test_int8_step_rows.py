@@ -21,7 +21,8 @@ S_IN, S_W, S_OUT = 2.0 ** -4, 2.0 ** -5, 2.0 ** -6
 
 def _crnn_head(per_channel: bool = False) -> onnx.ModelProto:
     """``joined`` [1, T D K, 1, 1] -> Y [T, D, 1, K] -> [T, 1, D K] -> Q/DQ -> int8 MatMul ->
-    Q/DQ -> Add -> Softmax -> ``out`` [T, 1, C]."""
+    Q/DQ -> Add of an int8 bias [C] -> Q/DQ -> ``logits`` [T, 1, C] -> Softmax -> ``out``
+    (modelA_paper's head)."""
     rng = np.random.default_rng(5)
     s_w = np.full(C, S_W, np.float32) if per_channel else np.float32(S_W)
     inits = {"yshape": np.array([T, D, 1, K], np.int64),
@@ -29,7 +30,7 @@ def _crnn_head(per_channel: bool = False) -> onnx.ModelProto:
              "s_w": s_w, "s_out": np.float32(S_OUT), "z8": np.int8(0),
              "zw": np.zeros(C, np.int8) if per_channel else np.int8(0),
              "wq": rng.integers(-127, 128, (D * K, C)).astype(np.int8),
-             "bias": (rng.integers(-64, 64, C) * S_OUT).astype(np.float32)}
+             "bq": rng.integers(-64, 64, C).astype(np.int8)}
     make = helper.make_node
     nodes = [make("Reshape", ["joined", "yshape"], ["Y"], name="as_y"),
              make("Transpose", ["Y"], ["Yt"], name="dirs_last", perm=[0, 2, 1, 3]),
@@ -41,12 +42,16 @@ def _crnn_head(per_channel: bool = False) -> onnx.ModelProto:
              make("MatMul", ["fdq", "w"], ["m"], name="head"),
              make("QuantizeLinear", ["m", "s_out", "z8"], ["mq"], name="m_q"),
              make("DequantizeLinear", ["mq", "s_out", "z8"], ["mdq"], name="m_dq"),
-             make("Add", ["mdq", "bias"], ["scores"], name="head_bias"),
-             make("Softmax", ["scores"], ["out"], name="probs", axis=2)]
+             make("DequantizeLinear", ["bq", "s_out", "z8"], ["bias"], name="b_dq"),
+             make("Add", ["bias", "mdq"], ["scores"], name="head_bias"),
+             make("QuantizeLinear", ["scores", "s_out", "z8"], ["sq"], name="scores_q"),
+             make("DequantizeLinear", ["sq", "s_out", "z8"], ["logits"], name="scores_dq"),
+             make("Softmax", ["logits"], ["out"], name="probs", axis=2)]
     graph = helper.make_graph(
         nodes, "qdq_crnn_head", [helper.make_tensor_value_info("joined", TensorProto.FLOAT,
                                                                [1, T * D * K, 1, 1])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [T, 1, C])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [T, 1, C]),
+         helper.make_tensor_value_info("logits", TensorProto.FLOAT, [T, 1, C])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
     return onnx.shape_inference.infer_shapes(model)
@@ -73,10 +78,13 @@ def test_an_int8_head_on_unit_axis_steps_reads_one_batch_of_rows_bit_equal():
     quant = dequant.inputs[0].inputs[0]
     assert quant.op == "QuantizeLinear" and list(quant.inputs[0].shape) == [1, T, D * K]
     assert "[T, C]" in done.rewritten["head"]
+    bias = next(n for n in graph.nodes if n.name == "head_bias")  # the int8 bias Add at batch 1
+    assert list(bias.outputs[0].shape) == [1, T, C]
     rng = np.random.default_rng(0)  # on the input's int8 grid: the QuantizeLinear is exact
     x = {"joined": (rng.integers(-127, 128, (1, T * D * K, 1, 1)) * S_IN).astype(np.float32)}
     want, got = run(model, x), run(after, x)
-    assert got["out"].shape == (T, 1, C) and np.array_equal(want["out"], got["out"])
+    for name in ("out", "logits"):
+        assert got[name].shape == (T, 1, C) and np.array_equal(want[name], got[name])
 
 
 def test_a_per_channel_weight_keeps_the_head_on_its_view():
