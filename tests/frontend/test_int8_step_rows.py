@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper
 
 from mrvl_convert.frontend.canonical_forms import Rewrites
-from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.step_heads import lift_step_heads
 from support.recurrent import run
+from support.step_heads import joined_steps_model, lifted_heads, quantized_steps_nodes
 
 T, D, K, C = 30, 2, 6, 5
 S_IN, S_W, S_OUT = 2.0 ** -4, 2.0 ** -5, 2.0 ** -6
@@ -32,11 +32,7 @@ def _crnn_head(per_channel: bool = False) -> onnx.ModelProto:
              "wq": rng.integers(-127, 128, (D * K, C)).astype(np.int8),
              "bq": rng.integers(-64, 64, C).astype(np.int8)}
     make = helper.make_node
-    nodes = [make("Reshape", ["joined", "yshape"], ["Y"], name="as_y"),
-             make("Transpose", ["Y"], ["Yt"], name="dirs_last", perm=[0, 2, 1, 3]),
-             make("Reshape", ["Yt", "fshape"], ["feat"], name="join_dirs"),
-             make("QuantizeLinear", ["feat", "s_in", "z8"], ["fq"], name="feat_q"),
-             make("DequantizeLinear", ["fq", "s_in", "z8"], ["fdq"], name="feat_dq"),
+    nodes = quantized_steps_nodes() + [
              make("DequantizeLinear", ["wq", "s_w", "zw"], ["w"], name="w_dq",
                   **({"axis": 1} if per_channel else {})),
              make("MatMul", ["fdq", "w"], ["m"], name="head"),
@@ -47,30 +43,13 @@ def _crnn_head(per_channel: bool = False) -> onnx.ModelProto:
              make("QuantizeLinear", ["scores", "s_out", "z8"], ["sq"], name="scores_q"),
              make("DequantizeLinear", ["sq", "s_out", "z8"], ["logits"], name="scores_dq"),
              make("Softmax", ["logits"], ["out"], name="probs", axis=2)]
-    graph = helper.make_graph(
-        nodes, "qdq_crnn_head", [helper.make_tensor_value_info("joined", TensorProto.FLOAT,
-                                                               [1, T * D * K, 1, 1])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [T, 1, C]),
-         helper.make_tensor_value_info("logits", TensorProto.FLOAT, [T, 1, C])],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
-    return onnx.shape_inference.infer_shapes(model)
-
-
-def _lifted(model: onnx.ModelProto):
-    graph, done = gs.import_onnx(model), Rewrites()
-    assert lift_step_heads(graph, [graph.inputs[0]], 14, done)
-    graph.cleanup().toposort()
-    lift_sequences(graph, 14, done)
-    graph.cleanup().toposort()
-    proto = gs.export_onnx(graph)
-    proto.ir_version = model.ir_version
-    return proto, graph, done
+    return joined_steps_model("qdq_crnn_head", nodes, T * D * K,
+                              {"out": [T, 1, C], "logits": [T, 1, C]}, inits)
 
 
 def test_an_int8_head_on_unit_axis_steps_reads_one_batch_of_rows_bit_equal():
     model = _crnn_head()
-    after, graph, done = _lifted(model)
+    after, graph, done = lifted_heads(model)
     head = next(n for n in graph.nodes if n.name == "head")
     assert head.op == "MatMul" and list(head.inputs[0].shape) == [1, T, D * K]
     assert list(head.outputs[0].shape) == [1, T, C]
@@ -89,6 +68,7 @@ def test_an_int8_head_on_unit_axis_steps_reads_one_batch_of_rows_bit_equal():
 
 def test_a_per_channel_weight_keeps_the_head_on_its_view():
     """No int8 FC takes a per-channel weight here: the head is left on ``[T, 1, C]``."""
-    _, graph, done = _lifted(_crnn_head(per_channel=True))
+    graph, done = gs.import_onnx(_crnn_head(per_channel=True)), Rewrites()
+    lift_step_heads(graph, [graph.inputs[0]], 14, done)
     head = next(n for n in graph.nodes if n.name == "head")
     assert list(head.inputs[0].shape) == [T, 1, D * K] and "head" not in done.rewritten
