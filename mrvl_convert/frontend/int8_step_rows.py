@@ -10,10 +10,10 @@ Rewrite: the pair and the MatMul run on ``[T, C]``: a Reshape ``[T, 1, C] -> [T,
 the QuantizeLinear; the product's Q/DQ pair and the per-row tail after it (per-tensor Q/DQ
 pairs, an Add / Sub / Mul of a (dequantized) constant of rank <= 1: a bias) on ``[T, O]``; a
 Reshape ``[T, O] -> [T, 1, O]`` where the rows end (a tensor read by another op, or a graph
-output), under that tensor's name. ``step_heads.py`` then remakes the ``[T, C]``
-tensor from the joined steps (a view of it) and ``sequence_lift.py`` lifts the head to
-``[1, T, C]``: one int8 FC at batch 1; the tail after it (bias Add, Softmax) lifts on the 4-D
-view as in fp16.
+output), under that tensor's name. ``step_heads.py`` then remakes the ``[T, C]`` tensor from
+the joined steps (a view of it) and ``sequence_lift.py`` lifts the head to ``[1, T, C]``: one
+int8 FC at batch 1, its int8 bias Add on ``[1, T, O]``; what reads the rows' end (a Softmax)
+lifts on the 4-D view, as in fp16.
 
 Requires: ``tensor`` of static shape ``[T, 1, C]`` (T > 1) in ``graph``.
 Ensures: each head rewritten as above (its QuantizeLinear read only by DequantizeLinears, each
@@ -23,8 +23,10 @@ and values; each added node is in ``done.derived`` with the node it serves.
 
 Exact: a Reshape only copies; a per-tensor QuantizeLinear / DequantizeLinear is elementwise, and
 an operand of rank <= 1 broadcasts over the last axis alike in both shapes, so they commute
-with it; the MatMul computes each row ``x_t W`` from the same C products in both
-shapes (onnxruntime runs a ``[T, 1, C]`` MatMul as the ``[T, C]`` GEMM).
+with it; the MatMul computes each row ``x_t W`` from the same C products in both shapes. The
+one bound: were onnxruntime to add those products in another order for the other shape, two
+float32 sums of C terms are at most ``2 (C - 1) u sum |x w|`` apart (u = 2**-24); on the
+inputs of the tests (powers-of-two scales, int8-grid inputs) every sum is exact.
 ``tests/frontend/test_int8_step_rows.py`` runs the model before and after on onnxruntime and
 compares bit for bit.
 """

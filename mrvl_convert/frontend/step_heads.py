@@ -24,6 +24,8 @@ QuantizeLinear and a DequantizeLinear, its B and C dequantized constants (int8, 
 becomes a MatMul by a DequantizeLinear of its own of the int8 B (``B^T`` for ``transB``: one
 scale, the same values) and an Add of the dequantized C, which ``sequence_lift.py`` lifts through
 the Q/DQ pair and ``mrvl.qnn_fc_tokens`` takes as one int8 FC with its bias (``rules/qnn_bias.py``).
+A QDQ head's int8 MatMul reading X ``[T, 1, C]`` (a CRNN's) is first moved onto a ``[T, C]``
+view of X by ``int8_step_rows.py`` (lifted it would be 4-D, which no int8 FC takes).
 
 Requires: ``sources`` batch-1 float tensors of static shape in ``graph``, the graph sorted.
 Ensures: every X above (rank at most 3 when its axis 0 is above 1; a larger one keeps its
