@@ -24,6 +24,8 @@ QuantizeLinear and a DequantizeLinear, its B and C dequantized constants (int8, 
 becomes a MatMul by a DequantizeLinear of its own of the int8 B (``B^T`` for ``transB``: one
 scale, the same values) and an Add of the dequantized C, which ``sequence_lift.py`` lifts through
 the Q/DQ pair and ``mrvl.qnn_fc_tokens`` takes as one int8 FC with its bias (``rules/qnn_bias.py``).
+A QDQ head's int8 MatMul reading X ``[T, 1, C]`` (a CRNN's) is first moved onto a ``[T, C]``
+view of X by ``int8_step_rows.py`` (lifted it would be 4-D, which no int8 FC takes).
 
 Requires: ``sources`` batch-1 float tensors of static shape in ``graph``, the graph sorted.
 Ensures: every X above (rank at most 3 when its axis 0 is above 1; a larger one keeps its
@@ -46,6 +48,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
+from mrvl_convert.frontend.int8_step_rows import flatten_int8_heads
 
 _VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose"})
 _MAX_RANK = 3  # sequence_lift.py lifts tensors of rank 3 at most (their views 4)
@@ -58,6 +61,8 @@ def lift_step_heads(graph: gs.Graph, sources: Sequence[gs.Tensor], opset: int,
     names, changed = Names(graph), False
     outputs = {t.name for t in graph.outputs}
     for source in sources:
+        for target in list(_viewed(source, outputs)):  # an int8 head on [T, 1, C] reads [T, C]
+            changed |= flatten_int8_heads(graph, target, names, done) is not None
         for target in list(_viewed(source, outputs)):
             changed |= _remake(graph, source, target, opset, names, done)
     return changed

@@ -9,12 +9,12 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import onnx_graphsurgeon as gs
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 from mrvl_convert.frontend.canonical_forms import Rewrites
-from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.step_heads import lift_step_heads
 from support.recurrent import run
+from support.step_heads import joined_steps_model, lifted_heads, quantized_steps_nodes
 
 T, D, K, C = 30, 2, 6, 5
 S_IN, S_W, S_OUT = 2.0 ** -4, 2.0 ** -5, 2.0 ** -6
@@ -30,40 +30,18 @@ def _qdq_gemm_model() -> onnx.ModelProto:
              "wq": rng.integers(-127, 128, (C, D * K)).astype(np.int8),
              "bq": rng.integers(-3000, 3000, C).astype(np.int32)}
     make = helper.make_node
-    nodes = [make("Reshape", ["joined", "yshape"], ["Y"], name="as_y"),
-             make("Transpose", ["Y"], ["Yt"], name="dirs_last", perm=[0, 2, 1, 3]),
-             make("Reshape", ["Yt", "fshape"], ["feat"], name="join_dirs"),
-             make("QuantizeLinear", ["feat", "s_in", "z8"], ["fq"], name="feat_q"),
-             make("DequantizeLinear", ["fq", "s_in", "z8"], ["fdq"], name="feat_dq"),
+    nodes = quantized_steps_nodes() + [
              make("DequantizeLinear", ["wq", "s_w", "z8"], ["w"], name="w_dq"),
              make("DequantizeLinear", ["bq", "s_b", "z32"], ["b"], name="b_dq"),
              make("Gemm", ["fdq", "w", "b"], ["g"], name="head", transB=1),
              make("QuantizeLinear", ["g", "s_out", "z8"], ["gq"], name="out_q"),
              make("DequantizeLinear", ["gq", "s_out", "z8"], ["out"], name="out_dq")]
-    graph = helper.make_graph(
-        nodes, "qdq_head", [helper.make_tensor_value_info("joined", TensorProto.FLOAT,
-                                                          [1, T * D * K, 1, 1])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [T, C]),
-         helper.make_tensor_value_info("g", TensorProto.FLOAT, [T, C])],
-        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
-    return onnx.shape_inference.infer_shapes(model)
-
-
-def _lifted(model: onnx.ModelProto):
-    graph, done = gs.import_onnx(model), Rewrites()
-    assert lift_step_heads(graph, [graph.inputs[0]], 14, done)
-    graph.cleanup().toposort()
-    assert lift_sequences(graph, 14, done)
-    graph.cleanup().toposort()
-    proto = gs.export_onnx(graph)
-    proto.ir_version = model.ir_version
-    return proto, graph, done
+    return joined_steps_model("qdq_head", nodes, T * D * K, {"out": [T, C], "g": [T, C]}, inits)
 
 
 def test_an_int8_gemm_head_is_lifted_as_an_int8_matmul_and_bias_add_bit_equal():
     model = _qdq_gemm_model()
-    after, graph, done = _lifted(model)
+    after, graph, done = lifted_heads(model)
     head = next(n for n in graph.nodes if n.name == "head")
     assert head.op == "MatMul" and list(head.inputs[0].shape) == [1, T, D * K]
     weight = head.inputs[1].inputs[0]  # the int8 B^T [C_in, O] behind its own DequantizeLinear
@@ -100,7 +78,7 @@ def test_the_fc_bias_check_takes_the_product_scale_only():
     """``rules/qnn_bias.py`` on the lifted head: the int32 bias in input x weight scale is the
     FC's; in another scale (the layer could not add it in its accumulator) it is refused."""
     from mrvl_convert.rules.qnn_bias import check_qdq_bias
-    _, graph, _ = _lifted(_qdq_gemm_model())
+    _, graph, _ = lifted_heads(_qdq_gemm_model())
     add = next(n for n in graph.nodes if n.op == "Add")
     assert check_qdq_bias(add, {}, graph) is None
     add.inputs[1].inputs[0].inputs[1] = gs.Constant("s_b2", np.array(2 * S_IN * S_W, np.float32))

@@ -3,12 +3,16 @@ models write them: a Conv front end -> Reshape -> Transpose to ``[T, 1, C]`` -> 
 the head on every step's state (``frontend/step_heads.py``)."""
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import numpy as np
 import onnx
+import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper, numpy_helper
 
+from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.frontend.sequence_lift import lift_sequences
+from mrvl_convert.frontend.step_heads import lift_step_heads
 from support.recurrent import GATES
 
 # How the head reads Y [T, D, 1, h]:
@@ -75,3 +79,43 @@ def step_head_model(cell: str = "LSTM", head: str = "crnn", steps: int = 30, hid
         [numpy_helper.from_array(np.asarray(v, np.int64 if k in ints else np.float32), k)
          for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+
+
+def lifted_heads(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, gs.Graph, Rewrites]:
+    """``step_heads.py`` (from the model's first input as the joined steps) then
+    ``sequence_lift.py`` on ``model`` (opset 14), as ``recurrent_unroll.py`` and canonicalize
+    run them: (the model after, its graph, the rewrites)."""
+    graph, done = gs.import_onnx(model), Rewrites()
+    assert lift_step_heads(graph, [graph.inputs[0]], 14, done)
+    graph.cleanup().toposort()
+    assert lift_sequences(graph, 14, done)
+    graph.cleanup().toposort()
+    proto = gs.export_onnx(graph)
+    proto.ir_version = model.ir_version
+    return proto, graph, done
+
+
+def joined_steps_model(name: str, nodes: List[onnx.NodeProto], joined: int,
+                       outputs: Dict[str, List[int]], inits: Dict[str, np.ndarray]
+                       ) -> onnx.ModelProto:
+    """A head's test model (opset 14) on an unrolled cell's joined steps: float input
+    ``joined`` ``[1, joined, 1, 1]``, float ``outputs`` (name -> shape), shapes inferred."""
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("joined", TensorProto.FLOAT,
+                                                    [1, joined, 1, 1])],
+        [helper.make_tensor_value_info(k, TensorProto.FLOAT, v) for k, v in outputs.items()],
+        [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 14)], ir_version=8)
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def quantized_steps_nodes() -> List[onnx.NodeProto]:
+    """``joined`` -> ``Y`` (by ``yshape``) -> Transpose(0, 2, 1, 3) -> ``feat`` (by ``fshape``)
+    -> a QuantizeLinear and DequantizeLinear (``s_in``, ``z8``) -> ``fdq``: a QDQ head's
+    steps."""
+    make = helper.make_node
+    return [make("Reshape", ["joined", "yshape"], ["Y"], name="as_y"),
+            make("Transpose", ["Y"], ["Yt"], name="dirs_last", perm=[0, 2, 1, 3]),
+            make("Reshape", ["Yt", "fshape"], ["feat"], name="join_dirs"),
+            make("QuantizeLinear", ["feat", "s_in", "z8"], ["fq"], name="feat_q"),
+            make("DequantizeLinear", ["fq", "s_in", "z8"], ["fdq"], name="feat_dq")]

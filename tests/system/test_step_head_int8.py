@@ -40,12 +40,23 @@ def test_an_int8_per_step_gemm_head_is_an_int8_fc_at_batch_one(tmp_path):
     assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
 
 
-def test_an_int8_head_over_4d_views_stays_as_it_was(tmp_path):
-    """A CRNN's head reads ``[T, 1, C]``: lifted it would be 4-D, which no int8 FC takes (the
-    float BatchMatmul would leave its int8 weight's DequantizeLinear on CPU). Its Q/DQ pair is
-    not lifted either, so the int8 FC keeps its form: no node on CPU, the MatMul in int8."""
+def test_an_int8_head_over_unit_axis_steps_is_an_int8_fc_at_batch_one(tmp_path):
+    """A CRNN's head reads ``[T, 1, C]``: lifted as it is it would be 4-D, which no int8 FC
+    takes. ``frontend/int8_step_rows.py`` runs its Q/DQ pair and MatMul on ``[T, C]``, so it is
+    one int8 FC at batch 1 and the model fits one device (on integ9: batch 30, fits no)."""
     model = step_head_model("LSTM", "crnn", direction="bidirectional")
-    result, _ = converted_int8(model, tmp_path / "art")
+    result, qdq = converted_int8(model, tmp_path / "art")
+    device = result.report["device"]
+    assert device["fits"] is True, device["reasons"]
     assert [n["name"] for n in result.report["nodes"] if n["placement"] == "cpu"] == []
-    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
-    assert result.placement("head")["rule"].startswith("mrvl.qnn_fc")
+    head = result.placement("head")
+    assert (head["placement"], head["rule"]) == ("mrvl", "mrvl.qnn_fc_tokens")
+    mrvl = [s for s in result.manifest["stages"] if s["kind"] == "mrvl"]
+    assert len(mrvl) == 1 and result.summary["mrvl_mac_share"] == 1.0
+    assert all(t["shape"][0] == 1 for t in mrvl[0]["inputs"] + mrvl[0]["outputs"])
+    assert _int8_share(result) * result.summary["macs"] >= 30 * 16 * 5
+    feeds = [{"image": x} for x in np.random.default_rng(4).uniform(-1, 1, [2, 1, 3, 4, 30])
+             .astype(np.float32)]
+    comparison = mrvl_convert.compare(qdq, result.out_dir, feeds, with_floor=False)
+    assert comparison.passed, comparison.summary_line()
+    assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
