@@ -120,15 +120,25 @@ def _is_seed_squeeze(node: gs.Node) -> bool:
 
 
 def _closes(node: gs.Node, outputs: Set[str]) -> bool:
-    return node.op == "Unsqueeze" and unsqueezed_axes(node) == [0] \
-        and node.outputs[0].name not in outputs
+    return _opens_sample(node) and node.outputs[0].name not in outputs
+
+
+def _opens_sample(node: gs.Node) -> bool:
+    """An ``Unsqueeze(0)``, or a Reshape to ``[1] + shape`` (onnxruntime's MatMulAddFusion
+    writes a head's ``[T, O] -> [1, T, O]`` so): its output is the lifted view itself."""
+    if node.op == "Unsqueeze":
+        return unsqueezed_axes(node) == [0]
+    src, dst = static_shape(node.inputs[0]), static_shape(node.outputs[0]) if node.outputs \
+        else None
+    return node.op == "Reshape" and is_const(node.inputs[1]) and bool(src) \
+        and dst == [1] + list(src)
 
 
 def _fits(node: gs.Node, opset: int, max_rank: int) -> bool:
     if node.op not in OPS or not liftable(node, opset) or _int8_matmul_over_4d(node):
         return False
     if node.op in ("QuantizeLinear", "DequantizeLinear") and not all(
-            _fits(r, opset, max_rank) for r in node.outputs[0].outputs):
+            _fits(r, opset, max_rank) or _opens_sample(r) for r in node.outputs[0].outputs):
         return False  # a Squeeze between a Q/DQ pair or a DQ and its op breaks the int8 form
     acts = [t for t in list(node.inputs) + list(node.outputs) if t.name and not _fixed(t)]
     shapes = [static_shape(t) for t in acts]

@@ -83,3 +83,37 @@ def test_the_fc_bias_check_takes_the_product_scale_only():
     assert check_qdq_bias(add, {}, graph) is None
     add.inputs[1].inputs[0].inputs[1] = gs.Constant("s_b2", np.array(2 * S_IN * S_W, np.float32))
     assert "is not input_scale x weight_scale" in check_qdq_bias(add, {}, graph)["detail"]
+
+
+def _fused_gemm_model() -> onnx.ModelProto:
+    """onnxruntime's MatMulAddFusion form (quant_pre_process on a CRNN, rec-model): the Gemm's
+    product Q/DQ, a Reshape ``[T, C] -> [1, T, C]``, Q/DQ, Softmax -> ``out`` [1, T, C]."""
+    model = _qdq_gemm_model()
+    make, g = helper.make_node, model.graph
+    g.initializer.append(numpy_helper.from_array(np.array([1, T, C], np.int64), "oshape"))
+    g.node.extend([make("Reshape", ["out", "oshape"], ["o3"], name="gemm_output_reshape"),
+                   make("QuantizeLinear", ["o3", "s_out", "z8"], ["o3q"], name="o3_q"),
+                   make("DequantizeLinear", ["o3q", "s_out", "z8"], ["o3dq"], name="o3_dq"),
+                   make("Softmax", ["o3dq"], ["probs"], name="softmax", axis=-1)])
+    del g.output[:]
+    g.output.append(helper.make_tensor_value_info("probs", onnx.TensorProto.FLOAT, [1, T, C]))
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def test_a_reshape_to_one_sample_after_the_heads_pair_closes_the_lift_bit_equal():
+    """On integ9 the Reshape ``[T, C] -> [1, T, C]`` did not lift, so neither did the Q/DQ
+    before it: a Squeeze sat between the bias Add and its QuantizeLinear, the int8 FC lost its
+    pattern (rec-model's head an fp16 BatchMatmul of batch 96, its bias Add on CPU)."""
+    model = _fused_gemm_model()
+    after, graph, done = lifted_heads(model)
+    head = next(n for n in graph.nodes if n.name == "head")
+    [add] = head.outputs[0].outputs
+    [quant] = add.outputs[0].outputs
+    assert quant.op == "QuantizeLinear" and list(quant.outputs[0].shape) == [1, T, C]
+    assert not [n for n in graph.nodes if n.op in ("Squeeze", "Reshape")
+                and n.inputs[0].name.startswith("out")]
+    assert "gemm_output_reshape" in done.merged
+    rng = np.random.default_rng(0)
+    x = {"joined": (rng.integers(-127, 128, (1, T * D * K, 1, 1)) * S_IN).astype(np.float32)}
+    want, got = run(model, x), run(after, x)
+    assert np.array_equal(want["probs"], got["probs"])
