@@ -25,6 +25,7 @@ than 4 axes.
   (``sequence_ops.liftable``) whose activation inputs are all region tensors, of rank <= 3
   (their views <= 4). A node's outputs join the region; growth goes on from an output whose
   axis 0 is still frames (T > 1, not reduced away). An ``Unsqueeze(0)`` of a region tensor
+  (or a constant Reshape to ``[1] + its shape``, onnxruntime's MatMulAddFusion writes one)
   closes it: its readers read the view, which is the Unsqueeze's output. Anything else reading
   a region tensor is outside (a ``Squeeze(0)`` feeds it). A QDQ model's per-tensor
   ``QuantizeLinear`` / ``DequantizeLinear`` are per-frame ops (their int8 outputs grow the region
