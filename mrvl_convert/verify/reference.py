@@ -168,16 +168,28 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
             dtype = given.get(spec.name, spec.dtype)
             elem = onnx.helper.np_dtype_to_tensor_dtype(np.dtype(DTYPES[dtype][0]))
             proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
+    _clear_of_fusion_names(proto)
+    plain = proto.SerializeToString()
     if any(n.op_type in _QDQ for n in proto.graph.node):
         _outputs_apart(proto, [s.name for s in specs if s.name not in existing])
-    _clear_of_fusion_names(proto)
     try:
-        return ort.InferenceSession(proto.SerializeToString(),
-                                    qdq_as_written(ort_options(log_severity)),
-                                    providers=["CPUExecutionProvider"])
+        return _session(proto.SerializeToString(), log_severity)
     except Exception as exc:
-        raise ModelLoadError(f"onnxruntime cannot run {what}: {exc}",
+        failed = exc
+    # onnxruntime 1.32's fusions (a GELU's) can drop a tensor the apart Identity reads ("is not
+    # ... output of a previous node"): the model as it was, its outputs read directly
+    try:
+        session = _session(plain, log_severity)
+    except Exception:
+        raise ModelLoadError(f"onnxruntime cannot run {what}: {failed}",
                              model=proto.graph.name or None) from None
+    proto.ParseFromString(plain)
+    return session
+
+
+def _session(data: bytes, log_severity: int) -> ort.InferenceSession:
+    return ort.InferenceSession(data, qdq_as_written(ort_options(log_severity)),
+                                providers=["CPUExecutionProvider"])
 
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
@@ -193,7 +205,9 @@ def _outputs_apart(proto: onnx.ModelProto, names: Sequence[str]) -> None:
     its own, that no node reads, it leaves as the model computes it."""
     graph = proto.graph
     made = {out for node in graph.node for out in node.output}
-    inner = {name: f"{name}__apart" for name in names if name in made}
+    # a model handed out once already (its proto reused for another session) stays as it is
+    inner = {name: f"{name}__apart" for name in names
+             if name in made and f"{name}__apart" not in made}
     if not inner:
         return
     nodes = []
