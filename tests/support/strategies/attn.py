@@ -11,7 +11,6 @@ entirely masked (where the rewrites' bound excludes it).
 """
 from __future__ import annotations
 
-import json
 from typing import Dict
 
 import numpy as np
@@ -26,8 +25,7 @@ FMIN = np.finfo(np.float32).min
 
 
 class AttnModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"attn_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "attn_from_spec"
 
 
 def _scalar(b: Builder, value: float) -> str:

@@ -8,8 +8,6 @@ example prints as that call); ``batch_models()`` draws one.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from hypothesis import strategies as st
 
@@ -21,8 +19,7 @@ MIXING = ("reduce_batch", "swap_batch", "concat_batch")
 
 
 class BatchModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"batch_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "batch_from_spec"
 
 
 def _per_sample(b: Builder, y: str, op: str, channels: int, k: int) -> str:

@@ -8,8 +8,6 @@ example prints as that call); ``frames_models()`` draws one.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from hypothesis import strategies as st
 
@@ -20,8 +18,7 @@ PER_FRAME = ("scale", "relu", "offset")
 
 
 class FramesModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"fit_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "fit_from_spec"
 
 
 def _per_frame(b: Builder, y: str, op: str, bins: int, k: int) -> str:

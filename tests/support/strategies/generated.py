@@ -23,9 +23,12 @@ class GeneratedModel:
     #: concrete shapes for inputs with a symbolic batch dim (pass as convert(..., shapes=...))
     shapes: Optional[Dict[str, List[int]]] = field(default=None)
 
+    #: the function that rebuilds a model from its spec, named in the repr
+    rebuilt_by = "from_spec"
+
     def __repr__(self) -> str:  # what hypothesis prints for a falsifying example
         if self.spec is not None:
-            return f"from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+            return f"{self.rebuilt_by}({json.dumps(self.spec, separators=(',', ':'))})"
         return f"GeneratedModel(<{self.description!r}>)"
 
     def __str__(self) -> str:

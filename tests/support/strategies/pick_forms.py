@@ -9,8 +9,6 @@ model and its feeds from it alone, so a falsifying example can be pasted into an
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
@@ -19,8 +17,7 @@ from support.strategies.generated import GeneratedModel
 
 
 class PickModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"pick_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "pick_from_spec"
 
 
 @st.composite

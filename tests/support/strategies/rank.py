@@ -9,7 +9,6 @@ into an ``@example`` as it is.
 """
 from __future__ import annotations
 
-import json
 import numpy as np
 from hypothesis import strategies as st
 
@@ -22,8 +21,7 @@ TAILS = ("none", "mean", "gap")
 
 
 class RankModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"rank_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "rank_from_spec"
 
 
 @st.composite

@@ -9,8 +9,6 @@ falsifying example hypothesis prints can be pasted into an ``@example`` as it is
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from hypothesis import strategies as st
 
@@ -19,8 +17,7 @@ from support.strategies.generated import GeneratedModel
 
 
 class RecurrentCell(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"recurrent_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "recurrent_from_spec"
 
 
 @st.composite

@@ -17,7 +17,6 @@ falsifying example prints as that call); ``sequence_models()`` draws one.
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -31,8 +30,7 @@ PER_FRAME = ("elu", "scale", "fc", "residual")
 
 
 class SequenceModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"sequence_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "sequence_from_spec"
 
 
 def _i64(b: Builder, *values: int) -> str:

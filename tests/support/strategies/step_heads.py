@@ -8,8 +8,6 @@ falsifying example prints as that call); ``step_head_models()`` draws one.
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 from hypothesis import strategies as st
 
@@ -18,8 +16,7 @@ from support.strategies.generated import GeneratedModel
 
 
 class StepHeadModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"step_head_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "step_head_from_spec"
 
 
 def step_head_from_spec(spec: dict) -> StepHeadModel:

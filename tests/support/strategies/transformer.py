@@ -18,7 +18,6 @@ builds the model and feeds from it alone, so a falsifying example hypothesis pri
 """
 from __future__ import annotations
 
-import json
 from typing import Dict, List, Sequence
 
 import numpy as np
@@ -37,8 +36,7 @@ ONEHOT = "onehot"  # the name prefix of the one-hot edge's nodes (int ops, CPU l
 
 
 class TransformerModel(GeneratedModel):
-    def __repr__(self) -> str:
-        return f"transformer_from_spec({json.dumps(self.spec, separators=(',', ':'))})"
+    rebuilt_by = "transformer_from_spec"
 
 
 class _Block(Tokens):
