@@ -170,15 +170,17 @@ def reference_session(proto: onnx.ModelProto, specs: Sequence[TensorSpec],
             proto.graph.output.append(onnx.helper.make_tensor_value_info(spec.name, elem, None))
     _clear_of_fusion_names(proto)
     plain = proto.SerializeToString()
-    if any(n.op_type in _QDQ for n in proto.graph.node):
-        _outputs_apart(proto, [s.name for s in specs if s.name not in existing])
+    apart = any(n.op_type in _QDQ for n in proto.graph.node) and _outputs_apart(
+        proto, [s.name for s in specs if s.name not in existing])
     try:
-        return _session(proto.SerializeToString(), log_severity)
+        return _session(proto.SerializeToString() if apart else plain, log_severity)
     except Exception as exc:
         failed = exc
     # onnxruntime 1.32's fusions (a GELU's) can drop a tensor the apart Identity reads ("is not
     # ... output of a previous node"): the model as it was, its outputs read directly
     try:
+        if not apart:
+            raise failed
         session = _session(plain, log_severity)
     except Exception:
         raise ModelLoadError(f"onnxruntime cannot run {what}: {failed}",
@@ -195,21 +197,22 @@ def _session(data: bytes, log_severity: int) -> ort.InferenceSession:
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
 
 
-def _outputs_apart(proto: onnx.ModelProto, names: Sequence[str]) -> None:
+def _outputs_apart(proto: onnx.ModelProto, names: Sequence[str]) -> bool:
     """Each node-made tensor of ``names`` handed out as an Identity of it, the model's nodes
     reading it under another name, in place: the same values. Why: onnxruntime's transpose
-    optimizer (onnxruntime 1.32 does, 1.18 did not), moving a Transpose that follows a graph output in a
-    QDQ model, puts a Quantize/Dequantize pair before it and gives the pair's output the graph
-    output's name, so the output read is the tensor rounded to the int8 grid and clamped to
-    its range (the Unsqueeze before the first Quantize of a frame-lifted input). An output of
-    its own, that no node reads, it leaves as the model computes it."""
+    optimizer (onnxruntime 1.32 does, 1.18 did not), moving a Transpose that follows a graph
+    output in a QDQ model, puts a Quantize/Dequantize pair before it and gives the pair's
+    output the graph output's name, so the output read is the tensor rounded to the int8
+    grid and clamped to its range (the Unsqueeze before the first Quantize of a frame-lifted
+    input). An output of its own, that no node reads, it leaves as the model computes it.
+    True when it changed the model."""
     graph = proto.graph
     made = {out for node in graph.node for out in node.output}
     # a model handed out once already (its proto reused for another session) stays as it is
     inner = {name: f"{name}__apart" for name in names
              if name in made and f"{name}__apart" not in made}
     if not inner:
-        return
+        return False
     nodes = []
     for node in graph.node:
         node.input[:] = [inner.get(name, name) for name in node.input]
@@ -219,6 +222,7 @@ def _outputs_apart(proto: onnx.ModelProto, names: Sequence[str]) -> None:
                                                  name=f"{name}__apart") for name in probes]
     graph.ClearField("node")
     graph.node.extend(nodes)
+    return True
 
 
 # The shape initializers onnxruntime's MatMulAddFusion (1.2x and later; not 1.18) adds for an
