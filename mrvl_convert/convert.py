@@ -26,6 +26,7 @@ from mrvl_convert.frontend.canonicalize import CanonicalGraph, canonicalize
 from mrvl_convert.frontend.foreign_cost import foreign_int8_section
 from mrvl_convert.frontend.foreign_kept import kept_model
 from mrvl_convert.frontend.load import LoadedModel, ModelLike, load_model
+from mrvl_convert.frontend.shape_failures import opaque_nodes
 from mrvl_convert.ir.layout import MrvlSubgraph
 from mrvl_convert.ir.match import MatchPlan
 from mrvl_convert.ir.stages import Plan
@@ -168,6 +169,8 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         batch = model_batch(canonical.graph)
         lifts = {**sequence_lifts(canonical.graph, device_limit, batch),
                  **batchless_lifts(canonical.graph, device_limit)}
+        # a Loop onnx cannot infer, and what only it shapes, run on CPU (shape_failures.py)
+        lifts.update(opaque_nodes(canonical.graph, loaded.shape_failures))
         denied = {**lifts, **_denied(canonical, loaded, options.deny)}
         kept = _kept_fp32(canonical, loaded, options.keep_fp32)
         # Without the nodes kept in fp32: the plan their cost is measured against.

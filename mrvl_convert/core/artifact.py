@@ -87,6 +87,15 @@ def shape_of(value: Any, path: str, field: str) -> Tuple[int, ...]:
     return tuple(value)
 
 
+def dims_of(value: Any, path: str, field: str) -> Tuple[Optional[int], ...]:
+    """A shape whose dims may be None (null: a dim only the run decides), else as ``shape_of``."""
+    if not isinstance(value, list):
+        return shape_of(value, path, field)
+    known = [d for d in value if d is not None]
+    shape_of(known, path, field)
+    return tuple(value)
+
+
 def _short(value: Any, limit: int = 120) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[:limit] + "..."

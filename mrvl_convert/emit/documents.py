@@ -47,8 +47,11 @@ def _as_given(entry: Dict[str, Any], dtypes: Mapping[str, str]) -> Dict[str, Any
 
 
 def _boundary(tensor: gs.Tensor, layout: Optional[str] = None,
-              label: Optional[str] = None) -> Dict[str, Any]:
+              label: Optional[str] = None, dynamic: bool = False) -> Dict[str, Any]:
+    """``dynamic``: a dim unknown may be None (null), where the rank is known."""
     shape = static_shape(tensor)
+    if shape is None and dynamic and tensor.shape is not None:
+        shape = [d if isinstance(d, int) and d >= 0 else None for d in tensor.shape]
     if shape is None:
         raise ShapeError(
             f"is a stage boundary without a static shape ({tensor.shape}): shape inference "
@@ -68,6 +71,7 @@ def manifest(loaded: LoadedModel, plan: Plan, subgraphs: Mapping[str, MrvlSubgra
     recorded as every stage's ``sha256``, so a reader can refuse a file changed since."""
     label = loaded.label
     stages = []
+    read = {t.name for stage in plan.stages for t in stage.inputs}
     for stage in plan.stages:
         entry: Dict[str, Any] = {"kind": stage.kind, "name": stage.name}
         entry.update(files[stage.name])
@@ -84,7 +88,10 @@ def manifest(loaded: LoadedModel, plan: Plan, subgraphs: Mapping[str, MrvlSubgra
         else:
             entry["inputs"] = [_boundary(t, label=label) for t in stage.inputs]
             entry["nodes"] = len(stage.nodes)
-        entry["outputs"] = [_boundary(t, label=label) for t in stage.outputs]
+        # a CPU stage's output no stage reads is a model output: it may keep a dim only the
+        # run decides (a decoded sequence's length after a Loop, shape_failures.py)
+        entry["outputs"] = [_boundary(t, label=label, dynamic=stage.kind == "cpu"
+                                      and t.name not in read) for t in stage.outputs]
         stages.append(entry)
     resolved = {b["tensor"]: b["shape"] for s in stages for b in s["inputs"] + s["outputs"]}
     graph = loaded.proto.graph

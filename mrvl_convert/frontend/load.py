@@ -4,7 +4,8 @@ Requires: a path to an ONNX file or an ``onnx.ModelProto``.
 Ensures: the returned ``LoadedModel.proto`` passes ``onnx.checker``, uses an opset in the
 supported range and an IR version onnxruntime accepts, has every node named uniquely, has no
 dynamic dimension left on its inputs, and carries inferred shapes for every tensor that shape
-inference can reach; a model older than opset 11 is at opset 11 where onnx's converter can bring
+inference can reach (strict inference; where it fails inside a Loop/If/Scan, non-strict
+inference of the rest and the node in ``shape_failures``: ``shape_failures.py``); a model older than opset 11 is at opset 11 where onnx's converter can bring
 it (``opset_upgrade.py``, exact), and no float16 is left (``float16_model.py``: the float32
 twin, the float16 inputs/outputs in ``boundary_dtypes``). Anything else raises a ``MrvlConvertError`` subclass naming the model.
 """
@@ -31,6 +32,7 @@ from mrvl_convert.frontend.input_values import Values, input_values
 from mrvl_convert.frontend.names import name_source, safe_name
 from mrvl_convert.frontend.opset_upgrade import upgrade_opset
 from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
+from mrvl_convert.frontend.shape_failures import infer_around
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -71,6 +73,9 @@ class LoadedModel:
     opset: Dict[str, Any] = field(default_factory=dict)
     # node -> its op type in the file, where the opset upgrade changed it (Upsample -> Resize)
     given_ops: Dict[str, str] = field(default_factory=dict)
+    # control-flow node -> onnx's message, where strict shape inference fails inside it
+    # (``shape_failures.py``: the rest is inferred, it and what its shapes decide run on CPU)
+    shape_failures: Dict[str, str] = field(default_factory=dict)
 
 
 def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]] = None,
@@ -94,7 +99,8 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
         original_names = {ours: original_names.get(was, was) for ours, was in renamed.items()}
     fixed = fix_input_shapes(proto, shapes or {}, label)
     pinned = input_values(proto, values or {}, fixed.shapes, label)
-    proto = _infer_shapes(proto, label, list(fixed.overrides))
+    failures: Dict[str, str] = {}
+    proto = _infer_shapes(proto, label, list(fixed.overrides), failures)
     check_channels(proto, label, list(fixed.overrides))
     _check_dtypes(proto, label)
     _check_negative_dims(proto, label)
@@ -112,6 +118,7 @@ def load_model(model: ModelLike, *, shapes: Optional[Mapping[str, Sequence[int]]
                        name_original=source if source != model_name else None,
                        input_shape_overrides=fixed.overrides, values=pinned,
                        boundary_dtypes=boundary_dtypes, given_ops=given_ops,
+                       shape_failures=failures,
                        opset={} if upgrade.note is None else
                        {"given": upgrade.given, "used": upgrade.used, "note": upgrade.note})
 
@@ -301,8 +308,10 @@ def _check_negative_dims(proto: onnx.ModelProto, label: str) -> None:
                 model=label, node=_producer_of(proto, value.name), tensor=value.name)
 
 
-def _infer_shapes(proto: onnx.ModelProto, label: str,
-                  overridden: Sequence[str] = ()) -> onnx.ModelProto:
+def _infer_shapes(proto: onnx.ModelProto, label: str, overridden: Sequence[str] = (),
+                  failures: Optional[Dict[str, str]] = None) -> onnx.ModelProto:
+    """``failures``: filled with the control-flow nodes strict inference fails inside, where
+    non-strict inference of the rest is taken instead (``shape_failures.py``)."""
     # Value infos written by exporters can carry stale symbolic dims: infer from scratch.
     del proto.graph.value_info[:]
     for output in proto.graph.output:
@@ -311,10 +320,14 @@ def _infer_shapes(proto: onnx.ModelProto, label: str,
         for dim in output.type.tensor_type.shape.dim:
             if overridden or (dim.HasField("dim_value") and dim.dim_value <= 0):
                 dim.Clear()
+    light = _without_weights(proto)
     try:
-        inferred = infer_model_shapes(_without_weights(proto), check_type=True,
-                                      strict_mode=True)
+        inferred = infer_model_shapes(light, check_type=True, strict_mode=True)
     except Exception as exc:
+        around = infer_around(light, exc, infer_model_shapes)
+        if around is not None and failures is not None:
+            failures.update(around.failures)
+            return _with_weights(around.model, proto)
         text = _first_line(exc)
         node = re.search(r"node name: ([^)]*)\)", text)
         if overridden:

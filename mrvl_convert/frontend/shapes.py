@@ -5,7 +5,8 @@ Any tensor may become a stage boundary, and a boundary's shape in the manifest m
 unknown after an op it has no rule for (``com.microsoft`` ops such as ``Gelu``), or a dim it
 cannot propagate; the inputs are static by now, so onnxruntime computes these tensors on zeros of
 the input shapes, and again on ones: a shape both runs agree on is the tensor's shape; one they
-disagree on depends on the input values (``NonZero``...) and stays unknown, as does one
+disagree on depends on the input values (``NonZero``...) and stays unknown (the dims they agree
+on known, the others None, where they agree on its rank), as does one
 onnxruntime cannot compute. When the runs fail on an ``If`` (a branch that does not fit the
 input shapes, chosen on zeros: a recurrent model's branch for another sample rate), they are
 made again with every If's condition forced true, then false: a shape all the runs that
@@ -63,11 +64,22 @@ def resolve_shapes(graph: gs.Graph, ir_version: int, *, blocked: Collection[str]
         shapes = [list(r.shape) for r in results]
         if any(shape != shapes[0] for shape in shapes):
             unresolved[tensor.name] = _disagreement(shapes, branches)
+            _keep_agreed(tensor, shapes, results[0].dtype)
             continue
         tensor.shape = [int(d) for d in shapes[0]]
         if tensor.dtype is None:
             tensor.dtype = results[0].dtype
     return unresolved
+
+
+def _keep_agreed(tensor: gs.Tensor, shapes: List[List[int]], dtype: np.dtype) -> None:
+    """The dims every run agrees on, None for the others (a decoded sequence's length), where
+    the runs agree on the rank: what a model output after a Loop declares (``shape_failures``)."""
+    if all(len(s) == len(shapes[0]) for s in shapes):
+        tensor.shape = [d if all(s[k] == d for s in shapes) else None
+                        for k, d in enumerate(shapes[0])]
+    if tensor.dtype is None:
+        tensor.dtype = dtype
 
 
 def _disagreement(shapes: List[List[int]], branches: List[str]) -> str:

@@ -98,7 +98,7 @@ class HybridSession:
         model = require(manifest, "model", dict, self.manifest_path, "top level")
         self.model_name = str(model.get("name", ""))
         self._inputs = read_tensors(self.manifest_path, model, "inputs", "model")
-        self._outputs = read_tensors(self.manifest_path, model, "outputs", "model")
+        self._outputs = read_tensors(self.manifest_path, model, "outputs", "model", dynamic=True)
         self.simulator = MrvlSimulator(on_range_error, gemm=gemm, engine=engine, threads=threads)
         reader = StageReader(self.artifact_dir, self.manifest_path, self.simulator, threads,
                              log_severity)

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from mrvl_convert.core.artifact import require, shape_of
+from mrvl_convert.core.artifact import dims_of, require, shape_of
 from mrvl_convert.core.paths import confined
 from mrvl_convert.errors import ArtifactError
 from mrvl_convert.runtime.chunked import ChunkedSubgraph
@@ -68,8 +68,9 @@ class Stage:
 
 
 def read_tensors(manifest_path: str, doc: Dict[str, Any], key: str, where: str,
-                 name_key: str = "name") -> List[TensorSpec]:
-    """The tensor entries ``doc[key]`` of the manifest (the model's or a stage's)."""
+                 name_key: str = "name", dynamic: bool = False) -> List[TensorSpec]:
+    """The tensor entries ``doc[key]`` of the manifest (the model's or a stage's); ``dynamic``:
+    a dim may be None (a model output only the run sizes, a CPU stage's that gives it)."""
     entries = require(doc, key, list, manifest_path, where)
     specs = []
     for k, entry in enumerate(entries):
@@ -77,7 +78,8 @@ def read_tensors(manifest_path: str, doc: Dict[str, Any], key: str, where: str,
         if not isinstance(entry, dict):
             raise ArtifactError(f"{manifest_path}: {place} must be an object")
         name = require(entry, name_key, str, manifest_path, place)
-        shape = shape_of(entry.get("shape"), manifest_path, f"{place}.shape")
+        shape = (dims_of if dynamic else shape_of)(entry.get("shape"), manifest_path,
+                                                   f"{place}.shape")
         dtype = entry.get("dtype", "float32")
         if not isinstance(dtype, str) or dtype not in DTYPES:
             raise ArtifactError(f"{manifest_path}: {place} ({name}): dtype {dtype!r} "
@@ -111,7 +113,8 @@ class StageReader:
         kind = require(doc, "kind", str, self.manifest_path, where)
         name = str(doc.get("name", where))
         inputs = read_tensors(self.manifest_path, doc, "inputs", f"stage {name}", "tensor")
-        outputs = read_tensors(self.manifest_path, doc, "outputs", f"stage {name}", "tensor")
+        outputs = read_tensors(self.manifest_path, doc, "outputs", f"stage {name}", "tensor",
+                               dynamic=kind == "cpu")
         if kind == "mrvl":
             return Stage(kind, name, inputs, outputs,
                          self._compile_mrvl(doc, name, inputs, outputs, alone))
@@ -224,7 +227,7 @@ def _check_against_onnx(spec: TensorSpec, arg: Any, path: str, stage: str) -> No
     type_str = DTYPES[spec.dtype][1]
     static = [d if isinstance(d, int) else None for d in (arg.shape or [])]
     shape_ok = len(static) == len(spec.shape) and all(
-        d is None or d == want for d, want in zip(static, spec.shape))
+        d is None or want is None or d == want for d, want in zip(static, spec.shape))
     if arg.type != type_str or not shape_ok:
         raise ArtifactError(f"{path}: CPU stage {stage}: tensor {spec.name!r} is {arg.type} "
                             f"{arg.shape} in the ONNX file but the manifest says {type_str} "
