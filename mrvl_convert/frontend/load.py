@@ -32,7 +32,7 @@ from mrvl_convert.frontend.input_values import Values, input_values
 from mrvl_convert.frontend.names import name_source, safe_name
 from mrvl_convert.frontend.opset_upgrade import upgrade_opset
 from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
-from mrvl_convert.frontend.shape_failures import infer_around
+from mrvl_convert.frontend.shape_failures import Inferred, PlainFailure, infer_around
 
 MIN_OPSET = 7
 MAX_OPSET = onnx.defs.onnx_opset_version()
@@ -325,18 +325,20 @@ def _infer_shapes(proto: onnx.ModelProto, label: str, overridden: Sequence[str] 
         inferred = infer_model_shapes(light, check_type=True, strict_mode=True)
     except Exception as exc:
         around = infer_around(light, exc, infer_model_shapes)
-        if around is not None and failures is not None:
+        if isinstance(around, Inferred) and failures is not None:
             failures.update(around.failures)
             return _with_weights(around.model, proto)
         text = _first_line(exc)
-        node = re.search(r"node name: ([^)]*)\)", text)
+        found = re.search(r"node name: ([^)]*)\)", text)
+        node = found[1] if found else None
+        if isinstance(around, PlainFailure):  # the node to fix, not the Loop before it
+            text, node = around.message, around.node
         if overridden:
             raise ShapeError(f"the given shape of input(s) {', '.join(map(repr, overridden))} "
                              f"replaces static dims, and the model does not fit it: shape "
-                             f"inference fails: {text}", model=label,
-                             node=node[1] if node else None) from None
+                             f"inference fails: {text}", model=label, node=node) from None
         raise InvalidModelError(f"shape inference fails: {text}", model=label,
-                                node=node[1] if node else None) from None
+                                node=node) from None
     return _with_weights(inferred, proto)
 
 

@@ -10,7 +10,8 @@ Requires: a model and the exception strict inference raised on it.
 Ensures: ``infer_around`` gives the model as onnx's non-strict inference shapes it and the
 control-flow nodes whose inference failed, each with onnx's message, when every top-level node
 strict inference names is such a node or reads, directly or not, an output of one (a
-consequence: strict inference left its inputs untyped); it gives None otherwise (a plain node's own failure stays load's clear error).
+consequence: strict inference left its inputs untyped); else the first other node that fails
+(``PlainFailure``: a plain node's own failure stays load's clear error, naming it).
 ``opaque_nodes`` names each node of a graph whose shapes stay unknown for that reason, with a
 one-line reason naming the failing node and onnx's message. Exact: nothing is rewritten; those
 nodes run on onnxruntime as the model does.
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
+from typing import Callable, Dict, List, Mapping, Set, Tuple, Union
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -39,17 +40,26 @@ class Inferred:
     failures: Dict[str, str]
 
 
+@dataclass(frozen=True)
+class PlainFailure:
+    """A node outside control flow whose own inference fails: load's error names it."""
+    node: str
+    message: str
+
+
 def infer_around(proto: onnx.ModelProto, error: BaseException,
-                 infer: Callable[..., onnx.ModelProto]) -> Optional[Inferred]:
-    """``infer(proto, **options)``: onnx's inference, called here without strict mode."""
+                 infer: Callable[..., onnx.ModelProto]) -> Union[Inferred, PlainFailure, None]:
+    """``infer(proto, **options)``: onnx's inference, called here without strict mode. None:
+    no control-flow node fails (load's error as it was)."""
     top = {n.name: n for n in proto.graph.node}
     failing = _failing_nodes(str(error), top)
     roots = {name: text for name, text in failing.items() if top[name].op_type in CONTROL_FLOW}
     if not roots:
         return None
     after = _after(proto.graph, roots)
-    if any(not after.intersection(top[name].input) for name in failing.keys() - roots.keys()):
-        return None  # a plain node's own failure, not one strict inference left without types
+    for name in [n for n in failing if n not in roots]:
+        if not after.intersection(top[name].input):  # not one strict inference left untyped
+            return PlainFailure(name, failing[name])
     try:
         inferred = infer(proto, check_type=True, strict_mode=False)
     except Exception:  # non-strict inference raises only on a malformed model: load's error
