@@ -16,7 +16,7 @@ from mrvl_convert.errors import ArtifactError, InvalidModelError
 from mrvl_convert.frontend.load import load_model
 from mrvl_convert.frontend.shape_arithmetic import infer_model_shapes
 from mrvl_convert.frontend.shape_failures import PlainFailure, infer_around
-from tests.support.loop_decoder import loop_decoder
+from support.loop_decoder import loop_decoder
 
 
 def _feeds():
