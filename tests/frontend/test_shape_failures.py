@@ -103,3 +103,12 @@ def test_a_null_dim_on_a_mrvl_stage_output_is_refused(tmp_path):
     path.write_text(json.dumps(manifest))
     with pytest.raises(ArtifactError, match="shape"):
         mrvl_convert.HybridSession(tmp_path / "out")
+
+
+def test_a_node_after_the_loop_whose_shape_onnxruntime_tells_is_not_held_by_it(tmp_path):
+    """Only what depends on shapes only the Loop knows is held on CPU for it: a Mul of the
+    Loop's final state (static ``[1, C]``) is matched by its rule (and placed by the policy)."""
+    result = mrvl_convert.convert(loop_decoder(tail=True), tmp_path / "out")
+    placed = {n["name"]: n for n in result.report["nodes"]}
+    assert "'decoder'" not in placed["double"]["reason"]
+    assert "mrvl.mul" in placed["double"]["reason"]

@@ -7,8 +7,6 @@ scans each step: how many steps it runs, the scan output's leading dim, depends 
 """
 from __future__ import annotations
 
-from typing import Optional
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -54,12 +52,13 @@ def _body(channels: int, threshold: float) -> onnx.GraphProto:
 
 
 def loop_decoder(channels: int = 4, size: int = 8, threshold: float = 0.05,
-                 max_steps: int = 16, seed: int = 0,
-                 plain_failure: Optional[bool] = False) -> onnx.ModelProto:
+                 max_steps: int = 16, seed: int = 0, plain_failure: bool = False,
+                 tail: bool = False) -> onnx.ModelProto:
     """x ``[1, 3, size, size]`` -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Loop ->
     (``last`` ``[1, channels]``, ``steps`` ``[k, 1, channels]`` after a Softmax). With
     ``plain_failure``, an Add of mismatched widths after the backbone as well: a plain node's
-    own failure of shape inference."""
+    own failure of shape inference. With ``tail``, ``last`` through a Conv-free tail (Mul by 2,
+    Relu) whose static shape onnxruntime tells: it need not stay on CPU."""
     rng = np.random.default_rng(seed)
     weight = rng.standard_normal((channels, 3, 3, 3)).astype(np.float32)
     bias = np.zeros(channels, np.float32)
@@ -77,6 +76,11 @@ def loop_decoder(channels: int = 4, size: int = 8, threshold: float = 0.05,
     ]
     outputs = [helper.make_tensor_value_info("last", TensorProto.FLOAT, [1, channels]),
                helper.make_tensor_value_info("steps", TensorProto.FLOAT, ["k", 1, channels])]
+    if tail:
+        inits.append(numpy_helper.from_array(np.full((1, channels), 2, np.float32), "two"))
+        nodes += [helper.make_node("Mul", ["last", "two"], ["doubled"], name="double"),
+                  helper.make_node("Relu", ["doubled"], ["tail"], name="tail_relu")]
+        outputs.append(helper.make_tensor_value_info("tail", TensorProto.FLOAT, [1, channels]))
     if plain_failure:
         inits.append(numpy_helper.from_array(np.ones((1, channels + 1), np.float32), "wide"))
         nodes.append(helper.make_node("Add", ["feat", "wide"], ["bad"], name="bad_add"))
