@@ -294,6 +294,8 @@ def _table_cells(row: Row) -> tuple:
         ok = ("ok" if row.passed else "over") if row.tolerance else "skip"
     else:
         ok = ("ok" if row.passed else "FAIL") if row.tolerance or not row.passed else "skip"
-    return (row.tensor, row.kind, "x".join(map(str, row.shape)), _fmt(row.max_abs),
+    # a dim only the run decides (a decoded sequence after a Loop: shape_failures.py) is "?"
+    shape = "x".join("?" if d is None else str(d) for d in row.shape)
+    return (row.tensor, row.kind, shape, _fmt(row.max_abs),
             _fmt(row.max_rel), _fmt(row.cosine, ".6f"), _fmt(row.top1, ".4f"), tol_text,
             ok + (f"  {row.note}" if row.note else ""))
