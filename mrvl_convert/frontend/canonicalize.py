@@ -18,8 +18,10 @@ a pre-norm LayerNorm's scale and shift and a power-of-two attention scale are fo
 FC that reads them (``fc_folds.py``), and dead nodes are removed. Every node of the loaded model
 that is not in the result is listed in ``removed`` with the reason, or in ``merged`` with the
 node that now computes it. Every model output has a static shape (``shapes.py``: else a
-ShapeError; but one after a control-flow node onnx cannot infer, ``shape_failures.py``), and so has every other tensor that onnxruntime can give one; every output onnx can
+ShapeError), and so has every other tensor that onnxruntime can give one; every output onnx can
 infer has the loaded model's shape after the rewrites (``output_shapes.py``: else an error).
+After a control-flow node onnx cannot infer (``shape_failures.py``) a dim onnx did not infer
+stays None, a model output's too: only a run decides it.
 
 Only exact rewrites happen here, so a CPU subgraph cut from this graph computes bit for bit what
 the original did; the exceptions, ``Max(x, 0) -> Relu`` and the class-token Concat's form
@@ -99,7 +101,7 @@ from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
 from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
-from mrvl_convert.frontend.shape_failures import dynamic_outputs
+from mrvl_convert.frontend.shape_failures import after_failures, declared_dims
 from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
 from mrvl_convert.frontend.space_to_batch import rewrite_space_to_batch
 from mrvl_convert.frontend.token_forms import rewrite_tokens
@@ -235,10 +237,12 @@ def _check_output_shapes(graph: gs.Graph, loaded: LoadedModel, unfolded: Dict[st
                          verbose: bool) -> None:
     """Shapes inference left unknown, computed by onnxruntime; a model output still unknown is
     an error here (any other tensor only if it becomes a stage boundary: emit says so)."""
+    # after a Loop onnx cannot infer, a dim only the run decides; a model output may keep it
+    after = after_failures(graph, loaded.shape_failures)
     unresolved = resolve_shapes(graph, loaded.proto.ir_version, blocked=unfolded,
-                                verbose=verbose)
-    # a model output after a Loop onnx cannot infer may keep a dim only the run decides
-    dynamic = dynamic_outputs(graph, loaded.shape_failures)
+                                verbose=verbose, unsure=after)
+    dynamic = {t.name for t in graph.outputs} & after
+    declared_dims(graph, loaded.proto, dynamic)
     for tensor in graph.outputs:
         if tensor.name in unresolved and tensor.name not in dynamic:
             raise ShapeError(f"is a model output without a static shape: "

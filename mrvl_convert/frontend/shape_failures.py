@@ -122,10 +122,22 @@ def _downstream(graph: gs.Graph, roots: List[str]) -> Dict[str, Tuple[gs.Node, s
     return {n.name: (n, found[n.name]) for n in graph.nodes if n.name in found}
 
 
-def dynamic_outputs(graph: gs.Graph, failures: Mapping[str, str]) -> Set[str]:
-    """The model outputs that may keep an unknown dim: those after a failing node."""
+def after_failures(graph: gs.Graph, failures: Mapping[str, str]) -> Set[str]:
+    """The tensors a failing node computes, directly or not: their dims only a run decides."""
     if not failures:
         return set()
     after = {t.name for n, _ in _downstream(graph, list(failures)).values() for t in n.outputs}
-    after |= {t.name for n in graph.nodes if n.name in failures for t in n.outputs}
-    return {t.name for t in graph.outputs if t.name in after}
+    return after | {t.name for n in graph.nodes if n.name in failures for t in n.outputs}
+
+
+def declared_dims(graph: gs.Graph, loaded: onnx.ModelProto, outputs: Set[str]) -> None:
+    """Each model output of ``outputs`` of known rank takes the static dims the model declares
+    for it where nothing else told them (a decoder's ``[N, T, 50]``: its 50)."""
+    declared = {o.name: o.type.tensor_type.shape.dim for o in loaded.graph.output}
+    for tensor in graph.outputs:
+        dims = declared.get(tensor.name)
+        if tensor.name not in outputs or tensor.shape is None or len(dims or ()) != len(
+                tensor.shape):
+            continue
+        tensor.shape = [d if d is not None else (given.dim_value or None)
+                        for d, given in zip(tensor.shape, dims)]

@@ -5,13 +5,16 @@ Any tensor may become a stage boundary, and a boundary's shape in the manifest m
 unknown after an op it has no rule for (``com.microsoft`` ops such as ``Gelu``), or a dim it
 cannot propagate; the inputs are static by now, so onnxruntime computes these tensors on zeros of
 the input shapes, and again on ones: a shape both runs agree on is the tensor's shape; one they
-disagree on depends on the input values (``NonZero``...) and stays unknown (the dims they agree
-on known, the others None, where they agree on its rank), as does one
+disagree on depends on the input values (``NonZero``...) and stays unknown, as does one
 onnxruntime cannot compute. When the runs fail on an ``If`` (a branch that does not fit the
 input shapes, chosen on zeros: a recurrent model's branch for another sample rate), they are
 made again with every If's condition forced true, then false: a shape all the runs that
 succeed agree on is the tensor's shape for any input that onnxruntime runs the model on, a
-branch that fails on zeros and ones of the input shapes being one it does not run on them. A stage boundary or model output still unknown is a ShapeError
+branch that fails on zeros and ones of the input shapes being one it does not run on them.
+A tensor of ``unsure`` (after a control-flow node onnx cannot infer: ``shape_failures.py``) is
+never given a dim onnx did not infer: how many times a Loop runs, and so a decoded sequence's
+length, may agree on zeros and ones and differ on another input; it keeps its rank, where the
+runs agree on it, with its other dims None. A stage boundary or model output still unknown is a ShapeError
 naming the tensor (``canonicalize`` and ``emit.documents``), never an artifact that does not load.
 """
 from __future__ import annotations
@@ -37,7 +40,7 @@ def unknown_tensors(graph: gs.Graph) -> List[gs.Tensor]:
 
 
 def resolve_shapes(graph: gs.Graph, ir_version: int, *, blocked: Collection[str] = (),
-                   verbose: bool = False) -> Dict[str, str]:
+                   verbose: bool = False, unsure: Collection[str] = ()) -> Dict[str, str]:
     """Give every tensor of ``unknown_tensors(graph)`` the static shape (and, if unknown, the
     dtype) onnxruntime computes; returns the tensors left unknown, each with the reason. The run
     is skipped when it would compute a node of ``blocked`` (constants too large to fold)."""
@@ -62,9 +65,11 @@ def resolve_shapes(graph: gs.Graph, ir_version: int, *, blocked: Collection[str]
     unresolved: Dict[str, str] = {}
     for tensor, results in zip(unknown, zip(*runs)):
         shapes = [list(r.shape) for r in results]
+        if tensor.name in unsure:
+            unresolved[tensor.name] = _rank_only(tensor, shapes, results[0].dtype)
+            continue
         if any(shape != shapes[0] for shape in shapes):
             unresolved[tensor.name] = _disagreement(shapes, branches)
-            _keep_agreed(tensor, shapes, results[0].dtype)
             continue
         tensor.shape = [int(d) for d in shapes[0]]
         if tensor.dtype is None:
@@ -72,14 +77,15 @@ def resolve_shapes(graph: gs.Graph, ir_version: int, *, blocked: Collection[str]
     return unresolved
 
 
-def _keep_agreed(tensor: gs.Tensor, shapes: List[List[int]], dtype: np.dtype) -> None:
-    """The dims every run agrees on, None for the others (a decoded sequence's length), where
-    the runs agree on the rank: what a model output after a Loop declares (``shape_failures``)."""
-    if all(len(s) == len(shapes[0]) for s in shapes):
-        tensor.shape = [d if all(s[k] == d for s in shapes) else None
-                        for k, d in enumerate(shapes[0])]
+def _rank_only(tensor: gs.Tensor, shapes: List[List[int]], dtype: np.dtype) -> str:
+    """``tensor`` with the dims onnx inferred and None for the others, where the runs agree on
+    its rank (a model output's manifest entry needs it); why its shape stays unknown."""
+    known = tensor.shape if tensor.shape is not None else [None] * len(shapes[0])
+    if all(len(s) == len(known) for s in shapes):
+        tensor.shape = [d if isinstance(d, int) and d >= 0 else None for d in known]
     if tensor.dtype is None:
         tensor.dtype = dtype
+    return "it comes after a node whose shapes onnx cannot infer: no run can vouch for its shape"
 
 
 def _disagreement(shapes: List[List[int]], branches: List[str]) -> str:

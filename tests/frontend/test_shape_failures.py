@@ -113,3 +113,18 @@ def test_a_node_after_the_loop_whose_shape_onnxruntime_tells_is_not_held_by_it(t
     placed = {n["name"]: n for n in result.report["nodes"]}
     assert "'decoder'" not in placed["double"]["reason"]
     assert "mrvl.mul" in placed["double"]["reason"]
+
+
+def test_a_step_count_zeros_and_ones_agree_on_is_not_taken_for_the_shape(tmp_path):
+    """After the Loop no run vouches for a dim: zeros and ones stop this one after one step,
+    a negative input later, so the manifest says null, not 1, and the run decides."""
+    model = loop_decoder(negative=True)
+    result = mrvl_convert.convert(model, tmp_path / "out")
+    outputs = {o["name"]: o["shape"] for o in result.manifest["model"]["outputs"]}
+    assert outputs["steps"] == [None, 1, 4]
+    feed = {"x": -np.random.default_rng(5).random((1, 3, 8, 8), dtype=np.float32)}
+    got = mrvl_convert.HybridSession(tmp_path / "out").run(None, feed)[1]
+    want = ort.InferenceSession(model.SerializeToString(),
+                                providers=["CPUExecutionProvider"]).run(None, feed)[1]
+    assert got.shape == want.shape and want.shape[0] > 1
+    np.testing.assert_allclose(got, want, rtol=2e-3, atol=1e-3)

@@ -53,14 +53,17 @@ def _body(channels: int, threshold: float) -> onnx.GraphProto:
 
 def loop_decoder(channels: int = 4, size: int = 8, threshold: float = 0.05,
                  max_steps: int = 16, seed: int = 0, plain_failure: bool = False,
-                 tail: bool = False) -> onnx.ModelProto:
+                 tail: bool = False, negative: bool = False) -> onnx.ModelProto:
     """x ``[1, 3, size, size]`` -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Loop ->
     (``last`` ``[1, channels]``, ``steps`` ``[k, 1, channels]`` after a Softmax). With
     ``plain_failure``, an Add of mismatched widths after the backbone as well: a plain node's
     own failure of shape inference. With ``tail``, ``last`` through a Conv-free tail (Mul by 2,
-    Relu) whose static shape onnxruntime tells: it need not stay on CPU."""
+    Relu) whose static shape onnxruntime tells: it need not stay on CPU. With ``negative``, the
+    Conv's weights all negative: zeros and ones both stop the Loop after one step, a negative
+    input does not."""
     rng = np.random.default_rng(seed)
     weight = rng.standard_normal((channels, 3, 3, 3)).astype(np.float32)
+    weight = -np.abs(weight) if negative else weight
     bias = np.zeros(channels, np.float32)
     inits = [numpy_helper.from_array(weight, "w"), numpy_helper.from_array(bias, "b"),
              numpy_helper.from_array(np.array(max_steps, np.int64), "max_steps"),
