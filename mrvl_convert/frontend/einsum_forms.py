@@ -77,9 +77,9 @@ def einsum_equation(node: gs.Node) -> Union[Equation, str]:
         return "it is not float32"
     if all(is_const(t) for t in node.inputs):
         return "every operand is a constant"
-    if any(p.op == "DequantizeLinear" for t in node.inputs for p in t.inputs) \
-            or any(c.op == "QuantizeLinear" for c in node.outputs[0].outputs):
-        return "it is in an int8 (QDQ) region"
+    if any(p.op == "DequantizeLinear" and is_const(p.inputs[0])
+           for t in node.inputs for p in t.inputs):
+        return "an operand is a quantized constant (no int8 form of it)"
     eq = read_equation(str(attr(node, "equation", "")), shapes[:-1])
     if not isinstance(eq, str) and [eq.sizes[c] for c in eq.output] != list(shapes[-1]):
         return f"its output shape {shapes[-1]} is not the equation's"

@@ -23,6 +23,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.toposort import toposort
 from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.frontend.einsum_forms import rewrite_einsums
 from mrvl_convert.frontend.folding import FoldBounds, fold_constants
 from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.frontend.qdq import fold_quantized_constants
@@ -35,7 +36,7 @@ from mrvl_convert.frontend.shapes import resolve_shapes
 def unrolled_cells(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
                    ) -> onnx.ModelProto:
     """``proto`` with its cells unrolled (module docstring), its inputs at ``shapes``."""
-    if not any(n.op_type in STEPS for n in proto.graph.node):
+    if not any(n.op_type in STEPS or n.op_type == "Einsum" for n in proto.graph.node):
         return proto
     name_nodes(proto)  # an unnamed cell named as the converter named it (LSTM_79), in place
     fixed = _at_shapes(proto, shapes)
@@ -43,7 +44,10 @@ def unrolled_cells(proto: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]
     graph = gs.import_onnx(infer_model_shapes(fixed))
     resolve_shapes(graph, fixed.ir_version)  # what a computed Reshape target left unknown
     _fold_weights(graph, proto, opset)
-    if not unroll_recurrent(graph, Rewrites(), opset):
+    done = Rewrites()
+    # an Einsum the conversion rewrote computes as its layers (an fp16 MatMul between
+    # Transposes): the reference rounds those layers, under the conversion's node names
+    if not (unroll_recurrent(graph, done, opset) | rewrite_einsums(graph, opset, done)):
         return proto
     toposort(graph.cleanup(remove_unused_graph_inputs=False))
     unrolled = gs.export_onnx(graph)
