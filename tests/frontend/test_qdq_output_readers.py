@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from support.models import Builder, canonicalized, run_ort
-from support.strategies.i8einsum import EncNet, converted, verified
+from support.strategies.i8einsum import EncNet, assert_whole_and_bit_equal, converted
 
 
 def _tapped_qdq():
@@ -50,12 +50,4 @@ def test_an_int8_depthwise_conv_reading_a_model_output_is_on_mrvl(tmp_path: Path
     """Main: 2 Mrvl + 2 CPU subgraphs (the depthwise Conv and its weight's DequantizeLinear,
     the Einsum); now one Mrvl subgraph, bit-equal to its QDQ model."""
     net = EncNet(tap_output=True)
-    result = converted(net, tmp_path / "out")
-    cpu = [(n["name"], n.get("reason")) for n in result.report["nodes"]
-           if n["placement"] != "mrvl"]
-    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0), cpu
-    placed = {n["name"]: n for n in result.report["nodes"]}
-    assert placed["depthwise"].get("rule") == "mrvl.qnn_conv2d", placed["depthwise"]
-    comparison = verified(result, net)
-    assert comparison.passed, comparison.summary_line()
-    assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
+    assert_whole_and_bit_equal(converted(net, tmp_path / "out"), net)

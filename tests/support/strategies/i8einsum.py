@@ -108,3 +108,15 @@ def verified(result: "mrvl_convert.Result", net: EncNet) -> Any:
     """verify of the int8 artifact against the QDQ model it keeps, on ``feeds(net)``."""
     qdq = result.out_dir / result.manifest["quantization"]["file"]
     return mrvl_convert.compare(qdq, result.out_dir, feeds(net), with_floor=False)
+
+
+def assert_whole_and_bit_equal(result: "mrvl_convert.Result", net: EncNet) -> None:
+    """One Mrvl subgraph, nothing on CPU, the depthwise Conv an int8 layer, and verify against
+    the QDQ model PASS with every judged tensor at max_abs 0."""
+    placed = {n["name"]: n for n in result.report["nodes"]}
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0), [
+        (name, p.get("reason")) for name, p in placed.items() if p["placement"] != "mrvl"]
+    assert placed["depthwise"].get("rule") == "mrvl.qnn_conv2d", placed["depthwise"]
+    comparison = verified(result, net)
+    assert comparison.passed, comparison.summary_line()
+    assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
