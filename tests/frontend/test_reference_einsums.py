@@ -13,13 +13,15 @@ from mrvl_convert.frontend.recurrent_reference import unrolled_cells
 from mrvl_convert.runtime.session import HybridSession
 from support.models import run_ort
 from support.strategies.einsum import bound
-from support.strategies.i8einsum import EncNet, converted, feeds, verified
+from support.strategies.i8einsum import (EncNet, assert_whole_and_bit_equal, converted,
+                                          feeds, verified)
 
 
 def test_a_grouped_linear_between_qdq_pairs_is_one_mrvl_subgraph(tmp_path: Path):
     """Main: 1 Mrvl + 1 CPU subgraph ("no rule handles op type Einsum")."""
     net = EncNet(tap_output=False, frames=5, groups=3, inner=2, hidden=4, seed=3)
     result = converted(net, tmp_path / "out")
+    _quantized_after(result, tail_add=False)
     assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0), [
         (n["name"], n.get("reason")) for n in result.report["nodes"] if n["placement"] != "mrvl"]
     assert "became" in next(n for n in result.report["nodes"]
@@ -28,6 +30,22 @@ def test_a_grouped_linear_between_qdq_pairs_is_one_mrvl_subgraph(tmp_path: Path)
     assert comparison.passed, comparison.summary_line()
     # bit-equal: the reference rounds where the fp16 MatMul rounds (before: up to 2^-9 off)
     assert all(row.max_abs == 0 for row in comparison.judged_rows), comparison.summary_line()
+
+
+def test_an_einsum_whose_relu_is_quantized_is_bit_equal(tmp_path: Path):
+    """enc's df_fc_emb: DequantizeLinear -> Einsum -> Reshape -> Relu -> QuantizeLinear."""
+    net = EncNet(tail_add=True, seed=5)
+    result = converted(net, tmp_path / "out")
+    _quantized_after(result, tail_add=True)
+    assert_whole_and_bit_equal(result, net)
+
+
+def _quantized_after(result, tail_add: bool) -> None:
+    """Whether the Relu after the Einsum feeds a QuantizeLinear in the artifact's QDQ model."""
+    qdq = onnx.load(str(result.out_dir / result.manifest["quantization"]["file"]))
+    relu = next(n for n in qdq.graph.node if n.name == "relu2")
+    readers = [n.op_type for n in qdq.graph.node if relu.output[0] in n.input]
+    assert ("QuantizeLinear" in readers) == tail_add, readers
 
 
 def test_the_reference_rewrites_the_einsum_under_the_conversions_names(tmp_path: Path):

@@ -2,7 +2,7 @@
 fp16): Conv -> Relu, its result also a model output (enc's ``e0``/``c0``), then a depthwise
 ``[1, 3]`` Conv (stride 2 along F, no bias) and a pointwise Conv -> Relu, laid out as tokens
 ``[1, T, g, i]`` (Transpose + Reshape) and a grouped linear ``Einsum btgi,gih->btgh`` ->
-Reshape ``[1, T, g h]`` -> Relu. Quantized by our recipe, the depthwise Conv reads the
+Reshape ``[1, T, g h]`` -> Relu (-> Add of a constant). Quantized by our recipe, the depthwise Conv reads the
 DequantizeLinear that writes the model output (``frontend/qdq.py``) and the Einsum sits between
 QDQ pairs (``frontend/einsum_forms.py``; verify's reference rewrites it likewise,
 ``frontend/recurrent_reference.py``)."""
@@ -31,6 +31,9 @@ class EncNet:
     inner: int = 2
     hidden: int = 3
     tap_output: bool = True  # the first Relu's result is also a model output
+    # y = Relu(...) + a constant: quantize_static quantizes the Add, so the Relu after the
+    # Einsum feeds a QuantizeLinear (enc's df_fc_emb -> Relu -> combine/Add)
+    tail_add: bool = False
     seed: int = 0
 
     @property
@@ -58,8 +61,10 @@ def enc_net(net: EncNet = EncNet()) -> onnx.ModelProto:
         helper.make_node("Einsum", ["g", "wg"], ["e"], equation="btgi,gih->btgh",
                          name="grouped_linear"),
         helper.make_node("Reshape", ["e", "joined"], ["j"], name="join"),
-        helper.make_node("Relu", ["j"], ["y"], name="relu2"),
+        helper.make_node("Relu", ["j"], ["y_relu" if net.tail_add else "y"], name="relu2"),
     ]
+    if net.tail_add:
+        nodes.append(helper.make_node("Add", ["y_relu", "shift"], ["y"], name="tail"))
     inits = {
         "w0": rng.standard_normal((c, 2, 3, 3)) / 4, "b0": 0.1 * rng.standard_normal(c),
         "wd": rng.standard_normal((c, 1, 1, 3)) / 2,
@@ -68,6 +73,7 @@ def enc_net(net: EncNet = EncNet()) -> onnx.ModelProto:
         "grouped": np.array([1, t, net.groups, net.inner * net.half], np.int64),
         "wg": rng.standard_normal((net.groups, net.inner * net.half, net.hidden)) / 2,
         "joined": np.array([1, t, net.groups * net.hidden], np.int64),
+        "shift": 0.1 * rng.standard_normal(net.groups * net.hidden),
     }
     outputs = [helper.make_tensor_value_info("y", TensorProto.FLOAT,
                                              [1, t, net.groups * net.hidden])]
@@ -88,6 +94,7 @@ def enc_nets(draw) -> EncNet:
     return EncNet(frames=draw(st.integers(2, 9)), bins=draw(st.integers(3, 12)),
                   groups=draw(st.integers(1, 5)), inner=draw(st.integers(1, 3)),
                   hidden=draw(st.integers(1, 6)), tap_output=draw(st.booleans()),
+                  tail_add=draw(st.booleans()),
                   seed=draw(st.integers(0, 2 ** 16)))
 
 
