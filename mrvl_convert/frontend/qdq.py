@@ -32,14 +32,18 @@ from mrvl_convert.core.graph import const_value, is_const
 
 def dedicate_dequantize(graph: gs.Graph) -> Dict[str, str]:
     """Give every consumer of a shared DequantizeLinear its own copy (named
-    ``<node>_for_<consumer>``); returns new node name -> the node it copies."""
+    ``<node>_for_<consumer>``); returns new node name -> the node it copies. A graph output
+    counts as a consumer: the original keeps writing it (a layer's input dequantized for it
+    too, deepfilternet enc's ``e0``), and every node reading it gets a copy, since a rule
+    cannot absorb a DequantizeLinear whose output leaves the graph."""
     outputs = {t.name for t in graph.outputs}
     copies: Dict[str, str] = {}
     for node in list(graph.nodes):
         out = node.outputs[0] if node.op == "DequantizeLinear" and node.outputs else None
-        if out is None or out.name in outputs or len(out.outputs) < 2:
+        kept = 0 if out is not None and out.name in outputs else 1
+        if out is None or len(out.outputs) + (1 - kept) < 2:
             continue
-        for consumer in list(out.outputs)[1:]:
+        for consumer in list(out.outputs)[kept:]:
             name = f"{node.name}_for_{consumer.name}"
             copy = gs.Variable(f"{out.name}_for_{consumer.name}", dtype=out.dtype, shape=out.shape)
             for i, tensor in enumerate(consumer.inputs):

@@ -116,14 +116,41 @@ def test_a_grouped_linear_between_convs_is_one_mrvl_subgraph(tmp_path: Path):
     assert_whole_mrvl(_grouped_linear(), tmp_path / "a", feed, "einsum")
 
 
-def test_an_einsum_in_an_int8_region_stays():
-    """Rewritten between a DequantizeLinear and a QuantizeLinear, deepfilternet's int8 enc
-    failed verify (its float layers are not the QDQ model's steps): it stays on the CPU."""
+def _dequantized_einsum(quantized_weight: bool = False):
+    """x -> QuantizeLinear -> DequantizeLinear -> Einsum ``btgi,gih->btgh`` by a float weight
+    (onnxruntime's quantize_static quantizes no Einsum), or by a quantized one."""
     b = Builder(seed=0, opset=17)
     x = b.input("x", [1, 5, 4, 6])
     scale, zero = b.const(np.array(0.05, np.float32)), b.const(np.array(0, np.int8))
     q = b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, scale, zero]), scale, zero])
-    model = b.model([b.op("Einsum", [q, b.weight(4, 6, 3)], name="einsum",
-                          equation="btgi,gih->btgh")])
+    w = np.random.default_rng(1).standard_normal((4, 6, 3)).astype(np.float32)
+    weight = b.const(w)
+    if quantized_weight:
+        weight = b.op("DequantizeLinear", [b.const(np.rint(w / 0.05).astype(np.int8)), scale,
+                                           zero])
+    model = b.model([b.op("Einsum", [q, weight], name="einsum", equation="btgi,gih->btgh")])
+    return model, w
+
+
+def test_an_einsum_in_an_int8_region_is_rewritten_within_its_bound():
+    """deepfilternet's int8 enc: its grouped linears between QDQ pairs stayed on the CPU ("it is
+    in an int8 (QDQ) region"); they are the fp16 layers of the float form there (verify's
+    reference rewrites them alike, recurrent_reference.py)."""
+    model, w = _dequantized_einsum()
+    canonical, proto = canonicalized(model)
+    assert "became" in canonical.rewritten["einsum"], canonical.kept
+    assert "Einsum" not in [n.op_type for n in proto.graph.node]
+    feed = {"x": np.random.default_rng(2).uniform(-6, 6, (1, 5, 4, 6)).astype(np.float32)}
+    want = next(iter(run_ort(model, feed, optimize=False).values()))
+    got = next(iter(run_ort(proto, feed, optimize=False).values()))
+    dequantized = np.clip(np.rint(feed["x"] / np.float32(0.05)), -128, 127) * np.float32(0.05)
+    limit = bound("btgi,gih->btgh", [dequantized.astype(np.float32), w],
+                  ((1, 5, 4, 6), (4, 6, 3)))
+    assert (np.abs(got.astype(np.float64) - want) <= limit).all()
+
+
+def test_an_einsum_of_a_quantized_weight_stays():
+    """A weight another quantizer quantized has no int8 form here: the Einsum stays, said so."""
+    model, _ = _dequantized_einsum(quantized_weight=True)
     canonical, _ = canonicalized(model)
-    assert "int8 (QDQ) region" in canonical.kept["einsum"], canonical.kept
+    assert "quantized constant" in canonical.kept["einsum"], canonical.kept
