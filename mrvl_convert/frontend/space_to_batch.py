@@ -13,7 +13,17 @@ tensor Y exactly BatchToSpace's and a crop, in one layout of Y. Per-element ops 
 second chain (a bias Add, BatchNormalization as Mul/Add, Relu) whose constants are the same for
 every element of an output channel move with it.
 
-Requires: static shapes; the Conv 2-D, stride 1, dilation 1, constant weight.
+In an int8 (QDQ) model quantize_static writes a pair after most nodes of both chains: a
+per-tensor QuantizeLinear / DequantizeLinear is a per-element step that commutes with a move
+(``qdq_steps.py``), so both chains are read through them and they are applied again, in their
+order, on the moved tensor (before the crop where they lead the second chain, so the Conv's
+own pair follows it); a DequantizeLinear followed by a QuantizeLinear of the same parameters
+is dropped (the same integers). The int8 weight is a DequantizeLinear of a constant, and a
+per-channel op's operand may be one (its integers laid out per channel, the same scale). An
+int8 result that needs a layout is laid out between a DequantizeLinear and a QuantizeLinear of
+its own parameters (the same integers), where an int8 layer reads it.
+
+Requires: static shapes; the Conv 2-D, stride 1, dilation 1, constant (or int8) weight.
 Ensures: Y is computed as ``[Transpose] -> Conv(dilations=(bh, bw), pads) -> [Slice] ->
 moved per-element ops -> [Transpose]`` from X (the Conv keeps its name; a Transpose that only
 moves unit axes is written as a Reshape); the pads are the SpaceToBatch pad plus the inner
@@ -29,6 +39,12 @@ additions may differ, and two float32 sums of the same n + 1 terms are at most
 that close (a Mul by s scales the difference by |s|), each adding at most one rounding of its
 own output. The tests compare onnxruntime's outputs before and after within this
 (``tests/frontend/test_space_to_batch.py``, ``tests/system/test_fuzz_space_to_batch.py``).
+In an int8 model the pairs are the same functions of the same elements (exact); the Conv reads
+the same int8 values, and its sum, within the bound above, is quantized by its own pair: a
+result a step apart only where the two float sums straddle a rounding midpoint. onnxruntime
+(op by op, and its int8 kernels) measured bit-equal: its im2col gathers a dilated window in
+the phase grid's order (``tests/frontend/test_int8_atrous.py``,
+``tests/system/test_fuzz_i8atrous.py``).
 """
 from __future__ import annotations
 

@@ -11,7 +11,9 @@ Requires: static shapes; a model of batch 1 (every activation input's axis 0 is 
 above 1 inside it is no batch). ``canonicalize`` runs it only where ``space_to_batch.py``
 rewrote a Conv, the one place this layout is known to come from.
 Ensures: each connected region of per-element ops (unary, or binary with a scalar constant or
-two operands of the region) on ``[C, 1, H, W]`` tensors (C > 1, no model output) whose every
+two operands of the region; in an int8 model a per-tensor QuantizeLinear / DequantizeLinear,
+and a dequantized scalar constant as the constant; a Concat on axis 0 of such tensors, which
+becomes the channel Concat on axis 1) on ``[C, 1, H, W]`` tensors (C > 1, no model output) whose every
 entry is a Reshape or a Transpose computes on ``[1, C, H, W]``: the entries' Reshape targets
 and Transpose perms are changed to give that shape, a Transpose reading the region takes the
 axis swap into its perm, and any other reader reads a Reshape back to ``[C, 1, H, W]``. A
