@@ -13,7 +13,17 @@ tensor Y exactly BatchToSpace's and a crop, in one layout of Y. Per-element ops 
 second chain (a bias Add, BatchNormalization as Mul/Add, Relu) whose constants are the same for
 every element of an output channel move with it.
 
-Requires: static shapes; the Conv 2-D, stride 1, dilation 1, constant weight.
+In an int8 (QDQ) model quantize_static writes a pair after most nodes of both chains: a
+per-tensor QuantizeLinear / DequantizeLinear is a per-element step that commutes with a move
+(``qdq_steps.py``), so both chains are read through them and they are applied again, in their
+order, on the moved tensor (before the crop where they lead the second chain, so the Conv's
+own pair follows it); a DequantizeLinear followed by a QuantizeLinear of the same parameters
+is dropped (the same integers). The int8 weight is a DequantizeLinear of a constant, and a
+per-channel op's operand may be one (its integers laid out per channel, the same scale). An
+int8 result that needs a layout is laid out between a DequantizeLinear and a QuantizeLinear of
+its own parameters (the same integers), where an int8 layer reads it.
+
+Requires: static shapes; the Conv 2-D, stride 1, dilation 1, constant (or int8) weight.
 Ensures: Y is computed as ``[Transpose] -> Conv(dilations=(bh, bw), pads) -> [Slice] ->
 moved per-element ops -> [Transpose]`` from X (the Conv keeps its name; a Transpose that only
 moves unit axes is written as a Reshape); the pads are the SpaceToBatch pad plus the inner
@@ -29,11 +39,17 @@ additions may differ, and two float32 sums of the same n + 1 terms are at most
 that close (a Mul by s scales the difference by |s|), each adding at most one rounding of its
 own output. The tests compare onnxruntime's outputs before and after within this
 (``tests/frontend/test_space_to_batch.py``, ``tests/system/test_fuzz_space_to_batch.py``).
+In an int8 model the pairs are the same functions of the same elements (exact); the Conv reads
+the same int8 values, and its sum, within the bound above, is quantized by its own pair: a
+result a step apart only where the two float sums straddle a rounding midpoint. onnxruntime
+(op by op, and its int8 kernels) measured bit-equal: its im2col gathers a dilated window in
+the phase grid's order (``tests/frontend/test_int8_atrous.py``,
+``tests/system/test_fuzz_i8atrous.py``).
 """
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -41,12 +57,15 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, conv_pads, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.dilated_nodes import Adder, laid_out_int8, moved_again
 from mrvl_convert.frontend.index_moves import ABSENT, is_move, move
+from mrvl_convert.frontend.rank_ops import dequantized
+from mrvl_convert.frontend.qdq_steps import per_tensor_qdq, without_round_trips
 from mrvl_convert.frontend.sequence_ops import kept_names
 
 _MAX_ELEMENTS = 1 << 23  # index arrays beyond this are not built (the form is left as is)
 _INDEX = np.int32  # enough for _MAX_ELEMENTS, half the memory traffic of int64
-_MAX_CHAIN = 16
+_MAX_CHAIN = 32  # an int8 model's chain has a QDQ pair after most moves
 _UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
                     "HardSwish", "Softplus", "Neg", "Abs", "Clip"})
 _BINARY = frozenset({"Add", "Sub", "Mul", "Div", "PRelu", "Max", "Min"})
@@ -60,6 +79,7 @@ class _Split:
     block: Tuple[int, int]
     pads: Tuple[int, int]            # top, left of the padded grid (inner Conv pads included)
     batch: int
+    steps: Tuple[gs.Node, ...] = ()  # the chain's per-tensor Q/DQ nodes, in their order
 
 
 @dataclass
@@ -91,13 +111,21 @@ def _inner_pads(conv: gs.Node) -> Optional[List[int]]:
     x, z = conv.inputs[0], conv.outputs[0]
     weight = conv.inputs[1] if len(conv.inputs) > 1 else None
     shape, out = static_shape(x), static_shape(z)
-    if weight is None or not is_const(weight) or shape is None or out is None or len(shape) != 4 \
+    if weight is None or _kernel(weight) is None or shape is None or out is None or len(shape) != 4 \
             or x.dtype is None or np.dtype(x.dtype) != np.float32 or len(conv.outputs) != 1 \
             or any(int(v) != 1 for v in attr(conv, "strides", [1, 1])
                    + attr(conv, "dilations", [1, 1])):
         return None
-    kernel = list(const_value(weight).shape[2:])
+    kernel = _kernel(weight)
     return conv_pads(conv, shape, kernel, [1, 1], [1, 1], out)
+
+
+def _kernel(weight: gs.Tensor) -> Optional[List[int]]:
+    """The kernel size of a constant weight, or of an int8 one (a DequantizeLinear of one)."""
+    if is_const(weight):
+        return list(const_value(weight).shape[2:])
+    dq = dequantized(weight)
+    return list(const_value(dq.inputs[0]).shape[2:]) if dq is not None else None
 
 
 def _split(conv: gs.Node, inner: List[int]) -> Optional[_Split]:
@@ -108,7 +136,7 @@ def _split(conv: gs.Node, inner: List[int]) -> Optional[_Split]:
     chain: List[gs.Node] = []
     tensor = target
     candidates = []
-    while len(tensor.inputs) == 1 and is_move(tensor.inputs[0]) and len(chain) < _MAX_CHAIN:
+    while len(tensor.inputs) == 1 and _passes(tensor.inputs[0]) and len(chain) < _MAX_CHAIN:
         chain.insert(0, tensor.inputs[0])
         tensor = tensor.inputs[0].inputs[0]
         candidates.append((tensor, list(chain)))
@@ -116,8 +144,13 @@ def _split(conv: gs.Node, inner: List[int]) -> Optional[_Split]:
         moved = _run(source, nodes)
         split = _as_split(source, moved, inner) if moved is not None else None
         if split is not None:
-            return split
+            return replace(split, steps=tuple(n for n in nodes if per_tensor_qdq(n)))
     return None
+
+
+def _passes(node: gs.Node) -> bool:
+    """A data movement, or a per-tensor Q/DQ: a per-element step that commutes with one."""
+    return is_move(node) or per_tensor_qdq(node)
 
 
 def _run(source: gs.Tensor, nodes: Sequence[gs.Node]) -> Optional[np.ndarray]:
@@ -126,7 +159,7 @@ def _run(source: gs.Tensor, nodes: Sequence[gs.Node]) -> Optional[np.ndarray]:
         return None
     array = np.arange(int(np.prod(shape)), dtype=_INDEX).reshape(shape)
     for node in nodes:
-        array = move(node, array)
+        array = array if per_tensor_qdq(node) else move(node, array)
         if array is None or list(array.shape) != static_shape(node.outputs[0]):
             return None
     return array
@@ -198,14 +231,25 @@ def _join(conv: gs.Node, split: _Split, kept: set) -> Optional[_Join]:
 
 def _moving_input(node: gs.Node) -> Optional[int]:
     """Which input of a per-element node carries the data (the others constant), or None."""
-    variables = [i for i, t in enumerate(node.inputs) if t.name and not is_const(t)]
+    if per_tensor_qdq(node):
+        return 0
+    variables = [i for i, t in enumerate(node.inputs) if t.name and _operand(t) is None]
     if len(variables) != 1 or node.inputs[variables[0]].dtype is None:
         return None
     if node.op in _UNARY and variables == [0]:
-        return 0 if all(const_value(t).size == 1 for t in node.inputs[1:] if t.name) else None
+        return 0 if all(_operand(t).size == 1 for t in node.inputs[1:] if t.name) else None
     if node.op == "PRelu" and variables != [0]:  # the slope is no operand order can swap
         return None
     return variables[0] if node.op in _BINARY and len(node.inputs) == 2 else None
+
+
+def _operand(tensor: gs.Tensor) -> Optional[np.ndarray]:
+    """A constant operand's value: a constant's, or the integers of an int8 model's per-tensor
+    DequantizeLinear of a constant (its one scale: equal integers, equal values); else None."""
+    if is_const(tensor):
+        return const_value(tensor)
+    dq = dequantized(tensor)
+    return const_value(dq.inputs[0]) if dq is not None and per_tensor_qdq(dq) else None
 
 
 def _as_join(z: gs.Tensor, result: gs.Tensor, nodes: List[gs.Node], split: _Split
@@ -260,10 +304,11 @@ def _channel_values(node: gs.Node, array: np.ndarray, zshape: List[int]):
     False when it is no per-channel op on ``array`` (a pad's zero or a constant that varies)."""
     if static_shape(node.outputs[0]) != list(array.shape) or (array == ABSENT).any():
         return False
-    if node.op in _UNARY:
+    if node.op in _UNARY or per_tensor_qdq(node):
         return None
-    const = const_value(node.inputs[1 - _moving_input(node)])
-    if not np.issubdtype(const.dtype, np.floating):
+    operand = node.inputs[1 - _moving_input(node)]
+    const = _operand(operand)
+    if not (np.issubdtype(const.dtype, np.floating) or not is_const(operand)):
         return False
     try:
         spread = np.broadcast_to(const, array.shape)
@@ -279,18 +324,19 @@ def _as_dilated(graph: gs.Graph, conv: gs.Node, split: _Split, join: _Join, name
                 done: Rewrites) -> None:
     shape = static_shape(split.source)
     n, _, height, width = (shape[a] for a in split.to_nchw)
-    kh, kw = const_value(conv.inputs[1]).shape[2:]
+    kh, kw = _kernel(conv.inputs[1])
     (bh, bw), (ho, wo), outs = split.block, join.size, static_shape(conv.outputs[0])[1]
     top, left = split.pads[0] - join.start[0], split.pads[1] - join.start[1]
     pads = [top, left, ho + (kh - 1) * bh - height - top, wo + (kw - 1) * bw - width - left]
-    moved = [(node, list(node.inputs), _moving_input(node), values)
-             for node, values in join.per_channel]  # read before the chain is cut
+    steps = {id(node) for node in without_round_trips([n for n, _ in join.per_channel])}
+    moved = [(node, list(node.inputs), _moving_input(node), values, node.outputs[0].dtype)
+             for node, values in join.per_channel if id(node) in steps]  # before the cut
     for node in join.nodes:
         node.inputs.clear()
         node.outputs.clear()
         done.merged[node.name] = conv.name
-    add = _Adder(graph, names, done, conv.name)
-    x = add.permuted(split.source, split.to_nchw)
+    add = Adder(graph, names, done, conv.name)
+    x = add.steps(add.permuted(split.source, split.to_nchw), without_round_trips(split.steps))
     kept = [max(p, 0) for p in pads]
     out = gs.Variable(names.fresh(f"{conv.name}_dilated"), dtype=np.float32, shape=[
         n, outs, height + kept[0] + kept[2] - (kh - 1) * bh,
@@ -303,53 +349,19 @@ def _as_dilated(graph: gs.Graph, conv: gs.Node, split: _Split, join: _Join, name
     conv.attrs.pop("auto_pad", None)
     conv.attrs.update(dilations=[bh, bw], strides=[1, 1], pads=kept, kernel_shape=[kh, kw])
     add.last = conv
+    # an int8 Conv's own output pairs first: the crop after them, on its quantized output
+    lead = next((i for i, m in enumerate(moved) if not per_tensor_qdq(m[0])), len(moved))
+    for step in moved[:lead]:
+        out = moved_again(add, step, out, static_shape(out), done)
     if min(pads) < 0:  # the crop reaches inside the image: cut the Conv's output
         begin = [max(-pads[0], 0), max(-pads[1], 0)]
         out = add.node("Slice", [out, add.ints(begin), add.ints([begin[0] + ho, begin[1] + wo]),
                                  add.ints([2, 3])], [n, outs, ho, wo])
-    for node, operands, k, values in moved:
-        operands[k] = out
-        if values is not None:
-            operands[1 - k] = gs.Constant(names.fresh(f"{node.name}_per_channel"),
-                                          values.reshape(1, outs, 1, 1))
-        out = add.node(node.op, operands, [n, outs, ho, wo], **node.attrs)
-        done.merged[node.name] = add.last.name
-    add.finish(out, tuple(int(a) for a in np.argsort(join.to_nchw)), join.result)
+    for step in moved[lead:]:
+        out = moved_again(add, step, out, [n, outs, ho, wo], done)
+    perm = tuple(int(a) for a in np.argsort(join.to_nchw))
+    if moved and moved[-1][0].op == "QuantizeLinear" and list(perm) != sorted(perm):
+        out, perm = laid_out_int8(add, out, perm, moved[-1])
+    add.finish(out, perm, join.result)
     done.rewritten[conv.name] = (f"a space-to-batch Conv (block {bh}x{bw}): one Conv with "
                                  f"dilations {bh}x{bw}")
-
-
-class _Adder:
-    """Adds the nodes around the dilated Conv, each derived from the Conv."""
-
-    def __init__(self, graph: gs.Graph, names: Names, done: Rewrites, served: str) -> None:
-        self.graph, self.names, self.done, self.served = graph, names, done, served
-        self.last: Optional[gs.Node] = None
-
-    def node(self, op: str, inputs: list, shape: Optional[List[int]], **attrs) -> gs.Tensor:
-        name = self.names.fresh(f"{self.served}_{op.lower()}")
-        out = gs.Variable(self.names.fresh(f"{name}_out"), dtype=np.float32, shape=shape)
-        self.last = gs.Node(op, name, attrs=dict(attrs), inputs=inputs, outputs=[out])
-        self.graph.nodes.append(self.last)
-        self.done.derived[name] = self.served
-        return out
-
-    def ints(self, values: List[int]) -> gs.Constant:
-        return gs.Constant(self.names.fresh(f"{self.served}_i64"), np.array(values, np.int64))
-
-    def permuted(self, x: gs.Tensor, perm: Tuple[int, ...]) -> gs.Tensor:
-        """x.transpose(perm); a Reshape where only unit axes move."""
-        shape = static_shape(x)
-        target = [shape[a] for a in perm]
-        if list(perm) == sorted(perm):
-            return x
-        moving = [a for a in perm if shape[a] != 1]
-        if moving == sorted(moving):  # the other axes keep their order
-            return self.node("Reshape", [x, self.ints(target)], target)
-        return self.node("Transpose", [x], target, perm=list(perm))
-
-    def finish(self, out: gs.Tensor, perm: Tuple[int, ...], result: gs.Tensor) -> None:
-        """Write ``out.transpose(perm)`` into ``result``."""
-        self.permuted(out, perm)  # self.last now writes out or its permutation
-        self.last.outputs.clear()
-        self.last.outputs.append(result)

@@ -11,7 +11,9 @@ Requires: static shapes; a model of batch 1 (every activation input's axis 0 is 
 above 1 inside it is no batch). ``canonicalize`` runs it only where ``space_to_batch.py``
 rewrote a Conv, the one place this layout is known to come from.
 Ensures: each connected region of per-element ops (unary, or binary with a scalar constant or
-two operands of the region) on ``[C, 1, H, W]`` tensors (C > 1, no model output) whose every
+two operands of the region; in an int8 model a per-tensor QuantizeLinear / DequantizeLinear,
+and a dequantized scalar constant as the constant; a Concat on axis 0 of such tensors, which
+becomes the channel Concat on axis 1) on ``[C, 1, H, W]`` tensors (C > 1, no model output) whose every
 entry is a Reshape or a Transpose computes on ``[1, C, H, W]``: the entries' Reshape targets
 and Transpose perms are changed to give that shape, a Transpose reading the region takes the
 axis swap into its perm, and any other reader reads a Reshape back to ``[C, 1, H, W]``. A
@@ -28,6 +30,8 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.qdq_steps import per_tensor_qdq
+from mrvl_convert.frontend.rank_ops import dequantized
 from mrvl_convert.frontend.sequence_ops import kept_names
 
 _UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
@@ -54,20 +58,35 @@ def _swapped(tensor: gs.Tensor, kept: Set[str]) -> bool:
     shape = static_shape(tensor)
     return isinstance(tensor, gs.Variable) and shape is not None and len(shape) == 4 \
         and shape[0] > 1 and shape[1] == 1 and tensor.name not in kept \
-        and tensor.dtype is not None and np.issubdtype(np.dtype(tensor.dtype), np.floating)
+        and tensor.dtype is not None and (np.issubdtype(np.dtype(tensor.dtype), np.floating)
+                                          or np.dtype(tensor.dtype).itemsize == 1)  # int8 QDQ
+
+
+def _constant(tensor: gs.Tensor) -> bool:
+    """A constant, or an int8 model's DequantizeLinear of one (a constant operand there)."""
+    return is_const(tensor) or dequantized(tensor) is not None
+
+
+def _value(tensor: gs.Tensor) -> np.ndarray:
+    return const_value(tensor) if is_const(tensor) else const_value(dequantized(tensor).inputs[0])
 
 
 def _per_element(node: gs.Node, kept: Set[str]) -> bool:
     if len(node.outputs) != 1 or not _swapped(node.outputs[0], kept):
         return False
     shape = static_shape(node.outputs[0])
-    variables = [t for t in node.inputs if not is_const(t)]
-    constants = [t for t in node.inputs if is_const(t)]
-    if node.op in _UNARY:
+    if node.op == "Concat":  # of batches [C_i, 1, H, W]: of channels on [1, C_i, H, W]
+        return int(attr(node, "axis")) in (0, -4) and all(
+            _swapped(t, kept) and static_shape(t)[1:] == shape[1:] for t in node.inputs)
+    variables = [t for t in node.inputs if not _constant(t)]
+    constants = [t for t in node.inputs if _constant(t)]
+    if per_tensor_qdq(node):  # one scale and zero point: per element (int8 models)
+        ok = len(variables) == 1 and variables[0] is node.inputs[0]
+    elif node.op in _UNARY:
         ok = len(node.inputs) == 1
     else:
         ok = node.op in _BINARY and len(node.inputs) == 2 and all(
-            const_value(t).size == 1 and const_value(t).ndim <= 4 for t in constants)
+            _value(t).size == 1 and _value(t).ndim <= 4 for t in constants)
     return ok and bool(variables) and all(
         _swapped(t, kept) and static_shape(t) == shape for t in variables)
 
@@ -84,7 +103,7 @@ def _regions(ops: List[gs.Node]):
         return i
 
     for i, node in enumerate(ops):
-        for t in [x for x in node.inputs if not is_const(x)] + node.outputs:
+        for t in [x for x in node.inputs if not _constant(x)] + node.outputs:
             if t.name in owner:
                 parent[root(i)] = root(owner[t.name])
             owner[t.name] = i
@@ -93,7 +112,7 @@ def _regions(ops: List[gs.Node]):
         groups.setdefault(root(i), []).append(node)
     for members in groups.values():
         tensors = {t.name: t for n in members
-                   for t in [x for x in n.inputs if not is_const(x)] + n.outputs}
+                   for t in [x for x in n.inputs if not _constant(x)] + n.outputs}
         yield tensors, members
 
 
@@ -123,6 +142,8 @@ def _unswap(graph: gs.Graph, tensors: Dict[str, gs.Tensor], ops: List[gs.Node], 
             done.rewritten[producer.name] = "gives [1, C, H, W] for the per-element ops after it"
         t.shape = new
     for node in ops:
+        if node.op == "Concat":
+            node.attrs["axis"] = 1
         done.rewritten.setdefault(node.name, "computed on [1, C, H, W] (tf2onnx's [C, 1, H, W])")
 
 
