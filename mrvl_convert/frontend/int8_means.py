@@ -20,13 +20,14 @@ pattern), its output no graph output, either over axis 0 of a ``[T, ...]`` tenso
 3 (T > 1: the frames), or over axis 1 or 2 of a 3-D tensor, is computed on a 4-D view between
 the same scales::
 
-    DQ(q; s) -> Unsqueeze -> Q(s) -> DQ(s) -> ReduceMean -> Q(s2) -> DQ(s2)
+    DQ(q; s) -> Unsqueeze | Reshape -> Q(s) -> DQ(s) -> ReduceMean -> Q(s2) -> DQ(s2)
       -> Reshape(the mean's shape) -> [the mean's output] -> Q(s2) (the model's)
 
 The view: frames ``[T, A, B] -> [1, T, A, B]`` and ``[T, C] -> [1, T, C, 1]``, their mean over
 axis 1 (as ``sequence_ops.lift`` moves a lifted reduction's axes); a 3-D ``[B, T, C]`` ->
-``[B, T, C, 1]``, the same axis (NCHW's C or H: the layer's NHWC axis 3 or 1). The mean keeps
-its name (``rewritten``), each added node is ``derived`` from it.
+``[B, T, C, 1]`` by a Reshape (the int8 reshape layer: the batch kept), the same axis (NCHW's
+C or H: the layer's NHWC axis 3 or 1). The mean keeps its name (``rewritten``), each added node
+is ``derived`` from it.
 
 Exact up to the mean's order of summation. The Unsqueeze and the Reshape copy; a
 QuantizeLinear of a dequantized value at the same scale gives back its integer (``q s / s``
@@ -96,9 +97,14 @@ def _rewrite(graph: gs.Graph, mean: gs.Node, dq: gs.Node, q: gs.Node, frames: bo
     axes = ([0] if frames else []) + list(range(len(shape), 4))
     view = gs.Variable(names.fresh(f"{x.name}_4d"), dtype=x.dtype,
                        shape=shape + [1] * (4 - len(shape)))
-    unsqueeze = axes_node("Unsqueeze", add.name("unsqueeze"), x, view, axes, opset, names)
-    graph.nodes.append(unsqueeze)
-    done.derived[unsqueeze.name] = mean.name
+    if frames:  # the batch changes: an Unsqueeze (expand_dims), as the lift's own
+        unsqueeze = axes_node("Unsqueeze", add.name("unsqueeze"), x, view, axes, opset, names)
+        graph.nodes.append(unsqueeze)
+        done.derived[unsqueeze.name] = mean.name
+    else:  # the batch kept: a Reshape, which the int8 reshape layer takes between the pairs
+        target = gs.Constant(names.fresh(f"{mean.name}_view"),
+                             np.array(static_shape(view), np.int64))
+        add.node("Reshape", [x, target], view)
     if frames:
         lift(mean, opset, names)  # axis 0 -> 1, as the lift moves a reduction's axes
     axis = reduced_axes(mean)[0]

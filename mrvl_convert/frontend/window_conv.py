@@ -31,7 +31,7 @@ the sum's, below.
 Bound: each output is the same sum of the n = F products ``x * B`` as the MatMul's, added in
 another order: two float32 sums of the same n terms are at most
 ``2 (n - 1) u sum |x B|`` apart (u = 2**-24). The tests compare onnxruntime's outputs within
-it (``tests/frontend/test_window_conv.py``).
+it (``tests/frontend/test_window_conv.py``; int8: ``test_window_conv_int8.py``).
 """
 from __future__ import annotations
 
