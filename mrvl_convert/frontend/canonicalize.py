@@ -111,6 +111,7 @@ from mrvl_convert.frontend.where_masks import rewrite_where_masks
 from mrvl_convert.frontend.window_conv import rewrite_window_convs
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 from mrvl_convert.frontend.qdq_pads import fold_qdq_pads
+from mrvl_convert.frontend.int8_means import int8_means_on_4d
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
 
@@ -211,6 +212,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
             or means or detours):
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_concat_views(graph, forms):  # exact: 2-D/3-D Concats the lifts left, on 4-D views
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    if int8_means_on_4d(graph, _opset(loaded), forms):  # exact: an int8 mean the lift left
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if fold_qdq_pads(graph, forms):  # exact: an int8 region's zero Pad into its Conv's pads
         toposort(graph.cleanup(remove_unused_graph_inputs=False))

@@ -177,11 +177,23 @@ def _grow(seed: gs.Node, rank: int, opset: int, claimed: Set[int]) -> List[gs.No
         for tensor in _activations(node):
             for other in list(tensor.inputs) + list(tensor.outputs):
                 if id(other) not in claimed and _node_rank(other) == rank \
-                        and liftable(other, rank, opset):
+                        and liftable(other, rank, opset) and not _fc_pair(other, rank, opset):
                     claimed.add(id(other))
                     region.append(other)
                     queue.append(other)
     return region
+
+
+def _fc_pair(node: gs.Node, rank: int, opset: int) -> bool:
+    """The QuantizeLinear of a MatMul or Gemm that stays unlifted (an int8 FC on ``[1, T, C]``
+    tokens), or a DequantizeLinear of it: lifted without the FC, its view's Unsqueeze would
+    part the int8 layer from its output pair (the int8 tensor read through an fp16 op)."""
+    if node.op == "DequantizeLinear":
+        node = node.inputs[0].inputs[0] if node.inputs[0].inputs else node
+    maker = node.inputs[0].inputs[0] if node.op == "QuantizeLinear" and node.inputs[0].inputs \
+        else None
+    return maker is not None and maker.op in ("MatMul", "Gemm") \
+        and not (_node_rank(maker) == rank and liftable(maker, rank, opset))
 
 
 def _lift_region(graph: gs.Graph, region: List[gs.Node], rank: int, opset: int, names: Names,

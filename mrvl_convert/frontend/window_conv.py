@@ -16,15 +16,27 @@ Squeeze(0)`` (``sequence_lift.py`` then computes it on ``[1, T, ...]``), its wei
 the Slices, Unsqueezes, Concat and Flatten that only fed it are gone. Frames ``[T, C]`` are
 an image of W = 1, frames ``[T]`` one of W = C = 1.
 
+In a QDQ model (int8, ``window_pairs.py``) the Slices, Unsqueezes, Concat and Flatten may each
+be followed by a per-tensor ``QuantizeLinear -> DequantizeLinear`` pair, the frames may be
+DequantizeLinear copies of one int8 tensor, and the MatMul reads the DequantizeLinear of an
+int8 ``[F, O]`` matrix and is read by one QuantizeLinear. When every window passes the same
+pairs, the Conv reads the frames through them (after its Unsqueeze and Transpose, where the
+int8 Conv's pattern wants them: the pairs commute with the selections), its weight is the int8
+matrix rearranged under the same DequantizeLinear, and its output passes a pair of the
+MatMul's output scale before the Transpose and a Reshape (not a Squeeze of the unit W, which
+would seed ``rank_lift.py``'s ``[N, C, L]`` view of the frames) back to ``[L, O]``. Windows of
+different scales are left as they are. The pairs are exact (``window_pairs.py``); the bound is
+the sum's, below.
+
 Bound: each output is the same sum of the n = F products ``x * B`` as the MatMul's, added in
 another order: two float32 sums of the same n terms are at most
 ``2 (n - 1) u sum |x B|`` apart (u = 2**-24). The tests compare onnxruntime's outputs within
-it (``tests/frontend/test_window_conv.py``).
+it (``tests/frontend/test_window_conv.py``; int8: ``test_window_conv_int8.py``).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import List, Optional
+from dataclasses import dataclass, field
+from typing import List, Optional, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -32,6 +44,8 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.sequence_ops import kept_names
+from mrvl_convert.frontend.window_pairs import (Pair, add_pair, distinct, int8_weight,
+                                                output_pair, same_frames, unpaired)
 
 
 @dataclass
@@ -42,7 +56,10 @@ class _Windows:
     dilation: int                # d: frames between consecutive windows
     axis: int                    # where the stack put the window index (1 .. rank)
     count: int                   # K: windows
-    nodes: List[gs.Node]         # Slices, Unsqueezes, Concat, Flatten / Reshape
+    nodes: List[gs.Node]         # Slices, Unsqueezes, Concat, Flatten / Reshape (Q/DQ pairs)
+    pairs: List[Pair] = field(default_factory=list)  # int8: the pairs the frames pass, in order
+    weight: Optional[gs.Node] = None   # int8: the DequantizeLinear of the weight
+    out: Optional[Pair] = None         # int8: the MatMul's output pair
 
 
 def rewrite_window_convs(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
@@ -67,34 +84,65 @@ def _only_reader(tensor: gs.Tensor, outputs: set) -> Optional[gs.Node]:
 
 def _windows(matmul: gs.Node, outputs: set) -> Optional[_Windows]:
     weight, flat = matmul.inputs[1], matmul.inputs[0]
-    if not is_const(weight) or const_value(weight).ndim != 2 or not flat.inputs \
+    int8 = int8_weight(weight)
+    matrix = const_value(int8.inputs[0] if int8 is not None else weight) \
+        if int8 is not None or is_const(weight) else None
+    if matrix is None or matrix.ndim != 2 or _only_reader(flat, outputs) is not matmul \
             or flat.dtype is None or not np.issubdtype(np.dtype(flat.dtype), np.floating):
         return None
-    flatten = flat.inputs[0]
+    pairs: List[Pair] = []
+    flat, nodes = _skip_pair(flat, outputs, pairs, [])
+    flatten = flat.inputs[0] if flat.inputs else None
     shape = static_shape(flat)
-    if shape is None or len(shape) != 2 or const_value(weight).shape[0] != shape[1] or _only_reader(flat, outputs) is not matmul or not (
-            flatten.op == "Flatten" and int(attr(flatten, "axis", 1)) == 1
-            or flatten.op == "Reshape" and is_const(flatten.inputs[1])):
+    if flatten is None or shape is None or len(shape) != 2 or matrix.shape[0] != shape[1] \
+            or not (flatten.op == "Flatten" and int(attr(flatten, "axis", 1)) == 1
+                    or flatten.op == "Reshape" and is_const(flatten.inputs[1])):
         return None
-    stacked = flatten.inputs[0]
+    stacked, nodes = _skip_pair(flatten.inputs[0], outputs, pairs, nodes + [flatten])
     concat = stacked.inputs[0] if stacked.inputs else None
-    if concat is None or concat.op != "Concat" or _only_reader(stacked, outputs) is not flatten:
+    if concat is None or concat.op != "Concat" \
+            or _only_reader(flatten.inputs[0], outputs) is not flatten:
         return None
-    return _stack(concat, shape[0], outputs, [flatten, concat])
+    found = _stack(concat, shape[0], outputs, nodes + [concat], pairs)
+    if found is None or int8 is None:
+        return found if found is not None and not found.pairs else None
+    found.weight, found.out = int8, output_pair(matmul.outputs[0], outputs)
+    return found if found.pairs and found.out is not None else None
 
 
-def _stack(concat: gs.Node, length: int, outputs: set, nodes: List[gs.Node]
-           ) -> Optional[_Windows]:
+def _skip_pair(tensor: gs.Tensor, outputs: set, pairs: List[Pair], nodes: List[gs.Node]
+               ) -> Tuple[gs.Tensor, List[gs.Node]]:
+    """The tensor behind a Q/DQ pair giving ``tensor`` (its pair put first in ``pairs``, its
+    nodes added to ``nodes``), or ``tensor``."""
+    source, pair = unpaired(tensor, outputs)
+    if pair is None:
+        return tensor, nodes
+    pairs.insert(0, pair)
+    return source, nodes + list(pair.nodes)
+
+
+def _stack(concat: gs.Node, length: int, outputs: set, nodes: List[gs.Node],
+           pairs: List[Pair]) -> Optional[_Windows]:
     rank = len(static_shape(concat.outputs[0]) or [])
     axis = int(attr(concat, "axis", 0)) % rank if rank else 0
-    slices = []
+    slices, paired = [], []
     for piece in concat.inputs:
-        unsqueeze = piece.inputs[0] if piece.inputs else None
-        if unsqueeze is None or unsqueeze.op != "Unsqueeze" or _axes(unsqueeze, rank) != [axis] \
-                or _only_reader(piece, outputs) is not concat or not unsqueeze.inputs[0].inputs:
+        if _only_reader(piece, outputs) is not concat:
             return None
-        slices.append(unsqueeze.inputs[0].inputs[0])
-        nodes.append(unsqueeze)
+        mine: List[Pair] = []
+        piece, nodes = _skip_pair(piece, outputs, mine, nodes)
+        unsqueeze = piece.inputs[0] if piece.inputs else None
+        if unsqueeze is None or unsqueeze.op != "Unsqueeze" or _axes(unsqueeze, rank) != [axis]:
+            return None
+        cut, nodes = _skip_pair(unsqueeze.inputs[0], outputs, mine, nodes + [unsqueeze])
+        if not cut.inputs:
+            return None
+        slices.append(cut.inputs[0])
+        paired.append(mine)
+    # every window through the same pairs (or none): one function of each frame element
+    if any(len(p) != len(paired[0]) or not all(a.same(b) for a, b in zip(p, paired[0]))
+           for p in paired):
+        return None
     frames = slices[0].inputs[0] if slices[0].op == "Slice" else None
     if axis < 1 or frames is None or not 2 <= rank <= 4 or static_shape(frames) is None:
         return None
@@ -105,7 +153,8 @@ def _stack(concat: gs.Node, length: int, outputs: set, nodes: List[gs.Node]
     step = starts[1] - starts[0] if len(starts) > 1 else 1
     if step < 1 or starts != [starts[0] + k * step for k in range(len(starts))]:
         return None
-    return _Windows(frames, starts[0], length, step, axis, len(slices), nodes + slices)
+    return _Windows(frames, starts[0], length, step, axis, len(slices), nodes + slices,
+                    distinct(paired[0] + pairs))
 
 
 def _axes(node: gs.Node, rank: int) -> Optional[List[int]]:
@@ -120,7 +169,7 @@ def _axes(node: gs.Node, rank: int) -> Optional[List[int]]:
 def _frame_window(node: gs.Node, frames: gs.Tensor, length: int) -> Optional[int]:
     """The first frame of a Slice of ``frames`` along axis 0 only, step 1, ``length`` frames
     long; None for any other node."""
-    if node.op != "Slice" or node.inputs[0] is not frames or len(node.inputs) < 3 \
+    if node.op != "Slice" or not same_frames(node.inputs[0], frames) or len(node.inputs) < 3 \
             or not all(is_const(t) for t in node.inputs[1:] if t.name):
         return None
     total, rank = static_shape(frames)[0], len(static_shape(frames))
@@ -153,28 +202,50 @@ def _as_conv(graph: gs.Graph, matmul: gs.Node, windows: _Windows, names: Names,
     x = add.node("Unsqueeze", [x, _i64(names, [0])], shape=[1, span] + image[2:], dtype=x.dtype)
     x = add.node("Transpose", [x], shape=[1, image[3], span, image[2]], dtype=x.dtype,
                  perm=[0, 3, 1, 2])
+    for pair in windows.pairs:  # int8: the frames through the windows' pairs, as the Conv's input
+        x = add_pair(x, pair, add.node)
     out = matmul.outputs[0]
     outs = static_shape(out)[1]
     conv = gs.Variable(names.fresh(f"{matmul.name}_conv"), dtype=out.dtype,
                        shape=[1, outs, windows.length, 1])
-    weight = _conv_weight(const_value(matmul.inputs[1]), kernel, windows.axis, shape, image)
+    weight = _weight(matmul, windows, kernel, shape, image, names)
     for node in windows.nodes:
         node.inputs.clear()
         node.outputs.clear()
         done.merged[node.name] = matmul.name
     matmul.op = "Conv"
     matmul.inputs.clear()
-    matmul.inputs.extend([x, gs.Constant(names.fresh(f"{matmul.name}_w"), weight)])
+    matmul.inputs.extend([x, weight])
     matmul.outputs[0] = conv
     matmul.attrs.update(kernel_shape=[kernel, image[2]], dilations=[windows.dilation, 1],
                         strides=[1, 1], pads=[0, 0, 0, 0])
-    y = add.node("Transpose", [conv], shape=[1, windows.length, 1, outs], dtype=out.dtype,
+    y = add_pair(conv, windows.out, add.node) if windows.out is not None else conv
+    y = add.node("Transpose", [y], shape=[1, windows.length, 1, outs], dtype=out.dtype,
                  perm=[0, 2, 3, 1])
     y = add.node("Squeeze", [y, _i64(names, [0])], shape=[windows.length, 1, outs],
                  dtype=out.dtype)
-    add.node("Squeeze", [y, _i64(names, [1])], out=out)
+    if windows.out is None:
+        add.node("Squeeze", [y, _i64(names, [1])], out=out)
+    else:  # int8: a Squeeze of the unit W would seed rank_lift's [N, C, L] view of the frames,
+        # which lifts a following int8 FC's QuantizeLinear without its MatMul
+        add.node("Reshape", [y, _i64(names, [windows.length, outs])], out=out)
     done.rewritten[matmul.name] = (f"{kernel} windows of frames (dilation {windows.dilation}) "
                                    "read by an FC: a Conv along the frames")
+
+
+def _weight(matmul: gs.Node, windows: _Windows, kernel: int, shape: List[int],
+            image: List[int], names: Names) -> gs.Tensor:
+    """The Conv's weight: the MatMul's matrix rearranged; an int8 one's integers rearranged
+    under the same DequantizeLinear (one scale: the same values)."""
+    dq = windows.weight
+    matrix = const_value(dq.inputs[0] if dq is not None else matmul.inputs[1])
+    weight = _conv_weight(matrix, kernel, windows.axis, shape, image)
+    constant = gs.Constant(names.fresh(f"{matmul.name}_w"), weight)
+    if dq is None:
+        return constant
+    dq.inputs[0] = constant
+    dq.outputs[0].shape = list(weight.shape)
+    return dq.outputs[0]
 
 
 def _conv_weight(matrix: np.ndarray, kernel: int, axis: int, shape: List[int],
