@@ -45,3 +45,29 @@ def const_minus_cnns(draw) -> onnx.ModelProto:
         [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, channels, side, side])],
         [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+
+
+@st.composite
+def packed_attentions(draw) -> onnx.ModelProto:
+    """PaddlePaddle's packed attention (``frontend/packed_qkv.py``) on [1, N, H*d]: one qkv FC,
+    Reshape [1, N, 3, H, d], Transpose [2, 0, 3, 1, 4], Slice + Squeeze per piece, scaled
+    q k^T, Softmax, times v, merged back; N 2 to 8, H 1 to 4, d 2 to 8."""
+    from support.models import Builder
+
+    tokens, heads = draw(st.integers(2, 8)), draw(st.integers(1, 4))
+    depth = draw(st.integers(2, 8))
+    width = heads * depth
+    b = Builder(seed=draw(st.integers(0, 2**16)))
+    x = b.input("x", [1, tokens, width])
+    five = b.op("Reshape", [b.matmul_add(x, width, 3 * width),
+                            b.const(np.array([1, tokens, 3, heads, depth], np.int64))])
+    packed = b.op("Transpose", [five], name="split", perm=[2, 0, 3, 1, 4])
+    q, k, v = (b.op("Squeeze", [b.op("Slice", [packed] + [b.const(np.array([s], np.int64))
+                                                          for s in (i, i + 1, 0)]),
+                                b.const(np.array([0], np.int64))]) for i in range(3))
+    scale = b.const(np.array([1.0 / math.sqrt(depth)], np.float32))
+    scores = b.op("MatMul", [b.op("Mul", [q, scale]), b.op("Transpose", [k], perm=[0, 1, 3, 2])])
+    out = b.op("MatMul", [b.op("Softmax", [scores], axis=-1), v])
+    out = b.op("Reshape", [b.op("Transpose", [out], perm=[0, 2, 1, 3]),
+                           b.const(np.array([1, tokens, width], np.int64))])
+    return b.model([out])
