@@ -29,7 +29,7 @@ Slice), exactly, and only when the split then rewrites; otherwise they are put b
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -48,7 +48,7 @@ def rewrite_packed_qkv(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     names, changed = Names(graph), False
     for node in list(graph.nodes):
         if node.op == "Transpose" and node.outputs and attr(node, "perm", None) == _PERM:
-            rewired = _unpaired(node, names)
+            rewired = _unpaired(node, names, {t.name for t in graph.outputs})
             pieces = [n.name for n in node.outputs[0].outputs]
             split = _split(graph, node, done, names)
             if not split:
@@ -79,9 +79,10 @@ def _grid(node: gs.Node) -> Optional[Tuple[float, float, str]]:
     return float(const_value(scale).reshape(-1)[0]), float(value.reshape(-1)[0]), str(value.dtype)
 
 
-def _unpaired(transpose: gs.Node, names: Names) -> List[_Rewire]:
+def _unpaired(transpose: gs.Node, names: Names, kept: Set[str]) -> List[_Rewire]:
     """Bypass the identity Q -> DQ pairs after an int8 packed split's Reshape, Transpose and
-    Slices (when qkv is a per-tensor DequantizeLinear's result); the rewires made."""
+    Slices (when qkv is a per-tensor DequantizeLinear's result; never a pair that writes a
+    graph output, ``kept``); the rewires made."""
     dq = transpose.inputs[0].inputs[0] if len(transpose.inputs[0].inputs) == 1 else None
     q = dq.inputs[0].inputs[0] if dq is not None and len(dq.inputs[0].inputs) == 1 else None
     if q is None or q.op != "QuantizeLinear" or len(q.inputs[0].inputs) != 1:
@@ -93,20 +94,22 @@ def _unpaired(transpose: gs.Node, names: Names) -> List[_Rewire]:
     if grid is None or reshape.inputs[0].inputs[0].op != "DequantizeLinear":
         return []
     rewired: List[_Rewire] = []
-    _bypass_after(reshape.outputs[0], grid, rewired, names)
-    _bypass_after(transpose.outputs[0], grid, rewired, names)
+    _bypass_after(reshape.outputs[0], grid, rewired, (names, kept))
+    _bypass_after(transpose.outputs[0], grid, rewired, (names, kept))
     for piece in list(transpose.outputs[0].outputs):   # the Slices, now read directly
         if piece.outputs:
-            _bypass_after(piece.outputs[0], grid, rewired, names)
+            _bypass_after(piece.outputs[0], grid, rewired, (names, kept))
     return rewired
 
 
 def _bypass_after(tensor: gs.Tensor, grid: Tuple[float, float, str], rewired: List[_Rewire],
-                  names: Names) -> None:
+                  context: Tuple[Names, Set[str]]) -> None:
     """Readers of a DequantizeLinear(QuantizeLinear(tensor)) on ``grid`` read ``tensor``; the
     QuantizeLinear, then unread, is detached from it (the split counts its readers)."""
+    names, kept = context
     for q in list(tensor.outputs):
-        if q.op != "QuantizeLinear" or _grid(q) != grid:
+        if q.op != "QuantizeLinear" or _grid(q) != grid or any(
+                t.name in kept for dq in q.outputs[0].outputs for t in dq.outputs):
             continue
         for dq in list(q.outputs[0].outputs):
             if dq.op == "DequantizeLinear" and _grid(dq) == grid:

@@ -130,3 +130,18 @@ def test_int8_pairs_on_another_grid_are_kept(tmp_path):
     assert "split" not in canonical.merged
     assert any(n.op == "QuantizeLinear" and n.inputs[1].name == "other_scale"
                for n in canonical.graph.nodes)
+
+
+def test_int8_pair_writing_a_graph_output_is_kept(tmp_path):
+    """The Transpose's dequantized result is also a graph output: its pair stays (the output
+    needs it), so does the split, and the graph computes what the QDQ model does."""
+    _, qdq = _qdq_split(tmp_path)
+    model = onnx.load(qdq)
+    dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear"
+              and n.input[0].startswith("split_out"))
+    model.graph.output.append(onnx.helper.make_tensor_value_info(
+        dq.output[0], onnx.TensorProto.FLOAT, [3, 1, HEADS, TOKENS, DEPTH]))
+    canonical, rewritten = canonicalized(model)
+    assert "split" not in canonical.merged
+    want, got = run_ort(model, _feed()), run_ort(rewritten, _feed())
+    assert all(want[k].tobytes() == got[k].tobytes() for k in want)
