@@ -14,6 +14,9 @@ whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = 
   tensor's type (c a power of two), otherwise the Div stays and ``kept`` says why.
 - ``Reshape`` of a 4-D tensor to ``[N, C*H*W]`` -> ``Flatten(axis=1)`` (same element order), so
   the FC after it gets the weight-column permutation Flatten gets in lowering.
+- ``Sub(c, x)`` -> ``Add(Mul(x, -1), c)``: ``-x`` is exact and ``c + (-x)`` rounds the same
+  exact sum as ``c - x`` (IEEE subtraction is the addition of the negation; signed zeros
+  agree: +0 - +0 = +0 + -0 = +0), bit for bit for every value but a NaN's sign, as for Neg.
 - ``Neg(x)`` of a float tensor -> ``Mul(x, -1)`` (tf2onnx writes Neg), so the rules that take
   a Mul by a constant take it: multiplying by -1 flips the sign bit as Neg does, bit for bit for
   every value but a NaN, which stays a NaN (onnxruntime's Neg flips its sign bit, its Mul may
@@ -213,12 +216,33 @@ def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: in
 
 def _sub(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     act, const, value = split_const(node)
-    if act is None or node.inputs[0] is not act:
-        return  # c - x would need a Neg
+    if act is not None and node.inputs[0] is not act:
+        _const_minus(graph, node, act, value.dtype, done, names)
+        return
+    if act is None:
+        return
     negated = gs.Constant(names.fresh(f"{const.name}_negated"), np.asarray(np.negative(value)))
     node.op = "Add"
     _set_inputs(node, [act, negated])
     done.rewritten[node.name] = "Sub by a constant became Add of its negation"
+
+
+def _const_minus(graph: gs.Graph, node: gs.Node, x: gs.Tensor, dtype: np.dtype,
+                 done: Rewrites, names: Names) -> None:
+    # c - x as (x * -1) + c: the layers take an activation minus a constant, or plus one,
+    # never a constant minus one (a YOLO head's anchors - distances, tf2onnx's LayerNorm beta).
+    minus_one = gs.Constant(names.fresh(f"{node.name}_minus_one"),
+                            np.asarray(-1, dtype=dtype))
+    negated = gs.Variable(names.fresh(f"{x.name}_negated"), dtype=dtype,
+                          shape=static_shape(x))
+    mul = gs.Node("Mul", names.fresh(f"{node.name}_negate"), inputs=[x, minus_one],
+                  outputs=[negated])
+    graph.nodes.append(mul)
+    done.derived[mul.name] = node.name
+    const = node.inputs[0]
+    _set_inputs(node, [negated, const])
+    node.op = "Add"
+    done.rewritten[node.name] = "constant minus x became Add of x * -1 and the constant"
 
 
 def _div(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:

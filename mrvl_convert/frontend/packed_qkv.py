@@ -17,10 +17,19 @@ the same elements in the same order (piece i, head h, token n, channel j is qkv[
 + j] in both), so it is exact. It applies when every reader of the Transpose is such a
 Slice + Squeeze pair; the Reshape and Transpose, then unread, are listed in ``merged`` with the
 first Slice. The Slice and Squeeze keep their names and outputs and are listed in ``rewritten``.
+
+In an int8 (QDQ) model the quantizer wraps the Reshape's, the Transpose's and each Slice's
+result in a QuantizeLinear -> DequantizeLinear pair on the grid of the DequantizeLinear that made
+qkv (the same per-tensor scale and zero point, as onnxruntime's quantizer shares them across
+data movement). Such a pair is the identity on these values: each is ``(q - z) * s`` for an
+integer q of the type's range, which the QuantizeLinear maps back to q (``x / s`` is q - z to a
+few float32 ulps, far from the rounding boundary at 0.5) and the DequantizeLinear to the same
+float. So those pairs are bypassed first (``_unpaired``; listed in ``merged`` with the first
+Slice), exactly, and only when the split then rewrites; otherwise they are put back.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -39,8 +48,82 @@ def rewrite_packed_qkv(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     names, changed = Names(graph), False
     for node in list(graph.nodes):
         if node.op == "Transpose" and node.outputs and attr(node, "perm", None) == _PERM:
-            changed |= _split(graph, node, done, names)
+            rewired = _unpaired(node, names, {t.name for t in graph.outputs})
+            pieces = [n.name for n in node.outputs[0].outputs]
+            split = _split(graph, node, done, names)
+            if not split:
+                for reader, index, tensor in reversed(rewired):   # put the pairs back
+                    reader.inputs[index] = tensor
+            for reader, _, tensor in rewired if split else ():
+                pair = [reader] if reader.op == "QuantizeLinear" else tensor.inputs[:1]
+                for bypassed in pair:   # the pair's QuantizeLinear, its DequantizeLinear
+                    done.merged.setdefault(bypassed.name, pieces[0])
+            changed |= split
     return changed
+
+
+_Rewire = Tuple[gs.Node, int, gs.Tensor]   # (reader, its input index, the tensor it read)
+
+
+def _grid(node: gs.Node) -> Optional[Tuple[float, float, str]]:
+    """(scale, zero point, its type) of a per-tensor QuantizeLinear or DequantizeLinear."""
+    if node.op not in ("QuantizeLinear", "DequantizeLinear") or len(node.inputs) < 2:
+        return None
+    scale, zero = node.inputs[1], present(node, 2)
+    if not is_const(scale) or const_value(scale).size != 1 or (
+            zero is not None and (not is_const(zero) or const_value(zero).size != 1)):
+        return None
+    if zero is None:
+        return float(const_value(scale).reshape(-1)[0]), 0.0, "uint8"
+    value = const_value(zero)
+    return float(const_value(scale).reshape(-1)[0]), float(value.reshape(-1)[0]), str(value.dtype)
+
+
+def _unpaired(transpose: gs.Node, names: Names, kept: Set[str]) -> List[_Rewire]:
+    """Bypass the identity Q -> DQ pairs after an int8 packed split's Reshape, Transpose and
+    Slices (when qkv is a per-tensor DequantizeLinear's result; never a pair that writes a
+    graph output, ``kept``); the rewires made."""
+    dq = transpose.inputs[0].inputs[0] if len(transpose.inputs[0].inputs) == 1 else None
+    q = dq.inputs[0].inputs[0] if dq is not None and len(dq.inputs[0].inputs) == 1 else None
+    if q is None or q.op != "QuantizeLinear" or len(q.inputs[0].inputs) != 1:
+        return []
+    reshape = q.inputs[0].inputs[0]
+    if reshape.op != "Reshape" or len(reshape.inputs[0].inputs) != 1:
+        return []
+    grid = _grid(reshape.inputs[0].inputs[0])   # qkv's DequantizeLinear
+    if grid is None or reshape.inputs[0].inputs[0].op != "DequantizeLinear":
+        return []
+    rewired: List[_Rewire] = []
+    _bypass_after(reshape.outputs[0], grid, rewired, (names, kept))
+    _bypass_after(transpose.outputs[0], grid, rewired, (names, kept))
+    for piece in list(transpose.outputs[0].outputs):   # the Slices, now read directly
+        if piece.outputs:
+            _bypass_after(piece.outputs[0], grid, rewired, (names, kept))
+    return rewired
+
+
+def _bypass_after(tensor: gs.Tensor, grid: Tuple[float, float, str], rewired: List[_Rewire],
+                  context: Tuple[Names, Set[str]]) -> None:
+    """Readers of a DequantizeLinear(QuantizeLinear(tensor)) on ``grid`` read ``tensor``; the
+    QuantizeLinear, then unread, is detached from it (the split counts its readers)."""
+    names, kept = context
+    for q in list(tensor.outputs):
+        if q.op != "QuantizeLinear" or _grid(q) != grid or any(
+                t.name in kept for dq in q.outputs[0].outputs for t in dq.outputs):
+            continue
+        for dq in list(q.outputs[0].outputs):
+            if dq.op == "DequantizeLinear" and _grid(dq) == grid:
+                for reader in list(dq.outputs[0].outputs):
+                    for index, t in enumerate(list(reader.inputs)):
+                        if t is dq.outputs[0]:
+                            _rewire(reader, index, tensor, rewired)
+        if not any(dq.outputs[0].outputs for dq in q.outputs[0].outputs):
+            _rewire(q, 0, gs.Variable(names.fresh(f"{q.name}_bypassed")), rewired)
+
+
+def _rewire(reader: gs.Node, index: int, tensor: gs.Tensor, rewired: List[_Rewire]) -> None:
+    rewired.append((reader, index, reader.inputs[index]))
+    reader.inputs[index] = tensor
 
 
 def _packed(transpose: gs.Node) -> Optional[Tuple[gs.Node, gs.Tensor, List[int]]]:

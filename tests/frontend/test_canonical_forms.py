@@ -132,9 +132,38 @@ def test_sub_const_becomes_add_bit_exact():
     c = (np.random.default_rng(1).standard_normal([1, 4, 1, 1])).astype(np.float32)
     c.reshape(-1)[0] = 0.0
     y = b.op("Sub", [x, b.const(c)], name="sub")
-    z = b.op("Sub", [b.const(c), y], name="rsub")  # c - x needs a Neg: stays
-    canonical = _same(b.model([z]))
-    assert _ops(canonical) == ["Add", "Sub"]
+    canonical = _same(b.model([y]))
+    assert _ops(canonical) == ["Add"]
+
+
+@pytest.mark.parametrize("const_shape", [[1, 4, 1, 1], [5], []])
+def test_const_minus_x_becomes_negate_and_add_bit_exact(const_shape):
+    """c - x -> Add(Mul(x, -1), c): every value of the wide feed (signed zeros, infinities)
+    bit for bit; a NaN stays a NaN (its sign bit is not specified)."""
+    b = Builder()
+    x = b.input("x0", SHAPE)
+    c = np.random.default_rng(1).standard_normal(const_shape).astype(np.float32)
+    c.reshape(-1)[0] = 0.0
+    y = b.op("Sub", [b.const(c), x], name="rsub")
+    model = b.model([y])
+    canonical, rewritten = canonicalized(model)
+    assert _ops(canonical) == ["Add", "Mul"]
+    assert "Add" in canonical.rewritten["rsub"]
+    feeds = _feed()
+    want, got = run_ort(model, feeds)[y], run_ort(rewritten, feeds)[y]
+    nan = np.isnan(want)
+    assert np.array_equal(nan, np.isnan(got))
+    assert got[~nan].tobytes() == want[~nan].tobytes()
+    assert np.any(want[~nan] == 0) and np.any(np.isinf(want))  # the feed reaches those cases
+
+
+def test_const_minus_x_that_broadcasts_x_up_stays():
+    """A constant larger than x would make the Add's activation smaller than its output."""
+    b = Builder()
+    x = b.input("x0", [1, 4, 1, 1])
+    y = b.op("Sub", [b.const(np.ones(SHAPE, np.float32)), x], name="rsub")
+    canonical, _ = canonicalized(b.model([y]))
+    assert _ops(canonical) == ["Sub"]
 
 
 @pytest.mark.parametrize("divisor,becomes", [(4.0, "Mul"), (0.125, "Mul"), (2.0 ** -140, "Div"),
@@ -162,6 +191,23 @@ def test_div_by_a_negative_power_of_two_and_signed_zeros():
     x = b.input("x0", SHAPE)
     canonical = _same(b.model([b.op("Div", [x, b.const(np.array(-2.0, np.float32))])]))
     assert _ops(canonical) == ["Mul"]
+
+
+def test_const_minus_between_convs_stays_on_the_accelerator(tmp_path):
+    """A YOLO head's anchors - distances between two Convs: on main the Sub (a constant minus
+    an activation, which no layer takes) cut the model in three; now one Mrvl stage."""
+    b = Builder()
+    x = b.input("x", [1, 3, 8, 8])
+    y = b.conv(x, 3, 2, pads=[1, 1, 1, 1])
+    anchors = np.stack(np.meshgrid(np.arange(8) + 0.5, np.arange(8) + 0.5))[None]
+    y = b.op("Sub", [b.const(anchors.astype(np.float32)), y], name="anchors_minus")
+    model = b.model([b.conv(y, 2, 4, pads=[1, 1, 1, 1])])
+    result = mrvl_convert.convert(model, tmp_path / "o")
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_nodes"]) == (1, 0)
+    feed = {"x": np.random.default_rng(0).standard_normal([1, 3, 8, 8]).astype(np.float32)}
+    got = mrvl_convert.HybridSession(tmp_path / "o").run(None, feed)[0]
+    want = list(run_ort(model, feed).values())[0]
+    np.testing.assert_allclose(got, want, rtol=0, atol=2e-3 * max(1.0, np.abs(want).max()))
 
 
 def test_reshape_to_batch_features_becomes_flatten(tmp_path):

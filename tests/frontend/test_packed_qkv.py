@@ -5,6 +5,8 @@ as one Mrvl subgraph where the 5-D split used to be cut to CPU."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
+import onnx.numpy_helper
 import pytest
 
 import mrvl_convert
@@ -70,3 +72,76 @@ def test_packed_attention_is_one_mrvl_subgraph(tmp_path):
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
     comparison = mrvl_convert.compare(model, result.out_dir, _feed(), layers=True)
     assert comparison.passed
+
+
+def _qdq_split(tmp_path):
+    """The packed attention quantized by our recipe (QDQ pairs on the Reshape's, the
+    Transpose's and each Slice's result, on qkv's grid), its artifact and its QDQ file."""
+    from support.int8 import converted_int8
+
+    return converted_int8(_attention(), tmp_path / "art")
+
+
+def test_int8_packed_split_sees_through_its_identity_pairs(tmp_path):
+    """Cut on main (the 5-D Slices and Transpose of the QDQ split to CPU, 3 Mrvl / 2 CPU in
+    PP-OCRv4's recognizer): one Mrvl stage now, the bypassed pairs listed, and the artifact
+    equal to its QDQ model under verify."""
+    result, qdq = _qdq_split(tmp_path)
+    assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
+    graph = onnx.load(qdq).graph
+    split = next(n for n in graph.node if n.name == "split")
+    reshape_out = next(n for n in graph.node if n.op_type == "DequantizeLinear"
+                       and n.output[0] == split.input[0]).input[0]
+    # the pairs after the Reshape, the Transpose and (onnxruntime >= 1.19 quantizes them) the
+    # Slices: each one is bypassed and reported with the split
+    moved = {next(n for n in graph.node if n.output[0] == reshape_out).input[0], "split_out",
+             "slice0_out", "slice1_out", "slice2_out"}
+    pairs = {n.name for n in graph.node if n.op_type == "QuantizeLinear" and n.input[0] in moved}
+    merged = {e["name"] for e in result.report["nodes"]
+              if e.get("op_type") == "QuantizeLinear" and e.get("merged_into") == "slice0"}
+    assert len(pairs) >= 2 and merged == pairs, (merged, pairs)
+    comparison = mrvl_convert.compare(qdq, result.out_dir, [_feed()], with_floor=False)
+    assert comparison.passed, [(r.tensor, r.max_abs) for r in comparison.judged_rows]
+
+
+def test_int8_identity_pairs_bypassed_are_exact_on_onnxruntime(tmp_path):
+    """The QDQ model and its canonical graph (pairs bypassed, split rewritten) on onnxruntime:
+    bit for bit."""
+    _, qdq = _qdq_split(tmp_path)
+    model = onnx.load(qdq)
+    canonical, rewritten = canonicalized(model)
+    assert not [n for n in canonical.graph.nodes if len(n.outputs[0].shape or []) == 5]
+    want, got = run_ort(model, _feed()), run_ort(rewritten, _feed())
+    assert all(want[k].tobytes() == got[k].tobytes() for k in want)
+
+
+def test_int8_pairs_on_another_grid_are_kept(tmp_path):
+    """A pair after the Transpose on another scale rounds: it is no identity, so the split
+    (which needs it gone) is left, pairs and all."""
+    _, qdq = _qdq_split(tmp_path)
+    model = onnx.load(qdq)
+    transpose = next(n for n in model.graph.node if n.name == "split")
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear"
+             and n.input[0] == transpose.output[0])
+    scale = onnx.numpy_helper.from_array(np.array(0.5, np.float32), "other_scale")
+    model.graph.initializer.append(scale)
+    q.input[1] = "other_scale"
+    canonical, _ = canonicalized(model)
+    assert "split" not in canonical.merged
+    assert any(n.op == "QuantizeLinear" and n.inputs[1].name == "other_scale"
+               for n in canonical.graph.nodes)
+
+
+def test_int8_pair_writing_a_graph_output_is_kept(tmp_path):
+    """The Transpose's dequantized result is also a graph output: its pair stays (the output
+    needs it), so does the split, and the graph computes what the QDQ model does."""
+    _, qdq = _qdq_split(tmp_path)
+    model = onnx.load(qdq)
+    dq = next(n for n in model.graph.node if n.op_type == "DequantizeLinear"
+              and n.input[0].startswith("split_out"))
+    model.graph.output.append(onnx.helper.make_tensor_value_info(
+        dq.output[0], onnx.TensorProto.FLOAT, [3, 1, HEADS, TOKENS, DEPTH]))
+    canonical, rewritten = canonicalized(model)
+    assert "split" not in canonical.merged
+    want, got = run_ort(model, _feed()), run_ort(rewritten, _feed())
+    assert all(want[k].tobytes() == got[k].tobytes() for k in want)
