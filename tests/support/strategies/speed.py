@@ -9,6 +9,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from support.strategies.batch import MIXING, PER_SAMPLE, batch_from_spec
+
 # Text that looks like the separators and brackets the encoder cuts at, inside strings.
 _TRICKY = st.sampled_from(["]", "[", "}", "{", ",\n  ", "],\n  [", "\x00", "\"", "\\", "é",
                            "\u2028", "\U0001F600", ": ", ""])
@@ -28,3 +30,14 @@ def documents(max_leaves: int = 60) -> st.SearchStrategy[Any]:
                                 st.lists(inner, max_size=4).map(tuple),
                                 st.dictionaries(KEYS, inner, max_size=5)),
         max_leaves=max_leaves)
+
+
+@st.composite
+def any_batch_models(draw):
+    """``strategies/batch.py``'s CNNs at any batch, 1 to 16: at or below the device's limit
+    (where a stage's boundary decides ``batch_runs``) and above it (where the scan does)."""
+    spec = {"seed": draw(st.integers(0, 2 ** 16)), "batch": draw(st.integers(1, 16)),
+            "channels": draw(st.sampled_from([2, 4])),
+            "ops": draw(st.lists(st.sampled_from(PER_SAMPLE), max_size=3)),
+            "mixing": draw(st.one_of(st.none(), st.sampled_from(MIXING)))}
+    return batch_from_spec(spec)
