@@ -26,6 +26,7 @@ sums of a Sum) is listed in ``derived`` with the node it comes from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
@@ -78,11 +79,12 @@ def _tensor_names(graph: gs.Graph) -> Set[str]:
     and its outputs but the empty one, without graphsurgeon's map of them (each pass makes a
     ``Names``: mapping an unrolled model's tensors was most of the cost of the passes that
     then find nothing to rewrite)."""
-    names = {t.name for t in graph.inputs}
-    names.update(t.name for t in graph.outputs)
+    name = attrgetter("name")
+    names = set(map(name, graph.inputs))
+    names.update(map(name, graph.outputs))
     for node in graph.nodes:
-        names.update(t.name for t in node.inputs)
-        names.update(t.name for t in node.outputs)
+        names.update(map(name, node.inputs))
+        names.update(map(name, node.outputs))
     names.discard("")
     return names
 
