@@ -1,6 +1,7 @@
 """Small read-only helpers over graphsurgeon nodes and tensors, shared by rules and lowering."""
 from __future__ import annotations
 
+import functools
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
@@ -29,9 +30,12 @@ def static_shape(tensor: gs.Tensor) -> Optional[List[int]]:
     shape = tensor.shape
     if shape is None:
         return None
-    if any(not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
-        return None
-    return [int(d) for d in shape]
+    dims = []
+    for d in shape:  # one loop, not a scan then a copy: called for every tensor, many times
+        if not isinstance(d, (int, np.integer)) or d < 0:
+            return None
+        dims.append(int(d))
+    return dims
 
 
 def dtype_name(tensor: gs.Tensor) -> str:
@@ -39,9 +43,23 @@ def dtype_name(tensor: gs.Tensor) -> str:
     if dtype is None:
         return "unknown"
     try:
-        return np.dtype(dtype).name
+        return _dtype_name(dtype) if _hashable(dtype) else np.dtype(dtype).name
     except TypeError:
         return str(dtype)
+
+
+def _hashable(value: Any) -> bool:
+    try:
+        hash(value)
+    except TypeError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _dtype_name(dtype: Any) -> str:
+    """``np.dtype(dtype).name``, once per dtype (numpy makes the name in Python each time)."""
+    return np.dtype(dtype).name
 
 
 def activation_inputs(node: gs.Node) -> List[gs.Tensor]:

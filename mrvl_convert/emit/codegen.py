@@ -69,7 +69,10 @@ def is_int8(attrs: Mapping[str, Any]) -> bool:
     output is int8 (an int8 pool or data movement writes no scale of its own)."""
     if first_value(attrs.get("dtype")) == "int8":
         return True
-    return any(key.endswith("_scale") or key.startswith(_INT8_PREFIXES) for key in attrs)
+    for key in attrs:  # a plain loop: asked of every layer several times per conversion
+        if key.endswith("_scale") or key.startswith(_INT8_PREFIXES):
+            return True
+    return False
 
 
 def beyond_upstream(attrs: Mapping[str, Any]) -> Optional[str]:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -133,8 +133,10 @@ def report(loaded: LoadedModel, canonical: CanonicalGraph, matches: MatchPlan, p
     rule_of = {n.name: c.rule for c in matches.composites for n in c.nodes}
     entries: List[Dict[str, Any]] = []
     counts = {"mrvl": 0, "cpu": 0, "removed": 0}
+    origins = by_origin(canonical.derived)
     for index, node in enumerate(loaded.proto.graph.node):
-        entry = _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of)
+        entry = _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of,
+                       origins)
         counts[entry["placement"]] += 1
         entries.append(entry)
     for entry in _branch_entries(len(entries), canonical, matches, plan, stage_of, layer_of,
@@ -196,7 +198,25 @@ def _derived(name: str, stage_of: Mapping[str, Any], layer_of: Mapping[str, str]
     return added
 
 
-def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of):
+def by_origin(derived: Mapping[str, str]) -> Dict[str, List[Tuple[int, str]]]:
+    """origin -> [(position in ``derived``, added node)], in ``derived``'s order: each model
+    node's entry reads its own, not all of ``derived`` (an unrolled model's thousands)."""
+    origins: Dict[str, List[Tuple[int, str]]] = {}
+    for position, (added, origin) in enumerate(derived.items()):
+        origins.setdefault(origin, []).append((position, added))
+    return origins
+
+
+def derived_from(origins: Mapping[str, List[Tuple[int, str]]], names: Sequence[str]
+                 ) -> List[str]:
+    """The nodes derived from any of ``names``, in the order of the ``derived`` map that
+    ``by_origin`` indexed: ``[a for a, o in derived.items() if o in names]``."""
+    return [added for _, added in sorted(pair for origin in dict.fromkeys(names)
+                                         for pair in origins.get(origin, ()))]
+
+
+def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, rule_of,
+           origins):
     name = node.name
     # the op as the file writes it (an opset upgrade may have made an Upsample a Resize)
     entry: Dict[str, Any] = {"index": index, "name": name,
@@ -207,8 +227,8 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
     if name in canonical.removed:
         entry.update(placement="removed", reason=canonical.removed[name])
         # A decided If is gone, its branch's nodes are not: say where they went.
-        branch = [_derived(n, stage_of, layer_of) for n, o in canonical.derived.items()
-                  if o == name and n in stage_of]
+        branch = [_derived(n, stage_of, layer_of) for n in derived_from(origins, [name])
+                  if n in stage_of]
         entry.update({"derived": branch} if branch else {})
         return entry
     # A node merged into another by a canonical rewrite goes wherever that one went.
@@ -219,8 +239,8 @@ def _entry(node, index, loaded, canonical, matches, plan, stage_of, layer_of, ru
         entry["canonical"] = canonical.rewritten[name]
     # a node merged into another keeps what was derived from it (sequence_lift's view)
     # (one a later cleanup dropped, its output read by nothing, is no longer anywhere)
-    added_here = [added for added, origin in canonical.derived.items()
-                  if origin in (name, node.name) and added in stage_of]
+    added_here = [added for added in derived_from(origins, [name, node.name])
+                  if added in stage_of]
     # each one on CPU says why, as a node of the model does (an unrolled cell's step at a
     # batch its layer does not take)
     why = {added: _cpu_reason(added, matches, plan) for added in added_here

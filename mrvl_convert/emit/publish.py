@@ -34,6 +34,7 @@ import onnx
 
 from mrvl_convert.errors import OutputDirError
 from mrvl_convert.emit.external_data import externalize
+from mrvl_convert.emit.json_text import IndentedJSON
 from mrvl_convert.emit.validate import self_check, validate
 
 
@@ -166,8 +167,11 @@ class StagingDir:
     def write_json(self, name: str, document: Any, kind: str, *, compact: bool = False) -> None:
         if self_check():
             validate(document, kind, label=name)
-        # Streamed in blocks: a large document is never held as one str plus its bytes.
-        chunks = chain(_encoder(compact).iterencode(document), ["\n"])
+        # Streamed in blocks: a large document is never held as one str plus its bytes. The
+        # indented text is json_text's (the standard encoder's bytes, in fewer Python steps).
+        text = (_encoder(compact).iterencode(document) if compact
+                else IndentedJSON().iterencode(document))
+        chunks = chain(text, ["\n"])
         self.digests[name] = {name: self._write(name, _blocks(chunks))}
 
     def write_consts(self, name: str, document: Dict[str, Dict[str, Any]]) -> None:

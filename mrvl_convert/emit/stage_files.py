@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import onnx
-import onnx_graphsurgeon as gs
 
 from mrvl_convert.emit import cpu_onnx, mrvl_json
 from mrvl_convert.emit.publish import StagingDir
@@ -58,10 +57,11 @@ def write_stages(staging: StagingDir, plan: Plan, subgraphs: Mapping[str, MrvlSu
 
 def _cpu_source(plan: Plan, canonical: CanonicalGraph, loaded: LoadedModel
                 ) -> Optional[onnx.ModelProto]:
-    """The canonical graph as ONNX, which the CPU stages are cut from; None without a CPU
-    stage (exporting copies every weight: only worth it when a CPU stage needs some)."""
+    """The canonical graph as ONNX, which the CPU stages are cut from (of it, only what they
+    read: ``cpu_onnx.source``); None without a CPU stage."""
     if not any(s.kind == "cpu" for s in plan.stages):
         return None
-    proto = gs.export_onnx(canonical.graph, do_type_check=False)
+    wanted = {n.name for s in plan.stages if s.kind == "cpu" for n in s.nodes}
+    proto = cpu_onnx.source(canonical.graph, wanted)
     proto.ir_version = loaded.proto.ir_version
     return proto

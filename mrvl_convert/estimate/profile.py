@@ -6,6 +6,7 @@ nesting and aliases as for a rule file) and validated against ``schemas/hwprofil
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -125,8 +126,7 @@ def load_profile(profile: ProfileLike = None) -> HardwareProfile:
     if isinstance(profile, HardwareProfile):
         return profile
     if profile is None:
-        text = resources.files("mrvl_convert.estimate").joinpath(BUILTIN_PROFILE).read_text()
-        return parse_profile(yaml.safe_load(text), label=f"built-in {BUILTIN_PROFILE}")
+        return _builtin_profile()
     path = Path(profile)
     try:
         size = path.stat().st_size
@@ -140,6 +140,15 @@ def load_profile(profile: ProfileLike = None) -> HardwareProfile:
     data = parse_bounded_yaml(text, str(path), what="hardware profile",
                               error=HardwareProfileError)
     return parse_profile(data, label=str(path))
+
+
+@functools.lru_cache(maxsize=1)
+def _builtin_profile() -> HardwareProfile:
+    """The built-in profile, read and validated once per process: every conversion asks for it
+    (twice), and parsing its YAML was a third of a small model's conversion. A frozen
+    HardwareProfile of tuples and frozen parts: one object serves every caller."""
+    text = resources.files("mrvl_convert.estimate").joinpath(BUILTIN_PROFILE).read_text()
+    return parse_profile(yaml.safe_load(text), label=f"built-in {BUILTIN_PROFILE}")
 
 
 def _schema() -> dict:

@@ -29,7 +29,8 @@ sums of a Sum) is listed in ``derived`` with the node it comes from.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from operator import attrgetter
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -60,7 +61,7 @@ class Names:
     """Fresh node and tensor names that collide with nothing in the graph."""
 
     def __init__(self, graph: gs.Graph) -> None:
-        self.used = {n.name for n in graph.nodes} | set(graph.tensors())
+        self.used = {n.name for n in graph.nodes} | _tensor_names(graph)
         # base -> the suffix its last fresh name took: names are only ever added, so every
         # lower one is still taken (a base asked for n times costs n tries, not n^2 / 2)
         self._suffix: Dict[str, int] = {}
@@ -74,6 +75,21 @@ class Names:
         self.used.add(name)
         self._suffix[base] = k
         return name
+
+
+def _tensor_names(graph: gs.Graph) -> Set[str]:
+    """``set(graph.tensors())``: the names of the graph's inputs, its nodes' inputs and outputs
+    and its outputs but the empty one, without graphsurgeon's map of them (each pass makes a
+    ``Names``: mapping an unrolled model's tensors was most of the cost of the passes that
+    then find nothing to rewrite)."""
+    name = attrgetter("name")
+    names = set(map(name, graph.inputs))
+    names.update(map(name, graph.outputs))
+    for node in graph.nodes:
+        names.update(map(name, node.inputs))
+        names.update(map(name, node.outputs))
+    names.discard("")
+    return names
 
 
 def axes_node(op: str, name: str, x: gs.Tensor, out: gs.Tensor, axes: Sequence[int],

@@ -186,6 +186,8 @@ def batch_runs(stage: Stage, model_batch: int,
     then the device check still names the batch)."""
     limit = min((x for x in (stage_batch_limit(stage), device_limit) if x is not None),
                 default=None)
+    if limit is None or _fits_at_its_boundary(stage, limit):
+        return None
     # The data: not an int8 weight's DequantizeLinear, one value for every sample.
     nodes = [n for n in stage.nodes if not all(is_weight(t) for t in n.outputs)]
     tensors = list(stage.inputs) + list(stage.outputs) + [
@@ -202,6 +204,17 @@ def batch_runs(stage: Stage, model_batch: int,
             reads_across_batch(n, batch) for n in nodes):
         return None
     return BatchRuns(batch, device_batch(batch, limit))
+
+
+def _fits_at_its_boundary(stage: Stage, limit: int) -> bool:
+    """True when the stage's inputs and outputs already decide ``batch_runs``'s None: their
+    axes 0 differ, or are one batch within ``limit`` (the tensors inside can only add another
+    axis 0, which is None too). Spares the scan of every tensor of an unrolled stage."""
+    batches = {tuple(static_shape(t) or ())[:1] for t in list(stage.inputs) + list(stage.outputs)}
+    if len(batches) != 1:
+        return len(batches) > 1
+    (batch,) = batches.pop() or (0,)
+    return batch <= limit
 
 
 # Ops that only move or view elements: on CPU next to a recurrent cell they cost a copy at most.

@@ -48,10 +48,14 @@ def layer_set_hints(graph: gs.Graph, layer_set: str, plan: MatchPlan,
     left = {n.name for n in graph.nodes if n.name not in plan.owner and n.name not in deny}
     if not left:
         return hints  # nothing to explain: spare the second match
+    left_ops = {n.op for n in graph.nodes if n.name in left}
     for other in LAYER_SETS:
         if other == layer_set:
             continue
-        elsewhere = match(graph, load_rules(layer_set=other), deny=deny)
+        rules = load_rules(layer_set=other)
+        if not left_ops & {op for rule in rules for op in rule.ops + rule.absorb}:
+            continue  # no composite of its can hold a node left here: spare the match
+        elsewhere = match(graph, rules, deny=deny)
         for name, index in elsewhere.owner.items():
             if name in left and name not in hints:
                 rule = elsewhere.composites[index].rule.name
