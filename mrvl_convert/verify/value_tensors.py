@@ -10,7 +10,8 @@ Cast pair on an int64 tensor is no model onnxruntime can run (issue 43, finding 
 - ensures: ``never_rounded`` holds every tensor that is (a) typed other than float32 by the
   model or by shape inference, (b) read by a shape/index slot (``INDEX_SLOTS``), or one such
   a tensor is computed from (its producers followed back, stopping at Shape/Size, whose input's
-  values they do not read; a tensor that is data elsewhere too is then not rounded either), or
+  values they do not read, and at a decision's float data: ``DECISIONS``; a tensor that is data
+  elsewhere too is then not rounded either), or
   (c) computed from Shape/Size outputs and constants alone, (d) a quantization parameter of
   onnxruntime's integer operators (``quantize_dynamic``'s forms): a DynamicQuantizeLinear's
   scale and zero point, a scale slot (``QUANT_SLOTS``), and what is computed from those and
@@ -45,6 +46,16 @@ QUANT_SLOTS: Mapping[str, Tuple[int, ...]] = {
     "DynamicQuantizeMatMul": (2, 3), "MatMulIntegerToFloat": (2, 3, 4, 5),
 }
 _SIZES = ("Shape", "Size")
+# op -> the inputs the shape cone follows back through it (not its float data): an ArgMax,
+# TopK or a control-flow node's integer results are decisions on float data, not sizes
+# computed from it; rounding the data moves them only where a decision flips, as the device's
+# fp16 does. A Loop's trip count and condition (and any input typed other than float32, a
+# loop-carried counter) are followed. Not stopping here put a whole network in the cone: a
+# decoder Loop whose step count ends a Slice protected the backbone whose features it reads
+# (slanet-plus: its fp16 floor rounded nothing before the Loop, 10x too low).
+DECISIONS: Mapping[str, Tuple[int, ...]] = {
+    "ArgMax": (), "ArgMin": (), "TopK": (1,), "Loop": (0, 1), "If": (0,), "Scan": (),
+}
 _ACCUMULATING = ("ConvInteger", "MatMulInteger")  # int32 results of int8 products
 # ops that carry an integer accumulator on as integers (a bias Add, a layout change)
 _INTEGER_STEPS = ("Add", "Sub", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten",
@@ -55,7 +66,9 @@ _FLOAT = onnx.TensorProto.FLOAT
 def never_rounded(proto: onnx.ModelProto) -> Set[str]:
     """The tensors of ``proto`` rounding must leave alone (module docstring)."""
     graph = proto.graph
-    return (_not_float(proto) | _shape_cone(graph) | _from_sizes(graph)
+    types = _element_types(proto)
+    return ({n for n, elem in types.items() if elem != _FLOAT} | _shape_cone(graph, types)
+            | _from_sizes(graph)
             | _quantization_parameters(graph) | _accumulators(graph))
 
 
@@ -84,9 +97,10 @@ def _accumulators(graph: onnx.GraphProto) -> Set[str]:
     return integer | as_float
 
 
-def _shape_cone(graph: onnx.GraphProto) -> Set[str]:
+def _shape_cone(graph: onnx.GraphProto, types: Mapping[str, int]) -> Set[str]:
     """What the shape/index slots read, followed back through their producers (not through
-    Shape/Size: a shape does not depend on its input's values)."""
+    Shape/Size: a shape does not depend on its input's values; through a ``DECISIONS`` node
+    only into its listed inputs and those ``types`` says are not float32)."""
     producer = {o: n for n in graph.node for o in n.output if o}
     cone: Set[str] = set()
     stack = [n.input[k] for n in graph.node for k in INDEX_SLOTS.get(n.op_type, ())
@@ -98,8 +112,18 @@ def _shape_cone(graph: onnx.GraphProto) -> Set[str]:
         cone.add(name)
         node = producer.get(name)
         if node is not None and node.op_type not in _SIZES:
-            stack.extend(i for i in node.input if i)
+            stack.extend(_followed(node, types))
     return cone
+
+
+def _followed(node: onnx.NodeProto, types: Mapping[str, int]) -> List[str]:
+    """The inputs of ``node`` the shape cone goes on into: all, or a decision's listed ones and
+    those known not to be float32 (an input of unknown type is taken as data)."""
+    if node.op_type not in DECISIONS:
+        return [i for i in node.input if i]
+    listed = DECISIONS[node.op_type]
+    return [i for k, i in enumerate(node.input)
+            if i and (k in listed or types.get(i, _FLOAT) != _FLOAT)]
 
 
 def _from_sizes(graph: onnx.GraphProto) -> Set[str]:
@@ -136,13 +160,9 @@ def _computed_from(graph: onnx.GraphProto, seeds: Set[str],
     return found
 
 
-def _not_float(proto: onnx.ModelProto) -> Set[str]:
-    """Tensors the model, or shape inference, types as anything but float32."""
-    types = _element_types(proto)
-    return {name for name, elem in types.items() if elem != _FLOAT}
-
-
 def _element_types(proto: onnx.ModelProto) -> Dict[str, int]:
+    """Each tensor's element type, as the model or shape inference gives it (a tensor typed
+    other than float32 is never rounded: (a))."""
     graph = proto.graph
     infos: List[onnx.ValueInfoProto] = [*graph.input, *graph.output, *graph.value_info]
     try:
