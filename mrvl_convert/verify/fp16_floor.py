@@ -5,7 +5,8 @@ defect in one model and all that fp16 can do in another (issue 43, finding 4). T
 the verdict's own reference (the model, or an int8 artifact's QDQ model) with every float
 tensor rounded to fp16 where a node reads or writes it: each node's float inputs, weights and
 results (``floor_model``; QuantizeLinear/DequantizeLinear and Cast left alone: their results
-are rounded where a node reads them),
+are rounded where a node reads them), a Conv and its BatchNormalization first folded into one
+Conv as the device computes them (``floor_folds.py``),
 run by onnxruntime on the same inputs; shapes, indices and integers are never rounded
 (``value_tensors.py``). Its error against the reference, per output, is what an fp16 device
 costs that model whatever the converter does; a sum order or an fp16 accumulator may cost a
@@ -29,6 +30,7 @@ from onnx import helper, numpy_helper
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.stages import TensorSpec
+from mrvl_convert.verify.floor_folds import fold_conv_batchnorms
 from mrvl_convert.verify.kept_fp16 import topologically_sorted
 from mrvl_convert.verify.metrics import Worst
 from mrvl_convert.verify.reference import (load_model, reference_session, rewrite_label,
@@ -55,8 +57,10 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
     """A copy of ``proto`` with every float tensor rounded to fp16 (module docstring): each
     float tensor a node reads goes through one Cast pair (made once, shared by its readers),
     each float weight is read as a rounded copy, each of ``outputs`` (default: the model's)
-    is rounded. Linear in the model's size (one pass over the nodes)."""
+    is rounded; each Conv -> BatchNormalization pair first folded (``floor_folds.py``). Linear
+    in the model's size (one pass over the nodes)."""
     copy = load_model(proto)
+    fold_conv_batchnorms(copy)
     graph = copy.graph
     protected = never_rounded(copy)
     inits = {t.name: t for t in graph.initializer}
