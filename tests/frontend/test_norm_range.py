@@ -15,7 +15,7 @@ from mrvl_convert.frontend.norm_range import scale_norms
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.runtime.session import HybridSession
-from tests.support.norm_models import FORMS, NORM, norm_model
+from support.norm_models import FORMS, NORM, norm_model
 
 
 def _run(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
