@@ -57,6 +57,8 @@ Concat of 4-D views (``concat_views.py``): both exact.
 An Add where each operand broadcasts along the other's unit axis (additive attention's outer
 sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
 zero's sign).
+A norm the caller names (``norm_scales``) reads its input scaled by a power of two, its eps by
+its square, so its sum of squares stays inside fp16 (``norm_range.py``: exact barring underflow).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
