@@ -98,9 +98,15 @@ def scale_norms(graph: gs.Graph, scales: Mapping[str, int], done: Rewrites) -> b
 
 
 def _scalar(tensor: gs.Tensor) -> Optional[float]:
-    if not is_const(tensor):
+    """A one-value constant: an initializer, or (in a model as loaded, which the chooser reads)
+    a Constant node's output."""
+    if is_const(tensor):
+        value = const_value(tensor)
+    elif tensor.inputs and tensor.inputs[0].op == "Constant" and \
+            isinstance(tensor.inputs[0].attrs.get("value"), gs.Constant):
+        value = const_value(tensor.inputs[0].attrs["value"])
+    else:
         return None
-    value = const_value(tensor)
     return float(value.reshape(-1)[0]) if value.size == 1 else None
 
 

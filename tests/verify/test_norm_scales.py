@@ -38,3 +38,14 @@ def test_no_scale_where_the_squares_stay_small():
     model = norm_model("t5", weight_scale=0.5)
     feeds = [{"x": np.ones((1, 8, 16), np.float32)}]
     assert norm_scales(model, feeds) == {} and norm_scales(model, []) == {}
+
+
+def test_an_exponent_written_as_a_constant_node_is_found():
+    """Exporters (T5's) write Pow's 2 as a Constant node, not an initializer: on main's first
+    version of the chooser no norm of the T5 encoder was found."""
+    model = norm_model("t5")
+    two = next(t for t in model.graph.initializer if t.name == "two")
+    model.graph.initializer.remove(two)
+    model.graph.node.insert(0, onnx.helper.make_node("Constant", [], ["two"], value=two))
+    feeds = [{"x": np.random.default_rng(4).standard_normal((1, 8, 16)).astype(np.float32)}]
+    assert list(norm_scales(model, feeds)) == [NORM]
