@@ -94,6 +94,8 @@ def test_fp16_artifact_overflows_without_and_is_right_with_the_scale(tmp_path, f
     with pytest.raises(MrvlConvertError, match="overflows float16"):
         HybridSession(tmp_path / "plain").run(None, {"x": x})
     result = convert(path, tmp_path / "scaled", norm_scales={NORM: 6})
+    said = next(e for e in result.report["nodes"] if e["name"] == NORM)
+    assert "scaled by 2**-6" in said["canonical"]
     assert result.report["summary"]["mrvl_subgraphs"] == 1
     assert result.report["summary"]["cpu_subgraphs"] == 0
     got = HybridSession(tmp_path / "scaled").run(None, {"x": x})[0]
