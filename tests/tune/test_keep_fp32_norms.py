@@ -25,3 +25,20 @@ def test_auto_scales_the_overflowing_norm_instead_of_keeping_it(tmp_path):
     assert report["summary"]["mrvl_subgraphs"] == 1 and report["summary"]["cpu_subgraphs"] == 0
     assert compare(path, tmp_path / "art").passed
     assert "1 norm(s) scaled" in result.line() and "-> PASS" in result.line()
+
+
+def test_cli_auto_converts_with_the_scales(tmp_path, capsys):
+    """mrvl-convert --keep-fp32 auto: the artifact it writes has the norm scaled (it converts
+    again after choosing: the scales go with the options) and passes."""
+    from mrvl_convert.cli.convert import main
+
+    path = tmp_path / "norm.onnx"
+    onnx.save(norm_model("t5"), path)
+    code = main([str(path), "-o", str(tmp_path / "out"), "--keep-fp32", "auto", "--verify"])
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    line = next(x for x in printed.splitlines() if x.startswith("keep-fp32 "))
+    assert "1 norm(s) scaled" in line and "nothing kept" in line and "-> PASS" in line
+    report = json.loads((tmp_path / "out" / "norm" / "report.json").read_text())
+    said = next(e for e in report["nodes"] if e["name"] == NORM)
+    assert "frontend/norm_range.py" in said["canonical"]
