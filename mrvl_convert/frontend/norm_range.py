@@ -42,13 +42,14 @@ sorts the graph.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Mapping, Optional, Set, Tuple
+from typing import Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.residual_range import find_stream, scale_stream
 
 #: The largest k taken: 2**-100 already flushes any float16 input to 0.
 MAX_EXPONENT = 100
@@ -83,18 +84,42 @@ def scale_norms(graph: gs.Graph, scales: Mapping[str, int], done: Rewrites) -> b
     if not scales:
         return False
     names, before = Names(graph), len(done.rewritten)
-    by_name = {n.name: n for n in graph.nodes}
     outputs = {t.name for t in graph.outputs}
+    norms, why_not = _norms(graph, outputs)
+    handled: Set[str] = set()
     for key, k in sorted(scales.items()):
-        mean = by_name.get(key)
-        norm, why = _norm(mean) if mean is not None else (None, "no such node")
+        if key in handled:
+            continue
+        norm = norms.get(key)
+        if norm is None or not 0 < k <= MAX_EXPONENT:
+            why = why_not.get(key, "no such node") if norm is None else "k out of range"
+            done.kept[key] = f"norm range scale 2**-{k} not applied: {why}"
+            continue
+        # the whole residual stream the norm reads, when it is one; else the norm alone
+        stream = find_stream(key, norms, outputs)
+        if stream is None or not stream.branches:
+            _apply(graph, norm, key, k, done, names)
+            continue
+        handled.update(stream.norms)
+        scale_stream(graph, stream, norms, max(scales.get(n, 0) for n in stream.norms),
+                     done, names)
+    return len(done.rewritten) > before
+
+
+def _norms(graph: gs.Graph, outputs: Set[str]) -> Tuple[Dict[str, _Norm], Dict[str, str]]:
+    """Every norm of the graph in a form, by its ReduceMean of squares; why each other
+    ReduceMean is none."""
+    norms: Dict[str, _Norm] = {}
+    why_not: Dict[str, str] = {}
+    for mean in [n for n in graph.nodes if n.op == "ReduceMean"]:
+        norm, why = _norm(mean)
         if norm is not None and _inner_outputs(mean, norm, outputs):
             norm, why = None, "a value inside it is a model output"
-        if norm is None or not 0 < k <= MAX_EXPONENT:
-            done.kept[key] = f"norm range scale 2**-{k} not applied: {why or 'k out of range'}"
-            continue
-        _apply(graph, norm, key, k, done, names)
-    return len(done.rewritten) > before
+        if norm is None:
+            why_not[mean.name] = why
+        else:
+            norms[mean.name] = norm
+    return norms, why_not
 
 
 def _scalar(tensor: gs.Tensor) -> Optional[float]:

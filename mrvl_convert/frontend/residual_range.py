@@ -1,0 +1,124 @@
+"""A pre-norm residual stream scaled by a power of two, so the stream itself (not only its norms'
+squares) stays inside fp16's range.
+
+A T5 encoder's residual stream ``x_{l+1} = x_l + f_l(norm_l(x_l))`` reaches 8e4 in float32 on some
+inputs, beyond fp16's 65504, although every norm's output is of order 1. Every reader of the
+stream is a norm (``norm_range.py``'s forms, which are scale-invariant once their eps is scaled
+too) or a residual Add, so for ``s = 2**-k`` the stream ``s*x_l`` is computed by scaling its root
+(the embedding) and every branch ``f_l`` added to it by ``s``, and each norm's eps by ``s**2``:
+each norm then gives what it gave (``norm_range.py``'s identity), so every branch is unchanged,
+and the stream is ``s*x_l`` exactly (a sum of scaled terms is the scaled sum, rounded alike).
+
+Bound: bit-equal in float32 where no scaled value is subnormal (|value| >= 2**(k-126) for every
+stream element and branch value that is not 0) and ``eps*s**2`` is normal (norm_range.py's
+bound); in fp16 a stream or branch value below 2**(k-14) in magnitude is an fp16 subnormal,
+within 2**(k-25) absolutely of its float32 value, negligible next to the norm's input of order
+its peak (k is chosen so that peak is at most 64 after the scale).
+
+The stream is found from a named norm's input: up through Adds whose other operand no norm reads
+(the branch) to its root, then down from the root: every reader of every stream tensor must be a
+norm of ``norm_range.py``'s forms reading it as its input or an Add (its output joins the stream,
+its other operand is a branch), no stream tensor a model output, no branch a stream tensor.
+Otherwise it is no stream, and ``norm_range.py`` scales the norms alone.
+
+Requires: ``norms``: ReduceMean name -> that norm's pieces, for every norm of the graph in a form
+(``norm_range.py``). Ensures: the stream scaled (a Mul after its root, one before each branch's
+Add, each norm's eps a new constant), each of its norms in ``rewritten``, the Muls in ``derived``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Set, Tuple
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import const_value
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+
+
+@dataclass
+class Stream:
+    """A residual stream: its root tensor, the Add slots its branches enter by, its norms."""
+
+    root: gs.Tensor
+    branches: List[Tuple[gs.Node, int]] = field(default_factory=list)
+    norms: List[str] = field(default_factory=list)
+
+
+def find_stream(key: str, norms: Mapping[str, object], outputs: Set[str]) -> Optional[Stream]:
+    """The residual stream the norm ``key`` reads, or None (module docstring)."""
+    slots = {id(node): name for name, norm in norms.items() for node, _ in norm.readers}
+    read_by_norm = {id(norm.x) for norm in norms.values()}
+    root = norms[key].x
+    while root.inputs and root.inputs[0].op == "Add":
+        streams = [t for t in root.inputs[0].inputs if id(t) in read_by_norm]
+        if len(streams) != 1:
+            break
+        root = streams[0]
+    return _down(root, norms, slots, outputs)
+
+
+def _down(root: gs.Tensor, norms: Mapping[str, object], slots: Dict[int, str],
+          outputs: Set[str]) -> Optional[Stream]:
+    stream, members, pending = Stream(root), {id(root)}, [root]
+    while pending:
+        tensor = pending.pop()
+        if tensor.name in outputs:
+            return None
+        for reader in tensor.outputs:
+            name = slots.get(id(reader))
+            if name is not None and norms[name].x is tensor:
+                stream.norms.append(name)
+            elif reader.op == "Add" and len(reader.inputs) == 2 and \
+                    reader.inputs[0] is not reader.inputs[1]:
+                index = 1 if reader.inputs[0] is tensor else 0
+                stream.branches.append((reader, index))
+                out = reader.outputs[0]
+                if id(out) not in members:
+                    members.add(id(out))
+                    pending.append(out)
+            else:
+                return None
+    # a branch that is itself the stream (x_a + x_b) would be scaled twice
+    if any(id(add.inputs[i]) in members for add, i in stream.branches):
+        return None
+    stream.norms = sorted(set(stream.norms))
+    return stream
+
+
+def scale_stream(graph: gs.Graph, stream: Stream, norms: Mapping[str, object], k: int,
+                 done: Rewrites, names: Names) -> None:
+    """``stream`` times ``2**-k``: its root and branches by Muls, its norms' eps by 4**-k."""
+    first = stream.norms[0]
+    scaled = _mul(graph, stream.root, k, first, done, names)
+    for reader in [r for r in stream.root.outputs if r.outputs[0] is not scaled]:
+        for index, tensor in enumerate(reader.inputs):
+            if tensor is stream.root:
+                reader.inputs[index] = scaled
+    for add, index in stream.branches:
+        add.inputs[index] = _mul(graph, add.inputs[index], k, first, done, names)
+    for name in stream.norms:
+        norm = norms[name]
+        eps = norm.eps_add.inputs[norm.eps_index]
+        value = const_value(eps)
+        norm.eps_add.inputs[norm.eps_index] = gs.Constant(
+            names.fresh(f"{eps.name}_range"), np.asarray(value * value.dtype.type(4.0 ** -k)))
+        done.rewritten[name] = (
+            f"on a residual stream scaled by 2**-{k} ({len(stream.branches)} branch(es), "
+            f"{len(stream.norms)} norm(s)), eps by 2**-{2 * k}, so the stream and its squares "
+            "stay inside fp16's range: exact in float32 barring underflow "
+            "(frontend/residual_range.py)")
+
+
+def _mul(graph: gs.Graph, tensor: gs.Tensor, k: int, origin: str, done: Rewrites,
+         names: Names) -> gs.Variable:
+    dtype = np.dtype(tensor.dtype) if tensor.dtype is not None else np.dtype(np.float32)
+    scale = gs.Constant(names.fresh(f"{origin}_stream_scale"), np.array(2.0 ** -k, dtype))
+    out = gs.Variable(names.fresh(f"{tensor.name}_stream_scaled"), dtype=tensor.dtype,
+                      shape=tensor.shape)
+    node = gs.Node("Mul", names.fresh(f"{origin}_stream_scale"), inputs=[tensor, scale],
+                   outputs=[out])
+    graph.nodes.append(node)
+    done.derived[node.name] = origin
+    return out

@@ -1,0 +1,87 @@
+"""frontend/residual_range.py: a T5-like pre-norm residual stream that itself passes fp16's 65504
+scaled by 2**-k as a whole (root, branches, every norm's eps): bit-equal on onnxruntime, and its
+fp16 artifact right where, unscaled, it overflows (on main: a range error, and scaling the norms
+alone cannot help, the stream itself is beyond fp16)."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnx_graphsurgeon as gs
+import onnxruntime as ort
+import pytest
+
+from mrvl_convert import convert
+from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.frontend.norm_range import scale_norms
+from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.verify.compare import compare
+from mrvl_convert.verify.norm_scales import norm_scales
+from support.norm_models import stream_model
+
+NORMS = [f"norm{i}/ReduceMean" for i in range(4)]
+
+
+def _feeds(count: int = 3):
+    return [{"x": np.random.default_rng(s).standard_normal((1, 8, 16)).astype(np.float32)}
+            for s in range(count)]
+
+
+def _run(model: onnx.ModelProto, feed):
+    return ort.InferenceSession(model.SerializeToString()).run(None, feed)
+
+
+def _scaled(model: onnx.ModelProto, scales):
+    graph = gs.import_onnx(model)
+    done = Rewrites()
+    scale_norms(graph, scales, done)
+    return gs.export_onnx(graph.cleanup().toposort()), done
+
+
+@pytest.mark.parametrize("k", [1, 5, 12])
+def test_the_scaled_stream_is_bit_equal(k):
+    model = stream_model()
+    scaled, done = _scaled(model, {NORMS[0]: k})  # one norm named: its whole stream scales
+    assert all("residual stream scaled by 2**-" + str(k) in done.rewritten[n] for n in NORMS)
+    assert sum(name.endswith("_stream_scale") or "_stream_scale_" in name
+               for name in done.derived) == 4  # the root and three branches
+    for feed in _feeds():
+        for got, want in zip(_run(scaled, feed), _run(model, feed)):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_the_stream_takes_the_largest_k_of_its_norms():
+    _, done = _scaled(stream_model(), {NORMS[0]: 2, NORMS[2]: 9})
+    assert all("2**-9" in done.rewritten[n] for n in NORMS)
+
+
+def test_a_stream_read_elsewhere_scales_its_norms_alone():
+    model = stream_model()
+    model.graph.node.append(onnx.helper.make_node("Relu", ["res0"], ["side"], name="side"))
+    model.graph.output.append(onnx.helper.make_tensor_value_info("side", 1, [1, 8, 16]))
+    scaled, done = _scaled(model, {n: 10 for n in NORMS})
+    assert all("frontend/norm_range.py" in done.rewritten[n] for n in NORMS)
+    for feed in _feeds(1):
+        for got, want in zip(_run(scaled, feed), _run(model, feed)):
+            np.testing.assert_array_equal(got, want)
+
+
+def test_fp16_artifact_of_an_overflowing_stream(tmp_path):
+    path = tmp_path / "stream.onnx"
+    onnx.save(stream_model(), path)
+    feeds = _feeds()
+    convert(path, tmp_path / "plain")
+    with pytest.raises(MrvlConvertError, match="overflows float16"):
+        for feed in feeds:
+            HybridSession(tmp_path / "plain").run(None, feed)
+    scales = norm_scales(path, feeds)
+    assert set(scales) >= {NORMS[2], NORMS[3]}
+    result = convert(path, tmp_path / "scaled", norm_scales=scales)
+    assert result.report["summary"]["mrvl_subgraphs"] == 1
+    session = HybridSession(tmp_path / "scaled")
+    for feed in feeds:
+        want = _run(stream_model(), feed)[0]
+        got = session.run(None, feed)[0]
+        assert np.abs(got - want).max() < 0.01 * np.abs(want).max()
+    check = compare(path, tmp_path / "scaled", feeds)
+    assert check.passed and not check.overflow, check.summary_line()
