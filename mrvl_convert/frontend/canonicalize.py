@@ -58,7 +58,8 @@ An Add where each operand broadcasts along the other's unit axis (additive atten
 sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
 zero's sign).
 A norm the caller names (``norm_scales``) reads its input scaled by a power of two, its eps by
-its square, so its sum of squares stays inside fp16 (``norm_range.py``: exact barring underflow).
+its square, so its sum of squares stays inside fp16 (``norm_range.py``: exact barring underflow),
+or the whole pre-norm residual stream it reads is scaled (``residual_range.py``, likewise).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
