@@ -5,7 +5,8 @@ A T5 encoder's residual stream ``x_{l+1} = x_l + f_l(norm_l(x_l))`` reaches 8e4 
 inputs, beyond fp16's 65504, although every norm's output is of order 1. Every reader of the
 stream is a norm (``norm_range.py``'s forms, which are scale-invariant once their eps is scaled
 too) or a residual Add, so for ``s = 2**-k`` the stream ``s*x_l`` is computed by scaling its root
-(the embedding) and every branch ``f_l`` added to it by ``s``, and each norm's eps by ``s**2``:
+(the embedding; a MatMul's at its activation input) and every branch ``f_l`` added to it by ``s`` (a branch that a MatMul makes at
+its activation input, so the MatMul's own output is in range too), and each norm's eps by ``s**2``:
 each norm then gives what it gave (``norm_range.py``'s identity), so every branch is unchanged,
 and the stream is ``s*x_l`` exactly (a sum of scaled terms is the scaled sum, rounded alike).
 
@@ -91,13 +92,17 @@ def scale_stream(graph: gs.Graph, stream: Stream, norms: Mapping[str, object], k
                  done: Rewrites, names: Names) -> None:
     """``stream`` times ``2**-k``: its root and branches by Muls, its norms' eps by 4**-k."""
     first = stream.norms[0]
-    scaled = _mul(graph, stream.root, k, first, done, names)
-    for reader in [r for r in stream.root.outputs if r.outputs[0] is not scaled]:
-        for index, tensor in enumerate(reader.inputs):
-            if tensor is stream.root:
-                reader.inputs[index] = scaled
+    producer = stream.root.inputs[0] if stream.root.inputs else None
+    if _scales_at_input(producer):  # every reader of the root is the stream's: scale it there
+        producer.inputs[0] = _mul(graph, producer.inputs[0], k, first, done, names)
+    else:
+        scaled = _mul(graph, stream.root, k, first, done, names)
+        for reader in [r for r in stream.root.outputs if r.outputs[0] is not scaled]:
+            for index, tensor in enumerate(reader.inputs):
+                if tensor is stream.root:
+                    reader.inputs[index] = scaled
     for add, index in stream.branches:
-        add.inputs[index] = _mul(graph, add.inputs[index], k, first, done, names)
+        _scale_branch(graph, add, index, k, first, done, names)
     for name in stream.norms:
         norm = norms[name]
         eps = norm.eps_add.inputs[norm.eps_index]
@@ -109,6 +114,27 @@ def scale_stream(graph: gs.Graph, stream: Stream, norms: Mapping[str, object], k
             f"{len(stream.norms)} norm(s)), eps by 2**-{2 * k}, so the stream and its squares "
             "stay inside fp16's range: exact in float32 barring underflow "
             "(frontend/residual_range.py)")
+
+
+def _scale_branch(graph: gs.Graph, add: gs.Node, index: int, k: int, origin: str,
+                  done: Rewrites, names: Names) -> None:
+    """A branch made by a MatMul read only by the Add is scaled at the MatMul's activation
+    input ((x*s) @ W = s * (x @ W), exact barring underflow): its output, which may itself pass
+    fp16's range (T5's last feed-forward), is then computed in range; any other branch is
+    scaled after it."""
+    branch = add.inputs[index]
+    producer = branch.inputs[0] if branch.inputs else None
+    if _scales_at_input(producer) and list(branch.outputs) == [add]:
+        producer.inputs[0] = _mul(graph, producer.inputs[0], k, origin, done, names)
+        return
+    add.inputs[index] = _mul(graph, branch, k, origin, done, names)
+
+
+def _scales_at_input(producer: Optional[gs.Node]) -> bool:
+    """A MatMul of an activation: ``(x*s) @ W`` is ``s * (x @ W)`` (exact barring underflow),
+    with the product itself in range."""
+    return producer is not None and producer.op == "MatMul" and \
+        not isinstance(producer.inputs[0], gs.Constant)
 
 
 def _mul(graph: gs.Graph, tensor: gs.Tensor, k: int, origin: str, done: Rewrites,

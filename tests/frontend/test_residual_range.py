@@ -85,3 +85,22 @@ def test_fp16_artifact_of_an_overflowing_stream(tmp_path):
         assert np.abs(got - want).max() < 0.01 * np.abs(want).max()
     check = compare(path, tmp_path / "scaled", feeds)
     assert check.passed and not check.overflow, check.summary_line()
+
+
+def test_fc_outputs_beyond_fp16_are_scaled_at_their_inputs(tmp_path):
+    """The root FC and a branch FC themselves pass 65504 (75571, 72127 on these inputs): their
+    activation inputs are scaled, so their outputs are computed in range."""
+    model = stream_model(branch_scale=22000.0)
+    path = tmp_path / "stream.onnx"
+    onnx.save(model, path)
+    feeds = _feeds()
+    scales = norm_scales(path, feeds)
+    scaled, _ = _scaled(model, scales)
+    fcs = [n for n in scaled.graph.node if n.op_type == "MatMul"]
+    assert all("_stream_scaled" in n.input[0] for n in fcs), [n.input[0] for n in fcs]
+    for feed in feeds:
+        for got, want in zip(_run(scaled, feed), _run(model, feed)):
+            np.testing.assert_array_equal(got, want)
+    convert(path, tmp_path / "art", norm_scales=scales)
+    check = compare(path, tmp_path / "art", feeds)
+    assert check.passed and not check.overflow, check.summary_line()
