@@ -49,7 +49,8 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.residual_range import find_stream, scale_stream
+from mrvl_convert.frontend.residual_range import (STREAM_HEADROOM, Stream, find_stream,
+                                                  scale_stream)
 
 #: The largest k taken: 2**-100 already flushes any float16 input to 0.
 MAX_EXPONENT = 100
@@ -101,9 +102,20 @@ def scale_norms(graph: gs.Graph, scales: Mapping[str, int], done: Rewrites) -> b
             _apply(graph, norm, key, k, done, names)
             continue
         handled.update(stream.norms)
-        scale_stream(graph, stream, norms, max(scales.get(n, 0) for n in stream.norms),
-                     done, names)
+        _scale_stream_and_norms(graph, stream, norms, scales, done, names)
     return len(done.rewritten) > before
+
+
+def _scale_stream_and_norms(graph: gs.Graph, stream: Stream, norms: Dict[str, _Norm],
+                            scales: Mapping[str, int], done: Rewrites, names: Names) -> None:
+    """The stream by what holds it (``residual_range.py``), then each of its norms by the rest
+    of its own k."""
+    k_stream = max(scales.get(n, 0) for n in stream.norms) - STREAM_HEADROOM
+    if k_stream > 0:
+        scale_stream(graph, stream, norms, k_stream, done, names)
+    for name in stream.norms:
+        if scales.get(name, 0) > max(k_stream, 0):
+            _apply(graph, norms[name], name, scales[name] - max(k_stream, 0), done, names)
 
 
 def _norms(graph: gs.Graph, outputs: Set[str]) -> Tuple[Dict[str, _Norm], Dict[str, str]]:
@@ -228,6 +240,7 @@ def _apply(graph: gs.Graph, norm: _Norm, key: str, k: int, done: Rewrites,
     norm.eps_add.inputs[norm.eps_index] = gs.Constant(
         names.fresh(f"{eps.name}_range"), np.asarray(value * value.dtype.type(4.0 ** -k)))
     done.derived[mul.name] = key
-    done.rewritten[key] = (f"norm input scaled by 2**-{k} and eps by 2**-{2 * k}, so its squares "
-                           "stay inside fp16's range: exact in float32 barring underflow "
-                           "(frontend/norm_range.py)")
+    said = (f"norm input scaled by 2**-{k} and eps by 2**-{2 * k}, so its squares stay inside "
+            "fp16's range: exact in float32 barring underflow (frontend/norm_range.py)")
+    done.rewritten[key] = f"{done.rewritten[key]}; then its {said}" if key in done.rewritten \
+        else said

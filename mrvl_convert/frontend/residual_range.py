@@ -10,6 +10,12 @@ its activation input, so the MatMul's own output is in range too), and each norm
 each norm then gives what it gave (``norm_range.py``'s identity), so every branch is unchanged,
 and the stream is ``s*x_l`` exactly (a sum of scaled terms is the scaled sum, rounded alike).
 
+The stream's k is what holds the stream itself: ``STREAM_HEADROOM`` less than the largest k its
+norms were given (``verify/norm_scales.py`` brings each norm's input peak to 64; the stream's then
+to at most 64 * 2**7 = 8192, 8x under 65504), and each norm whose own k is larger is scaled by the
+rest alone (``norm_range.py``): one k for the whole stream would push the small early-layer
+values and their squares into fp16's subnormals (T5 on 0/1 ids: 25% error at k 12).
+
 Bound: bit-equal in float32 where no scaled value is subnormal (|value| >= 2**(k-126) for every
 stream element and branch value that is not 0) and ``eps*s**2`` is normal (norm_range.py's
 bound); in fp16 a stream or branch value below 2**(k-14) in magnitude is an fp16 subnormal,
@@ -29,13 +35,17 @@ Add, each norm's eps a new constant), each of its norms in ``rewritten``, the Mu
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Set, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+
+
+#: The stream is scaled this many powers of two less than its largest norm's k.
+STREAM_HEADROOM = 7
 
 
 @dataclass
@@ -88,9 +98,10 @@ def _down(root: gs.Tensor, norms: Mapping[str, object], slots: Dict[int, str],
     return stream
 
 
-def scale_stream(graph: gs.Graph, stream: Stream, norms: Mapping[str, object], k: int,
+def scale_stream(graph: gs.Graph, stream: Stream, norms: Mapping[str, Any], k: int,
                  done: Rewrites, names: Names) -> None:
-    """``stream`` times ``2**-k``: its root and branches by Muls, its norms' eps by 4**-k."""
+    """``stream`` times ``2**-k``: its root and branches by Muls, its norms' eps by 4**-k (each
+    norm's ``x`` is then the tensor it reads, so ``norm_range.py`` may scale it further)."""
     first = stream.norms[0]
     producer = stream.root.inputs[0] if stream.root.inputs else None
     if _scales_at_input(producer):  # every reader of the root is the stream's: scale it there
@@ -101,6 +112,9 @@ def scale_stream(graph: gs.Graph, stream: Stream, norms: Mapping[str, object], k
             for index, tensor in enumerate(reader.inputs):
                 if tensor is stream.root:
                     reader.inputs[index] = scaled
+        for name in stream.norms:  # a norm of the root reads the scaled root now
+            if norms[name].x is stream.root:
+                norms[name].x = scaled
     for add, index in stream.branches:
         _scale_branch(graph, add, index, k, first, done, names)
     for name in stream.norms:

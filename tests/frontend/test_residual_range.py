@@ -14,6 +14,7 @@ from mrvl_convert import convert
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.norm_range import scale_norms
+from mrvl_convert.frontend.residual_range import STREAM_HEADROOM
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.verify.norm_scales import norm_scales
@@ -40,19 +41,33 @@ def _scaled(model: onnx.ModelProto, scales):
 
 @pytest.mark.parametrize("k", [1, 5, 12])
 def test_the_scaled_stream_is_bit_equal(k):
+    """One norm named with k + 7: its whole stream scales by 2**-k (STREAM_HEADROOM 7 less),
+    that norm by 2**-7 more."""
     model = stream_model()
-    scaled, done = _scaled(model, {NORMS[0]: k})  # one norm named: its whole stream scales
+    scaled, done = _scaled(model, {NORMS[0]: k + STREAM_HEADROOM})
     assert all("residual stream scaled by 2**-" + str(k) in done.rewritten[n] for n in NORMS)
-    assert sum(name.endswith("_stream_scale") or "_stream_scale_" in name
-               for name in done.derived) == 4  # the root and three branches
+    assert "then its norm input scaled by 2**-7 " in done.rewritten[NORMS[0]]
+    assert "then" not in done.rewritten[NORMS[1]]
+    assert sum("_stream_scale" in name for name in done.derived) == 4  # root, three branches
     for feed in _feeds():
         for got, want in zip(_run(scaled, feed), _run(model, feed)):
             np.testing.assert_array_equal(got, want)
 
 
-def test_the_stream_takes_the_largest_k_of_its_norms():
-    _, done = _scaled(stream_model(), {NORMS[0]: 2, NORMS[2]: 9})
-    assert all("2**-9" in done.rewritten[n] for n in NORMS)
+def test_the_stream_takes_the_largest_k_of_its_norms_less_the_headroom():
+    _, done = _scaled(stream_model(), {NORMS[0]: 4, NORMS[2]: 9})
+    assert all("residual stream scaled by 2**-2 " in done.rewritten[n] for n in NORMS)
+    assert "then its norm input scaled by 2**-2 " in done.rewritten[NORMS[0]]
+    assert "then its norm input scaled by 2**-7 " in done.rewritten[NORMS[2]]
+
+
+def test_a_stream_within_the_headroom_is_not_scaled_its_norms_are():
+    scaled, done = _scaled(stream_model(), {NORMS[1]: 5})
+    assert list(done.rewritten) == [NORMS[1]]
+    assert done.rewritten[NORMS[1]].startswith("norm input scaled by 2**-5 ")
+    for feed in _feeds(1):
+        for got, want in zip(_run(scaled, feed), _run(stream_model(), feed)):
+            np.testing.assert_array_equal(got, want)
 
 
 def test_a_stream_read_elsewhere_scales_its_norms_alone():
