@@ -19,8 +19,10 @@ values and their squares into fp16's subnormals (T5 on 0/1 ids: 25% error at k 1
 Bound: bit-equal in float32 where no scaled value is subnormal (|value| >= 2**(k-126) for every
 stream element and branch value that is not 0) and ``eps*s**2`` is normal (norm_range.py's
 bound); in fp16 a stream or branch value below 2**(k-14) in magnitude is an fp16 subnormal,
-within 2**(k-25) absolutely of its float32 value, negligible next to the norm's input of order
-its peak (k is chosen so that peak is at most 64 after the scale).
+within 2**(k-25) absolutely of its float32 value (the stream's peak is brought to about 8192,
+so such values are over 2**26 times smaller than it). Measured on the T5 encoder (0/1 ids, random
+masks): the artifact's error against the float model, 0.02-0.12 of its peak, is that of the
+scaled model with every tensor rounded to fp16 (0.04-0.11): fp16's cost there, not the scale's.
 
 The stream is found from a named norm's input: up through Adds whose other operand no norm reads
 (the branch) to its root, then down from the root: every reader of every stream tensor must be a

@@ -9,6 +9,9 @@ scaled (k 0 is left out). The choice is the samples': a later input far beyond t
 overflow, which verify names (``fp16_overflow.py``). ``--keep-fp32 auto`` chooses on its choosing
 half of the verify samples (``core/samples.py`` ``remedy_split``) and judges on the other.
 
+A norm on a pre-norm residual stream (``frontend/residual_range.py``) has its stream scaled by
+its largest norm's k less 7 (the stream's peak to at most 8192) and itself by the rest.
+
 - requires: the model (a copy is run; it is not changed) and the feeds;
 - ensures: ReduceMean node name -> k >= 1, for the norms whose peak exceeds 64; {} when none does,
   or when the model cannot be run (the caller then keeps what overflows in fp32 instead).
