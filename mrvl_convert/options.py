@@ -105,6 +105,8 @@ class ConvertOptions:
             entry["min_compute_layers"] = self.min_compute_layers
         if self.keep_fp32:
             entry["keep_fp32"] = sorted(set(self.keep_fp32))
+        if self.norm_scales:
+            entry["norm_scales"] = {k: self.norm_scales[k] for k in sorted(self.norm_scales)}
         if self.foreign_int8 != "requantize":
             entry["foreign_int8"] = self.foreign_int8
         if self.values:
