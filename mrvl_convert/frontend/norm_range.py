@@ -47,10 +47,9 @@ from typing import Dict, List, Mapping, Optional, Set, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import const_value, is_const
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.residual_range import (STREAM_HEADROOM, Stream, find_stream,
-                                                  scale_stream)
+from mrvl_convert.frontend.residual_range import (STREAM_HEADROOM, Stream, constant_of,
+                                                  find_stream, scale_stream)
 
 #: The largest k taken: 2**-100 already flushes any float16 input to 0.
 MAX_EXPONENT = 100
@@ -137,14 +136,8 @@ def _norms(graph: gs.Graph, outputs: Set[str]) -> Tuple[Dict[str, _Norm], Dict[s
 def _scalar(tensor: gs.Tensor) -> Optional[float]:
     """A one-value constant: an initializer, or (in a model as loaded, which the chooser reads)
     a Constant node's output."""
-    if is_const(tensor):
-        value = const_value(tensor)
-    elif tensor.inputs and tensor.inputs[0].op == "Constant" and \
-            isinstance(tensor.inputs[0].attrs.get("value"), gs.Constant):
-        value = const_value(tensor.inputs[0].attrs["value"])
-    else:
-        return None
-    return float(value.reshape(-1)[0]) if value.size == 1 else None
+    value = constant_of(tensor)
+    return None if value is None or value.size != 1 else float(value.reshape(-1)[0])
 
 
 def _only_reader(tensor: gs.Tensor, op: str) -> Optional[gs.Node]:
@@ -173,8 +166,8 @@ def _norm(mean: gs.Node) -> Tuple[Optional[_Norm], str]:
     add = _only_reader(mean.outputs[0], "Add")
     if len(mean.inputs[0].outputs) != 1 or add is None:
         return None, "its squares or its mean have other readers than the norm"
-    eps_index = next((i for i, t in enumerate(add.inputs) if is_const(t)
-                      and np.issubdtype(const_value(t).dtype, np.floating)), None)
+    eps_index = next((i for i, t in enumerate(add.inputs) if constant_of(t) is not None
+                      and np.issubdtype(constant_of(t).dtype, np.floating)), None)
     sqrt = _only_reader(add.outputs[0], "Sqrt")
     if eps_index is None or sqrt is None:
         return None, "its mean is not read only by an Add of a float constant and a Sqrt"
@@ -235,7 +228,7 @@ def _apply(graph: gs.Graph, norm: _Norm, key: str, k: int, done: Rewrites,
     for node, index in norm.readers:
         node.inputs[index] = scaled
     eps = norm.eps_add.inputs[norm.eps_index]
-    value = const_value(eps)
+    value = constant_of(eps)
     # exact: eps times a power of two (a new constant: another norm may share eps)
     norm.eps_add.inputs[norm.eps_index] = gs.Constant(
         names.fresh(f"{eps.name}_range"), np.asarray(value * value.dtype.type(4.0 ** -k)))

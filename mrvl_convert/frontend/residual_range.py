@@ -59,17 +59,42 @@ class Stream:
     norms: List[str] = field(default_factory=list)
 
 
+def constant_of(tensor: gs.Tensor) -> Optional[np.ndarray]:
+    """A constant's value: an initializer's, or a Constant node's output's (a model as loaded:
+    verify's reference is scaled as the artifact was), else None."""
+    if isinstance(tensor, gs.Constant):
+        return const_value(tensor)
+    producer = tensor.inputs[0] if tensor.inputs else None
+    if producer is not None and producer.op == "Constant" and \
+            isinstance(producer.attrs.get("value"), gs.Constant):
+        return const_value(producer.attrs["value"])
+    return None
+
+
+def _float_cast(node: gs.Node) -> bool:
+    """A Cast to float32 of a float32 tensor (T5's norms read the stream through one): no-op."""
+    return node.op == "Cast" and node.attrs.get("to") == 1 and \
+        node.inputs[0].dtype in (None, np.float32)  # None: a model without value_info
+
+
 def find_stream(key: str, norms: Mapping[str, object], outputs: Set[str]) -> Optional[Stream]:
     """The residual stream the norm ``key`` reads, or None (module docstring)."""
     slots = {id(node): name for name, norm in norms.items() for node, _ in norm.readers}
     read_by_norm = {id(norm.x) for norm in norms.values()}
     root = norms[key].x
-    while root.inputs and root.inputs[0].op == "Add":
-        streams = [t for t in root.inputs[0].inputs if id(t) in read_by_norm]
+    while root.inputs and (root.inputs[0].op == "Add" or _float_cast(root.inputs[0])):
+        producer = root.inputs[0]
+        streams = [producer.inputs[0]] if producer.op == "Cast" else [
+            t for t in producer.inputs if id(t) in read_by_norm or _cast_read(t, read_by_norm)]
         if len(streams) != 1:
             break
         root = streams[0]
     return _down(root, norms, slots, outputs)
+
+
+def _cast_read(tensor: gs.Tensor, read_by_norm: Set[int]) -> bool:
+    """Read by a norm through a float Cast."""
+    return any(_float_cast(r) and id(r.outputs[0]) in read_by_norm for r in tensor.outputs)
 
 
 def _down(root: gs.Tensor, norms: Mapping[str, object], slots: Dict[int, str],
@@ -83,6 +108,10 @@ def _down(root: gs.Tensor, norms: Mapping[str, object], slots: Dict[int, str],
             name = slots.get(id(reader))
             if name is not None and norms[name].x is tensor:
                 stream.norms.append(name)
+            elif _float_cast(reader):
+                if id(reader.outputs[0]) not in members:
+                    members.add(id(reader.outputs[0]))
+                    pending.append(reader.outputs[0])
             elif reader.op == "Add" and len(reader.inputs) == 2 and \
                     reader.inputs[0] is not reader.inputs[1]:
                 index = 1 if reader.inputs[0] is tensor else 0
@@ -122,7 +151,7 @@ def scale_stream(graph: gs.Graph, stream: Stream, norms: Mapping[str, Any], k: i
     for name in stream.norms:
         norm = norms[name]
         eps = norm.eps_add.inputs[norm.eps_index]
-        value = const_value(eps)
+        value = constant_of(eps)
         norm.eps_add.inputs[norm.eps_index] = gs.Constant(
             names.fresh(f"{eps.name}_range"), np.asarray(value * value.dtype.type(4.0 ** -k)))
         done.rewritten[name] = (
@@ -142,6 +171,11 @@ def _scale_branch(graph: gs.Graph, add: gs.Node, index: int, k: int, origin: str
     producer = branch.inputs[0] if branch.inputs else None
     if _scales_at_input(producer) and list(branch.outputs) == [add]:
         producer.inputs[0] = _mul(graph, producer.inputs[0], k, origin, done, names)
+        return
+    if producer is not None and producer.op == "Mul" and list(branch.outputs) == [add]:
+        # a * (b*s) = s * (a*b) (exact barring underflow): a dequantizing product (a dynamic
+        # int8 MatMul's, in verify's reference) is then in range where it is rounded
+        producer.inputs[1] = _mul(graph, producer.inputs[1], k, origin, done, names)
         return
     add.inputs[index] = _mul(graph, branch, k, origin, done, names)
 

@@ -22,9 +22,11 @@ import math
 from typing import Dict, Sequence
 
 import numpy as np
+import onnx
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.frontend.norm_range import MAX_EXPONENT, squared_input
+from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.frontend.norm_range import MAX_EXPONENT, scale_norms, squared_input
 from mrvl_convert.verify.fp16_overflow import peaks_of
 from mrvl_convert.verify.reference import load_model
 
@@ -54,3 +56,18 @@ def exponent(peak: float) -> int:
         return 0
     mantissa, power = math.frexp(peak / TARGET_PEAK)  # peak / 64 = mantissa * 2**power
     return min(power - 1 if mantissa == 0.5 else power, MAX_EXPONENT)
+
+
+def scaled_like(proto: onnx.ModelProto, manifest: Dict[str, object]) -> onnx.ModelProto:
+    """``proto`` with the norms the artifact scaled (its manifest's ``options.norm_scales``)
+    scaled alike (exact): a reference rounded where the artifact rounds then computes them in
+    range as the artifact does, instead of overflowing where the artifact does not."""
+    scales = (manifest.get("options") or {}).get("norm_scales")  # type: ignore[union-attr]
+    if not scales:
+        return proto
+    graph = gs.import_onnx(proto)
+    scale_norms(graph, scales, Rewrites())
+    scaled = gs.export_onnx(graph.cleanup(remove_unused_graph_inputs=False).toposort(),
+                            do_type_check=False)
+    scaled.ir_version = proto.ir_version
+    return scaled

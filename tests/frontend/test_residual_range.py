@@ -119,3 +119,46 @@ def test_fc_outputs_beyond_fp16_are_scaled_at_their_inputs(tmp_path):
     convert(path, tmp_path / "art", norm_scales=scales)
     check = compare(path, tmp_path / "art", feeds)
     assert check.passed and not check.overflow, check.summary_line()
+
+
+def _as_exported(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The stream as T5's export writes it: eps a Constant node, each norm reading the stream
+    through a Cast to float32, the branches ending in a Mul of two activations (a dynamic int8
+    MatMul's dequantizing product)."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    eps = next(t for t in model.graph.initializer if t.name == "eps")
+    model.graph.initializer.remove(eps)
+    nodes = [onnx.helper.make_node("Constant", [], ["eps"], value=eps)]
+    for node in model.graph.node:
+        if node.op_type == "Pow":  # norm i reads Cast(x): its square and its product
+            x, cast = node.input[0], f"{node.name}_cast"
+            nodes.append(onnx.helper.make_node("Cast", [x], [cast], to=1, name=cast))
+            product = next(n for n in model.graph.node if n.op_type == "Mul"
+                           and n.name == node.name.replace("Pow", "Mul"))
+            node.input[0] = cast
+            product.input[0] = cast
+        if node.op_type == "MatMul" and node.name.startswith("fc") and node.name != "fc_in":
+            out = node.output[0]
+            node.output[0] = f"{out}_raw"
+            nodes.append(node)
+            nodes.append(onnx.helper.make_node("Mul", [f"{out}_raw", "one"], [out],
+                                               name=f"{node.name}_dequantize"))
+            continue
+        nodes.append(node)
+    del model.graph.node[:]
+    model.graph.node.extend(nodes)
+    return model
+
+
+def test_the_exported_spelling_is_scaled_alike_and_bit_equal():
+    """verify scales its reference (the model as given) as the artifact was scaled
+    (verify/norm_scales.py scaled_like): Constant-node eps, float Casts, Mul-ended branches."""
+    from mrvl_convert.verify.norm_scales import scaled_like
+
+    model = _as_exported(stream_model())
+    scaled = scaled_like(model, {"options": {"norm_scales": {NORMS[0]: 12}}})
+    assert any("_stream_scale" in n.name for n in scaled.graph.node)
+    for feed in _feeds():
+        for got, want in zip(_run(scaled, feed), _run(model, feed)):
+            np.testing.assert_array_equal(got, want)
+    assert scaled_like(model, {"options": {}}) is model
