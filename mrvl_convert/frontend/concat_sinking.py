@@ -268,18 +268,19 @@ def _undo_concat(graph: gs.Graph, split: gs.Node, done: Rewrites, names: Names) 
                                                             for o in outputs]:
         return False
     name, origin = split.name, done.derived.pop(split.name, None)
-    steps = [(n.name, n.op, dict(n.attrs), list(n.inputs[1:])) for n in chain[1:]]
+    steps = [(n.name, n.op, dict(n.attrs), list(n.inputs[1:]), n.outputs[0].dtype)
+             for n in chain[1:]]
     for node in chain[1:] + [split]:
         _detach(graph, node)
     for k, (piece, out) in enumerate(zip(pieces, outputs)):
         value = piece
-        for j, (step, op, attrs, extra) in enumerate(steps):
+        for j, (step, op, attrs, extra, dtype) in enumerate(steps):
             if op == "Reshape":
                 extra = [gs.Constant(names.fresh(f"{name}_shape{k}"),
                                      np.array(static_shape(out), np.int64))]
                 step = name  # the Split's name: the Reshape is what it became
             result = out if j == len(steps) - 1 else gs.Variable(
-                names.fresh(f"{out.name}_step{j}"), out.dtype,
+                names.fresh(f"{out.name}_step{j}"), dtype,
                 static_shape(out) if _reshaped_before(steps, j) else static_shape(piece))
             node = gs.Node(op, name=step if k == 0 else names.fresh(f"{step}_piece{k}"),
                            attrs=dict(attrs), inputs=[value] + extra, outputs=[result])
@@ -299,7 +300,7 @@ def _undo_concat(graph: gs.Graph, split: gs.Node, done: Rewrites, names: Names) 
 
 
 def _reshaped_before(steps: List[tuple], j: int) -> bool:
-    return any(op == "Reshape" for _, op, _, _ in steps[:j + 1])
+    return any(step[1] == "Reshape" for step in steps[:j + 1])
 
 
 def _chain(value: gs.Tensor, graph_outputs: List[gs.Tensor]) -> Optional[List[gs.Node]]:
