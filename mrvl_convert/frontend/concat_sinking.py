@@ -27,7 +27,9 @@ DFL became a second Mrvl subgraph.
 
 - **A Split of a Concat.** ``Split(axis=k)`` of a Reshape that only merges the axes after k
   of a ``Concat(axis=k)`` whose pieces the Split's are becomes the Reshapes of the Concat's
-  inputs. After sinking, each scale's copy of the head's Split is one.
+  inputs. After sinking, each scale's copy of the head's Split is one. In an int8 model the
+  QDQ pairs before and after the Reshape (per tensor) are copied onto each piece with it: a
+  pair is elementwise, so it commutes with the Concat, the Reshape and the Split.
 
 Exact: every copy computes the same elements from the same elements, and the moved Concat and
 the Split that undoes a Concat copy elements. Softmax and the 1x1 Conv sum over another axis,

@@ -75,20 +75,23 @@ def _decode(b: Builder, dist: str, anchors: str, strides: str) -> str:
     return b.op("Mul", [b.op("Concat", [centre, size], axis=1), strides], name="box_scale")
 
 
-def yolov8_detect(seed: int = 0) -> onnx.ModelProto:
-    """Two scales (strides 8 and 16 of the input); the output is ``[1, 4 + CLASSES, A]``."""
+def yolov8_detect(seed: int = 0, reg: int = REG, classes: int = CLASSES,
+                  scales: int = 2) -> onnx.ModelProto:
+    """``scales`` scales (strides 8, 16, 32 of the input); the output is
+    ``[1, 4 + classes, A]``, ``reg`` the DFL's bins."""
     b = Builder(seed, opset=17)
     x = b.input("images", [1, 3, "H", "W"])
     y = _silu_conv(b, x, 3, 8, stride=2)
     y = _silu_conv(b, y, 8, 16, stride=2)
     maps = [_silu_conv(b, y, 16, 16, stride=2)]
-    maps.append(_silu_conv(b, maps[0], 16, 16, stride=2))
+    while len(maps) < scales:
+        maps.append(_silu_conv(b, maps[-1], 16, 16, stride=2))
     joined, points, strides = [], [], []
-    for feature, stride in zip(maps, (8.0, 16.0)):
-        box = b.conv(_silu_conv(b, feature, 16, 16), 16, 4 * REG, k=1)
-        cls = b.conv(_silu_conv(b, feature, 16, 16), 16, CLASSES, k=1)
+    for feature, stride in zip(maps, (8.0, 16.0, 32.0)):
+        box = b.conv(_silu_conv(b, feature, 16, 16), 16, 4 * reg, k=1)
+        cls = b.conv(_silu_conv(b, feature, 16, 16), 16, classes, k=1)
         both = b.op("Concat", [box, cls], axis=1)
-        view = b.op("Concat", [b.const(np.array([1, 4 * REG + CLASSES], np.int64)),
+        view = b.op("Concat", [b.const(np.array([1, 4 * reg + classes], np.int64)),
                                b.const(np.array([-1], np.int64))], axis=0)
         joined.append(b.op("Reshape", [both, view]))
         p, s = _anchors(b, feature, stride)
@@ -98,15 +101,15 @@ def yolov8_detect(seed: int = 0) -> onnx.ModelProto:
                                  b.const(np.array([0], np.int64))])
     per_anchor = b.op("Transpose", [b.op("Concat", strides, axis=0)], perm=[1, 0])
     y = b.op("Concat", joined, name="anchor_concat", axis=2)
-    box = b.op("Split", [y, b.const(np.array([4 * REG, CLASSES], np.int64))], name="head_split",
+    box = b.op("Split", [y, b.const(np.array([4 * reg, classes], np.int64))], name="head_split",
                outputs=2, axis=1)
     cls = "head_split_out1"
     count = _size(b, box, 2)
-    dims = b.op("Concat", [b.const(np.array([1, 4, REG], np.int64)),
+    dims = b.op("Concat", [b.const(np.array([1, 4, reg], np.int64)),
                            b.op("Unsqueeze", [count, b.const(np.array([0], np.int64))])], axis=0)
     box = b.op("Transpose", [b.op("Reshape", [box, dims])], perm=[0, 2, 1, 3])
     box = b.op("Softmax", [box], axis=1)
-    bins = np.arange(REG, dtype=np.float32).reshape(1, REG, 1, 1)
+    bins = np.arange(reg, dtype=np.float32).reshape(1, reg, 1, 1)
     box = b.op("Conv", [box, b.const(bins)], name="dfl_conv", kernel_shape=[1, 1])
     flat = b.op("Concat", [b.const(np.array([1, 4], np.int64)),
                            b.op("Unsqueeze", [count, b.const(np.array([0], np.int64))])], axis=0)
