@@ -309,14 +309,14 @@ def _chain(value: gs.Tensor, graph_outputs: List[gs.Tensor]) -> Optional[List[gs
     """The Concat, then the nodes from it to ``value``: one Reshape of a constant shape and any
     per-tensor QuantizeLinear / DequantizeLinear around it, each value read by the next alone."""
     chain: List[gs.Node] = []
-    while len(value.outputs) == 1 and value.inputs:
+    while len(value.outputs) == 1 and value.inputs \
+            and not any(value is out for out in graph_outputs):
         node = value.inputs[0]
         chain.insert(0, node)
         if node.op == "Concat":
             reshapes = [n for n in chain if n.op == "Reshape"]
             return chain if len(reshapes) == 1 else None
-        if not (node.op == "Reshape" and is_const(node.inputs[1]) or _per_tensor(node)) \
-                or any(value is out for out in graph_outputs):
+        if not (node.op == "Reshape" and is_const(node.inputs[1]) or _per_tensor(node)):
             return None
         value = node.inputs[0]
     return None
