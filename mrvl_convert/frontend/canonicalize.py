@@ -89,6 +89,7 @@ from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.norm_forms import rewrite_norms
 from mrvl_convert.frontend.outer_sums import widen_outer_sums
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
@@ -177,6 +178,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    if rewrite_norms(graph, _opset(loaded), forms):  # a norm's tf/BN spelling: LayerNorm form
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     # After the shapes that depended on folded values are known: the token rewrites and the
