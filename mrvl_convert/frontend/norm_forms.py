@@ -27,9 +27,12 @@ computes ``(x - m) scale / sqrt(v + eps) + bias``). In float32, u = 2**-24, to f
 the batchnorm formula and its rewrite share m and r and differ only in their last four
 roundings, by at most ``8 u (|x s| + |m s| + |beta|)`` per element; the rewrite has no
 cancellation of ``x s`` against ``m s``, which in fp16 (2**-11) loses the bits of a spread small
-next to its mean. The BN's rewrite recomputes the variance as a mean of C squares (C the count
-over A): each form is within ``(C + 8) u`` relative of the exact normalised value plus ``u
-|y|``, so they differ by at most ``(2 C + 16) u |(x - m) scale / sqrt(v + eps)| + 2 u |y|``.
+next to its mean. The BN's rewrite recomputes the mean over the same values (unit axes
+dropped) and the variance as a mean of C squares (C the count over A) where the model divided a
+sum of squares by C; with ``a = scale / sqrt(v + eps)`` and M the largest |x| along the norm's
+axes, each form is within ``(C + 8) u |(x - m) a| + (C + 1) u M |a| + 3 u (|x a| + |m a| +
+|bias|)`` of the exact value (the variance's error first order in the mean's vanishes, as
+``sum(x - m) = 0``), so they differ by at most ``(4 C + 30) u M |a| + 6 u |bias|``.
 tests/frontend/test_norm_forms.py checks both bounds on onnxruntime.
 """
 from __future__ import annotations
@@ -244,7 +247,7 @@ def _computed_bn(build: _Builder, bn: gs.Node) -> None:
     build.done.rewritten[bn.name] = (
         f"a BatchNormalization with statistics computed over axes {axes} of its input became "
         f"the LayerNorm form over them (mean {m.inputs[0].name}); in float32 within "
-        "(2 C + 16) 2**-24 |normalised| + 2 2**-24 |y| (frontend/norm_forms.py)")
+        "(4 C + 30) 2**-24 M |a| + 6 2**-24 |bias| (frontend/norm_forms.py)")
 
 
 def _chain_into(build: _Builder, last: gs.Node, x: gs.Tensor, steps) -> None:
