@@ -9,6 +9,7 @@ import pytest
 from onnx import numpy_helper
 
 import mrvl_convert
+from mrvl_convert.quantize import Quantization
 from support.models import Builder, canonicalized, run_ort
 
 T, C, H = 12, 16, 24
@@ -58,16 +59,20 @@ def _computed_bn(b: Builder, x2: str, n: int, c: int, sum_squares: bool = True,
 
 
 def byte_classifier():
-    """magika's shape: FC + GELU-free tokens, a LayerNorm over axis 1 in tf's formula, FCs, a
+    """magika's shape: an FC of tokens, a LayerNorm over axis 1 in tf's formula, FCs, a
     max over tokens, a LayerNorm of ``[1, C]`` as a computed-statistics BN, the label FC."""
     b = Builder(seed=3)
     x = b.input("x", [1, T, C])
     h = b.op("MatMul", [x, b.weight(C, H)])
     h = _tf_formula(b, h, [1, T, H], axis=1)
-    h = b.op("Relu", [b.op("MatMul", [h, b.weight(H, C)])])
+    # tf2onnx's Tensordot: the tokens as rows of a 2-D MatMul, then back
+    rows = b.op("Reshape", [h, b.const(np.array([-1, H], np.int64))])
+    h = b.op("Reshape", [b.op("MatMul", [rows, b.weight(H, C)]),
+                         b.const(np.array([1, T, C], np.int64))])
+    h = b.op("Relu", [h])
     pooled = b.op("ReduceMax", [h], axes=[1], keepdims=0)
     normed = _computed_bn(b, pooled, 1, C)
-    return b.model([b.op("Softmax", [b.op("MatMul", [normed, b.weight(C, 5)])], axis=-1)])
+    return b.model([b.op("Softmax", [b.op("MatMul", [normed, b.weight(C, 5, scale=0.1)])], axis=-1)])
 
 
 def _x(shape, offset: float = 0.0, seed: int = 0) -> np.ndarray:
@@ -151,3 +156,21 @@ def test_trained_bn_and_other_axes_are_left_alone():
     canonical, _ = canonicalized(b.model([out]))
     assert not any("norm_forms" in why for why in canonical.rewritten.values())
     assert [n.op for n in canonical.graph.nodes].count("BatchNormalization") == 2
+
+
+def test_int8_byte_classifier_runs_whole_on_the_accelerator(tmp_path):
+    """Our int8 recipe gives each reader of x its own DequantizeLinear: the norm's mean and
+    its ``x * s`` read two copies of one value, recognised as one (3 / 2 on integ10)."""
+    model = byte_classifier()
+    calibration = {"x": np.concatenate([_x((1, T, C), 3.0, seed=k) for k in range(8)])}
+    result = mrvl_convert.convert(model, tmp_path / "o",
+                                  quantize=Quantization(calibration, "minmax"))
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0)
+    qdq = tmp_path / "o" / result.manifest["quantization"]["file"]
+    feeds = [{"x": _x((1, T, C), 3.0, seed=20 + k)} for k in range(3)]
+    # The norms now run as fp16 layers inside the int8 region; a value they round across an
+    # int8 step of the output's QuantizeLinear moves one step (1/127 of a probability): no
+    # more than the QDQ model computed with each float tensor rounded to fp16 moves.
+    [row] = [r for r in mrvl_convert.compare(qdq, result.out_dir, feeds).rows
+             if r.kind == "output"]
+    assert row.max_abs <= row.floor_max_abs
