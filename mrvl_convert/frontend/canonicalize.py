@@ -59,6 +59,9 @@ Concat of 4-D views (``concat_views.py``): both exact.
 An Add where each operand broadcasts along the other's unit axis (additive attention's outer
 sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
 zero's sign).
+A norm in tf's batchnorm formula or as a BatchNormalization with statistics computed from its
+input is the decomposed LayerNorm form (``norm_forms.py``: exact in real arithmetic, its
+float32 bound stated there).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
