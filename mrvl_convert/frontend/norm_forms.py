@@ -48,6 +48,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, reduce_axes, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.norm_means import split_norm_means
 
 _VIEWS = ("Squeeze", "Reshape", "Unsqueeze", "Flatten")
 
@@ -62,6 +63,7 @@ def rewrite_norms(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
             _batchnorm_formula(build, node)
         elif node.op == "BatchNormalization":
             _computed_bn(build, node)
+    split_norm_means(graph, opset, done)  # the norms' multi-axis means, one axis at a time
     return len(done.rewritten) > before
 
 
