@@ -60,8 +60,9 @@ An Add where each operand broadcasts along the other's unit axis (additive atten
 sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
 zero's sign).
 A norm in tf's batchnorm formula or as a BatchNormalization with statistics computed from its
-input is the decomposed LayerNorm form (``norm_forms.py``: exact in real arithmetic, its
-float32 bound stated there).
+input is the decomposed LayerNorm form (``norm_forms.py``), a norm's mean over several axes
+one-axis means in turn (``norm_means.py``): exact in real arithmetic, their float32 bounds
+stated there.
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """

@@ -23,6 +23,8 @@ In a QDQ model x may reach the mean and the norm through two DequantizeLinear co
 quantized tensor (``qdq.py`` gives each reader its own): equal copies are one x. Only float
 nodes are rewritten: a pair between the pieces (an int8 Add of ``x s`` and the shift) stops it.
 
+Then ``norm_means.py`` makes a norm's mean over several axes one-axis means in turn.
+
 The rewritten node keeps its name (``rewritten``); the nodes added are ``derived`` from it, the
 statistics' nodes only the norm read are ``merged`` into it.
 
