@@ -51,6 +51,7 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.norm_scales import scaled_like
 from mrvl_convert.verify.fp16_floor import Floor, fp16_floor
 from mrvl_convert.verify.fp16_overflow import merged_events, model_overflow
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
@@ -112,6 +113,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
         # a cell's steps are fp16 layers, each rounded
         proto = unrolled_cells(proto, {t.name: t.shape for t in session.input_specs})
+        proto = scaled_like(proto, session.manifest)  # norms the artifact scaled (exact)
         unrounded = named_copy(proto) if layers else proto
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:

@@ -65,7 +65,7 @@ def model_overflow(model: object, source_nodes: Sequence[str],
                for out in node.output[:1] if out]
     if not tensors:
         return Overflow()
-    peaks = _peaks(proto, [t for _, t in tensors], feeds, log_severity)
+    peaks = peaks_of(proto, [t for _, t in tensors], feeds, log_severity)
     over = [(node, tensor) for node, tensor in tensors if peaks.get(tensor, 0.0) > FP16_MAX]
     read = {tensor for _, tensor in over}
     readers = [n.name for n in proto.graph.node if n.name and read & set(n.input)]
@@ -73,8 +73,10 @@ def model_overflow(model: object, source_nodes: Sequence[str],
                     list(dict.fromkeys([n for n, _ in over] + readers)))
 
 
-def _peaks(proto: onnx.ModelProto, names: List[str], feeds: Sequence[Dict[str, np.ndarray]],
-           log_severity: int) -> Dict[str, float]:
+def peaks_of(proto: onnx.ModelProto, names: List[str], feeds: Sequence[Dict[str, np.ndarray]],
+             log_severity: int = 3) -> Dict[str, float]:
+    """The largest finite float32 |value| of each tensor of ``names`` over ``feeds`` ({} when
+    the model cannot be run)."""
     try:
         session = reference_session(proto, [TensorSpec(n, (), "float32") for n in names],
                                     log_severity)
