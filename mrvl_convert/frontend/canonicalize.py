@@ -59,6 +59,10 @@ Concat of 4-D views (``concat_views.py``): both exact.
 An Add where each operand broadcasts along the other's unit axis (additive attention's outer
 sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
 zero's sign).
+A norm in tf's batchnorm formula or as a BatchNormalization with statistics computed from its
+input is the decomposed LayerNorm form (``norm_forms.py``), a norm's mean over several axes
+one-axis means in turn (``norm_means.py``): exact in real arithmetic, their float32 bounds
+stated there.
 A norm the caller names (``norm_scales``) reads its input scaled by a power of two, its eps by
 its square, so its sum of squares stays inside fp16 (``norm_range.py``: exact barring underflow),
 or the whole pre-norm residual stream it reads is scaled (``residual_range.py``, likewise).
@@ -92,6 +96,7 @@ from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.norm_forms import rewrite_norms
 from mrvl_convert.frontend.norm_range import scale_norms
 from mrvl_convert.frontend.outer_sums import widen_outer_sums
 from mrvl_convert.frontend.output_shapes import check_output_shapes
@@ -185,6 +190,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    if rewrite_norms(graph, _opset(loaded), forms):  # a norm's tf/BN spelling: LayerNorm form
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     # After the shapes that depended on folded values are known: the token rewrites and the
