@@ -19,16 +19,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
+from support.corpus_detect import silu_conv
 from support.models import Builder
 
 REG = 8
 CLASSES = 3
 YOLOV8_SHAPES = {"images": [1, 3, 64, 64]}
-
-
-def _silu_conv(b: Builder, x: str, cin: int, cout: int, k: int = 3, stride: int = 1) -> str:
-    y = b.conv(x, cin, cout, k=k, strides=[stride, stride], pads=[k // 2] * 4)
-    return b.op("Mul", [y, b.op("Sigmoid", [y])])
 
 
 def _size(b: Builder, x: str, axis: int) -> str:
@@ -81,15 +77,15 @@ def yolov8_detect(seed: int = 0, reg: int = REG, classes: int = CLASSES,
     ``[1, 4 + classes, A]``, ``reg`` the DFL's bins."""
     b = Builder(seed, opset=17)
     x = b.input("images", [1, 3, "H", "W"])
-    y = _silu_conv(b, x, 3, 8, stride=2)
-    y = _silu_conv(b, y, 8, 16, stride=2)
-    maps = [_silu_conv(b, y, 16, 16, stride=2)]
+    y = silu_conv(b, x, 3, 8, stride=2)
+    y = silu_conv(b, y, 8, 16, stride=2)
+    maps = [silu_conv(b, y, 16, 16, stride=2)]
     while len(maps) < scales:
-        maps.append(_silu_conv(b, maps[-1], 16, 16, stride=2))
+        maps.append(silu_conv(b, maps[-1], 16, 16, stride=2))
     joined, points, strides = [], [], []
     for feature, stride in zip(maps, (8.0, 16.0, 32.0)):
-        box = b.conv(_silu_conv(b, feature, 16, 16), 16, 4 * reg, k=1)
-        cls = b.conv(_silu_conv(b, feature, 16, 16), 16, classes, k=1)
+        box = b.conv(silu_conv(b, feature, 16, 16), 16, 4 * reg, k=1)
+        cls = b.conv(silu_conv(b, feature, 16, 16), 16, classes, k=1)
         both = b.op("Concat", [box, cls], axis=1)
         view = b.op("Concat", [b.const(np.array([1, 4 * reg + classes], np.int64)),
                                b.const(np.array([-1], np.int64))], axis=0)
