@@ -31,6 +31,9 @@ TWIN = "fp16 (fp32 twin)"
 WRECKED = 0.9  # an int8 output whose cosine against fp32 is below this is named
 
 
+NORM_RANGE = "fp16 norm range"  # the fp16 row with its overflowing norms scaled
+
+
 def _one_line(error: BaseException) -> str:
     text = " ".join(str(error).split())
     return text[:300] + ("..." if len(text) > 300 else "")
@@ -203,6 +206,22 @@ def float_row(ctx: _Context) -> Row:
                                                    dict(zip(names, fp32))))
 
 
+def norm_range_row(ctx: _Context) -> Row:
+    """fp16 with the norms whose squares overflow scaled by 2**-k (``frontend/norm_range.py``),
+    k chosen on 4 samples besides the test ones (``verify/norm_scales.py``), as --keep-fp32 auto
+    does first."""
+    from mrvl_convert.verify.norm_scales import norm_scales
+    scales = norm_scales(ctx.path, ctx.draw(4, seed=5))
+    result, seconds = ctx.convert(ctx.path, ctx.work / "norm_range", norm_scales=scales)
+    row: Row = {"model": ctx.entry.name, "package": ctx.entry.spec, "mode": NORM_RANGE,
+                "data": ctx.entry.data, **_partition(result), "convert_s": seconds,
+                "floor": ctx.floor, "note": f"{len(scales)} norm(s) scaled"}
+    reference = _foreign_reference(ctx.path, ctx.work / "norm_range")
+    names, fp32 = _reference(reference, ctx.test)
+    return _guarded(row, "verify", lambda: _verify(reference, ctx.work / "norm_range", ctx,
+                                                   dict(zip(names, fp32))))
+
+
 def twin_row(ctx: _Context) -> Row:
     """An fp16-stored model's float32 twin (``feeds.float32_twin``) converted: the partition
     the fp16 model should match."""
@@ -358,6 +377,8 @@ def model_rows(entry: Entry, cache: Path, work: Path, *, samples: int, calibrate
     except Exception as error:  # noqa: BLE001
         return [{**base, "note": _failure("load", error)}]
     rows = [_safe(lambda: [float_row(ctx)], base)]
+    if rows[0].get("overflow"):  # the model's own fp16 overflow: its norms scaled
+        rows.append(_safe(lambda: [norm_range_row(ctx)], {**base, "mode": NORM_RANGE}))
     if feeds.stores_fp16(ctx.model):
         rows.append(_safe(lambda: [twin_row(ctx)], {**base, "mode": TWIN}))
     if int8 and not ctx.quantized:

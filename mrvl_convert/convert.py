@@ -95,7 +95,8 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
             on_stage: Optional[StageFn] = None,
             quantize: Optional[Quantization] = None, keep_fp32: Sequence[str] = (),
             values: Optional[Mapping[str, Any]] = None,
-            foreign_int8: str = "requantize") -> Result:
+            foreign_int8: str = "requantize",
+            norm_scales: Optional[Mapping[str, int]] = None) -> Result:
     """Convert one ONNX model into the artifact directory ``out_dir`` (replaced if it exists).
 
     ``layer_set``: the Marvell layer kinds the target backend compiler reads: ``"marvell"``
@@ -124,12 +125,16 @@ def convert(model: ModelLike, out_dir: Union[str, Path], *,
     brings it to per-tensor symmetric int8, ``"fp16"`` runs it as its float form; report.json's
     ``foreign_int8`` section says what was done and what it costs against the given model
     (``frontend/foreign_int8.py``).
+    ``norm_scales``: norms (the name of their ReduceMean of squares) whose input is scaled by
+    ``2**-k`` so their squares stay inside fp16's range (``frontend/norm_range.py``, exact
+    barring underflow; ``verify.norm_scales.norm_scales`` chooses k from samples).
     """
     options = ConvertOptions(shapes=shapes, policy=policy, rules=rules, name=name,
                              layer_set=layer_set, max_subgraphs=max_subgraphs, deny=deny,
                              min_compute_layers=min_compute_layers, estimate=estimate,
                              draw=draw, quantize=quantize, keep_fp32=tuple(keep_fp32),
-                             values=values, foreign_int8=foreign_int8)
+                             values=values, foreign_int8=foreign_int8,
+                             norm_scales=norm_scales)
     return convert_with(model, out_dir, options, on_stage)
 
 
@@ -160,7 +165,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
         # verify's reference, as the int8 QDQ model of --quantize (foreign_kept.py)
         requantized = kept_model(foreign, loaded.proto, loaded.name, serialized)
     try:
-        canonical = canonicalize(loaded)
+        canonical = canonicalize(loaded, norm_scales=options.norm_scales)
         _check_outputs(canonical.graph, loaded.label)
         step("match")
         device_limit = (profile or load_profile(None)).device.max_batch

@@ -47,6 +47,8 @@ class ConvertOptions:
     keep_fp32: Tuple[str, ...] = ()
     values: Optional[Mapping[str, Any]] = None
     foreign_int8: str = "requantize"
+    # a norm's ReduceMean of squares -> k: its input scaled by 2**-k (frontend/norm_range.py)
+    norm_scales: Optional[Mapping[str, int]] = None
 
     def __post_init__(self) -> None:
         if self.policy not in POLICIES:
@@ -72,6 +74,7 @@ class ConvertOptions:
         if isinstance(self.shapes, Mapping):
             object.__setattr__(self, "shapes", dict(self.shapes))
         object.__setattr__(self, "values", check_values(self.values) or None)
+        object.__setattr__(self, "norm_scales", _check_norm_scales(self.norm_scales))
 
     def with_absolute_paths(self) -> "ConvertOptions":
         """These options with the rule files, the hardware profile file and the calibration
@@ -102,6 +105,8 @@ class ConvertOptions:
             entry["min_compute_layers"] = self.min_compute_layers
         if self.keep_fp32:
             entry["keep_fp32"] = sorted(set(self.keep_fp32))
+        if self.norm_scales:
+            entry["norm_scales"] = {k: self.norm_scales[k] for k in sorted(self.norm_scales)}
         if self.foreign_int8 != "requantize":
             entry["foreign_int8"] = self.foreign_int8
         if self.values:
@@ -121,6 +126,17 @@ def _check_keep_fp32(names: object, quantize: Optional[Quantization]) -> None:
     if names and quantize is not None:
         raise OptionError("keep_fp32 keeps nodes of an fp16 conversion in fp32 on the CPU; with "
                           "quantize (int8) keep layers in float with keep_fp16")
+
+
+def _check_norm_scales(scales: object) -> Optional[Dict[str, int]]:
+    """``norm_scales``: node name -> an exponent k in 1..100 (a copy; None when empty)."""
+    if scales is None:
+        return None
+    if not isinstance(scales, Mapping) or not all(
+            isinstance(k, str) and _count(v) and 0 < v <= 100 for k, v in scales.items()):
+        raise OptionError(f"norm_scales must map node names to exponents 1..100, got "
+                          f"{scales!r}")
+    return dict(scales) or None
 
 
 def _count(value: object) -> bool:

@@ -46,7 +46,8 @@ def keep_fp32_options(models: List[Path], args: argparse.Namespace, options: Con
     result = convert_keep_fp32(models[0], None, args.keep_fp32,
                                options=replace(options, draw=False, shapes=shapes or None),
                                verify=_settings(verify, VerifySettings))
-    return replace(options, keep_fp32=tuple(result.kept)), result
+    return replace(options, keep_fp32=tuple(result.kept),
+                   norm_scales=result.norm_scales or None), result
 
 
 def _settings(verify: Optional[VerifyOptions], settings: Any) -> Any:

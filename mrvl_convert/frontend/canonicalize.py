@@ -59,13 +59,20 @@ Concat of 4-D views (``concat_views.py``): both exact.
 An Add where each operand broadcasts along the other's unit axis (additive attention's outer
 sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
 zero's sign).
+A norm in tf's batchnorm formula or as a BatchNormalization with statistics computed from its
+input is the decomposed LayerNorm form (``norm_forms.py``), a norm's mean over several axes
+one-axis means in turn (``norm_means.py``): exact in real arithmetic, their float32 bounds
+stated there.
+A norm the caller names (``norm_scales``) reads its input scaled by a power of two, its eps by
+its square, so its sum of squares stays inside fp16 (``norm_range.py``: exact barring underflow),
+or the whole pre-norm residual stream it reads is scaled (``residual_range.py``, likewise).
 Other fusions that change rounding (BatchNormalization into Conv) happen when a rule lowers a
 composite onto the accelerator, never on a CPU path.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Mapping, Optional
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -89,6 +96,8 @@ from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.norm_forms import rewrite_norms
+from mrvl_convert.frontend.norm_range import scale_norms
 from mrvl_convert.frontend.outer_sums import widen_outer_sums
 from mrvl_convert.frontend.output_shapes import check_output_shapes
 from mrvl_convert.frontend.packed_qkv import rewrite_packed_qkv
@@ -128,15 +137,18 @@ class CanonicalGraph:
     copies: Dict[str, str] = field(default_factory=dict)    # DequantizeLinear copy -> its original
 
 
-def canonicalize(loaded: LoadedModel, *, verbose: Optional[bool] = None) -> CanonicalGraph:
+def canonicalize(loaded: LoadedModel, *, verbose: Optional[bool] = None,
+                 norm_scales: Optional[Mapping[str, int]] = None) -> CanonicalGraph:
     """``verbose``: let graphsurgeon and onnxruntime print their warnings (default:
-    ``MRVL_CONVERT_VERBOSE`` set, as ``mrvl-convert -v`` does)."""
+    ``MRVL_CONVERT_VERBOSE`` set, as ``mrvl-convert -v`` does); ``norm_scales``: the norms
+    whose input ``norm_range.py`` scales by ``2**-k`` (ReduceMean of the squares -> k)."""
     verbose = verbose_requested() if verbose is None else verbose
     with quiet_third_parties(verbose):
-        return _canonicalize(loaded, verbose)
+        return _canonicalize(loaded, verbose, norm_scales or {})
 
 
-def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
+def _canonicalize(loaded: LoadedModel, verbose: bool,
+                  norm_scales: Mapping[str, int]) -> CanonicalGraph:
     graph = gs.import_onnx(loaded.proto)
     op_types = {n.name: n.op for n in graph.nodes}
     pin_inputs(graph, loaded.values)
@@ -171,12 +183,15 @@ def _canonicalize(loaded: LoadedModel, verbose: bool) -> CanonicalGraph:
     forms.rewritten.update(clamp_mask_constants(graph))  # exact within its stated bound
     rewrite_where_masks(graph, forms)  # exact within its stated bound
     rewrite_rsqrt_forms(graph, forms)  # norms' x / sqrt(v) and powers: exact or its bound
+    scale_norms(graph, norm_scales, forms)  # x * 2**-k into a norm's squares: exact (bound)
     copies = dedicate_dequantize(graph)
     before_cleanup = {n.name for n in graph.nodes}
     toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    if rewrite_norms(graph, _opset(loaded), forms):  # a norm's tf/BN spelling: LayerNorm form
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     # After the shapes that depended on folded values are known: the token rewrites and the

@@ -21,11 +21,15 @@ DFL became a second Mrvl subgraph.
     normalize over every axis from theirs to the last), so also the Transpose, Softmax,
     Transpose that exporters write for a Softmax on another axis before opset 13;
   - Reshape that keeps the axis: the same length, with the same product of the axes before it;
-  - Conv with a 1x1 kernel, stride 1 and no padding, when the axis is H or W.
+  - Conv with a 1x1 kernel, stride 1 and no padding, when the axis is H or W; its weight and
+    bias constants, or DequantizeLinears of constants (an int8 model's weights: each copy of
+    the Conv gets a copy of them, so every int8 Conv reads a DequantizeLinear of its own).
 
 - **A Split of a Concat.** ``Split(axis=k)`` of a Reshape that only merges the axes after k
   of a ``Concat(axis=k)`` whose pieces the Split's are becomes the Reshapes of the Concat's
-  inputs. After sinking, each scale's copy of the head's Split is one.
+  inputs. After sinking, each scale's copy of the head's Split is one. In an int8 model the
+  QDQ pairs before and after the Reshape (per tensor) are copied onto each piece with it: a
+  pair is elementwise, so it commutes with the Concat, the Reshape and the Split.
 
 Exact: every copy computes the same elements from the same elements, and the moved Concat and
 the Split that undoes a Concat copy elements. Softmax and the 1x1 Conv sum over another axis,
@@ -110,8 +114,7 @@ def _next_axis(reader: gs.Node, shape: List[int], axis: int, opset: int) -> Opti
     its positions from the same position alone; None otherwise."""
     rank, op = len(shape), reader.op
     if op in ("QuantizeLinear", "DequantizeLinear"):  # per tensor: elementwise
-        per_tensor = all(is_const(t) and t.values.size == 1 for t in reader.inputs[1:])
-        return axis if per_tensor else None
+        return axis if _per_tensor(reader) else None
     if op in _ELEMENTWISE:
         simple = all(is_const(t) or present(reader, k) is None
                      for k, t in enumerate(reader.inputs) if k > 0)
@@ -147,11 +150,42 @@ def _reshaped_axis(reshape: gs.Node, shape: List[int], axis: int) -> Optional[in
 def _pointwise_conv(conv: gs.Node) -> bool:
     weight = conv.inputs[1] if len(conv.inputs) > 1 else None
     bias = present(conv, 2)
-    return (is_const(weight) and len(weight.shape) == 4 and list(weight.shape[2:]) == [1, 1]
-            and (bias is None or is_const(bias))
+    return (_fixed(weight) and static_shape(weight) is not None and len(weight.shape) == 4
+            and list(weight.shape[2:]) == [1, 1] and (bias is None or _fixed(bias))
             and all(s == 1 for s in attr(conv, "strides", [1, 1]))
             and all(p == 0 for p in attr(conv, "pads", [0, 0, 0, 0]))
             and attr(conv, "auto_pad", "NOTSET") in ("NOTSET", "VALID", b"NOTSET", b"VALID"))
+
+
+def _fixed(tensor: Optional[gs.Tensor]) -> bool:
+    """A constant, or the DequantizeLinear of constants (a QDQ model's weight)."""
+    return is_const(tensor) or _dequantized_constant(tensor) is not None
+
+
+def _dequantized_constant(tensor: Optional[gs.Tensor]) -> Optional[gs.Node]:
+    writer = tensor.inputs[0] if tensor is not None and len(tensor.inputs) == 1 else None
+    if writer is None or writer.op != "DequantizeLinear" \
+            or not all(is_const(t) for t in writer.inputs):
+        return None
+    return writer
+
+
+def _own_weights(graph: gs.Graph, inputs: List[gs.Tensor], copy: str, names: Names,
+                 done: Rewrites) -> List[gs.Tensor]:
+    """``inputs`` with each DequantizeLinear of constants copied for the reader ``copy``
+    (the rules take a weight's DequantizeLinear into the layer that reads it alone)."""
+    own = list(inputs)
+    for i, tensor in enumerate(inputs):
+        writer = _dequantized_constant(tensor)
+        if writer is None:
+            continue
+        own[i] = gs.Variable(names.fresh(f"{tensor.name}_for_{copy}"), tensor.dtype,
+                             tensor.shape)
+        name = names.fresh(f"{writer.name}_for_{copy}")
+        graph.nodes.append(gs.Node(writer.op, name, dict(writer.attrs), list(writer.inputs),
+                                   [own[i]], domain=writer.domain))
+        done.derived[name] = writer.name
+    return own
 
 
 def _sink(graph: gs.Graph, concat: gs.Node, axis: int, opset: int, done: Rewrites,
@@ -195,7 +229,8 @@ def _place(graph: gs.Graph, value: gs.Tensor, parts: List[gs.Tensor], lengths: L
         for k, (part, length) in enumerate(zip(parts, lengths)):
             outs = [gs.Variable(names.fresh(f"{o.name}_part{k}"), o.dtype,
                                 _with(static_shape(o), after, length)) for o in outputs]
-            ins = [part] + inputs[1:]
+            ins = [part] + (inputs[1:] if k == 0 else _own_weights(
+                graph, inputs[1:], f"{name}_part{k}", names, done))
             if op == "Reshape":
                 ins[1] = gs.Constant(names.fresh(f"{name}_shape{k}"), np.array(
                     _with(static_shape(outputs[0]), after, length), np.int64))
@@ -217,19 +252,17 @@ def _with(shape: List[int], axis: int, length: int) -> List[int]:
 
 def _undo_concat(graph: gs.Graph, split: gs.Node, done: Rewrites, names: Names) -> bool:
     """``Split(axis=k)`` of ``Reshape(Concat(axis=k))``, the Reshape merging only axes after k
-    and the pieces matching: each output becomes the Reshape of the matching Concat input."""
-    source = split.inputs[0]
-    shape = static_shape(source)
-    reshape = source.inputs[0] if shape is not None and source.inputs else None
-    if reshape is None or reshape.op != "Reshape" or len(source.outputs) != 1:
+    and the pieces matching, per-tensor QuantizeLinear / DequantizeLinear pairs allowed before
+    and after the Reshape (an int8 head): each output becomes the matching Concat input through
+    a copy of that chain, the Reshape's shape the output's."""
+    chain = _chain(split.inputs[0], graph.outputs)
+    shape = static_shape(split.inputs[0])
+    if chain is None or shape is None:
         return False
     axis = attr(split, "axis", 0) % len(shape)
-    joined = reshape.inputs[0]
-    inner = static_shape(joined)
-    concat = joined.inputs[0] if joined.inputs else None
-    if inner is None or inner[:axis + 1] != shape[:axis + 1] or concat is None \
-            or concat.op != "Concat" or attr(concat, "axis") % len(inner) != axis \
-            or len(joined.outputs) != 1:
+    concat, inner = chain[0], static_shape(chain[0].outputs[0])
+    if inner is None or inner[:axis + 1] != shape[:axis + 1] \
+            or attr(concat, "axis") % len(inner) != axis:
         return False
     pieces, outputs = list(concat.inputs), list(split.outputs)
     if any(static_shape(t) is None for t in pieces + outputs) or len(pieces) != len(outputs) \
@@ -237,19 +270,59 @@ def _undo_concat(graph: gs.Graph, split: gs.Node, done: Rewrites, names: Names) 
                                                             for o in outputs]:
         return False
     name, origin = split.name, done.derived.pop(split.name, None)
-    _detach(graph, split)
+    steps = [(n.name, n.op, dict(n.attrs), list(n.inputs[1:]), n.outputs[0].dtype)
+             for n in chain[1:]]
+    for node in chain[1:] + [split]:
+        _detach(graph, node)
     for k, (piece, out) in enumerate(zip(pieces, outputs)):
-        node = gs.Node("Reshape", name=name if k == 0 else names.fresh(f"{name}_piece{k}"),
-                       inputs=[piece, gs.Constant(names.fresh(f"{name}_shape{k}"),
-                                                  np.array(static_shape(out), np.int64))],
-                       outputs=[out])
-        graph.nodes.append(node)
-        if k or origin is not None:
-            done.derived[node.name] = origin or name
+        value = piece
+        for j, (step, op, attrs, extra, dtype) in enumerate(steps):
+            if op == "Reshape":
+                extra = [gs.Constant(names.fresh(f"{name}_shape{k}"),
+                                     np.array(static_shape(out), np.int64))]
+                step = name  # the Split's name: the Reshape is what it became
+            result = out if j == len(steps) - 1 else gs.Variable(
+                names.fresh(f"{out.name}_step{j}"), dtype,
+                static_shape(out) if _reshaped_before(steps, j) else static_shape(piece))
+            node = gs.Node(op, name=step if k == 0 else names.fresh(f"{step}_piece{k}"),
+                           attrs=dict(attrs), inputs=[value] + extra, outputs=[result])
+            graph.nodes.append(node)
+            if op == "Reshape" and (k or origin is not None):
+                done.derived[node.name] = origin or name
+            elif op != "Reshape" and k:
+                done.derived[node.name] = step
+            value = result
     undone = "its outputs are the inputs of the Concat it splits again, reshaped"
     before = done.rewritten.get(origin or name)
     if not before or undone not in before:
         done.rewritten[origin or name] = f"{before}; {undone}" if before else undone
-    for merged in (concat, reshape):  # read by nothing else now: what they did is done here
-        done.merged[merged.name] = name
+    for merged in (concat, next(n for n in chain if n.op == "Reshape")):
+        done.merged[merged.name] = name  # read by nothing else now: what it did is done here
     return True
+
+
+def _reshaped_before(steps: List[tuple], j: int) -> bool:
+    return any(step[1] == "Reshape" for step in steps[:j + 1])
+
+
+def _chain(value: gs.Tensor, graph_outputs: List[gs.Tensor]) -> Optional[List[gs.Node]]:
+    """The Concat, then the nodes from it to ``value``: one Reshape of a constant shape and any
+    per-tensor QuantizeLinear / DequantizeLinear around it, each value read by the next alone."""
+    chain: List[gs.Node] = []
+    while len(value.outputs) == 1 and value.inputs \
+            and not any(value is out for out in graph_outputs):
+        node = value.inputs[0]
+        chain.insert(0, node)
+        if node.op == "Concat":
+            reshapes = [n for n in chain if n.op == "Reshape"]
+            return chain if len(reshapes) == 1 else None
+        if not (node.op == "Reshape" and is_const(node.inputs[1]) or _per_tensor(node)):
+            return None
+        value = node.inputs[0]
+    return None
+
+
+def _per_tensor(node: gs.Node) -> bool:
+    """A QuantizeLinear or DequantizeLinear of one constant scale and zero point."""
+    return node.op in ("QuantizeLinear", "DequantizeLinear") and all(
+        is_const(t) and t.values.size == 1 for t in node.inputs[1:])

@@ -3,8 +3,10 @@
 Current HuggingFace transformers build the additive attention mask as
 ``(1 - mask) * finfo(float32).min`` or ``masked_fill(inverted, finfo(float32).min)`` (a Where;
 older ones: ``* -10000``). The fp16 accelerator cannot hold -3.4e38, so the Mul's (or the
-Where's) constant is clamped to -32752 when its output is only an additive mask: every reader
-is an Add whose every reader is a Softmax. Not to -65504 (fp16's lowest finite): the fp16 Add
+Where's) constant is clamped to -32752 when its output is only an additive mask: every path
+from it reaches a Softmax through Adds (at least one, the mask an addend of each) and the ops that
+only move or select its values (Slice, Unsqueeze, Squeeze, Reshape, Expand, Transpose, a Cast to
+float32): T5 slices its mask and adds it to the position bias once, then to every layer's scores. Not to -65504 (fp16's lowest finite): the fp16 Add
 ``s - 65504`` overflows to -inf for any score ``s <= -16``, which the simulator refuses as a
 range error; ``s - 32752`` stays finite in fp16 for every fp16 ``s >= -32752``.
 
@@ -12,10 +14,13 @@ Bound: for a Softmax row with at least one unmasked position whose largest unmas
 ``m``, the float32 result is bit-equal to the original's when every masked position's score
 ``s`` satisfies ``s - m < 32752 - 103.98`` (then ``exp(s - 32752 - m)`` underflows to 0 in
 float32, below half the smallest subnormal, as ``exp(s + finfo.min - m)`` does, and the max is
-still ``m``): true whenever all scores are within [-16300, 16300]. A row with EVERY position
+still ``m``): true whenever all scores are within [-16300, 16300] (a score here is the sum of every other
+addend on the way: T5's position bias plus its attention scores). A row with EVERY position
 masked differs: the original gives uniform weights (all its logits are ``finfo.min``), the
 clamped one ``softmax(s - 32752)``, the float32 sum rounding the scores to steps of 2**-9 (a
-``-10000`` mask gives ``softmax(s - 10000)`` likewise). The fp16 run on the accelerator is
+``-10000`` mask gives ``softmax(s - 10000)`` likewise; in fp16 ``s - 32752`` rounds to steps of
+16, so such a row's weights go to its largest scores; unclamped, fp16's -inf mask gives
+``exp(-inf - -inf)``, NaN, for the whole row). The fp16 run on the accelerator is
 compared with the original by ``mrvl_convert.compare`` like any other.
 
 Requires: a graphsurgeon graph with constants as initializers (after folding).
@@ -25,7 +30,7 @@ report.
 """
 from __future__ import annotations
 
-from typing import Dict
+from typing import Dict, Set
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -37,8 +42,10 @@ MASK_FLOOR = -32752.0
 def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
     """Clamp the out-of-range constant of every additive-mask Mul or Where; node -> reason."""
     changed: Dict[str, str] = {}
+    outputs = {t.name for t in graph.outputs}
     for node in list(graph.nodes):
-        if node.op not in ("Mul", "Where") or not _only_an_additive_mask(node.outputs[0]):
+        if node.op not in ("Mul", "Where") or not _only_an_additive_mask(node.outputs[0],
+                                                                         outputs):
             continue
         for index, operand in enumerate(node.inputs):
             if not isinstance(operand, gs.Constant) or operand.values.dtype != np.float32:
@@ -56,8 +63,27 @@ def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
     return changed
 
 
-def _only_an_additive_mask(tensor: gs.Tensor) -> bool:
-    readers = list(tensor.outputs)
-    return bool(readers) and all(
-        add.op == "Add" and add.outputs[0].outputs
-        and all(r.op == "Softmax" for r in add.outputs[0].outputs) for add in readers)
+#: Ops that only move or select a mask's values on its way to the Adds (a Cast: to float32).
+_THROUGH = ("Slice", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Transpose", "Cast")
+
+
+def _only_an_additive_mask(tensor: gs.Tensor, outputs: Set[str]) -> bool:
+    """Every path from ``tensor`` reaches a Softmax through the ``_THROUGH`` ops and at least
+    one Add, and nothing else reads it on the way."""
+    pending, seen = [(tensor, False)], set()
+    while pending:
+        value, added = pending.pop()
+        if (value.name, added) in seen:
+            continue
+        seen.add((value.name, added))
+        if not value.outputs or value.name in outputs:
+            return False  # a model output: its value would change
+        for reader in value.outputs:
+            if reader.op == "Softmax" and added and reader.inputs[0] is value:
+                continue
+            if reader.op == "Add" or reader.op in _THROUGH and reader.inputs[0] is value \
+                    and (reader.op != "Cast" or reader.attrs.get("to") == 1):
+                pending.append((reader.outputs[0], added or reader.op == "Add"))
+                continue
+            return False
+    return True

@@ -18,6 +18,10 @@ DequantizeLinears reading it, with onnxruntime, so the value is the QDQ model's 
 weight-only int8 model (``weight_only``: no activation quantized, as ``torch.ao``'s and
 onnxruntime's weight-only quantizers write them) every weight's DequantizeLinear is computed so:
 its layers are float layers of the float weight onnxruntime computes at run time, bit for bit.
+Where such a constant is read by an int8 layer (a reader of a dequantized activation whose
+outputs only QuantizeLinears read: the strides a YOLOv8 head multiplies its boxes by, computed
+from the feature maps' shapes), only its QuantizeLinear is computed: the DequantizeLinear of
+that int8 constant is the QDQ weight the int8 rules take, and computes the same values.
 """
 from __future__ import annotations
 
@@ -67,18 +71,25 @@ def fold_quantized_constants(graph: gs.Graph, opset: int, max_bytes: int,
     input stays as it is, whether written as an int8 initializer or as a float one with its
     QuantizeLinear."""
     only_weights = weight_only(graph)
-    chosen = [node for node in graph.nodes if node.op == "DequantizeLinear" and node.outputs
-              and _computable(node, max_bytes)
-              and (only_weights or _source(node).name not in weights
-                   or _read_with_constants(node, max_bytes))
-              and not any(node.outputs[0] is out for out in graph.outputs)]
-    if not chosen:
+    computable = [node for node in graph.nodes if node.op == "DequantizeLinear" and node.outputs
+                  and _computable(node, max_bytes)
+                  and not any(node.outputs[0] is out for out in graph.outputs)]
+    chosen, quantized = [], []
+    for node in computable:
+        computed_here = _source(node).name not in weights
+        if only_weights or _read_with_constants(node, max_bytes) or (
+                computed_here and not _int8_readers(node, max_bytes)):
+            chosen.append(node)
+        elif computed_here and not is_const(node.inputs[0]):
+            quantized.append(node.inputs[0].inputs[0])  # its QuantizeLinear: an int8 weight
+    if not chosen and not quantized:
         return False
-    values = _computed(chosen, opset)
-    for node in chosen:
+    values = _computed(chosen + quantized, opset)
+    for node in chosen + quantized:
         out = node.outputs[0]
-        node.outputs.clear()
-        out.to_constant(values[out.name])
+        if out.name in values:  # a QuantizeLinear two DequantizeLinears read: once
+            node.outputs.clear()
+            out.to_constant(values.pop(out.name))
     graph.cleanup(remove_unused_graph_inputs=False)
     return True
 
@@ -120,19 +131,32 @@ def _read_with_constants(dequantize: gs.Node, max_bytes: int) -> bool:
             for t in reader.inputs) for reader in readers)
 
 
+def _int8_readers(dequantize: gs.Node, max_bytes: int) -> bool:
+    """Every reader of this DequantizeLinear is an int8 layer of the QDQ model: it also reads
+    a dequantized activation, and only QuantizeLinears read its outputs."""
+    readers = dequantize.outputs[0].outputs
+    return bool(readers) and all(
+        any(t.inputs and t.inputs[0].op == "DequantizeLinear"
+            and not _computable(t.inputs[0], max_bytes) for t in reader.inputs)
+        and all(out.outputs and all(r.op == "QuantizeLinear" for r in out.outputs)
+                for out in reader.outputs)
+        for reader in readers)
+
+
 def _constant_inputs(node: gs.Node, skip: int = 0) -> bool:
     return all(is_const(t) or not t.name for t in node.inputs[skip:])
 
 
 def _computed(chosen: List[gs.Node], opset: int) -> Dict[str, np.ndarray]:
-    """The outputs of the DequantizeLinears ``chosen`` (with the QuantizeLinears they read),
-    by one onnxruntime run of them alone."""
+    """The outputs of the nodes ``chosen``, DequantizeLinears (with the QuantizeLinears they
+    read) and QuantizeLinears of constants, by one onnxruntime run of them alone."""
     import onnxruntime as ort
 
     nodes, inits, seen = [], [], set()
     for dequantize in chosen:
         source = dequantize.inputs[0]
-        steps = [dequantize] if is_const(source) else [source.inputs[0], dequantize]
+        steps = [dequantize] if is_const(source) or dequantize.op == "QuantizeLinear" \
+            else [source.inputs[0], dequantize]
         for node in steps:
             for tensor in node.inputs:
                 if is_const(tensor) and tensor.name not in seen:
@@ -142,7 +166,8 @@ def _computed(chosen: List[gs.Node], opset: int) -> Dict[str, np.ndarray]:
                 seen.add(node.outputs[0].name)
                 nodes.append(onnx.helper.make_node(node.op, [t.name for t in node.inputs],
                                                    [t.name for t in node.outputs], **node.attrs))
-    outputs = [onnx.helper.make_empty_tensor_value_info(d.outputs[0].name) for d in chosen]
+    outputs = [onnx.helper.make_empty_tensor_value_info(name)
+               for name in dict.fromkeys(d.outputs[0].name for d in chosen)]
     graph = onnx.helper.make_graph(nodes, "quantized_constants", [], outputs, inits)
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     options = ort.SessionOptions()

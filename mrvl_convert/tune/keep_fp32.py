@@ -37,6 +37,7 @@ from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
+from mrvl_convert.verify.norm_scales import norm_scales
 from mrvl_convert.verify.reference import random_feeds
 from mrvl_convert.verify.report import Comparison
 from mrvl_convert.verify.tolerances import Tolerances
@@ -102,6 +103,10 @@ class KeepFp32Result:
     held_out: Optional[Dict[str, Any]] = None
     # ``auto``: the nodes whose float32 values leave fp16's range (verify/fp16_overflow.py)
     overflow: List[str] = field(default_factory=list)
+    # ``auto``: the norms scaled so their squares stay inside fp16 (ReduceMean -> k), and the
+    # artifact converted with them
+    norm_scales: Dict[str, int] = field(default_factory=dict)
+    scaled: Optional[Path] = None
 
     @property
     def measured(self) -> Dict[str, Any]:
@@ -114,16 +119,20 @@ class KeepFp32Result:
         """One line: what was kept, what it cost, and the error before and after (with
         ``auto``: on the samples that chose, then on those held out of the choice)."""
         verdicts = (f"verify {_verdict(self.before)} -> {_verdict(self.after)}"
-                    if self.kept else f"verify {_verdict(self.before)}")
+                    if self.kept or self.norm_scales else f"verify {_verdict(self.before)}")
         if self.chosen_on is not None:
             verdicts = f"chosen on {_count(self.chosen_on)}: {verdicts}; " + (
                 f"held out {_count(self.held_out['samples'])}: "
                 f"{_verdict(self.held_out['before'])} -> {_verdict(self.held_out['after'])}"
                 if self.held_out else "no sample held out (one sample): judged in sample")
+        scaled = (f"{len(self.norm_scales)} norm(s) scaled by powers of two so their squares "
+                  f"stay inside fp16 (exact; frontend/norm_range.py); " if self.norm_scales
+                  else "")
         if not self.kept:
-            return f"keep-fp32 {self.model}: nothing kept in fp32; {verdicts}"
+            return f"keep-fp32 {self.model}: {scaled}nothing kept in fp32; {verdicts}"
         cost = self.cost or {}
-        return (f"keep-fp32 {self.model}: kept in fp32 on the CPU: {', '.join(self.kept)}; "
+        return (f"keep-fp32 {self.model}: {scaled}kept in fp32 on the CPU: "
+                f"{', '.join(self.kept)}; "
                 f"cost {cost.get('extra_mrvl_subgraphs', 0):+d} Mrvl / "
                 f"{cost.get('extra_cpu_subgraphs', 0):+d} CPU subgraph(s), "
                 f"{cost.get('extra_transitions', 0):+d} cut(s), "
@@ -157,7 +166,9 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
         if AUTO in names and not check.passed:
             result.analysis = analyze_fp16(model, first, verify.inputs)
             result.overflow = list(check.overflow_nodes)
-        last = _rounds(result, model, base, verify, Path(tmp), max_rounds) or first
+            base = _scale_norms(result, model, base, verify, Path(tmp))
+        last = _rounds(result, model, base, verify, Path(tmp), max_rounds) or \
+            result.scaled or first
         if AUTO in names:
             result.chosen_on = len(verify.feeds(first))
             result.held_out = None if judge is None else {
@@ -165,9 +176,38 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
                 "before": _figures(judge.run(model, first)),
                 "after": _figures(judge.run(model, last))}
     if out_dir is not None:  # nothing kept: the plain fp16 conversion, which passes
-        convert_with(model, out_dir, replace(base, keep_fp32=tuple(result.kept)))
+        convert_with(model, out_dir, replace(base, keep_fp32=tuple(result.kept),
+                                             norm_scales=result.norm_scales or None))
         record_measured(out_dir, result)
     return result
+
+
+def _scale_norms(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
+                 verify: VerifySettings, tmp: Path) -> ConvertOptions:
+    """Where the model's own values overflow fp16, first the norms whose squares do are scaled
+    by powers of two (``frontend/norm_range.py``, exact: no node moves to the CPU), chosen on
+    the choosing samples (``verify/norm_scales.py``); the overflow left after, if any, is kept
+    in fp32 by the rounds. ``base`` with those scales (as it was when none is chosen)."""
+    if not result.overflow:
+        return base
+    scales = norm_scales(model, verify.inputs or [])
+    if not scales:
+        return base
+    scaled = replace(base, norm_scales=scales)
+    artifact = tmp / "scaled"
+    convert_with(model, artifact, scaled)
+    check = verify.run(model, artifact)
+    result.norm_scales, result.scaled = scales, artifact
+    result.after, result.overflow = _figures(check), list(check.overflow_nodes)
+    result.rounds.append({"layer": "(norm range)", "layer_name": "norms scaled by 2**-k",
+                          "nodes": sorted(scales), "why": _SCALED, "verify": result.after})
+    if check.passed:
+        result.analysis = None  # nothing left to keep
+    return scaled
+
+
+_SCALED = ("their squares exceed fp16's largest, 65504: each norm's input scaled by a power of "
+           "two, exact (frontend/norm_range.py)")
 
 
 def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,

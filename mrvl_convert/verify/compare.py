@@ -51,8 +51,9 @@ from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
+from mrvl_convert.verify.norm_scales import scaled_like
 from mrvl_convert.verify.fp16_floor import Floor, fp16_floor
-from mrvl_convert.verify.fp16_overflow import model_overflow
+from mrvl_convert.verify.fp16_overflow import merged_events, model_overflow
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
 from mrvl_convert.verify.layer_compare import (RESHAPE_LAYERS, LayerPlan, layer_plans,
                                                layer_values, named_copy, onto)
@@ -112,6 +113,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
         # a cell's steps are fp16 layers, each rounded
         proto = unrolled_cells(proto, {t.name: t.shape for t in session.input_specs})
+        proto = scaled_like(proto, session.manifest)  # norms the artifact scaled (exact)
         unrounded = named_copy(proto) if layers else proto
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
@@ -145,14 +147,14 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     # Layer outputs are folded into running worst cases sample by sample: kept for every
     # sample, a ResNet-50's would take some 40 MB per sample.
     worst = {p.tensor: Worst() for p in traced}
-    events: List[str] = []
+    events: List[List[Any]] = []  # each sample's range events, merged per layer below
     sources: Dict[str, None] = {}  # the range events' ONNX nodes, in order (fp16_overflow.py)
     for feed in feeds:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Fp16RangeWarning)  # recorded below instead
             env, trace = session.run_layers(feed) if traced else \
                 (session.run(None, feed, capture=True)[1], [])
-        events += [e.describe() for e in session.last_range_events]
+        events.append(list(session.last_range_events))
         sources.update(dict.fromkeys(n for e in session.last_range_events
                                      if not e.partial for n in e.source_nodes))
         results = run_reference(reference, names + own, feed, proto, what)
@@ -201,7 +203,7 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     cost = None if fp32 is None else quantization_cost(
         fp32, session, {n: got[n] for n in names if n in outputs}, feeds, log_severity,
         *(("given", *WORDS[kept][::-1]) if kept in WORDS else ()))
-    return Comparison(rows, len(feeds), list(dict.fromkeys(events)), fp32=cost,
+    return Comparison(rows, len(feeds), merged_events(events), fp32=cost,
                       reference=label, origin=origin,
                       floor_note=floor.note if floor is not None else "",
                       overflow=overflow.line(), overflow_nodes=overflow.nodes)

@@ -38,7 +38,11 @@ def mapped_form(proto: onnx.ModelProto, session: HybridSession) -> onnx.ModelPro
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # a shape override is the artifact's own, said then
-            graph = canonicalize(load_model(form, shapes=shapes), verbose=False).graph
+            # the norms the artifact scaled, scaled alike (exact): the rounded reference
+            # computes them in range as the artifact does
+            scales = (session.manifest.get("options") or {}).get("norm_scales")
+            graph = canonicalize(load_model(form, shapes=shapes), verbose=False,
+                                 norm_scales=scales).graph
             return gs.export_onnx(graph, do_type_check=False)
     except MrvlConvertError:
         return form

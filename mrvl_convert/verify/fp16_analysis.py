@@ -143,9 +143,12 @@ def weight_rounding(proto: onnx.ModelProto, rows: Sequence[LayerQuality],
     """Per layer whose op nodes read float initializers: the model with only those rounded to
     fp16 against the model as it is, at the layer's tensor and at the outputs."""
     outputs = [o.name for o in proto.graph.output]
+    # A layer of a rewritten form (a canonical Sub from a constant, a norm's new Mul) stands
+    # for a tensor the model does not have: its weights are measured where the model has it.
+    produced = {t for node in proto.graph.node for t in node.output}
+    rows = [r for r in rows if r.tensor in produced]
     base_proto = load_model(proto)
-    base = reference_session(base_proto, [TensorSpec(r.tensor, (), "float32") for r in rows
-                                          if r.tensor], 3)
+    base = reference_session(base_proto, [TensorSpec(r.tensor, (), "float32") for r in rows], 3)
     # Only the outputs' references are kept for every feed; a layer's own tensor is run for
     # it when its turn comes (kept for every layer, a large model's would not fit in memory).
     refs = [dict(zip(outputs, run_reference(base, outputs, feed, base_proto))) for feed in feeds]
@@ -153,7 +156,7 @@ def weight_rounding(proto: onnx.ModelProto, rows: Sequence[LayerQuality],
     for row in rows:
         readers = _float_initializers(proto, row.op_nodes)
         names = list(dict.fromkeys(i for inits in readers.values() for i in inits))
-        if names and row.tensor:
+        if names:
             copy = load_model(proto)
             folded = round_folded(copy, list(readers))
             if not folded:

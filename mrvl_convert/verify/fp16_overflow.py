@@ -15,12 +15,14 @@ that is not finite, are then the model's, not a converter defect.
   over the feeds exceeds 65504, in the model's node order, with that value; ``Overflow.nodes``,
   the nodes writing or reading them (what ``--keep-fp32 auto`` keeps first); ``line()`` says so
   in one sentence ('' when none does); a reference that cannot be run gives no tensor (the
-  verdict never fails because of this diagnostic).
+  verdict never fails because of this diagnostic); ``merged_events``, verify's range events
+  one line per layer over the samples (the sample where most values left the range, and in how
+  many samples any did).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -63,7 +65,7 @@ def model_overflow(model: object, source_nodes: Sequence[str],
                for out in node.output[:1] if out]
     if not tensors:
         return Overflow()
-    peaks = _peaks(proto, [t for _, t in tensors], feeds, log_severity)
+    peaks = peaks_of(proto, [t for _, t in tensors], feeds, log_severity)
     over = [(node, tensor) for node, tensor in tensors if peaks.get(tensor, 0.0) > FP16_MAX]
     read = {tensor for _, tensor in over}
     readers = [n.name for n in proto.graph.node if n.name and read & set(n.input)]
@@ -71,8 +73,10 @@ def model_overflow(model: object, source_nodes: Sequence[str],
                     list(dict.fromkeys([n for n, _ in over] + readers)))
 
 
-def _peaks(proto: onnx.ModelProto, names: List[str], feeds: Sequence[Dict[str, np.ndarray]],
-           log_severity: int) -> Dict[str, float]:
+def peaks_of(proto: onnx.ModelProto, names: List[str], feeds: Sequence[Dict[str, np.ndarray]],
+             log_severity: int = 3) -> Dict[str, float]:
+    """The largest finite float32 |value| of each tensor of ``names`` over ``feeds`` ({} when
+    the model cannot be run)."""
     try:
         session = reference_session(proto, [TensorSpec(n, (), "float32") for n in names],
                                     log_severity)
@@ -87,3 +91,21 @@ def _peaks(proto: onnx.ModelProto, names: List[str], feeds: Sequence[Dict[str, n
         return peaks
     except MrvlConvertError:
         return {}
+
+
+def merged_events(per_sample: Sequence[Sequence[Any]]) -> List[str]:
+    """One line per layer whose fp16 output held inf or NaN over the samples (each sample's
+    ``RangeEvent`` list): the sample where it held most, and in how many samples it did. A
+    layer overflowing in every one of 8 samples is one line, not 8."""
+    worst: Dict[str, Any] = {}
+    samples: Dict[str, int] = {}
+    for events in per_sample:
+        for layer in dict.fromkeys(e.layer for e in events):
+            samples[layer] = samples.get(layer, 0) + 1
+        for event in events:
+            kept = worst.get(event.layer)
+            if kept is None or event.n_inf + event.n_nan > kept.n_inf + kept.n_nan:
+                worst[event.layer] = event
+    total = len(per_sample)
+    return [event.describe() + (f" (in {samples[layer]} of {total} samples; the most shown)"
+                                if total > 1 else "") for layer, event in worst.items()]

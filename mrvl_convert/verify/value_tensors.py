@@ -12,7 +12,8 @@ Cast pair on an int64 tensor is no model onnxruntime can run (issue 43, finding 
   a tensor is computed from (its producers followed back, stopping at Shape/Size, whose input's
   values they do not read, and at a decision's float data: ``DECISIONS``; a tensor that is data
   elsewhere too is then not rounded either), or
-  (c) computed from Shape/Size outputs and constants alone, (d) a quantization parameter of
+  (c) computed from Shape/Size outputs and constants alone (not through a DequantizeLinear:
+  what the quantizer quantized is data), (d) a quantization parameter of
   onnxruntime's integer operators (``quantize_dynamic``'s forms): a DynamicQuantizeLinear's
   scale and zero point, a scale slot (``QUANT_SLOTS``), and what is computed from those and
   constants alone (the product of the input's and the weight's scales, a bias divided into
@@ -131,9 +132,13 @@ def _from_sizes(graph: onnx.GraphProto) -> Set[str]:
     rows a Gather takes of a float table at indices computed so (a position embedding: float
     data the device holds in fp16, whatever its indices come from)."""
     tables = {t.name for t in graph.initializer if t.data_type == _FLOAT}
+    # nor what a DequantizeLinear gives: a value the quantizer quantized is data (a YOLOv8
+    # head's anchors, computed from its feature maps' sizes, which an fp16 Sum2D holds as a
+    # constant in fp16)
     return _computed_from(graph, set(), lambda node: node.output
                           if node.op_type in _SIZES else (),
-                          lambda node: node.op_type in _GATHERS and node.input[0] in tables)
+                          lambda node: node.op_type in _GATHERS and node.input[0] in tables
+                          or node.op_type == "DequantizeLinear")
 
 
 _GATHERS = ("Gather", "GatherElements", "GatherND")

@@ -117,3 +117,56 @@ def test_a_bert_with_the_finfo_min_mask_converts_runs_and_verifies(tmp_path, for
     # The default session (range errors raise) runs it too.
     assert HybridSession(tmp_path / "art").run(None, feeds[0])[0].shape == (1, 16, 128)
     assert "clamped to -32752" in entry["canonical"], entry
+
+
+def _t5_mask(output_bias: bool = False) -> onnx.ModelProto:
+    """T5's form: the mask Sliced, added once to the position bias, then to each layer's scores
+    (through a float Cast) before its Softmax."""
+    node = helper.make_node
+    nodes = [node("Sub", ["one", "mask"], ["inverted"]),
+             node("Mul", ["inverted", "fmin"], ["additive"], name="mask_mul"),
+             node("Slice", ["additive", "starts", "ends", "axes"], ["sliced"]),
+             node("Add", ["bias", "sliced"], ["biased"], name="bias_add"),
+             node("Add", ["scores", "biased"], ["logits"]),
+             node("Cast", ["logits"], ["logits32"], to=TensorProto.FLOAT),
+             node("Softmax", ["logits32"], ["weights"], axis=-1),
+             node("Add", ["scores2", "biased"], ["logits2"]),
+             node("Softmax", ["logits2"], ["weights2"], axis=-1)]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [ROWS, KEYS])
+               for n in ("weights", "weights2")]
+    if output_bias:
+        outputs.append(helper.make_tensor_value_info("biased", TensorProto.FLOAT, [ROWS, KEYS]))
+    inits = [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+             helper.make_tensor("fmin", TensorProto.FLOAT, [], [FMIN]),
+             helper.make_tensor("starts", TensorProto.INT64, [1], [0]),
+             helper.make_tensor("ends", TensorProto.INT64, [1], [KEYS]),
+             helper.make_tensor("axes", TensorProto.INT64, [1], [1])]
+    graph = helper.make_graph(
+        nodes, "t5_mask",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [ROWS, KEYS])
+         for n in ("scores", "scores2", "bias")]
+        + [helper.make_tensor_value_info("mask", TensorProto.FLOAT, [1, KEYS])], outputs, inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_t5s_sliced_mask_added_to_the_position_bias_is_clamped_bit_equal_within_the_bound():
+    """On main the Slice between the Mul and the Adds kept finfo.min: -inf in fp16."""
+    model = _t5_mask()
+    rewritten, changed = _rewritten(model)
+    assert list(changed) == ["mask_mul"]
+    rng = np.random.default_rng(2)
+    names = ["weights", "weights2"]
+    for seed in range(10):
+        mask = (rng.random((1, KEYS)) < 0.6).astype(np.float32)
+        mask[0, 0] = 1.0
+        feed = {"mask": mask, **{n: (rng.standard_normal((ROWS, KEYS)) * 50).astype(np.float32)
+                                 for n in ("scores", "scores2", "bias")}}
+        before = ort.InferenceSession(model.SerializeToString()).run(names, feed)
+        after = ort.InferenceSession(rewritten.SerializeToString()).run(names, feed)
+        for a, b in zip(after, before):
+            assert np.array_equal(a, b), seed
+
+
+def test_a_mask_sum_that_is_a_model_output_is_not_clamped():
+    _, changed = _rewritten(_t5_mask(output_bias=True))
+    assert changed == {}

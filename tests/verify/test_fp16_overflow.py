@@ -2,8 +2,8 @@
 residual stream reaches ~1200, so its squares reach ~1e6 in float32, beyond fp16's 65504. verify
 names the tensor and its float32 peak and says it is not a converter defect (before: the output
 only failed, the fp16 range events read as the converter's layers'); a non-finite fp16 floor
-says so; ``--keep-fp32 auto`` keeps the overflowing nodes first and then passes with every MAC
-still on the accelerator; a decomposition's partial result overflowing where the model stays in
+says so; ``--keep-fp32 auto`` scales the overflowing norms first (frontend/norm_range.py) and then
+passes with every MAC still on the accelerator; a decomposition's partial result overflowing where the model stays in
 range is not called the model's."""
 from __future__ import annotations
 
@@ -61,13 +61,16 @@ def test_a_floor_that_is_not_finite_is_not_called_a_converter_defect():
     assert "converter defect, not fp16" in judge(1.0, 0.01)
 
 
-def test_keep_fp32_auto_keeps_the_overflowing_nodes_first_and_passes(tmp_path):
+def test_keep_fp32_auto_scales_the_overflowing_norms_first_and_passes(tmp_path):
+    """The overflow is the norms' squares: auto scales those norms (frontend/norm_range.py)
+    before it would keep anything, and then nothing is kept (before: their nodes were kept in
+    fp32 on the CPU)."""
     path = tmp_path / "m.onnx"
     onnx.save(norms_from_spec(SPEC).model, path)
     result = convert_keep_fp32(path, tmp_path / "art", "auto",
                                verify=VerifySettings(inputs=_feeds(4)))
     first = result.rounds[0]
-    assert first["layer"] == "(overflow)" and "norm0_pow" in first["nodes"]
+    assert first["layer"] == "(norm range)" and "norm0_mean" in first["nodes"]
+    assert result.kept == [] and "norm0_mean" in result.norm_scales
     assert result.before["passed"] is False and result.after["passed"] is True
     assert result.held_out["after"]["passed"] is True
-    assert result.cost["mac_share_moved"] == 0.0
