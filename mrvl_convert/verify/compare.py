@@ -303,9 +303,12 @@ def _row(spec: TensorSpec, kind: str, got: List[np.ndarray], want: List[np.ndarr
     row = Row(spec.name, kind, list(spec.shape), tolerance=tol.to_dict())
     # a tensor a lift computes with a unit batch more ([1, T, F] for [T, F]): the same elements
     got = [onto(g, w.shape) for g, w in zip(got, want)]
-    if any(g.shape != w.shape for g, w in zip(got, want)):
-        row.passed, row.note = False, (f"shape mismatch: hybrid {list(got[0].shape)}, fp32 "
-                                       f"{list(want[0].shape)}")
+    # the first sample whose shapes differ, not sample 0 (a decoder Loop's step count can
+    # differ in one sample only: "hybrid [1, 10, 8], fp32 [1, 10, 8]" said nothing)
+    odd = next((k for k, (g, w) in enumerate(zip(got, want)) if g.shape != w.shape), None)
+    if odd is not None:
+        row.passed, row.note = False, (f"shape mismatch in sample {odd}: hybrid "
+                                       f"{list(got[odd].shape)}, fp32 {list(want[odd].shape)}")
         return row
     if not np.issubdtype(want[0].dtype, np.floating):
         row.max_abs = float(max(np.abs(g.astype(np.int64) - w.astype(np.int64)).max(initial=0)
