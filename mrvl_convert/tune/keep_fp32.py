@@ -39,11 +39,15 @@ from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
 from mrvl_convert.verify.norm_scales import norm_scales
 from mrvl_convert.verify.reference import random_feeds
-from mrvl_convert.verify.report import Comparison
+from mrvl_convert.verify.report import Comparison, floor_excess
 from mrvl_convert.verify.tolerances import Tolerances
 
 AUTO = "auto"
 DEFAULT_ROUNDS = 3
+# The costliest layer's weights alone cost under this share of the failing error: no few
+# layers hold it, and ``unreached`` says the error is spread (DEFAULT_ROUNDS layers of that
+# cost could not remove half of it).
+SPREAD = 0.1
 PathLike = Union[str, "os.PathLike[str]"]
 
 
@@ -107,6 +111,8 @@ class KeepFp32Result:
     # artifact converted with them
     norm_scales: Dict[str, int] = field(default_factory=dict)
     scaled: Optional[Path] = None
+    # ``auto`` that ends in FAIL: why keeping layers could not pass (``unreached``)
+    unreached: str = ""
 
     @property
     def measured(self) -> Dict[str, Any]:
@@ -128,6 +134,7 @@ class KeepFp32Result:
         scaled = (f"{len(self.norm_scales)} norm(s) scaled by powers of two so their squares "
                   f"stay inside fp16 (exact; frontend/norm_range.py); " if self.norm_scales
                   else "")
+        verdicts += f"; {self.unreached}" if self.unreached else ""
         if not self.kept:
             return f"keep-fp32 {self.model}: {scaled}nothing kept in fp32; {verdicts}"
         cost = self.cost or {}
@@ -170,6 +177,7 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
         last = _rounds(result, model, base, verify, Path(tmp), max_rounds) or \
             result.scaled or first
         if AUTO in names:
+            result.unreached = "" if result.after["passed"] else unreached(check, result)
             result.chosen_on = len(verify.feeds(first))
             result.held_out = None if judge is None else {
                 "samples": len(judge.feeds(first)),
@@ -180,6 +188,37 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
                                              norm_scales=result.norm_scales or None))
         record_measured(out_dir, result)
     return result
+
+
+def unreached(check: Comparison, result: KeepFp32Result) -> str:
+    """Why ``auto`` ended in FAIL, from what it measured: the fp16 floor outside tolerance
+    already (every tensor rounded once fails), and what the costliest layer's fp16 weights
+    alone cost the outputs against that: far less, and the error is spread over the layers,
+    which keeping a few in fp32 cannot remove (slanet-plus: 78 layers, the costliest 49.5 dB)."""
+    words = [f"auto did not reach PASS in {len(result.rounds)} round(s)"]
+    over = [f"{r.tensor} {excess}" for r in check.judged_rows if not r.passed
+            for excess in [floor_excess(r)] if excess]
+    if over:
+        words.append("the fp16 floor is itself outside tolerance (" + ", ".join(over[:2]) +
+                     "): rounding the model's own tensors to fp16 once fails it")
+    analysis = result.analysis
+    costly = [] if analysis is None else analysis.costliest
+    if costly:
+        top, error = analysis.weights[costly[0].layer], result.before.get("max_rel")
+        words.append(f"the costliest layer's fp16 weights alone cost the outputs max_rel "
+                     f"{top.output_max_rel:.3g} ({top.output_snr_db:.1f} dB) of the "
+                     f"{_rel(error)} failing, over {len(costly)} layer(s) whose weights cost "
+                     "anything")
+        if error is not None and top.output_max_rel < SPREAD * error:
+            words[-1] += (": the error is spread over the layers, not in a few that keeping "
+                          "in fp32 would remove")
+    elif analysis is not None:
+        words.append("the fp16 analysis names no layer whose weights or arithmetic cost it")
+    return "; ".join(words)
+
+
+def _rel(value: Optional[float]) -> str:
+    return "max_rel ?" if value is None else f"max_rel {value:.3g}"
 
 
 def _scale_norms(result: KeepFp32Result, model: PathLike, base: ConvertOptions,

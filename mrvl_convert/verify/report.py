@@ -26,21 +26,42 @@ if TYPE_CHECKING:  # quant_cost runs onnxruntime; the report only reads its figu
 FLOOR_MULTIPLE = 3.0
 
 
-def judge(max_abs: Optional[float], floor: Optional[float]) -> Optional[str]:
+def judge(max_abs: Optional[float], floor: Optional[float],
+          floor_over: Optional[str] = None) -> Optional[str]:
     """What a failing output's error says against its fp16 floor (``fp16_floor.py``): within
     ``FLOOR_MULTIPLE`` times it, the model is fp16-sensitive; far above, the converter is
-    wrong. None when either is not known."""
+    wrong. None when either is not known. ``floor_over``: the floor's own excess over the
+    tolerance (``floor_excess``), when it has one."""
     if max_abs is None or floor is None:
         return None
     if not math.isfinite(floor):  # the model rounded to fp16 gives inf or NaN itself
         return ("the fp16 floor is not finite: rounding the model's own tensors to fp16 "
                 "overflows, not a converter defect (--keep-fp32 keeps the nodes in fp32)")
+    if max_abs <= FLOOR_MULTIPLE * floor and floor_over:
+        # Rounding every tensor once already fails: keeping a few layers in fp32 passes only
+        # when a few cause that, which the advice must not promise (slanet-plus: none does).
+        return (f"within {FLOOR_MULTIPLE:g}x the fp16 floor: the model is fp16-sensitive, and "
+                f"the floor itself is outside tolerance ({floor_over}): rounding the model's "
+                "own tensors to fp16 once fails it (--keep-fp32 auto passes only if a few "
+                "layers cause that, and says when none does; else the model needs fp32 or a "
+                "wider --rtol)")
     if max_abs <= FLOOR_MULTIPLE * floor:
         return (f"within {FLOOR_MULTIPLE:g}x the fp16 floor: the model is fp16-sensitive "
                 "(--keep-fp32 auto keeps its costliest layers in fp32)")
     times = "" if floor == 0 else f" ({max_abs / floor:.0f}x)"
     return (f"far above the fp16 floor{times}: a converter defect, not fp16 (please report "
             "it)")
+
+
+def floor_excess(row: "Row") -> Optional[str]:
+    """``"max_rel 0.0354 > 0.01"`` when the output's fp16 floor is itself outside the row's
+    tolerance (its max_rel bound, above its absolute floor), else None."""
+    tol = row.tolerance or {}
+    bound, atol = tol.get("max_rel"), tol.get("atol") or 0.0
+    rel, abs_err = row.floor_max_rel, row.floor_max_abs
+    if bound is None or rel is None or abs_err is None or not math.isfinite(rel):
+        return None
+    return f"max_rel {rel:.3g} > {bound:.3g}" if rel > bound and abs_err > atol else None
 
 
 def aligned_lines(header: Sequence[str], rows: Sequence[Sequence[str]], *,
@@ -191,7 +212,8 @@ class Comparison:
             f"{_floor_fmt(r.floor_max_rel)} ({r.tensor})" for r in ranked[:3]) +
             (f" and {len(ranked) - 3} more" if len(ranked) > 3 else "")]
         for row in self.judged_rows:
-            said = None if row.passed else judge(row.max_abs, row.floor_max_abs)
+            said = None if row.passed else judge(row.max_abs, row.floor_max_abs,
+                                                 floor_excess(row))
             if said and self.overflow:  # the model's own values leave fp16's range
                 said = "fails where fp16 overflows in the model itself, not a converter defect"
             if said:
