@@ -24,7 +24,7 @@ and gain no form the rules lack, and Softmax's semantics change at 13).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import AbstractSet, Dict, List, Optional
 
 import onnx
 from onnx import numpy_helper, version_converter
@@ -55,7 +55,7 @@ def upgrade_opset(proto: onnx.ModelProto, given: int) -> OpsetUpgrade:
     if converted.ir_version < 4:  # IR 3 lists initializers as inputs; from IR 4 they are not
         _initializers_not_inputs(converted)
     converted.ir_version = max(proto.ir_version, 6)  # opset 11 needs IR 6; keep a later one
-    _constants_as_initializers(converted, {n.name for n in proto.graph.node if n.name})
+    constants_as_initializers(converted, {n.name for n in proto.graph.node if n.name})
     refused = _old_resize_semantics(converted)
     if refused is not None:
         return OpsetUpgrade(proto, given, given, f"kept at opset {given}: {refused}")
@@ -106,9 +106,11 @@ def _initializers_not_inputs(proto: onnx.ModelProto) -> None:
     proto.graph.input.extend(keep)
 
 
-def _constants_as_initializers(proto: onnx.ModelProto, given_names: set) -> None:
-    """The unnamed Constant nodes the converter added (attributes that became inputs) as
-    initializers, so the report lists the model's own nodes only."""
+def constants_as_initializers(proto: onnx.ModelProto,
+                              given_names: AbstractSet[str] = frozenset()) -> None:
+    """The Constant nodes holding a tensor, but those named in ``given_names``, as
+    initializers of the same name, in place (exact). Here: the unnamed ones the converter
+    added (attributes that became inputs), so the report lists the model's own nodes only."""
     keep: List[onnx.NodeProto] = []
     for node in proto.graph.node:
         value = [a for a in node.attribute if a.name == "value"]

@@ -38,6 +38,7 @@ import onnx
 from onnx import numpy_helper
 
 from mrvl_convert.frontend.load import name_nodes
+from mrvl_convert.frontend.opset_upgrade import constants_as_initializers
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import TensorSpec
@@ -135,6 +136,8 @@ def analyze_fp16(float_model: "str | os.PathLike[str] | onnx.ModelProto",
                                   gemm=gemm)
     proto = load_model(float_model)
     name_nodes(proto)  # the names the rows' op nodes use
+    # PaddlePaddle exports its weights as Constant nodes (slanet-plus has no initializer):
+    # the weights-alone figure rounds initializers, and would find no weight to round.
     constants_as_initializers(proto)
     return Fp16Analysis(layers, weight_rounding(proto, layers.rows, feeds))
 
@@ -169,24 +172,6 @@ def weight_rounding(proto: onnx.ModelProto, rows: Sequence[LayerQuality],
                 found[row.layer].note = (f"weights of {', '.join(readers)} rounded apart; the "
                                          "artifact rounds their fold once: an estimate")
     return found
-
-
-def constants_as_initializers(proto: onnx.ModelProto) -> None:
-    """The main graph's Constant nodes holding a tensor as initializers of the same name
-    (exact: the same values under the same name), in place. PaddlePaddle exports its weights
-    as Constant nodes (slanet-plus has no initializer): the weights-alone figure rounds
-    initializers, and would find no weight to round."""
-    kept: List[onnx.NodeProto] = []
-    for node in proto.graph.node:
-        if node.op_type == "Constant" and [a.name for a in node.attribute] == ["value"]:
-            tensor = onnx.TensorProto()
-            tensor.CopyFrom(node.attribute[0].t)
-            tensor.name = node.output[0]
-            proto.graph.initializer.append(tensor)
-        else:
-            kept.append(node)
-    del proto.graph.node[:]
-    proto.graph.node.extend(kept)
 
 
 def _float_initializers(proto: onnx.ModelProto, op_nodes: Sequence[str]
