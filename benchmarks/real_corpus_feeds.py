@@ -8,7 +8,8 @@ Inputs by the kind of data a model takes (``real_corpus.yaml``'s ``data``):
 - ``audio``: a second-order mix of sines, a chirp and noise at 16 kHz, peak 0.5;
 - ``signal``: per channel a few slow sines plus noise (EEG-like), unit scale;
 - ``features``: standard normal (spectrogram or embedding frames);
-- ``text-ids``: integers below the vocabulary (``vocab``, or the smallest embedding table the
+- ``text-ids``: integers below the vocabulary (``vocab``; else per input the smallest table its
+  ids index directly, ``mrvl_convert.verify.vocabulary``; failing both, the smallest table the
   model gathers from), in the input's dtype (float for a Keras model fed ids as floats).
 
 The fp16 floor (every float tensor rounded to fp16, on onnxruntime) is the library's
@@ -24,6 +25,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from mrvl_convert.verify.vocabulary import id_vocabularies
+from mrvl_convert.verify.vocabulary import vocabulary as id_vocabulary
+
 Feed = Dict[str, np.ndarray]
 RATE = 16000
 
@@ -33,7 +37,12 @@ def _np_dtype(elem_type: int) -> np.dtype:
 
 
 def vocabulary(model: onnx.ModelProto) -> int:
-    """The smallest first dim of an initializer a Gather reads as its table (>= 2), else 256."""
+    """The smallest table an input's ids index directly (not one read by computed
+    indices, as T5's 32-entry position-bias table); failing that the smallest first dim of an
+    initializer a Gather reads as its table (>= 2), else 256."""
+    direct = id_vocabulary(model)
+    if direct is not None:
+        return direct
     inits = {t.name: list(t.dims) for t in model.graph.initializer}
     sizes = [inits[n.input[0]][0] for n in model.graph.node
              if n.op_type == "Gather" and n.input[0] in inits and len(inits[n.input[0]]) == 2]
@@ -88,10 +97,12 @@ def _signal(shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
 
 def make_feed(kind: str, specs: Mapping[str, tuple], rng: np.random.Generator,
               pictures: Optional[List[np.ndarray]], vocab: int,
-              values: Mapping[str, np.ndarray]) -> Feed:
+              values: Mapping[str, np.ndarray],
+              vocabs: Optional[Mapping[str, int]] = None) -> Feed:
     """One feed: every input of ``specs`` (name -> (shape, elem_type)) drawn as ``kind`` says;
     an input named in ``values`` takes that value; integer inputs of a non-text model draw ids
-    too (e.g. lengths or ids beside the main input)."""
+    too (e.g. lengths or ids beside the main input); ids below ``vocabs[name]`` where it names
+    the input, else below ``vocab``."""
     feed: Feed = {}
     for name, (shape, elem) in specs.items():
         dtype = _np_dtype(elem)
@@ -100,7 +111,7 @@ def make_feed(kind: str, specs: Mapping[str, tuple], rng: np.random.Generator,
         elif kind == "image" and len(shape) == 4 and pictures:
             feed[name] = _image(shape, dtype, rng, pictures)
         elif kind == "text-ids" or np.issubdtype(dtype, np.integer):
-            feed[name] = rng.integers(0, vocab, shape).astype(dtype)
+            feed[name] = rng.integers(0, (vocabs or {}).get(name, vocab), shape).astype(dtype)
         elif kind == "audio":
             feed[name] = _audio(shape, rng).astype(dtype)
         elif kind == "signal":

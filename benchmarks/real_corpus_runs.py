@@ -78,6 +78,8 @@ class _Context:
         self.values = {k: np.full(self.shapes[k], v) if np.ndim(v) == 0 and self.shapes[k]
                        else np.asarray(v) for k, v in entry.values.items()}
         self.vocab = entry.vocab or feeds.vocabulary(self.model)
+        # each id input below its own table (deepcut's characters 178, their kinds 12)
+        self.vocabs = {} if entry.vocab else feeds.id_vocabularies(self.model)
         self.pictures = photographs.pictures(photographs.wheel()) if entry.data == "image" \
             else None
         self.test = self.draw(samples, seed=2)
@@ -91,7 +93,7 @@ class _Context:
     def draw(self, count: int, seed: int) -> List[Feed]:
         rng = np.random.default_rng(seed)
         return [feeds.make_feed(self.entry.data, self.specs, rng, self.pictures, self.vocab,
-                                self.values) for _ in range(count)]
+                                self.values, self.vocabs) for _ in range(count)]
 
     def convert(self, model: Any, out: Path, **kw: Any) -> Tuple[Any, float]:
         start = time.perf_counter()

@@ -153,14 +153,14 @@ def _references(args: argparse.Namespace) -> Tuple[str, Optional[str], List[str]
     judged against its QDQ model (is the conversion exact?): MODEL if it is one, else the QDQ
     model the artifact keeps, MODEL then being the fp32 reference (what quantization costs)."""
     from mrvl_convert.core.artifact import read_json
-    from mrvl_convert.frontend.foreign_kept import WORDS
+    from mrvl_convert.frontend.foreign_kept import WORDS, kept_reference
     section = read_json(Path(args.artifact_dir) / "manifest.json", "manifest").get(
         "quantization") or {}
     fp32 = args.fp32_model
     foreign = read_json(Path(args.artifact_dir) / "manifest.json", "manifest").get(
         "foreign_int8") or {}
-    kept = Path(args.artifact_dir) / foreign.get("file", "")
-    if foreign and kept.is_file():  # another quantizer's model, requantized (foreign_kept.py)
+    kept = kept_reference(args.artifact_dir)
+    if kept is not None:  # another quantizer's model, requantized (foreign_kept.py)
         model, cost = WORDS.get(foreign.get("mode"), WORDS["requantize"])
         return str(kept), args.model, [
             f"another quantizer's model, rewritten: judged against {model} it was converted "

@@ -17,15 +17,21 @@ Contract.
   Requires: the requantized model as ``bring_foreign_int8`` left it (before canonicalization
   changes it), report.json's ``foreign_int8`` section of it.
   Ensures: ``kept_model``: the manifest entry with the model's bytes under ``data`` (popped
-  when written), or None (nothing rewritten: the given model is the reference).
+  when written), or None (nothing rewritten: the given model is the reference);
+  ``kept_reference``: the file an artifact keeps (what every verdict on it is judged against:
+  ``mrvl-verify`` and ``--keep-fp32 auto``'s rounds alike), or None.
   Nothing is changed.
 """
 from __future__ import annotations
 
 import hashlib
+import os
+from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
 import onnx
+
+from mrvl_convert.core.artifact import read_json
 
 SUFFIXES = {"requantize": ".requantized.onnx", "fp16": ".float.onnx"}
 # what verify calls the model kept, and what the rewrite that made it costs
@@ -51,3 +57,12 @@ def kept_model(section: Optional[Mapping[str, Any]], proto: onnx.ModelProto,
     data = proto.SerializeToString() if serialized is None else serialized
     return {"mode": mode, "file": f"{name}{SUFFIXES[mode]}",
             "sha256": hashlib.sha256(data).hexdigest(), "data": data}
+
+
+def kept_reference(artifact_dir: "str | os.PathLike[str]") -> Optional[Path]:
+    """The model kept in ``artifact_dir`` for verify (its manifest's ``foreign_int8`` file),
+    None when the artifact keeps none (or the file is missing)."""
+    section = read_json(Path(artifact_dir) / "manifest.json", "manifest").get(
+        "foreign_int8") or {}
+    kept = Path(artifact_dir) / section.get("file", "")
+    return kept if section.get("file") and kept.is_file() else None

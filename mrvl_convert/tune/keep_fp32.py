@@ -9,7 +9,9 @@ gives the next layer to keep, ``Fp16Analysis.candidates``' order (the layers who
 cost the outputs most first), all op nodes of the layer at once; convert and verify again, at
 most ``max_rounds`` times. ``auto`` chooses on one part of the verify samples and reports the
 verdict on the other (``core/samples.py`` ``remedy_split``): a verdict judged on the samples
-that chose the layers says little (issue 40); both are reported.
+that chose the layers says little (issue 40); both are reported. Every verdict and the analysis
+are against the model ``mrvl-verify`` judges the artifact against (``judged_against``: the
+float or requantized form another quantizer's model was converted from, kept in the artifact).
 
 What it costs is measured, never estimated: the verify figures before (no node kept) and after
 (the nodes kept), every round's, and report.json's ``keep_fp32`` section (convert's: the extra
@@ -32,6 +34,7 @@ from mrvl_convert.core.samples import (DEFAULT_VERIFY_SAMPLES, GIVEN, RANDOM, VE
 from mrvl_convert.emit.publish import dumps, write_file_atomically
 from mrvl_convert.emit.validate import validate
 from mrvl_convert.errors import MrvlConvertError, OptionError
+from mrvl_convert.frontend.foreign_kept import kept_reference
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.compare import compare
@@ -67,7 +70,8 @@ class VerifySettings:
 
     def run(self, model: PathLike, artifact: Path) -> Comparison:
         feeds = self.feeds(artifact)
-        return compare(model, artifact, feeds, tolerances=self.tolerances,
+        return compare(judged_against(model, artifact), artifact, feeds,
+                       tolerances=self.tolerances,
                        criterion=self.criterion, origin=SampleOrigin(((self.source,
                                                                         len(feeds)),)))
 
@@ -171,7 +175,7 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
         check = verify.run(model, first)
         result = KeepFp32Result(Path(model).name, list(kept), _figures(check), _figures(check))
         if AUTO in names and not check.passed:
-            result.analysis = analyze_fp16(model, first, verify.inputs)
+            result.analysis = analyze_fp16(judged_against(model, first), first, verify.inputs)
             result.overflow = list(check.overflow_nodes)
             base = _scale_norms(result, model, base, verify, Path(tmp))
         last = _rounds(result, model, base, verify, Path(tmp), max_rounds) or \
@@ -219,6 +223,16 @@ def unreached(check: Comparison, result: KeepFp32Result) -> str:
 
 def _rel(value: Optional[float]) -> str:
     return "max_rel ?" if value is None else f"max_rel {value:.3g}"
+
+
+def judged_against(model: PathLike, artifact: Path) -> PathLike:
+    """The model ``artifact`` is judged against, as ``mrvl-verify`` judges it: the model an
+    artifact of another quantizer's model keeps (``foreign_kept.kept_reference``: requantized,
+    or its dynamic int8 MatMuls as float ones), else ``model``. Judged against the model as
+    given, the rewrite's own cost (T5's run-time uint8 activations: max_rel ~1 on 0/1 ids
+    where the artifact is within 0.25 of its float form) counted as fp16's, and auto kept
+    layers in fp32 that fp16 does not spoil."""
+    return kept_reference(artifact) or model
 
 
 def _scale_norms(result: KeepFp32Result, model: PathLike, base: ConvertOptions,

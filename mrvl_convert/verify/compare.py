@@ -109,11 +109,14 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     check_model_inputs(proto, session, model_label(model))
     label = model_label(model)
     what = ORIGINAL
-    unrounded, rounded = proto, []
-    if _is_qdq(proto):  # int8 layers judged against it (converted by us or given as QDQ)
-        # a cell's steps are fp16 layers, each rounded
+    qdq = _is_qdq(proto)  # int8 layers judged against it (converted by us or given as QDQ)
+    if qdq:  # a cell's steps are fp16 layers, each rounded
         proto = unrolled_cells(proto, {t.name: t.shape for t in session.input_specs})
-        proto = scaled_like(proto, session.manifest)  # norms the artifact scaled (exact)
+    # norms the artifact scaled, scaled alike (exact in float32 barring underflow): a float
+    # reference too, or each layer of a scaled norm was compared with the unscaled tensor
+    proto = scaled_like(proto, session.manifest)
+    unrounded, rounded = proto, []
+    if qdq:
         unrounded = named_copy(proto) if layers else proto
         rounded = rounded_as_artifact(proto, session)  # the fp16 layers as it computes them
         if rounded:
