@@ -15,18 +15,20 @@ layers (``op -> QuantizeLinear`` with an int8 form) is left alone: no fp16 value
 """
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Dict, List, Optional
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const, present
+from mrvl_convert.kernels.fp16 import FP16_MAX
 from mrvl_convert.rules.int8_forms import QDQ_OPS, builtin_int8_op_types
 
-FP16_MAX = 65504.0
 # integer ranges of the quantized types a DequantizeLinear reads
-_LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
-           np.dtype(np.int16): (-32768, 32767), np.dtype(np.uint16): (0, 65535)}
+_LIMITS = MappingProxyType({np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255),
+                            np.dtype(np.int16): (-32768, 32767),
+                            np.dtype(np.uint16): (0, 65535)})
 
 
 def dequantized_range(node: gs.Node) -> Optional[float]:
