@@ -60,9 +60,8 @@ def wide_float_spans(graph: gs.Graph) -> Dict[str, str]:
         span = [n for c in node.outputs[0].outputs if not _int8_layer(c) for n in _float_after(c)]
         if not span:
             continue
-        reason = (f"in an int8 region after {node.inputs[0].name}: its dequantized range "
-                  f"+-{peak:.2g} exceeds fp16's 65504, so the fp16 layers would compute inf; "
-                  "kept in fp32 on the CPU")
+        reason = (f"dequantized range +-{peak:.2g} exceeds fp16's 65504 (int8 tensor "
+                  f"{node.inputs[0].name}): fp16 layers would compute inf, fp32 on the CPU")
         for member in [node] + span:
             kept.setdefault(member.name, reason)
     return kept
