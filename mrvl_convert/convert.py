@@ -40,6 +40,7 @@ from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
 from mrvl_convert.rules.int8_forms import int8_op_types
+from mrvl_convert.rules.int8_range import wide_float_spans
 from mrvl_convert.rules.other_sets import layer_set_hints, set_verdicts
 
 StageFn = Callable[[str], None]
@@ -176,6 +177,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
                  **batchless_lifts(canonical.graph, device_limit)}
         # a Loop onnx cannot infer, and what only it shapes, run on CPU (shape_failures.py)
         lifts.update(opaque_nodes(canonical.graph, loaded.shape_failures))
+        lifts.update(wide_float_spans(canonical.graph))  # int8 beyond fp16's range: CPU
         denied = {**lifts, **_denied(canonical, loaded, options.deny)}
         kept = _kept_fp32(canonical, loaded, options.keep_fp32)
         # Without the nodes kept in fp32: the plan their cost is measured against.
