@@ -14,8 +14,9 @@ stage input, an fp16 layer's result; an exact result reaches it unrounded also t
 model's Squeeze, Transpose, Reshape... the converter absorbed), every weight (a rounded copy for
 the layer; a Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it),
 every result that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering
-writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded), and a Div by a constant c as the Mul2D
-it is lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
+writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded), a two-input Max or Min as its Sub +
+Relu and Sum2D/Sub (``layers/_minmax.py``, the gap rounded), and a Div by a constant c as the
+Mul2D it is lowered to (times fp16(1/c), ``layers/mul2d.py``). Shapes, indices and integers are never
 rounded (``value_tensors.py``). The weights stay the QDQ model's own: a wrong weight in the
 artifact still fails.
 
@@ -276,6 +277,8 @@ def _round_group(proto: onnx.ModelProto, graph: WorkingGraph, group: List[str],
                 _cast_pair(graph, node.output[k], name)
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
+    for node in [n for n in members if n.op_type in ("Max", "Min") and len(n.input) == 2]:
+        _minmax_steps(graph, node, _full_operand(proto, node))
     chains_as_written(graph, members, _cast_pair, opset)  # Rsqrt, GELU, LayerNorm
     for node in members:
         graph.refresh(node)  # a chain may have rewired a member (Rsqrt's Div)
@@ -358,5 +361,32 @@ def _gate_steps(graph: WorkingGraph, node: onnx.NodeProto) -> None:
     if swish:
         steps.append(helper.make_node("Mul", [x, _cast_pair(graph, gate, f"{base}_c16")], [y],
                                       name=f"{base}_gate"))
+    graph.node.remove(node)
+    graph.node.extend(steps)
+
+
+def _full_operand(proto: onnx.ModelProto, node: onnx.NodeProto) -> int:
+    """Which input of a two-input Max/Min has the output's shape, as ``layers/_minmax.py``
+    chooses it: 0 unless the model's value infos say input 0 broadcasts."""
+    dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+            for v in list(proto.graph.value_info) + list(proto.graph.input)
+            if v.name in (node.input[0], node.output[0])}
+    first, out = dims.get(node.input[0]), dims.get(node.output[0])
+    return 1 if first is not None and out is not None and first != out else 0
+
+
+def _minmax_steps(graph: WorkingGraph, node: onnx.NodeProto, full: int) -> None:
+    """Max and Min as the lowering writes them (``layers/_minmax.py``, the device has no such
+    layer): Sub(f, o) with Relu fused, rounded to fp16, then Sum2D(that, o) for Max or
+    Sub(f, that) for Min. ``node``'s inputs are rounded already where the layer rounds them
+    (a dequantized input is not: ``f - o`` then rounds where Max's own result would not),
+    its output is rounded after it."""
+    f, o, base = node.input[full], node.input[1 - full], node.name + _SUFFIX
+    steps = [helper.make_node("Sub", [f, o], [f"{base}_d"], name=f"{base}_sub"),
+             helper.make_node("Relu", [f"{base}_d"], [f"{base}_r"], name=f"{base}_relu")]
+    gap = _cast_pair(graph, f"{base}_r", f"{base}_r16")
+    steps.append(helper.make_node("Add", [o, gap], [node.output[0]], name=f"{base}_sum")
+                 if node.op_type == "Max" else
+                 helper.make_node("Sub", [f, gap], [node.output[0]], name=f"{base}_last"))
     graph.node.remove(node)
     graph.node.extend(steps)
