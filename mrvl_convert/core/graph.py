@@ -192,6 +192,22 @@ def producer(tensor: gs.Tensor) -> Optional[gs.Node]:
     return tensor.inputs[0] if tensor.inputs else None
 
 
+def same_value(a: gs.Tensor, b: gs.Tensor) -> bool:
+    """One value: the same tensor, or two DequantizeLinear copies of one quantized tensor with
+    the same scale, zero point and axis. canonicalize gives each reader of a DequantizeLinear
+    its own copy (``frontend/qdq.py``), so a form reading x twice (a GELU's x / sqrt 2 and its
+    gate, a norm's mean and x * s) reads two copies in a QDQ model: they compute equal floats."""
+    if a is b:
+        return True
+    da, db = producer(a), producer(b)
+    if da is None or db is None or not da.op == db.op == "DequantizeLinear" \
+            or da.attrs != db.attrs or len(da.inputs) != len(db.inputs):
+        return False
+    return all(x is y or (is_const(x) and is_const(y) and np.array_equal(
+        const_value(x), const_value(y)) and const_value(x).dtype == const_value(y).dtype)
+        for x, y in zip(da.inputs, db.inputs))
+
+
 def sole_consumer(node: gs.Node) -> Optional[gs.Node]:
     """The one node reading ``node``'s first output, or None when none or several do."""
     consumers = node.outputs[0].outputs

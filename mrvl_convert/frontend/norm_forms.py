@@ -48,7 +48,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, reduce_axes, static_shape
+from mrvl_convert.core.graph import (attr, const_value, is_const, reduce_axes, same_value,
+                                     static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.norm_means import split_norm_means
 
@@ -122,19 +123,6 @@ def _through_views(tensor: gs.Tensor) -> Tuple[gs.Tensor, List[gs.Node]]:
     return tensor, chain
 
 
-def _same(a: gs.Tensor, b: gs.Tensor) -> bool:
-    """One value: the same tensor, or two DequantizeLinear copies of one quantized tensor
-    (``qdq.py`` gives each consumer its own) with the same scale, zero point and axis."""
-    if a is b:
-        return True
-    da, db = _producer(a, "DequantizeLinear"), _producer(b, "DequantizeLinear")
-    if da is None or db is None or da.attrs != db.attrs or len(da.inputs) != len(db.inputs):
-        return False
-    return all(x is y or (is_const(x) and is_const(y) and np.array_equal(
-        const_value(x), const_value(y)) and const_value(x).dtype == const_value(y).dtype)
-        for x, y in zip(da.inputs, db.inputs))
-
-
 def _other(node: gs.Node, tensor: gs.Tensor) -> Optional[gs.Tensor]:
     a, b = node.inputs
     return b if a is tensor else a if b is tensor else None
@@ -166,7 +154,7 @@ def _formula_parts(scaled: gs.Tensor, shift: gs.Tensor):
     for s in mul.inputs:
         x, m = _other(mul, s), _other(mean_mul, s)
         stat = _mean_of(m) if m is not None else None
-        if x is None or stat is None or not _same(stat[0].inputs[0], x) or x is s:
+        if x is None or stat is None or not same_value(stat[0].inputs[0], x) or x is s:
             continue
         if not int(attr(stat[0], "keepdims", 1)) or not _floating(x):
             continue
@@ -222,7 +210,7 @@ def _floating(tensor: gs.Tensor) -> bool:
 def _centred(build: _Builder, x: gs.Tensor, m: gs.Tensor, origin: gs.Node) -> gs.Tensor:
     """The model's own ``x - m`` when it computes one, else a new Sub."""
     for reader in m.outputs:
-        if reader.op == "Sub" and reader.inputs[1] is m and _same(reader.inputs[0], x):
+        if reader.op == "Sub" and reader.inputs[1] is m and same_value(reader.inputs[0], x):
             return reader.outputs[0]
     return build.node("Sub", [x, m], x, origin)
 
@@ -298,7 +286,7 @@ def _bn_statistics(bn: gs.Node) -> Optional[Tuple[gs.Tensor, List[int], List[gs.
     full = [i for i in range(len(shape)) if i != 1]
     mean_t, mean_views = _through_views(bn.inputs[3])
     stat = _mean_of(mean_t)
-    if stat is None or not _same(stat[0].inputs[0], x) or stat[1] != full:
+    if stat is None or not same_value(stat[0].inputs[0], x) or stat[1] != full:
         return None
     found = _variance_of(_through_views(bn.inputs[4])[0], x, mean_t, full, shape)
     if found is None:
@@ -337,4 +325,4 @@ def _variance_of(v: gs.Tensor, x: gs.Tensor, m: gs.Tensor, axes: List[int],
 
 def _centred_by(d: gs.Tensor, x: gs.Tensor, m: gs.Tensor) -> bool:
     sub = _producer(d, "Sub")
-    return sub is not None and _same(sub.inputs[0], x) and sub.inputs[1] is m
+    return sub is not None and same_value(sub.inputs[0], x) and sub.inputs[1] is m

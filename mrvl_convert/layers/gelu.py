@@ -52,7 +52,7 @@ from typing import Collection, Optional, Sequence, Tuple, Union
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import const_value, is_const, static_shape
+from mrvl_convert.core.graph import const_value, is_const, same_value, static_shape
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
 from mrvl_convert.ir.match import Composite
@@ -75,6 +75,10 @@ class GeluMatch:
     half_x: Optional[gs.Tensor]   # x/2 computed before the gate (the gate multiplies by it)
     half: Optional[gs.Node]       # the Mul after the gate that completes 0.5 * x, else None
     square: Optional[gs.Tensor]   # the model's own x * x (tanh form's x * (x * x)), else None
+    # In a QDQ model each reader of x reads its own DequantizeLinear copy (``same_value``):
+    # the copy the chain's x * x reads, and the one the last product reads, so each is read.
+    x_square: Optional[gs.Tensor] = None
+    x_out: Optional[gs.Tensor] = None
 
 
 def _scalar(tensor: gs.Tensor) -> Optional[float]:
@@ -103,10 +107,10 @@ def _close(value: Optional[float], target: float) -> bool:
 
 def _is_square_of(tensor: gs.Tensor, x: gs.Tensor) -> bool:
     node = _producer(tensor, "Mul")
-    return node is not None and len(node.inputs) == 2 and all(t is x for t in node.inputs)
+    return node is not None and len(node.inputs) == 2 and all(same_value(t, x) for t in node.inputs)
 
 
-def _erf_source(tensor: gs.Tensor) -> Optional[Tuple[gs.Tensor, None]]:
+def _erf_source(tensor: gs.Tensor) -> Optional[Tuple[gs.Tensor, None, gs.Tensor]]:
     """x, where ``tensor`` is erf(x / sqrt 2) (Div by sqrt 2 or Mul by 1/sqrt 2)."""
     erf = _producer(tensor, "Erf")
     scale = erf.inputs[0].inputs[0] if erf is not None and erf.inputs[0].inputs else None
@@ -115,26 +119,31 @@ def _erf_source(tensor: gs.Tensor) -> Optional[Tuple[gs.Tensor, None]]:
     x, c = _split(scale)
     if x is None or (scale.op == "Div" and scale.inputs[0] is not x):
         return None
-    return (x, None) if _close(c, math.sqrt(2.0) if scale.op == "Div" else math.sqrt(0.5)) \
+    return (x, None, x) if _close(c, math.sqrt(2.0) if scale.op == "Div" else math.sqrt(0.5)) \
         else None
 
 
-def _cube_of(tensor: gs.Tensor, x: gs.Tensor) -> Optional[Tuple[gs.Tensor, Optional[gs.Tensor]]]:
-    """(x, the model's x * x or None) where ``tensor`` is Pow(x, 3) or x * (x * x)."""
+def _cube_of(tensor: gs.Tensor, x: gs.Tensor
+             ) -> Optional[Tuple[gs.Tensor, Optional[gs.Tensor], gs.Tensor]]:
+    """(x, the model's x * x or None, the x the Pow reads) where ``tensor`` is Pow(x, 3) or
+    x * (x * x). The x of x * (x * x) must be x itself: the chain reuses the model's x * x,
+    and has no layer left to read a third copy of x."""
     node = tensor.inputs[0] if tensor.inputs else None
     if node is not None and node.op == "Pow":
         base, exponent = _split(node)
-        return (x, None) if base is x and node.inputs[0] is x and exponent == 3.0 else None
+        return (x, None, base) if base is node.inputs[0] and same_value(base, x) \
+            and exponent == 3.0 else None
     if node is None or node.op != "Mul" or len(node.inputs) != 2:
         return None
     for k in (0, 1):
         if node.inputs[k] is x and _is_square_of(node.inputs[1 - k], x):
-            return x, node.inputs[1 - k]
+            return x, node.inputs[1 - k], x
     return None
 
 
-def _tanh_source(tensor: gs.Tensor) -> Optional[Tuple[gs.Tensor, Optional[gs.Tensor]]]:
-    """(x, the model's x * x or None), where ``tensor`` is
+def _tanh_source(tensor: gs.Tensor
+                 ) -> Optional[Tuple[gs.Tensor, Optional[gs.Tensor], gs.Tensor]]:
+    """(x, the model's x * x or None, the x its cube reads), where ``tensor`` is
     tanh(sqrt(2/pi) * (x + 0.044715 * x**3))."""
     tanh = _producer(tensor, "Tanh")
     inner_t, c = _split(None if tanh is None else _producer(tanh.inputs[0], "Mul"))
@@ -155,22 +164,23 @@ _SOURCES = {"erf": (_erf_source, "1 + erf(x / sqrt 2)"),
             "tanh": (_tanh_source, "1 + tanh(sqrt(2/pi) * (x + 0.044715 * x**3))")}
 
 
-def _gate_input(gate: gs.Node, form: str
-                ) -> Union[Tuple[gs.Tensor, Optional[gs.Tensor], gs.Tensor], str]:
-    """(x, the model's x * x or None, the gate's other operand), walking back from the gate
+def _gate_input(gate: gs.Node, form: str) -> Union[Tuple[
+        gs.Tensor, Optional[gs.Tensor], gs.Tensor, gs.Tensor], str]:
+    """(x, the model's x * x or None, the x the square reads, the gate's other operand),
+    walking back from the gate
     (the Mul by 1 + erf or 1 + tanh) to x."""
     source, text = _SOURCES[form]
     for k in range(2 if len(gate.inputs) == 2 else 0):
         inner, value = _split(_producer(gate.inputs[k], "Add"))
         found = source(inner) if inner is not None and value == 1.0 else None
         if found is not None:
-            return found[0], found[1], gate.inputs[1 - k]
+            return found[0], found[1], found[2], gate.inputs[1 - k]
     return f"not Mul(x or 0.5 or x/2, {text}): a GELU's {form} form"
 
 
 def _is_half_of(tensor: gs.Tensor, x: gs.Tensor) -> bool:
     source, value = _split(_producer(tensor, "Mul"))
-    return source is x and value == 0.5
+    return source is not None and same_value(source, x) and value == 0.5
 
 
 def gelu_match(gate: gs.Node, form: str, graph_outputs: Collection[str]
@@ -180,10 +190,10 @@ def gelu_match(gate: gs.Node, form: str, graph_outputs: Collection[str]
     found = _gate_input(gate, form)
     if isinstance(found, str):
         return found
-    x, square, other = found
+    x, square, x_square, other = found
     if _is_half_of(other, x):
-        return GeluMatch(x, other, None, square)
-    if other is not x and _scalar(other) != 0.5:
+        return GeluMatch(x, other, None, square, x_square, x)
+    if not same_value(other, x) and _scalar(other) != 0.5:
         return f"the gate multiplies by {other.name}, not by x, 0.5 or x/2"
     out = gate.outputs[0]
     consumers = out.outputs
@@ -191,15 +201,16 @@ def gelu_match(gate: gs.Node, form: str, graph_outputs: Collection[str]
     if half is None or half.op != "Mul" or len(half.inputs) != 2:
         return "the gate's product is not multiplied further by the missing 0.5 or x"
     rest = half.inputs[1] if half.inputs[0] is out else half.inputs[0]
-    wanted_x = other is not x
-    if (rest is x) if wanted_x else _scalar(rest) == 0.5:
-        return GeluMatch(x, None, half, square)
+    wanted_x = not same_value(other, x)
+    if same_value(rest, x) if wanted_x else _scalar(rest) == 0.5:
+        return GeluMatch(x, None, half, square, x_square, rest if wanted_x else other)
     return f"the Mul after the gate multiplies by {rest.name}, not by the missing " + (
         "x" if wanted_x else "0.5")
 
 
 def _chain(composite: Composite, ctx: LayoutContext, x: gs.Tensor, half_x: Optional[gs.Tensor],
-           square: Optional[gs.Tensor], output: gs.Tensor) -> None:
+           square: Optional[gs.Tensor], output: gs.Tensor,
+           copies: Tuple[Optional[gs.Tensor], Optional[gs.Tensor]] = (None, None)) -> None:
     rank = len(static_shape(x))
     perm = ctx.keep_order(x, native(rank))
     xi, layout = ctx.require(x, perm)
@@ -218,11 +229,13 @@ def _chain(composite: Composite, ctx: LayoutContext, x: gs.Tensor, half_x: Optio
     # The model's own x/2 is a layer of its own (mrvl.mul): it multiplies the sigmoid's
     # argument (s doubled to match) so that it feeds the chain instead of being left unread.
     v, scale = (xi, 2.0) if half_x is None else (ctx.require(half_x, perm)[0], 4.0)
-    s = emit("Mul2D", [xi, xi]) if square is None else ctx.require(square, perm)[0]
+    # x's DequantizeLinear copies in a QDQ model (``same_value``): equal values, each one read.
+    x_square, x_out = (xi if t is None else ctx.require(t, perm)[0] for t in copies)
+    s = emit("Mul2D", [x_square, x_square]) if square is None else ctx.require(square, perm)[0]
     s = emit("Mul2D", [s], scale * CUBIC * SQRT_2_OVER_PI)
     s = emit("Sum2D", [s], scale * SQRT_2_OVER_PI)
     g = emit("Mul2D", [v, s], act=Activation.SIGMOID)
-    emit("Mul2D", [xi, g], last=True)
+    emit("Mul2D", [x_out, g], last=True)
 
 
 def lower_gelu(composite: Composite, ctx: LayoutContext) -> None:
@@ -235,4 +248,5 @@ def lower_gelu(composite: Composite, ctx: LayoutContext) -> None:
     found = gelu_match(gate, "erf" if composite.binding.node("erf") else "tanh", ())
     if isinstance(found, str):  # pragma: no cover - the rule's check refuses it first
         raise MrvlConvertError(f"internal error: not a GELU: {found}", node=gate.name)
-    _chain(composite, ctx, found.x, found.half_x, found.square, composite.output)
+    _chain(composite, ctx, found.x, found.half_x, found.square, composite.output,
+           (found.x_square, found.x_out))
