@@ -25,7 +25,7 @@ that int8 constant is the QDQ weight the int8 rules take, and computes the same 
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Dict, List
+from typing import AbstractSet, Dict, List, Tuple
 
 import numpy as np
 import onnx
@@ -39,24 +39,40 @@ def dedicate_dequantize(graph: gs.Graph) -> Dict[str, str]:
     ``<node>_for_<consumer>``); returns new node name -> the node it copies. A graph output
     counts as a consumer: the original keeps writing it (a layer's input dequantized for it
     too, deepfilternet enc's ``e0``), and every node reading it gets a copy, since a rule
-    cannot absorb a DequantizeLinear whose output leaves the graph."""
+    cannot absorb a DequantizeLinear whose output leaves the graph. A node reading it in two
+    inputs (an int8 ``Mul(x, x)``) gets a copy per input (``<node>_for_<consumer>_in<k>`` from
+    the second on): an int8 rule absorbs each operand's DequantizeLinear as its own, and
+    ``core.graph.same_value`` takes the copies for one x where a form needs it."""
     outputs = {t.name for t in graph.outputs}
     copies: Dict[str, str] = {}
     for node in list(graph.nodes):
         out = node.outputs[0] if node.op == "DequantizeLinear" and node.outputs else None
+        reads = [] if out is None else _reads(out)
         kept = 0 if out is not None and out.name in outputs else 1
-        if out is None or len(out.outputs) + (1 - kept) < 2:
+        if len(reads) + (1 - kept) < 2:
             continue
-        for consumer in list(out.outputs)[kept:]:
-            name = f"{node.name}_for_{consumer.name}"
-            copy = gs.Variable(f"{out.name}_for_{consumer.name}", dtype=out.dtype, shape=out.shape)
-            for i, tensor in enumerate(consumer.inputs):
-                if tensor is out:
-                    consumer.inputs[i] = copy
+        for consumer, i, suffix in reads[kept:]:
+            name = f"{node.name}_for_{consumer.name}{suffix}"
+            copy = gs.Variable(f"{out.name}_for_{consumer.name}{suffix}", dtype=out.dtype,
+                               shape=out.shape)
+            consumer.inputs[i] = copy
             graph.nodes.append(gs.Node(node.op, name, dict(node.attrs), list(node.inputs),
                                        [copy], domain=node.domain))
             copies[name] = node.name
     return copies
+
+
+def _reads(out: gs.Tensor) -> List[Tuple[gs.Node, int, str]]:
+    """(consumer, input index, name suffix) for every input reading ``out``: the suffix is
+    empty for a consumer's first such input (the names a one-input reader always had)."""
+    reads, seen = [], set()
+    for consumer in out.outputs:
+        if id(consumer) in seen:
+            continue
+        seen.add(id(consumer))
+        slots = [i for i, t in enumerate(consumer.inputs) if t is out]
+        reads += [(consumer, i, "" if k == 0 else f"_in{i}") for k, i in enumerate(slots)]
+    return reads
 
 
 def fold_quantized_constants(graph: gs.Graph, opset: int, max_bytes: int,
