@@ -27,6 +27,11 @@ Forms matched (``rules/marvell/transformer.yaml``):
   reused), Mul 0.044715, Add x, Mul sqrt(2/pi), Tanh, Add 1, Mul x and Mul 0.5 (as above);
 - the opset-20 ``Gelu`` op, ``approximate="none"`` (exact GELU) or ``"tanh"``.
 
+In a QDQ model x is read through a DequantizeLinear copy per reader (``frontend/qdq.py``):
+equal copies are one x (``core.graph.same_value``), and the chain reads each of them (the
+Div's for x * x and the sigmoid's argument, the gate's for the last product), so none is left
+unread; exact, the copies compute equal floats.
+
 Bound: over all real x, |gelu_erf(x) - gelu_tanh(x)| <= ``TANH_APPROXIMATION_BOUND`` (4.74e-4,
 largest near |x| = 2.7; tests/layers/test_gelu.py checks it on a dense float64 grid). For
 ``approximate="tanh"`` and the tanh form the chain is that formula, so only fp16 rounding
