@@ -1,0 +1,96 @@
+"""The fp16 floor clamps an additive attention mask's finfo(float32).min constant to -32752 as
+the converter does (``verify/floor_masks.py``). Rounded as given, -3.4e38 is -inf in fp16 and
+``(1 - mask) * -inf`` is NaN at every unmasked position: the T5 encoder's (traceforge) floor was
+NaN on 0/1-id inputs, so its verdict had no floor."""
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+from mrvl_convert.frontend.mask_constants import MASK_FLOOR
+from mrvl_convert.verify.floor_masks import clamp_floor_masks
+from mrvl_convert.verify.fp16_floor import floor_model, fp16_floor
+
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def masked_attention(fill: float, softmax: bool = True) -> onnx.ModelProto:
+    """scores [1,2,6,6] + Unsqueeze((1 - Cast(mask)) * ``fill``) -> Softmax -> MatMul v (HF's
+    extended attention mask; the fill a Constant node as torch exports it). Without
+    ``softmax`` the masked scores are the output (no additive mask: left as it is)."""
+    nodes = [
+        helper.make_node("Constant", [], ["fill"], value=numpy_helper.from_array(
+            np.array(fill, np.float32))),
+        helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
+        helper.make_node("Mul", ["inverted", "fill"], ["additive"], name="mask_mul"),
+        helper.make_node("Unsqueeze", ["additive", "axes"], ["additive4"]),
+        helper.make_node("Add", ["scores", "additive4"], ["masked"])]
+    out = "masked"
+    if softmax:
+        nodes += [helper.make_node("Softmax", ["masked"], ["weights"], axis=-1),
+                  helper.make_node("MatMul", ["weights", "v"], ["out"])]
+        out = "out"
+    rng = np.random.default_rng(0)
+    graph = helper.make_graph(
+        nodes, "masked_attention",
+        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 6, 6]),
+         helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 6])],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.array(1, np.float32), "one"),
+         numpy_helper.from_array(np.array([1, 2], np.int64), "axes"),
+         numpy_helper.from_array(rng.standard_normal((1, 2, 6, 4)).astype(np.float32), "v")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def feed() -> dict:
+    mask = np.array([[1, 1, 1, 1, 0, 0]], np.int64)  # 0/1 as a tokenizer gives it
+    return {"scores": np.random.default_rng(1).standard_normal((1, 2, 6, 6)).astype(np.float32),
+            "mask": mask}
+
+
+def run(model: onnx.ModelProto) -> np.ndarray:
+    session = ort.InferenceSession(model.SerializeToString(),
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, feed())[0]
+
+
+def test_floor_of_a_finfo_min_mask_is_finite_and_the_artifacts_rounding():
+    given = masked_attention(LOWEST)
+    floor = run(floor_model(given))
+    assert np.isfinite(floor).all()  # NaN everywhere on integ10
+    # the floor of the form the artifact computes (the constant clamped by the frontend)
+    artifact_form = run(floor_model(masked_attention(MASK_FLOOR)))
+    assert np.array_equal(floor, artifact_form)
+    want = run(given)
+    # the clamp is exact here (mask_constants' bound): only fp16 rounding is left
+    assert np.array_equal(run(masked_attention(MASK_FLOOR)), want)
+    error = float(np.abs(floor - want).max())
+    assert 0 < error < 4e-3 * float(np.abs(want).max())
+
+
+def test_fp16_floor_measures_a_finite_error():
+    given = masked_attention(LOWEST)
+    want = run(given)
+    result = fp16_floor(given, "masked_attention", ["out"], [feed()], {"out": [want]})
+    assert result.note == ""
+    worst = result.outputs["out"]
+    assert worst.finite and 0 < worst.max_rel < 4e-3
+
+
+def test_a_constant_that_is_no_additive_mask_is_left_alone():
+    model = masked_attention(LOWEST, softmax=False)  # the masked scores are an output
+    before = model.SerializeToString()
+    assert clamp_floor_masks(model) == 0
+    assert model.SerializeToString() == before
+
+
+def test_the_clamp_changes_only_the_mask_constant():
+    model = masked_attention(LOWEST)
+    assert clamp_floor_masks(model) == 1
+    mul = next(n for n in model.graph.node if n.name == "mask_mul")
+    clamped = next(t for t in model.graph.initializer if t.name == mul.input[1])
+    assert numpy_helper.to_array(clamped) == np.float32(MASK_FLOOR)
+    assert np.array_equal(run(model), run(masked_attention(LOWEST)))  # exact: its bound
