@@ -15,11 +15,14 @@ masked differs there (uniform weights unclamped, ``softmax(s - 32752)`` clamped)
 artifact does.
 
 - requires: a model copy (changed in place); the mask constant an initializer or Constant node;
+  the outputs the floor measures;
 - ensures: each such Mul's or Where's float32 constant operand with values below -32752 is read
   as a new initializer with them raised to -32752; anything else is left as it is; returns how
   many operands were clamped.
 """
 from __future__ import annotations
+
+from typing import Collection
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -30,13 +33,15 @@ from mrvl_convert.frontend.mask_constants import (MASK_FLOOR, clamped_mask,
 from mrvl_convert.verify.floor_folds import _constants, _fresh
 
 
-def clamp_floor_masks(copy: onnx.ModelProto) -> int:
-    """Clamp every additive-mask constant of ``copy`` (module docstring); how many."""
+def clamp_floor_masks(copy: onnx.ModelProto, measured: Collection[str]) -> int:
+    """Clamp every additive-mask constant of ``copy`` (module docstring) whose masked sums no
+    ``measured`` output is; how many. Other graph outputs (a verdict's stage-boundary tensors,
+    which the artifact computes from the clamped mask too) are not the floor's."""
     values = _constants(copy.graph)
     if not any(v.size and (v < MASK_FLOOR).any() for v in values.values()):
         return 0  # no model without such a constant pays for the walk below
     view = gs.import_onnx(copy)  # read only: the readers' walk; ``copy`` itself is changed
-    outputs = {t.name for t in view.outputs}
+    outputs = set(measured)
     masks = {n.outputs[0].name for n in view.nodes if n.op in ("Mul", "Where")
              and only_an_additive_mask(n.outputs[0], outputs)}
     taken = {t.name for t in copy.graph.initializer}

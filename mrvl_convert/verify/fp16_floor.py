@@ -64,8 +64,9 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
     in the model's size (one pass over the nodes)."""
     copy = load_model(proto)
     fold_conv_batchnorms(copy)
-    clamp_floor_masks(copy)  # finfo.min is -inf in fp16: NaN where the artifact has -32752
     graph = copy.graph
+    names = [o.name for o in graph.output] if outputs is None else outputs
+    clamp_floor_masks(copy, names)  # finfo.min is -inf in fp16: NaN where the artifact has -32752
     protected = never_rounded(copy)
     inits = {t.name: t for t in graph.initializer}
     rounded: Dict[str, str] = {}
@@ -76,7 +77,6 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
         for k, name in enumerate(node.input):
             if name and name not in protected:
                 node.input[k] = _rounded(name, inits, rounded, added, graph)
-    names = [o.name for o in graph.output] if outputs is None else outputs
     for name in dict.fromkeys(names):
         if name not in protected:
             _round_output(graph, name, added)

@@ -80,16 +80,26 @@ def test_fp16_floor_measures_a_finite_error():
     assert worst.finite and 0 < worst.max_rel < 4e-3
 
 
+def test_a_stage_boundary_output_on_the_mask_path_is_not_the_floors():
+    """A verdict's reference also outputs its stage-boundary tensors (T5's mask plus position
+    bias is one): the floor measures only the model's outputs, so the mask is still clamped."""
+    given = masked_attention(LOWEST)
+    given.graph.output.append(helper.make_tensor_value_info("masked", TensorProto.FLOAT, None))
+    want = run(given)
+    result = fp16_floor(given, "masked_attention", ["out"], [feed()], {"out": [want]})
+    assert result.outputs["out"].finite and 0 < result.outputs["out"].max_rel < 4e-3
+
+
 def test_a_constant_that_is_no_additive_mask_is_left_alone():
     model = masked_attention(LOWEST, softmax=False)  # the masked scores are an output
     before = model.SerializeToString()
-    assert clamp_floor_masks(model) == 0
+    assert clamp_floor_masks(model, ["masked"]) == 0
     assert model.SerializeToString() == before
 
 
 def test_the_clamp_changes_only_the_mask_constant():
     model = masked_attention(LOWEST)
-    assert clamp_floor_masks(model) == 1
+    assert clamp_floor_masks(model, ["out"]) == 1
     mul = next(n for n in model.graph.node if n.name == "mask_mul")
     clamped = next(t for t in model.graph.initializer if t.name == mul.input[1])
     assert numpy_helper.to_array(clamped) == np.float32(MASK_FLOOR)
