@@ -12,37 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from mrvl_convert.frontend.mask_constants import MASK_FLOOR
 from mrvl_convert.verify.floor_masks import clamp_floor_masks
 from mrvl_convert.verify.fp16_floor import floor_model, fp16_floor
-
-LOWEST = float(np.finfo(np.float32).min)
-
-
-def masked_attention(fill: float, softmax: bool = True) -> onnx.ModelProto:
-    """scores [1,2,6,6] + Unsqueeze((1 - Cast(mask)) * ``fill``) -> Softmax -> MatMul v (HF's
-    extended attention mask; the fill a Constant node as torch exports it). Without
-    ``softmax`` the masked scores are the output (no additive mask: left as it is)."""
-    nodes = [
-        helper.make_node("Constant", [], ["fill"], value=numpy_helper.from_array(
-            np.array(fill, np.float32))),
-        helper.make_node("Cast", ["mask"], ["maskf"], to=TensorProto.FLOAT),
-        helper.make_node("Sub", ["one", "maskf"], ["inverted"]),
-        helper.make_node("Mul", ["inverted", "fill"], ["additive"], name="mask_mul"),
-        helper.make_node("Unsqueeze", ["additive", "axes"], ["additive4"]),
-        helper.make_node("Add", ["scores", "additive4"], ["masked"])]
-    out = "masked"
-    if softmax:
-        nodes += [helper.make_node("Softmax", ["masked"], ["weights"], axis=-1),
-                  helper.make_node("MatMul", ["weights", "v"], ["out"])]
-        out = "out"
-    rng = np.random.default_rng(0)
-    graph = helper.make_graph(
-        nodes, "masked_attention",
-        [helper.make_tensor_value_info("scores", TensorProto.FLOAT, [1, 2, 6, 6]),
-         helper.make_tensor_value_info("mask", TensorProto.INT64, [1, 6])],
-        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)],
-        [numpy_helper.from_array(np.array(1, np.float32), "one"),
-         numpy_helper.from_array(np.array([1, 2], np.int64), "axes"),
-         numpy_helper.from_array(rng.standard_normal((1, 2, 6, 4)).astype(np.float32), "v")])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+from support.strategies.t5floor import LOWEST, masked_attention
 
 
 def feed() -> dict:
