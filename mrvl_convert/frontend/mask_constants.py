@@ -30,7 +30,7 @@ report.
 """
 from __future__ import annotations
 
-from typing import Dict, Set
+from typing import Dict, Optional, Set
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -44,16 +44,16 @@ def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
     changed: Dict[str, str] = {}
     outputs = {t.name for t in graph.outputs}
     for node in list(graph.nodes):
-        if node.op not in ("Mul", "Where") or not _only_an_additive_mask(node.outputs[0],
-                                                                         outputs):
+        if node.op not in ("Mul", "Where") or not only_an_additive_mask(node.outputs[0],
+                                                                        outputs):
             continue
         for index, operand in enumerate(node.inputs):
-            if not isinstance(operand, gs.Constant) or operand.values.dtype != np.float32:
+            if not isinstance(operand, gs.Constant):
                 continue
             values = operand.values
-            if not (values < MASK_FLOOR).any():
+            clamped = clamped_mask(values)
+            if clamped is None:
                 continue
-            clamped = np.asarray(np.maximum(values, np.float32(MASK_FLOOR)), np.float32)
             node.inputs[index] = gs.Constant(f"{operand.name}_fp16_lowest", clamped)
             changed[node.name] = (f"attention-mask constant {float(values.min()):.7g} clamped "
                                   f"to -32752 (fp16 holds it and the masked scores added to "
@@ -63,11 +63,19 @@ def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
     return changed
 
 
+def clamped_mask(values: np.ndarray) -> Optional[np.ndarray]:
+    """A float32 mask constant with its values below ``MASK_FLOOR`` raised to it; None when it
+    is not float32 or has none below (also the fp16 floor's clamp: ``verify/floor_masks.py``)."""
+    if values.dtype != np.float32 or not (values < MASK_FLOOR).any():
+        return None
+    return np.asarray(np.maximum(values, np.float32(MASK_FLOOR)), np.float32)
+
+
 #: Ops that only move or select a mask's values on its way to the Adds (a Cast: to float32).
 _THROUGH = ("Slice", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Transpose", "Cast")
 
 
-def _only_an_additive_mask(tensor: gs.Tensor, outputs: Set[str]) -> bool:
+def only_an_additive_mask(tensor: gs.Tensor, outputs: Set[str]) -> bool:
     """Every path from ``tensor`` reaches a Softmax through the ``_THROUGH`` ops and at least
     one Add, and nothing else reads it on the way."""
     pending, seen = [(tensor, False)], set()

@@ -6,7 +6,8 @@ the verdict's own reference (the model, or an int8 artifact's QDQ model) with ev
 tensor rounded to fp16 where a node reads or writes it: each node's float inputs, weights and
 results (``floor_model``; QuantizeLinear/DequantizeLinear and Cast left alone: their results
 are rounded where a node reads them), a Conv and its BatchNormalization first folded into one
-Conv as the device computes them (``floor_folds.py``),
+Conv as the device computes them (``floor_folds.py``) and an additive attention mask's
+finfo.min constant clamped to -32752 as the converter computes it (``floor_masks.py``),
 run by onnxruntime on the same inputs; shapes, indices and integers are never rounded
 (``value_tensors.py``). Its error against the reference, per output, is what an fp16 device
 costs that model whatever the converter does; a sum order or an fp16 accumulator may cost a
@@ -31,6 +32,7 @@ from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.floor_folds import fold_conv_batchnorms
+from mrvl_convert.verify.floor_masks import clamp_floor_masks
 from mrvl_convert.verify.kept_fp16 import topologically_sorted
 from mrvl_convert.verify.metrics import Worst
 from mrvl_convert.verify.reference import (load_model, reference_session, rewrite_label,
@@ -57,11 +59,14 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
     """A copy of ``proto`` with every float tensor rounded to fp16 (module docstring): each
     float tensor a node reads goes through one Cast pair (made once, shared by its readers),
     each float weight is read as a rounded copy, each of ``outputs`` (default: the model's)
-    is rounded; each Conv -> BatchNormalization pair first folded (``floor_folds.py``). Linear
+    is rounded; each Conv -> BatchNormalization pair first folded (``floor_folds.py``), each
+    additive mask's constant clamped (``floor_masks.py``). Linear
     in the model's size (one pass over the nodes)."""
     copy = load_model(proto)
     fold_conv_batchnorms(copy)
     graph = copy.graph
+    names = [o.name for o in graph.output] if outputs is None else outputs
+    clamp_floor_masks(copy, names)  # finfo.min is -inf in fp16: NaN where the artifact has -32752
     protected = never_rounded(copy)
     inits = {t.name: t for t in graph.initializer}
     rounded: Dict[str, str] = {}
@@ -72,7 +77,6 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
         for k, name in enumerate(node.input):
             if name and name not in protected:
                 node.input[k] = _rounded(name, inits, rounded, added, graph)
-    names = [o.name for o in graph.output] if outputs is None else outputs
     for name in dict.fromkeys(names):
         if name not in protected:
             _round_output(graph, name, added)
