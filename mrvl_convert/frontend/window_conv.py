@@ -41,11 +41,12 @@ from typing import List, Optional, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.core.graph import (attr, const_value, is_const, present, same_value,
+                                      static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.sequence_ops import kept_names
 from mrvl_convert.frontend.window_pairs import (Pair, add_pair, distinct, int8_weight,
-                                                output_pair, same_frames, unpaired)
+                                                output_pair, unpaired)
 
 
 @dataclass
@@ -169,7 +170,7 @@ def _axes(node: gs.Node, rank: int) -> Optional[List[int]]:
 def _frame_window(node: gs.Node, frames: gs.Tensor, length: int) -> Optional[int]:
     """The first frame of a Slice of ``frames`` along axis 0 only, step 1, ``length`` frames
     long; None for any other node."""
-    if node.op != "Slice" or not same_frames(node.inputs[0], frames) or len(node.inputs) < 3 \
+    if node.op != "Slice" or not same_value(node.inputs[0], frames) or len(node.inputs) < 3 \
             or not all(is_const(t) for t in node.inputs[1:] if t.name):
         return None
     total, rank = static_shape(frames)[0], len(static_shape(frames))

@@ -103,16 +103,3 @@ def add_pair(x: gs.Tensor, pair: Pair, node: Callable[..., gs.Tensor]) -> gs.Ten
     dtype = const_value(pair.zero).dtype if pair.zero is not None else np.uint8
     ints = node("QuantizeLinear", [x, *params], shape=static_shape(x), dtype=dtype)
     return node("DequantizeLinear", [ints, *params], shape=static_shape(x), dtype=x.dtype)
-
-
-def same_frames(a: gs.Tensor, b: gs.Tensor) -> bool:
-    """``a`` is ``b``, or both are DequantizeLinear copies of one int8 tensor at one scale
-    (``qdq.dedicate_dequantize`` gives each reader its own): the same values."""
-    if a is b:
-        return True
-    makers = [t.inputs[0] if len(t.inputs) == 1 else None for t in (a, b)]
-    if any(m is None or m.op != "DequantizeLinear" for m in makers):
-        return False
-    pairs = [_params(m) for m in makers]
-    return makers[0].inputs[0] is makers[1].inputs[0] and None not in pairs \
-        and pairs[0].same(pairs[1])
