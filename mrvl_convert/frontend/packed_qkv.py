@@ -36,6 +36,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.qdq_steps import grid
 
 _PERM = [2, 0, 3, 1, 4]
 
@@ -65,20 +66,6 @@ def rewrite_packed_qkv(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
 _Rewire = Tuple[gs.Node, int, gs.Tensor]   # (reader, its input index, the tensor it read)
 
 
-def _grid(node: gs.Node) -> Optional[Tuple[float, float, str]]:
-    """(scale, zero point, its type) of a per-tensor QuantizeLinear or DequantizeLinear."""
-    if node.op not in ("QuantizeLinear", "DequantizeLinear") or len(node.inputs) < 2:
-        return None
-    scale, zero = node.inputs[1], present(node, 2)
-    if not is_const(scale) or const_value(scale).size != 1 or (
-            zero is not None and (not is_const(zero) or const_value(zero).size != 1)):
-        return None
-    if zero is None:
-        return float(const_value(scale).reshape(-1)[0]), 0.0, "uint8"
-    value = const_value(zero)
-    return float(const_value(scale).reshape(-1)[0]), float(value.reshape(-1)[0]), str(value.dtype)
-
-
 def _unpaired(transpose: gs.Node, names: Names, kept: Set[str]) -> List[_Rewire]:
     """Bypass the identity Q -> DQ pairs after an int8 packed split's Reshape, Transpose and
     Slices (when qkv is a per-tensor DequantizeLinear's result; never a pair that writes a
@@ -90,29 +77,30 @@ def _unpaired(transpose: gs.Node, names: Names, kept: Set[str]) -> List[_Rewire]
     reshape = q.inputs[0].inputs[0]
     if reshape.op != "Reshape" or len(reshape.inputs[0].inputs) != 1:
         return []
-    grid = _grid(reshape.inputs[0].inputs[0])   # qkv's DequantizeLinear
-    if grid is None or reshape.inputs[0].inputs[0].op != "DequantizeLinear":
+    qkv_grid = grid(reshape.inputs[0].inputs[0])   # qkv's DequantizeLinear
+    if qkv_grid is None or reshape.inputs[0].inputs[0].op != "DequantizeLinear":
         return []
     rewired: List[_Rewire] = []
-    _bypass_after(reshape.outputs[0], grid, rewired, (names, kept))
-    _bypass_after(transpose.outputs[0], grid, rewired, (names, kept))
+    _bypass_after(reshape.outputs[0], qkv_grid, rewired, (names, kept))
+    _bypass_after(transpose.outputs[0], qkv_grid, rewired, (names, kept))
     for piece in list(transpose.outputs[0].outputs):   # the Slices, now read directly
         if piece.outputs:
-            _bypass_after(piece.outputs[0], grid, rewired, (names, kept))
+            _bypass_after(piece.outputs[0], qkv_grid, rewired, (names, kept))
     return rewired
 
 
-def _bypass_after(tensor: gs.Tensor, grid: Tuple[float, float, str], rewired: List[_Rewire],
+def _bypass_after(tensor: gs.Tensor, wanted: Tuple[float, int, str], rewired: List[_Rewire],
                   context: Tuple[Names, Set[str]]) -> None:
-    """Readers of a DequantizeLinear(QuantizeLinear(tensor)) on ``grid`` read ``tensor``; the
-    QuantizeLinear, then unread, is detached from it (the split counts its readers)."""
+    """Readers of a DequantizeLinear(QuantizeLinear(tensor)) on the grid ``wanted`` read
+    ``tensor``; the QuantizeLinear, then unread, is detached from it (the split counts its
+    readers)."""
     names, kept = context
     for q in list(tensor.outputs):
-        if q.op != "QuantizeLinear" or _grid(q) != grid or any(
+        if q.op != "QuantizeLinear" or grid(q) != wanted or any(
                 t.name in kept for dq in q.outputs[0].outputs for t in dq.outputs):
             continue
         for dq in list(q.outputs[0].outputs):
-            if dq.op == "DequantizeLinear" and _grid(dq) == grid:
+            if dq.op == "DequantizeLinear" and grid(dq) == wanted:
                 for reader in list(dq.outputs[0].outputs):
                     for index, t in enumerate(list(reader.inputs)):
                         if t is dq.outputs[0]:

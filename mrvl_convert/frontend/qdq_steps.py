@@ -34,14 +34,22 @@ def per_tensor_qdq(node: gs.Node) -> bool:
         is_const(t) and const_value(t).size == 1 for t in node.inputs[1:] if t.name)
 
 
-def _parameters(node: gs.Node) -> Optional[Tuple[float, int, str]]:
-    """(scale, zero point, integer type) of a per-tensor Q/DQ with an explicit zero point."""
-    zero = present(node, 2)
-    if not per_tensor_qdq(node) or zero is None or node.attrs.get("output_dtype"):
+def grid(node: gs.Node) -> Optional[Tuple[float, int, str]]:
+    """(scale, zero point, integer type) of a per-tensor Q/DQ: the grid of values it maps to;
+    an absent zero point is uint8's 0 (ONNX's default). None for any other node, or one whose
+    ``output_dtype`` attribute sets the type."""
+    if not per_tensor_qdq(node) or len(node.inputs) < 2 or node.attrs.get("output_dtype"):
         return None
+    scale, zero = float(const_value(node.inputs[1]).reshape(-1)[0]), present(node, 2)
+    if zero is None:
+        return scale, 0, "uint8"
     point = const_value(zero)
-    return (float(const_value(node.inputs[1]).reshape(-1)[0]), int(point.reshape(-1)[0]),
-            np.dtype(point.dtype).name)
+    return scale, int(point.reshape(-1)[0]), np.dtype(point.dtype).name
+
+
+def _parameters(node: gs.Node) -> Optional[Tuple[float, int, str]]:
+    """``grid`` of a per-tensor Q/DQ with an explicit zero point."""
+    return grid(node) if present(node, 2) is not None else None
 
 
 def round_trip(first: gs.Node, second: gs.Node) -> bool:
