@@ -319,7 +319,7 @@ def _verify_feeds(job: Job, checks: VerifyOptions) -> Tuple[Optional[List[Dict[s
                                            VERIFY_INPUTS, SampleOrigin)
     from mrvl_convert.runtime.session import HybridSession
     from mrvl_convert.verify.feeds import load_npz_feeds
-    from mrvl_convert.verify.reference import random_feeds
+    from mrvl_convert.verify.reference import default_feeds
     if checks.inputs is None and job.options.quantize is None:
         return None, None
     specs = HybridSession(job.out_dir).input_specs
@@ -327,7 +327,7 @@ def _verify_feeds(job: Job, checks: VerifyOptions) -> Tuple[Optional[List[Dict[s
         feeds = load_npz_feeds(str(checks.inputs), specs)
         return feeds, SampleOrigin(((VERIFY_INPUTS, len(feeds)),))
     held = _held_out_feeds(job, specs)
-    extra = random_feeds(specs, 0, max(0, DEFAULT_VERIFY_SAMPLES - len(held)))
+    extra = default_feeds(job.model, specs, 0, max(0, DEFAULT_VERIFY_SAMPLES - len(held)))
     return held + extra, SampleOrigin(((HELD_OUT, len(held)), (RANDOM, len(extra))))
 
 

@@ -28,7 +28,7 @@ from mrvl_convert.verify.compare import Comparison, compare
 from mrvl_convert.verify.criteria import CRITERION_NAMES
 from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.marvell_files import read_input_json, write_output_json
-from mrvl_convert.verify.reference import random_feeds
+from mrvl_convert.verify.reference import default_feeds
 from mrvl_convert.kernels.gemm import GEMM_ENGINES
 from mrvl_convert.runtime.graph_engine import ENGINES
 from mrvl_convert.runtime.session import HybridSession
@@ -213,8 +213,8 @@ def _write_outputs(args: argparse.Namespace, feeds: Optional[List[Dict[str, np.n
     session = HybridSession(args.artifact_dir, gemm=args.gemm, engine=args.engine,
                             on_range_error="warn")
     if feeds is None:
-        feeds = random_feeds(session.input_specs, args.seed,
-                             args.samples or DEFAULT_VERIFY_SAMPLES)
+        feeds = default_feeds(args.model, session.input_specs, args.seed,
+                              args.samples or DEFAULT_VERIFY_SAMPLES)
     names = [spec.name for spec in session.output_specs]
     write_output_json(args.write_outputs, dict(zip(names, session.run(None, feeds[0]))))
     return feeds

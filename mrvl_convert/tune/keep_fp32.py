@@ -41,7 +41,7 @@ from mrvl_convert.verify.compare import compare
 from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
 from mrvl_convert.verify.norm_scales import norm_scales
-from mrvl_convert.verify.reference import random_feeds
+from mrvl_convert.verify.reference import default_feeds
 from mrvl_convert.verify.report import Comparison, floor_excess
 from mrvl_convert.verify.tolerances import Tolerances
 
@@ -67,6 +67,7 @@ class VerifySettings:
     npz: Optional[PathLike] = None
 
     source: str = GIVEN  # where ``inputs`` came from (core/samples.py's origin keys)
+    model: Optional[PathLike] = None  # random feeds are drawn as it reads its inputs
 
     def run(self, model: PathLike, artifact: Path) -> Comparison:
         feeds = self.feeds(artifact)
@@ -82,7 +83,7 @@ class VerifySettings:
             specs = HybridSession(artifact).input_specs
             self.source = VERIFY_INPUTS if self.npz is not None else RANDOM
             self.inputs = load_npz_feeds(str(self.npz), specs) if self.npz is not None \
-                else random_feeds(specs, 0, DEFAULT_VERIFY_SAMPLES)
+                else default_feeds(self.model, specs, 0, DEFAULT_VERIFY_SAMPLES)
         return self.inputs
 
     def split(self, artifact: Path) -> Tuple["VerifySettings", Optional["VerifySettings"]]:
@@ -164,7 +165,7 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
     if max_rounds < 0:
         raise OptionError(f"max_rounds must be >= 0, got {max_rounds}")
     base = replace(options or ConvertOptions(), keep_fp32=())
-    verify = verify or VerifySettings()
+    verify = replace(verify or VerifySettings(), model=model)
     kept = [n for n in names if n != AUTO]
     with tempfile.TemporaryDirectory(prefix="mrvl_keep_fp32_") as tmp:
         first = Path(tmp) / "none"

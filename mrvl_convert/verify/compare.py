@@ -61,9 +61,11 @@ from mrvl_convert.verify.metrics import Top1, Worst, is_classifier
 from mrvl_convert.verify.quant_cost import quantization_cost
 from mrvl_convert.verify.reference import (ORIGINAL, check_model_inputs, element_types,
                                            load_model, model_label, reference_session,
-                                           rewrite_label, run_reference, sample_feeds)
+                                           rewrite_label, run_reference, sample_feeds,
+                                           zero_one_inputs, zero_one_note)
 from mrvl_convert.verify.report import Comparison, Row
 from mrvl_convert.verify.tolerances import Tolerance, Tolerances
+from mrvl_convert.verify.vocabulary import input_kinds
 
 _OVERFLOW_NOTE = "hybrid value holds inf/NaN (fp16 overflow)"
 MISSING_NOTE = "not a tensor of the reference model: not compared"
@@ -98,14 +100,16 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
     session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm,
                             log_severity=log_severity, engine=engine)
-    feeds = sample_feeds(session, inputs, seed, samples)
+    given = load_model(model)
+    kinds = input_kinds(given)  # random samples drawn as the model reads its inputs
+    feeds = sample_feeds(session, inputs, seed, samples, kinds)
     if against is not None:
         return compare_against(artifact_dir, feeds[0], against, criterion=criterion,
                                tolerances=tols, gemm=gemm, log_severity=log_severity,
                                engine=engine)
     outputs = {t.name for t in session.output_specs}
     specs = _compared_tensors(session)
-    proto = load_model(model)
+    proto = given
     check_model_inputs(proto, session, model_label(model))
     label = model_label(model)
     what = ORIGINAL
@@ -209,7 +213,10 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     return Comparison(rows, len(feeds), merged_events(events), fp32=cost,
                       reference=label, origin=origin,
                       floor_note=floor.note if floor is not None else "",
-                      overflow=overflow.line(), overflow_nodes=overflow.nodes)
+                      overflow=overflow.line(), overflow_nodes=overflow.nodes,
+                      feed_note=zero_one_note(zero_one_inputs(
+                          session.input_specs, kinds, session.pinned_values)
+                          if RANDOM in dict(origin.counts) else []))
 
 
 def _unjudged_where_rounding_overflows(rows: List[Row], nodes: List[str]) -> None:

@@ -49,6 +49,7 @@ from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality,
 from mrvl_convert.verify.report import aligned_lines
 from mrvl_convert.verify.reference import (load_model, reference_session, run_reference,
                                            sample_feeds)
+from mrvl_convert.verify.vocabulary import input_kinds
 
 Feed = Dict[str, np.ndarray]
 _FLOAT = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}
@@ -131,10 +132,10 @@ def analyze_fp16(float_model: "str | os.PathLike[str] | onnx.ModelProto",
     """Every Mrvl layer of the fp16 artifact against the float model (module docstring).
     ``inputs``: a feed dict, a list of them, or None for ``samples`` seeded random feeds;
     ``gemm``: how the simulator runs (``HybridSession``)."""
-    feeds = sample_feeds(HybridSession(artifact_dir), inputs, seed, samples)
+    proto = load_model(float_model)
+    feeds = sample_feeds(HybridSession(artifact_dir), inputs, seed, samples, input_kinds(proto))
     layers = analyze_quantization(float_model, artifact_dir, feeds, threshold_db=threshold_db,
                                   gemm=gemm)
-    proto = load_model(float_model)
     name_nodes(proto)  # the names the rows' op nodes use
     # PaddlePaddle exports its weights as Constant nodes (slanet-plus has no initializer):
     # the weights-alone figure rounds initializers, and would find no weight to round.

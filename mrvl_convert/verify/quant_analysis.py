@@ -62,6 +62,7 @@ from mrvl_convert.verify.metrics import Sums, cosine, snr_db
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
 from mrvl_convert.verify.reference import (check_model_inputs, load_model, model_label,
                                            reference_session, run_reference, sample_feeds)
+from mrvl_convert.verify.vocabulary import input_kinds
 
 # Layers that excluding their op node from quantization gives back to float: the candidates of
 # ``--keep-fp16 auto``. Their weights stay float; an excluded Add or pool still sits between
@@ -99,7 +100,7 @@ def analyze_quantization(float_model: "str | os.PathLike[str] | onnx.ModelProto"
     check_model_inputs(proto, session, model_label(float_model))
     name_nodes(proto)  # as the converter named the QDQ model's nodes, so names meet
     form = mapped_form(proto, session)  # what the layers' source nodes name (float_form.py)
-    feeds = sample_feeds(session, inputs, seed, samples)
+    feeds = sample_feeds(session, inputs, seed, samples, input_kinds(proto))
     layers, unmapped = _plan(session, form)
     tensors = sorted({r.tensor for lay in layers for r in [lay.row] if r and r.tensor})
     names = _tensor_names(form)

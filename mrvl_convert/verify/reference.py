@@ -12,7 +12,7 @@ out every tensor compared (``reference_session``, run by ``run_reference``).
 from __future__ import annotations
 
 import warnings
-from typing import Any, Dict, List, Mapping, Sequence
+from typing import Any, Collection, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
@@ -23,33 +23,85 @@ from mrvl_convert.frontend.input_shapes import fix_input_shapes, static_dim
 from mrvl_convert.runtime.options import QUIET, ort_options, qdq_as_written
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import DTYPES, TensorSpec
+from mrvl_convert.verify.vocabulary import InputKinds, input_kinds
 
 Feed = Dict[str, np.ndarray]
 
 
-def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int) -> List[Feed]:
-    """Seeded standard-normal floats (0/1 for integer and bool inputs), one dict per sample."""
+def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int,
+                 kinds: Optional[InputKinds] = None) -> List[Feed]:
+    """Seeded feeds, one dict per sample, each input drawn as ``kinds`` says what it holds
+    (``vocabulary.input_kinds`` of the model; None: nothing known): an id input uniform ids
+    below its vocabulary (whatever its dtype: a Keras model takes ids as floats), a mask ones
+    over a prefix of its last axis (``_mask``), any other float input standard normal and any
+    other integer or bool input 0/1 (``zero_one_inputs`` names them: a verdict on 0/1 says
+    little about a model that reads them as numbers)."""
+    kinds = kinds or InputKinds()
     rng = np.random.default_rng(seed)
     feeds = []
-    for _ in range(samples):
+    for sample in range(samples):
         feed = {}
         for spec in inputs:
             dtype = DTYPES[spec.dtype][0]
-            if np.issubdtype(dtype, np.floating):
+            vocabulary = kinds.vocabularies.get(spec.name)
+            if vocabulary is not None:
+                feed[spec.name] = rng.integers(0, vocabulary, spec.shape).astype(dtype)
+            elif np.issubdtype(dtype, np.floating):
                 feed[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
+            elif spec.name in kinds.masks:
+                feed[spec.name] = _mask(spec.shape, rng, full=sample == 0).astype(dtype)
             else:
                 feed[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
         feeds.append(feed)
     return feeds
 
 
-def sample_feeds(session: HybridSession, inputs: Any, seed: int, samples: int) -> List[Feed]:
+def _mask(shape: Sequence[int], rng: np.random.Generator, full: bool) -> np.ndarray:
+    """Ones over a prefix of the last axis, zeros after it (a padded sequence), the prefix's
+    length uniform in [1, length] per row; ``full``: all ones (the first sample: no padding)."""
+    if full or not shape or shape[-1] < 2:
+        return np.ones(shape, np.int64)
+    lengths = rng.integers(1, shape[-1] + 1, tuple(shape[:-1]))
+    return (np.arange(shape[-1]) < np.asarray(lengths)[..., None]).astype(np.int64)
+
+
+def zero_one_inputs(inputs: Sequence[TensorSpec], kinds: Optional[InputKinds],
+                    pinned: Collection[str] = ()) -> List[str]:
+    """The inputs ``random_feeds`` draws as 0/1: integer or bool, neither ids nor a mask, not
+    pinned at conversion (``pinned``: those names)."""
+    kinds = kinds or InputKinds()
+    return [spec.name for spec in inputs
+            if not np.issubdtype(DTYPES[spec.dtype][0], np.floating)
+            and spec.name not in kinds.vocabularies and spec.name not in kinds.masks
+            and spec.name not in pinned]
+
+
+def zero_one_note(names: Sequence[str]) -> str:
+    """What a verdict on random samples says of the inputs drawn as 0/1 ('' when none is)."""
+    if not names:
+        return ""
+    listed = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+    return (f"input{'s' if len(names) > 1 else ''} {listed} drawn as 0/1 (integer, neither ids "
+            "nor a mask): give --verify-inputs (mrvl-verify --inputs) for a meaningful verdict")
+
+
+def default_feeds(model: Any, inputs: Sequence[TensorSpec], seed: int,
+                  samples: int) -> List[Feed]:
+    """``random_feeds`` of the inputs as ``model`` (a path or ``ModelProto``; None: not
+    known) reads them."""
+    return random_feeds(inputs, seed, samples,
+                        None if model is None else input_kinds(load_model(model)))
+
+
+def sample_feeds(session: HybridSession, inputs: Any, seed: int, samples: int,
+                 kinds: Optional[InputKinds] = None) -> List[Feed]:
     """``inputs`` as a list of feeds: one dict, a list of them, or None for ``samples`` seeded
-    random feeds of the session's input shapes (an input pinned at conversion, the manifest's
-    ``options.values``, at its value: the artifact computes the model for it only)."""
+    random feeds of the session's input shapes (``random_feeds``, drawn as ``kinds`` says; an
+    input pinned at conversion, the manifest's ``options.values``, at its value: the artifact
+    computes the model for it only)."""
     if inputs is None:
         return [{**feed, **session.pinned_values}
-                for feed in random_feeds(session.input_specs, seed, samples)]
+                for feed in random_feeds(session.input_specs, seed, samples, kinds)]
     if isinstance(inputs, Mapping):
         return [dict(inputs)]
     return [dict(feed) for feed in inputs]

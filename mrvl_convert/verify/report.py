@@ -109,6 +109,8 @@ class Comparison:
     # where a layer overflowed: the model's own float32 values beyond 65504 (fp16_overflow.py)
     overflow: str = ""
     overflow_nodes: List[str] = field(default_factory=list)  # the nodes writing those values
+    # random samples' inputs drawn as 0/1 (reference.zero_one_note; '' when none was)
+    feed_note: str = ""
 
     @property
     def samples_text(self) -> str:
@@ -164,6 +166,7 @@ class Comparison:
         return {"passed": self.passed, "samples": self.samples, "reference": self.reference,
                 "origin": None if self.origin is None else self.origin.to_dict(),
                 "range_events": list(self.range_events), "overflow": self.overflow,
+                "feed_note": self.feed_note,
                 "first_layer_over": None if first is None else first.tensor,
                 "rows": [asdict(r) for r in self.rows],
                 "fp32": None if self.fp32 is None else self.fp32.to_dict()}
@@ -174,6 +177,7 @@ class Comparison:
         rows = self.judged_rows
         worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
         parts = [f"{verdict} over {self.samples_text}; {len(rows)} output(s)"]
+        parts += [self.feed_note] if self.feed_note else []
         if worst is not None and worst.max_rel is not None:
             parts.append(f"worst max_abs {worst.max_abs:.3g}, max_rel {worst.max_rel:.3g} "
                          f"({worst.tensor})")
@@ -240,6 +244,7 @@ class Comparison:
         rows = self.judged_rows
         text.append(f"{verdict}: {sum(r.passed for r in rows)}/{len(rows)} outputs "
                     f"within tolerance over {self.samples_text}")
+        text += [self.feed_note] if self.feed_note else []
         unjudged = self._unjudged()
         if unjudged:
             text.append(f"FAIL: {unjudged}")

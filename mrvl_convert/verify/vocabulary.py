@@ -10,13 +10,23 @@ counted whatever its dtype (a Keras model fed ids as floats Casts them to intege
 by computed indices (T5's 32-entry relative-attention-bias table, indexed by bucketed positions)
 is not the vocabulary of any input.
 
+An integer or bool input is a *mask* (attention or padding) when the model reads it as one: its
+values reach a Softmax's input (added to the scores: ``(1 - mask) * -big``, T5's and BERT's
+export) or a Where's condition (``Where(mask == 0, -inf, scores)``, DistilBERT's) through
+elementwise and layout steps only (``MASK_STEPS``; a comparison only with a constant, so that a
+length compared with a computed range, ``Less(Range(T), length)``, is no mask), never through a
+Gather's indices, a MatMul or a reduction. Its realistic values are ones over a prefix of the
+sequence (the last axis) and zeros after it: what a tokenizer writes for a padded batch.
+
 - requires: an ``onnx.ModelProto``;
 - ensures: input name -> the smallest size among the tables its ids directly index (>= 2), for
-  the inputs that index one; the model is not changed.
+  the inputs that index one; the integer and bool inputs that are masks, by the rule above; the
+  model is not changed.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Dict, FrozenSet, List, Mapping, Optional
 
 import onnx
 
@@ -88,3 +98,69 @@ def vocabulary(model: onnx.ModelProto) -> Optional[int]:
     """The smallest vocabulary over the model's id inputs, None when no input indexes a table."""
     sizes = id_vocabularies(model).values()
     return min(sizes) if sizes else None
+
+
+#: Steps a mask's values take on their way to the scores: value-preserving and layout ops,
+#: elementwise arithmetic and logic (with anything: the mask is added to a computed bias), the
+#: data inputs of a Where, and Q/DQ pairs (a quantized model's).
+MASK_STEPS = VALUE_PRESERVING | frozenset({
+    "Expand", "Slice", "Transpose", "Tile", "Concat", "Not", "And", "Or", "Xor", "Add", "Sub",
+    "Mul", "Div", "Neg", "Min", "Max", "Clip", "QuantizeLinear", "DequantizeLinear"})
+#: Comparisons a mask passes only against a constant (``mask == 0``).
+_COMPARISONS = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual"})
+_INTEGER_OR_BOOL = frozenset({onnx.TensorProto.BOOL, onnx.TensorProto.INT8,
+                              onnx.TensorProto.INT16, onnx.TensorProto.INT32,
+                              onnx.TensorProto.INT64, onnx.TensorProto.UINT8,
+                              onnx.TensorProto.UINT16, onnx.TensorProto.UINT32,
+                              onnx.TensorProto.UINT64})
+
+
+@dataclass(frozen=True)
+class InputKinds:
+    """What a model's inputs hold, as its graph reads them (module docstring): the id inputs'
+    vocabularies and the mask inputs. An input in neither is of no known kind."""
+
+    vocabularies: Mapping[str, int] = field(default_factory=dict)
+    masks: FrozenSet[str] = frozenset()
+
+
+def input_kinds(model: onnx.ModelProto) -> InputKinds:
+    """The vocabulary of every id input and the integer/bool inputs read as masks."""
+    vocabularies = id_vocabularies(model)
+    graph = model.graph
+    constants = set(_table_dims(graph))
+    readers = _readers(graph)
+    masks = frozenset(
+        value.name for value in graph.input
+        if value.name not in vocabularies and value.name not in constants
+        and value.type.tensor_type.elem_type in _INTEGER_OR_BOOL
+        and _reaches_scores(value.name, readers, constants))
+    return InputKinds(vocabularies, masks)
+
+
+def _readers(graph: onnx.GraphProto) -> Dict[str, List[onnx.NodeProto]]:
+    readers: Dict[str, List[onnx.NodeProto]] = {}
+    for node in graph.node:
+        for tensor in dict.fromkeys(node.input):
+            readers.setdefault(tensor, []).append(node)
+    return readers
+
+
+def _reaches_scores(name: str, readers: Mapping[str, List[onnx.NodeProto]],
+                    constants: set) -> bool:
+    """Whether ``name``'s values reach a Softmax's input or a Where's condition through
+    ``MASK_STEPS`` (and comparisons with a constant) only; each tensor visited once."""
+    seen, frontier = {name}, [name]
+    while frontier:
+        tensor = frontier.pop()
+        for node in readers.get(tensor, []):
+            if node.op_type in ("Softmax", "LogSoftmax") or (
+                    node.op_type == "Where" and node.input[0] == tensor):
+                return True
+            if node.op_type in MASK_STEPS or node.op_type == "Where" or (
+                    node.op_type in _COMPARISONS
+                    and all(t == tensor or t in constants for t in node.input)):
+                fresh = [out for out in node.output if out and out not in seen]
+                seen.update(fresh)
+                frontier.extend(fresh)
+    return False
