@@ -10,7 +10,8 @@ Inputs by the kind of data a model takes (``real_corpus.yaml``'s ``data``):
 - ``features``: standard normal (spectrogram or embedding frames);
 - ``text-ids``: integers below the vocabulary (``vocab``; else per input the smallest table its
   ids index directly, ``mrvl_convert.verify.vocabulary``; failing both, the smallest table the
-  model gathers from), in the input's dtype (float for a Keras model fed ids as floats).
+  model gathers from), in the input's dtype (float for a Keras model fed ids as floats), drawn
+  as verify's default feeds draw ids (``mrvl_convert.verify.reference.draw_ids``).
 
 The fp16 floor (every float tensor rounded to fp16, on onnxruntime) is the library's
 ``mrvl_convert.verify.fp16_floor.floor_model``; its figure, as the artifact's error, is the
@@ -25,6 +26,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from mrvl_convert.verify.reference import draw_ids
 from mrvl_convert.verify.vocabulary import id_vocabularies
 from mrvl_convert.verify.vocabulary import vocabulary as id_vocabulary
 
@@ -111,7 +113,7 @@ def make_feed(kind: str, specs: Mapping[str, tuple], rng: np.random.Generator,
         elif kind == "image" and len(shape) == 4 and pictures:
             feed[name] = _image(shape, dtype, rng, pictures)
         elif kind == "text-ids" or np.issubdtype(dtype, np.integer):
-            feed[name] = rng.integers(0, (vocabs or {}).get(name, vocab), shape).astype(dtype)
+            feed[name] = draw_ids(shape, dtype, (vocabs or {}).get(name, vocab), rng)
         elif kind == "audio":
             feed[name] = _audio(shape, rng).astype(dtype)
         elif kind == "signal":

@@ -5,7 +5,9 @@ loaded and checked against the artifact's inputs, and one onnxruntime session th
 out every tensor compared (``reference_session``, run by ``run_reference``).
 
 - requires: a model path or ``ModelProto`` and the ``HybridSession`` of the artifact made from it;
-- ensures: a model that cannot be loaded or run raises ``ModelLoadError``, one whose inputs are
+- ensures: random feeds draw each input as the model reads it (``random_feeds``: ids below
+  their vocabulary, masks as padded sequences, other integers 0/1 and named); a model that
+  cannot be loaded or run raises ``ModelLoadError``, one whose inputs are
   not the artifact's (names, static dimensions) ``ShapeError``, both naming the model; a
   ``ModelProto`` handed in is copied, never changed.
 """
@@ -45,7 +47,7 @@ def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int,
             dtype = DTYPES[spec.dtype][0]
             vocabulary = kinds.vocabularies.get(spec.name)
             if vocabulary is not None:
-                feed[spec.name] = rng.integers(0, vocabulary, spec.shape).astype(dtype)
+                feed[spec.name] = draw_ids(spec.shape, dtype, vocabulary, rng)
             elif np.issubdtype(dtype, np.floating):
                 feed[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
             elif spec.name in kinds.masks:
@@ -54,6 +56,12 @@ def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int,
                 feed[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
         feeds.append(feed)
     return feeds
+
+
+def draw_ids(shape: Sequence[int], dtype: Any, vocabulary: int,
+             rng: np.random.Generator) -> np.ndarray:
+    """Ids uniform in [0, vocabulary), of ``shape``, as ``dtype`` (the corpus draws so too)."""
+    return rng.integers(0, vocabulary, shape).astype(dtype)
 
 
 def _mask(shape: Sequence[int], rng: np.random.Generator, full: bool) -> np.ndarray:
