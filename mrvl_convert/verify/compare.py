@@ -100,8 +100,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     tols = tolerances if isinstance(tolerances, Tolerances) else Tolerances.from_dict(tolerances)
     session = HybridSession(artifact_dir, on_range_error="warn", gemm=gemm,
                             log_severity=log_severity, engine=engine)
-    given = load_model(model)
-    kinds = input_kinds(given)  # random samples drawn as the model reads its inputs
+    proto = load_model(model)
+    kinds = input_kinds(proto)  # random samples drawn as the model reads its inputs
     feeds = sample_feeds(session, inputs, seed, samples, kinds)
     if against is not None:
         return compare_against(artifact_dir, feeds[0], against, criterion=criterion,
@@ -109,7 +109,6 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
                                engine=engine)
     outputs = {t.name for t in session.output_specs}
     specs = _compared_tensors(session)
-    proto = given
     check_model_inputs(proto, session, model_label(model))
     label = model_label(model)
     what = ORIGINAL
