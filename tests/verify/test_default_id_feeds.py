@@ -137,3 +137,13 @@ def test_verdict_names_an_input_drawn_as_zero_one(tmp_path):
               "length": np.array(T, np.int64)}]
     assert "drawn as 0/1" not in mrvl_convert.compare(str(path), str(tmp_path / "art"),
                                                       given).summary_line()
+
+
+def test_keep_fp32_search_judges_on_ids_over_the_vocabulary(tmp_path):
+    """``--keep-fp32``'s own verify (tune/keep_fp32.py) draws its random samples as verify
+    does: on 0/1 ids the embedding's plain fp16 conversion PASSed there too."""
+    from mrvl_convert.tune.keep_fp32 import convert_keep_fp32
+    path = tmp_path / "embedding.onnx"
+    onnx.save(_embedding(), str(path))
+    result = convert_keep_fp32(str(path), None, [])
+    assert result.before["passed"] is False, result.before
