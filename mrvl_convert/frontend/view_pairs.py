@@ -16,7 +16,8 @@ view is the int8 reshape between same-scale pairs, and the FC reads its pair dir
 
 Requires: static shapes; constant per-tensor Q/DQ parameters (``qdq_steps.grid``).
 Ensures: every float view (Squeeze, Flatten, constant-shape Reshape) keeping the batch axis
-whose one reader is a per-tensor QuantizeLinear, whose output is no model output and whose
+whose one reader is a per-tensor QuantizeLinear whose DequantizeLinears only MatMuls or Gemms
+read, as their data input (an FC's input pair), whose output is no model output and whose
 input is no DequantizeLinear's output, reads a QuantizeLinear -> DequantizeLinear copy of that
 pair; a Squeeze among them is the Reshape to its output shape. The view keeps its name
 (``rewritten``); the copies are ``derived`` from it.
@@ -60,7 +61,8 @@ def _quantized_view(node: gs.Node, outputs: set) -> Optional[gs.Node]:
     x, y = node.inputs[0], node.outputs[0]
     readers, before = y.outputs, x.inputs[0] if x.inputs else None
     if len(readers) != 1 or readers[0].op != "QuantizeLinear" or grid(readers[0]) is None \
-            or before is None or before.op in ("DequantizeLinear", "QuantizeLinear"):
+            or before is None or before.op in ("DequantizeLinear", "QuantizeLinear") \
+            or not _fc_input(readers[0]):
         return None
     shape, out = static_shape(x), static_shape(y)
     if shape is None or out is None or not shape or not out or shape[0] != out[0] \
@@ -69,6 +71,16 @@ def _quantized_view(node: gs.Node, outputs: set) -> Optional[gs.Node]:
     if node.op == "Reshape" and not is_const(node.inputs[1]):
         return None
     return readers[0]
+
+
+def _fc_input(quantize: gs.Node) -> bool:
+    """The pair is what FCs read: every DequantizeLinear of it is the data input of a MatMul
+    or Gemm (other views before a pair, e.g. a frame lift's, are other passes' forms)."""
+    dqs = quantize.outputs[0].outputs
+    return bool(dqs) and all(
+        dq.op == "DequantizeLinear" and dq.outputs[0].outputs and all(
+            r.op in ("MatMul", "Gemm") and r.inputs[0] is dq.outputs[0]
+            for r in dq.outputs[0].outputs) for dq in dqs)
 
 
 def _pair_before(graph: gs.Graph, view: gs.Node, quantize: gs.Node, names: Names,

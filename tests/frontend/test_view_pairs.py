@@ -88,29 +88,39 @@ def test_the_rewrite_is_bit_equal_on_onnxruntime(view, tmp_path):
         np.testing.assert_array_equal(before, after)
 
 
-def _graph(view_reader: str, model_output: bool = False) -> gs.Graph:
-    """x -> Relu -> Squeeze -> ``view_reader`` (QuantizeLinear, or a Relu)."""
+def _graph(view_reader: str, model_output: bool = False, fc: bool = True) -> gs.Graph:
+    """x -> Relu -> Squeeze -> ``view_reader``: a QuantizeLinear whose DequantizeLinear a
+    MatMul (``fc``) or a Relu reads, or a Relu."""
     x = gs.Variable("x", np.float32, [1, 4, 1, 1])
     r = gs.Variable("r", np.float32, [1, 4, 1, 1])
     s = gs.Variable("s", np.float32, [1, 4])
-    out = gs.Variable("out", np.int8 if view_reader == "QuantizeLinear" else np.float32, [1, 4])
+    q, d = gs.Variable("q", np.int8, [1, 4]), gs.Variable("d", np.float32, [1, 4])
+    out = gs.Variable("out", np.float32, [1, 4])
     params = [gs.Constant("scale", np.array(0.1, np.float32)),
               gs.Constant("zero", np.array(0, np.int8))]
     nodes = [gs.Node("Relu", "relu", inputs=[x], outputs=[r]),
              gs.Node("Squeeze", "view", inputs=[r, gs.Constant("axes", np.array([2, 3]))],
-                     outputs=[s]),
-             gs.Node(view_reader, "reader", inputs=[s] + (
-                 params if view_reader == "QuantizeLinear" else []), outputs=[out])]
+                     outputs=[s])]
+    if view_reader == "QuantizeLinear":
+        last = gs.Node("MatMul", "fc", inputs=[d, gs.Constant("w", np.eye(4, dtype=np.float32))],
+                       outputs=[out]) if fc else gs.Node("Relu", "after", inputs=[d],
+                                                           outputs=[out])
+        nodes += [gs.Node("QuantizeLinear", "q", inputs=[s, *params], outputs=[q]),
+                  gs.Node("DequantizeLinear", "dq", inputs=[q, *params], outputs=[d]), last]
+    else:
+        nodes.append(gs.Node("Relu", "reader", inputs=[s], outputs=[out]))
     return gs.Graph(nodes=nodes, inputs=[x], outputs=[out, s] if model_output else [out],
                     opset=13)
 
 
-@pytest.mark.parametrize("reader,model_output", [("Relu", False), ("QuantizeLinear", True)])
-def test_a_view_not_quantized_after_or_a_model_output_is_left(reader, model_output):
-    graph = _graph(reader, model_output)
+@pytest.mark.parametrize("reader,model_output,fc", [
+    ("Relu", False, True), ("QuantizeLinear", True, True), ("QuantizeLinear", False, False)])
+def test_a_view_not_quantized_for_an_fc_or_a_model_output_is_left(reader, model_output, fc):
+    graph = _graph(reader, model_output, fc)
+    ops = [n.op for n in graph.nodes]
     done = Rewrites()
     assert not pair_views(graph, done)
-    assert [n.op for n in graph.nodes] == ["Relu", "Squeeze", reader] and not done.derived
+    assert [n.op for n in graph.nodes] == ops and not done.derived
 
 
 def test_the_copies_are_derived_from_the_view():
@@ -118,6 +128,6 @@ def test_the_copies_are_derived_from_the_view():
     done = Rewrites()
     assert pair_views(graph, done)
     assert sorted(done.derived.values()) == ["view", "view"]
-    assert {graph.nodes[i].op for i in range(3, 5)} == {"QuantizeLinear", "DequantizeLinear"}
-    assert next(n for n in graph.nodes if n.name == "view").inputs[0].inputs[0].op \
-        == "DequantizeLinear"
+    view = next(n for n in graph.nodes if n.name == "view")
+    assert view.op == "Reshape" and view.inputs[0].inputs[0].op == "DequantizeLinear"
+    assert view.inputs[0].inputs[0].inputs[0].inputs[0].op == "QuantizeLinear"
