@@ -121,6 +121,7 @@ from mrvl_convert.frontend.window_conv import rewrite_window_convs
 from mrvl_convert.frontend.qdq import dedicate_dequantize, fold_quantized_constants
 from mrvl_convert.frontend.qdq_pads import fold_qdq_pads
 from mrvl_convert.frontend.int8_means import int8_means_on_4d
+from mrvl_convert.frontend.view_pairs import pair_views
 
 _REMOVABLE = {"Identity": "Identity is a no-op", "Dropout": "Dropout is a no-op at inference"}
 
@@ -185,6 +186,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     rewrite_rsqrt_forms(graph, forms)  # norms' x / sqrt(v) and powers: exact or its bound
     scale_norms(graph, norm_scales, forms)  # x * 2**-k into a norm's squares: exact (bound)
     copies = dedicate_dequantize(graph)
+    pair_views(graph, forms)  # exact: a view quantized only after it reads its pair's copy
     before_cleanup = {n.name for n in graph.nodes}
     toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if _has_unknown_shapes(graph):

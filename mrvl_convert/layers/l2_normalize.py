@@ -22,6 +22,10 @@ sqrt(w)'s roundings (u / 2 each after the root), the Rsqrt's, and the two produc
 >= 2**-12 (RMS(x) >= 2**-6) DELTA vanishes in m's rounding. A square above 65504 (some |x_i| >
 255.9) overflows, and the simulator's range check names that layer.
 
+In an int8 (QDQ) model the norm and the Div read two DequantizeLinear copies of one quantized x
+(``core.graph.same_value``): the squares read the norm's copy, the last product the Div's;
+exact, the copies compute equal floats.
+
 A lowering, not a canonical rewrite: CPU parts keep ReduceL2 and Div. The layers before the last
 name no source node, so the per-layer comparison compares only the output.
 """
@@ -58,7 +62,10 @@ def lower_l2_normalize(composite: Composite, ctx: LayoutContext) -> None:
         layer.source_nodes = []   # partial results: the per-layer comparison skips them
         return ctx.emit(layer, None)
 
-    sq = partial("Mul2D", [xi, xi], [xl, xl], xl)
+    # In an int8 model the norm reads its own DequantizeLinear copy of x (frontend/qdq.py),
+    # equal to the Div's (rules/checks_l2.py): the squares read it, so no copy is left unread.
+    ni, nl = ctx.require(composite.binding.node("l2").inputs[0], identity(2))
+    sq = partial("Mul2D", [ni, ni], [nl, nl], nl)
     m = partial("FC", [sq], [xl], one,
                 [("kernel", np.full((1, channels), w, np.float32)),
                  ("bias", np.full((1, 1), DELTA, np.float32))])

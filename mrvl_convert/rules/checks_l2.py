@@ -10,7 +10,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, reduce_axes, \
-    static_shape
+    same_value, static_shape
 from mrvl_convert.layers.l2_normalize import DELTA, mean_weight
 
 Details = Optional[Dict[str, Any]]
@@ -45,7 +45,9 @@ def _form(div: gs.Node) -> Tuple[Optional[gs.Node], Optional[float], str]:
         if eps is None:
             return None, None, why
         node = node.inputs[0].inputs[0] if node.inputs[0].inputs else None
-    if node is None or node.op != "ReduceL2" or node.inputs[0] is not div.inputs[0]:
+    # An int8 model's x reaches the norm and the Div through two DequantizeLinear copies of
+    # one quantized tensor (frontend/qdq.py gives each reader its own): one value.
+    if node is None or node.op != "ReduceL2" or not same_value(node.inputs[0], div.inputs[0]):
         return None, None, "the divisor is not the norm of the dividend"
     return node, eps, ""
 
