@@ -16,6 +16,9 @@ only while what folding creates stays within bounds taken from the model itself:
 An If whose condition folds to a constant becomes the branch it chooses (``branches.py``), and
 folding goes on into it.
 
+graphsurgeon folds in ``fold_view.py``'s view of the graph: the nodes it may fold and their
+readers, not the whole graph it would copy and clean up each time (the same result).
+
 A node beyond a bound is left as it is: it runs on CPU, as it would in onnxruntime, and
 ``canonicalize`` reports why it was not folded. The converter never runs it (verify does).
 
