@@ -16,6 +16,9 @@ only while what folding creates stays within bounds taken from the model itself:
 An If whose condition folds to a constant becomes the branch it chooses (``branches.py``), and
 folding goes on into it.
 
+graphsurgeon folds in ``fold_view.py``'s view of the graph: the nodes it may fold and their
+readers, not the whole graph it would copy and clean up each time (the same result).
+
 A node beyond a bound is left as it is: it runs on CPU, as it would in onnxruntime, and
 ``canonicalize`` reports why it was not folded. The converter never runs it (verify does).
 
@@ -40,6 +43,7 @@ from onnx_graphsurgeon.logger import G_LOGGER
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.core.macs import MAC_OPS, node_macs
 from mrvl_convert.frontend.branches import flatten_decided_ifs
+from mrvl_convert.frontend.fold_view import fold_view, lower_constant_nodes
 from mrvl_convert.frontend.sized_ops import fold_sliced_shapes, sized_shape
 
 VERBOSE_ENV = "MRVL_CONVERT_VERBOSE"
@@ -145,8 +149,10 @@ def fold_constants(graph: gs.Graph, verbose: Optional[bool] = None,
     with quiet_third_parties(verbose):
         while True:  # each round flattens an If at least, or ends
             fold_sliced_shapes(graph)
-            # graphsurgeon's own flattening loses an If's outputs but the first (branches.py)
-            graph.fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT,
+            lower_constant_nodes(graph)
+            # graphsurgeon's own flattening loses an If's outputs but the first (branches.py);
+            # it folds the same in the part of the graph it can change (fold_view.py), faster
+            (fold_view(graph) or graph).fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT,
                                  should_exclude_node=budget, flatten_subgraphs=False)
             graph.cleanup(remove_unused_graph_inputs=False)
             if not flatten_decided_ifs(graph, origins):

@@ -188,6 +188,7 @@ def _computed(chosen: List[gs.Node], opset: int) -> Dict[str, np.ndarray]:
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", opset)])
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # idle workers sleep
     session = ort.InferenceSession(model.SerializeToString(), options,
                                    providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
