@@ -41,22 +41,16 @@ def integer_type(node: gs.Node) -> str:
     return "uint8" if node.op == "QuantizeLinear" else dtype_name(node.inputs[0])
 
 
-def scale_issue(node: gs.Node) -> Optional[str]:
-    """Why a Q/DQ has not one constant scale (None: it has)."""
+def scale_size(node: gs.Node) -> Optional[int]:
+    """How many values a Q/DQ's constant scale holds; None when it has no constant scale."""
     scale = present(node, 1)
-    if scale is None or not is_const(scale):
-        return f"{node.op} {node.name!r} has a scale computed at run time"
-    size = const_value(scale).size
-    if size != 1:
-        return (f"{node.op} {node.name!r} has a per-channel scale ({size} values); the "
-                f"Marvell int8 layers take one scale per tensor")
-    return None
+    return const_value(scale).size if scale is not None and is_const(scale) else None
 
 
 def grid(node: gs.Node) -> Optional[Grid]:
     """The grid of a per-tensor Q/DQ; None for any other node, or one whose ``output_dtype``
     attribute sets the type."""
-    if not per_tensor_qdq(node) or scale_issue(node) or node.attrs.get("output_dtype"):
+    if not per_tensor_qdq(node) or scale_size(node) != 1 or node.attrs.get("output_dtype"):
         return None
     zero = present(node, 2)
     point = int(const_value(zero).reshape(-1)[0]) if zero is not None else 0
