@@ -15,7 +15,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import is_const, static_shape
-from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.canonical_forms import Rewrites
+from mrvl_convert.frontend.derived_nodes import DerivedNodes
 
 
 def laid_out_int8(add: Adder, out: gs.Tensor, perm: Tuple[int, ...], last: tuple
@@ -45,24 +46,15 @@ def moved_again(add: Adder, step: tuple, out: gs.Tensor, shape: List[int],
     return out
 
 
-class Adder:
+class Adder(DerivedNodes):
     """Adds the nodes around the dilated Conv, each derived from the Conv."""
 
-    def __init__(self, graph: gs.Graph, names: Names, done: Rewrites, served: str) -> None:
-        self.graph, self.names, self.done, self.served = graph, names, done, served
-        self.last: Optional[gs.Node] = None
-
-    def node(self, op: str, inputs: list, shape: Optional[List[int]], dtype: Any = None,
-             **attrs) -> gs.Tensor:
+    def node(self, op: str, inputs: List[gs.Tensor], shape: Optional[List[int]] = None,
+             dtype: Any = None, out: Optional[gs.Tensor] = None, **attrs: Any) -> gs.Tensor:
         """A new node derived from the Conv; its output of ``dtype`` (default: its first
         input's, float32 if unknown)."""
-        name = self.names.fresh(f"{self.served}_{op.lower()}")
         dtype = dtype if dtype is not None else inputs[0].dtype or np.float32
-        out = gs.Variable(self.names.fresh(f"{name}_out"), dtype=dtype, shape=shape)
-        self.last = gs.Node(op, name, attrs=dict(attrs), inputs=inputs, outputs=[out])
-        self.graph.nodes.append(self.last)
-        self.done.derived[name] = self.served
-        return out
+        return super().node(op, inputs, shape, dtype, out, **attrs)
 
     def per_channel(self, operand: gs.Tensor, values: np.ndarray, served: str) -> gs.Tensor:
         """``values`` as ``operand`` gives its constant: a constant, or the same

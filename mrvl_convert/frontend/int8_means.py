@@ -46,6 +46,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
+from mrvl_convert.frontend.derived_nodes import DerivedNodes
 from mrvl_convert.frontend.sequence_ops import kept_names, lift, reduced_axes
 
 _FRAMES = "an int8 mean over the frames (axis 0) computed on the 4-D view [1, T, ...], over axis 1"
@@ -104,7 +105,7 @@ def _rewrite(graph: gs.Graph, mean: gs.Node, dq: gs.Node, q: gs.Node, frames: bo
     else:  # the batch kept: a Reshape, which the int8 reshape layer takes between the pairs
         target = gs.Constant(names.fresh(f"{mean.name}_view"),
                              np.array(static_shape(view), np.int64))
-        add.node("Reshape", [x, target], view)
+        add.node("Reshape", [x, target], out=view)
     if frames:
         lift(mean, opset, names)  # axis 0 -> 1, as the lift moves a reduction's axes
     axis = reduced_axes(mean)[0]
@@ -116,24 +117,18 @@ def _rewrite(graph: gs.Graph, mean: gs.Node, dq: gs.Node, q: gs.Node, frames: bo
     mean.outputs[0] = lifted
     back = add.pair(lifted, q.inputs[1:])
     target = gs.Constant(names.fresh(f"{mean.name}_shape"), np.array(static_shape(y), np.int64))
-    add.node("Reshape", [back, target], y)
+    add.node("Reshape", [back, target], out=y)
     done.rewritten[mean.name] = _FRAMES if frames else _VIEW
 
 
-class _Adder:
+class _Adder(DerivedNodes):
     """Adds the nodes around the mean, each derived from it."""
 
     def __init__(self, graph: gs.Graph, names: Names, done: Rewrites, served: str) -> None:
-        self.graph, self.names, self.done, self.served = graph, names, done, served
+        super().__init__(graph, names, done, served, suffix="_4d")
 
     def name(self, tag: str) -> str:
         return self.names.fresh(f"{self.served}_{tag}_4d")
-
-    def node(self, op: str, inputs: List[gs.Tensor], out: gs.Tensor) -> gs.Tensor:
-        name = self.name(op.lower())
-        self.graph.nodes.append(gs.Node(op, name, inputs=inputs, outputs=[out]))
-        self.done.derived[name] = self.served
-        return out
 
     def pair(self, x: gs.Tensor, params: List[gs.Tensor]) -> gs.Tensor:
         """``DQ(Q(x))`` at the scale and zero point ``params``: exact on their grid."""
@@ -142,6 +137,6 @@ class _Adder:
                            dtype=const_value(zero).dtype if zero is not None else np.uint8,
                            shape=static_shape(x))
         qin = [x, params[0]] + ([zero] if zero is not None else [])
-        self.node("QuantizeLinear", qin, ints)
+        self.node("QuantizeLinear", qin, out=ints)
         out = gs.Variable(self.names.fresh(f"{x.name}_dq"), dtype=x.dtype, shape=static_shape(x))
-        return self.node("DequantizeLinear", [ints] + qin[1:], out)
+        return self.node("DequantizeLinear", [ints] + qin[1:], out=out)

@@ -35,8 +35,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.core.qdq_grid import grid
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.qdq_steps import grid
 
 _PERM = [2, 0, 3, 1, 4]
 

@@ -9,45 +9,25 @@ apply them again, in their order, on the moved tensor. A Pad's zero stays zero t
 (``round(0 / s) + z = z``, ``(z - z) s = 0``).
 
 Requires: constant scale and zero point inputs.
-Ensures: ``per_tensor_qdq`` is true only for a Q/DQ whose scale and zero point are one value
-each; ``without_round_trips`` drops, from a sequence of such nodes and other per-element ops,
-each DequantizeLinear directly followed by a QuantizeLinear of the same scale, zero point and
-integer type (the pair of the two): the QuantizeLinear gives back the integer the
-DequantizeLinear read. Exact: ``(q - z) s`` in float32 divided by ``s`` is within a few ulps
-of the integer ``q - z`` (``|q - z| <= 255``), which rounds back to it, inside the type's range.
+Ensures: ``without_round_trips`` drops, from a sequence of per-tensor Q/DQ nodes
+(``core.qdq_grid.per_tensor_qdq``) and other per-element ops, each DequantizeLinear directly
+followed by a QuantizeLinear of the same grid (``core.qdq_grid.grid``: scale, zero point and
+integer type), both with an explicit zero point (the pair of the two): the QuantizeLinear
+gives back the integer the DequantizeLinear read. Exact: ``(q - z) s`` in float32 divided by
+``s`` is within a few ulps of the integer ``q - z`` (``|q - z| <= 255``), which rounds back to
+it, inside the type's range.
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import const_value, is_const, present
-
-QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
-
-
-def per_tensor_qdq(node: gs.Node) -> bool:
-    """A QuantizeLinear or DequantizeLinear with one constant scale and zero point value."""
-    return node.op in QDQ_OPS and len(node.outputs) == 1 and all(
-        is_const(t) and const_value(t).size == 1 for t in node.inputs[1:] if t.name)
+from mrvl_convert.core.graph import present
+from mrvl_convert.core.qdq_grid import Grid, grid
 
 
-def grid(node: gs.Node) -> Optional[Tuple[float, int, str]]:
-    """(scale, zero point, integer type) of a per-tensor Q/DQ: the grid of values it maps to;
-    an absent zero point is uint8's 0 (ONNX's default). None for any other node, or one whose
-    ``output_dtype`` attribute sets the type."""
-    if not per_tensor_qdq(node) or len(node.inputs) < 2 or node.attrs.get("output_dtype"):
-        return None
-    scale, zero = float(const_value(node.inputs[1]).reshape(-1)[0]), present(node, 2)
-    if zero is None:
-        return scale, 0, "uint8"
-    point = const_value(zero)
-    return scale, int(point.reshape(-1)[0]), np.dtype(point.dtype).name
-
-
-def _parameters(node: gs.Node) -> Optional[Tuple[float, int, str]]:
+def _parameters(node: gs.Node) -> Optional[Grid]:
     """``grid`` of a per-tensor Q/DQ with an explicit zero point."""
     return grid(node) if present(node, 2) is not None else None
 

@@ -56,11 +56,12 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, conv_pads, is_const, static_shape
+from mrvl_convert.core.qdq_grid import per_tensor_qdq
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.dilated_nodes import Adder, laid_out_int8, moved_again
 from mrvl_convert.frontend.index_moves import ABSENT, is_move, move
 from mrvl_convert.frontend.rank_ops import dequantized
-from mrvl_convert.frontend.qdq_steps import per_tensor_qdq, without_round_trips
+from mrvl_convert.frontend.qdq_steps import without_round_trips
 from mrvl_convert.frontend.sequence_ops import kept_names
 
 _MAX_ELEMENTS = 1 << 23  # index arrays beyond this are not built (the form is left as is)

@@ -29,8 +29,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
+from mrvl_convert.core.qdq_grid import per_tensor_qdq
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.qdq_steps import per_tensor_qdq
 from mrvl_convert.frontend.rank_ops import dequantized
 from mrvl_convert.frontend.sequence_ops import kept_names
 

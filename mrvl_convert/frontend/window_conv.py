@@ -44,6 +44,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (attr, const_value, is_const, present, same_value,
                                       static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.derived_nodes import DerivedNodes
 from mrvl_convert.frontend.sequence_ops import kept_names
 from mrvl_convert.frontend.window_pairs import (Pair, add_pair, distinct, int8_weight,
                                                 output_pair, unpaired)
@@ -193,7 +194,7 @@ def _as_conv(graph: gs.Graph, matmul: gs.Node, windows: _Windows, names: Names,
     # NHWC: [T, W, C] -> [1, T, W, C]; [T, C] -> [1, T, 1, C]; [T] -> [1, T, 1, 1].
     image = [1, shape[0], shape[1] if len(shape) == 3 else 1, shape[-1] if len(shape) > 1 else 1]
     span = windows.length + (kernel - 1) * windows.dilation
-    add = _Adder(graph, names, done, matmul.name)
+    add = DerivedNodes(graph, names, done, matmul.name)
     if windows.start or span != shape[0]:
         x = add.node("Slice", [x, _i64(names, [windows.start]), _i64(names, [windows.start + span]),
                                _i64(names, [0])], shape=[span] + shape[1:], dtype=x.dtype)
@@ -261,18 +262,3 @@ def _conv_weight(matrix: np.ndarray, kernel: int, axis: int, shape: List[int],
 
 def _i64(names: Names, values: List[int]) -> gs.Constant:
     return gs.Constant(names.fresh("window_conv_i64"), np.array(values, np.int64))
-
-
-class _Adder:
-    """Adds the nodes around the Conv, each derived from the MatMul it replaces."""
-
-    def __init__(self, graph: gs.Graph, names: Names, done: Rewrites, served: str) -> None:
-        self.graph, self.names, self.done, self.served = graph, names, done, served
-
-    def node(self, op: str, inputs: list, shape: Optional[List[int]] = None, dtype=None,
-             out: Optional[gs.Tensor] = None, **attrs) -> gs.Tensor:
-        name = self.names.fresh(f"{self.served}_{op.lower()}")
-        out = out or gs.Variable(self.names.fresh(f"{name}_out"), dtype=dtype, shape=shape)
-        self.graph.nodes.append(gs.Node(op, name, attrs=attrs, inputs=inputs, outputs=[out]))
-        self.done.derived[name] = self.served
-        return out

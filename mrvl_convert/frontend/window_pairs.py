@@ -23,32 +23,30 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import const_value, is_const, static_shape
+from mrvl_convert.core.qdq_grid import Grid, grid
 
 
 @dataclass
 class Pair:
-    """One scale and zero point (constants), and the model's Q and DQ nodes using them."""
+    """One scale and zero point (constants), their grid, and the model's Q and DQ nodes using
+    them."""
     scale: gs.Tensor
     zero: Optional[gs.Tensor]
+    grid: Grid
     nodes: Tuple[gs.Node, ...] = ()
 
     def same(self, other: "Pair") -> bool:
-        return _values(self) == _values(other)
-
-
-def _values(pair: Pair) -> tuple:
-    zero = const_value(pair.zero) if pair.zero is not None else np.uint8(0)
-    return (float(np.asarray(const_value(pair.scale))), int(np.asarray(zero)),
-            np.asarray(zero).dtype.str)
+        return self.grid == other.grid
 
 
 def _params(node: gs.Node) -> Optional[Pair]:
     """The scalar scale and zero point of a Q or DQ, or None."""
     params = [t for t in node.inputs[1:] if t.name]
-    if not params or not all(is_const(t) and np.asarray(const_value(t)).ndim == 0
-                             for t in params):
+    reading = grid(node)
+    if reading is None or not params or not all(np.asarray(const_value(t)).ndim == 0
+                                                for t in params):
         return None
-    return Pair(params[0], params[1] if len(params) > 1 else None)
+    return Pair(params[0], params[1] if len(params) > 1 else None, reading)
 
 
 def unpaired(tensor: gs.Tensor, outputs: set) -> Tuple[gs.Tensor, Optional[Pair]]:
@@ -65,7 +63,7 @@ def unpaired(tensor: gs.Tensor, outputs: set) -> Tuple[gs.Tensor, Optional[Pair]
     pair, twin = _params(q), _params(dq)
     if pair is None or twin is None or not pair.same(twin):
         return tensor, None
-    return source, Pair(pair.scale, pair.zero, (q, dq))
+    return source, Pair(pair.scale, pair.zero, pair.grid, (q, dq))
 
 
 def output_pair(tensor: gs.Tensor, outputs: set) -> Optional[Pair]:

@@ -18,6 +18,7 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import (const_value, dtype_name, is_const, present, producer, scale_of,
                                      sole_consumer, static_shape)
+from mrvl_convert.core.qdq_grid import integer_type, scale_size
 from mrvl_convert.layers.qnn import lut
 from mrvl_convert.layers.qnn.lut import CLAMP_OPS, clamp_bounds, is_relu_at, lut_issue, quantized_bounds
 from mrvl_convert.rules.checks_shape import MAX_DENSE_TRANSPOSE_KERNEL, channel_shuffle_issue
@@ -31,20 +32,16 @@ BIAS_SCALE_RTOL = 1e-5
 
 def qdq_issue(node: gs.Node, dtype: str = "int8") -> Optional[str]:
     """Why a QuantizeLinear / DequantizeLinear is not symmetric per-tensor ``dtype`` (None: it is)."""
-    scale = present(node, 1)
-    if scale is None or not is_const(scale):
+    size = scale_size(node)
+    if size is None:
         return f"{node.op} {node.name!r} has a scale computed at run time"
-    size = const_value(scale).size
     if size != 1:
         return (f"{node.op} {node.name!r} has a per-channel scale ({size} values); the "
                 f"Marvell int8 layers take one scale per tensor")
-    zero = present(node, 2)
-    quantized = node.outputs[0] if node.op == "QuantizeLinear" else node.inputs[0]
-    actual = dtype_name(zero) if zero is not None else dtype_name(quantized)
-    if zero is None and node.op == "QuantizeLinear":
-        actual = "uint8"  # ONNX: no zero point means uint8
+    actual = integer_type(node)
     if actual != dtype:
         return f"{node.op} {node.name!r} is {actual}, not {dtype}"
+    zero = present(node, 2)
     if zero is not None:
         if not is_const(zero):
             return f"{node.op} {node.name!r} has a zero point computed at run time"

@@ -145,3 +145,26 @@ def test_int8_pair_writing_a_graph_output_is_kept(tmp_path):
     assert "split" not in canonical.merged
     want, got = run_ort(model, _feed()), run_ort(rewritten, _feed())
     assert all(want[k].tobytes() == got[k].tobytes() for k in want)
+
+
+def test_int8_pairs_on_uint8_after_an_int8_dequantize_are_kept(tmp_path):
+    """qkv dequantized from int8 with no zero point, every pair after it with none (so on uint8,
+    ONNX's default: negative values clamp to 0): not qkv's grid, so kept with the split, and the
+    canonical graph computes what the model does. Main read both grids as uint8, bypassed the
+    pairs and let the negative values through."""
+    _, qdq = _qdq_split(tmp_path)
+    model = onnx.load(qdq)
+    nodes = {n.output[0]: n for n in model.graph.node}
+    reshape = next(n for n in model.graph.node if n.op_type == "Reshape"
+                   and nodes[n.input[0]].op_type == "DequantizeLinear")
+    after = list(model.graph.node)[list(model.graph.node).index(reshape):]
+    for node in [nodes[reshape.input[0]], *after]:   # qkv's DequantizeLinear and every pair after
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
+            del node.input[2:]
+    del model.graph.value_info[:]
+    canonical, rewritten = canonicalized(model)
+    assert "split" not in canonical.merged
+    # unoptimized: onnxruntime's own QDQ clean-up drops such a pair around a Reshape as well
+    want = run_ort(model, _feed(), optimize=False)
+    got = run_ort(rewritten, _feed(), optimize=False)
+    assert all(want[k].tobytes() == got[k].tobytes() for k in want)
