@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from mrvl_convert.core.graph import dtype_name
-from mrvl_convert.emit.publish import Base64Text
+from mrvl_convert.emit.base64_text import Base64Text
 from mrvl_convert.layers import MARVELL, LayerKind, layer_kind
 from mrvl_convert.layers import r4_shape
 from mrvl_convert.ir.layout import Layer, MrvlSubgraph, OutputRef, slot_of
