@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Tuple
 import numpy as np
 
 from mrvl_convert.core.graph import dtype_name
-from mrvl_convert.emit.publish import Base64Text
+from mrvl_convert.emit.base64_text import Base64Text
 from mrvl_convert.layers import MARVELL, LayerKind, layer_kind
 from mrvl_convert.layers import r4_shape
 from mrvl_convert.ir.layout import Layer, MrvlSubgraph, OutputRef, slot_of
@@ -88,8 +88,23 @@ def _nhwc_3d_attrs(layer: Layer, k: int) -> Dict[str, Any]:
             "out_layout_shape": _s(r4_shape(layer.out_layout.physical_shape))}
 
 
+class _Encoded:
+    """``encode_const`` of each array object once per subgraph: layers that share one array
+    (an unrolled cell's steps, ``layers/fc.py``) share its base64 text, each under its own
+    name. Holds the arrays, so no id is reused while it lives."""
+
+    def __init__(self) -> None:
+        self._made: Dict[int, Tuple[np.ndarray, Dict[str, Any]]] = {}
+
+    def __call__(self, array: np.ndarray) -> Dict[str, Any]:
+        if id(array) not in self._made:
+            self._made[id(array)] = (array, encode_const(array))
+        return dict(self._made[id(array)][1])
+
+
 def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
-                consts: Dict[str, Dict[str, Any]], layer_set: str) -> Dict[str, Any]:
+                consts: Dict[str, Dict[str, Any]], layer_set: str,
+                encode: _Encoded) -> Dict[str, Any]:
     name = f"{sub.name}_{k}"
     kind = layer_kind(layer.kind)
     first_in = layer.in_layouts[0]
@@ -122,7 +137,7 @@ def _layer_node(sub: MrvlSubgraph, k: int, layer: Layer, node_index: int,
     attrs.update(_kind_attrs(kind, layer))
     for i, (role, array) in enumerate(layer.consts):
         const_name = f"{name}_const_{i}"
-        encoded = encode_const(array)
+        encoded = encode(array)
         consts[const_name] = encoded
         prefix = kind.const(role).prefix
         attrs[f"{prefix}_const_name"] = [const_name]
@@ -162,8 +177,9 @@ def build(sub: MrvlSubgraph, layer_set: str = MARVELL
                                 "layer_name": ["input"], "data_layout": [layout.name]}})
         shapes.append(layout.physical_shape)
     consts: Dict[str, Dict[str, Any]] = {}
+    encode = _Encoded()
     for k, layer in enumerate(sub.layers):
-        nodes.append(_layer_node(sub, k, layer, len(nodes), consts, layer_set))
+        nodes.append(_layer_node(sub, k, layer, len(nodes), consts, layer_set, encode))
         shapes.append(layer.out_layout.physical_shape)
     batch = sub.input_layouts[0].shape[0] if sub.input_layouts and sub.input_layouts[0].shape \
         else 1

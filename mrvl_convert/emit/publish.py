@@ -12,7 +12,6 @@ written, so a test can send a signal mid-write.
 """
 from __future__ import annotations
 
-import binascii
 import contextlib
 import fcntl
 import hashlib
@@ -29,10 +28,10 @@ from itertools import chain
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional
 
-import numpy as np
 import onnx
 
 from mrvl_convert.errors import OutputDirError
+from mrvl_convert.emit.base64_text import consts_chunks, without_base64
 from mrvl_convert.emit.external_data import externalize
 from mrvl_convert.emit.json_text import IndentedJSON
 from mrvl_convert.emit.validate import self_check, validate
@@ -46,45 +45,6 @@ def _encoder(compact: bool) -> json.JSONEncoder:
 
 def dumps(document: Any, *, compact: bool = False) -> bytes:
     return (_encoder(compact).encode(document) + "\n").encode("utf-8")
-
-
-class Base64Text(str):
-    """Base64 text that ``of`` made from an array's bytes. Valid by construction: the
-    Constants-JSON writer validates it as an empty string and copies it into the file as it is
-    (its alphabet needs no escaping), where the schema's pattern and the JSON encoder would each
-    scan the largest strings of the artifact once more."""
-
-    @classmethod
-    def of(cls, array: np.ndarray) -> "Base64Text":
-        """``array`` C-contiguous: encoded from its own buffer, never copied into bytes first."""
-        return cls(binascii.b2a_base64(array, newline=False), "ascii")
-
-
-def _without_base64(document: Any) -> Any:
-    """A Constants-JSON with each ``Base64Text`` as "": what is left to validate."""
-    if not isinstance(document, dict):
-        return document
-    return {name: {k: "" if isinstance(v, Base64Text) else v for k, v in entry.items()}
-            if isinstance(entry, dict) else entry for name, entry in document.items()}
-
-
-def _consts_chunks(document: Dict[str, Dict[str, Any]]) -> Iterator[bytes]:
-    """A validated Constants-JSON, byte for byte as the compact encoder writes it, each
-    ``Base64Text`` copied without the encoder's escaping pass."""
-    encoder = _encoder(True)
-    yield b"{"
-    for k, (name, entry) in enumerate(document.items()):
-        yield f"{',' if k else ''}{encoder.encode(name)}:{{".encode("utf-8")
-        for j, (key, value) in enumerate(entry.items()):
-            head = f"{',' if j else ''}{encoder.encode(key)}:"
-            if isinstance(value, Base64Text):
-                yield f'{head}"'.encode("utf-8")
-                yield value.encode("ascii")
-                yield b'"'
-            else:
-                yield (head + encoder.encode(value)).encode("utf-8")
-        yield b"}"
-    yield b"}\n"
 
 
 def _blocks(chunks: Iterable[str], size: int = 1 << 16) -> Iterator[bytes]:
@@ -179,8 +139,8 @@ class StagingDir:
         compact=True)`` writes, its base64 text encoded once, where it was made (and its
         structure checked under ``self_check``, the base64 text standing in as "")."""
         if self_check():
-            validate(_without_base64(document), "consts", label=name)
-        self.digests[name] = {name: self._write(name, _consts_chunks(document))}
+            validate(without_base64(document), "consts", label=name)
+        self.digests[name] = {name: self._write(name, consts_chunks(document))}
 
     def _write(self, name: str, chunks: Iterable[bytes]) -> str:
         """Write ``name`` from ``chunks``; the sha256 of the bytes written."""

@@ -13,7 +13,7 @@ products by it (``H R^T = 0``, ``f * C = 0``): exact.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -75,6 +75,14 @@ class Weights:
     the GRU's ``Rb`` of its h gate when it stays inside the step (``linear_before_reset``)."""
     r: np.ndarray
     rb_h: Optional[np.ndarray] = None
+    _blocks: Dict[Tuple[int, int], np.ndarray] = field(default_factory=dict, repr=False)
+
+    def block(self, start: int, stop: int) -> np.ndarray:
+        """``r[:, start:stop]``, C-contiguous, one array for every step: the steps' constants
+        share it, so lowering and emit make its kernel and text once (``layers/fc.py``)."""
+        if (start, stop) not in self._blocks:
+            self._blocks[start, stop] = np.ascontiguousarray(self.r[:, start:stop])
+        return self._blocks[start, stop]
 
 
 @dataclass
@@ -98,19 +106,19 @@ def _product(b: Builder, h: gs.Tensor, r: np.ndarray, rows: int, tag: str) -> gs
                 [rows, r.shape[1]], f"{tag}fc")
 
 
-def _recurrent_sum(b: Builder, s: Step, r: np.ndarray, width: int, what: str) -> gs.Tensor:
+def _recurrent_sum(b: Builder, s: Step, w: Weights, width: int, what: str) -> gs.Tensor:
     """``x + H R^T`` over the first ``width`` columns (x alone for a zero state)."""
-    x = s.x if width == r.shape[1] else b.columns(s.x, 0, width, s.rows, f"{s.tag}_{what}x")
+    x = s.x if width == w.r.shape[1] else b.columns(s.x, 0, width, s.rows, f"{s.tag}_{what}x")
     if s.h is None:
         return x
-    hr = _product(b, s.h, r[:, :width], s.rows, f"{s.tag}_{what}")
+    hr = _product(b, s.h, w.block(0, width), s.rows, f"{s.tag}_{what}")
     return b.op("Add", [x, hr], [s.rows, width], f"{s.tag}_{what}sum")
 
 
 def lstm_step(b: Builder, s: Step, w: Weights):
     """Gates in ONNX's order i, o, f, c: ``C' = f C + i g``, ``H' = o tanh(C')``."""
     n, k, t = s.rows, s.hidden, s.tag
-    gates = _recurrent_sum(b, s, w.r, 4 * k, "")
+    gates = _recurrent_sum(b, s, w, 4 * k, "")
     i, o = (b.op("Sigmoid", [b.columns(gates, j * k, k, n, f"{t}_{g}")], [n, k], f"{t}_{g}s")
             for j, g in enumerate("io"))
     g = b.op("Tanh", [b.columns(gates, 3 * k, k, n, f"{t}_c")], [n, k], f"{t}_ct")
@@ -126,7 +134,7 @@ def gru_step(b: Builder, s: Step, w: Weights):
     """Gates z, r, h: ``h~ = tanh(x_h + (r H) Rh^T)`` or, linear before reset,
     ``tanh(x_h + r (H Rh^T + Rbh))``; ``H' = (1 - z) h~ + z H``."""
     n, k, t = s.rows, s.hidden, s.tag
-    zr = _recurrent_sum(b, s, w.r, 2 * k, "zr")
+    zr = _recurrent_sum(b, s, w, 2 * k, "zr")
     z = b.op("Sigmoid", [b.columns(zr, 0, k, n, f"{t}_z")], [n, k], f"{t}_zs")
     pre = b.columns(s.x, 2 * k, k, n, f"{t}_hx")
     if w.rb_h is not None or s.h is not None:  # else r scales a zero state: not computed
@@ -134,12 +142,12 @@ def gru_step(b: Builder, s: Step, w: Weights):
     if w.rb_h is not None:  # linear before reset: r scales H Rh^T + Rbh
         hr = b.const(w.rb_h, f"{t}_Rbh")
         if s.h is not None:
-            hr = b.op("Add", [_product(b, s.h, w.r[:, 2 * k:], n, f"{t}_h"), hr], [n, k],
+            hr = b.op("Add", [_product(b, s.h, w.block(2 * k, 3 * k), n, f"{t}_h"), hr], [n, k],
                       f"{t}_hb")
         pre = b.op("Add", [pre, b.op("Mul", [r, hr], [n, k], f"{t}_rh")], [n, k], f"{t}_hsum")
     elif s.h is not None:
         rh = b.op("Mul", [r, s.h], [n, k], f"{t}_rH")
-        pre = b.op("Add", [pre, _product(b, rh, w.r[:, 2 * k:], n, f"{t}_h")], [n, k],
+        pre = b.op("Add", [pre, _product(b, rh, w.block(2 * k, 3 * k), n, f"{t}_h")], [n, k],
                    f"{t}_hsum")
     cand = b.op("Tanh", [pre], [n, k], f"{t}_ht")
     # 1 - z as -z + 1 (negation is exact, so the one rounding is the Sub's): the layer set
@@ -156,7 +164,7 @@ def gru_step(b: Builder, s: Step, w: Weights):
 
 def rnn_step(b: Builder, s: Step, w: Weights):
     """``H' = tanh(x + H R^T)``."""
-    pre = _recurrent_sum(b, s, w.r, s.hidden, "")
+    pre = _recurrent_sum(b, s, w, s.hidden, "")
     return b.op("Tanh", [pre], [s.rows, s.hidden], f"{s.tag}_H"), None
 
 

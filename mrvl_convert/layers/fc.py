@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import List, Mapping, Optional, Sequence
 
 import numpy as np
+import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
 from mrvl_convert.ir.layout import LayoutContext, TensorLayout, default_labels, identity
@@ -39,12 +40,7 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
         index = ctx.values[source.name][0]
     else:
         index, layout = ctx.require(source, identity(len(layout.shape)))
-    weights = const_value(fc.inputs[1]).astype(np.float32)
-    if fc.op == "Gemm":
-        weights = weights if int(attr(fc, "transB", 0)) else weights.T
-        weights = weights * np.float32(attr(fc, "alpha", 1.0))
-    else:
-        weights = weights.T
+    weights = _kernel(fc, layout, ctx)
     out_features = weights.shape[0]
     bias = np.zeros(out_features, np.float32)
     c = present(fc, 2) if fc.op == "Gemm" else None
@@ -57,17 +53,43 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
         bias = bias + np.broadcast_to(const_value(const).astype(np.float32).reshape(-1),
                                       (out_features,))
     if layout.scrambled_from is not None:
-        # The flatten kept the producer's NHWC order: reorder the weight columns to match.
-        logical, perm = layout.scrambled_from
-        weights = weights.reshape([out_features] + list(logical[1:]))
-        weights = weights.transpose([0] + list(perm[1:])).reshape(out_features, -1)
         layout = TensorLayout(layout.shape, (0, 1), layout.labels)
-    consts = [("kernel", np.ascontiguousarray(weights, dtype=np.float32)),
+    consts = [("kernel", weights),
               ("bias", bias.astype(np.float32).reshape(1, out_features))]
     rank = len(static_shape(composite.output))
     out = TensorLayout(tuple(static_shape(composite.output)), identity(rank), default_labels(rank))
     ctx.emit(new_layer(composite, "FC", [index], [layout], out,
                        {"activation_type": activation(composite)}, consts), composite.output)
+
+
+def _kernel(fc: gs.Node, layout: TensorLayout, ctx: LayoutContext) -> np.ndarray:
+    """The OI float32 kernel, made once per stage for every FC reading the same weight buffer
+    (an unrolled recurrent cell's steps all read one ``R^T``: its transposed copy, then its
+    base64 text, are made once, not per step). Read-only: the layers share it."""
+    source = const_value(fc.inputs[1])
+    key = ("FC kernel", source.__array_interface__["data"][0], source.shape, source.strides,
+           source.dtype.str, fc.op, int(attr(fc, "transB", 0)), float(attr(fc, "alpha", 1.0)),
+           layout.scrambled_from)
+    # The memo holds ``source``: no other array can take its buffer's address while it lives.
+    return ctx.memo(key, lambda: (source, _oriented(fc, source, layout)))[1]
+
+
+def _oriented(fc: gs.Node, source: np.ndarray, layout: TensorLayout) -> np.ndarray:
+    weights = source.astype(np.float32)
+    if fc.op == "Gemm":
+        weights = weights if int(attr(fc, "transB", 0)) else weights.T
+        weights = weights * np.float32(attr(fc, "alpha", 1.0))
+    else:
+        weights = weights.T
+    if layout.scrambled_from is not None:
+        # The flatten kept the producer's NHWC order: reorder the weight columns to match.
+        out_features = weights.shape[0]
+        logical, perm = layout.scrambled_from
+        weights = weights.reshape([out_features] + list(logical[1:]))
+        weights = weights.transpose([0] + list(perm[1:])).reshape(out_features, -1)
+    kernel = np.ascontiguousarray(weights, dtype=np.float32)
+    kernel.flags.writeable = False
+    return kernel
 
 
 class FCKernel(Kernel):

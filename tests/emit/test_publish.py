@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from mrvl_convert.emit.mrvl_json import encode_const
-from mrvl_convert.emit.publish import Base64Text, StagingDir, dumps, write_file_atomically
+from mrvl_convert.emit.base64_text import Base64Text
+from mrvl_convert.emit.publish import StagingDir, dumps, write_file_atomically
 from mrvl_convert.errors import ArtifactError, OutputDirError
 
 
