@@ -5,7 +5,8 @@ Inputs by the kind of data a model takes (``real_corpus.yaml``'s ``data``):
 - ``image``: crops of scikit-image's photographs (``photographs.py``), scaled to [0, 1] (0..255
   for an integer input), grey where the model takes one channel, NHWC where the input's last
   dim is its channels (1 or 3) and its second is not;
-- ``audio``: a second-order mix of sines, a chirp and noise at 16 kHz, peak 0.5;
+- ``audio``: a second-order mix of sines, a chirp and noise at 16 kHz, peak 0.5 (along the
+  last axis, or the one before a trailing axis of 1);
 - ``signal``: per channel a few slow sines plus noise (EEG-like), unit scale;
 - ``features``: standard normal (spectrogram or embedding frames);
 - ``text-ids``: integers below the vocabulary (``vocab``; else per input the smallest table its
@@ -75,6 +76,9 @@ def _image(shape: Sequence[int], dtype: np.dtype, rng: np.random.Generator,
 
 
 def _audio(shape: Sequence[int], rng: np.random.Generator) -> np.ndarray:
+    if len(shape) >= 2 and shape[-1] == 1 and shape[-2] > 1:
+        # a Keras model's [batch, samples, 1] (basic-pitch): the samples run along axis -2
+        return _audio(list(shape[:-1]), rng).reshape(shape)
     length = shape[-1]
     t = np.arange(length) / RATE
     rows = []

@@ -105,6 +105,17 @@ def test_relative_to_peak():
     assert feeds.relative_to_peak(want, want) == 0.0
 
 
+def test_audio_with_a_trailing_channel_of_one_runs_along_the_samples():
+    # basic-pitch takes [batch, samples, 1]: one waveform, not 43844 one-sample rows
+    spec = {"x": ([1, 4000, 1], TensorProto.FLOAT)}
+    keras = feeds.make_feed("audio", spec, np.random.default_rng(3), None, 256, {})["x"]
+    flat = feeds.make_feed("audio", {"x": ([1, 4000], TensorProto.FLOAT)},
+                           np.random.default_rng(3), None, 256, {})["x"]
+    assert keras.shape == (1, 4000, 1)
+    np.testing.assert_array_equal(keras[..., 0], flat)
+    assert np.abs(keras).max() == pytest.approx(0.5) and len(np.unique(keras)) > 3000
+
+
 def test_rows_format_as_one_line_each():
     failed = {"model": "m", "package": "p==1", "mode": "fp16", "data": "image",
               "note": "convert: a | b"}
