@@ -7,7 +7,9 @@ model writes one formula.
 - ``mrvl.gelu_erf`` (``0.5 * x * (1 + erf(x / sqrt 2))``, its 0.5 inside the composite): the
   tanh approximation as five layers (``layers/gelu.py``): ``s = fp16(x * x)``, ``s = fp16(s *
   fp16(2 c k))``, ``s = fp16(s + fp16(2 k))``, ``g = fp16(sigmoid(x * s))``, ``y = x * g``
-  (rounded as the group's result), ``k = sqrt(2/pi)``, ``c = 0.044715``.
+  (rounded as the group's result), ``k = sqrt(2/pi)``, ``c = 0.044715``; with the model's
+  ``h = 0.5 * x`` a layer of its own before the gate, ``g = fp16(sigmoid(h * s))`` and ``s``
+  by ``4 c k`` and ``4 k``.
 - ``mrvl.layer_norm`` (the opset-17 LayerNormalization op over the last axis): nine layers
   (``layers/layer_norm.py``): ReduceMean, Sub, Mul2D(d, d), ReduceMean, Sum2D(+fp16(eps)),
   Rsqrt, Mul2D(d, r), Mul2D(gamma) unless all ones, Sum2D(beta) unless absent or zeros.
@@ -60,6 +62,8 @@ def chains_as_written(graph: onnx.GraphProto, members: List[onnx.NodeProto],
         _elu(graph, members[0], cast_pair)
     elif ops == ["Add", "Div", "Erf", "Mul", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul", "Mul"]:
         _gelu(graph, members, cast_pair)
+    elif ops == ["Add", "Div", "Erf", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul"]:
+        _gelu(graph, members, cast_pair)  # its 0.5 * x a layer of its own, before the gate
 
 
 def mean_as_laid_out(graph: onnx.GraphProto, node: onnx.NodeProto,
@@ -112,10 +116,15 @@ def _gelu(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> N
     if scale is None or len(last) != 1 or scale.input[0] in inside:
         return
     x, y, base = scale.input[0], last[0].output[0], erf.name + _SUFFIX
+    # the model's own x / 2 (a layer of its own) feeds the sigmoid's product, s doubled
+    half = [i for i in last[0].input if i not in inside] if len(members) == 4 else [None]
+    if len(half) != 1 or half[0] == x:
+        return
+    factor = 2.0 if half[0] is None else 4.0
     consts = [f"{base}_cubic", f"{base}_linear"]
     graph.initializer.extend(
         numpy_helper.from_array(np.array(np.float16(v), np.float32), name)
-        for name, v in zip(consts, (2.0 * _C * _K, 2.0 * _K)))
+        for name, v in zip(consts, (factor * _C * _K, factor * _K)))
     names = [f"{base}_{k}" for k in range(5)]
     square = cast_pair(graph, names[0], names[0] + "16")
     scaled = cast_pair(graph, names[1], names[1] + "16")
@@ -124,7 +133,7 @@ def _gelu(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> N
     steps = [helper.make_node("Mul", [x, x], [names[0]], name=names[0]),
              helper.make_node("Mul", [square, consts[0]], [names[1]], name=names[1]),
              helper.make_node("Add", [scaled, consts[1]], [names[2]], name=names[2]),
-             helper.make_node("Mul", [x, summed], [names[3]], name=names[3]),
+             helper.make_node("Mul", [half[0] or x, summed], [names[3]], name=names[3]),
              helper.make_node("Sigmoid", [names[3]], [names[4]], name=names[4] + "_sigmoid"),
              helper.make_node("Mul", [x, gate], [y], name=names[4] + "_gate")]
     for node in members:
