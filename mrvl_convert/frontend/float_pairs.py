@@ -111,15 +111,17 @@ def _pairs(graph: QdqGraph) -> Dict[str, tuple]:
 
 def read_through(model: onnx.ModelProto) -> onnx.ModelProto:
     """A copy of ``model`` whose activation pairs are all bypassed (each reader reads the
-    quantized tensor itself) and whose dequantized constants are float ones, its nodes named by
-    their index in ``model``: the float graph the pairs hide, for the composite rules to read
+    quantized tensor itself) and whose non-MAC nodes' dequantized constants are float ones
+    (a GELU's 0.5 and 1 as onnxruntime quantizes them), its nodes named by their index in
+    ``model``: the float graph the pairs hide, for the composite rules to read
     (``rules/float_spans.py``)."""
     view = onnx.ModelProto()
     view.CopyFrom(model)
     for index, node in enumerate(view.graph.node):
         node.name = str(index)
     graph = QdqGraph(view)
-    _float_weights(graph, list(graph.g.node))
+    # a MAC's weights stay dequantized: no float composite holds a MAC (and they are large)
+    _float_weights(graph, [n for n in graph.g.node if n.op_type not in MAC_OPS])
     _bypass(graph, [q for q, (_, readers) in _pairs(graph).items() if readers])
     graph.commit()
     return view

@@ -53,12 +53,18 @@ def builtin_float_forms(layer_set: str = MARVELL) -> FloatForms:
 def float_spans(rules: Sequence[Rule]) -> Spans:
     """The float composites ``rules`` recognise in a model read through its pairs (module
     docstring), as ``float_pairs.drop_float_pairs`` takes them."""
-    floats = tuple(r for r in rules if not (r.steps and r.steps[0].ops == ("DequantizeLinear",)))
-    return functools.partial(_spans, floats, int8_op_types(rules))
+    int8_ops = int8_op_types(rules)
+    # only a rule with an op of no int8 form can make such a span: matching tries no other
+    floats = tuple(r for r in rules if not (r.steps and r.steps[0].ops == ("DequantizeLinear",))
+                   and any(op not in int8_ops for op in r.ops))
+    return functools.partial(_spans, floats, int8_ops)
 
 
 def _spans(rules: Sequence[Rule], int8_ops: FrozenSet[str],
            view: onnx.ModelProto) -> List[FrozenSet[str]]:
+    wanted = {op for rule in rules for op in rule.ops if op not in int8_ops}
+    if not any(node.op_type in wanted for node in view.graph.node):
+        return []
     graph = gs.import_onnx(view)
     graph.toposort()
     return [frozenset(n.name for n in c.nodes) for c in match(graph, rules).composites
