@@ -48,8 +48,8 @@ EXACT_IN_INT8 = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flat
                            "Identity", "Split", "Concat", "MaxPool", "Relu", "Clip", "Min",
                            "Max"})
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
-# The model read through its pairs (``read_through``) -> the node sets of its float composites,
-# each node named by its index in the model given.
+# A QDQ model -> the node sets of the float composites of its ``read_through`` view, each node
+# named by its index in the model.
 Spans = Callable[[onnx.ModelProto], Iterable[AbstractSet[str]]]
 
 
@@ -59,8 +59,7 @@ def drop_float_pairs(model: onnx.ModelProto, int8_ops: AbstractSet[str],
     QuantizeLinears dropped. ``spans``: the float composites of ``read_through(model)``."""
     graph = QdqGraph(model)
     pairs = _pairs(graph)
-    seeds = set() if spans is None else {int(i) for span in spans(read_through(model))
-                                         for i in span}
+    seeds = set() if spans is None else {int(i) for span in spans(model) for i in span}
     floats = _float_nodes(graph, int8_ops, [graph.g.node[i] for i in sorted(seeds)])
     dropped = [q for q, (source, readers) in pairs.items()
                if readers and (source is not None and id(source) in floats)

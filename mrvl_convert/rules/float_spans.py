@@ -13,8 +13,9 @@ at a DequantizeLinear) and it holds an op of no int8 form (an Erf, a Pow, a Sqrt
 as an fp16 layer whatever happens, so the span around it runs as one fp16 composite instead of
 being cut at its pairs. What dropping the pairs inside it costs is ``float_pairs.py``'s bound.
 
-Contract. Requires: parsed rules; a model read through its pairs, shapes inferred. Ensures: the
-node-name sets of those composites; nothing is changed.
+Contract. Requires: parsed rules; a QDQ model, shapes inferred. Ensures: the node sets of those
+composites in its ``read_through`` view (each node named by its index in the model); nothing is
+changed.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from typing import FrozenSet, List, NamedTuple, Sequence
 import onnx
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.frontend.float_pairs import Spans
+from mrvl_convert.frontend.float_pairs import Spans, read_through
 from mrvl_convert.ir.match import Rule
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.rules.int8_forms import int8_op_types
@@ -54,18 +55,19 @@ def float_spans(rules: Sequence[Rule]) -> Spans:
     """The float composites ``rules`` recognise in a model read through its pairs (module
     docstring), as ``float_pairs.drop_float_pairs`` takes them."""
     int8_ops = int8_op_types(rules)
-    # only a rule with an op of no int8 form can make such a span: matching tries no other
+    # only a chain of two or more steps with an op of no int8 form can make such a span:
+    # matching tries no other rule, and no model without such an op is read through
     floats = tuple(r for r in rules if not (r.steps and r.steps[0].ops == ("DequantizeLinear",))
-                   and any(op not in int8_ops for op in r.ops))
+                   and len(r.steps) > 1 and any(op not in int8_ops for op in r.ops))
     return functools.partial(_spans, floats, int8_ops)
 
 
 def _spans(rules: Sequence[Rule], int8_ops: FrozenSet[str],
-           view: onnx.ModelProto) -> List[FrozenSet[str]]:
+           model: onnx.ModelProto) -> List[FrozenSet[str]]:
     wanted = {op for rule in rules for op in rule.ops if op not in int8_ops}
-    if not any(node.op_type in wanted for node in view.graph.node):
+    if not any(node.op_type in wanted for node in model.graph.node):
         return []
-    graph = gs.import_onnx(view)
+    graph = gs.import_onnx(read_through(model))
     graph.toposort()
     return [frozenset(n.name for n in c.nodes) for c in match(graph, rules).composites
             if len(c.nodes) > 1 and any(n.op not in int8_ops for n in c.nodes)]

@@ -96,7 +96,7 @@ def test_the_view_reads_through_every_activation_pair() -> None:
     assert ops.count("QuantizeLinear") == 1  # the output's pair: a graph output stays
     names = {n.name: n.op_type for n in view.graph.node}
     assert all(given.graph.node[int(k)].op_type == op for k, op in names.items())
-    spans = list(builtin_float_forms().spans(view))
+    spans = list(builtin_float_forms().spans(given))
     assert [sorted(given.graph.node[int(i)].name for i in s) for s in spans] == [
         sorted(["scale", "erf", "one", "gate"])]
 
