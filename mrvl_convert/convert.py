@@ -39,7 +39,7 @@ from mrvl_convert.rules.batch_axis import batch_runs, batchless_lifts, sequence_
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.loader import load_rules
 from mrvl_convert.rules.matcher import match
-from mrvl_convert.rules.int8_forms import int8_op_types
+from mrvl_convert.rules.float_spans import float_forms
 from mrvl_convert.rules.int8_range import wide_float_spans
 from mrvl_convert.rules.other_sets import layer_set_hints, set_verdicts
 
@@ -162,7 +162,7 @@ def convert_with(model: ModelLike, out_dir: Union[str, Path], options: ConvertOp
     if quantized is None:  # our own recipe's QDQ is the device's int8 already
         loaded.proto, foreign, serialized = foreign_int8_section(
             loaded.proto, options.foreign_int8, feeds_for and feeds_for(loaded.proto),
-            int8_op_types(rules))
+            *float_forms(rules))
         # verify's reference, as the int8 QDQ model of --quantize (foreign_kept.py)
         requantized = kept_model(foreign, loaded.proto, loaded.name, serialized)
     try:

@@ -14,6 +14,10 @@ piece was a region of its own, on CPU. Here:
   or feeds no int8 MAC and no graph output (an elementwise piece between them: the ``x - mean``
   of a LayerNorm, the ``1 + erf`` of a GELU); an op whose int8 form is exact (Reshape,
   Transpose, MaxPool, Relu...: ``EXACT_IN_INT8``) never;
+- a node of a float composite the rules recognise in the model read through its pairs
+  (``spans``, given by the caller: ``rules/float_spans.py``; one holding an op of no int8
+  form, e.g. a GELU whose ``0.5 * x`` a quantizer rounded before the gate's Mul) is float too,
+  its MACs and exact ops excepted: the pairs inside the span go, those at its ends stay;
 - a pair is dropped when the node it quantizes and every node reading it are float: the
   readers read the float tensor itself. Pairs at an int8 MAC's output or input, at the graph's
   inputs and outputs, stay, so every int8 MAC keeps its int8 input and output.
@@ -31,7 +35,7 @@ Contract.
 """
 from __future__ import annotations
 
-from typing import AbstractSet, Dict, List, Optional, Set
+from typing import AbstractSet, Callable, Dict, Iterable, List, Optional, Set
 
 import onnx
 
@@ -44,14 +48,19 @@ EXACT_IN_INT8 = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flat
                            "Identity", "Split", "Concat", "MaxPool", "Relu", "Clip", "Min",
                            "Max"})
 _FLOAT_TYPES = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.DOUBLE)
+# A QDQ model -> the node sets of the float composites of its ``read_through`` view, each node
+# named by its index in the model.
+Spans = Callable[[onnx.ModelProto], Iterable[AbstractSet[str]]]
 
 
-def drop_float_pairs(model: onnx.ModelProto, int8_ops: AbstractSet[str]) -> List[str]:
+def drop_float_pairs(model: onnx.ModelProto, int8_ops: AbstractSet[str],
+                     spans: Optional[Spans] = None) -> List[str]:
     """Drop (in place) the QDQ pairs between float nodes (module docstring); the names of the
-    QuantizeLinears dropped."""
+    QuantizeLinears dropped. ``spans``: the float composites of ``read_through(model)``."""
     graph = QdqGraph(model)
     pairs = _pairs(graph)
-    floats = _float_nodes(graph, int8_ops)
+    seeds = set() if spans is None else {int(i) for span in spans(model) for i in span}
+    floats = _float_nodes(graph, int8_ops, [graph.g.node[i] for i in sorted(seeds)])
     dropped = [q for q, (source, readers) in pairs.items()
                if readers and (source is not None and id(source) in floats)
                and all(id(r) in floats for r in readers)]
@@ -99,13 +108,35 @@ def _pairs(graph: QdqGraph) -> Dict[str, tuple]:
     return pairs
 
 
-def _float_nodes(graph: QdqGraph, int8_ops: AbstractSet[str]) -> Set[int]:
-    """The ids of the float nodes (module docstring), to a fixed point."""
+def read_through(model: onnx.ModelProto) -> onnx.ModelProto:
+    """A copy of ``model`` whose activation pairs are all bypassed (each reader reads the
+    quantized tensor itself) and whose non-MAC nodes' dequantized constants are float ones
+    (a GELU's 0.5 and 1 as onnxruntime quantizes them), its nodes named by their index in
+    ``model``: the float graph the pairs hide, for the composite rules to read
+    (``rules/float_spans.py``)."""
+    view = onnx.ModelProto()
+    view.CopyFrom(model)
+    for index, node in enumerate(view.graph.node):
+        node.name = str(index)
+    graph = QdqGraph(view)
+    # a MAC's weights stay dequantized: no float composite holds a MAC (and they are large)
+    _float_weights(graph, [n for n in graph.g.node if n.op_type not in MAC_OPS])
+    _bypass(graph, [q for q, (_, readers) in _pairs(graph).items() if readers])
+    graph.commit()
+    return view
+
+
+def _float_nodes(graph: QdqGraph, int8_ops: AbstractSet[str],
+                 seeds: List[onnx.NodeProto]) -> Set[int]:
+    """The ids of the float nodes (module docstring), to a fixed point; ``seeds``: the nodes
+    of the float composites, float unless a MAC or exact in int8."""
     compute = [n for n in graph.g.node if n.op_type not in ("QuantizeLinear", "DequantizeLinear")]
     floats = {id(n) for n in compute if n.op_type not in int8_ops
               or (n.op_type in MAC_OPS and not int8_mac(graph, n))}
     links = {id(n): (_sources(graph, n), _readers(graph, n)) for n in compute}
     macs = {id(n) for n in compute if n.op_type in MAC_OPS and id(n) not in floats}
+    floats |= {id(n) for n in seeds if id(n) not in macs and n.op_type not in EXACT_IN_INT8
+               and n.op_type not in ("QuantizeLinear", "DequantizeLinear")}
     changed = True
     while changed:
         changed = False

@@ -24,6 +24,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from mrvl_convert.frontend.float_pairs import Spans
+
 SAMPLES = 4
 _SEED = 0
 
@@ -142,14 +144,16 @@ def _run(model: Union[onnx.ModelProto, bytes], feeds: Sequence[Mapping[str, np.n
 
 def foreign_int8_section(model: onnx.ModelProto, mode: str,
                          feeds: Optional[Sequence[Mapping[str, np.ndarray]]] = None,
-                         int8_ops: AbstractSet[str] = frozenset()):
+                         int8_ops: AbstractSet[str] = frozenset(),
+                         spans: Optional[Spans] = None):
     """``model`` brought into the device's int8 (``foreign_int8.bring_foreign_int8``) and
     report.json's ``foreign_int8`` section (what was done, its measured cost, and the line the
     CLI prints), or ``(model, None)`` when it has no foreign QDQ node; third, the rewritten
     model serialized when it was measured, else None (``foreign_kept.kept_model`` keeps those
-    bytes: a large model is not serialized twice). ``int8_ops``: as ``bring_foreign_int8``."""
+    bytes: a large model is not serialized twice). ``int8_ops``, ``spans``: as
+    ``bring_foreign_int8``."""
     from mrvl_convert.frontend.foreign_int8 import bring_foreign_int8
-    rewritten, done = bring_foreign_int8(model, mode, int8_ops)
+    rewritten, done = bring_foreign_int8(model, mode, int8_ops, spans)
     if done is None:
         return model, _operator_form(model, mode), None
     if not done.changed:

@@ -53,7 +53,7 @@ from onnx import TensorProto, helper
 from mrvl_convert.core.macs import MAC_OPS
 from mrvl_convert.errors import OptionError
 from mrvl_convert.frontend.foreign_bn import FOLDED_WEIGHT, fold_batchnorms
-from mrvl_convert.frontend.float_pairs import drop_float_pairs, int8_mac, rank_of
+from mrvl_convert.frontend.float_pairs import Spans, drop_float_pairs, int8_mac, rank_of
 from mrvl_convert.frontend.foreign_dynamic_ops import dynamic_kinds, float_dynamic
 from mrvl_convert.frontend.qdq_graph import (EIGHT_BIT, QdqGraph, dequantized, drop_attr,
                                              given_range, known_range)
@@ -92,12 +92,12 @@ def check_mode(mode: object) -> str:
 
 
 def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize",
-                       int8_ops: AbstractSet[str] = frozenset()
+                       int8_ops: AbstractSet[str] = frozenset(), spans: Optional[Spans] = None
                        ) -> Tuple[onnx.ModelProto, Optional[ForeignInt8]]:
     """``model`` with its foreign QDQ nodes rewritten as ``mode`` says (a copy), and what was
     done; ``(model, None)`` unchanged when it has no foreign QDQ node. ``int8_ops``: the op
     types the rule set has an int8 form of (``rules/int8_forms.py``); requantized, the pairs
-    between ops outside it are dropped (``float_pairs.py``; none when empty)."""
+    between ops outside it, and inside ``spans``' composites, are dropped (``float_pairs.py``)."""
     check_mode(mode)
     graph = QdqGraph(model)
     kinds = graph.foreign_kinds()
@@ -118,7 +118,7 @@ def bring_foreign_int8(model: onnx.ModelProto, mode: str = "requantize",
         _to_float(graph, done)
     graph.commit()
     if int8_ops and mode == "requantize" and not done.fp16_because:
-        done.float_pairs = len(drop_float_pairs(out, int8_ops))
+        done.float_pairs = len(drop_float_pairs(out, int8_ops, spans))
     return out, done
 
 

@@ -16,7 +16,7 @@ import onnx
 
 from mrvl_convert.frontend.float_pairs import drop_float_pairs
 from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
-from mrvl_convert.rules.int8_forms import builtin_int8_op_types
+from mrvl_convert.rules.float_spans import builtin_float_forms
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -58,7 +58,7 @@ def float_pairs_dropped(model: onnx.ModelProto) -> bool:
     inferred = onnx.shape_inference.infer_shapes(model)
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
-    return bool(drop_float_pairs(model, builtin_int8_op_types()))
+    return bool(drop_float_pairs(model, *builtin_float_forms()))
 
 
 class _DropQuantizerRecords(logging.Filter):

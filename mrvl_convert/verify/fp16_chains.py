@@ -7,7 +7,9 @@ model writes one formula.
 - ``mrvl.gelu_erf`` (``0.5 * x * (1 + erf(x / sqrt 2))``, its 0.5 inside the composite): the
   tanh approximation as five layers (``layers/gelu.py``): ``s = fp16(x * x)``, ``s = fp16(s *
   fp16(2 c k))``, ``s = fp16(s + fp16(2 k))``, ``g = fp16(sigmoid(x * s))``, ``y = x * g``
-  (rounded as the group's result), ``k = sqrt(2/pi)``, ``c = 0.044715``.
+  (rounded as the group's result), ``k = sqrt(2/pi)``, ``c = 0.044715``; with the model's
+  ``h = 0.5 * x`` a layer of its own before the gate, ``g = fp16(sigmoid(h * s))`` and ``s``
+  by ``4 c k`` and ``4 k``. ``mrvl.gelu_tanh_form`` (its ``x**3`` a Pow) is the same chain.
 - ``mrvl.layer_norm`` (the opset-17 LayerNormalization op over the last axis): nine layers
   (``layers/layer_norm.py``): ReduceMean, Sub, Mul2D(d, d), ReduceMean, Sum2D(+fp16(eps)),
   Rsqrt, Mul2D(d, r), Mul2D(gamma) unless all ones, Sum2D(beta) unless absent or zeros.
@@ -35,7 +37,7 @@ name kept); any other group unchanged.
 from __future__ import annotations
 
 import math
-from typing import Callable, List, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -60,6 +62,10 @@ def chains_as_written(graph: onnx.GraphProto, members: List[onnx.NodeProto],
         _elu(graph, members[0], cast_pair)
     elif ops == ["Add", "Div", "Erf", "Mul", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul", "Mul"]:
         _gelu(graph, members, cast_pair)
+    elif ops == ["Add", "Div", "Erf", "Mul"] or ops == ["Add", "Erf", "Mul", "Mul"]:
+        _gelu(graph, members, cast_pair)  # its 0.5 * x a layer of its own, before the gate
+    elif ops[:2] == ["Add", "Add"] and ops[-2:] == ["Pow", "Tanh"] and ops.count("Mul") in (3, 4):
+        _gelu(graph, members, cast_pair)  # mrvl.gelu_tanh_form, x**3 as Pow: the same chain
 
 
 def mean_as_laid_out(graph: onnx.GraphProto, node: onnx.NodeProto,
@@ -106,16 +112,22 @@ def _rsqrt(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> 
 
 def _gelu(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> None:
     inside = {o for n in members for o in n.output}
-    erf = next(n for n in members if n.op_type == "Erf")
-    scale = next((n for n in members if erf.input[0] in n.output), None)
+    x, key = _gelu_x(members)
     last = [n for n in members if not any(n.output[0] in m.input for m in members)]
-    if scale is None or len(last) != 1 or scale.input[0] in inside:
+    if x is None or len(last) != 1 or x in inside:
         return
-    x, y, base = scale.input[0], last[0].output[0], erf.name + _SUFFIX
+    y, base = last[0].output[0], key.name + _SUFFIX
+    # the model's own x / 2 (a layer of its own, one node fewer) feeds the sigmoid's product,
+    # s doubled
+    own_half = len(members) == (4 if key.op_type == "Erf" else 7)
+    half = [i for i in last[0].input if i not in inside] if own_half else [None]
+    if len(half) != 1 or half[0] == x:
+        return
+    factor = 2.0 if half[0] is None else 4.0
     consts = [f"{base}_cubic", f"{base}_linear"]
     graph.initializer.extend(
         numpy_helper.from_array(np.array(np.float16(v), np.float32), name)
-        for name, v in zip(consts, (2.0 * _C * _K, 2.0 * _K)))
+        for name, v in zip(consts, (factor * _C * _K, factor * _K)))
     names = [f"{base}_{k}" for k in range(5)]
     square = cast_pair(graph, names[0], names[0] + "16")
     scaled = cast_pair(graph, names[1], names[1] + "16")
@@ -124,12 +136,23 @@ def _gelu(graph: onnx.GraphProto, members: List[onnx.NodeProto], cast_pair) -> N
     steps = [helper.make_node("Mul", [x, x], [names[0]], name=names[0]),
              helper.make_node("Mul", [square, consts[0]], [names[1]], name=names[1]),
              helper.make_node("Add", [scaled, consts[1]], [names[2]], name=names[2]),
-             helper.make_node("Mul", [x, summed], [names[3]], name=names[3]),
+             helper.make_node("Mul", [half[0] or x, summed], [names[3]], name=names[3]),
              helper.make_node("Sigmoid", [names[3]], [names[4]], name=names[4] + "_sigmoid"),
              helper.make_node("Mul", [x, gate], [y], name=names[4] + "_gate")]
     for node in members:
         graph.node.remove(node)
     graph.node.extend(steps)
+
+
+def _gelu_x(members: List[onnx.NodeProto]) -> Tuple[Optional[str], onnx.NodeProto]:
+    """A GELU's x and the node its chain is named after: the input the Erf's scaling reads,
+    or the one the Pow cubes (the tanh form)."""
+    erf = next((n for n in members if n.op_type == "Erf"), None)
+    if erf is None:
+        cube = next(n for n in members if n.op_type == "Pow")
+        return cube.input[0], cube
+    scale = next((n for n in members if erf.input[0] in n.output), None)
+    return (None if scale is None else scale.input[0]), erf
 
 
 def _layer_norm(graph: onnx.GraphProto, node: onnx.NodeProto, cast_pair, opset: int) -> None:
