@@ -97,6 +97,7 @@ from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
 from mrvl_convert.frontend.norm_forms import rewrite_norms
+from mrvl_convert.frontend.norm_pools import pools_as_norm_means
 from mrvl_convert.frontend.norm_range import scale_norms
 from mrvl_convert.frontend.outer_sums import widen_outer_sums
 from mrvl_convert.frontend.output_shapes import check_output_shapes
@@ -192,6 +193,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    pools_as_norm_means(graph, _opset(loaded), forms)  # a 3-D norm GAP as ReduceMean (bound)
     if rewrite_norms(graph, _opset(loaded), forms):  # a norm's tf/BN spelling: LayerNorm form
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
