@@ -21,6 +21,9 @@ whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = 
   a Mul by a constant take it: multiplying by -1 flips the sign bit as Neg does, bit for bit for
   every value but a NaN, which stays a NaN (onnxruntime's Neg flips its sign bit, its Mul may
   not).
+- ``Gemm(A, B, C, beta=0)`` -> ``Gemm(A, B)`` (beta 1, no C; tf2onnx writes beta 0 for a Dense
+  without bias): ``0 * C`` adds nothing, so onnxruntime's result is the same bit for bit when
+  C is absent or a constant of finite values (a C with inf or NaN stays: ``0 * inf`` is NaN).
 
 A rewritten node keeps its name (the report finds it); a node merged into another is listed in
 ``merged`` with the name of the node that now computes it; a node a rewrite adds (the partial
@@ -304,8 +307,19 @@ def _neg(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: in
     done.rewritten[node.name] = "Neg became Mul by -1 (a sign flip either way)"
 
 
+def _gemm(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
+    if float(node.attrs.get("beta", 1.0)) != 0.0:
+        return
+    bias = present(node, 2)
+    if bias is not None and not (is_const(bias) and np.all(np.isfinite(const_value(bias)))):
+        return
+    _set_inputs(node, list(node.inputs[:2]))
+    node.attrs.pop("beta")
+    done.rewritten[node.name] = "a Gemm with beta=0 dropped its C input and beta"
+
+
 _Handler = Callable[[gs.Graph, gs.Node, Rewrites, Names, int], None]
 _HANDLERS: Dict[str, _Handler] = {
     "Sum": _sum, "Max": _max, "Clip": _clip, "Min": _min, "Sub": _sub, "Div": _div,
-    "Reshape": _reshape, "Neg": _neg,
+    "Reshape": _reshape, "Neg": _neg, "Gemm": _gemm,
 }
