@@ -3,12 +3,16 @@ beta, bit for bit on onnxruntime, so the int8 FC rule (which refuses a beta that
 its int32 bias) takes it."""
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
 import pytest
 
+import mrvl_convert
 from mrvl_convert.frontend.canonicalize import canonicalize
 from mrvl_convert.frontend.load import load_model
+from mrvl_convert.quantize import Quantization
 from support.models import Builder, canonicalized, run_ort
 
 
@@ -45,3 +49,16 @@ def test_a_c_with_inf_stays():
     _, gemm = gemm_of(model)
     assert len(gemm.inputs) == 3 and gemm.attrs["beta"] == 0.0
     assert_bit_equal(model)
+
+
+def test_an_int8_gemm_with_beta_zero_is_on_the_accelerator(tmp_path):
+    model = gemm_model(None)
+    rng = np.random.default_rng(1)
+    calibration = {"x": rng.standard_normal((48, 8)).astype(np.float32)}
+    result = mrvl_convert.convert(model, tmp_path / "o", quantize=Quantization(calibration))
+    nodes = json.loads((result.out_dir / "report.json").read_text())["nodes"]
+    gemm, = [n for n in nodes if n["op_type"] == "Gemm"]
+    assert (gemm["placement"], gemm["rule"]) == ("mrvl", "mrvl.qnn_fc_ni2no")
+    qdq = result.out_dir / result.manifest["quantization"]["file"]
+    feeds = [{"x": rng.standard_normal((3, 8)).astype(np.float32)} for _ in range(4)]
+    assert mrvl_convert.compare(qdq, result.out_dir, feeds).passed
