@@ -11,22 +11,26 @@ element in row-major order, the Transpose of ``x`` without its unit axes U by ``
 Requires: static shapes around the Transpose.
 Ensures: a Transpose of rank r >= 5 with a constant ``perm``, at least r - 4 unit axes in its
 input, whose input is written by a Reshape, Unsqueeze, Squeeze or Flatten it alone reads and
-whose output only such an op reads (neither a model output), has rank 4: the writer becomes a
-Reshape to the input without its last r - 4 unit axes, the Transpose keeps its name with the
+whose output only such an op reads (neither a model output; in an int8 model through the
+per-tensor QuantizeLinear / DequantizeLinear steps between them, each tensor read only by the
+next), has rank 4: the writer becomes a Reshape to the input without its last r - 4 unit axes,
+the steps between keep their values on that shape, the Transpose keeps its name with the
 reduced permutation, and the reader a Reshape of its output to the reader's own static shape
 (all three in ``rewritten``). Then ``rank5_detours.py``'s chains take what still reads rank 5
 before the writer. Exact: every op involved copies elements in an order the rewrite keeps
-(a Reshape is row-major; a unit axis's index is always 0); tests compare bit for bit on
+(a Reshape is row-major; a unit axis's index is always 0), and a per-tensor Q/DQ step is the
+same function of every element, so it commutes with them (``qdq_steps.py``); tests compare bit for bit on
 onnxruntime (``tests/frontend/test_rank5_transposes.py``).
 """
 from __future__ import annotations
 
-from typing import List, Optional, Sequence, Set
+from typing import List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, static_shape
+from mrvl_convert.core.qdq_grid import per_tensor_qdq
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 
 RESHAPES = frozenset({"Reshape", "Unsqueeze", "Squeeze", "Flatten"})
@@ -40,7 +44,7 @@ def squeeze_rank5_transposes(graph: gs.Graph, outputs: Set[str], names: Names,
     for node in list(graph.nodes):
         dropped = _dropped_axes(node, outputs)
         if dropped is not None:
-            _squeeze(node, dropped, names, done)
+            _squeeze(node, dropped, outputs, names, done)
             changed = True
     return changed
 
@@ -54,17 +58,40 @@ def _dropped_axes(node: gs.Node, outputs: Set[str]) -> Optional[List[int]]:
     if src is None or dst is None or perm is None or len(src) < 5:
         return None
     units = [a for a, n in enumerate(src) if n == 1]
-    if len(units) < len(src) - 4:
+    if len(units) < len(src) - 4 or only_reader(x, outputs) is not node:
         return None
-    writer = x.inputs[0] if len(x.inputs) == 1 else None
-    if writer is None or writer.op not in RESHAPES or only_reader(x, outputs) is not node:
+    writer, _ = _back(x, outputs)
+    reader, _ = _forward(y, outputs)
+    if writer is None or writer.op not in RESHAPES or static_shape(writer.inputs[0]) is None:
         return None
-    reader = only_reader(y, outputs)
     if reader is None or reader.op not in RESHAPES or static_shape(reader.outputs[0]) is None:
         return None
-    if static_shape(writer.inputs[0]) is None:
-        return None
     return units[len(units) - (len(src) - 4):]
+
+
+def _back(tensor: gs.Tensor, outputs: Set[str]) -> Tuple[Optional[gs.Node], List[gs.Tensor]]:
+    """The writer before ``tensor`` past per-tensor Q/DQ steps (an int8 model's pairs), each
+    tensor on the way read only by the next step; and those tensors, ``tensor`` first."""
+    passed = [tensor]
+    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    while node is not None and per_tensor_qdq(node):
+        source = node.inputs[0]
+        if only_reader(source, outputs) is not node or len(source.inputs) != 1:
+            return None, passed
+        passed.append(source)
+        node = source.inputs[0]
+    return node, passed
+
+
+def _forward(tensor: gs.Tensor,
+             outputs: Set[str]) -> Tuple[Optional[gs.Node], List[gs.Tensor]]:
+    """The one reader after ``tensor`` past per-tensor Q/DQ steps, and the tensors on the way
+    (``tensor`` first), each read only by the next."""
+    passed, node = [tensor], only_reader(tensor, outputs)
+    while node is not None and per_tensor_qdq(node):
+        passed.append(node.outputs[0])
+        node = only_reader(node.outputs[0], outputs)
+    return node, passed
 
 
 def only_reader(tensor: gs.Tensor, outputs: Set[str]) -> Optional[gs.Node]:
@@ -74,7 +101,8 @@ def only_reader(tensor: gs.Tensor, outputs: Set[str]) -> Optional[gs.Node]:
     return tensor.outputs[0]
 
 
-def _squeeze(node: gs.Node, dropped: List[int], names: Names, done: Rewrites) -> None:
+def _squeeze(node: gs.Node, dropped: List[int], outputs: Set[str], names: Names,
+             done: Rewrites) -> None:
     x, y = node.inputs[0], node.outputs[0]
     perm = [int(p) for p in attr(node, "perm")]
     src = static_shape(x)
@@ -82,13 +110,16 @@ def _squeeze(node: gs.Node, dropped: List[int], names: Names, done: Rewrites) ->
     reduced = [kept.index(p) for p in perm if p not in dropped]
     x_shape = [src[a] for a in kept]
     y_shape = [x_shape[p] for p in reduced]
-    writer, reader = x.inputs[0], y.outputs[0]
+    writer, before = _back(x, outputs)
+    reader, after = _forward(y, outputs)
     reader_shape = static_shape(reader.outputs[0])
     become_reshape(writer, writer.inputs[0], x_shape, names)
-    x.shape = x_shape
+    for tensor in before:  # a per-tensor step is the same function of every element
+        tensor.shape = x_shape
     node.attrs["perm"] = reduced
-    y.shape = y_shape
-    become_reshape(reader, y, reader_shape, names)
+    for tensor in after:
+        tensor.shape = y_shape
+    become_reshape(reader, after[-1], reader_shape, names)
     done.rewritten[node.name] = (f"a rank-{len(src)} Transpose {perm} moving unit axes "
                                  f"{dropped} became the rank-4 Transpose {reduced} of "
                                  f"{x_shape} (exact: a unit axis holds no data)")
