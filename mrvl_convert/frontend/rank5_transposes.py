@@ -60,7 +60,7 @@ def _dropped_axes(node: gs.Node, outputs: Set[str]) -> Optional[List[int]]:
     units = [a for a, n in enumerate(src) if n == 1]
     if len(units) < len(src) - 4 or only_reader(x, outputs) is not node:
         return None
-    writer, _ = _back(x, outputs)
+    writer, _ = steps_back(x, outputs)
     reader, _ = _forward(y, outputs)
     if writer is None or writer.op not in RESHAPES or static_shape(writer.inputs[0]) is None:
         return None
@@ -69,7 +69,7 @@ def _dropped_axes(node: gs.Node, outputs: Set[str]) -> Optional[List[int]]:
     return units[len(units) - (len(src) - 4):]
 
 
-def _back(tensor: gs.Tensor, outputs: Set[str]) -> Tuple[Optional[gs.Node], List[gs.Tensor]]:
+def steps_back(tensor: gs.Tensor, outputs: Set[str]) -> Tuple[Optional[gs.Node], List[gs.Tensor]]:
     """The writer before ``tensor`` past per-tensor Q/DQ steps (an int8 model's pairs), each
     tensor on the way read only by the next step; and those tensors, ``tensor`` first."""
     passed = [tensor]
@@ -110,7 +110,7 @@ def _squeeze(node: gs.Node, dropped: List[int], outputs: Set[str], names: Names,
     reduced = [kept.index(p) for p in perm if p not in dropped]
     x_shape = [src[a] for a in kept]
     y_shape = [x_shape[p] for p in reduced]
-    writer, before = _back(x, outputs)
+    writer, before = steps_back(x, outputs)
     reader, after = _forward(y, outputs)
     reader_shape = static_shape(reader.outputs[0])
     become_reshape(writer, writer.inputs[0], x_shape, names)
