@@ -42,7 +42,8 @@ Conv (``unit_broadcast.py``, exact but for the sign of a zero product), and a Pa
 absorbs Slice, Conv, Add or MatMul layers (``pad_forms.py``: exact for finite inputs but for
 the sign of a zero); a Div by a Sqrt or a Pow by +-0.5 made Reciprocal(Sqrt) and a Mul
 (``rsqrt_forms.py``: its bound stated there), a norm statistic's GlobalAveragePool of a 3-D
-tensor a ReduceMean over its last axis (``norm_pools.py``: its bound stated there); sliding windows of frames read by an FC as a
+tensor a ReduceMean over its last axis (``norm_pools.py``: its bound stated there); sliding
+windows of frames read by an FC as a
 Conv (``window_conv.py``) and a batchless tensor's frames on ``[1, T, ...]``
 (``sequence_lift.py``, ``sequence_forms.py``: their sums within the bounds stated there);
 TensorFlow's atrous Conv, SpaceToBatch -> Conv -> BatchToSpace in any spelling of the data
