@@ -13,10 +13,10 @@ Ensures: a Transpose of rank r >= 5 with a constant ``perm``, at least r - 4 uni
 input, whose input is written by a Reshape, Unsqueeze, Squeeze or Flatten it alone reads and
 whose output only such an op reads (neither a model output; in an int8 model through the
 per-tensor QuantizeLinear / DequantizeLinear steps between them, each tensor read only by the
-next), has rank 4: the writer becomes a Reshape to the input without its last r - 4 unit axes,
-the steps between keep their values on that shape, the Transpose keeps its name with the
-reduced permutation, and the reader a Reshape of its output to the reader's own static shape
-(all three in ``rewritten``). Then ``rank5_detours.py``'s chains take what still reads rank 5
+next), has rank 4: the writer becomes a Reshape to the Transpose's input without its last
+r - 4 unit axes, the steps between keep their values on that shape, the Transpose keeps its
+name with the reduced permutation, and the reader a Reshape of its output to the reader's own
+static shape (all three in ``rewritten``). Then ``rank5_detours.py``'s chains take what still reads rank 5
 before the writer. Exact: every op involved copies elements in an order the rewrite keeps
 (a Reshape is row-major; a unit axis's index is always 0), and a per-tensor Q/DQ step is the
 same function of every element, so it commutes with them (``qdq_steps.py``); tests compare
