@@ -17,10 +17,10 @@ next), has rank 4: the writer becomes a Reshape to the Transpose's input without
 r - 4 unit axes, the steps between keep their values on that shape, the Transpose keeps its
 name with the reduced permutation, and the reader a Reshape of its output to the reader's own
 static shape (all three in ``rewritten``). Then ``rank5_detours.py``'s chains take what still
-reads rank 5 before the writer. Exact: every op involved copies elements in an order the rewrite keeps
-(a Reshape is row-major; a unit axis's index is always 0), and a per-tensor Q/DQ step is the
-same function of every element, so it commutes with them (``qdq_steps.py``); tests compare
-bit for bit on onnxruntime (``tests/frontend/test_rank5_transposes.py``).
+reads rank 5 before the writer. Exact: every op involved copies elements in an order the
+rewrite keeps (a Reshape is row-major; a unit axis's index is always 0), and a per-tensor Q/DQ
+step is the same function of every element, so it commutes with them (``qdq_steps.py``); tests
+compare bit for bit on onnxruntime (``tests/frontend/test_rank5_transposes.py``).
 """
 from __future__ import annotations
 
