@@ -39,14 +39,14 @@ from mrvl_convert.errors import MrvlConvertError, OptionError
 from mrvl_convert.frontend.foreign_kept import kept_reference
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.tune.keep_fp32_result import (PATIENCE, KeepFp32Result, helps, undone_reason,
+                                                worst_error)
+from mrvl_convert.tune.keep_fp32_result import verify_figures as _figures
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
 from mrvl_convert.verify.norm_scales import norm_scales
 from mrvl_convert.verify.reference import random_feeds
-from mrvl_convert.tune.keep_fp32_result import (PATIENCE, KeepFp32Result, error, helps,
-                                                undone_reason)
-from mrvl_convert.tune.keep_fp32_result import verify_figures as _figures
 from mrvl_convert.verify.report import Comparison, floor_excess
 from mrvl_convert.verify.tolerances import Tolerances
 
@@ -121,7 +121,7 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
             verify, judge = verify.split(first)
         check = verify.run(model, first)
         result = KeepFp32Result(Path(model).name, list(kept), _figures(check), _figures(check),
-                                error=error(check))
+                                error=worst_error(check))
         if AUTO in names and not check.passed:
             result.analysis = analyze_fp16(judged_against(model, first), first, verify.inputs)
             result.overflow = list(check.overflow_nodes)
@@ -200,7 +200,7 @@ def _scale_norms(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
     check = verify.run(model, artifact)
     result.norm_scales, result.scaled = scales, artifact
     result.after, result.overflow = _figures(check), list(check.overflow_nodes)
-    result.error = error(check)
+    result.error = worst_error(check)
     result.rounds.append({"layer": "(norm range)", "layer_name": "norms scaled by 2**-k",
                           "nodes": sorted(scales), "why": _SCALED, "verify": result.after})
     if check.passed:
@@ -224,7 +224,7 @@ def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
     if result.kept:
         last = tmp / "named"
         check, result.cost = _measure(model, base, verify, last, result.kept)
-        result.after, result.error = _figures(check), error(check)
+        result.after, result.error = _figures(check), worst_error(check)
         if check.passed:
             return last
     undone = 0
@@ -247,11 +247,12 @@ def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
             entry["refused"] = str(exc)
             continue
         entry.update(verify=_figures(check), cost=cost)
-        if not (check.passed or helps(result.error, error(check))):
-            entry["undone"], undone = undone_reason(result.error, error(check)), undone + 1
+        now = worst_error(check)
+        if not (check.passed or helps(result.error, now)):
+            entry["undone"], undone = undone_reason(result.error, now), undone + 1
             continue
         result.kept, result.cost, result.after = result.kept + added, cost, entry["verify"]
-        last, result.error, undone = artifact, error(check), 0
+        last, result.error, undone = artifact, now, 0
         if check.passed:
             return last
     return last

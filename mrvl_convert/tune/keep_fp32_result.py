@@ -121,7 +121,7 @@ def _round_text(entry: Dict[str, Any]) -> str:
             f"{100 * cost.get('mac_share_moved', 0.0):.1f}% of the MACs)")
 
 
-def error(check: Comparison) -> float:
+def worst_error(check: Comparison) -> float:
     """The criterion (module docstring): the worst output's max_rel over its tolerance's
     max_rel (its max_rel alone where that bound is 0); inf when not finite or not compared."""
     ratios = [_ratio(r.max_rel, (r.tolerance or {}).get("max_rel"))
