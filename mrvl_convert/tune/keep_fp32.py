@@ -248,7 +248,7 @@ def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
             continue
         entry.update(verify=_figures(check), cost=cost)
         now = worst_error(check)
-        if not (check.passed or helps(result.error, now)):
+        if not (check.passed or getattr(row, "needed", False) or helps(result.error, now)):
             entry["undone"], undone = undone_reason(result.error, now), undone + 1
             continue
         result.kept, result.cost, result.after = result.kept + added, cost, entry["verify"]
@@ -274,6 +274,10 @@ class _Overflowing:
     layer: str = "(overflow)"
     layer_name: str = "the model's own fp16 overflow"
     why: str = "their float32 values exceed fp16's largest, 65504 (verify/fp16_overflow.py)"
+    # Never undone: fp16 cannot hold their values, so no conversion that passes computes them
+    # in fp16; their readers may still overflow on the way back (the outputs stay inf until a
+    # later round keeps them: magika's head after its dense_2).
+    needed: bool = True
 
 
 def _measure(model: PathLike, base: ConvertOptions, verify: VerifySettings,

@@ -12,6 +12,9 @@ samples that choose (never on the held-out ones, which judge the choice):
   scaled, or no node kept); else it is undone: its nodes go back to fp16, its figures and
   what it would have cost are recorded (``undone``), and the search goes on with the next
   candidate;
+- the round keeping the model's own fp16 overflow (``verify/fp16_overflow.py``) is never
+  undone: fp16 cannot hold those values, so no passing conversion computes them in fp16, and
+  the outputs may stay inf until a later round keeps a reader (magika's head);
 - the search stops after ``PATIENCE`` rounds in a row undone (the candidates come worst
   first: the later ones cost the outputs less still), as it stops at ``max_rounds``.
 

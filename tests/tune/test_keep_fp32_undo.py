@@ -130,3 +130,42 @@ def test_rounds_undone_in_a_row_stop_the_search(tmp_path):
     (math.inf, 50.0, True), (math.inf, math.inf, False), (2.0, math.inf, False)])
 def test_the_criterion(before, after, kept):
     assert helps(before, after) is kept
+
+
+def overflowing_pool() -> onnx.ModelProto:
+    """x[1,8,16] -> mm_big (weights 500..1000: values past fp16's 65504) -> relu -> pool
+    (ReduceMax over the 8 rows) -> mm_head (weights 1e-3: back in range) -> y. Keeping the
+    overflowing nodes leaves the head reading inf (the pool's value crosses to the accelerator
+    as fp16), so the outputs stay inf until the next round keeps the head: magika's dense_2,
+    GELU and global max pool, then its target_label."""
+    rng = np.random.default_rng(0)
+    inits = {"w_big": rng.uniform(500, 1000, (16, 16)),
+             "w_head": rng.uniform(-1, 1, (16, 4)) * 1e-3}
+    nodes = [helper.make_node("MatMul", ["x", "w_big"], ["h"], name="mm_big"),
+             helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("ReduceMax", ["r"], ["m"], name="pool", axes=[1], keepdims=0),
+             helper.make_node("MatMul", ["m", "w_head"], ["y"], name="mm_head")]
+    graph = helper.make_graph(
+        nodes, "overflowing_pool",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 8, 16])],
+        [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])],
+        [numpy_helper.from_array(v.astype(np.float32), k) for k, v in inits.items()])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)],
+                             ir_version=10)
+
+
+def test_the_overflow_round_is_kept_though_the_outputs_stay_inf(tmp_path):
+    """fp16 cannot hold the overflowing values, so their round is never undone (its error
+    inf -> inf says nothing); the head's round then passes, as on main."""
+    from mrvl_convert.tune.keep_fp32 import VerifySettings
+
+    model = saved(tmp_path, overflowing_pool())
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.uniform(0, 10, (1, 8, 16)).astype(np.float32)} for _ in range(8)]
+    result = convert_keep_fp32(model, tmp_path / "art", "auto",
+                               verify=VerifySettings(inputs=feeds))
+    first, second = result.rounds
+    assert first["layer"] == "(overflow)" and first["verify"]["max_rel"] is None
+    assert "undone" not in first and "undone" not in second
+    assert result.kept == ["mm_big", "relu", "pool", "mm_head"]
+    assert result.after["passed"] and result.held_out["after"]["passed"]
