@@ -11,8 +11,7 @@ import pytest
 import mrvl_convert
 from mrvl_convert.verify.compare import compare
 from support.models import Builder, canonicalized, run_ort
-from support.strategies.stackreduce import stack_reduce_from_spec, stacked_operands
-from system.test_fuzz_stackreduce import bound
+from support.strategies.stackreduce import bound, stack_reduce_from_spec, stacked_operands
 
 
 def _branches(opset: int = 18, reader: bool = False):

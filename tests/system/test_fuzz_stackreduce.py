@@ -14,20 +14,10 @@ from hypothesis import given, settings
 
 import mrvl_convert
 from support.models import canonicalized, run_ort
-from support.strategies.stackreduce import REDUCTIONS, stack_reduce_models, stacked_operands
+from support.strategies.stackreduce import (REDUCTIONS, bound, stack_reduce_models,
+                                            stacked_operands)
 
 pytestmark = pytest.mark.system
-
-_U = 2.0 ** -24  # float32's unit roundoff
-
-
-def bound(op: str, stacked: np.ndarray, axis: int, keepdims: int) -> np.ndarray:
-    """The module's bound on |after - before| per output element (0: bit-equal)."""
-    n = stacked.shape[axis]
-    magnitude = np.abs(stacked.astype(np.float64)).sum(axis=axis, keepdims=bool(keepdims))
-    factor = {"ReduceMax": 0.0, "ReduceMin": 0.0, "ReduceSum": 2.0 * (n - 1),
-              "ReduceMean": 2.0 * (n + 1) / n}[op]
-    return factor * _U * magnitude
 
 
 @settings(max_examples=max(10, settings.default.max_examples // 2), deadline=None)

@@ -22,6 +22,17 @@ from support.strategies.generated import GeneratedModel
 
 REDUCTIONS = ("ReduceMax", "ReduceMin", "ReduceSum", "ReduceMean")
 
+_U = 2.0 ** -24  # float32's unit roundoff
+
+
+def bound(op: str, stacked: np.ndarray, axis: int, keepdims: int) -> np.ndarray:
+    """The module's bound on |after - before| per output element (0: bit-equal)."""
+    n = stacked.shape[axis]
+    magnitude = np.abs(stacked.astype(np.float64)).sum(axis=axis, keepdims=bool(keepdims))
+    factor = {"ReduceMax": 0.0, "ReduceMin": 0.0, "ReduceSum": 2.0 * (n - 1),
+              "ReduceMean": 2.0 * (n + 1) / n}[op]
+    return factor * _U * magnitude
+
 
 class StackReduceModel(GeneratedModel):
     rebuilt_by = "stack_reduce_from_spec"
