@@ -12,8 +12,8 @@ axis (axes as attribute or input, negative or not; opsets 11 to 18), keeps its n
 the last node of a left-to-right chain of binary ``Max`` / ``Min`` / ``Add`` (``rewritten``; the
 other nodes of the chain ``derived`` from it), a ``Mul`` by ``1/n`` after it for a mean. Without
 ``keepdims`` the chain reads the inputs of the ``Unsqueeze``s where every operand is one on that
-axis, else a ``Reshape`` (``derived``) drops the axis. The Concat and Unsqueezes stay only for
-other readers.
+axis, else a ``Reshape`` (``derived``) drops the axis. The Concat, and the Unsqueezes read by it
+alone, are ``merged`` into the reduction (the Unsqueezes stay for other readers).
 
 Bound: Max and Min are exact (each selects one of its operands; a NaN operand gives NaN as the
 reduction does). A sum is reordered: with u the unit roundoff of the type and S = sum |x_i|,
@@ -101,11 +101,21 @@ def _rewrite(graph: gs.Graph, node: gs.Node, operands: List[gs.Tensor], done: Re
     for k, (step, tensor) in enumerate(steps[:-1], start=1):
         acc = _binary(graph, step, acc, tensor, f"{node.name}_{step.lower()}{k}", node, done,
                       names)
+    _merge_stack(producer(node.inputs[0]), node, sources is not None, done)
     node.op = steps[-1][0]
     node.attrs.clear()
     node.inputs.clear()
     node.inputs.extend([acc, steps[-1][1]])
     done.rewritten[node.name] = what
+
+
+def _merge_stack(concat: gs.Node, node: gs.Node, unstacked: bool, done: Rewrites) -> None:
+    """The Concat (and the Unsqueezes the chain reads past, where nothing else reads them):
+    what they did is done by ``node`` now."""
+    done.merged[concat.name] = node.name
+    for tensor in concat.inputs if unstacked else []:
+        if len(tensor.outputs) == 1:
+            done.merged[producer(tensor).name] = node.name
 
 
 def _binary(graph: gs.Graph, op: str, a: gs.Tensor, b: gs.Tensor, base: str, node: gs.Node,

@@ -52,6 +52,7 @@ def test_attacuts_stacked_max_is_bit_equal_and_reads_the_branches():
     names = {n.name for n in canonical.graph.nodes}
     assert not names & {"stack", "unsqueeze0", "unsqueeze1", "unsqueeze2"}, names
     assert next(n for n in canonical.graph.nodes if n.name == "max").op == "Max"
+    assert {canonical.merged[n] for n in ("stack", "unsqueeze0", "unsqueeze2")} == {"max"}
     [want] = run_ort(model, {"x": _x()}, optimize=False).values()
     [got] = run_ort(proto, {"x": _x()}, optimize=False).values()
     assert got.shape == want.shape and np.array_equal(got, want)
