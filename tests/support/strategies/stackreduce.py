@@ -92,8 +92,8 @@ def stack_reduce_from_spec(spec: dict) -> StackReduceModel:
     nodes.append(_with_axes(spec["op"], ["stacked"], "reduced", "reduce", _axis(spec, 2),
                             opset, inits, keepdims=spec["keepdims"]))
     out = stacked if spec["keepdims"] else shape
-    graph = helper.make_graph(nodes, "stack_reduce", inputs,
-                              [helper.make_tensor_value_info("reduced", TensorProto.FLOAT, out)], inits)
+    output = helper.make_tensor_value_info("reduced", TensorProto.FLOAT, out)
+    graph = helper.make_graph(nodes, "stack_reduce", inputs, [output], inits)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               ir_version=8)
     feeds = {i.name: rng.standard_normal([d.dim_value for d in i.type.tensor_type.shape.dim])
