@@ -7,19 +7,21 @@ is elementwise (``layers/_minmax.py`` lowers each Max).
 
 Requires: a graph whose activations' shapes are static.
 Ensures: every ``Reduce{Max,Min,Sum,Mean}`` of floats whose input is a ``Concat`` of n >= 2
-tensors (read by nothing else) each of size 1 on the concatenated axis, reducing exactly that
-axis (axes as attribute or input, negative or not; opsets 11 to 18), keeps its name and becomes
-the last node of a left-to-right chain of binary ``Max`` / ``Min`` / ``Add`` (``rewritten``; the
-other nodes of the chain ``derived`` from it), a ``Mul`` by ``1/n`` after it for a mean. Without
-``keepdims`` the chain reads the inputs of the ``Unsqueeze``s where every operand is one on that
-axis, else a ``Reshape`` (``derived``) drops the axis. The Concat, and the Unsqueezes read by it
-alone, are ``merged`` into the reduction (the Unsqueezes stay for other readers).
+tensors of one shape (the Concat read by nothing else) each of size 1 on the concatenated axis,
+reducing exactly that axis (axes as attribute or input, negative or not; opsets 11 to 18),
+keeps its name and becomes the last node of: a left-to-right chain of n - 1 binary ``Max`` /
+``Min`` / ``Add`` of the tensors, then for a mean a ``Mul`` by ``1/n``, then without
+``keepdims`` a ``Reshape`` dropping the axis (``rewritten``; the nodes before it new, each
+``derived`` from it). Without ``keepdims``, where every tensor is an ``Unsqueeze`` on that axis
+the chain reads their inputs instead and needs no Reshape. The Concat, and the Unsqueezes read
+by it alone, are ``merged`` into the reduction.
 
-Bound: Max and Min are exact (each selects one of its operands; a NaN operand gives NaN as the
-reduction does). A sum is reordered: with u the unit roundoff of the type and S = sum |x_i|,
-onnxruntime's order and the chain's each lie within (n - 1) u S of the exact sum, so they differ
-by at most 2 (n - 1) u S. A mean adds the rounding of ``1/n`` and of the product (2 u of the
-result): |after - before| <= 2 (n + 1) u S / n.
+Bound: Max and Min are exact on inputs without a NaN (each selects one of its operands; where
+one holds a NaN the two may differ, as ``global_max.py`` says of its pool). A sum is reordered:
+with u the unit roundoff of the type and S = sum |x_i|, onnxruntime's order and the chain's
+each lie within (n - 1) u S of the exact sum, so they differ by at most 2 (n - 1) u S. A mean
+adds the rounding of ``1/n`` and of the product and the reduction's own final rounding (3 u of
+|mean| <= S / n): |after - before| <= 2 (n + 1) u S / n, to first order in u.
 """
 from __future__ import annotations
 
