@@ -113,6 +113,7 @@ from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.shape_failures import after_failures, declared_dims
 from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
 from mrvl_convert.frontend.space_to_batch import rewrite_space_to_batch
+from mrvl_convert.frontend.stack_reductions import rewrite_stack_reductions
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.unit_swap import unswap_unit_batches
@@ -204,6 +205,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
         unswap_unit_batches(graph, forms)  # what followed it in [C, 1, H, W] on [1, C, H, W]
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    if rewrite_stack_reductions(graph, forms):  # a stack's Max/Sum/Mean: elementwise (its bound)
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
