@@ -65,7 +65,7 @@ from mrvl_convert.verify.reference import (ORIGINAL, check_model_inputs, element
                                            zero_one_inputs, zero_one_note)
 from mrvl_convert.verify.report import Comparison, Row
 from mrvl_convert.verify.tolerances import Tolerance, Tolerances
-from mrvl_convert.verify.vocabulary import input_kinds
+from mrvl_convert.frontend.vocabulary import input_kinds
 
 _OVERFLOW_NOTE = "hybrid value holds inf/NaN (fp16 overflow)"
 MISSING_NOTE = "not a tensor of the reference model: not compared"
