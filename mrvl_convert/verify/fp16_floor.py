@@ -6,8 +6,10 @@ the verdict's own reference (the model, or an int8 artifact's QDQ model) with ev
 tensor rounded to fp16 where a node reads or writes it: each node's float inputs, weights and
 results (``floor_model``; QuantizeLinear/DequantizeLinear and Cast left alone: their results
 are rounded where a node reads them), a Conv and its BatchNormalization first folded into one
-Conv as the device computes them (``floor_folds.py``) and an additive attention mask's
-finfo.min constant clamped to -32752 as the converter computes it (``floor_masks.py``),
+Conv as the device computes them (``floor_folds.py``), an additive attention mask's
+finfo.min constant clamped to -32752 as the converter computes it (``floor_masks.py``) and
+each two-input Max/Min as the device's lowering computes it, its gap rounded
+(``floor_minmax.py``),
 run by onnxruntime on the same inputs; shapes, indices and integers are never rounded
 (``value_tensors.py``). Its error against the reference, per output, is what an fp16 device
 costs that model whatever the converter does; a sum order or an fp16 accumulator may cost a
@@ -33,6 +35,7 @@ from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.floor_folds import fold_conv_batchnorms
 from mrvl_convert.verify.floor_masks import clamp_floor_masks
+from mrvl_convert.verify.floor_minmax import lower_minmax
 from mrvl_convert.verify.kept_fp16 import topologically_sorted
 from mrvl_convert.verify.metrics import Worst
 from mrvl_convert.verify.reference import (load_model, reference_session, rewrite_label,
@@ -60,7 +63,8 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
     float tensor a node reads goes through one Cast pair (made once, shared by its readers),
     each float weight is read as a rounded copy, each of ``outputs`` (default: the model's)
     is rounded; each Conv -> BatchNormalization pair first folded (``floor_folds.py``), each
-    additive mask's constant clamped (``floor_masks.py``). Linear
+    additive mask's constant clamped (``floor_masks.py``), each two-input Max/Min
+    lowered (``floor_minmax.py``). Linear
     in the model's size (one pass over the nodes)."""
     copy = load_model(proto)
     fold_conv_batchnorms(copy)
@@ -81,6 +85,7 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
         if name not in protected:
             _round_output(graph, name, added)
     graph.node.extend(added)
+    lower_minmax(copy, protected)  # the device has no Max/Min layer: its gap rounds too
     topologically_sorted(copy)
     return copy
 
