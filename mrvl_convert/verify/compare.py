@@ -239,6 +239,8 @@ def _set_floor(rows: List[Row], floor: Optional[Floor]) -> None:
         worst = None if floor is None else floor.outputs.get(row.tensor)
         if worst is not None and worst.samples:
             row.floor_max_abs, row.floor_max_rel = worst.max_abs, worst.max_rel
+            if row.tolerance is not None:  # judged sample by sample, as the row itself
+                row.floor_passes = worst.within(Tolerance(**row.tolerance))
 
 
 def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:
