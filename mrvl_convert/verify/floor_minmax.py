@@ -14,9 +14,9 @@ onnxruntime within 4e-7.
 Each two-input float Max or Min of the floor is therefore computed as the lowering writes it,
 with the int8 reference's own steps (``kept_fp16.minmax_steps``, the same operand choice
 ``full_operand``). A Max/Min of more operands, or one whose result is never rounded (integers,
-shapes), is left as it is. A Max that stays on CPU in the artifact costs nothing there; the
-floor, which knows no partition, charges it the device's lowering (a floor that high only
-where the model has such Max/Min on CPU).
+shapes), is left as it is, and so is one the artifact runs on CPU (onnxruntime's Max there
+is exact) when the artifact is known (``verify.compare``: ``device_nodes``); without it (the
+corpus's floor of a model) every one is lowered.
 
 - requires: the floor's copy after its rounding pass (each input of a Max/Min its rounded
   name), and ``protected``: the tensors never rounded;
@@ -25,19 +25,30 @@ where the model has such Max/Min on CPU).
 """
 from __future__ import annotations
 
-from typing import AbstractSet
+from typing import AbstractSet, Optional, Set
 
 import onnx
 
+from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.kept_fp16 import full_operand, minmax_steps
 from mrvl_convert.verify.kept_graph import WorkingGraph
 
 
-def lower_minmax(proto: onnx.ModelProto, protected: AbstractSet[str]) -> int:
+def device_nodes(session: HybridSession) -> Set[str]:
+    """The ONNX nodes the artifact's Mrvl layers compute (their source nodes)."""
+    return {name for stage in session.stages if stage.kind == "mrvl"
+            for step in stage.runner.steps for name in step.spec.source_nodes}
+
+
+def lower_minmax(proto: onnx.ModelProto, protected: AbstractSet[str],
+                 on_device: Optional[AbstractSet[str]] = None) -> int:
     """Each two-input Max/Min of ``proto`` whose result is rounded, as the device lowers it
-    (module docstring), in place; how many were lowered."""
+    (module docstring), in place; how many were lowered. ``on_device``: the nodes the
+    artifact runs on Mrvl (``device_nodes``; its nodes named as the converter names them):
+    only those are lowered; None: every one (no artifact known)."""
     found = [n for n in proto.graph.node if n.op_type in ("Max", "Min")
-             and len(n.input) == 2 and n.output[0] not in protected]
+             and len(n.input) == 2 and n.output[0] not in protected
+             and (on_device is None or n.name in on_device)]
     if not found:
         return 0
     graph = WorkingGraph(proto.graph)

@@ -24,13 +24,14 @@ converter defect.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import AbstractSet, Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.floor_folds import fold_conv_batchnorms
@@ -57,16 +58,18 @@ class Floor:
     note: str = ""  # why it was not measured ('' when it was)
 
 
-def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
-                ) -> onnx.ModelProto:
+def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None,
+                on_device: Optional[AbstractSet[str]] = None) -> onnx.ModelProto:
     """A copy of ``proto`` with every float tensor rounded to fp16 (module docstring): each
     float tensor a node reads goes through one Cast pair (made once, shared by its readers),
     each float weight is read as a rounded copy, each of ``outputs`` (default: the model's)
     is rounded; each Conv -> BatchNormalization pair first folded (``floor_folds.py``), each
     additive mask's constant clamped (``floor_masks.py``), each two-input Max/Min
-    lowered (``floor_minmax.py``). Linear
+    lowered (``floor_minmax.py``; only those in ``on_device``, the nodes the artifact runs
+    on Mrvl, when given). Linear
     in the model's size (one pass over the nodes)."""
     copy = load_model(proto)
+    name_nodes(copy)  # an unnamed node has the name the converter gave it (on_device's)
     fold_conv_batchnorms(copy)
     graph = copy.graph
     names = [o.name for o in graph.output] if outputs is None else outputs
@@ -85,7 +88,7 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
         if name not in protected:
             _round_output(graph, name, added)
     graph.node.extend(added)
-    lower_minmax(copy, protected)  # the device has no Max/Min layer: its gap rounds too
+    lower_minmax(copy, protected, on_device)  # the device has no Max/Min layer: its gap rounds too
     topologically_sorted(copy)
     return copy
 
@@ -132,11 +135,12 @@ def _pair(source: str, target: str) -> List[onnx.NodeProto]:
 
 def fp16_floor(proto: onnx.ModelProto, label: str, outputs: Sequence[str],
                feeds: Sequence[Dict[str, np.ndarray]], want: Dict[str, List[np.ndarray]],
-               log_severity: int = 3) -> Floor:
-    """The floor of ``outputs`` (their reference values ``want``, one per feed)."""
+               log_severity: int = 3, on_device: Optional[AbstractSet[str]] = None) -> Floor:
+    """The floor of ``outputs`` (their reference values ``want``, one per feed);
+    ``on_device``: as ``floor_model``'s."""
     what = rewrite_label(label, "every float tensor rounded to fp16: the fp16 floor")
     try:
-        rounded = floor_model(proto, outputs)
+        rounded = floor_model(proto, outputs, on_device)
         session = reference_session(rounded, [TensorSpec(n, (), "float32") for n in outputs],
                                     log_severity, what)
         floor = Floor({name: Worst() for name in outputs})
