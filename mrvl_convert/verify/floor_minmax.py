@@ -51,9 +51,13 @@ def lower_minmax(proto: onnx.ModelProto, protected: AbstractSet[str],
              and (on_device is None or n.name in on_device)]
     if not found:
         return 0
+    # the operand of the output's shape, as the lowering picks it, needs every shape: a model
+    # as given need not carry value infos of its intermediate tensors
+    shaped = onnx.shape_inference.infer_shapes(proto)
     graph = WorkingGraph(proto.graph)
     for node in found:
+        full = full_operand(shaped, node)
         node.name = node.name or node.output[0]  # the steps are named from it: unique
-        minmax_steps(graph, node, full_operand(proto, node))
+        minmax_steps(graph, node, full)
     graph.commit()
     return len(found)

@@ -88,8 +88,10 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None,
         if name not in protected:
             _round_output(graph, name, added)
     graph.node.extend(added)
-    lower_minmax(copy, protected, on_device)  # the device has no Max/Min layer: its gap rounds too
     topologically_sorted(copy)
+    # after the sort: the lowering's operand choice infers shapes, which needs the order
+    if lower_minmax(copy, protected, on_device):  # no Max/Min layer: the gap rounds too
+        topologically_sorted(copy)
     return copy
 
 

@@ -369,7 +369,7 @@ def full_operand(proto: onnx.ModelProto, node: onnx.NodeProto) -> int:
     """Which input of a two-input Max/Min has the output's shape, as ``layers/_minmax.py``
     chooses it: 0 unless the model's value infos say input 0 broadcasts."""
     dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-            for v in list(proto.graph.value_info) + list(proto.graph.input)
+            for v in [*proto.graph.value_info, *proto.graph.input, *proto.graph.output]
             if v.name in (node.input[0], node.output[0])}
     first, out = dims.get(node.input[0]), dims.get(node.output[0])
     return 1 if first is not None and out is not None and first != out else 0
