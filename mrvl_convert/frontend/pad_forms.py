@@ -69,6 +69,7 @@ from mrvl_convert.frontend.pad_sinking import (fold_into_maxpool, full_pads, set
 
 _VIEW_AXES = {2: [2, 3], 3: [2], 4: []}  # Unsqueeze axes giving a rank's [N, C, H, W] view
 _FP16_MAX = float(np.finfo(np.float16).max)  # a constant layer operand beyond it is refused
+MAX_SELECTION = 1 << 20  # elements of one selection matrix (4 MiB float32); pad_strips.py above
 
 
 @dataclass(frozen=True)
@@ -147,8 +148,22 @@ def pad_plan(node: gs.Node, opset: int) -> Union[PadPlan, str]:
     if mode == "reflect" and any(max(b, e) > n - 1 for n, b, e in zip(cropped, begin, end)):
         return f"a reflect pad longer than its axis less one ({pads} on {src}), which " \
                f"onnxruntime refuses"
-    return PadPlan(mode, float(value or 0.0), len(src), tuple(view), crop,
+    plan = PadPlan(mode, float(value or 0.0), len(src), tuple(view), crop,
                    tuple((max(0, b), max(0, e)) for b, e in zip(begin, end)))
+    if opset < 10 and needs_strips(plan):
+        return f"a pad of a long axis ({pads} on {src}) is formed from Slices of its edge " \
+               f"strips (pad_strips.py), and opset {opset}'s Slice takes no constant inputs"
+    return plan
+
+
+def needs_strips(plan: PadPlan) -> bool:
+    """True when a selection matrix of this module's forms for ``plan`` would hold more than
+    ``MAX_SELECTION`` elements: ``pad_strips.py`` computes such a Pad instead."""
+    if plan.mode not in ("reflect", "edge"):
+        return False
+    sizes = [n - sum(c) for n, c in zip(plan.view, plan.crop)]
+    return any(sizes[a] * (sizes[a] + b + e) > MAX_SELECTION
+               for a, (b, e) in enumerate(plan.pads) if a and (b or e))
 
 
 def _issue(mode: str, src: List[int], pads: Optional[List[int]], value: Optional[float],
@@ -281,8 +296,14 @@ def _axes_step(op: str, tag: str, axes: List[int], opset: int, const: _Constants
 def _rewrite(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites, names: Names,
              opset: int) -> None:
     """Replace ``node`` by its steps: the node becomes the first, the others are added."""
-    steps = pad_steps(plan, opset, _Constants(names, node.name), static_shape(node.outputs[0]))
-    what = replace_with_steps(graph, node, steps, done, names)
+    # Imported here: pad_strips builds on this module's plan and selections.
+    from mrvl_convert.frontend.pad_strips import rewrite_strips
+    if needs_strips(plan):
+        what = rewrite_strips(graph, node, plan, done, names, opset)
+    else:
+        steps = pad_steps(plan, opset, _Constants(names, node.name),
+                          static_shape(node.outputs[0]))
+        what = replace_with_steps(graph, node, steps, done, names)
     earlier = done.rewritten.get(node.name)
     done.rewritten[node.name] = (f"{earlier}; then " if earlier else "") + (
         f"{plan.mode} Pad{'' if plan.mode != 'constant' else f' of {plan.value:g}'} became "

@@ -1,0 +1,86 @@
+"""A reflect/edge Pad of a long axis as edge strips (frontend/pad_strips.py): bit-equal to the
+Pad on onnxruntime, and no constant of the canonical graph grows with the axis (main wrote a
+``[n, n + b + e]`` selection matrix: basic-pitch's 43844-sample reflect pad, 7.2 GiB)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx_graphsurgeon as gs
+import pytest
+
+from mrvl_convert import HybridSession, convert
+from mrvl_convert.frontend.pad_forms import MAX_SELECTION
+from support.backend_cases import assert_fp16_close
+from support.models import Builder, canonicalized, run_ort
+
+
+def _long_pad(shape, pads, mode, *, crop_first=False, opset=13):
+    """x -> Relu -> Pad (reflect/edge) -> Relu: the Pad reads and feeds activations."""
+    b = Builder(seed=0, opset=opset)
+    x = b.op("Relu", [b.input("x", shape)])
+    y = b.op("Pad", [x, b.const(np.array(pads, np.int64))], name="pad", mode=mode)
+    return b.model([b.op("Relu", [y])])
+
+
+def _feed(shape, seed=3):
+    rng = np.random.default_rng(seed)
+    return {"x": (rng.standard_normal(shape) * 10.0 ** rng.integers(-2, 3, shape))
+            .astype(np.float32)}
+
+
+def _largest_constant(graph: gs.Graph) -> int:
+    return max((t.values.size for t in graph.tensors().values()
+                if isinstance(t, gs.Constant)), default=0)
+
+
+CASES = [
+    # shape, pads, mode: each pads an axis whose pad_forms matrix exceeds MAX_SELECTION
+    ([1, 2, 1200], [0, 0, 128, 0, 0, 128], "reflect"),      # basic-pitch's CQT form, W
+    ([1, 2, 1200], [0, 0, 5, 0, 0, 0], "edge"),             # begin only
+    ([1, 2, 1100, 3], [0, 0, 7, 1, 0, 0, 2, 0], "reflect"),  # H long (Transposes), W short
+    ([1, 1100, 4], [0, 3, 0, 0, 2, 0], "reflect"),          # the channel axis (Concat)
+    ([1, 2, 1300], [0, 0, -40, 0, 0, 9], "edge"),           # cropped, then padded
+    ([1, 1100], [0, 3, 0, 2], "edge"),                      # rank 2: [N, C], C long
+]
+
+
+@pytest.mark.parametrize("shape,pads,mode", CASES)
+def test_the_strips_are_bit_equal_to_the_pad_and_bounded(shape, pads, mode):
+    model = _long_pad(shape, pads, mode)
+    canonical, proto = canonicalized(model)
+    feed = _feed(shape)
+    want = next(iter(run_ort(model, feed, optimize=False).values()))
+    got = next(iter(run_ort(proto, feed, optimize=False).values()))
+    assert got.shape == want.shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32)), \
+        float(np.abs(got - want).max())
+    assert "became" in canonical.rewritten.get("pad", ""), canonical.kept
+    # The strips' selections are pad-sized; main's matrix was [n, n + b + e] > MAX_SELECTION.
+    assert _largest_constant(canonical.graph) <= max(max(pads) ** 2, max(shape)), \
+        _largest_constant(canonical.graph)
+
+
+def test_a_short_axis_keeps_the_selection_matmul():
+    canonical, proto = canonicalized(_long_pad([1, 2, 40], [0, 0, 3, 0, 0, 3], "reflect"))
+    assert [n.op_type for n in proto.graph.node] == ["Relu", "Unsqueeze", "MatMul", "Squeeze",
+                                                     "Relu"]
+    assert _largest_constant(canonical.graph) == 40 * 46 <= MAX_SELECTION
+
+
+def test_a_long_reflect_pad_converts_to_one_mrvl_subgraph(tmp_path: Path):
+    """basic-pitch's front end: Conv -> reflect Pad of 128 on a long signal -> Conv."""
+    b = Builder(seed=0, opset=13)
+    x = b.input("x", [1, 2, 1, 1500])
+    a = b.op("Relu", [b.conv(x, 2, 2, k=1)])
+    y = b.op("Pad", [a, b.const(np.array([0, 0, 0, 128, 0, 0, 0, 128], np.int64))],
+             name="pad", mode="reflect")
+    model = b.model([b.conv(y, 2, 2, k=1)])
+    result = convert(model, tmp_path / "a")
+    assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0), \
+        result.summary
+    largest = max(p.stat().st_size for p in (tmp_path / "a").rglob("*") if p.is_file())
+    assert largest < 4 * MAX_SELECTION  # main: a 1500 x 1756 float32 matrix, 10.5 MB of JSON
+    feed = {"x": np.random.default_rng(0).standard_normal([1, 2, 1, 1500]).astype(np.float32)}
+    got = HybridSession(tmp_path / "a").run(None, feed)[0]
+    assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())), "reflect")
