@@ -27,6 +27,10 @@ on its 4-D view ``[N, C, H, W]`` (``[N, C, L]`` as ``[N, C, 1, L]``,
    (only the axes padded): ``C' H W W' + C' W' H H'`` multiply-adds, as ``resize_matrices.py``
    computes a linear Resize.
 
+A reflect or edge Pad one of whose selection matrices would hold more than ``MAX_SELECTION``
+elements (a long axis: basic-pitch's 43844-sample signal made one of 7.2 GiB) is computed from
+Slices of its edge strips instead, with strip-sized selections (``pad_strips.py``).
+
 The Pad's node keeps its name as the first of these; the others are ``derived`` from it and
 ``rewritten`` says what it became. A ``-inf`` Pad of H and W read by a MaxPool alone is folded
 into the MaxPool's own padding instead (``pad_sinking.py``). A Pad none of this takes stays, with
