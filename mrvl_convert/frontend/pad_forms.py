@@ -70,21 +70,11 @@ from mrvl_convert.core.graph import (attr, float_activation_issue, pad_value, pr
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs, axes_operands
 from mrvl_convert.frontend.pad_sinking import (fold_into_maxpool, full_pads, set_pads,
                                               sink_pad)
+# PadPlan, gather_matrix and the view axes live in pad_strips, which computes a long axis' Pad
+from mrvl_convert.frontend.pad_strips import VIEW_AXES, PadPlan, gather_matrix, rewrite_strips
 
-_VIEW_AXES = {2: [2, 3], 3: [2], 4: []}  # Unsqueeze axes giving a rank's [N, C, H, W] view
 _FP16_MAX = float(np.finfo(np.float16).max)  # a constant layer operand beyond it is refused
 MAX_SELECTION = 1 << 20  # elements of one selection matrix (4 MiB float32); pad_strips.py above
-
-
-@dataclass(frozen=True)
-class PadPlan:
-    """One Pad on its 4-D view: the shape it reads and its pads per axis after the crop."""
-    mode: str
-    value: float
-    rank: int                      # the Pad's own rank (2 to 4)
-    view: Tuple[int, ...]          # [N, C, H, W] it reads
-    crop: Tuple[Tuple[int, int], ...]  # per axis of the view: removed at the start, at the end
-    pads: Tuple[Tuple[int, int], ...]  # per axis of the view, after the crop: added
 
 
 Step = Tuple[str, List[gs.Tensor], dict, List[int]]  # op, constant inputs, attrs, output shape
@@ -144,7 +134,7 @@ def pad_plan(node: gs.Node, opset: int) -> Union[PadPlan, str]:
     if issue:
         return issue
     view = list(src)
-    for axis in _VIEW_AXES[len(src)]:
+    for axis in VIEW_AXES[len(src)]:
         view.insert(axis, 1)
     begin, end = _on_view(pads[:len(src)], len(src)), _on_view(pads[len(src):], len(src))
     crop = tuple((max(0, -b), max(0, -e)) for b, e in zip(begin, end))
@@ -174,7 +164,7 @@ def _issue(mode: str, src: List[int], pads: Optional[List[int]], value: Optional
            opset: int) -> Optional[str]:
     if mode not in ("constant", "reflect", "edge"):
         return f"mode {mode!r}: the forms pad in constant, reflect and edge modes"
-    if len(src) not in _VIEW_AXES:
+    if len(src) not in VIEW_AXES:
         return f"the forms take 2-D to 4-D tensors; this one is {len(src)}-D"
     if pads is None:
         return "the pads or the axes are computed at run time"
@@ -197,7 +187,7 @@ def _issue(mode: str, src: List[int], pads: Optional[List[int]], value: Optional
 
 def _on_view(per_axis: Sequence[int], rank: int) -> List[int]:
     out = list(per_axis)
-    for axis in _VIEW_AXES[rank]:
+    for axis in VIEW_AXES[rank]:
         out.insert(axis, 0)
     return out
 
@@ -224,22 +214,13 @@ def selection(size: int, begin: int, end: int, mode: str) -> np.ndarray:
     return gather_matrix(index, size)
 
 
-def gather_matrix(index: np.ndarray, size: int) -> np.ndarray:
-    """``[len(index), size]`` 0/1: row j has a 1 at column ``index[j]`` (none where it is
-    negative), so that a MatMul by its transpose gathers those inputs exactly."""
-    matrix = np.zeros((len(index), size), np.float32)
-    rows = np.flatnonzero(index >= 0)
-    matrix[rows, index[rows]] = 1.0
-    return matrix
-
-
 def pad_steps(plan: PadPlan, opset: int, const: _Constants, out: List[int]) -> List[Step]:
     """The layers computing ``plan``, in order (module docstring); ``out``: the Pad's output
     shape."""
     n, c, h, w = plan.view
     steps: List[Step] = []
     if plan.rank < 4:
-        steps.append(_axes_step("Unsqueeze", "view_axes", _VIEW_AXES[plan.rank], opset, const,
+        steps.append(_axes_step("Unsqueeze", "view_axes", VIEW_AXES[plan.rank], opset, const,
                                 [n, c, h, w]))
     if any(sum(pair) for pair in plan.crop):
         axes = [a for a, pair in enumerate(plan.crop) if sum(pair)]
@@ -260,7 +241,7 @@ def pad_steps(plan: PadPlan, opset: int, const: _Constants, out: List[int]) -> L
     if hb or he or wb or we:
         steps += _spatial(plan, (c, h, w), const)
     if plan.rank < 4:
-        steps.append(_axes_step("Squeeze", "back_axes", _VIEW_AXES[plan.rank], opset, const,
+        steps.append(_axes_step("Squeeze", "back_axes", VIEW_AXES[plan.rank], opset, const,
                                 out))
     return steps
 
@@ -300,8 +281,6 @@ def _axes_step(op: str, tag: str, axes: List[int], opset: int, const: _Constants
 def _rewrite(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites, names: Names,
              opset: int) -> None:
     """Replace ``node`` by its steps: the node becomes the first, the others are added."""
-    # Imported here: pad_strips builds on this module's plan and selections.
-    from mrvl_convert.frontend.pad_strips import rewrite_strips
     if needs_strips(plan):
         what = rewrite_strips(graph, node, plan, done, names, opset)
     else:

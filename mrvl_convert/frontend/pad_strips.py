@@ -7,7 +7,8 @@ reflect-pads its 43844-sample signal by 128 on each side: a 7.2 GiB float32 cons
 computes the same Pad from strips instead, so that no constant it writes grows with the axis
 (the largest: a ``[b, b]`` selection, ``b`` the pad, or the ``[C, 1, 1, 1]`` ones).
 
-Requires: the ``PadPlan`` of ``pad_forms.pad_plan`` (reflect or edge mode, static shapes), opset
+``PadPlan`` (a Pad on its 4-D view) and ``gather_matrix`` live here, below ``pad_forms.py``,
+which imports them. Requires: the ``PadPlan`` of ``pad_forms.pad_plan`` (reflect or edge mode, static shapes), opset
 10 or later (Slice with constant inputs).
 Ensures: on the Pad's 4-D view ``[N, C, H, W]`` (Unsqueeze and Squeeze for rank 2 and 3, the crop
 first as one Slice, as ``pad_forms.py``), each padded axis in turn, with pads ``(b, e)``:
@@ -36,7 +37,29 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs, axes_operands
-from mrvl_convert.frontend.pad_forms import _VIEW_AXES, PadPlan, gather_matrix
+
+VIEW_AXES = {2: [2, 3], 3: [2], 4: []}  # Unsqueeze axes giving a rank's [N, C, H, W] view
+
+
+@dataclass(frozen=True)
+class PadPlan:
+    """One Pad on its 4-D view: the shape it reads and its pads per axis after the crop."""
+    mode: str
+    value: float
+    rank: int                      # the Pad's own rank (2 to 4)
+    view: Tuple[int, ...]          # [N, C, H, W] it reads
+    crop: Tuple[Tuple[int, int], ...]  # per axis of the view: removed at the start, at the end
+    pads: Tuple[Tuple[int, int], ...]  # per axis of the view, after the crop: added
+
+
+def gather_matrix(index: np.ndarray, size: int) -> np.ndarray:
+    """``[len(index), size]`` 0/1: row j has a 1 at column ``index[j]`` (none where it is
+    negative), so that a MatMul by its transpose gathers those inputs exactly."""
+    matrix = np.zeros((len(index), size), np.float32)
+    rows = np.flatnonzero(index >= 0)
+    matrix[rows, index[rows]] = 1.0
+    return matrix
+
 
 @dataclass
 class _Builder:
@@ -90,7 +113,7 @@ def rewrite_strips(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites
     x, y = node.inputs[0], node.outputs[0]
     shape = list(plan.view)
     if plan.rank < 4:
-        x = build.axes("Unsqueeze", x, _VIEW_AXES[plan.rank], shape)
+        x = build.axes("Unsqueeze", x, VIEW_AXES[plan.rank], shape)
     for axis, (b, e) in enumerate(plan.crop):
         if b or e:
             shape[axis] -= b + e
@@ -99,7 +122,7 @@ def rewrite_strips(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites
         if b or e:
             x, shape = _pad_axis(build, x, shape, axis, (b, e), plan.mode)
     if plan.rank < 4:
-        x = build.axes("Squeeze", x, _VIEW_AXES[plan.rank], list(y.shape))
+        x = build.axes("Squeeze", x, VIEW_AXES[plan.rank], list(y.shape))
     _become_last(node, build.added, y)
     return " -> ".join(n.op for n in build.added)
 
