@@ -11,7 +11,7 @@ import numpy as np
 import onnx
 from hypothesis import strategies as st
 
-from support.models import Builder
+from support.models import Builder, canonicalized, run_ort
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,14 @@ def long_pads(draw: st.DrawFn) -> LongPad:
         if kept <= 0 or (mode == "reflect" and top <= 0 and (begin[axis] > 0 or end[axis] > 0)):
             begin[axis], end[axis] = 0, 0
     return LongPad(tuple(shape), tuple(begin + end), mode)
+
+
+def canonical_bit_equal(model: onnx.ModelProto, feed: dict):
+    """The canonical graph of ``model``, after asserting that it computes on onnxruntime, bit
+    for bit, what ``model`` computes on ``feed``."""
+    canonical, proto = canonicalized(model)
+    want, got = (next(iter(run_ort(m, feed, optimize=False).values())) for m in (model, proto))
+    assert got.shape == want.shape and np.array_equal(got.view(np.uint32),
+                                                      want.view(np.uint32)), \
+        float(np.abs(got - want).max())
+    return canonical
