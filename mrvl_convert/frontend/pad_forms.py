@@ -153,11 +153,10 @@ def pad_plan(node: gs.Node, opset: int) -> Union[PadPlan, str]:
 def needs_strips(plan: PadPlan) -> bool:
     """True when a selection matrix of this module's forms for ``plan`` would hold more than
     ``MAX_SELECTION`` elements: ``pad_strips.py`` computes such a Pad instead."""
-    if plan.mode not in ("reflect", "edge"):
-        return False
     sizes = [n - sum(c) for n, c in zip(plan.view, plan.crop)]
-    return any(sizes[a] * (sizes[a] + b + e) > MAX_SELECTION
-               for a, (b, e) in enumerate(plan.pads) if a and (b or e))
+    axes = (1,) if plan.mode == "constant" else (1, 2, 3)  # a constant spatial pad selects none
+    return any(sizes[a] * (sizes[a] + sum(plan.pads[a])) > MAX_SELECTION
+               for a in axes if sum(plan.pads[a]))
 
 
 def _issue(mode: str, src: List[int], pads: Optional[List[int]], value: Optional[float],

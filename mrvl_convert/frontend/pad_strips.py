@@ -1,4 +1,4 @@
-"""A reflect or edge Pad of a long axis as its edge strips, each selected by a strip-sized matrix.
+"""A Pad of a long axis as its edge strips, each selected by a strip-sized matrix.
 
 ``pad_forms.py`` selects a reflect/edge pad of an axis of size ``n`` by a MatMul with the
 ``[n, b + n + e]`` 0/1 matrix: bytes quadratic in the axis. basic-pitch's CQT front end
@@ -23,7 +23,14 @@ first as one Slice, as ``pad_forms.py``), each padded axis in turn, with pads ``
 - C: the strips selected by a 1x1 ``Conv`` with the ``[b, k]`` selection, the three joined by the
   channel ``Concat``.
 
-Exact for finite inputs, as ``pad_forms.py``: every output is one input times 1 plus zeros; a -0
+A constant pad of many channels (``pad_forms.py``'s channel Conv has a ``[C', C]`` weight: 1 GB
+for a ``[1, 16000]`` waveform) likewise: its pad channels made by a 1x1 ``Conv`` of weight 0 and
+bias the value from the input's first channel, joined by the channel ``Concat``; H and W as
+``pad_forms.py`` pads them (the zero-padding Conv, an ``Add`` of the value on the border, whose
+``[1, 1, H', W']`` constant is one channel of the output).
+
+Exact for finite inputs, as ``pad_forms.py``: every output is one input times 1 plus zeros, or
+the value (0 times an input plus the value); a -0
 input may come out +0, and an infinite or NaN input makes the other outputs of its strip's
 MatMul NaN (0 * inf). The Pad's node becomes the last step (it keeps its output); the added nodes
 are ``derived`` from it.
@@ -120,7 +127,8 @@ def rewrite_strips(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites
             x = build.slice(x, axis, b, shape[axis] + b, list(shape))
     for axis, (b, e) in enumerate(plan.pads):
         if b or e:
-            x, shape = _pad_axis(build, x, shape, axis, (b, e), plan.mode)
+            x, shape = _pad_axis(build, x, shape, axis, (b, e), plan) if plan.mode != \
+                "constant" else _pad_constant(build, x, shape, axis, (b, e), plan.value)
     if plan.rank < 4:
         x = build.axes("Squeeze", x, VIEW_AXES[plan.rank], list(y.shape))
     _become_last(node, build.added, y)
@@ -139,9 +147,9 @@ def _become_last(node: gs.Node, added: List[gs.Node], y: gs.Tensor) -> None:
 
 
 def _pad_axis(build: _Builder, x: gs.Tensor, shape: List[int], axis: int,
-              pads: Tuple[int, int], mode: str) -> Tuple[gs.Tensor, List[int]]:
+              pads: Tuple[int, int], plan: PadPlan) -> Tuple[gs.Tensor, List[int]]:
     size, (b, e) = shape[axis], pads
-    index = np.pad(np.arange(size), (b, e), mode="reflect" if mode == "reflect" else "edge")
+    index = np.pad(np.arange(size), (b, e), mode="reflect" if plan.mode == "reflect" else "edge")
     strips = [_strip(build, x, shape, axis, part)
               for part in (index[:b], index[b + size:]) if len(part)]
     out = list(shape)
@@ -158,6 +166,31 @@ def _pad_axis(build: _Builder, x: gs.Tensor, shape: List[int], axis: int,
     for term in placed[1:]:
         total = build.op("Add", [total, term], out)
     return total, out
+
+
+def _pad_constant(build: _Builder, x: gs.Tensor, shape: List[int], axis: int,
+                  pads: Tuple[int, int], value: float) -> Tuple[gs.Tensor, List[int]]:
+    """A constant pad of one axis: channels made by a 1x1 Conv of weight 0 and bias ``value``
+    from one input channel, joined by the channel Concat; H or W, the zero-padding Conv and, for
+    a value other than 0, an Add of the value on the border (``[1, 1, H', W']``)."""
+    out = list(shape)
+    out[axis] += sum(pads)
+    if axis == 1:
+        one = build.slice(x, 1, 0, 1, _sized(shape, 1, 1))
+        made = [build.op("Conv", [one, build.const("zero", np.zeros((n, 1, 1, 1), np.float32)),
+                                  build.const("value", np.full(n, value, np.float32))],
+                         _sized(shape, 1, n), kernel_shape=[1, 1]) if n else None
+                for n in pads]
+        return build.op("Concat", [t for t in (made[0], x, made[1]) if t is not None], out,
+                        axis=1), out
+    placed = build.place(x, shape, axis, *pads)
+    if value == 0.0:
+        return placed, out
+    border = np.full([1, 1, *out[2:]], value, np.float32)
+    inside = [slice(None)] * 4
+    inside[axis] = slice(pads[0], pads[0] + shape[axis])
+    border[tuple(inside)] = 0.0
+    return build.op("Add", [placed, build.const("border", border)], out), out
 
 
 def _strip(build: _Builder, x: gs.Tensor, shape: List[int], axis: int,

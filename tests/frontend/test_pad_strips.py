@@ -17,10 +17,13 @@ from support.strategies.padbound import canonical_bit_equal
 
 
 def _long_pad(shape, pads, mode):
-    """x -> Relu -> Pad (reflect/edge) -> Relu: the Pad reads and feeds activations."""
+    """x -> Relu -> Pad -> Relu: the Pad reads and feeds activations (``mode``: reflect, edge,
+    constant, or ``constant-<value>``)."""
     b = Builder(seed=0, opset=13)
     x = b.op("Relu", [b.input("x", shape)])
-    y = b.op("Pad", [x, b.const(np.array(pads, np.int64))], name="pad", mode=mode)
+    mode, _, value = mode.partition("-")
+    extra = [b.const(np.array(float(value), np.float32))] if value else []
+    y = b.op("Pad", [x, b.const(np.array(pads, np.int64))] + extra, name="pad", mode=mode)
     return b.model([b.op("Relu", [y])])
 
 
@@ -43,6 +46,9 @@ CASES = [
     ([1, 1100, 4], [0, 3, 0, 0, 2, 0], "reflect"),          # the channel axis (Concat)
     ([1, 2, 1300], [0, 0, -40, 0, 0, 9], "edge"),           # cropped, then padded
     ([1, 1100], [0, 3, 0, 2], "edge"),                      # rank 2: [N, C], C long
+    ([1, 1100], [0, 3, 0, 2], "constant"),                  # zeros: a [C', C] weight on main
+    ([1, 1100], [0, -5, 0, 2], "constant-1.5"),              # cropped, the value 1.5
+    ([1, 1100, 3], [0, 1, 2, 0, 0, 1], "constant--2"),       # channels, then W with the value
 ]
 
 
@@ -51,7 +57,8 @@ def test_the_strips_are_bit_equal_to_the_pad_and_bounded(shape, pads, mode):
     canonical = canonical_bit_equal(_long_pad(shape, pads, mode), _feed(shape))
     assert "became" in canonical.rewritten.get("pad", ""), canonical.kept
     # The strips' selections are pad-sized; main's matrix was [n, n + b + e] > MAX_SELECTION.
-    assert _largest_constant(canonical.graph) <= max(max(pads) ** 2, max(shape)), \
+    out = [n + b + e for n, b, e in zip(shape, pads, pads[len(shape):])]
+    assert _largest_constant(canonical.graph) <= max(max(pads) ** 2, max(out)), \
         _largest_constant(canonical.graph)
 
 

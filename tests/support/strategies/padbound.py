@@ -1,7 +1,8 @@
-"""Hypothesis strategies: a reflect or edge Pad of a long axis (frontend/pad_strips.py): rank 2
-to 4, one axis of 1025 to 1100 elements (so that pad_forms' selection matrix would exceed
-``MAX_SELECTION``), the others 1 to 4, pads from -2 to 5 per non-batch axis (crops among them),
-between two Relus. Only Pads onnxruntime runs are drawn."""
+"""Hypothesis strategies: a Pad of a long axis (frontend/pad_strips.py): rank 2 to 4, one axis of
+1025 to 1100 elements (so that pad_forms' selection matrix would exceed ``MAX_SELECTION``), the
+others 1 to 4, pads from -2 to 5 per non-batch axis (crops among them), reflect or edge, or
+constant (0, 0.5 or -2) with the channels long, between two Relus. Only Pads onnxruntime runs
+are drawn."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,21 +20,24 @@ class LongPad:
     shape: Tuple[int, ...]
     pads: Tuple[int, ...]   # onnx order: begins of every axis, then ends
     mode: str
+    value: float = 0.0
 
     def model(self) -> onnx.ModelProto:
         b = Builder(seed=0, opset=13)
         x = b.op("Relu", [b.input("x", list(self.shape))])
-        y = b.op("Pad", [x, b.const(np.array(self.pads, np.int64))], name="pad", mode=self.mode)
+        value = [b.const(np.array(self.value, np.float32))] if self.mode == "constant" else []
+        y = b.op("Pad", [x, b.const(np.array(self.pads, np.int64))] + value, name="pad",
+                 mode=self.mode)
         return b.model([b.op("Relu", [y])])
 
 
 @st.composite
 def long_pads(draw: st.DrawFn) -> LongPad:
     rank = draw(st.integers(2, 4))
-    long = draw(st.integers(1, rank - 1))
+    mode = draw(st.sampled_from(["reflect", "edge", "constant"]))
+    long = 1 if mode == "constant" else draw(st.integers(1, rank - 1))
     shape = [1] + [draw(st.integers(1, 4)) for _ in range(rank - 1)]
     shape[long] = draw(st.integers(1025, 1100))
-    mode = draw(st.sampled_from(["reflect", "edge"]))
     begin, end = [0] * rank, [0] * rank
     for axis in range(1, rank):
         for side in (begin, end):
@@ -45,7 +49,8 @@ def long_pads(draw: st.DrawFn) -> LongPad:
         begin[axis], end[axis] = min(begin[axis], top), min(end[axis], top)
         if kept <= 0 or (mode == "reflect" and top <= 0 and (begin[axis] > 0 or end[axis] > 0)):
             begin[axis], end[axis] = 0, 0
-    return LongPad(tuple(shape), tuple(begin + end), mode)
+    return LongPad(tuple(shape), tuple(begin + end), mode,
+                   draw(st.sampled_from([0.0, 0.5, -2.0])) if mode == "constant" else 0.0)
 
 
 def canonical_bit_equal(model: onnx.ModelProto, feed: dict):
