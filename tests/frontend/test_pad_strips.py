@@ -69,19 +69,25 @@ def test_a_short_axis_keeps_the_selection_matmul():
     assert _largest_constant(canonical.graph) == 40 * 46 <= MAX_SELECTION
 
 
-def test_a_long_reflect_pad_converts_to_one_mrvl_subgraph(tmp_path: Path):
-    """basic-pitch's front end: Conv -> reflect Pad of 128 on a long signal -> Conv."""
+@pytest.mark.parametrize("shape,pads,value", [
+    ([1, 2, 1, 1500], [0, 0, 0, 128, 0, 0, 0, 128], None),  # reflect: main 1500 x 1756
+    ([1, 1100, 2, 2], [0, 3, 0, 0, 0, 2, 0, 0], 0.5),       # constant: main 1105 x 1100
+])
+def test_a_long_pad_converts_to_one_mrvl_subgraph(tmp_path: Path, shape, pads, value):
+    """basic-pitch's front end: Conv -> Pad of a long axis -> Conv."""
     b = Builder(seed=0, opset=13)
-    x = b.input("x", [1, 2, 1, 1500])
-    a = b.op("Relu", [b.conv(x, 2, 2, k=1)])
-    y = b.op("Pad", [a, b.const(np.array([0, 0, 0, 128, 0, 0, 0, 128], np.int64))],
-             name="pad", mode="reflect")
-    model = b.model([b.conv(y, 2, 2, k=1)])
+    x = b.input("x", shape)
+    a = b.op("Relu", [b.conv(x, shape[1], shape[1], k=1, group=shape[1])])  # depthwise
+    extra = [b.const(np.array(value, np.float32))] if value is not None else []
+    y = b.op("Pad", [a, b.const(np.array(pads, np.int64))] + extra, name="pad",
+             mode="reflect" if value is None else "constant")
+    model = b.model([b.conv(y, shape[1] + pads[1] + pads[5], 2, k=1)])
     result = convert(model, tmp_path / "a")
     assert (result.summary["mrvl_subgraphs"], result.summary["cpu_subgraphs"]) == (1, 0), \
         result.summary
     largest = max(p.stat().st_size for p in (tmp_path / "a").rglob("*") if p.is_file())
-    assert largest < 4 * MAX_SELECTION  # main: a 1500 x 1756 float32 matrix, 10.5 MB of JSON
-    feed = {"x": np.random.default_rng(0).standard_normal([1, 2, 1, 1500]).astype(np.float32)}
+    assert largest < 4 * MAX_SELECTION  # main: the selection matrix, over 10 MB of JSON
+    feed = {"x": np.random.default_rng(0).standard_normal(shape).astype(np.float32)}
     got = HybridSession(tmp_path / "a").run(None, feed)[0]
-    assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())), "reflect")
+    assert_fp16_close(got, next(iter(run_ort(model, feed, optimize=False).values())),
+                      "long pad")
