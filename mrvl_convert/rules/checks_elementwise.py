@@ -143,14 +143,20 @@ def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     ``frontend/float_pairs.py`` dropped the pairs there): no int8 form can take the span, so it
     runs as fp16 layers between the region's quant layers, and verify's reference rounds them
     where the artifact does (``verify/kept_fp16.py``).
+
+    So does an op whose result leaves the int8 region unquantized (``_leaves_unquantized``: a
+    classifier's last Sigmoid on a dequantized logit, written as the model output): the int8
+    model computes it in float32 on the dequantized value, the artifact as an fp16 layer after
+    the dequantizing quant layer, rounded where verify's reference rounds it too.
     """
-    refused = _int8_neighbour(node)
+    refused = _int8_neighbour(node, graph)
     return None if refused is None or _in_float_span(node) else refused
 
 
-def _int8_neighbour(node: gs.Node) -> Details:
+def _int8_neighbour(node: gs.Node, graph: gs.Graph) -> Details:
     for tensor in activation_inputs(node):
-        if _dequantized(tensor) and not _leads_to_float_layer(node):
+        if _dequantized(tensor) and not _leads_to_float_layer(node) \
+                and not _leaves_unquantized(node, graph):
             return {"detail": f"its input {tensor.name} is dequantized int8"}
     for consumer in node.outputs[0].outputs:
         if consumer.op == "QuantizeLinear" and not _in_float_island(node):
@@ -200,6 +206,26 @@ def _in_float_island(node: gs.Node) -> bool:
     """Some activation input reaches a DequantizeLinear, or a kept Conv, Gemm or MatMul,
     through float ops (no QuantizeLinear)."""
     return _reaches(node, _producers, _FLOAT_LAYERS | {"DequantizeLinear"})
+
+
+def _leaves_unquantized(node: gs.Node, graph: gs.Graph) -> bool:
+    """Every path from ``node``'s outputs reaches a model output with no QuantizeLinear on it
+    (within ``_ISLAND_DEPTH`` steps): nothing after it is int8 again."""
+    outputs = {id(t) for t in graph.outputs}
+    frontier, seen, leaves = [node], set(), False
+    for _ in range(_ISLAND_DEPTH):
+        leaves = leaves or any(id(t) in outputs for n in frontier for t in n.outputs)
+        following = []
+        for near in (n for current in frontier for n in _consumers(current)):
+            if near.op == "QuantizeLinear":
+                return False
+            if id(near) not in seen:
+                seen.add(id(near))
+                following.append(near)
+        if not following:
+            return leaves
+        frontier = following
+    return False
 
 
 def _consumers(node: gs.Node) -> List[gs.Node]:
