@@ -212,20 +212,13 @@ def _leaves_unquantized(node: gs.Node, graph: gs.Graph) -> bool:
     """Every path from ``node``'s outputs reaches a model output with no QuantizeLinear on it
     (within ``_ISLAND_DEPTH`` steps): nothing after it is int8 again."""
     outputs = {id(t) for t in graph.outputs}
-    frontier, seen, leaves = [node], set(), False
-    for _ in range(_ISLAND_DEPTH):
-        leaves = leaves or any(id(t) in outputs for n in frontier for t in n.outputs)
-        following = []
-        for near in (n for current in frontier for n in _consumers(current)):
-            if near.op == "QuantizeLinear":
-                return False
-            if id(near) not in seen:
-                seen.add(id(near))
-                following.append(near)
-        if not following:
-            return leaves
-        frontier = following
-    return False
+
+    def writes_output(near: gs.Node) -> bool:
+        return any(id(t) in outputs for t in near.outputs)
+
+    if _walk(node, _consumers, lambda near: near.op == "QuantizeLinear") is not False:
+        return False  # quantized again somewhere, or too far to tell
+    return writes_output(node) or _walk(node, _consumers, writes_output) is True
 
 
 def _consumers(node: gs.Node) -> List[gs.Node]:
@@ -240,11 +233,19 @@ def _reaches(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
              targets: AbstractSet[str]) -> bool:
     """A node of an op in ``targets`` is ``step`` by ``step`` from ``node``, through float ops
     (a QuantizeLinear ends the walk), within ``_ISLAND_DEPTH`` steps."""
+    return _walk(node, step, lambda near: near.op in targets) is True
+
+
+def _walk(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
+          hit: Callable[[gs.Node], bool]) -> Optional[bool]:
+    """True when a node ``hit`` accepts is ``step`` by ``step`` from ``node`` through float
+    ops (a QuantizeLinear ends a path once ``hit`` has seen it), False when none is, None when
+    ``_ISLAND_DEPTH`` steps did not end the walk."""
     frontier, seen = [node], set()
     for _ in range(_ISLAND_DEPTH):
         following = []
         for near in (n for current in frontier for n in step(current)):
-            if near.op in targets:
+            if hit(near):
                 return True
             if near.op != "QuantizeLinear" and id(near) not in seen:
                 seen.add(id(near))
@@ -252,7 +253,7 @@ def _reaches(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
         if not following:
             return False
         frontier = following
-    return False
+    return None
 
 
 ELEMENTWISE_CHECKS: Dict[str, Any] = {
