@@ -10,6 +10,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import mrvl_convert
+from support.int8 import quantized
 from support.models import canonicalized, run_ort
 
 
@@ -73,3 +74,13 @@ def test_attention_pool_over_frames_is_whole_on_mrvl(tmp_path):
            if e["placement"] == "cpu"]
     assert summary["mrvl_subgraphs"] == 1 and summary["cpu_nodes"] == 0, cpu
     assert mrvl_convert.compare(model, tmp_path / "art", samples=2).passed
+
+
+def test_attention_pool_in_int8_is_whole_and_verifies(tmp_path):
+    """The same pool quantized by Marvell's recipe (its Softmax in a float span between int8
+    layers): on integ11 2 Mrvl and 1 CPU subgraphs."""
+    qdq, feeds = quantized(tmp_path, _attention_pool(), [1, 32, 16])
+    result = mrvl_convert.convert(qdq, tmp_path / "art")
+    summary = result.report["summary"]
+    assert summary["mrvl_subgraphs"] == 1 and summary["cpu_nodes"] == 0, summary
+    assert mrvl_convert.compare(qdq, tmp_path / "art", feeds[:3]).passed
