@@ -21,6 +21,10 @@ whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = 
   a Mul by a constant take it: multiplying by -1 flips the sign bit as Neg does, bit for bit for
   every value but a NaN, which stays a NaN (onnxruntime's Neg flips its sign bit, its Mul may
   not).
+- ai.onnx.ml ``Scaler(x)`` of a float32 ``[N, C]`` (or ``[C]``) tensor -> ``Mul(Add(x, -offset),
+  scale)`` (skl2onnx's feature scaling before an MLP): onnxruntime computes
+  ``(x - offset) * scale`` per feature in float32, the same two roundings in that order (``x +
+  (-o)`` is ``x - o`` bit for bit, as for Sub above). Another input type stays, ``kept`` says why.
 
 A rewritten node keeps its name (the report finds it); a node merged into another is listed in
 ``merged`` with the name of the node that now computes it; a node a rewrite adds (the partial
@@ -304,8 +308,31 @@ def _neg(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: in
     done.rewritten[node.name] = "Neg became Mul by -1 (a sign flip either way)"
 
 
+def _scaler(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
+    if node.domain != "ai.onnx.ml" or len(node.inputs) != 1:
+        return
+    x, out = node.inputs[0], node.outputs[0]
+    shape = static_shape(x)
+    offset = np.asarray(node.attrs.get("offset", []), np.float32)
+    scale = np.asarray(node.attrs.get("scale", []), np.float32)
+    if x.dtype is None or np.dtype(x.dtype) != np.float32 or shape is None or len(shape) not in (
+            1, 2) or offset.size != scale.size or offset.size not in (1, shape[-1]):
+        done.kept[node.name] = ("Scaler stays: only a float32 [N, C] or [C] input with one "
+                                "offset and scale per feature (or one for all) is an Add and Mul")
+        return
+    shifted = gs.Variable(names.fresh(f"{out.name}_shifted"), dtype=np.float32, shape=shape)
+    add = gs.Node("Add", names.fresh(f"{node.name}_offset"), outputs=[shifted], inputs=[
+        x, gs.Constant(names.fresh(f"{node.name}_negated_offset"), np.negative(offset))])
+    graph.nodes.append(add)
+    done.derived[add.name] = node.name
+    node.op, node.domain = "Mul", ""
+    node.attrs.clear()
+    _set_inputs(node, [shifted, gs.Constant(names.fresh(f"{node.name}_scale"), scale)])
+    done.rewritten[node.name] = "Scaler became Add of -offset and Mul by scale (per feature)"
+
+
 _Handler = Callable[[gs.Graph, gs.Node, Rewrites, Names, int], None]
 _HANDLERS: Dict[str, _Handler] = {
     "Sum": _sum, "Max": _max, "Clip": _clip, "Min": _min, "Sub": _sub, "Div": _div,
-    "Reshape": _reshape, "Neg": _neg,
+    "Reshape": _reshape, "Neg": _neg, "Scaler": _scaler,
 }
