@@ -18,8 +18,9 @@ input shapes pinned where the model has dynamic dims, the kind of data it takes)
   (``bench_convert.baseline``; one run each).
 - **int8** (``--quantize int8``, minmax, on ``--calibrate`` inputs of the model's kind; every
   float model): the same columns, the MAC share in int8, verify against the QDQ model, and
-  agreement with fp32 (worst output's cosine, top-1 where the output has a class axis); an
-  output whose cosine is below 0.9 is named.
+  agreement with fp32 (worst output's cosine, top-1 where the output is a Softmax's class
+  distribution); an output whose cosine is below 0.9 is named, and one with one value per
+  sample (its cosine always +-1) when its error exceeds half its peak (``real_corpus_agreement``).
 - **foreign int8** (entries with ``foreign: true``): the float model quantized by onnxruntime's
   ``quantize_static`` as another quantizer would (its defaults: QDQ, per-channel int8 weights,
   uint8 activations; and per-tensor), then that QDQ model converted like any model.

@@ -10,9 +10,9 @@ Inputs by the kind of data a model takes (``real_corpus.yaml``'s ``data``):
 - ``signal``: per channel a few slow sines plus noise (EEG-like), unit scale;
 - ``features``: standard normal (spectrogram or embedding frames);
 - ``text-ids``: integers below the vocabulary (``vocab``; else per input the smallest table its
-  ids index directly, ``mrvl_convert.verify.vocabulary``; failing both, the smallest table the
+  ids index directly, ``mrvl_convert.frontend.vocabulary``; failing both, the smallest table the
   model gathers from), in the input's dtype (float for a Keras model fed ids as floats), drawn
-  as verify's default feeds draw ids (``mrvl_convert.verify.reference.draw_ids``).
+  as verify's default feeds draw ids (``mrvl_convert.frontend.vocabulary.draw_ids``).
 
 The fp16 floor (every float tensor rounded to fp16, on onnxruntime) is the library's
 ``mrvl_convert.verify.fp16_floor.floor_model``; its figure, as the artifact's error, is the
@@ -27,9 +27,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from mrvl_convert.verify.reference import draw_ids
-from mrvl_convert.verify.vocabulary import id_vocabularies
-from mrvl_convert.verify.vocabulary import vocabulary as id_vocabulary
+from mrvl_convert.frontend.vocabulary import draw_ids, id_vocabularies
+from mrvl_convert.frontend.vocabulary import vocabulary as id_vocabulary
 
 Feed = Dict[str, np.ndarray]
 RATE = 16000

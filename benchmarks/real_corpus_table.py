@@ -77,6 +77,7 @@ FP16_HEAD = ("| model | package | data | Mrvl / CPU subgraphs | MACs on Mrvl | f
              "|---|---|---|---|---|---|---|---|---|---|---|---|")
 INT8_HEAD = ("| model | int8 | Mrvl / CPU subgraphs | MACs on Mrvl | MACs in int8 | fits one "
              "device | verify vs QDQ | cosine / top-1 vs fp32 (worst output) | cosine < 0.9 "
+             "(one value: error > 0.5 peak) "
              "| error / peak vs fp32 | fp16 floor | convert / load+write "
              "| what cut it or why not converted |\n"
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|")

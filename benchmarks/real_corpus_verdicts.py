@@ -13,6 +13,7 @@ import numpy as np
 import onnx
 
 import real_corpus_feeds as feeds
+from real_corpus_agreement import agreement
 from real_corpus_fetch import CorpusError
 
 import mrvl_convert
@@ -23,7 +24,6 @@ if TYPE_CHECKING:  # a row's context; real_corpus_runs imports this module
 
 Row = Dict[str, Any]
 Feed = Dict[str, np.ndarray]
-WRECKED = 0.9  # an int8 output whose cosine against fp32 is below this is named
 
 
 def one_line(error: BaseException) -> str:
@@ -93,12 +93,8 @@ def verdict(model: Any, artifact: Path, ctx: _Context, fp32: Optional[Dict[str, 
         errs = [feeds.over_peak(r.max_abs, feeds.peak(ctx.fp32[r.tensor]))
                 for r in comparison.fp32.rows if r.max_abs is not None and r.tensor in ctx.fp32]
         row.update(err=max(errs) if errs else None, floor=ctx.floor)
-    if comparison.fp32 is not None:
-        cos = [(r.tensor, r.cosine) for r in comparison.fp32.rows if r.cosine is not None]
-        top1 = [r.top1 for r in comparison.fp32.rows if r.top1 is not None]
-        row["cosine"] = min(c for _, c in cos) if cos else None
-        row["top1"] = min(top1) if top1 else None
-        row["wrecked"] = [name for name, c in cos if c < WRECKED]
+    if comparison.fp32 is not None:  # cosine, top-1 where they say something (the module)
+        row.update(agreement(comparison.fp32.rows, ctx.fp32, ctx.model))
     return row
 
 

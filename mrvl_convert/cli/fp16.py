@@ -23,7 +23,8 @@ def add_fp16_args(parser: argparse.ArgumentParser) -> None:
                         help="fp16: keep this node in fp32 on the CPU (repeatable; one model); "
                              "'auto': the layers the fp16 analysis names, those whose fp16 "
                              "weights cost the outputs most first, until verify passes (up to "
-                             "3 rounds), chosen on half of the verify samples and judged on "
+                             "3 rounds; a round that does not lower the error by more than "
+                             "5%% is undone), chosen on half of the verify samples and judged on "
                              "the other half (both verdicts printed); prints and writes to "
                              "report.json what it kept and cost")
 

@@ -24,6 +24,10 @@ whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = 
 - ``Gemm(A, B, C, beta=0)`` -> ``Gemm(A, B)`` (beta 1, no C; tf2onnx writes beta 0 for a Dense
   without bias): ``0 * C`` adds nothing, so onnxruntime's result is the same bit for bit when
   C is absent or a constant of finite values (a C with inf or NaN stays: ``0 * inf`` is NaN).
+- ai.onnx.ml ``Scaler(x)`` of a float32 ``[N, C]`` (or ``[C]``) tensor -> ``Mul(Add(x, -offset),
+  scale)`` (skl2onnx's feature scaling before an MLP): onnxruntime computes
+  ``(x - offset) * scale`` per feature in float32, the same two roundings in that order (``x +
+  (-o)`` is ``x - o`` bit for bit, as for Sub above). Another input type stays, ``kept`` says why.
 
 A rewritten node keeps its name (the report finds it); a node merged into another is listed in
 ``merged`` with the name of the node that now computes it; a node a rewrite adds (the partial
@@ -318,8 +322,31 @@ def _gemm(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: i
     done.rewritten[node.name] = "a Gemm with beta=0 dropped its C input and beta"
 
 
+def _scaler(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
+    if node.domain != "ai.onnx.ml" or len(node.inputs) != 1:
+        return
+    x, out = node.inputs[0], node.outputs[0]
+    shape = static_shape(x)
+    offset = np.asarray(node.attrs.get("offset", []), np.float32)
+    scale = np.asarray(node.attrs.get("scale", []), np.float32)
+    if x.dtype is None or np.dtype(x.dtype) != np.float32 or shape is None or len(shape) not in (
+            1, 2) or offset.size != scale.size or offset.size not in (1, shape[-1]):
+        done.kept[node.name] = ("Scaler stays: only a float32 [N, C] or [C] input with one "
+                                "offset and scale per feature (or one for all) is an Add and Mul")
+        return
+    shifted = gs.Variable(names.fresh(f"{out.name}_shifted"), dtype=np.float32, shape=shape)
+    add = gs.Node("Add", names.fresh(f"{node.name}_offset"), outputs=[shifted], inputs=[
+        x, gs.Constant(names.fresh(f"{node.name}_negated_offset"), np.negative(offset))])
+    graph.nodes.append(add)
+    done.derived[add.name] = node.name
+    node.op, node.domain = "Mul", ""
+    node.attrs.clear()
+    _set_inputs(node, [shifted, gs.Constant(names.fresh(f"{node.name}_scale"), scale)])
+    done.rewritten[node.name] = "Scaler became Add of -offset and Mul by scale (per feature)"
+
+
 _Handler = Callable[[gs.Graph, gs.Node, Rewrites, Names, int], None]
 _HANDLERS: Dict[str, _Handler] = {
     "Sum": _sum, "Max": _max, "Clip": _clip, "Min": _min, "Sub": _sub, "Div": _div,
-    "Reshape": _reshape, "Neg": _neg, "Gemm": _gemm,
+    "Reshape": _reshape, "Neg": _neg, "Gemm": _gemm, "Scaler": _scaler,
 }

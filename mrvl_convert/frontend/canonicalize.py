@@ -53,6 +53,8 @@ and the per-element ops after it in tf2onnx's ``[C, 1, H, W]`` on ``[1, C, H, W]
 An Einsum is Transpose, Reshape, ReduceSum, MatMul or Mul layers (``einsum_forms.py``: its
 sums reordered, within the bound stated there), a Slice with a negative step a positive-step
 Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
+A Softmax over an axis followed only by unit axes is a last-axis Softmax of the view without
+them (``softmax_axes.py``, exact).
 An LSTM, GRU or RNN over a static sequence is unrolled into one projection MatMul and per-step
 FCs and gates (``recurrent_unroll.py``: exact up to the order of each gate's sum, its bound).
 A Gather of constant indices is a Slice, a pick of a Concat within one input reads that input
@@ -115,7 +117,9 @@ from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.shape_failures import after_failures, declared_dims
 from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
+from mrvl_convert.frontend.softmax_axes import rewrite_unit_softmaxes
 from mrvl_convert.frontend.space_to_batch import rewrite_space_to_batch
+from mrvl_convert.frontend.stack_reductions import rewrite_stack_reductions
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.unit_swap import unswap_unit_batches
@@ -209,6 +213,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    if rewrite_stack_reductions(graph, forms):  # a stack's Max/Sum/Mean: elementwise (its bound)
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
@@ -241,6 +247,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_reversed_slices(graph, _opset(loaded), forms):  # exact: a selection MatMul
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    if rewrite_unit_softmaxes(graph, _opset(loaded), forms):  # exact: a last-axis Softmax view
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):

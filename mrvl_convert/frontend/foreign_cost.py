@@ -9,12 +9,14 @@ Contract.
   changed. Both run with Q/DQ fusion off (``session.disable_quant_qdq``): each QDQ op as the
   model writes it, the reference the int8 verify uses, not onnxruntime's int8 kernels.
 
-The inputs: ``SAMPLES`` seeded draws. A float input that a QuantizeLinear reads is drawn from a
-normal distribution whose +-3 sigma is the float range that QuantizeLinear covers (the range
-the quantizer calibrated), clipped to it;
-another float input from a standard normal; an integer input read as a Gather's indices in
-[0, that table's length), other integers 0 or 1. Given ``feeds`` (verify or calibration
-samples) are used instead.
+The inputs: ``SAMPLES`` seeded draws, each input drawn as the given model reads it, as verify's
+default feeds draw it (``vocabulary.input_kinds`` and ``draw_input``): an id input uniform ids
+below its vocabulary (the table its ids index, through Reshapes, Casts and constant picks), a
+mask ones over a prefix of its last axis (a padded sequence), other integers 0 or 1 (the line
+names them: a cost measured on 0/1 says little); a float input that a QuantizeLinear reads
+from a normal distribution whose +-3 sigma is the float range that QuantizeLinear covers (the
+range the quantizer calibrated), clipped to it, another float input from a standard normal.
+Given ``feeds`` (verify or calibration samples) are used instead.
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from mrvl_convert.frontend.float_pairs import Spans
+from mrvl_convert.frontend.vocabulary import InputKinds, draw_input, input_kinds, zero_one
 
 SAMPLES = 4
 _SEED = 0
@@ -35,7 +38,9 @@ def measure(given: onnx.ModelProto, rewritten: Union[onnx.ModelProto, bytes],
     """``{"inputs": how the inputs were had, "samples": n, "outputs": {name: {"max_abs",
     "rel", "cosine"}}}``, or ``{"error": why}`` when onnxruntime cannot run one of them.
     ``rewritten`` may be given serialized (the caller keeps those bytes too)."""
-    chosen = list(feeds) if feeds else drawn_feeds(given)
+    kinds = None if feeds else input_kinds(given)
+    chosen = list(feeds) if feeds else drawn_feeds(given, kinds)
+    how = "given" if feeds else drawn_how(given, kinds)
     try:
         before = _run(given, chosen)
         after = _run(rewritten, chosen)
@@ -51,8 +56,7 @@ def measure(given: onnx.ModelProto, rewritten: Union[onnx.ModelProto, bytes],
         cosine = float(ref @ got / norms) if norms > 0 else float(diff == 0.0)
         outputs[name] = {"max_abs": diff, "rel": diff / peak if peak > 0 else float(diff > 0),
                          "cosine": cosine}
-    return {"inputs": "given" if feeds else "drawn in the calibrated input ranges",
-            "samples": len(chosen), "outputs": outputs}
+    return {"inputs": how, "samples": len(chosen), "outputs": outputs}
 
 
 def summary_text(cost: Mapping[str, Any]) -> str:
@@ -69,38 +73,57 @@ def summary_text(cost: Mapping[str, Any]) -> str:
             f"{cost['inputs']}")
 
 
-def drawn_feeds(model: onnx.ModelProto) -> List[Dict[str, np.ndarray]]:
-    """``SAMPLES`` seeded feeds for ``model``'s inputs (module docstring)."""
+def drawn_feeds(model: onnx.ModelProto, kinds: Optional[InputKinds] = None
+                ) -> List[Dict[str, np.ndarray]]:
+    """``SAMPLES`` seeded feeds for ``model``'s inputs (module docstring); ``kinds``: its
+    ``input_kinds`` when the caller has them."""
     rng = np.random.default_rng(_SEED)
+    kinds = input_kinds(model) if kinds is None else kinds
+    inputs = _inputs(model)
+    return [{i.name: _draw(model, i, kinds, rng, sample == 0) for i in inputs}
+            for sample in range(SAMPLES)]
+
+
+def drawn_how(model: onnx.ModelProto, kinds: Optional[InputKinds] = None) -> str:
+    """How ``drawn_feeds`` draws ``model``'s inputs, in words for the CLI line: the calibrated
+    ranges, and the ids, masks and 0/1 integers where the model has them."""
+    kinds = input_kinds(model) if kinds is None else kinds
+    parts = ["drawn in the calibrated input ranges"]
+    parts += [f"{name} ids below {size}" for name, size in sorted(kinds.vocabularies.items())]
+    parts += [f"{name} a padded mask" for name in sorted(kinds.masks)]
+    zeros = [i.name for i in _inputs(model) if zero_one(i.name, _dtype(i), kinds)]
+    if zeros:
+        parts.append(f"{', '.join(zeros)} 0/1 (integer, neither ids nor a mask: the figure "
+                     "says little of them)")
+    return ", ".join(parts)
+
+
+def _inputs(model: onnx.ModelProto) -> List[onnx.ValueInfoProto]:
     inits = {i.name for i in model.graph.initializer}
-    inputs = [i for i in model.graph.input if i.name not in inits]
-    return [{i.name: _draw(model, i, rng) for i in inputs} for _ in range(SAMPLES)]
+    return [i for i in model.graph.input if i.name not in inits]
 
 
-def _draw(model: onnx.ModelProto, info: onnx.ValueInfoProto,
-          rng: np.random.Generator) -> np.ndarray:
-    tensor = info.type.tensor_type
-    shape = [max(d.dim_value, 1) for d in tensor.shape.dim]
-    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(tensor.elem_type))
-    if dtype.kind == "f":
-        span = _quantized_range(model, info.name)
-        values = rng.standard_normal(shape)
-        if span is not None:
-            middle, sigma = (span[0] + span[1]) / 2, (span[1] - span[0]) / 6
-            values = np.clip(middle + sigma * values, span[0], span[1])
-        return values.astype(dtype)
-    if dtype.kind in "iu":
-        return rng.integers(0, _index_bound(model, info.name), shape).astype(dtype)
-    return np.zeros(shape, dtype)
+def _dtype(info: onnx.ValueInfoProto) -> np.dtype:
+    return np.dtype(helper.tensor_dtype_to_np_dtype(info.type.tensor_type.elem_type))
 
 
-def _consts(model: onnx.ModelProto) -> Dict[str, np.ndarray]:
-    return {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+def _draw(model: onnx.ModelProto, info: onnx.ValueInfoProto, kinds: InputKinds,
+          rng: np.random.Generator, first: bool) -> np.ndarray:
+    shape = [max(d.dim_value, 1) for d in info.type.tensor_type.shape.dim]
+    dtype = _dtype(info)
+    span = None if info.name in kinds.vocabularies or dtype.kind != "f" else \
+        _quantized_range(model, info.name)
+    if span is None:
+        return draw_input(info.name, shape, dtype, kinds, rng, first)
+    # a standard normal moved into the calibrated range (+-3 sigma covers it); drawn in
+    # float64 and rounded once at the end, one draw from rng as draw_input's
+    middle, sigma = (span[0] + span[1]) / 2, (span[1] - span[0]) / 6
+    return np.clip(middle + sigma * rng.standard_normal(shape), span[0], span[1]).astype(dtype)
 
 
 def _quantized_range(model: onnx.ModelProto, name: str) -> Optional[tuple]:
     """The float range a per-tensor QuantizeLinear reading ``name`` covers."""
-    consts = _consts(model)
+    consts = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
     for node in model.graph.node:
         if node.op_type == "QuantizeLinear" and node.input[0] == name and node.input[1] in consts:
             scale = consts[node.input[1]].reshape(-1)
@@ -111,22 +134,6 @@ def _quantized_range(model: onnx.ModelProto, name: str) -> Optional[tuple]:
                 offset = int(zero[0])
                 return ((info.min - offset) * float(scale[0]), (info.max - offset) * float(scale[0]))
     return None
-
-
-def _index_bound(model: onnx.ModelProto, name: str) -> int:
-    """The shortest table a Gather reads with ``name`` as its indices, or 2."""
-    consts = _consts(model)
-    bounds = [consts[n.input[0]].shape[_axis(n)] for n in model.graph.node
-              if n.op_type == "Gather" and len(n.input) > 1 and n.input[1] == name
-              and n.input[0] in consts and consts[n.input[0]].ndim]
-    return max(1, min(bounds)) if bounds else 2
-
-
-def _axis(node: onnx.NodeProto) -> int:
-    for attr in node.attribute:
-        if attr.name == "axis":
-            return int(attr.i)
-    return 0
 
 
 def _run(model: Union[onnx.ModelProto, bytes], feeds: Sequence[Mapping[str, np.ndarray]]

@@ -27,6 +27,10 @@ on its 4-D view ``[N, C, H, W]`` (``[N, C, L]`` as ``[N, C, 1, L]``,
    (only the axes padded): ``C' H W W' + C' W' H H'`` multiply-adds, as ``resize_matrices.py``
    computes a linear Resize.
 
+A reflect or edge Pad one of whose selection matrices would hold more than ``MAX_SELECTION``
+elements (a long axis: basic-pitch's 43844-sample signal made one of 7.2 GiB) is computed from
+Slices of its edge strips instead, with strip-sized selections (``pad_strips.py``).
+
 The Pad's node keeps its name as the first of these; the others are ``derived`` from it and
 ``rewritten`` says what it became. A ``-inf`` Pad of H and W read by a MaxPool alone is folded
 into the MaxPool's own padding instead (``pad_sinking.py``). A Pad none of this takes stays, with
@@ -66,20 +70,11 @@ from mrvl_convert.core.graph import (attr, float_activation_issue, pad_value, pr
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs, axes_operands
 from mrvl_convert.frontend.pad_sinking import (fold_into_maxpool, full_pads, set_pads,
                                               sink_pad)
+# PadPlan, gather_matrix and the view axes live in pad_strips, which computes a long axis' Pad
+from mrvl_convert.frontend.pad_strips import VIEW_AXES, PadPlan, gather_matrix, rewrite_strips
 
-_VIEW_AXES = {2: [2, 3], 3: [2], 4: []}  # Unsqueeze axes giving a rank's [N, C, H, W] view
 _FP16_MAX = float(np.finfo(np.float16).max)  # a constant layer operand beyond it is refused
-
-
-@dataclass(frozen=True)
-class PadPlan:
-    """One Pad on its 4-D view: the shape it reads and its pads per axis after the crop."""
-    mode: str
-    value: float
-    rank: int                      # the Pad's own rank (2 to 4)
-    view: Tuple[int, ...]          # [N, C, H, W] it reads
-    crop: Tuple[Tuple[int, int], ...]  # per axis of the view: removed at the start, at the end
-    pads: Tuple[Tuple[int, int], ...]  # per axis of the view, after the crop: added
+MAX_SELECTION = 1 << 20  # elements of one selection matrix (4 MiB float32); pad_strips.py above
 
 
 Step = Tuple[str, List[gs.Tensor], dict, List[int]]  # op, constant inputs, attrs, output shape
@@ -139,7 +134,7 @@ def pad_plan(node: gs.Node, opset: int) -> Union[PadPlan, str]:
     if issue:
         return issue
     view = list(src)
-    for axis in _VIEW_AXES[len(src)]:
+    for axis in VIEW_AXES[len(src)]:
         view.insert(axis, 1)
     begin, end = _on_view(pads[:len(src)], len(src)), _on_view(pads[len(src):], len(src))
     crop = tuple((max(0, -b), max(0, -e)) for b, e in zip(begin, end))
@@ -147,15 +142,28 @@ def pad_plan(node: gs.Node, opset: int) -> Union[PadPlan, str]:
     if mode == "reflect" and any(max(b, e) > n - 1 for n, b, e in zip(cropped, begin, end)):
         return f"a reflect pad longer than its axis less one ({pads} on {src}), which " \
                f"onnxruntime refuses"
-    return PadPlan(mode, float(value or 0.0), len(src), tuple(view), crop,
+    plan = PadPlan(mode, float(value or 0.0), len(src), tuple(view), crop,
                    tuple((max(0, b), max(0, e)) for b, e in zip(begin, end)))
+    if opset < 10 and needs_strips(plan):
+        return f"a pad of a long axis ({pads} on {src}) is formed from Slices of its edge " \
+               f"strips (pad_strips.py), and opset {opset}'s Slice takes no constant inputs"
+    return plan
+
+
+def needs_strips(plan: PadPlan) -> bool:
+    """True when a selection matrix of this module's forms for ``plan`` would hold more than
+    ``MAX_SELECTION`` elements: ``pad_strips.py`` computes such a Pad instead."""
+    sizes = [n - sum(c) for n, c in zip(plan.view, plan.crop)]
+    axes = (1,) if plan.mode == "constant" else (1, 2, 3)  # a constant spatial pad selects none
+    return any(sizes[a] * (sizes[a] + sum(plan.pads[a])) > MAX_SELECTION
+               for a in axes if sum(plan.pads[a]))
 
 
 def _issue(mode: str, src: List[int], pads: Optional[List[int]], value: Optional[float],
            opset: int) -> Optional[str]:
     if mode not in ("constant", "reflect", "edge"):
         return f"mode {mode!r}: the forms pad in constant, reflect and edge modes"
-    if len(src) not in _VIEW_AXES:
+    if len(src) not in VIEW_AXES:
         return f"the forms take 2-D to 4-D tensors; this one is {len(src)}-D"
     if pads is None:
         return "the pads or the axes are computed at run time"
@@ -178,7 +186,7 @@ def _issue(mode: str, src: List[int], pads: Optional[List[int]], value: Optional
 
 def _on_view(per_axis: Sequence[int], rank: int) -> List[int]:
     out = list(per_axis)
-    for axis in _VIEW_AXES[rank]:
+    for axis in VIEW_AXES[rank]:
         out.insert(axis, 0)
     return out
 
@@ -205,22 +213,13 @@ def selection(size: int, begin: int, end: int, mode: str) -> np.ndarray:
     return gather_matrix(index, size)
 
 
-def gather_matrix(index: np.ndarray, size: int) -> np.ndarray:
-    """``[len(index), size]`` 0/1: row j has a 1 at column ``index[j]`` (none where it is
-    negative), so that a MatMul by its transpose gathers those inputs exactly."""
-    matrix = np.zeros((len(index), size), np.float32)
-    rows = np.flatnonzero(index >= 0)
-    matrix[rows, index[rows]] = 1.0
-    return matrix
-
-
 def pad_steps(plan: PadPlan, opset: int, const: _Constants, out: List[int]) -> List[Step]:
     """The layers computing ``plan``, in order (module docstring); ``out``: the Pad's output
     shape."""
     n, c, h, w = plan.view
     steps: List[Step] = []
     if plan.rank < 4:
-        steps.append(_axes_step("Unsqueeze", "view_axes", _VIEW_AXES[plan.rank], opset, const,
+        steps.append(_axes_step("Unsqueeze", "view_axes", VIEW_AXES[plan.rank], opset, const,
                                 [n, c, h, w]))
     if any(sum(pair) for pair in plan.crop):
         axes = [a for a, pair in enumerate(plan.crop) if sum(pair)]
@@ -241,7 +240,7 @@ def pad_steps(plan: PadPlan, opset: int, const: _Constants, out: List[int]) -> L
     if hb or he or wb or we:
         steps += _spatial(plan, (c, h, w), const)
     if plan.rank < 4:
-        steps.append(_axes_step("Squeeze", "back_axes", _VIEW_AXES[plan.rank], opset, const,
+        steps.append(_axes_step("Squeeze", "back_axes", VIEW_AXES[plan.rank], opset, const,
                                 out))
     return steps
 
@@ -281,8 +280,12 @@ def _axes_step(op: str, tag: str, axes: List[int], opset: int, const: _Constants
 def _rewrite(graph: gs.Graph, node: gs.Node, plan: PadPlan, done: Rewrites, names: Names,
              opset: int) -> None:
     """Replace ``node`` by its steps: the node becomes the first, the others are added."""
-    steps = pad_steps(plan, opset, _Constants(names, node.name), static_shape(node.outputs[0]))
-    what = replace_with_steps(graph, node, steps, done, names)
+    if needs_strips(plan):
+        what = rewrite_strips(graph, node, plan, done, names, opset)
+    else:
+        steps = pad_steps(plan, opset, _Constants(names, node.name),
+                          static_shape(node.outputs[0]))
+        what = replace_with_steps(graph, node, steps, done, names)
     earlier = done.rewritten.get(node.name)
     done.rewritten[node.name] = (f"{earlier}; then " if earlier else "") + (
         f"{plan.mode} Pad{'' if plan.mode != 'constant' else f' of {plan.value:g}'} became "

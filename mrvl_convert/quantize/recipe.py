@@ -35,6 +35,7 @@ from mrvl_convert.quantize import pinned
 from mrvl_convert.quantize.ort_quantize import (cached_ranges, quantize_static_shared_relu,
                                                 quantizer_quiet)
 from mrvl_convert.quantize.prelu import decompose_prelu
+from mrvl_convert.quantize.own_bias import own_biases
 from mrvl_convert.quantize.sums import sums_as_add
 from mrvl_convert.quantize.weights import weights_as_initializers
 
@@ -102,8 +103,8 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
 
         def rewrite(m: onnx.ModelProto) -> onnx.ModelProto:
             lone.extend(lone_batchnorms(m))
-            return sums_as_add(decompose_prelu(equalize_model(m) if equalize else m, keep=kept),
-                               keep=kept)
+            return own_biases(sums_as_add(decompose_prelu(equalize_model(m) if equalize else m,
+                                                           keep=kept), keep=kept), keep=kept)
         with quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
             if bias_correction and source == str(model):
                 raise OptionError("bias correction rewrites the float model, which it cannot "
@@ -172,8 +173,8 @@ def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = (), *,
     there."""
     kept = frozenset(keep)
     folded = fold_batchnorm(weights_as_initializers(model), kept)
-    return sums_as_add(decompose_prelu(equalize_model(folded) if equalize else folded,
-                                       keep=kept), keep=kept)
+    return own_biases(sums_as_add(decompose_prelu(equalize_model(folded) if equalize else folded,
+                                                  keep=kept), keep=kept), keep=kept)
 
 
 def load_calibration(path: PathLike, model: PathLike) -> Dict[str, np.ndarray]:

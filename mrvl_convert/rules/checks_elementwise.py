@@ -143,14 +143,20 @@ def check_float_region(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) 
     ``frontend/float_pairs.py`` dropped the pairs there): no int8 form can take the span, so it
     runs as fp16 layers between the region's quant layers, and verify's reference rounds them
     where the artifact does (``verify/kept_fp16.py``).
+
+    So does an op whose result leaves the int8 region unquantized (``_leaves_unquantized``: a
+    classifier's last Sigmoid on a dequantized logit, written as the model output): the int8
+    model computes it in float32 on the dequantized value, the artifact as an fp16 layer after
+    the dequantizing quant layer, rounded where verify's reference rounds it too.
     """
-    refused = _int8_neighbour(node)
+    refused = _int8_neighbour(node, graph)
     return None if refused is None or _in_float_span(node) else refused
 
 
-def _int8_neighbour(node: gs.Node) -> Details:
+def _int8_neighbour(node: gs.Node, graph: gs.Graph) -> Details:
     for tensor in activation_inputs(node):
-        if _dequantized(tensor) and not _leads_to_float_layer(node):
+        if _dequantized(tensor) and not _leads_to_float_layer(node) \
+                and not _leaves_unquantized(node, graph):
             return {"detail": f"its input {tensor.name} is dequantized int8"}
     for consumer in node.outputs[0].outputs:
         if consumer.op == "QuantizeLinear" and not _in_float_island(node):
@@ -202,6 +208,19 @@ def _in_float_island(node: gs.Node) -> bool:
     return _reaches(node, _producers, _FLOAT_LAYERS | {"DequantizeLinear"})
 
 
+def _leaves_unquantized(node: gs.Node, graph: gs.Graph) -> bool:
+    """Every path from ``node``'s outputs reaches a model output with no QuantizeLinear on it
+    (within ``_ISLAND_DEPTH`` steps): nothing after it is int8 again."""
+    outputs = {id(t) for t in graph.outputs}
+
+    def writes_output(near: gs.Node) -> bool:
+        return any(id(t) in outputs for t in near.outputs)
+
+    if _walk(node, _consumers, lambda near: near.op == "QuantizeLinear") is not False:
+        return False  # quantized again somewhere, or too far to tell
+    return writes_output(node) or _walk(node, _consumers, writes_output) is True
+
+
 def _consumers(node: gs.Node) -> List[gs.Node]:
     return [c for t in node.outputs for c in t.outputs]
 
@@ -214,11 +233,19 @@ def _reaches(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
              targets: AbstractSet[str]) -> bool:
     """A node of an op in ``targets`` is ``step`` by ``step`` from ``node``, through float ops
     (a QuantizeLinear ends the walk), within ``_ISLAND_DEPTH`` steps."""
+    return _walk(node, step, lambda near: near.op in targets) is True
+
+
+def _walk(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
+          hit: Callable[[gs.Node], bool]) -> Optional[bool]:
+    """True when a node ``hit`` accepts is ``step`` by ``step`` from ``node`` through float
+    ops (a QuantizeLinear ends a path once ``hit`` has seen it), False when none is, None when
+    ``_ISLAND_DEPTH`` steps did not end the walk."""
     frontier, seen = [node], set()
     for _ in range(_ISLAND_DEPTH):
         following = []
         for near in (n for current in frontier for n in step(current)):
-            if near.op in targets:
+            if hit(near):
                 return True
             if near.op != "QuantizeLinear" and id(near) not in seen:
                 seen.add(id(near))
@@ -226,7 +253,7 @@ def _reaches(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
         if not following:
             return False
         frontier = following
-    return False
+    return None
 
 
 ELEMENTWISE_CHECKS: Dict[str, Any] = {

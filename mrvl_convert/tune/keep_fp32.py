@@ -16,14 +16,16 @@ float or requantized form another quantizer's model was converted from, kept in 
 What it costs is measured, never estimated: the verify figures before (no node kept) and after
 (the nodes kept), every round's, and report.json's ``keep_fp32`` section (convert's: the extra
 Mrvl and CPU subgraphs, the extra Mrvl<->CPU cuts, the share of the MACs moved to the CPU),
-which gets these figures as ``measured``.
+which gets these figures as ``measured``. A round that does not lower the error by more than a
+stated margin is undone, and the search stops after a few such rounds in a row
+(``tune/keep_fp32_result.py`` states the criterion): the artifact keeps only the layers that
+helped, and the line and report.json list what was tried and undone, with its figures.
 """
 from __future__ import annotations
 
-import math
 import os
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -37,6 +39,9 @@ from mrvl_convert.errors import MrvlConvertError, OptionError
 from mrvl_convert.frontend.foreign_kept import kept_reference
 from mrvl_convert.options import ConvertOptions
 from mrvl_convert.runtime.session import HybridSession
+from mrvl_convert.tune.keep_fp32_result import (PATIENCE, KeepFp32Result, helps, undone_reason,
+                                                worst_error)
+from mrvl_convert.tune.keep_fp32_result import verify_figures as _figures
 from mrvl_convert.verify.compare import compare
 from mrvl_convert.verify.feeds import load_npz_feeds
 from mrvl_convert.verify.fp16_analysis import Fp16Analysis, analyze_fp16
@@ -94,64 +99,6 @@ class VerifySettings:
                 replace(self, inputs=judge, npz=None) if judge else None)
 
 
-@dataclass
-class KeepFp32Result:
-    """The nodes kept in fp32, the verify figures before (none kept) and after, the ``auto``
-    rounds, the fp16 analysis they were chosen by, and report.json's ``keep_fp32`` section."""
-
-    model: str
-    kept: List[str]
-    before: Dict[str, Any]
-    after: Dict[str, Any]
-    rounds: List[Dict[str, Any]] = field(default_factory=list)
-    analysis: Optional[Fp16Analysis] = None
-    cost: Optional[Dict[str, Any]] = None
-    # ``auto``: how many samples chose (``before``/``after`` are theirs), and the verdicts
-    # before and after on the samples held out of the choice ({"samples", "before", "after"})
-    chosen_on: Optional[int] = None
-    held_out: Optional[Dict[str, Any]] = None
-    # ``auto``: the nodes whose float32 values leave fp16's range (verify/fp16_overflow.py)
-    overflow: List[str] = field(default_factory=list)
-    # ``auto``: the norms scaled so their squares stay inside fp16 (ReduceMean -> k), and the
-    # artifact converted with them
-    norm_scales: Dict[str, int] = field(default_factory=dict)
-    scaled: Optional[Path] = None
-    # ``auto`` that ends in FAIL: why keeping layers could not pass (``unreached``)
-    unreached: str = ""
-
-    @property
-    def measured(self) -> Dict[str, Any]:
-        figures = {"before": self.before, "after": self.after, "rounds": self.rounds}
-        if self.chosen_on is not None:
-            figures.update(chosen_on=self.chosen_on, held_out=self.held_out)
-        return figures
-
-    def line(self) -> str:
-        """One line: what was kept, what it cost, and the error before and after (with
-        ``auto``: on the samples that chose, then on those held out of the choice)."""
-        verdicts = (f"verify {_verdict(self.before)} -> {_verdict(self.after)}"
-                    if self.kept or self.norm_scales else f"verify {_verdict(self.before)}")
-        if self.chosen_on is not None:
-            verdicts = f"chosen on {_count(self.chosen_on)}: {verdicts}; " + (
-                f"held out {_count(self.held_out['samples'])}: "
-                f"{_verdict(self.held_out['before'])} -> {_verdict(self.held_out['after'])}"
-                if self.held_out else "no sample held out (one sample): judged in sample")
-        scaled = (f"{len(self.norm_scales)} norm(s) scaled by powers of two so their squares "
-                  f"stay inside fp16 (exact; frontend/norm_range.py); " if self.norm_scales
-                  else "")
-        verdicts += f"; {self.unreached}" if self.unreached else ""
-        if not self.kept:
-            return f"keep-fp32 {self.model}: {scaled}nothing kept in fp32; {verdicts}"
-        cost = self.cost or {}
-        return (f"keep-fp32 {self.model}: {scaled}kept in fp32 on the CPU: "
-                f"{', '.join(self.kept)}; "
-                f"cost {cost.get('extra_mrvl_subgraphs', 0):+d} Mrvl / "
-                f"{cost.get('extra_cpu_subgraphs', 0):+d} CPU subgraph(s), "
-                f"{cost.get('extra_transitions', 0):+d} cut(s), "
-                f"{100 * cost.get('mac_share_moved', 0.0):.1f}% of the MACs moved to the CPU; "
-                f"{verdicts}")
-
-
 def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
                       keep_fp32: Union[str, Sequence[str]], *,
                       options: Optional[ConvertOptions] = None,
@@ -174,7 +121,8 @@ def convert_keep_fp32(model: PathLike, out_dir: Optional[PathLike],
         if AUTO in names:  # choose on one split, judge the choice on the other
             verify, judge = verify.split(first)
         check = verify.run(model, first)
-        result = KeepFp32Result(Path(model).name, list(kept), _figures(check), _figures(check))
+        result = KeepFp32Result(Path(model).name, list(kept), _figures(check), _figures(check),
+                                error=worst_error(check))
         if AUTO in names and not check.passed:
             result.analysis = analyze_fp16(judged_against(model, first), first, verify.inputs)
             result.overflow = list(check.overflow_nodes)
@@ -253,6 +201,7 @@ def _scale_norms(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
     check = verify.run(model, artifact)
     result.norm_scales, result.scaled = scales, artifact
     result.after, result.overflow = _figures(check), list(check.overflow_nodes)
+    result.error = worst_error(check)
     result.rounds.append({"layer": "(norm range)", "layer_name": "norms scaled by 2**-k",
                           "nodes": sorted(scales), "why": _SCALED, "verify": result.after})
     if check.passed:
@@ -266,40 +215,56 @@ _SCALED = ("their squares exceed fp16's largest, 65504: each norm's input scaled
 
 def _rounds(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
             verify: VerifySettings, tmp: Path, max_rounds: int) -> Optional[Path]:
-    """Convert and verify with the named nodes kept, then (``auto``) keep the next candidate
-    layer while verify fails, at most ``max_rounds`` rounds. A layer whose keeping the
-    converter refuses (e.g. a node the partition cannot cut around) is recorded and skipped;
-    a named node it refuses is the caller's error. The artifact of the nodes kept (None: no
-    node kept)."""
+    """Convert and verify with the named nodes kept, then (``auto``) try the next candidate
+    layer while verify fails, at most ``max_rounds`` rounds; a round that does not help
+    (``keep_fp32_result.helps``) is undone, and ``PATIENCE`` of them in a row stop the search.
+    A layer whose keeping the converter refuses (e.g. a node the partition cannot cut around)
+    is recorded and skipped; a named node it refuses is the caller's error. The artifact of
+    the nodes kept (None: no node kept)."""
     last = None
     if result.kept:
         last = tmp / "named"
-        if _measure(result, model, base, verify, last, result.kept):
+        check, result.cost = _measure(model, base, verify, last, result.kept)
+        result.after, result.error = _figures(check), worst_error(check)
+        if check.passed:
             return last
-    candidates = result.analysis.candidates() if result.analysis is not None else []
-    # The model's own overflows first, all at once: no fp16 layer computes them, and each
-    # one alone makes the outputs inf or NaN whatever else is kept.
-    rows = ([_Overflowing(result.overflow)] if result.overflow else []) + candidates
-    for row in rows:
+    undone = 0
+    for row in _candidates(result):
         added = [n for n in row.op_nodes if n not in result.kept]
         if not added:
             continue
         if len(result.rounds) == max_rounds:
+            return last
+        if undone == PATIENCE:
+            result.stopped = f"stopped after {undone} rounds in a row undone"
             return last
         entry = {"layer": row.layer, "layer_name": row.layer_name, "nodes": list(row.op_nodes),
                  "why": getattr(row, "why", None) or _why(result.analysis, row)}
         result.rounds.append(entry)
         artifact = tmp / f"round{len(result.rounds)}"
         try:
-            passed = _measure(result, model, base, verify, artifact, result.kept + added)
+            check, cost = _measure(model, base, verify, artifact, result.kept + added)
         except MrvlConvertError as exc:
             entry["refused"] = str(exc)
             continue
-        last = artifact
-        entry["verify"] = result.after
-        if passed:
+        entry.update(verify=_figures(check), cost=cost)
+        now = worst_error(check)
+        if not (check.passed or getattr(row, "needed", False) or helps(result.error, now)):
+            entry["undone"], undone = undone_reason(result.error, now), undone + 1
+            continue
+        result.kept, result.cost, result.after = result.kept + added, cost, entry["verify"]
+        last, result.error, undone = artifact, now, 0
+        if check.passed:
             return last
     return last
+
+
+def _candidates(result: KeepFp32Result) -> List[Any]:
+    """The rows ``auto`` tries, in order: the model's own overflows first, all at once (no
+    fp16 layer computes them, and each one alone makes the outputs inf or NaN whatever else
+    is kept), then the analysis's candidates."""
+    candidates = result.analysis.candidates() if result.analysis is not None else []
+    return ([_Overflowing(result.overflow)] if result.overflow else []) + candidates
 
 
 @dataclass
@@ -310,17 +275,18 @@ class _Overflowing:
     layer: str = "(overflow)"
     layer_name: str = "the model's own fp16 overflow"
     why: str = "their float32 values exceed fp16's largest, 65504 (verify/fp16_overflow.py)"
+    # Never undone: fp16 cannot hold their values, so no conversion that passes computes them
+    # in fp16; their readers may still overflow on the way back (the outputs stay inf until a
+    # later round keeps them: magika's head after its dense_2).
+    needed: bool = True
 
 
-def _measure(result: KeepFp32Result, model: PathLike, base: ConvertOptions,
-             verify: VerifySettings, artifact: Path, kept: List[str]) -> bool:
-    """Convert with ``kept`` in fp32 and verify; the result then keeps them, with the
-    figures and the cost. Whether verify passed."""
+def _measure(model: PathLike, base: ConvertOptions, verify: VerifySettings,
+             artifact: Path, kept: List[str]) -> Tuple[Comparison, Dict[str, Any]]:
+    """Convert with ``kept`` in fp32 and verify: the comparison, and what keeping them costs
+    (report.json's ``keep_fp32`` section)."""
     converted = convert_with(model, artifact, replace(base, keep_fp32=tuple(kept)))
-    check = verify.run(model, artifact)
-    result.kept = list(kept)
-    result.after, result.cost = _figures(check), dict(converted.report["keep_fp32"])
-    return check.passed
+    return verify.run(model, artifact), dict(converted.report["keep_fp32"])
 
 
 def _why(analysis: Optional[Fp16Analysis], row: Any) -> str:
@@ -336,34 +302,22 @@ def record_measured(out_dir: PathLike, result: KeepFp32Result) -> None:
     path = Path(out_dir) / "report.json"
     report = read_json(path, "report", max_bytes=None)
     if "keep_fp32" not in report:
-        return
+        section = _nothing_kept(result)
+        if section is None:
+            return
+        report["keep_fp32"] = section
     report["keep_fp32"]["measured"] = result.measured
     validate(report, "report", label=str(path))
     write_file_atomically(path, dumps(report))
 
 
-def _figures(check: Comparison) -> Dict[str, Any]:
-    """The verify verdict and its worst output figures, for report.json and the line."""
-    rows = check.judged_rows
-    worst = max(rows, key=lambda r: r.max_rel or 0.0, default=None)
-    cosines = [r.cosine for r in rows if r.cosine is not None]
-    return {"passed": check.passed,
-            "max_abs": _finite(None if worst is None else worst.max_abs),
-            "max_rel": _finite(None if worst is None else worst.max_rel),
-            "min_cosine": _finite(min(cosines) if cosines else None),
-            "line": check.summary_line()}
-
-
-def _finite(value: Optional[float]) -> Optional[float]:
-    """JSON has no inf or NaN: such a figure is null (the line still says it)."""
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _count(samples: int) -> str:
-    return f"{samples} sample" + ("" if samples == 1 else "s")
-
-
-def _verdict(figures: Dict[str, Any]) -> str:
-    rel = figures.get("max_rel")
-    return ("PASS" if figures["passed"] else "FAIL") + (
-        f" (max_rel {rel:.3g})" if rel is not None else "")
+def _nothing_kept(result: KeepFp32Result) -> Optional[Dict[str, Any]]:
+    """The section of an artifact that keeps no node after ``auto`` undid every round it
+    measured (its figures: those of the conversion without kept nodes, which every round's
+    ``without`` is), so report.json still says what was tried; None when nothing was."""
+    costs = [r["cost"] for r in result.undone if r.get("cost")]
+    if not costs:
+        return None
+    plain = costs[0]["without"]
+    return {"nodes": [], "without": plain, "with": plain, "extra_mrvl_subgraphs": 0,
+            "extra_cpu_subgraphs": 0, "extra_transitions": 0, "mac_share_moved": 0.0}

@@ -52,6 +52,7 @@ from mrvl_convert.verify.against import compare_against, rejudge
 from mrvl_convert.verify.criteria import CRITERION_NAMES, MARVELL, quantize_of
 from mrvl_convert.verify.float_form import mapped_form
 from mrvl_convert.verify.norm_scales import scaled_like
+from mrvl_convert.verify.floor_minmax import device_nodes
 from mrvl_convert.verify.fp16_floor import Floor, fp16_floor
 from mrvl_convert.verify.fp16_overflow import merged_events, model_overflow
 from mrvl_convert.verify.kept_fp16 import rounded_as_artifact
@@ -65,7 +66,7 @@ from mrvl_convert.verify.reference import (ORIGINAL, check_model_inputs, element
                                            zero_one_inputs, zero_one_note)
 from mrvl_convert.verify.report import Comparison, Row
 from mrvl_convert.verify.tolerances import Tolerance, Tolerances
-from mrvl_convert.verify.vocabulary import input_kinds
+from mrvl_convert.frontend.vocabulary import input_kinds
 
 _OVERFLOW_NOTE = "hybrid value holds inf/NaN (fp16 overflow)"
 MISSING_NOTE = "not a tensor of the reference model: not compared"
@@ -197,8 +198,8 @@ def compare(model: "str | os.PathLike[str] | onnx.ModelProto",
     if criterion == MARVELL:
         rejudge(rows, got, want, quantize_of(session.manifest))
     measured = [r.tensor for r in rows if r.kind == "output" and r.max_abs is not None]
-    floor = fp16_floor(proto, model_label(model), measured, feeds, want, log_severity) \
-        if with_floor else None
+    floor = fp16_floor(proto, model_label(model), measured, feeds, want, log_severity,
+                       device_nodes(session)) if with_floor else None
     _set_floor(rows, floor)
     rows += [_layer_row(p, worst.get(p.tensor), tols) for p in plans]
     # another quantizer's model rewritten: the second reference is the model as given
@@ -239,6 +240,8 @@ def _set_floor(rows: List[Row], floor: Optional[Floor]) -> None:
         worst = None if floor is None else floor.outputs.get(row.tensor)
         if worst is not None and worst.samples:
             row.floor_max_abs, row.floor_max_rel = worst.max_abs, worst.max_rel
+            if row.tolerance is not None:  # judged sample by sample, as the row itself
+                row.floor_passes = worst.within(Tolerance(**row.tolerance))
 
 
 def _rewritten(session: HybridSession, proto: onnx.ModelProto) -> onnx.ModelProto:

@@ -49,7 +49,7 @@ from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality,
 from mrvl_convert.verify.report import aligned_lines
 from mrvl_convert.verify.reference import (load_model, reference_session, run_reference,
                                            sample_feeds)
-from mrvl_convert.verify.vocabulary import input_kinds
+from mrvl_convert.frontend.vocabulary import input_kinds
 
 Feed = Dict[str, np.ndarray]
 _FLOAT = {onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}

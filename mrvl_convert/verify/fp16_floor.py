@@ -6,8 +6,10 @@ the verdict's own reference (the model, or an int8 artifact's QDQ model) with ev
 tensor rounded to fp16 where a node reads or writes it: each node's float inputs, weights and
 results (``floor_model``; QuantizeLinear/DequantizeLinear and Cast left alone: their results
 are rounded where a node reads them), a Conv and its BatchNormalization first folded into one
-Conv as the device computes them (``floor_folds.py``) and an additive attention mask's
-finfo.min constant clamped to -32752 as the converter computes it (``floor_masks.py``),
+Conv as the device computes them (``floor_folds.py``), an additive attention mask's
+finfo.min constant clamped to -32752 as the converter computes it (``floor_masks.py``) and
+each two-input Max/Min as the device's lowering computes it, its gap rounded
+(``floor_minmax.py``),
 run by onnxruntime on the same inputs; shapes, indices and integers are never rounded
 (``value_tensors.py``). Its error against the reference, per output, is what an fp16 device
 costs that model whatever the converter does; a sum order or an fp16 accumulator may cost a
@@ -22,17 +24,19 @@ converter defect.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import AbstractSet, Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
 from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.frontend.load import name_nodes
 from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.floor_folds import fold_conv_batchnorms
 from mrvl_convert.verify.floor_masks import clamp_floor_masks
+from mrvl_convert.verify.floor_minmax import lower_minmax
 from mrvl_convert.verify.kept_fp16 import topologically_sorted
 from mrvl_convert.verify.metrics import Worst
 from mrvl_convert.verify.reference import (load_model, reference_session, rewrite_label,
@@ -54,15 +58,18 @@ class Floor:
     note: str = ""  # why it was not measured ('' when it was)
 
 
-def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
-                ) -> onnx.ModelProto:
+def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None,
+                on_device: Optional[AbstractSet[str]] = None) -> onnx.ModelProto:
     """A copy of ``proto`` with every float tensor rounded to fp16 (module docstring): each
     float tensor a node reads goes through one Cast pair (made once, shared by its readers),
     each float weight is read as a rounded copy, each of ``outputs`` (default: the model's)
     is rounded; each Conv -> BatchNormalization pair first folded (``floor_folds.py``), each
-    additive mask's constant clamped (``floor_masks.py``). Linear
+    additive mask's constant clamped (``floor_masks.py``), each two-input Max/Min
+    lowered (``floor_minmax.py``; only those in ``on_device``, the nodes the artifact runs
+    on Mrvl, when given). Linear
     in the model's size (one pass over the nodes)."""
     copy = load_model(proto)
+    name_nodes(copy)  # an unnamed node has the name the converter gave it (on_device's)
     fold_conv_batchnorms(copy)
     graph = copy.graph
     names = [o.name for o in graph.output] if outputs is None else outputs
@@ -82,6 +89,9 @@ def floor_model(proto: onnx.ModelProto, outputs: Optional[Sequence[str]] = None
             _round_output(graph, name, added)
     graph.node.extend(added)
     topologically_sorted(copy)
+    # after the sort: the lowering's operand choice infers shapes, which needs the order
+    if lower_minmax(copy, protected, on_device):  # no Max/Min layer: the gap rounds too
+        topologically_sorted(copy)
     return copy
 
 
@@ -127,11 +137,12 @@ def _pair(source: str, target: str) -> List[onnx.NodeProto]:
 
 def fp16_floor(proto: onnx.ModelProto, label: str, outputs: Sequence[str],
                feeds: Sequence[Dict[str, np.ndarray]], want: Dict[str, List[np.ndarray]],
-               log_severity: int = 3) -> Floor:
-    """The floor of ``outputs`` (their reference values ``want``, one per feed)."""
+               log_severity: int = 3, on_device: Optional[AbstractSet[str]] = None) -> Floor:
+    """The floor of ``outputs`` (their reference values ``want``, one per feed);
+    ``on_device``: as ``floor_model``'s."""
     what = rewrite_label(label, "every float tensor rounded to fp16: the fp16 floor")
     try:
-        rounded = floor_model(proto, outputs)
+        rounded = floor_model(proto, outputs, on_device)
         session = reference_session(rounded, [TensorSpec(n, (), "float32") for n in outputs],
                                     log_severity, what)
         floor = Floor({name: Worst() for name in outputs})

@@ -278,7 +278,7 @@ def _round_group(proto: onnx.ModelProto, graph: WorkingGraph, group: List[str],
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
     for node in [n for n in members if n.op_type in ("Max", "Min") and len(n.input) == 2]:
-        _minmax_steps(graph, node, _full_operand(proto, node))
+        minmax_steps(graph, node, full_operand(proto, node))
     chains_as_written(graph, members, _cast_pair, opset)  # Rsqrt, GELU, LayerNorm
     for node in members:
         graph.refresh(node)  # a chain may have rewired a member (Rsqrt's Div)
@@ -365,17 +365,17 @@ def _gate_steps(graph: WorkingGraph, node: onnx.NodeProto) -> None:
     graph.node.extend(steps)
 
 
-def _full_operand(proto: onnx.ModelProto, node: onnx.NodeProto) -> int:
+def full_operand(proto: onnx.ModelProto, node: onnx.NodeProto) -> int:
     """Which input of a two-input Max/Min has the output's shape, as ``layers/_minmax.py``
     chooses it: 0 unless the model's value infos say input 0 broadcasts."""
     dims = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
-            for v in list(proto.graph.value_info) + list(proto.graph.input)
+            for v in [*proto.graph.value_info, *proto.graph.input, *proto.graph.output]
             if v.name in (node.input[0], node.output[0])}
     first, out = dims.get(node.input[0]), dims.get(node.output[0])
     return 1 if first is not None and out is not None and first != out else 0
 
 
-def _minmax_steps(graph: WorkingGraph, node: onnx.NodeProto, full: int) -> None:
+def minmax_steps(graph: WorkingGraph, node: onnx.NodeProto, full: int) -> None:
     """Max and Min as the lowering writes them (``layers/_minmax.py``, the device has no such
     layer): Sub(f, o) with Relu fused, rounded to fp16, then Sum2D(that, o) for Max or
     Sub(f, that) for Min. ``node``'s inputs are rounded already where the layer rounds them

@@ -62,7 +62,7 @@ from mrvl_convert.verify.metrics import Sums, cosine, snr_db
 from mrvl_convert.verify.quant_report import DEFAULT_THRESHOLD_DB, LayerQuality, QuantAnalysis
 from mrvl_convert.verify.reference import (check_model_inputs, load_model, model_label,
                                            reference_session, run_reference, sample_feeds)
-from mrvl_convert.verify.vocabulary import input_kinds
+from mrvl_convert.frontend.vocabulary import input_kinds
 
 # Layers that excluding their op node from quantization gives back to float: the candidates of
 # ``--keep-fp16 auto``. Their weights stay float; an excluded Add or pool still sits between

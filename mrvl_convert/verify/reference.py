@@ -25,7 +25,7 @@ from mrvl_convert.frontend.input_shapes import fix_input_shapes, static_dim
 from mrvl_convert.runtime.options import QUIET, ort_options, qdq_as_written
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import DTYPES, TensorSpec
-from mrvl_convert.verify.vocabulary import InputKinds, input_kinds
+from mrvl_convert.frontend.vocabulary import InputKinds, draw_input, input_kinds, zero_one
 
 Feed = Dict[str, np.ndarray]
 
@@ -33,44 +33,15 @@ Feed = Dict[str, np.ndarray]
 def random_feeds(inputs: Sequence[TensorSpec], seed: int, samples: int,
                  kinds: Optional[InputKinds] = None) -> List[Feed]:
     """Seeded feeds, one dict per sample, each input drawn as ``kinds`` says what it holds
-    (``vocabulary.input_kinds`` of the model; None: nothing known): an id input uniform ids
-    below its vocabulary (whatever its dtype: a Keras model takes ids as floats), a mask ones
-    over a prefix of its last axis (``_mask``), any other float input standard normal and any
-    other integer or bool input 0/1 (``zero_one_inputs`` names them: a verdict on 0/1 says
-    little about a model that reads them as numbers)."""
+    (``vocabulary.input_kinds`` of the model; None: nothing known) by ``vocabulary.draw_input``:
+    ids below their vocabulary, a mask ones over a prefix of its last axis, any other float
+    input standard normal and any other integer or bool input 0/1 (``zero_one_inputs`` names
+    them: a verdict on 0/1 says little about a model that reads them as numbers)."""
     kinds = kinds or InputKinds()
     rng = np.random.default_rng(seed)
-    feeds = []
-    for sample in range(samples):
-        feed = {}
-        for spec in inputs:
-            dtype = DTYPES[spec.dtype][0]
-            vocabulary = kinds.vocabularies.get(spec.name)
-            if vocabulary is not None:
-                feed[spec.name] = draw_ids(spec.shape, dtype, vocabulary, rng)
-            elif np.issubdtype(dtype, np.floating):
-                feed[spec.name] = rng.standard_normal(spec.shape).astype(dtype)
-            elif spec.name in kinds.masks:
-                feed[spec.name] = _mask(spec.shape, rng, full=sample == 0).astype(dtype)
-            else:
-                feed[spec.name] = rng.integers(0, 2, spec.shape).astype(dtype)
-        feeds.append(feed)
-    return feeds
-
-
-def draw_ids(shape: Sequence[int], dtype: Any, vocabulary: int,
-             rng: np.random.Generator) -> np.ndarray:
-    """Ids uniform in [0, vocabulary), of ``shape``, as ``dtype`` (the corpus draws so too)."""
-    return rng.integers(0, vocabulary, shape).astype(dtype)
-
-
-def _mask(shape: Sequence[int], rng: np.random.Generator, full: bool) -> np.ndarray:
-    """Ones over a prefix of the last axis, zeros after it (a padded sequence), the prefix's
-    length uniform in [1, length] per row; ``full``: all ones (the first sample: no padding)."""
-    if full or not shape or shape[-1] < 2:
-        return np.ones(shape, np.int64)
-    lengths = rng.integers(1, shape[-1] + 1, tuple(shape[:-1]))
-    return (np.arange(shape[-1]) < np.asarray(lengths)[..., None]).astype(np.int64)
+    return [{spec.name: draw_input(spec.name, spec.shape, DTYPES[spec.dtype][0], kinds, rng,
+                                   first=sample == 0) for spec in inputs}
+            for sample in range(samples)]
 
 
 def zero_one_inputs(inputs: Sequence[TensorSpec], kinds: Optional[InputKinds],
@@ -79,9 +50,7 @@ def zero_one_inputs(inputs: Sequence[TensorSpec], kinds: Optional[InputKinds],
     pinned at conversion (``pinned``: those names)."""
     kinds = kinds or InputKinds()
     return [spec.name for spec in inputs
-            if not np.issubdtype(DTYPES[spec.dtype][0], np.floating)
-            and spec.name not in kinds.vocabularies and spec.name not in kinds.masks
-            and spec.name not in pinned]
+            if zero_one(spec.name, DTYPES[spec.dtype][0], kinds) and spec.name not in pinned]
 
 
 def zero_one_note(names: Sequence[str]) -> str:

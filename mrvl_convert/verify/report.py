@@ -55,11 +55,14 @@ def judge(max_abs: Optional[float], floor: Optional[float],
 
 def floor_excess(row: "Row") -> Optional[str]:
     """``"max_rel 0.0354 > 0.01"`` when the output's fp16 floor is itself outside the row's
-    tolerance (its max_rel bound, above its absolute floor), else None."""
+    tolerance (its max_rel bound, above its absolute floor; in some one sample where
+    ``floor_passes`` is known), else None."""
     tol = row.tolerance or {}
     bound, atol = tol.get("max_rel"), tol.get("atol") or 0.0
     rel, abs_err = row.floor_max_rel, row.floor_max_abs
     if bound is None or rel is None or abs_err is None or not math.isfinite(rel):
+        return None
+    if row.floor_passes:  # every sample within: max_rel and max_abs were different samples'
         return None
     return f"max_rel {rel:.3g} > {bound:.3g}" if rel > bound and abs_err > atol else None
 
@@ -94,6 +97,9 @@ class Row:
     # the fp16 floor (fp16_floor.py): the reference with every float tensor rounded to fp16
     floor_max_abs: Optional[float] = None
     floor_max_rel: Optional[float] = None
+    # the floor within the row's tolerance in every sample, judged as the row is (None: not
+    # known): max_rel alone may be a near-zero sample's, below the absolute floor (deepcut)
+    floor_passes: Optional[bool] = None
 
 
 @dataclass

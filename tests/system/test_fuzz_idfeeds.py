@@ -12,7 +12,7 @@ from hypothesis import given, settings
 
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.reference import random_feeds, zero_one_inputs
-from mrvl_convert.verify.vocabulary import input_kinds
+from mrvl_convert.frontend.vocabulary import input_kinds
 from support.models import run_ort
 from support.strategies.idfeeds import idfeed_models
 

@@ -12,7 +12,7 @@ import mrvl_convert
 from mrvl_convert.cli.verify import main as verify_main
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.reference import random_feeds
-from mrvl_convert.verify.vocabulary import input_kinds
+from mrvl_convert.frontend.vocabulary import input_kinds
 
 ROWS, T, C = 100, 8, 4
 

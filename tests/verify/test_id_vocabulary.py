@@ -8,7 +8,7 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-from mrvl_convert.verify.vocabulary import id_vocabularies, vocabulary
+from mrvl_convert.frontend.vocabulary import id_vocabularies, vocabulary
 from support.benchmarks import bench_module
 
 feeds = bench_module("real_corpus_feeds")

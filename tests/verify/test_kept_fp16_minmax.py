@@ -1,5 +1,5 @@
 """verify's int8 reference computes an fp16 Max/Min layer as the artifact's two layers do
-(``verify/kept_fp16._minmax_steps`` after ``layers/_minmax.py``: the device has no maximum
+(``verify/kept_fp16.minmax_steps`` after ``layers/_minmax.py``: the device has no maximum
 layer, Max(f, o) is o + Relu(f - o)). In an int8 model a Max of two dequantized Convs runs as
 fp16 layers of the int8 region (a span of two: one alone is an int8 op's place) on float32 inputs (the dequantizing quant layer is exact), so
 ``f - o`` rounds where ``max(f, o)`` would not; a reference that rounded only Max's result

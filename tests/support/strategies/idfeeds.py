@@ -1,5 +1,5 @@
 """Models whose integer inputs are ids, masks, or neither, as exporters write them
-(``mrvl_convert.verify.vocabulary.input_kinds``): token ids gathered from a ``[vocab, C]``
+(``mrvl_convert.frontend.vocabulary.input_kinds``): token ids gathered from a ``[vocab, C]``
 embedding (through Cast/Reshape/Unsqueeze); an attention mask read additively (``(1 - mask) *
 -big`` added to the scores, optionally through Unsqueeze/Expand, T5's and BERT's export) or as a
 Where's condition (``mask == 0`` or ``Not(Cast(mask, bool))``, DistilBERT's), int64, int32 or

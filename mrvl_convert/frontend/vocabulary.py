@@ -18,16 +18,22 @@ length compared with a computed range, ``Less(Range(T), length)``, is no mask), 
 Gather's indices, a MatMul or a reduction. Its realistic values are ones over a prefix of the
 sequence (the last axis) and zeros after it: what a tokenizer writes for a padded batch.
 
+The draw of one input as its kind says (``draw_input``) lives here too, so that verify's default
+feeds (``verify/reference.random_feeds``) and the requantization cost measured at conversion
+(``foreign_cost.drawn_feeds``) draw the same ids and masks.
+
 - requires: an ``onnx.ModelProto``;
 - ensures: input name -> the smallest size among the tables its ids directly index (>= 2), for
   the inputs that index one; the integer and bool inputs that are masks, by the rule above; the
-  model is not changed.
+  model is not changed. ``draw_input``: ids uniform below their vocabulary, a mask ones over a
+  prefix, any other float standard normal, any other integer or bool 0/1.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Mapping, Optional
+from typing import Any, Dict, FrozenSet, List, Mapping, Optional, Sequence
 
+import numpy as np
 import onnx
 
 #: Ops that pass their first input's values through unchanged (only the layout or dtype moves).
@@ -164,3 +170,42 @@ def _reaches_scores(name: str, readers: Mapping[str, List[onnx.NodeProto]],
                 seen.update(fresh)
                 frontier.extend(fresh)
     return False
+
+
+def draw_input(name: str, shape: Sequence[int], dtype: Any, kinds: InputKinds,
+               rng: np.random.Generator, first: bool) -> np.ndarray:
+    """One sample of input ``name`` drawn as ``kinds`` says it is read: an id input uniform ids
+    below its vocabulary (whatever its dtype: a Keras model takes ids as floats), a mask ones
+    over a prefix of its last axis (``draw_mask``; ``first``: the first sample, all ones), any
+    other float standard normal, any other integer or bool 0/1 (``zero_one``)."""
+    vocabulary = kinds.vocabularies.get(name)
+    if vocabulary is not None:
+        return draw_ids(shape, dtype, vocabulary, rng)
+    if np.issubdtype(dtype, np.floating):
+        return rng.standard_normal(shape).astype(dtype)
+    if name in kinds.masks:
+        return draw_mask(shape, rng, full=first).astype(dtype)
+    return rng.integers(0, 2, shape).astype(dtype)
+
+
+def zero_one(name: str, dtype: Any, kinds: InputKinds) -> bool:
+    """Whether ``draw_input`` draws input ``name`` as 0/1 (integer or bool, neither ids nor a
+    mask): a figure measured on such draws says little about a model that reads them as
+    numbers."""
+    return (not np.issubdtype(dtype, np.floating) and name not in kinds.vocabularies
+            and name not in kinds.masks)
+
+
+def draw_ids(shape: Sequence[int], dtype: Any, vocabulary: int,
+             rng: np.random.Generator) -> np.ndarray:
+    """Ids uniform in [0, vocabulary), of ``shape``, as ``dtype`` (the corpus draws so too)."""
+    return rng.integers(0, vocabulary, shape).astype(dtype)
+
+
+def draw_mask(shape: Sequence[int], rng: np.random.Generator, full: bool) -> np.ndarray:
+    """Ones over a prefix of the last axis, zeros after it (a padded sequence), the prefix's
+    length uniform in [1, length] per row; ``full``: all ones (the first sample: no padding)."""
+    if full or not shape or shape[-1] < 2:
+        return np.ones(shape, np.int64)
+    lengths = rng.integers(1, shape[-1] + 1, tuple(shape[:-1]))
+    return (np.arange(shape[-1]) < np.asarray(lengths)[..., None]).astype(np.int64)
