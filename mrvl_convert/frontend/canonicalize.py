@@ -283,7 +283,7 @@ def _reinfer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> gs.Graph:
     Inference reads no float weight's values: they are exported without them and the
     re-imported graph takes the very arrays ``graph`` held (issue 45: exporting copied every
     weight's bytes once more, to be imported again)."""
-    proto = export_weightless(graph)
+    proto = export_weightless(graph, value_info=False)
     proto.ir_version = original.ir_version
     del proto.graph.value_info[:]
     for output in proto.graph.output:
