@@ -80,8 +80,11 @@ def beyond_upstream(attrs: Mapping[str, Any]) -> Optional[str]:
     reads it ("Sigmoid", "Conv2D+sigmoid", "FC on a 3-D tensor"; every int8 layer, quantize and
     dequantize ones included, is "int8 layers": v0.19 emits float layers only); None for a
     layer it emits."""
-    if is_int8(attrs):
-        return INT8_LAYERS
+    return INT8_LAYERS if is_int8(attrs) else _beyond_float(attrs)
+
+
+def _beyond_float(attrs: Mapping[str, Any]) -> Optional[str]:
+    """``beyond_upstream`` of a layer known not to be int8."""
     name = str(first_value(attrs.get("layer_name")))
     if name not in UPSTREAM_KINDS:
         return name
@@ -124,7 +127,7 @@ def _judge(attrs: Mapping[str, Any], verdict: Optional[str], judged: bool
         if name == "FC" and first_value(attrs.get("data_layout")) == "NHWC":
             return INT8_FC_3D, "", False
         return NO_PUBLIC_INT8.get(key, INT8_LAYERS), "", key in NO_PUBLIC_INT8
-    by_name = beyond_upstream(attrs)
+    by_name = _beyond_float(attrs)  # is_int8 said no just above: asked once a layer
     if not judged:
         return by_name, "", False
     reason = verdict

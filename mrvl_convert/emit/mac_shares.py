@@ -31,8 +31,8 @@ def _int8_sources(documents: Mapping[str, Mapping[str, Any]]) -> Dict[str, bool]
     for document in documents.values():
         for node in document["nodes"]:
             if node["op"] == "tvm_op":
-                for name in node["attrs"].get("source_nodes", []):
-                    int8[name] = is_int8(node["attrs"])
+                sources = node["attrs"].get("source_nodes", [])
+                int8.update(dict.fromkeys(sources, is_int8(node["attrs"])) if sources else ())
     return int8
 
 

@@ -80,6 +80,8 @@ from typing import Dict, Mapping, Optional
 
 import onnx
 import onnx_graphsurgeon as gs
+from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
+from onnx_graphsurgeon.ir.tensor import LazyValues
 
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.core.toposort import toposort
@@ -112,7 +114,8 @@ from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
-from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic, infer_model_shapes
+from mrvl_convert.frontend.shape_arithmetic import (export_weightless, fold_shape_arithmetic,
+                                                    infer_model_shapes)
 from mrvl_convert.frontend.sequence_lift import lift_sequences
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.shape_failures import after_failures, declared_dims
@@ -288,8 +291,11 @@ def _has_unknown_shapes(graph: gs.Graph) -> bool:
 
 
 def _reinfer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> gs.Graph:
-    """Shapes that depended on folded values (Shape -> Gather -> Reshape) are static now."""
-    proto = gs.export_onnx(graph, do_type_check=False)
+    """Shapes that depended on folded values (Shape -> Gather -> Reshape) are static now.
+    Inference reads no float weight's values: they are exported without them and the
+    re-imported graph takes the very arrays ``graph`` held (issue 45: exporting copied every
+    weight's bytes once more, to be imported again)."""
+    proto = export_weightless(graph, value_info=False)
     proto.ir_version = original.ir_version
     del proto.graph.value_info[:]
     for output in proto.graph.output:
@@ -300,7 +306,31 @@ def _reinfer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> gs.Graph:
         proto = infer_model_shapes(proto)
     except Exception:  # the shapes we had stay: rules report the tensors still unknown
         return graph
-    return toposort(gs.import_onnx(proto).cleanup(remove_unused_graph_inputs=False))
+    inferred = gs.import_onnx(proto)
+    _take_weights(inferred, graph)
+    return toposort(inferred.cleanup(remove_unused_graph_inputs=False))
+
+
+def _take_weights(inferred: gs.Graph, graph: gs.Graph) -> None:
+    """Each constant of ``inferred`` exported without its values gets the onnx tensor
+    ``gs.export_onnx`` writes for ``graph``'s constant, as importing it would hold it (lazily:
+    the same shape, type and bytes as exporting and importing the whole graph gave)."""
+    given = {name: t for name, t in graph.tensors().items() if isinstance(t, gs.Constant)}
+    for name, tensor in inferred.tensors().items():
+        if isinstance(tensor, gs.Constant) and name in given and _bare(tensor):
+            source = given[name]
+            proto = getattr(source._values, "tensor", None)  # lazily loaded or sparse
+            tensor._values = (type(source._values)(proto) if proto is not None else
+                              LazyValues(OnnxExporter.export_tensor_proto(source)))
+
+
+def _bare(tensor: gs.Constant) -> bool:
+    """A constant imported from a proto that holds no values (``export_weightless``)."""
+    proto = getattr(tensor._values, "tensor", None)
+    return isinstance(proto, onnx.TensorProto) and not any(
+        proto.HasField(name) if name == "raw_data" else len(getattr(proto, name))
+        for name in ("raw_data", "float_data", "double_data", "int32_data", "int64_data",
+                     "uint64_data", "string_data", "external_data"))
 
 
 def _bypass(graph: gs.Graph, node: gs.Node) -> bool:

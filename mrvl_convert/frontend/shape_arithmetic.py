@@ -56,7 +56,7 @@ def fold_shape_arithmetic(graph: gs.Graph, original: onnx.ModelProto, fold: Fold
 def infer_shapes(graph: gs.Graph, original: onnx.ModelProto) -> bool:
     """Give the graph's tensors of unknown shape the shapes onnx infers (``data_prop``) from
     scratch; False when inference fails on it (the shapes stay as they were)."""
-    proto = export_weightless(graph)
+    proto = export_weightless(graph, value_info=False)
     proto.ir_version = original.ir_version
     del proto.graph.value_info[:]
     for output in proto.graph.output:
@@ -117,21 +117,43 @@ def drop_weight_data(proto: onnx.ModelProto) -> None:
                 init.ClearField(name)
 
 
-def export_weightless(graph: gs.Graph) -> onnx.ModelProto:
+def export_weightless(graph: gs.Graph, value_info: bool = True) -> onnx.ModelProto:
     """``graph`` as ONNX for shape inference: what ``drop_weight_data`` would clear is never
     copied (exporting a weight copies its bytes, to be cleared right after), the rest as
-    ``gs.export_onnx`` writes it. ``graph`` is unchanged on return."""
-    swapped = [(t, t._values) for t in graph.tensors().values()
+    ``gs.export_onnx`` writes it; without ``value_info``, its graph's ``value_info`` is
+    empty (as if deleted after: the callers infer from scratch; a tensor's value info costs
+    more to write than its node). ``graph`` is unchanged on return."""
+    tensors = graph.tensors()
+    swapped = [(t, t._values) for t in tensors.values()
                if isinstance(t, gs.Constant) and _inference_skips(t)]
+    untyped = [] if value_info else _value_infos(graph, tensors)
     try:
         for tensor, _ in swapped:
             tensor._values = LazyValues(_bare(tensor))
+        for tensor, _, _ in untyped:  # gs writes a value info for a typed or shaped one
+            tensor.dtype, tensor.shape = None, None
         proto = gs.export_onnx(graph, do_type_check=False)
     finally:
         for tensor, values in swapped:
             tensor._values = values
+        for tensor, dtype, shape in untyped:
+            tensor.dtype, tensor.shape = dtype, shape
+    if not value_info:
+        del proto.graph.value_info[:]  # a subgraph's outer tensors: left as gs writes them
     drop_weight_data(proto)  # a weight gs exports by another path (none known)
     return proto
+
+
+def _value_infos(graph: gs.Graph, tensors: dict) -> list:
+    """(tensor, dtype, shape) of each tensor ``gs.export_onnx`` writes a value info for in
+    ``graph``'s own ``value_info`` (not an input or output); none when a node holds a subgraph
+    (a subgraph may read the same tensor and keep its value info)."""
+    if any(node.attrs and any(node.subgraphs()) for node in graph.nodes):
+        return []
+    io = {t.name for t in graph.inputs} | {t.name for t in graph.outputs}
+    return [(t, t.dtype, t.shape) for name, t in tensors.items()
+            if name not in io and isinstance(t, gs.Variable)
+            and (t.dtype is not None or t.shape is not None)]
 
 
 def _inference_skips(tensor: gs.Constant) -> bool:

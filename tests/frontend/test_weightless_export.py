@@ -59,3 +59,36 @@ def test_lazily_loaded_weights_go_without_bytes_too():
     again = {i.name: i for i in gs.export_onnx(graph, do_type_check=False).graph.initializer}
     assert numpy_helper.to_array(again["w"]).tolist() == numpy_helper.to_array(
         _model().graph.initializer[0]).tolist()
+
+
+def test_without_value_info_is_the_export_with_it_deleted():
+    """What canonicalize's inference exports: the same proto as exporting every tensor's value
+    info and deleting them, and the graph keeps each tensor's type and shape."""
+    graph = _graph()
+    for node in graph.nodes:  # intermediate tensors typed and shaped, as after inference
+        for tensor in node.outputs:
+            tensor.dtype, tensor.shape = np.float32, [1, 2]
+    full = export_weightless(graph)
+    assert len(full.graph.value_info) > 0
+    del full.graph.value_info[:]
+    assert export_weightless(graph, value_info=False).SerializeToString() == \
+        full.SerializeToString()
+    assert all(t.dtype == np.float32 and t.shape == [1, 2]
+               for node in graph.nodes for t in node.outputs)
+
+
+def test_a_graph_holding_a_subgraph_keeps_the_subgraphs_value_info():
+    body = helper.make_graph([helper.make_node("Relu", ["y"], ["r"])], "then", [],
+                             [helper.make_tensor_value_info("r", TensorProto.FLOAT, [1, 64])])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"]),
+         helper.make_node("If", ["c"], ["o"], then_branch=body, else_branch=body)],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64]),
+              helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("o", TensorProto.FLOAT, [1, 64])],
+        value_info=[helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])])
+    imported = gs.import_onnx(helper.make_model(graph))
+    full = export_weightless(imported)
+    del full.graph.value_info[:]
+    assert export_weightless(imported, value_info=False).SerializeToString() == \
+        full.SerializeToString()
