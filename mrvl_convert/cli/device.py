@@ -10,18 +10,33 @@ from mrvl_convert.batch import BatchResult
 from mrvl_convert.estimate.int8_flow import line as int8_flow_line
 
 
+#: Reasons printed per model: a graph-heavy model has one per tensor per subgraph (tiny-pron:
+#: a 611 KB line); report.json ``device.reasons`` keeps every one.
+SHOWN_REASONS = 3
+
+
 def device_lines(result: BatchResult) -> List[str]:
     """One line per converted model that does not fit the device: the limits it is over and
-    what to do (report.json ``device`` has every figure)."""
+    what to do, the first ``SHOWN_REASONS`` of them and how many more (report.json
+    ``device`` has every figure)."""
     lines = []
     for outcome in result:
         device = outcome.device
         if outcome.converted and device is not None and not device["fits"]:
             lines.append(f"{outcome.name}: does not fit one device: "
-                         + " | ".join(device["reasons"]))
+                         + _bounded(device["reasons"], outcome.out_dir))
         if outcome.converted and device is not None and device.get("int8_flow"):
             lines.append(int8_flow_line(outcome.name, device["int8_flow"]))
     return lines
+
+
+def _bounded(reasons: List[str], out_dir: str) -> str:
+    shown = " | ".join(reasons[:SHOWN_REASONS])
+    more = len(reasons) - SHOWN_REASONS
+    if more <= 0:
+        return shown
+    return (f"{shown} | and {more} more ({len(reasons)} in all: "
+            f"{Path(out_dir) / 'report.json'}, device.reasons)")
 
 
 def print_device(result: BatchResult, emit: Callable[[str], None]) -> None:

@@ -172,9 +172,10 @@ def _pad_after_transpose(pad: gs.Node, outputs: set) -> None:
 
 
 def _merge(done: Rewrites, name: str, into: str) -> None:
-    """A model node went into ``into``; one an earlier rewrite added just goes."""
-    if done.derived.pop(name, None) is None:
-        done.merged[name] = into
+    """A node went into ``into`` (one an earlier rewrite added too: what was merged into it
+    follows, merge_targets.py)."""
+    done.derived.pop(name, None)
+    done.merged[name] = into
 
 
 def lift_batchless(graph: gs.Graph, done: Rewrites, opset: int = 13) -> bool:

@@ -102,6 +102,7 @@ from mrvl_convert.frontend.input_values import pin_inputs
 from mrvl_convert.frontend.linear_resize import rewrite_linear_resizes
 from mrvl_convert.frontend.load import LoadedModel
 from mrvl_convert.frontend.mask_constants import clamp_mask_constants
+from mrvl_convert.frontend.merge_targets import settle_merges
 from mrvl_convert.frontend.norm_forms import rewrite_norms
 from mrvl_convert.frontend.norm_pools import pools_as_norm_means
 from mrvl_convert.frontend.norm_range import scale_norms
@@ -254,6 +255,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if rewrite_unit_softmaxes(graph, _opset(loaded), forms):  # exact: a last-axis Softmax view
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
+    forms.merged, lost = settle_merges(forms.merged, forms.derived, {n.name for n in graph.nodes})
+    removed.update(lost)  # merged into a node a later rewrite removed unread
     for name in before_cleanup - {n.name for n in graph.nodes} - set(forms.merged):
         removed.setdefault(name, "removed by canonicalize: its outputs are never used")
     left = {n.name for n in graph.nodes}

@@ -2,8 +2,10 @@
 
 Current HuggingFace transformers build the additive attention mask as
 ``(1 - mask) * finfo(float32).min`` or ``masked_fill(inverted, finfo(float32).min)`` (a Where;
-older ones: ``* -10000``). The fp16 accelerator cannot hold -3.4e38, so the Mul's (or the
-Where's) constant is clamped to -32752 when its output is only an additive mask: every path
+older ones: ``* -10000``); a traced PyTorch decoder adds its causal mask, a constant of 0 and
+-inf, to the scores directly (an Add of a constant, g2p-id's tiny-pron). The fp16 accelerator
+cannot hold -3.4e38 nor -inf, so the Mul's (the Where's, the Add's) constant is clamped to
+-32752 when its output is only an additive mask (an Add's: only masked scores): every path
 from it reaches a Softmax through Adds (at least one, the mask an addend of each) and the ops that
 only move or select its values (Slice, Unsqueeze, Squeeze, Reshape, Expand, Transpose, a Cast to
 float32): T5 slices its mask and adds it to the position bias once, then to every layer's scores. Not to -65504 (fp16's lowest finite): the fp16 Add
@@ -20,13 +22,15 @@ masked differs: the original gives uniform weights (all its logits are ``finfo.m
 clamped one ``softmax(s - 32752)``, the float32 sum rounding the scores to steps of 2**-9 (a
 ``-10000`` mask gives ``softmax(s - 10000)`` likewise; in fp16 ``s - 32752`` rounds to steps of
 16, so such a row's weights go to its largest scores; unclamped, fp16's -inf mask gives
-``exp(-inf - -inf)``, NaN, for the whole row). The fp16 run on the accelerator is
-compared with the original by ``mrvl_convert.compare`` like any other.
+``exp(-inf - -inf)``, NaN, for the whole row; a -inf constant mask gives NaN in float32 too,
+where the clamped one gives finite weights; a causal mask always leaves the diagonal). The
+fp16 run on the accelerator is compared with the original by ``mrvl_convert.compare`` like
+any other.
 
 Requires: a graphsurgeon graph with constants as initializers (after folding).
-Ensures: each such Mul's or Where's float32 constant operand is a new constant with values below
--32752 replaced by -32752 (other values untouched); returns node name -> what changed, for the
-report.
+Ensures: each such Mul's, Where's or Add's float32 constant operand is a new constant with
+values below -32752 replaced by -32752 (other values untouched); returns node name -> what
+changed, for the report.
 """
 from __future__ import annotations
 
@@ -44,8 +48,10 @@ def clamp_mask_constants(graph: gs.Graph) -> Dict[str, str]:
     changed: Dict[str, str] = {}
     outputs = {t.name for t in graph.outputs}
     for node in list(graph.nodes):
-        if node.op not in ("Mul", "Where") or not only_an_additive_mask(node.outputs[0],
-                                                                        outputs):
+        # an Add of a constant mask (PyTorch's causal mask, folded): its output already is the
+        # masked scores, so only the way on to the Softmax is checked
+        if node.op not in ("Mul", "Where", "Add") or not only_an_additive_mask(
+                node.outputs[0], outputs, added=node.op == "Add"):
             continue
         for index, operand in enumerate(node.inputs):
             if not isinstance(operand, gs.Constant):
@@ -75,10 +81,11 @@ def clamped_mask(values: np.ndarray) -> Optional[np.ndarray]:
 _THROUGH = ("Slice", "Unsqueeze", "Squeeze", "Reshape", "Expand", "Transpose", "Cast")
 
 
-def only_an_additive_mask(tensor: gs.Tensor, outputs: Set[str]) -> bool:
+def only_an_additive_mask(tensor: gs.Tensor, outputs: Set[str], added: bool = False) -> bool:
     """Every path from ``tensor`` reaches a Softmax through the ``_THROUGH`` ops and at least
-    one Add, and nothing else reads it on the way."""
-    pending, seen = [(tensor, False)], set()
+    one Add (``added``: ``tensor`` is an Add's output already), and nothing else reads it on
+    the way."""
+    pending, seen = [(tensor, added)], set()
     while pending:
         value, added = pending.pop()
         if (value.name, added) in seen:

@@ -278,5 +278,7 @@ def _cancel_pairs(graph: gs.Graph, done: Rewrites) -> None:
 def _drop(node: gs.Node, reader: gs.Node, done: Rewrites) -> None:
     node.inputs.clear()
     node.outputs.clear()
-    if done.derived.pop(node.name, None) is None:  # a model node: it went into its reader
-        done.merged[node.name] = reader.name
+    # a model node went into its reader; an added one too, so what was merged into it
+    # follows (merge_targets.py settles the chains)
+    done.derived.pop(node.name, None)
+    done.merged[node.name] = reader.name

@@ -318,8 +318,9 @@ def _close(node: gs.Node, view: gs.Tensor, done: Rewrites) -> None:
             if tensor is out:
                 reader.inputs[i] = view
     producer = view.inputs[0].name if view.inputs else (readers[0].name if readers else None)
-    if done.derived.pop(node.name, None) is None and producer is not None:
-        done.merged[node.name] = producer  # a model node (an added one just goes)
+    done.derived.pop(node.name, None)
+    if producer is not None:  # an added node too: what was merged into it follows
+        done.merged[node.name] = producer
     node.inputs.clear()
     node.outputs.clear()
 
@@ -331,8 +332,8 @@ def _drop_seed(squeeze: gs.Node, served: gs.Node, outputs: Set[str], done: Rewri
         return
     view = squeeze.inputs[0]
     reader = next((r for r in view.outputs if r is not squeeze), served)
-    if done.derived.pop(squeeze.name, None) is None:
-        done.merged[squeeze.name] = reader.name
+    done.derived.pop(squeeze.name, None)
+    done.merged[squeeze.name] = reader.name  # an added one too: merges into it follow
     squeeze.inputs.clear()
     squeeze.outputs.clear()
 

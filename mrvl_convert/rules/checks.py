@@ -18,7 +18,7 @@ from mrvl_convert.rules import checks_shape
 from mrvl_convert.rules.batch_axis import chunk_refusal
 from mrvl_convert.rules.checks_shape import model_batch
 from mrvl_convert.rules.qnn_bias import INT8_CHECKS
-from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS
+from mrvl_convert.rules.checks_elementwise import ELEMENTWISE_CHECKS, fp16_range_detail
 from mrvl_convert.rules.checks_transformer import TRANSFORMER_CHECKS
 from mrvl_convert.rules.checks_l2 import L2_CHECKS
 
@@ -243,7 +243,7 @@ def check_const_operand(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph)
     if static_shape(activation) != static_shape(node.outputs[0]):
         return {"detail": f"the constant {list(const_value(const).shape)} broadcasts the "
                           "activation to a larger shape"}
-    return None
+    return fp16_range_detail(const)  # the Sum2D layer holds it in fp16
 
 
 def check_no_const_inputs(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:

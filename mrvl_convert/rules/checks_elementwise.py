@@ -32,10 +32,8 @@ def check_binary_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Grap
     if len(consts) == 2 or (consts and not args.get("const", True)):
         return {"detail": f"operand {consts[0].name} is a constant; the layer takes activations"}
     for tensor in consts:  # the layer's constant is fp16: one beyond its range is inf there
-        peak = float(np.max(np.abs(const_value(tensor).astype(np.float64)), initial=0.0))
-        if not peak <= 65504.0:
-            return {"detail": f"constant {tensor.name} reaches {peak:.6g}, beyond fp16's largest "
-                              "value 65504: the layer's fp16 constant cannot hold it"}
+        if fp16_range_detail(tensor):
+            return fp16_range_detail(tensor)
     shapes = [list(const_value(t).shape) if is_const(t) else static_shape(t)
               for t in node.inputs]
     full = [k for k, shape in enumerate(shapes) if shape == out and not is_const(node.inputs[k])]
@@ -48,6 +46,16 @@ def check_binary_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Grap
     if not is_const(node.inputs[1 - full[0]]) and len(other) != len(out):
         return {"detail": f"operand {other} has another rank than {out}"}
     return None
+
+
+def fp16_range_detail(tensor: gs.Tensor) -> Details:
+    """None when every value of constant ``tensor`` is finite and within fp16's range (a layer
+    holds it in fp16: a value beyond is inf there and the runtime refuses the artifact)."""
+    peak = float(np.max(np.abs(const_value(tensor).astype(np.float64)), initial=0.0))
+    if peak <= 65504.0:
+        return None
+    return {"detail": f"constant {tensor.name} reaches {peak:.6g}, beyond fp16's largest "
+                      "value 65504: the layer's fp16 constant cannot hold it"}
 
 
 def check_const_divisor(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:

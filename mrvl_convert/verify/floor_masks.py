@@ -16,9 +16,9 @@ artifact does.
 
 - requires: a model copy (changed in place); the mask constant an initializer or Constant node;
   the outputs the floor measures;
-- ensures: each such Mul's or Where's float32 constant operand with values below -32752 is read
-  as a new initializer with them raised to -32752; anything else is left as it is; returns how
-  many operands were clamped.
+- ensures: each such Mul's, Where's or Add's (a constant causal mask) float32 constant
+  operand with values below -32752 is read as a new initializer with them raised to -32752;
+  anything else is left as it is; returns how many operands were clamped.
 """
 from __future__ import annotations
 
@@ -42,12 +42,12 @@ def clamp_floor_masks(copy: onnx.ModelProto, measured: Collection[str]) -> int:
         return 0  # no model without such a constant pays for the walk below
     view = gs.import_onnx(copy)  # read only: the readers' walk; ``copy`` itself is changed
     outputs = set(measured)
-    masks = {n.outputs[0].name for n in view.nodes if n.op in ("Mul", "Where")
-             and only_an_additive_mask(n.outputs[0], outputs)}
+    masks = {n.outputs[0].name for n in view.nodes if n.op in ("Mul", "Where", "Add")
+             and only_an_additive_mask(n.outputs[0], outputs, added=n.op == "Add")}
     taken = {t.name for t in copy.graph.initializer}
     count = 0
     for node in copy.graph.node:
-        if node.op_type not in ("Mul", "Where") or node.output[0] not in masks:
+        if node.op_type not in ("Mul", "Where", "Add") or node.output[0] not in masks:
             continue
         for k, name in enumerate(node.input):
             clamped = clamped_mask(values[name]) if name in values else None
