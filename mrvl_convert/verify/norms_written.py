@@ -20,19 +20,18 @@ otherwise the model is unchanged. Returns whether it changed.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import onnx
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.errors import MrvlConvertError
+from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.folding import fold_constants
 from mrvl_convert.frontend.load import load_model
-from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
-
-from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.norm_forms import rewrite_norms
 from mrvl_convert.frontend.norm_pools import pools_as_norm_means
+from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
 from mrvl_convert.runtime.session import HybridSession
 
 
@@ -41,8 +40,8 @@ def norms_as_written(proto: onnx.ModelProto, session: HybridSession, opset: int)
     docstring), in place; whether any was."""
     sources = {name for stage in session.stages if stage.kind == "mrvl"
                for step in stage.runner.steps for name in step.spec.source_nodes}
-    if not sources:
-        return False
+    if not _derived_from_an_add(sources, proto):
+        return False  # no norm rewritten: no shapes inferred (a conversion's worth of folding)
     graph = gs.import_onnx(proto)
     if not _shapes_from(graph, _static_shapes(proto, session)):
         return False
@@ -54,6 +53,14 @@ def norms_as_written(proto: onnx.ModelProto, session: HybridSession, opset: int)
     written = gs.export_onnx(graph, do_type_check=False)
     proto.graph.CopyFrom(written.graph)
     return True
+
+
+def _derived_from_an_add(sources: Set[str], proto: onnx.ModelProto) -> bool:
+    """Whether a layer names a node the model lacks whose name is a fresh name derived from an
+    Add of the model (``norm_forms._Builder.node``: ``<Add>_mul``, ``<Add>_mul_3``)."""
+    nodes = {n.name for n in proto.graph.node}
+    adds = {n.name for n in proto.graph.node if n.op_type == "Add"}
+    return any(s.rsplit("_mul", 1)[0] in adds for s in sources - nodes if "_mul" in s)
 
 
 def _static_shapes(proto: onnx.ModelProto, session: HybridSession
