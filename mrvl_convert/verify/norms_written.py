@@ -65,9 +65,9 @@ def _derived_from_an_add(sources: Set[str], proto: onnx.ModelProto) -> bool:
 
 def _static_shapes(proto: onnx.ModelProto, session: HybridSession
                    ) -> Dict[str, Tuple[List[int], Any]]:
-    """Every tensor's shape and element type as the converter knows it: the artifact's input shapes fixed, the
-    shape arithmetic folded (tf2onnx's Tensordot: Shape -> Gather -> Concat -> Reshape), on a
-    copy, as ``canonicalize`` does; empty when the copy cannot be loaded."""
+    """Every tensor's shape and element type as the converter knows them: the artifact's input
+    shapes fixed, the shape arithmetic folded (tf2onnx's Tensordot: Shape -> Gather -> Concat
+    -> Reshape), on a copy, as ``canonicalize`` does; empty when the copy cannot be loaded."""
     shapes = {spec.name: list(spec.shape) for spec in session.input_specs}
     try:
         loaded = load_model(onnx.ModelProto.FromString(proto.SerializeToString()),
@@ -83,8 +83,8 @@ def _static_shapes(proto: onnx.ModelProto, session: HybridSession
 
 
 def _shapes_from(graph: gs.Graph, shapes: Dict[str, Tuple[List[int], Any]]) -> bool:
-    """Give ``graph``'s tensors the static ``shapes`` and their types (the reference's own graph is left as it
-    is: no fold changes its nodes); whether there were any."""
+    """Give ``graph``'s tensors the static ``shapes`` and their types (the reference's own
+    graph is left as it is: no fold changes its nodes); whether there were any."""
     for name, tensor in graph.tensors().items():
         if isinstance(tensor, gs.Variable) and name in shapes:
             tensor.shape, tensor.dtype = shapes[name]
