@@ -15,7 +15,7 @@ so the producer ends in its own pair (``DQ -> GlobalAveragePool -> Q'``: the int
 view is the int8 reshape between same-scale pairs, and the FC reads its pair directly.
 
 Requires: static shapes; constant per-tensor Q/DQ parameters (``qdq_steps.grid``).
-Ensures: every float view (Squeeze, Flatten, constant-shape Reshape) keeping the batch axis
+Ensures: every float view (Squeeze, Flatten, constant-shape Reshape) keeping a batch axis of 1
 whose one reader is a per-tensor QuantizeLinear whose DequantizeLinears only MatMuls or Gemms
 read, as their data input (an FC's input pair), whose output is no model output and whose
 input is no DequantizeLinear's output, reads a QuantizeLinear -> DequantizeLinear copy of that
@@ -65,8 +65,10 @@ def _quantized_view(node: gs.Node, outputs: set) -> Optional[gs.Node]:
             or not _fc_input(readers[0]):
         return None
     shape, out = static_shape(x), static_shape(y)
+    # Axis 0 of 1 only: a time-major [T, ...] view before a pair (an unrolled cell's per-step
+    # head) is the frame lift's form (sequence_lift / int8_step_rows make it batch 1 there).
     if shape is None or out is None or not shape or not out or shape[0] != out[0] \
-            or x.dtype is None or not np.issubdtype(np.dtype(x.dtype), np.floating):
+            or shape[0] != 1 or x.dtype is None or not np.issubdtype(np.dtype(x.dtype), np.floating):
         return None
     if node.op == "Reshape" and not is_const(node.inputs[1]):
         return None
