@@ -167,13 +167,36 @@ def _moves_unrounded(step: Any, steps: Dict[int, Any], rounded: AbstractSet[int]
     """An exact layer (one that moves bytes: a flatten of the float32 stage input before the
     first quant layer) none of whose inputs the simulator rounded: a subgraph input only quant
     layers read (``InputNode.fp16`` False: ``runtime/program.py quantized_inputs``) or an exact
-    layer's result. The simulator rounds neither its inputs nor its result, so neither may the
-    reference: rounding there moved a float32 input lying near a quantization boundary by one
-    int8 step (openwakeword's timer: Flatten -> QuantizeLinear -> Gemm ... Softmax)."""
+    layer's result that holds no rounded subgraph input (``_holds_rounded``). The simulator
+    rounds neither its inputs nor its result, so neither may the reference: rounding there
+    moved a float32 input lying near a quantization boundary by one int8 step (openwakeword's
+    timer: Flatten -> QuantizeLinear -> Gemm ... Softmax)."""
     if not step.kernel.exact:
         return False
-    return all(index not in rounded if index not in steps else steps[index].kernel.exact
+    return all(index not in rounded if index not in steps else
+               steps[index].kernel.exact and not _holds_rounded(index, steps, rounded)
                for index in step.inputs)
+
+
+def _holds_rounded(index: int, steps: Dict[int, Any], rounded: AbstractSet[int]) -> bool:
+    """Whether value ``index`` is a subgraph input the simulator rounds to fp16, or an exact
+    non-quant layer's result made of one (through layout_transforms with no source node): a
+    Concat of dequantized stage inputs behind its layout_transforms is a Concat of fp16 values
+    (ICLabelNet: the reference concatenated them unrounded, and its int8 Conv's input moved by
+    one step). A quant layer's result is int8 or ``q * scale``, nothing rounded."""
+    pending, seen = [index], set()
+    while pending:
+        current = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        step = steps.get(current)
+        if step is None:
+            if current in rounded:
+                return True
+        elif step.kernel.exact and step.spec.layer_name != "quant":
+            pending.extend(step.inputs)
+    return False
 
 
 def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str]]
