@@ -42,6 +42,7 @@ from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.kept_graph import WorkingGraph, topologically_sorted
+from mrvl_convert.verify.kept_inputs import moves_unrounded, rounded_results
 from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
@@ -147,6 +148,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             continue
         steps = {step.node: step for step in stage.runner.steps}
         rounded = {node.index for node in stage.runner.inputs if node.fp16}
+        holding = rounded_results(stage.runner.steps, rounded)
         for step in stage.runner.steps:
             spec = step.spec
             # an int8 layer: scales, or a QDQ node among its sources (a pool, a flatten
@@ -154,49 +156,13 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             if spec.kind.name == "quant" or any("scale" in k for k in spec.attrs) or any(
                     ops.get(n) in _QDQ for n in spec.source_nodes):
                 continue
-            if _moves_unrounded(step, steps, rounded):
+            if moves_unrounded(step, steps, rounded, holding):
                 continue
             group = [n for n in spec.source_nodes if n in ops]
             if group and tuple(group) not in seen:
                 seen.add(tuple(group))
                 layers.append((group, _moved(_exact_results(step, steps, outputs), moves)))
     return layers
-
-
-def _moves_unrounded(step: Any, steps: Dict[int, Any], rounded: AbstractSet[int]) -> bool:
-    """An exact layer (one that moves bytes: a flatten of the float32 stage input before the
-    first quant layer) none of whose inputs the simulator rounded: a subgraph input only quant
-    layers read (``InputNode.fp16`` False: ``runtime/program.py quantized_inputs``) or an exact
-    layer's result that holds no rounded subgraph input (``_holds_rounded``). The simulator
-    rounds neither its inputs nor its result, so neither may the reference: rounding there
-    moved a float32 input lying near a quantization boundary by one int8 step (openwakeword's
-    timer: Flatten -> QuantizeLinear -> Gemm ... Softmax)."""
-    if not step.kernel.exact:
-        return False
-    return all(index not in rounded if index not in steps else
-               steps[index].kernel.exact and not _holds_rounded(index, steps, rounded)
-               for index in step.inputs)
-
-
-def _holds_rounded(index: int, steps: Dict[int, Any], rounded: AbstractSet[int]) -> bool:
-    """Whether value ``index`` is a subgraph input the simulator rounds to fp16, or an exact
-    non-quant layer's result made of one (through layout_transforms with no source node): a
-    Concat of dequantized stage inputs behind its layout_transforms is a Concat of fp16 values
-    (ICLabelNet: the reference concatenated them unrounded, and its int8 Conv's input moved by
-    one step). A quant layer's result is int8 or ``q * scale``, nothing rounded."""
-    pending, seen = [index], set()
-    while pending:
-        current = pending.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        step = steps.get(current)
-        if step is None:
-            if current in rounded:
-                return True
-        elif step.kernel.exact and step.spec.layer_name != "quant":
-            pending.extend(step.inputs)
-    return False
 
 
 def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str]]
