@@ -43,6 +43,7 @@ from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.kept_graph import WorkingGraph, topologically_sorted
 from mrvl_convert.verify.kept_inputs import moves_unrounded, rounded_results
+from mrvl_convert.verify.norms_written import norms_as_written
 from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
@@ -62,6 +63,8 @@ def rounded_as_artifact(proto: onnx.ModelProto, session: HybridSession) -> List[
     """Round ``proto`` where the artifact's fp16 layers round (module docstring), in place;
     the names of the nodes rounded."""
     name_nodes(proto)  # an unnamed node has the name the converter gave it (Div_94)
+    # tf's LayerNorm spelling rewritten as the converter rewrote it: its layers' steps
+    norms_as_written(proto, session, _opset(proto))
     layers = _fp16_layers(session, proto)
     _exponents_as_written(proto, session, {n for g, _ in layers for n in g})
     _divisions_as_written(proto, {n for g, _ in layers for n in g})
