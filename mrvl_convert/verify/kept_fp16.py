@@ -42,6 +42,7 @@ from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.kept_graph import WorkingGraph, topologically_sorted
+from mrvl_convert.verify.kept_inputs import moves_unrounded, rounded_results
 from mrvl_convert.verify.norms_written import norms_as_written
 from mrvl_convert.verify.value_tensors import never_rounded
 
@@ -150,6 +151,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             continue
         steps = {step.node: step for step in stage.runner.steps}
         rounded = {node.index for node in stage.runner.inputs if node.fp16}
+        holding = rounded_results(stage.runner.steps, rounded)
         for step in stage.runner.steps:
             spec = step.spec
             # an int8 layer: scales, or a QDQ node among its sources (a pool, a flatten
@@ -157,26 +159,13 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             if spec.kind.name == "quant" or any("scale" in k for k in spec.attrs) or any(
                     ops.get(n) in _QDQ for n in spec.source_nodes):
                 continue
-            if _moves_unrounded(step, steps, rounded):
+            if moves_unrounded(step, steps, rounded, holding):
                 continue
             group = [n for n in spec.source_nodes if n in ops]
             if group and tuple(group) not in seen:
                 seen.add(tuple(group))
                 layers.append((group, _moved(_exact_results(step, steps, outputs), moves)))
     return layers
-
-
-def _moves_unrounded(step: Any, steps: Dict[int, Any], rounded: AbstractSet[int]) -> bool:
-    """An exact layer (one that moves bytes: a flatten of the float32 stage input before the
-    first quant layer) none of whose inputs the simulator rounded: a subgraph input only quant
-    layers read (``InputNode.fp16`` False: ``runtime/program.py quantized_inputs``) or an exact
-    layer's result. The simulator rounds neither its inputs nor its result, so neither may the
-    reference: rounding there moved a float32 input lying near a quantization boundary by one
-    int8 step (openwakeword's timer: Flatten -> QuantizeLinear -> Gemm ... Softmax)."""
-    if not step.kernel.exact:
-        return False
-    return all(index not in rounded if index not in steps else steps[index].kernel.exact
-               for index in step.inputs)
 
 
 def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str]]
