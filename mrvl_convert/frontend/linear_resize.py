@@ -63,7 +63,7 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (attr, const_value, float_activation_issue, is_const,
                                      static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
-from mrvl_convert.frontend.resize_matrices import rewrite_as_matmuls
+from mrvl_convert.frontend.resize_matrices import matrix_issue, rewrite_as_matmuls
 
 _MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
 Axis = Tuple[int, np.ndarray, int, int]  # factor, taps, pad before, pad after
@@ -80,6 +80,8 @@ def rewrite_linear_resizes(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
         issue = _issue(node, opset)
         filters = None if issue else _filters(node)
         scales = _scales(node) if issue is None and filters is None else None
+        if isinstance(scales, tuple):  # the MatMul form: its matrices bounded
+            issue = matrix_issue(node) or None
         if issue or isinstance(scales, str):
             done.kept[node.name] = f"linear {node.op} stays as it is: {issue or scales}"
         elif filters is not None:

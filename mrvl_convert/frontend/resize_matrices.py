@@ -21,6 +21,11 @@ window in one expression; this form interpolates W, rounds, then H: for finite i
 differ by at most ``8 u max|x|`` over the window (u = 2**-24; a zero weight times a finite input
 adds an exact 0). An infinite or NaN input makes every output of its row and column NaN here
 (0 * inf), where onnxruntime keeps it to its window.
+
+Size. Each matrix has ``size * out`` elements: a long 1-D signal or a large image at a
+non-integer factor would make one of gigabytes (44100 samples to 48000: 8 GB float32). Above
+``pad_forms.MAX_SELECTION`` elements per matrix (``matrix_issue``) the node stays on CPU, the
+reason naming the size.
 """
 from __future__ import annotations
 
@@ -31,6 +36,19 @@ import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
+from mrvl_convert.frontend.pad_forms import MAX_SELECTION
+
+
+def matrix_issue(node: gs.Node) -> str:
+    """Why this form does not take ``node`` ('' when it does): an interpolation matrix of
+    more than ``MAX_SELECTION`` elements (its bytes grow with the product of the two sizes)."""
+    (h, w), (out_h, out_w) = static_shape(node.inputs[0])[2:], static_shape(node.outputs[0])[2:]
+    for axis, size, out in (("H", h, out_h), ("W", w, out_w)):
+        if size * out > MAX_SELECTION:
+            return f"its {axis} interpolation matrix, {out} x {size}, would exceed " \
+                   f"{MAX_SELECTION} elements (the MatMul form's constants grow with the " \
+                   f"product of the input and output sizes)"
+    return ""
 
 
 def interpolation_matrix(size: int, out: int, coord: str, scale: float) -> np.ndarray:
