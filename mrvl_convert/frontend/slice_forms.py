@@ -38,7 +38,7 @@ from mrvl_convert.core.graph import const_value, float_activation_issue, is_cons
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.pad_forms import MAX_SELECTION, Step, gather_matrix, \
     replace_with_steps
-from mrvl_convert.frontend.pad_strips import _become_last, _Builder, _sized
+from mrvl_convert.frontend.pad_strips import VIEW_AXES, _become_last, _Builder, _sized
 
 Span = Tuple[int, int, int]  # the positive-step slice of one axis: start, end, step
 
@@ -154,11 +154,11 @@ def _unstripped(node: gs.Node, spans: Dict[int, Span], long_axes: List[int]) -> 
     4-D layers (Conv on H and W, the channel Concat)."""
     rank = len(static_shape(node.inputs[0]))
     for axis in long_axes:
-        if rank != 4 or axis == 0:
+        if rank not in VIEW_AXES or axis == 0:
             m = _kept_size(node, spans, axis)
             return f"a {m} x {m} reversal matrix of axis {axis} of a {rank}-D tensor would " \
                    f"exceed {MAX_SELECTION} elements, and its strips are formed on the H, W " \
-                   f"or channel axis of a 4-D tensor only"
+                   f"or channel axis of a 2-D to 4-D tensor only"
     return ""
 
 
@@ -173,8 +173,15 @@ def _replace_with_strips(graph: gs.Graph, node: gs.Node, spans: Dict[int, Span],
     moved = any(s != (0, shape[a], 1) for a, s in spans.items())
     for op, consts, attrs, out in _steps(node, spans, short, names) if moved or short else []:
         x, shape = build.op(op, [x] + consts, out, **attrs), list(out)
+    rank = len(shape)
+    if rank < 4:  # on the 4-D view, as pad_strips.py: [N, C, L] as [N, C, 1, L]
+        x = build.axes("Unsqueeze", x, VIEW_AXES[rank], (shape + [1, 1])[:2] + [1] *
+                       (4 - rank) + shape[2:])
+    view = list(static_shape(x))
     for axis in long_axes:
-        x = _reverse_in_strips(build, x, shape, axis)
+        x = _reverse_in_strips(build, x, view, 3 if rank == 3 and axis == 2 else axis)
+    if rank < 4:
+        x = build.axes("Squeeze", x, VIEW_AXES[rank], shape)
     _become_last(node, build.added, node.outputs[0])
     return " -> ".join(n.op for n in build.added)
 

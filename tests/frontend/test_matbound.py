@@ -1,0 +1,100 @@
+"""No rewrite writes a constant that grows with the square of an axis (``pad_forms.MAX_SELECTION``
+bounds every selection or interpolation matrix): a long reversed Slice becomes strips of bounded
+``[b, b]`` flips (frontend/slice_forms.py), bit-equal on onnxruntime; a linear Resize whose
+interpolation matrix would exceed the bound stays on CPU, its reason naming the size
+(frontend/resize_matrices.py). On integ11 both wrote an ``[n, n]`` matrix."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+
+from mrvl_convert import convert
+from mrvl_convert.frontend.pad_forms import MAX_SELECTION
+from support.models import Builder, canonicalized, run_ort
+from support.whole_mrvl import assert_whole_mrvl
+
+BIG = 2 ** 63 - 1
+
+
+def _reversed(shape, starts, ends, axes, steps, conv_around=False):
+    b = Builder(seed=0, opset=13)
+    x = b.input("x", shape)
+    a = b.op("Relu", [b.conv(x, shape[1], shape[1], k=1) if conv_around else x])
+    y = b.op("Slice", [a] + [b.const(np.array(v, np.int64)) for v in (starts, ends, axes,
+                                                                         steps)], name="slice")
+    return b.model([b.conv(y, shape[1], 2, k=1) if conv_around else y])
+
+
+def _feed(shape, seed=4):
+    rng = np.random.default_rng(seed)
+    return {"x": (rng.standard_normal(shape) * 10.0 ** rng.integers(-2, 3, shape))
+            .astype(np.float32)}
+
+
+def _largest_constant(model: onnx.ModelProto) -> int:
+    return max(int(np.prod(t.dims)) for t in model.graph.initializer)
+
+
+LONG = [
+    ([1, 1, 1, 3000], [-1], [-BIG], [3], [-1]),             # a waveform flipped, on W
+    ([1, 2, 2500, 3], [-3], [0], [2], [-1]),                # H, cropped first
+    ([1, 1100, 1, 2], [-1], [-BIG], [1], [-1]),             # channels: the channel Concat
+    ([1, 2, 3, 2100], [BIG, 2000], [-BIG, 5], [1, 3], [-1, -2]),  # W cropped short, C short
+    ([1, 2, 1500], [-1], [-BIG], [2], [-1]),                # 3-D, on its 4-D view
+    ([2, 1200], [-1], [-BIG], [1], [-1]),                   # 2-D: its channels
+]
+
+
+@pytest.mark.parametrize("shape,starts,ends,axes,steps", LONG)
+def test_a_long_reversal_is_bit_equal_and_bounded(shape, starts, ends, axes, steps):
+    model = _reversed(shape, starts, ends, axes, steps)
+    canonical, proto = canonicalized(model)
+    assert "slice" in canonical.rewritten, canonical.kept
+    assert _largest_constant(proto) <= MAX_SELECTION
+    feed = _feed(shape)
+    want, got = (next(iter(run_ort(m, feed).values())) for m in (model, proto))
+    assert want.shape == got.shape and np.array_equal(want, got)
+
+
+def test_a_long_reversal_of_a_5d_tensor_stays_with_its_size():
+    canonical, proto = canonicalized(_reversed([1, 2, 1, 3, 1100], [-1], [-BIG], [4], [-1]))
+    assert "1100 x 1100 reversal matrix" in canonical.kept["slice"]
+    assert [n.op_type for n in proto.graph.node] == ["Relu", "Slice"]
+
+
+def test_a_long_reversal_between_convs_is_one_mrvl_subgraph(tmp_path: Path):
+    shape = [1, 2, 1, 2100]
+    assert_whole_mrvl(_reversed(shape, [-1], [-BIG], [3], [-1], conv_around=True), tmp_path,
+                      _feed(shape), "a long reversed W")
+
+
+def _resized(shape, sizes):
+    b = Builder(seed=0, opset=13)
+    x = b.input("x", shape)
+    y = b.op("Resize", [b.op("Relu", [x]), b.const(np.zeros(0, np.float32)),
+                        b.const(np.zeros(0, np.float32)), b.const(np.array(sizes, np.int64))],
+             name="resize", mode="linear", coordinate_transformation_mode="half_pixel")
+    return b.model([y])
+
+
+def test_a_long_linear_resize_stays_on_cpu_naming_its_matrix(tmp_path: Path):
+    shape = [1, 1, 1, 1500]
+    model = _resized(shape, [1, 1, 1, 1700])  # a non-integer factor: the MatMul form's
+    canonical, proto = canonicalized(model)
+    assert "1700 x 1500" in canonical.kept["resize"], canonical.kept
+    assert "Resize" in [n.op_type for n in proto.graph.node]
+    feed = _feed(shape)
+    want, got = (next(iter(run_ort(m, feed).values())) for m in (model, proto))
+    assert np.array_equal(want, got)
+    convert(model, tmp_path)
+    largest = max((f.stat().st_size for f in tmp_path.rglob("*") if f.is_file()), default=0)
+    assert largest < 4 * MAX_SELECTION, largest
+
+
+def test_a_short_linear_resize_keeps_the_matmul_form():
+    canonical, proto = canonicalized(_resized([1, 1, 1, 600], [1, 1, 1, 700]))
+    assert "MatMul" in canonical.rewritten["resize"]
+    assert "MatMul" in [n.op_type for n in proto.graph.node]
