@@ -12,6 +12,16 @@ axes and steps are constants and one of whose steps is negative is rewritten int
    whose weight is that matrix on the channels of a 4-D tensor, or on any other axis a
    ``Transpose`` swapping it with the last, the ``MatMul`` and the same ``Transpose`` back.
 
+A reversed axis of ``m`` elements whose ``[m, m]`` matrix would exceed ``pad_forms.MAX_SELECTION``
+(a waveform of 44100 samples flipped: a 7.8 GB matrix) is reversed in strips instead, on the
+4-D view (Unsqueeze and Squeeze for rank 2 and 3, as ``pad_strips.py``): strips of at most
+``b = sqrt(MAX_SELECTION)`` elements, each a ``Slice`` reversed by its ``[k, k]`` anti-diagonal
+(one constant per strip length) as above, in reverse order joined by the channel ``Concat``
+(channels) or each placed by ``pad_strips``' zero-padding 1x1 ``Conv`` and summed by ``Add``
+(H and W): ``m b + m^2 / b`` multiply-adds per row instead of ``m^2``, the same exactness (each
+output one input times 1 plus zeros). A long axis of rank 1, 5 or the batch axis stays, its
+size in the reason.
+
 The Slice's node keeps its name as the first of these, the others are ``derived`` from it;
 ``rewritten`` says what it became. A Slice none of this takes stays, the reason in ``kept``
 (starts, ends or steps computed at run time, an empty result, rank 0).
