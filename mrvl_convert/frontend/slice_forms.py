@@ -20,7 +20,7 @@ A reversed axis of ``m`` elements whose ``[m, m]`` matrix would exceed ``pad_for
 (channels) or each placed by ``pad_strips``' zero-padding 1x1 ``Conv`` and summed by ``Add``
 (H and W): ``m b + m^2 / b`` multiply-adds per row instead of ``m^2``, the same exactness (each
 output one input times 1 plus zeros). A long axis of rank 1, 5 or the batch axis stays, its
-size in the reason.
+size in the reason. In this form the Slice's node becomes the last layer (it keeps its output).
 
 The Slice's node keeps its name as the first of these, the others are ``derived`` from it;
 ``rewritten`` says what it became. A Slice none of this takes stays, the reason in ``kept``
