@@ -1,8 +1,10 @@
 """No rewrite writes a constant that grows with the square of an axis (``pad_forms.MAX_SELECTION``
 bounds every selection or interpolation matrix): a long reversed Slice becomes strips of bounded
 ``[b, b]`` flips (frontend/slice_forms.py), bit-equal on onnxruntime; a linear Resize whose
-interpolation matrix would exceed the bound stays on CPU, its reason naming the size
-(frontend/resize_matrices.py). On integ11 both wrote an ``[n, n]`` matrix."""
+interpolation matrix would exceed the bound becomes MatMuls by bounded blocks in output strips,
+within resize_matrices.py's bound of onnxruntime (frontend/resize_strips.py), or stays on CPU,
+its reason naming the size, when a strip would exceed it too. On integ11 both wrote an
+``[n, n]`` (``[n, n']``) matrix."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,6 +15,7 @@ import pytest
 
 from mrvl_convert import convert
 from mrvl_convert.frontend.pad_forms import MAX_SELECTION
+from mrvl_convert.frontend.resize_matrices import interpolation_weights
 from support.models import Builder, canonicalized, run_ort
 from support.whole_mrvl import assert_whole_mrvl
 
@@ -80,18 +83,51 @@ def _resized(shape, sizes):
     return b.model([y])
 
 
-def test_a_long_linear_resize_stays_on_cpu_naming_its_matrix(tmp_path: Path):
-    shape = [1, 1, 1, 1500]
-    model = _resized(shape, [1, 1, 1, 1700])  # a non-integer factor: the MatMul form's
+def _window_bound(x: np.ndarray, shape, sizes) -> np.ndarray:
+    """resize_matrices.py's bound per output of a W-only resize: 8 2**-24 max|x| over the two
+    samples it reads."""
+    low, high = interpolation_weights(shape[3], sizes[3], "half_pixel",
+                                      float(np.float32(sizes[3]) / np.float32(shape[3])))[:2]
+    return 8 * 2.0 ** -24 * np.maximum(np.abs(x[..., low]), np.abs(x[..., high]))
+
+
+@pytest.mark.parametrize("shape,sizes", [([1, 2, 3, 1500], [1, 2, 3, 1700]),
+                                         ([1, 1, 1, 1200000], [1, 1, 1, 1])])
+def test_a_long_linear_resize_is_in_bounded_strips(shape, sizes):
+    model = _resized(shape, sizes)  # a non-integer factor or a shrink: the MatMul form's
     canonical, proto = canonicalized(model)
-    assert "1700 x 1500" in canonical.kept["resize"], canonical.kept
-    assert "Resize" in [n.op_type for n in proto.graph.node]
+    assert "strips" in canonical.rewritten["resize"], canonical.kept
+    assert _largest_constant(proto) <= MAX_SELECTION
     feed = _feed(shape)
     want, got = (next(iter(run_ort(m, feed).values())) for m in (model, proto))
-    assert np.array_equal(want, got)
+    assert want.shape == got.shape
+    assert (np.abs(want - got) <= _window_bound(feed["x"], shape, sizes)).all()
+
+
+def test_a_long_linear_resize_along_h_is_in_bounded_strips():
+    shape, sizes = [1, 2, 1500, 3], [1, 2, 1700, 3]
+    model = _resized(shape, sizes)
+    canonical, proto = canonicalized(model)
+    assert "strips" in canonical.rewritten["resize"] and _largest_constant(proto) <= MAX_SELECTION
+    feed = _feed(shape)
+    want, got = (next(iter(run_ort(m, feed).values())) for m in (model, proto))
+    turned = {"x": feed["x"].transpose(0, 1, 3, 2)}
+    bound = _window_bound(turned["x"], [1, 2, 3, 1500], [1, 2, 3, 1700]).transpose(0, 1, 3, 2)
+    assert (np.abs(want - got) <= bound).all()
+
+
+def test_a_shrink_whose_strips_are_long_too_stays_naming_its_matrix():
+    model = _resized([1, 1, 1, 2000000], [1, 1, 1, 2000])
+    canonical, proto = canonicalized(model)
+    assert "2000 x 2000000" in canonical.kept["resize"], canonical.kept
+    assert [n.op_type for n in proto.graph.node] == ["Relu", "Resize"]
+
+
+def test_a_long_linear_resize_converts_without_a_large_constant(tmp_path: Path):
+    model = _resized([1, 1, 1, 1500], [1, 1, 1, 1700])
     convert(model, tmp_path)
-    largest = max((f.stat().st_size for f in tmp_path.rglob("*") if f.is_file()), default=0)
-    assert largest < 4 * MAX_SELECTION, largest
+    parts = [onnx.load(str(f)) for f in tmp_path.rglob("*.onnx")]
+    assert parts and max(_largest_constant(p) for p in parts) <= MAX_SELECTION  # integ11: 2.55 M
 
 
 def test_a_short_linear_resize_keeps_the_matmul_form():
