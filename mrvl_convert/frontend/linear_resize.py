@@ -21,7 +21,9 @@ node keeps its name, added nodes are ``derived`` from it, ``rewritten`` says int
   depthwise Conv2D, Mul2D by a constant (batch 1 only: a larger batch that needs the Mul takes
   the matrix form);
 - otherwise (non-integer factors, align_corners to ``k n`` samples, a shrink) into MatMuls by
-  the interpolation matrices (``resize_matrices.py``, its own docstring and bound).
+  the interpolation matrices (``resize_matrices.py``, its own docstring and bound); a matrix
+  of more than ``pad_forms.MAX_SELECTION`` elements in strips of bounded blocks
+  (``resize_strips.py``, same bound), or kept when a strip's block exceeds it too.
 
 Any other linear Resize is as it was, with the reason in ``kept``; nearest and cubic ones are
 not this module's.

@@ -24,8 +24,9 @@ adds an exact 0). An infinite or NaN input makes every output of its row and col
 
 Size. Each matrix has ``size * out`` elements: a long 1-D signal or a large image at a
 non-integer factor would make one of gigabytes (44100 samples to 48000: 8 GB float32). Above
-``pad_forms.MAX_SELECTION`` elements per matrix ``resize_strips.py`` computes the axis in
-strips of bounded blocks instead (``interpolation_block``).
+``pad_forms.MAX_SELECTION`` elements per matrix ``linear_resize.py`` sends the node to
+``resize_strips.py``, which computes the axis in strips of bounded blocks
+(``interpolation_block``), or keeps it on CPU, the reason naming the size.
 """
 from __future__ import annotations
 
