@@ -23,7 +23,7 @@ node keeps its name, added nodes are ``derived`` from it, ``rewritten`` says int
 - otherwise (non-integer factors, align_corners to ``k n`` samples, a shrink) into MatMuls by
   the interpolation matrices (``resize_matrices.py``, its own docstring and bound); a matrix
   of more than ``pad_forms.MAX_SELECTION`` elements in strips of bounded blocks
-  (``resize_strips.py``, same bound), or kept when a strip's block exceeds it too.
+  (``resize_strips.py``, same bound).
 
 Any other linear Resize is as it was, with the reason in ``kept``; nearest and cubic ones are
 not this module's.

@@ -26,7 +26,7 @@ Size. Each matrix has ``size * out`` elements: a long 1-D signal or a large imag
 non-integer factor would make one of gigabytes (44100 samples to 48000: 8 GB float32). Above
 ``pad_forms.MAX_SELECTION`` elements per matrix ``linear_resize.py`` sends the node to
 ``resize_strips.py``, which computes the axis in strips of bounded blocks
-(``interpolation_block``), or keeps it on CPU, the reason naming the size.
+(``interpolation_block``).
 """
 from __future__ import annotations
 

@@ -6,11 +6,11 @@ would hold more than ``pad_forms.MAX_SELECTION`` elements this module computes t
 products in strips of the output instead, so that no constant it writes grows with the axis.
 
 Requires: what ``resize_matrices.rewrite_as_matmuls`` requires, and opset 10 or later (Slice
-with constant inputs); ``strip_issue`` says when a strip itself would exceed the bound (a
-shrink by a factor near ``MAX_SELECTION ** 0.5`` or more), and the node then stays.
+with constant inputs; ``strip_issue`` names an earlier one, and the node then stays).
 Ensures: the node is replaced by, per axis (W, then H between the ``Transpose(0, 1, 3, 2)``
 pair, as ``resize_matrices.py``): the one ``MatMul`` by the axis' matrix when it is within the
-bound, else for each strip of at most ``b = sqrt(MAX_SELECTION)`` outputs ``[j0, j1)`` a
+bound, else for each strip of at most ``b = sqrt(MAX_SELECTION)`` outputs ``[j0, j1)`` (fewer
+where a shrink's strip would read so many inputs that its block exceeds the bound) a
 ``Slice`` of the inputs ``[lo, hi)`` its rows read, a ``MatMul`` by the matrix' block
 ``A[j0:j1, lo:hi]``, and ``pad_strips``' zero-padding 1x1 ``Conv`` placing the strip at
 ``j0``; the placed strips summed by ``Add``. The node becomes the last layer (it keeps its
@@ -55,28 +55,33 @@ def needs_strips(weights: List[Weights], sizes: List[int]) -> bool:
 
 
 def strips(weights: Weights) -> List[Strip]:
-    """The output strips of one axis and the input spans they read."""
+    """The output strips of one axis and the input spans they read: ``b`` outputs, halved
+    while their block would exceed ``MAX_SELECTION`` (a shrink reads more inputs than it
+    writes; one output reads two, so a strip always fits)."""
     low, high = weights[:2]
-    b = int(np.sqrt(MAX_SELECTION))
-    return [(j0, min(j0 + b, len(low)), int(low[j0:j0 + b].min()),
-             int(high[j0:j0 + b].max()) + 1) for j0 in range(0, len(low), b)]
+    spans: List[Strip] = []
+    j0 = 0
+    while j0 < len(low):
+        length = int(np.sqrt(MAX_SELECTION))
+        while True:
+            j1 = min(j0 + length, len(low))
+            lo, hi = int(low[j0:j1].min()), int(high[j0:j1].max()) + 1
+            if (j1 - j0) * (hi - lo) <= MAX_SELECTION or length == 1:
+                break
+            length //= 2
+        spans.append((j0, j1, lo, hi))
+        j0 = j1
+    return spans
 
 
 def strip_issue(weights: List[Weights], sizes: List[int], opset: int) -> Optional[str]:
-    """Why the strips of an axis whose matrix exceeds the bound are not bounded either (or the
-    opset has no Slice with constant inputs), or None."""
+    """Why an axis whose matrix exceeds the bound has no strips here (the opset's Slice takes
+    no constant inputs), or None."""
     for axis, w, n in zip("HW", weights, sizes):
-        if len(w[0]) * n <= MAX_SELECTION:
-            continue
-        if opset < 10:
+        if len(w[0]) * n > MAX_SELECTION and opset < 10:
             return f"its {axis} interpolation matrix, {len(w[0])} x {n}, would exceed " \
                    f"{MAX_SELECTION} elements, and opset {opset}'s Slice takes no constant " \
                    f"inputs for its strips"
-        for j0, j1, lo, hi in strips(w):
-            if (j1 - j0) * (hi - lo) > MAX_SELECTION:
-                return f"its {axis} interpolation matrix, {len(w[0])} x {n}, would exceed " \
-                       f"{MAX_SELECTION} elements, and so would its strip of outputs " \
-                       f"{j0}..{j1} (inputs {lo}..{hi})"
     return None
 
 

@@ -2,9 +2,8 @@
 bounds every selection or interpolation matrix): a long reversed Slice becomes strips of bounded
 ``[b, b]`` flips (frontend/slice_forms.py), bit-equal on onnxruntime; a linear Resize whose
 interpolation matrix would exceed the bound becomes MatMuls by bounded blocks in output strips,
-within resize_matrices.py's bound of onnxruntime (frontend/resize_strips.py), or stays on CPU,
-its reason naming the size, when a strip would exceed it too. On integ11 both wrote an
-``[n, n]`` (``[n, n']``) matrix."""
+within resize_matrices.py's bound of onnxruntime (frontend/resize_strips.py). On integ11 both
+wrote an ``[n, n]`` (``[n, n']``) matrix."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -116,11 +115,14 @@ def test_a_long_linear_resize_along_h_is_in_bounded_strips():
     assert (np.abs(want - got) <= bound).all()
 
 
-def test_a_shrink_whose_strips_are_long_too_stays_naming_its_matrix():
-    model = _resized([1, 1, 1, 2000000], [1, 1, 1, 2000])
+def test_a_large_shrink_takes_shorter_strips():
+    shape, sizes = [1, 1, 1, 400000], [1, 1, 1, 3000]  # 1024 outputs would read 136 k inputs
+    model = _resized(shape, sizes)
     canonical, proto = canonicalized(model)
-    assert "2000 x 2000000" in canonical.kept["resize"], canonical.kept
-    assert [n.op_type for n in proto.graph.node] == ["Relu", "Resize"]
+    assert "strips" in canonical.rewritten["resize"] and _largest_constant(proto) <= MAX_SELECTION
+    feed = _feed(shape)
+    want, got = (next(iter(run_ort(m, feed).values())) for m in (model, proto))
+    assert (np.abs(want - got) <= _window_bound(feed["x"], shape, sizes)).all()
 
 
 def test_a_long_linear_resize_converts_without_a_large_constant(tmp_path: Path):
