@@ -136,3 +136,13 @@ def test_a_short_linear_resize_keeps_the_matmul_form():
     canonical, proto = canonicalized(_resized([1, 1, 1, 600], [1, 1, 1, 700]))
     assert "MatMul" in canonical.rewritten["resize"]
     assert "MatMul" in [n.op_type for n in proto.graph.node]
+
+
+def test_a_long_linear_resize_between_convs_is_one_mrvl_subgraph(tmp_path: Path):
+    b = Builder(seed=0, opset=13)
+    x = b.input("x", [1, 2, 1, 1500])
+    a = b.op("Relu", [b.conv(x, 2, 2, k=1)])
+    y = b.op("Resize", [a, b.const(np.zeros(0, np.float32)), b.const(np.zeros(0, np.float32)),
+                        b.const(np.array([1, 2, 1, 1700], np.int64))], mode="linear")
+    assert_whole_mrvl(b.model([b.conv(y, 2, 2, k=1)]), tmp_path, _feed([1, 2, 1, 1500]),
+                      "a long linear Resize in strips")
