@@ -21,7 +21,9 @@ node keeps its name, added nodes are ``derived`` from it, ``rewritten`` says int
   depthwise Conv2D, Mul2D by a constant (batch 1 only: a larger batch that needs the Mul takes
   the matrix form);
 - otherwise (non-integer factors, align_corners to ``k n`` samples, a shrink) into MatMuls by
-  the interpolation matrices (``resize_matrices.py``, its own docstring and bound).
+  the interpolation matrices (``resize_matrices.py``, its own docstring and bound); a matrix
+  of more than ``pad_forms.MAX_SELECTION`` elements in strips of bounded blocks
+  (``resize_strips.py``, same bound).
 
 Any other linear Resize is as it was, with the reason in ``kept``; nearest and cubic ones are
 not this module's.
@@ -63,7 +65,10 @@ import onnx_graphsurgeon as gs
 from mrvl_convert.core.graph import (attr, const_value, float_activation_issue, is_const,
                                      static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
+from mrvl_convert.frontend.pad_forms import MAX_SELECTION
 from mrvl_convert.frontend.resize_matrices import rewrite_as_matmuls
+from mrvl_convert.frontend.resize_strips import axis_weights, needs_strips, rewrite_strips, \
+    strip_issue
 
 _MODES = ("half_pixel", "pytorch_half_pixel", "asymmetric", "align_corners")
 Axis = Tuple[int, np.ndarray, int, int]  # factor, taps, pad before, pad after
@@ -80,13 +85,30 @@ def rewrite_linear_resizes(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
         issue = _issue(node, opset)
         filters = None if issue else _filters(node)
         scales = _scales(node) if issue is None and filters is None else None
+        weights = axis_weights(node, _coord(node), scales) if isinstance(scales, tuple) else []
+        sizes = static_shape(node.inputs[0])[2:] if weights else []
+        long = bool(weights) and needs_strips(weights, sizes)  # resize_strips.py bounds it
+        issue = issue or (strip_issue(weights, sizes, opset) if long else None)
         if issue or isinstance(scales, str):
             done.kept[node.name] = f"linear {node.op} stays as it is: {issue or scales}"
         elif filters is not None:
             _rewrite(graph, node, filters, done, names, opset)
+        elif long:
+            _rewrite_long(graph, node, weights, done, names, opset)
         else:
             rewrite_as_matmuls(graph, node, _coord(node), scales, done, names)
     return len(done.rewritten) != before
+
+
+def _rewrite_long(graph: gs.Graph, node: gs.Node, weights, done: Rewrites, names: Names,
+                  opset: int) -> None:
+    sizes = [static_shape(t)[2:] for t in (node.inputs[0], node.outputs[0])]
+    op, coord = node.op, _coord(node)  # before the node becomes the last layer
+    what = rewrite_strips(graph, node, weights, done, names, opset)
+    done.rewritten[node.name] = (
+        f"linear {op} ({coord}, {sizes[0]} -> {sizes[1]}) became {what}: its "
+        f"interpolation matrices in strips of at most {int(np.sqrt(MAX_SELECTION))} outputs; "
+        f"float32 within 8 2**-24 max|x| of the original for finite inputs")
 
 
 def _coord(node: gs.Node) -> str:

@@ -21,6 +21,12 @@ window in one expression; this form interpolates W, rounds, then H: for finite i
 differ by at most ``8 u max|x|`` over the window (u = 2**-24; a zero weight times a finite input
 adds an exact 0). An infinite or NaN input makes every output of its row and column NaN here
 (0 * inf), where onnxruntime keeps it to its window.
+
+Size. Each matrix has ``size * out`` elements: a long 1-D signal or a large image at a
+non-integer factor would make one of gigabytes (44100 samples to 48000: 8 GB float32). Above
+``pad_forms.MAX_SELECTION`` elements per matrix ``linear_resize.py`` sends the node to
+``resize_strips.py``, which computes the axis in strips of bounded blocks
+(``interpolation_block``).
 """
 from __future__ import annotations
 
@@ -33,9 +39,13 @@ from mrvl_convert.core.graph import static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, _set_inputs
 
 
-def interpolation_matrix(size: int, out: int, coord: str, scale: float) -> np.ndarray:
-    """``[out, size]``: row i holds the weights of output i's two source samples, computed as
-    onnxruntime computes them (float32)."""
+# per output: its two source samples (low, high) and their weights (w_low, w_high)
+Weights = Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def interpolation_weights(size: int, out: int, coord: str, scale: float) -> Weights:
+    """Per output, its two source samples and their weights, computed as onnxruntime computes
+    them (float32)."""
     f32 = np.float32
     i = np.arange(out, dtype=f32)
     if coord == "align_corners":
@@ -53,11 +63,26 @@ def interpolation_matrix(size: int, out: int, coord: str, scale: float) -> np.nd
     w_high = np.abs(x - low.astype(f32)).astype(f32)
     same = low == high
     w_low[same], w_high[same] = f32(0.5), f32(0.5)
-    matrix = np.zeros((out, size), f32)
-    rows = np.arange(out)
-    matrix[rows, low] += w_low
-    matrix[rows, high] += w_high
+    return low, high, w_low, w_high
+
+
+def interpolation_block(weights: Weights, rows: Tuple[int, int],
+                        columns: Tuple[int, int]) -> np.ndarray:
+    """``[j1 - j0, hi - lo]``: rows ``j0..j1`` of the interpolation matrix, columns ``lo..hi``
+    (which must hold each of those rows' two samples)."""
+    (j0, j1), (lo, hi) = rows, columns
+    low, high, w_low, w_high = (w[j0:j1] for w in weights)
+    matrix = np.zeros((j1 - j0, hi - lo), np.float32)
+    index = np.arange(j1 - j0)
+    matrix[index, low - lo] += w_low
+    matrix[index, high - lo] += w_high
     return matrix
+
+
+def interpolation_matrix(size: int, out: int, coord: str, scale: float) -> np.ndarray:
+    """``[out, size]``: row i holds the weights of output i's two source samples."""
+    return interpolation_block(interpolation_weights(size, out, coord, scale), (0, out),
+                               (0, size))
 
 
 def rewrite_as_matmuls(graph: gs.Graph, node: gs.Node, coord: str,
