@@ -10,17 +10,17 @@ element in row-major order, the Transpose of ``x`` without its unit axes U by ``
 
 Requires: static shapes around the Transpose.
 Ensures: a Transpose of rank r >= 5 with a constant ``perm``, at least r - 4 unit axes in its
-input, whose input is written by a Reshape, Unsqueeze, Squeeze or Flatten it alone reads and
-whose output only such an op reads (neither a model output; in an int8 model through the
-per-tensor QuantizeLinear / DequantizeLinear steps between them, each tensor read only by the
-next), has rank 4: the writer becomes a Reshape to the Transpose's input without its last
-r - 4 unit axes, the steps between keep their values on that shape, the Transpose keeps its
+input besides axis 0, whose input is written by a Reshape, Unsqueeze, Squeeze or Flatten it
+alone reads and whose output only such an op reads (neither a model output; in an int8 model
+through the per-tensor QuantizeLinear / DequantizeLinear steps between them, each tensor read
+only by the next), has rank 4: the writer becomes a Reshape to the Transpose's input without its
+last r - 4 unit axes, the steps between keep their values on that shape, the Transpose keeps its
 name with the reduced permutation, and the reader a Reshape of its output to the reader's own
 static shape (all three in ``rewritten``). Then ``rank5_detours.py``'s chains take what still
-reads rank 5 before the writer. Exact: every op involved copies elements in an order the
-rewrite keeps (a Reshape is row-major; a unit axis's index is always 0), and a per-tensor Q/DQ
-step is the same function of every element, so it commutes with them (``qdq_steps.py``); tests
-compare bit for bit on onnxruntime (``tests/frontend/test_rank5_transposes.py``).
+reads rank 5 before the writer. Exact: every op involved copies elements in an order the rewrite
+keeps (a Reshape is row-major; a unit axis's index is always 0), and a per-tensor Q/DQ step is
+the same function of every element, so it commutes with them (``qdq_steps.py``); tests compare
+bit for bit on onnxruntime (``tests/frontend/test_rank5_transposes.py``).
 """
 from __future__ import annotations
 
@@ -57,7 +57,9 @@ def _dropped_axes(node: gs.Node, outputs: Set[str]) -> Optional[List[int]]:
     src, dst = static_shape(x), static_shape(y)
     if src is None or dst is None or perm is None or len(src) < 5:
         return None
-    units = [a for a, n in enumerate(src) if n == 1]
+    # Axis 0 stays: a batch-1 channel shuffle ([1, g, C/g, H, W], perm [0, 2, 1, 3, 4]) is the
+    # shuffle form the Conv2D layers take as one permutation; only inner unit axes go.
+    units = [a for a, n in enumerate(src) if n == 1 and a > 0]
     if len(units) < len(src) - 4 or only_reader(x, outputs) is not node:
         return None
     writer, _ = steps_back(x, outputs)
