@@ -67,3 +67,9 @@ def test_a_constant_holding_inf_that_is_no_mask_is_left_in_float(tmp_path):
     [floor] = [n for n in qdq.graph.node if n.op_type == "Max"]
     assert "causal" in floor.input  # read as it is, not through a QDQ pair
     assert np.isfinite(_run(out, {"x": rng.uniform(-1, 1, (1, SEQ, DIM)).astype(np.float32)})).all()
+
+
+def test_the_manifest_says_which_nodes_an_inf_constant_kept_in_float(tmp_path):
+    result, _ = converted_int8(_attention(mask_reader="Max"), tmp_path / "out")
+    kept = result.manifest["quantization"]["kept_fp16_nonfinite"]
+    assert kept["nodes"] == ["mask"] and "inf or NaN" in kept["reason"]
