@@ -42,11 +42,14 @@ def masks_clamped(model: onnx.ModelProto) -> onnx.ModelProto:
         return model
     out = onnx.ModelProto()
     out.CopyFrom(model)
+    added = set()  # a mask two Adds read is clamped twice, under one name: one initializer
     # gs keeps the proto's node order (no cleanup or sort here): node i is the proto's node i
     for node, proto_node, inputs in zip(graph.nodes, out.graph.node, before):
         for index, (old, new) in enumerate(zip(inputs, node.inputs)):
             if new is not old:
-                out.graph.initializer.append(numpy_helper.from_array(new.values, new.name))
+                if new.name not in added:
+                    out.graph.initializer.append(numpy_helper.from_array(new.values, new.name))
+                    added.add(new.name)
                 proto_node.input[index] = new.name
     return out
 

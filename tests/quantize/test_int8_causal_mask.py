@@ -73,3 +73,22 @@ def test_the_manifest_says_which_nodes_an_inf_constant_kept_in_float(tmp_path):
     result, _ = converted_int8(_attention(mask_reader="Max"), tmp_path / "out")
     kept = result.manifest["quantization"]["kept_fp16_nonfinite"]
     assert kept["nodes"] == ["mask"] and "inf or NaN" in kept["reason"]
+
+
+def test_a_mask_two_layers_add_is_one_clamped_initializer():
+    model = _attention()
+    second = [onnx.helper.make_node("Add", ["scores", "causal"], ["masked2"], name="mask2"),
+              onnx.helper.make_node("Softmax", ["masked2"], ["weights2"], axis=-1,
+                                    name="softmax2"),
+              onnx.helper.make_node("MatMul", ["weights2", "wv_out"], ["y2"], name="attend2")]
+    model.graph.node.extend(second)
+    model.graph.output.extend([onnx.helper.make_tensor_value_info("y2", 1, [1, SEQ, DIM])])
+    clamped = masks_clamped(model)
+    names = [t.name for t in clamped.graph.initializer]
+    assert len(names) == len(set(names)) == len(model.graph.initializer) + 1
+    onnx.checker.check_model(clamped)
+    x = {"x": np.random.default_rng(6).uniform(-1, 1, (1, SEQ, DIM)).astype(np.float32)}
+    session = ort.InferenceSession(clamped.SerializeToString(), providers=["CPUExecutionProvider"])
+    original = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for got, want in zip(session.run(None, x), original.run(None, x)):
+        np.testing.assert_array_equal(got, want)
