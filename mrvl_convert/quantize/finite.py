@@ -15,7 +15,8 @@ kept in float change nothing.
 
 Requires: an ONNX model whose constants are initializers (``weights.py`` ran).
 Ensures: the mask constants ``clamp_mask_constants`` clamps are new initializers read in
-their place (every other node and tensor as it was, same names, same order);
+their place (every other node and tensor as it was, same names, same order; a mask two
+Adds read is one new initializer; the old one stays, unread by those Adds);
 ``nonfinite_readers`` names every node reading a float initializer holding inf or NaN.
 """
 from __future__ import annotations
