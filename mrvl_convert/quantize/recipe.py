@@ -36,6 +36,7 @@ from mrvl_convert.quantize.ort_quantize import (cached_ranges, quantize_static_s
                                                 quantizer_quiet)
 from mrvl_convert.quantize.prelu import decompose_prelu
 from mrvl_convert.quantize.own_bias import own_biases
+from mrvl_convert.quantize.finite import REASON as NONFINITE, masks_clamped, nonfinite_readers
 from mrvl_convert.quantize.sums import sums_as_add
 from mrvl_convert.quantize.weights import weights_as_initializers
 
@@ -100,9 +101,12 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
     try:
         kept = frozenset(exclude)
         lone: List[str] = []  # BNs left after folding: kept in float (quantize/lone_bn.py)
+        nonfinite: List[str] = []  # readers of an inf/NaN constant: kept in float
 
         def rewrite(m: onnx.ModelProto) -> onnx.ModelProto:
             lone.extend(lone_batchnorms(m))
+            m = masks_clamped(m)  # no -inf mask quantized to NaN (quantize/finite.py)
+            nonfinite.extend(n for n in nonfinite_readers(m) if n and n not in kept)
             return own_biases(sums_as_add(decompose_prelu(equalize_model(m) if equalize else m,
                                                            keep=kept), keep=kept), keep=kept)
         with quantizer_quiet(), without_batchnorm(str(model), proto, rewrite) as source:
@@ -112,12 +116,14 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
             quantize = functools.partial(
                 quantize_static_shared_relu, quant_format=QuantFormat.QDQ, weight_type=QuantType.QInt8,
                 activation_type=QuantType.QInt8,
-                nodes_to_exclude=list(dict.fromkeys([*exclude, *lone])),
+                nodes_to_exclude=list(dict.fromkeys([*exclude, *lone, *nonfinite])),
                 calibrate_method=calibrate_method(method),
                 **_with_ranges(recipe(), activation_ranges))
             cached_ranges(quantize, ranges)(source, str(out), reader)
             if report is not None and lone:
                 report["lone_batchnorm"] = list(lone)
+            if report is not None and nonfinite:
+                report["nonfinite"] = list(nonfinite)
             if bias_correction or bias_nodes:
                 _bias_corrected(Path(source), out, calibration, quantize, rows,
                                 None if bias_correction else bias_nodes)
@@ -165,14 +171,14 @@ def quantized_float_form(model: onnx.ModelProto, keep: Sequence[str] = (), *,
                          equalize: bool = False) -> onnx.ModelProto:
     """The float model ``quantize_int8`` hands quantize_static, made of ``model`` (named as
     the converter names it): weights written as nodes made initializers (``weights.py``),
-    BatchNormalization folded, equalized if ``equalize`` (as
+    BatchNormalization folded, additive-mask constants clamped (``finite.py``), equalized if ``equalize`` (as
     ``--equalize`` did), PRelu decomposed, a Sum of two an Add, but the nodes in ``keep``. Its
     tensors keep the names of the tensors of ``model`` they stand for (a folded Conv writes the
     BatchNormalization's output), so the analysis maps a layer of the QDQ model to the float
     tensor it really computes; an equalized pair's middle tensors are scaled per channel
     there."""
     kept = frozenset(keep)
-    folded = fold_batchnorm(weights_as_initializers(model), kept)
+    folded = masks_clamped(fold_batchnorm(weights_as_initializers(model), kept))
     return own_biases(sums_as_add(decompose_prelu(equalize_model(folded) if equalize else folded,
                                                   keep=kept), keep=kept), keep=kept)
 
@@ -267,6 +273,9 @@ def quantized_model(model: Any, quantization: Quantization, name: Optional[str],
     if "lone_batchnorm" in calibration:  # kept in float by the recipe, not by the user
         entry["kept_fp16_lone_batchnorm"] = {"nodes": calibration.pop("lone_batchnorm"),
                                              "reason": LONE_BN}
+    if "nonfinite" in calibration:  # no int8 scale for inf/NaN (quantize/finite.py)
+        entry["kept_fp16_nonfinite"] = {"nodes": calibration.pop("nonfinite"),
+                                        "reason": NONFINITE}
     notes = _reissue(said)
     if calibration or notes:  # what the calibration used of what it was given, and why not all
         entry["calibration"] = {**calibration, "warnings": notes}
