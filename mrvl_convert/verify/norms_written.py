@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Set, Tuple
 import onnx
 import onnx_graphsurgeon as gs
 
+from mrvl_convert.core.toposort import toposort
 from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.folding import fold_constants
@@ -49,7 +50,7 @@ def norms_as_written(proto: onnx.ModelProto, session: HybridSession, opset: int)
     pools_as_norm_means(graph, opset, done)  # tf2onnx's 3-D GlobalAveragePool moments first
     if not rewrite_norms(graph, opset, done) or not sources.intersection(done.derived):
         return False  # the artifact computes no rewritten norm: the model is its reference
-    graph.cleanup(remove_unused_graph_inputs=False).toposort()
+    toposort(graph.cleanup(remove_unused_graph_inputs=False))  # graphsurgeon 0.5.2's saw a cycle
     written = gs.export_onnx(graph, do_type_check=False)
     proto.graph.CopyFrom(written.graph)
     return True
