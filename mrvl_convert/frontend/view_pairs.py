@@ -14,7 +14,7 @@ rule takes) is written as the Reshape to its output shape:
 so the producer ends in its own pair (``DQ -> GlobalAveragePool -> Q'``: the int8 pool), the
 view is the int8 reshape between same-scale pairs, and the FC reads its pair directly.
 
-Requires: static shapes; constant per-tensor Q/DQ parameters (``qdq_steps.grid``).
+Requires: static shapes; constant per-tensor Q/DQ parameters (``core.qdq_grid.grid``).
 Ensures: every float view (Squeeze, Flatten, constant-shape Reshape) keeping a batch axis of 1
 whose one reader is a per-tensor QuantizeLinear whose DequantizeLinears only MatMuls or Gemms
 read, as their data input (an FC's input pair), whose output is no model output and whose
@@ -36,8 +36,8 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import is_const, static_shape
+from mrvl_convert.core.qdq_grid import grid
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.qdq_steps import grid
 
 _VIEWS = ("Squeeze", "Flatten", "Reshape")
 
