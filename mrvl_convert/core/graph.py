@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Collection, Dict, List, Optional, Sequence
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -206,6 +206,14 @@ def same_value(a: gs.Tensor, b: gs.Tensor) -> bool:
     return all(x is y or (is_const(x) and is_const(y) and np.array_equal(
         const_value(x), const_value(y)) and const_value(x).dtype == const_value(y).dtype)
         for x, y in zip(da.inputs, db.inputs))
+
+
+def only_reader(tensor: gs.Tensor, outputs: Collection[str]) -> Optional[gs.Node]:
+    """The one node reading ``tensor``, or None (several, none, or ``tensor`` is named in
+    ``outputs``: a model output a rewrite must keep)."""
+    if tensor.name in outputs or len(tensor.outputs) != 1:
+        return None
+    return tensor.outputs[0]
 
 
 def sole_consumer(node: gs.Node) -> Optional[gs.Node]:

@@ -47,7 +47,8 @@ from typing import List, Optional
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, present, static_shape
+from mrvl_convert.core.graph import (attr, const_value, is_const, only_reader, present,
+                                     static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, split_const
 
 _PASS_THROUGH = ("Reshape", "Transpose")
@@ -79,12 +80,6 @@ def fold_into_fcs(graph: gs.Graph, done: Rewrites) -> bool:
     return changed
 
 
-def _only_reader(tensor: gs.Tensor, outputs: set) -> Optional[gs.Node]:
-    if tensor.name in outputs or len(tensor.outputs) != 1:
-        return None
-    return tensor.outputs[0]
-
-
 def _float32(tensor: Optional[gs.Tensor]) -> Optional[np.ndarray]:
     if tensor is None or not is_const(tensor):
         return None
@@ -101,7 +96,7 @@ def _split(node: gs.Node):
 
 def _bias_of(out: gs.Tensor, size: int, outputs: set):
     """(the Add, b) when out's only reader adds a constant b of ``size`` over the last axis."""
-    add = _only_reader(out, outputs)
+    add = only_reader(out, outputs)
     parts = _split(add) if add is not None and add.op == "Add" else None
     shape = static_shape(out)
     if parts is None or parts[0] is not out or shape is None:
@@ -161,7 +156,7 @@ def _fold_affine(graph: gs.Graph, add: gs.Node, done: Rewrites, names: Names,
     mul = m.inputs[0]
     factor = _split(mul)
     shape = static_shape(factor[0]) if factor is not None else None
-    if factor is None or shape is None or _only_reader(m, outputs) is not add:
+    if factor is None or shape is None or only_reader(m, outputs) is not add:
         return False
     n, gamma = factor
     gamma, beta = _last_axis_vector(gamma, shape), _last_axis_vector(beta, shape)
@@ -314,9 +309,9 @@ def _fold_scale(node: gs.Node, done: Rewrites, names: Names, outputs: set) -> bo
         return False
     factor = 1.0 / factor if node.op == "Div" else factor
     producer = x.inputs[0] if x.inputs else None
-    if _two_activations(producer) and _only_reader(x, outputs) is node:
+    if _two_activations(producer) and only_reader(x, outputs) is node:
         fc = _scaled_fc(producer.inputs[0], outputs)      # the scores: Q's FC
-    elif node.op == "Mul" and _two_activations(_only_reader(out, outputs)):
+    elif node.op == "Mul" and _two_activations(only_reader(out, outputs)):
         fc = _scaled_fc(x, outputs)                       # SDPA: q or k itself
     else:
         return False

@@ -37,9 +37,9 @@ from typing import List, Optional, Sequence, Set, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, const_value, is_const, static_shape
+from mrvl_convert.core.graph import attr, const_value, is_const, only_reader, static_shape
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
-from mrvl_convert.frontend.rank5_transposes import (RESHAPES, become_reshape, only_reader,
+from mrvl_convert.frontend.rank5_transposes import (RESHAPES, become_reshape,
                                                     squeeze_rank5_transposes, steps_back)
 
 def rewrite_rank5_detours(graph: gs.Graph, opset: int, done: Rewrites) -> bool:

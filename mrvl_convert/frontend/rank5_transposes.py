@@ -29,7 +29,7 @@ from typing import List, Optional, Sequence, Set, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, static_shape
+from mrvl_convert.core.graph import attr, only_reader, static_shape
 from mrvl_convert.core.qdq_grid import per_tensor_qdq
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 
@@ -94,13 +94,6 @@ def _forward(tensor: gs.Tensor,
         passed.append(node.outputs[0])
         node = only_reader(node.outputs[0], outputs)
     return node, passed
-
-
-def only_reader(tensor: gs.Tensor, outputs: Set[str]) -> Optional[gs.Node]:
-    """The one node reading ``tensor``, or None (several, none, or a model output)."""
-    if tensor.name in outputs or len(tensor.outputs) != 1:
-        return None
-    return tensor.outputs[0]
 
 
 def _squeeze(node: gs.Node, dropped: List[int], outputs: Set[str], names: Names,

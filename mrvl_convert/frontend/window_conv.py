@@ -41,8 +41,8 @@ from typing import List, Optional, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import (attr, const_value, is_const, present, same_value,
-                                      static_shape)
+from mrvl_convert.core.graph import (attr, const_value, is_const, only_reader, present,
+                                      same_value, static_shape)
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.derived_nodes import DerivedNodes
 from mrvl_convert.frontend.sequence_ops import kept_names
@@ -79,17 +79,12 @@ def rewrite_window_convs(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
     return changed
 
 
-def _only_reader(tensor: gs.Tensor, outputs: set) -> Optional[gs.Node]:
-    return tensor.outputs[0] if len(tensor.outputs) == 1 and tensor.name not in outputs \
-        else None
-
-
 def _windows(matmul: gs.Node, outputs: set) -> Optional[_Windows]:
     weight, flat = matmul.inputs[1], matmul.inputs[0]
     int8 = int8_weight(weight)
     matrix = const_value(int8.inputs[0] if int8 is not None else weight) \
         if int8 is not None or is_const(weight) else None
-    if matrix is None or matrix.ndim != 2 or _only_reader(flat, outputs) is not matmul \
+    if matrix is None or matrix.ndim != 2 or only_reader(flat, outputs) is not matmul \
             or flat.dtype is None or not np.issubdtype(np.dtype(flat.dtype), np.floating):
         return None
     pairs: List[Pair] = []
@@ -103,7 +98,7 @@ def _windows(matmul: gs.Node, outputs: set) -> Optional[_Windows]:
     stacked, nodes = _skip_pair(flatten.inputs[0], outputs, pairs, nodes + [flatten])
     concat = stacked.inputs[0] if stacked.inputs else None
     if concat is None or concat.op != "Concat" \
-            or _only_reader(flatten.inputs[0], outputs) is not flatten:
+            or only_reader(flatten.inputs[0], outputs) is not flatten:
         return None
     found = _stack(concat, shape[0], outputs, nodes + [concat], pairs)
     if found is None or int8 is None:
@@ -129,7 +124,7 @@ def _stack(concat: gs.Node, length: int, outputs: set, nodes: List[gs.Node],
     axis = int(attr(concat, "axis", 0)) % rank if rank else 0
     slices, paired = [], []
     for piece in concat.inputs:
-        if _only_reader(piece, outputs) is not concat:
+        if only_reader(piece, outputs) is not concat:
             return None
         mine: List[Pair] = []
         piece, nodes = _skip_pair(piece, outputs, mine, nodes)
