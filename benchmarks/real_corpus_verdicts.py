@@ -94,7 +94,7 @@ def verdict(model: Any, artifact: Path, ctx: _Context, fp32: Optional[Dict[str, 
                 for r in comparison.fp32.rows if r.max_abs is not None and r.tensor in ctx.fp32]
         row.update(err=max(errs) if errs else None, floor=ctx.floor)
     if comparison.fp32 is not None:  # cosine, top-1 where they say something (the module)
-        row.update(agreement(comparison.fp32.rows, ctx.fp32, ctx.model))
+        row.update(agreement(comparison.fp32.rows, comparison.fp32.wrecked, ctx.model))
     return row
 
 

@@ -5,12 +5,14 @@ as written): that verdict says whether the conversion is exact, and says nothing
 quantizing lost, since the QDQ model carries the same loss. So every int8 verify also runs the
 fp32 model the QDQ model was quantized from on the same inputs and reports, per output, the
 lowest cosine over the samples, the SNR (dB) over all of them, the share of rows whose argmax
-agrees (classifier-like ``[N, K]`` outputs) and the largest errors. These figures are
+agrees (classifier-like ``[N, K]`` outputs) and the largest errors; an output with one value per sample
+gets its error over its peak instead of a cosine (``output_kinds.py``: its cosine is +-1 whatever
+the error). These figures are
 information, not part of the verdict: the tolerances are for the conversion, and what loss a
 user accepts from quantization is theirs to say.
 
-An output whose lowest cosine against fp32 is below ``WRECKED_COSINE`` is named as wrecked by
-int8 (``QuantCost.wrecked``), in the line and summary.json: an artifact exact against its QDQ
+An output whose lowest cosine against fp32 is below ``WRECKED_COSINE`` (one value per sample:
+whose error over its peak is above ``ONE_VALUE_WRECKED``) is named as wrecked by int8 (``QuantCost.wrecked``), in the line and summary.json: an artifact exact against its QDQ
 model passes the verdict, and that must not be the only word on a model int8 has ruined.
 
 - requires: the fp32 model (path or ``ModelProto``) taking the artifact's inputs, and the
@@ -31,6 +33,7 @@ import onnx
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.runtime.stages import TensorSpec
 from mrvl_convert.verify.metrics import Sums, Worst, snr_db, top1
+from mrvl_convert.verify.output_kinds import ONE_VALUE_WRECKED, error_over_peak, one_value
 from mrvl_convert.verify.reference import (check_model_inputs, load_model, model_label,
                                            reference_session, run_reference)
 
@@ -51,6 +54,7 @@ class CostRow:
     max_abs: Optional[float] = None
     max_rel: Optional[float] = None
     note: str = ""
+    over_peak: Optional[float] = None  # one value per sample: max error over peak |fp32|
 
 
 @dataclass
@@ -80,22 +84,22 @@ class QuantCost:
     @property
     def wrecked(self) -> List[CostRow]:
         """Outputs whose lowest cosine against fp32 is below ``WRECKED_COSINE``."""
-        return [r for r in self.rows if r.cosine is not None and
-                (r.cosine < WRECKED_COSINE or r.cosine != r.cosine)]
+        return [r for r in self.rows if _wrecked(r)]
 
     def warning(self) -> str:
         """'' or the sentence naming the outputs int8 wrecks, for the line and the table."""
         rows = self.wrecked
         if not rows:
             return ""
-        named = ", ".join(f"{r.tensor} (cosine {r.cosine:.3f})" for r in rows[:5])
+        named = ", ".join(_damage(r) for r in rows[:5])
+        bound = (f"cosine below {WRECKED_COSINE:g}, or one value off by more than "
+                 f"{ONE_VALUE_WRECKED:g} of its peak")
         if self.against != "fp32":
-            return (f"warning: {self.cost_of} wrecks {named} against {self._words()} (below "
-                    f"{WRECKED_COSINE:g}): the {self.cost_of}'s loss, not the conversion's; "
-                    "try --foreign-int8 fp16")
-        return (f"warning: int8 wrecks {named} against fp32 (below {WRECKED_COSINE:g}): the "
-                "quantization's loss, not the conversion's; try --keep-fp16 auto, or "
-                "calibration data like the real inputs")
+            return (f"warning: {self.cost_of} wrecks {named} against {self._words()} ({bound})"
+                    f": the {self.cost_of}'s loss, not the conversion's; try --foreign-int8 fp16")
+        return (f"warning: int8 wrecks {named} against fp32 ({bound}): the quantization's "
+                "loss, not the conversion's; try --keep-fp16 auto, or calibration data like "
+                "the real inputs")
 
     def _words(self) -> str:
         return "fp32" if self.against == "fp32" else "the model as given"
@@ -106,6 +110,8 @@ class QuantCost:
         agree = [r.top1 for r in self.rows if r.top1 is not None]
         parts = [f"min cosine {min(cosines):.4f}"] if cosines else []
         parts += [f"top-1 agreement {min(agree):.4f}"] if agree else []
+        spans = [r.over_peak for r in self.rows if r.over_peak is not None]
+        parts += [f"one-value error/peak {max(spans):.4g}"] if spans else []
         parts += [f"max_rel {max(r.max_rel for r in self.rows if r.max_rel is not None):.3g}"] \
             if self.against != "fp32" and any(r.max_rel is not None for r in self.rows) else []
         text = (f"against {self._words()} (what {self.cost_of} costs): "
@@ -120,7 +126,9 @@ class QuantCost:
         lines = [f"against {model} {self.model} (what {self.cost_of} costs; "
                  f"information, not the verdict), over {self.samples} sample(s):"]
         for row in self.rows:
-            figures = [f"min cosine {_fmt(row.cosine, '.6f')}", f"SNR {_fmt_snr(row.snr_db)}",
+            first = (f"error/peak {row.over_peak:.4g}" if row.over_peak is not None
+                     else f"min cosine {_fmt(row.cosine, '.6f')}")
+            figures = [first, f"SNR {_fmt_snr(row.snr_db)}",
                        f"top-1 agreement {_fmt(row.top1, '.4f')}",
                        f"max_abs {_fmt(row.max_abs, '.3g')}", f"max_rel {_fmt(row.max_rel, '.3g')}"]
             lines.append(f"  {row.tensor}: " + ", ".join(figures) +
@@ -162,8 +170,24 @@ def _row(name: str, got: List[np.ndarray], want: List[np.ndarray]) -> CostRow:
     for g, w in zip(got, want):
         worst.add(g, w)
         sums.add(g, w)
-    return CostRow(name, worst.cosine, snr_db(sums), top1(got, want), worst.max_abs,
-                   worst.max_rel, "" if worst.finite else "holds inf/NaN")
+    note = "" if worst.finite else "holds inf/NaN"
+    if one_value(want):  # a cosine of +-1 says nothing: the error over the peak does
+        return CostRow(name, None, snr_db(sums), None, worst.max_abs, worst.max_rel, note,
+                       error_over_peak(got, want))
+    return CostRow(name, worst.cosine, snr_db(sums), top1(got, want),
+                   worst.max_abs, worst.max_rel, note)
+
+
+def _wrecked(row: CostRow) -> bool:
+    if row.over_peak is not None:
+        return not row.over_peak <= ONE_VALUE_WRECKED
+    return row.cosine is not None and not row.cosine >= WRECKED_COSINE
+
+
+def _damage(row: CostRow) -> str:
+    if row.over_peak is not None:
+        return f"{row.tensor} (off by {row.over_peak:.3g} of its peak)"
+    return f"{row.tensor} (cosine {row.cosine:.3f})"
 
 
 def _finite(value: float) -> Optional[float]:
