@@ -19,8 +19,8 @@ fp16: the operand onnxruntime's Max/Min picks, as the stage holds it (no NaN ope
 ``layers/_minmax.py``'s ``o + Relu(f - o)`` remains for an operand that broadcasts.
 
 int8 (``mrvl.qnn_max_pair``: ``DequantizeLinear``s -> Max -> ``QuantizeLinear``, per-tensor):
-each operand is requantized to the output's scale where its own differs (a requant layer, as
-``qnn/concat.py`` does), then the same layers run on the int8 values. Quantizing is
+each operand is requantized to the output's scale where its own differs (a requant layer,
+``qnn/concat.py``), then the same layers run on the int8 values. Quantizing is
 nondecreasing, so the max of the quantized operands is the quantized max: exact against
 onnxruntime's run of the QDQ model. Min is not taken in int8: -(-128) leaves int8.
 
@@ -33,13 +33,11 @@ from __future__ import annotations
 from typing import List, Sequence, Tuple
 
 import numpy as np
-import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import producer, scale_of, static_shape
+from mrvl_convert.core.graph import static_shape
 from mrvl_convert.ir.layout import NHWC, LayoutContext, TensorLayout, native
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.layers._lowering import new_layer
-from mrvl_convert.layers.qnn.requant import emit_requant
 
 
 def _view(physical: Sequence[int]) -> TensorLayout:
@@ -59,12 +57,16 @@ def _four_d(physical: Sequence[int]) -> Tuple[int, int, int, int]:
 def lower_max_pair(composite: Composite, ctx: LayoutContext) -> None:
     """Concat, (Mul2D -1), reshape, Maxpool2D (1, n), (Mul2D -1), reshape: see the module."""
     node = composite.binding.node("pair")
+    perm = ctx.keep_order(node.inputs[0], native(len(static_shape(node.outputs[0]))))
+    pool_operands(composite, ctx, [ctx.require(t, perm) for t in node.inputs])
+
+
+def pool_operands(composite: Composite, ctx: LayoutContext,
+                  pairs: List[Tuple[int, TensorLayout]]) -> None:
+    """The layers of the module on ``pairs`` (value index, layout: the operands in one order);
+    ``qnn/concat.py`` gives int8 operands on the output's grid."""
+    node = composite.binding.node("pair")
     n, rank = len(node.inputs), len(static_shape(node.outputs[0]))
-    if composite.binding.node("in_dq") is None:
-        perm = ctx.keep_order(node.inputs[0], native(rank))
-        pairs = [ctx.require(t, perm) for t in node.inputs]
-    else:
-        pairs = _int8_operands(composite, ctx, node, rank)
     layout = pairs[0][1]
     _, a, b, c = _four_d(layout.physical_shape)
     indices = [_reshaped(composite, ctx, i, lo, _view((1, a, b, c))) for i, lo in pairs]
@@ -85,24 +87,6 @@ def lower_max_pair(composite: Composite, ctx: LayoutContext) -> None:
         index = _negated(composite, ctx, index, pooled if not last else layout, last)
     if not last:
         _step(composite, ctx, "reshape", [index], [_view((1, a, b, c))], layout, {}, True)
-
-
-def _int8_operands(composite: Composite, ctx: LayoutContext, node: gs.Node, rank: int
-                   ) -> List[Tuple[int, TensorLayout]]:
-    """The int8 operands of ``DequantizeLinear``s -> Max -> ``QuantizeLinear``, each on the
-    output's grid: requantized (a requant layer, onnxruntime's own ``q s_in / s_out``) where
-    its scale differs. Quantizing is nondecreasing, so the max of the quantized operands is
-    the quantized max: exact."""
-    out_scale = scale_of(composite.binding.node("out_q"))
-    sources = [producer(t) for t in node.inputs]
-    perm = ctx.keep_order(sources[0].inputs[0], native(rank))
-    pairs = []
-    for dq in sources:
-        index, layout = ctx.require(dq.inputs[0], perm)
-        if scale_of(dq) != out_scale:
-            index = emit_requant(composite, ctx, index, layout, (scale_of(dq), out_scale), None)
-        pairs.append((index, layout))
-    return pairs
 
 
 def _reshaped(composite: Composite, ctx: LayoutContext, index: int, layout: TensorLayout,
