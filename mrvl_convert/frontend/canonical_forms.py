@@ -10,6 +10,9 @@ whose only difference is the sign of a zero: onnxruntime's Max gives +0 for x = 
   clamps +inf to the largest float, which Relu does not.
 - ``Min(Relu(x), 6)`` -> ``Clip(x, 0, 6)``, the one Relu6 form (bounds as constant inputs from
   opset 11, as attributes before).
+- ``Max(c, x)`` / ``Min(c, x)`` of one constant value -> ``op(x, c)``: onnxruntime's Max and
+  Min treat their operands alike (a NaN propagates from either; a tie of zeros gives the same
+  zero either way, checked at 1.18 and the newest), so bit for bit.
 - ``Sub(x, c)`` -> ``Add(x, -c)``; ``Div(x, c)`` -> ``Mul(x, 1/c)`` when every 1/c is exact in the
   tensor's type (c a power of two), otherwise the Div stays and ``kept`` says why.
 - ``Reshape`` of a 4-D tensor to ``[N, C*H*W]`` -> ``Flatten(axis=1)`` (same element order), so
@@ -182,6 +185,18 @@ def _max(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: in
     act, _, value = split_const(node)
     if act is not None and value.size and not np.any(value):
         _to_relu(node, act, done, "Max(x, 0)")
+    else:
+        _constant_last(node, done)
+
+
+def _constant_last(node: gs.Node, done: Rewrites) -> None:
+    """``Max(c, x)`` / ``Min(c, x)`` of one constant value as ``op(x, c)``: the Clip rules read
+    the bound at input 1 (sig_bak_ovr's ``Max(1e-12, power)``)."""
+    act, const, value = split_const(node)
+    if act is None or node.inputs[0] is act or value.size != 1:
+        return
+    _set_inputs(node, [act, const])
+    done.rewritten[node.name] = f"{node.op}(c, x) became {node.op}(x, c)"
 
 
 def _clip_bounds(node: gs.Node, opset: int):
@@ -216,9 +231,11 @@ def _clip(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: i
 def _min(graph: gs.Graph, node: gs.Node, done: Rewrites, names: Names, opset: int) -> None:
     act, _, value = split_const(node)
     if act is None or not value.size or not np.all(value == 6.0) or len(act.inputs) != 1:
+        _constant_last(node, done)
         return
     relu = act.inputs[0]
     if relu.op != "Relu" or len(act.outputs) != 1 or act in graph.outputs:
+        _constant_last(node, done)
         return
     source = relu.inputs[0]
     node.op = "Clip"

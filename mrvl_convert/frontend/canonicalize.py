@@ -124,6 +124,7 @@ from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
 from mrvl_convert.frontend.softmax_axes import rewrite_unit_softmaxes
 from mrvl_convert.frontend.space_to_batch import rewrite_space_to_batch
 from mrvl_convert.frontend.stack_reductions import rewrite_stack_reductions
+from mrvl_convert.frontend.stack_pairs import rewrite_quantized_stacks
 from mrvl_convert.frontend.token_forms import rewrite_tokens
 from mrvl_convert.frontend.unit_broadcast import broadcast_muls_as_convs
 from mrvl_convert.frontend.unit_swap import unswap_unit_batches
@@ -218,6 +219,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if rewrite_stack_reductions(graph, forms):  # a stack's Max/Sum/Mean: elementwise (its bound)
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    if rewrite_quantized_stacks(graph, forms):  # a QDQ stack's ReduceMax: a Max (exact)
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
         toposort(graph.cleanup(remove_unused_graph_inputs=False))

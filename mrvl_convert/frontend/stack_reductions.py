@@ -2,15 +2,16 @@
 
 ``torch.stack([a, b, c], d).max(d)`` reaches ONNX as ``Unsqueeze`` of each tensor on ``d``,
 ``Concat(axis=d)`` and ``ReduceMax(axes=[d])`` (attacut's three conv branches). The layer set's
-Concat joins channels and its ReduceMax takes one axis of a 3-D tensor; ``Max(Max(a, b), c)``
-is elementwise (``layers/_minmax.py`` lowers each Max).
+Concat joins channels and its ReduceMax takes one axis of a 3-D tensor; ``Max(a, b, c)`` is
+elementwise (``layers/_max_pairs.py`` lowers it, exactly).
 
 Requires: a graph whose activations' shapes are static.
 Ensures: every ``Reduce{Max,Min,Sum,Mean}`` of floats whose input is a ``Concat`` of n >= 2
 tensors of one shape (the Concat read by nothing else) each of size 1 on the concatenated axis,
 reducing exactly that axis (axes as attribute or input, negative or not; opsets 11 to 18),
-keeps its name and becomes the last node of: a left-to-right chain of n - 1 binary ``Max`` /
-``Min`` / ``Add`` of the tensors, then for a mean a ``Mul`` by ``1/n``, then without
+keeps its name and becomes the last node of: one ``Max`` / ``Min`` of the n tensors (which
+``layers/_max_pairs.py`` computes as one exact max pooling), or a left-to-right chain of n - 1
+binary ``Add`` of them, then for a mean a ``Mul`` by ``1/n``, then without
 ``keepdims`` a ``Reshape`` dropping the axis (``rewritten``; the nodes before it new, each
 ``derived`` from it). Without ``keepdims``, where every tensor is an ``Unsqueeze`` on that axis
 the chain reads their inputs instead and needs no Reshape. The Concat, and the Unsqueezes read
@@ -89,25 +90,30 @@ def _rewrite(graph: gs.Graph, node: gs.Node, operands: List[gs.Tensor], done: Re
     out, op, n = node.outputs[0], _CHAIN[node.op], len(operands)
     keeps = int(attr(node, "keepdims", 1))
     sources = None if keeps else _unstacked(operands, reduce_axes(node)[0])
-    steps = [(op, t) for t in (sources or operands)[1:]]
-    what = f"{node.op} over a stacked axis became a chain of {n - 1} {op}"
+    rest = (sources or operands)[1:]
+    if op in ("Max", "Min"):  # one n-ary node: layers/_max_pairs.py pools the n at once
+        steps = [(op, rest)]
+        what = f"{node.op} over a stacked axis became a {op} of {n}"
+    else:
+        steps = [(op, [t]) for t in rest]
+        what = f"{node.op} over a stacked axis became a chain of {n - 1} {op}"
     if node.op == "ReduceMean":
         inverse = np.array(1.0 / n, dtype=np.dtype(out.dtype))
-        steps.append(("Mul", gs.Constant(names.fresh(f"{node.name}_inverse_n"), inverse)))
+        steps.append(("Mul", [gs.Constant(names.fresh(f"{node.name}_inverse_n"), inverse)]))
         what += f" and a Mul by 1/{n}"
     if not keeps and sources is None:  # the axis stays in the operands: a Reshape drops it
         shape = np.array(static_shape(out), dtype=np.int64)
-        steps.append(("Reshape", gs.Constant(names.fresh(f"{node.name}_shape"), shape)))
+        steps.append(("Reshape", [gs.Constant(names.fresh(f"{node.name}_shape"), shape)]))
         what += " and a Reshape dropping the axis"
     acc = (sources or operands)[0]
-    for k, (step, tensor) in enumerate(steps[:-1], start=1):
-        acc = _binary(graph, step, acc, tensor, f"{node.name}_{step.lower()}{k}", node, done,
-                      names)
+    for k, (step, tensors) in enumerate(steps[:-1], start=1):
+        acc = _step(graph, step, [acc] + tensors, f"{node.name}_{step.lower()}{k}", node, done,
+                    names)
     _merge_stack(producer(node.inputs[0]), node, sources is not None, done)
     node.op = steps[-1][0]
     node.attrs.clear()
     node.inputs.clear()
-    node.inputs.extend([acc, steps[-1][1]])
+    node.inputs.extend([acc] + steps[-1][1])
     done.rewritten[node.name] = what
 
 
@@ -120,12 +126,13 @@ def _merge_stack(concat: gs.Node, node: gs.Node, unstacked: bool, done: Rewrites
             done.merged[producer(tensor).name] = node.name
 
 
-def _binary(graph: gs.Graph, op: str, a: gs.Tensor, b: gs.Tensor, base: str, node: gs.Node,
-            done: Rewrites, names: Names) -> gs.Tensor:
-    """A new ``op(a, b)`` node derived from ``node``; its output (a's shape and type)."""
+def _step(graph: gs.Graph, op: str, inputs: List[gs.Tensor], base: str, node: gs.Node,
+          done: Rewrites, names: Names) -> gs.Tensor:
+    """A new ``op(*inputs)`` node derived from ``node``; its output (the first input's shape
+    and type)."""
     out = gs.Variable(names.fresh(f"{base}_out"), dtype=node.outputs[0].dtype,
-                      shape=static_shape(a))
+                      shape=static_shape(inputs[0]))
     name = names.fresh(base)
-    graph.nodes.append(gs.Node(op, name, inputs=[a, b], outputs=[out]))
+    graph.nodes.append(gs.Node(op, name, inputs=list(inputs), outputs=[out]))
     done.derived[name] = node.name
     return out

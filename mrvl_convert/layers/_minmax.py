@@ -14,6 +14,9 @@ may be off by 2**-25 absolutely). ``f - o`` overflows fp16 (inf) where |f - o| >
 both operands are in range; the range check of the simulator names such a layer. A NaN operand
 gives NaN (onnxruntime's Max propagates it too).
 
+Operands of one shape take the exact form instead (``_max_pairs.py``, rule ``mrvl.max_pair``):
+this one is left for an operand that broadcasts.
+
 This is a lowering, not a canonical rewrite: CPU parts keep ONNX's Max and Min. The first layer
 names no source node, so the per-layer comparison compares only the last one.
 """

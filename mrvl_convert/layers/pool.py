@@ -22,12 +22,16 @@ from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.kernels.windows import pad_nhwc, reads_every_pixel, tap, taps
 from mrvl_convert.layers._kind import Attr, LayerKind, ints, roles, written
 from mrvl_convert.layers._lowering import new_layer, spatial_out
+from mrvl_convert.layers._max_pairs import lower_max_pair
 
 _LAYOUT = written("layout", "NHWC", "as upstream writes it")
 
 
 def _lower(kind: str) -> Callable[[Composite, LayoutContext], None]:
     def lower(composite: Composite, ctx: LayoutContext) -> None:
+        if composite.binding.node("pair") is not None:  # Max/Min of activations (mrvl.max_pair)
+            lower_max_pair(composite, ctx)
+            return
         pool = composite.binding.node("pool")
         index, layout = ctx.require(pool.inputs[0], NHWC)
         attrs: Dict[str, Any] = {}
@@ -248,7 +252,7 @@ _WINDOW = (
 
 MAXPOOL = LayerKind(
     name="Maxpool2D", summary="max over each window; padding never wins (pads with -inf)",
-    kernel=Maxpool2DKernel, lower=_lower("Maxpool2D"), required_roles=roles("pool"),
+    kernel=Maxpool2DKernel, lower=_lower("Maxpool2D"), one_of_roles=roles("pool", "pair"),
     attrs=_WINDOW, source=_SOURCE)
 AVGPOOL = LayerKind(
     name="Avgpool2D", summary="mean over each window; pads with zeros, and the divisor counts "

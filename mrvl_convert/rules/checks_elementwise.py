@@ -48,6 +48,22 @@ def check_binary_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Grap
     return None
 
 
+def check_same_shape_operands(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph
+                              ) -> Details:
+    """Two or more operands, every one an activation of the output's shape (nothing
+    broadcasts: ``layers/_max_pairs.py`` concatenates them)."""
+    out = static_shape(node.outputs[0])
+    if len(node.inputs) < 2:
+        return {"detail": f"{node.op} has {len(node.inputs)} operand"}
+    for tensor in node.inputs:
+        if is_const(tensor):
+            return {"detail": f"operand {tensor.name} is a constant"}
+        if static_shape(tensor) != out:
+            return {"detail": f"operand {tensor.name} {static_shape(tensor)} broadcasts into "
+                              f"the output's shape {out}"}
+    return None
+
+
 def fp16_range_detail(tensor: gs.Tensor) -> Details:
     """None when every value of constant ``tensor`` is finite and within fp16's range (a layer
     holds it in fp16: a value beyond is inf there and the runtime refuses the artifact)."""
@@ -267,6 +283,7 @@ def _walk(node: gs.Node, step: Callable[[gs.Node], List[gs.Node]],
 ELEMENTWISE_CHECKS: Dict[str, Any] = {
     "rank_in": check_rank_in,
     "binary_operands": check_binary_operands,
+    "same_shape_operands": check_same_shape_operands,
     "const_divisor": check_const_divisor,
     "decimal_exact": check_decimal_exact,
     "scalar_const_input": check_scalar_const_input,

@@ -11,7 +11,9 @@ the floor's 4.7e-4, the floor with this lowering 1.14e-3; 8 samples said "far ab
 floor (5x): a converter defect", while the artifact without the simulator's rounding matches
 onnxruntime within 4e-7.
 
-Each two-input float Max or Min of the floor is therefore computed as the lowering writes it,
+Operands of one shape are pooled instead, exactly (``layers/_max_pairs.py``): a Max/Min whose
+inputs all have its output's shape is left as it is. Each other two-input float Max or Min of
+the floor is therefore computed as the lowering writes it,
 with the int8 reference's own steps (``kept_fp16.minmax_steps``, the same operand choice
 ``full_operand``). A Max/Min of more operands, or one whose result is never rounded (integers,
 shapes), is left as it is, and so is one the artifact runs on CPU (onnxruntime's Max there
@@ -31,6 +33,7 @@ import onnx
 
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.kept_fp16 import full_operand, minmax_steps
+from mrvl_convert.verify.minmax_pools import pooled_minmax
 from mrvl_convert.verify.kept_graph import WorkingGraph
 
 
@@ -54,6 +57,10 @@ def lower_minmax(proto: onnx.ModelProto, protected: AbstractSet[str],
     # the operand of the output's shape, as the lowering picks it, needs every shape: a model
     # as given need not carry value infos of its intermediate tensors
     shaped = onnx.shape_inference.infer_shapes(proto)
+    pools = pooled_minmax(shaped, infer=False)
+    found = [n for n in found if (n.name or n.output[0]) not in pools]  # one shape: exact
+    if not found:
+        return 0
     graph = WorkingGraph(proto.graph)
     for node in found:
         full = full_operand(shaped, node)

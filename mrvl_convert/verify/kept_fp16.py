@@ -41,6 +41,7 @@ from mrvl_convert.kernels.fp16 import round_to_fp16
 from mrvl_convert.runtime.session import HybridSession
 from mrvl_convert.verify.fp16_chains import chains_as_written, mean_as_laid_out
 from mrvl_convert.verify.fp16_fold import round_folded
+from mrvl_convert.verify.minmax_pools import pooled_minmax
 from mrvl_convert.verify.kept_graph import WorkingGraph, topologically_sorted
 from mrvl_convert.verify.kept_inputs import moves_unrounded, rounded_results
 from mrvl_convert.verify.norms_written import norms_as_written
@@ -216,12 +217,13 @@ def round_groups(proto: onnx.ModelProto, groups: List[List[str]],
     size: the look-ups are indexes kept up to date across the groups (``kept_graph.py``)."""
     done: List[str] = []
     protected = never_rounded(proto)  # shapes, indices, integers: never rounded
+    pools = pooled_minmax(proto)  # before any input is renamed to its rounded copy
     graph = WorkingGraph(proto.graph)
     opset = _opset(proto)
     for k, group in enumerate(groups):
         # either set, not their union: a copy of ``protected`` per group was quadratic
         _round_group(proto, graph, group, _Both(unrounded[k] if k < len(unrounded)
-                                                else frozenset(), protected), opset)
+                                                else frozenset(), protected), opset, pools)
         done += group
     if done:
         graph.commit()
@@ -240,7 +242,7 @@ class _Both:
 
 
 def _round_group(proto: onnx.ModelProto, graph: WorkingGraph, group: List[str],
-                 unrounded: Container[str], opset: int) -> None:
+                 unrounded: Container[str], opset: int, pools: Container[str]) -> None:
     members = graph.members(group)
     inits = graph.inits()
     folded = set()
@@ -269,7 +271,8 @@ def _round_group(proto: onnx.ModelProto, graph: WorkingGraph, group: List[str],
                 _cast_pair(graph, node.output[k], name)
     for node in [n for n in members if n.op_type in ("HardSigmoid", "HardSwish")]:
         _gate_steps(graph, node)
-    for node in [n for n in members if n.op_type in ("Max", "Min") and len(n.input) == 2]:
+    for node in [n for n in members if n.op_type in ("Max", "Min") and len(n.input) == 2
+                 and n.name not in pools]:
         minmax_steps(graph, node, full_operand(proto, node))
     chains_as_written(graph, members, _cast_pair, opset)  # Rsqrt, GELU, LayerNorm
     for node in members:

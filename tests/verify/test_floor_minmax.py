@@ -21,19 +21,24 @@ C, HW = 4, 8
 
 
 def _far_apart(op: str) -> onnx.ModelProto:
-    """``op`` of two 1x1 Convs, the second shifted 1000 away by its bias, so that the operand
-    picked is ``f`` (input 0 of the lowering) and the gap ``f - o`` is about 1000."""
+    """``op`` of two 1x1 Convs, ``f`` (all channels) and ``o`` (one channel, broadcasting: two
+    operands of one shape are pooled exactly, ``layers/_max_pairs.py``), one shifted 1000 away
+    by its bias, so that the operand picked is ``f`` (input 0 of the lowering) for Max and the
+    gap ``f - o`` is about 1000."""
     rng = np.random.default_rng(3)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, HW, HW])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, HW, HW])
-    inits = [numpy_helper.from_array((rng.standard_normal((C, C, 1, 1)) * 0.5)
-                                     .astype(np.float32), f"w{k}") for k in range(2)]
-    far = -1000.0 if op == "Max" else 1000.0
-    inits.append(numpy_helper.from_array(np.full((C,), far, np.float32), "far"))
-    operands = ["a", "b"] if op == "Max" else ["b", "a"]  # Min: f the far one, f - o ~ 1000
-    nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="conv_a"),
-             helper.make_node("Conv", ["x", "w1", "far"], ["b"], name="conv_far"),
-             helper.make_node(op, operands, ["y"], name="pick")]
+    inits = [numpy_helper.from_array((rng.standard_normal((out, C, 1, 1)) * 0.5)
+                                     .astype(np.float32), f"w{k}")
+             for k, out in enumerate((C, 1))]
+    # Max: o far below, f picked; Min: f far above, o picked; f - o ~ 1000 either way
+    inits.append(numpy_helper.from_array(np.full((C,), 0.0 if op == "Max" else 1000.0,
+                                                 np.float32), "bias_f"))
+    inits.append(numpy_helper.from_array(np.full((1,), -1000.0 if op == "Max" else 0.0,
+                                                 np.float32), "bias_o"))
+    nodes = [helper.make_node("Conv", ["x", "w0", "bias_f"], ["a"], name="conv_a"),
+             helper.make_node("Conv", ["x", "w1", "bias_o"], ["b"], name="conv_far"),
+             helper.make_node(op, ["a", "b"], ["y"], name="pick")]
     return helper.make_model(helper.make_graph(nodes, "far_minmax", [x], [y], inits),
                              opset_imports=[helper.make_opsetid("", 13)])
 
@@ -62,7 +67,7 @@ def test_the_floor_computes_max_min_as_the_lowering_does(op):
     session = ort.InferenceSession(floor_inner.SerializeToString(),
                                    providers=["CPUExecutionProvider"])
     a, b = session.run(["a", "b"], feed)
-    f, o = (a, b) if op == "Max" else (b, a)
+    f, o = a, b
     gap = _half(np.maximum(f - o, 0))
     want = _half(o + gap) if op == "Max" else _half(f - gap)
     got = _run(floor_model(model), feed)

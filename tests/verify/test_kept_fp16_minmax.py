@@ -19,12 +19,14 @@ from mrvl_convert.quantize import Quantization
 C, HW = 8, 16
 
 
-def _model(op: str) -> onnx.ModelProto:
+def _model(op: str, broadcast: bool = True) -> onnx.ModelProto:
+    """Max/Min of two Convs, ``b`` one channel (broadcasting: the gap form) or all (pooled)."""
     rng = np.random.default_rng(3)
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, HW, HW])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, HW, HW])
-    weights = [numpy_helper.from_array(rng.standard_normal((C, C, 3, 3)).astype(np.float32)
-                                       * 0.3, f"w{k}") for k in range(3)]
+    weights = [numpy_helper.from_array(rng.standard_normal((out, C, 3, 3)).astype(np.float32)
+                                       * 0.3, f"w{k}")
+               for k, out in enumerate((C, 1 if broadcast else C, C))]
     nodes = [helper.make_node("Conv", ["x", "w0"], ["a"], name="conv_a", pads=[1] * 4),
              helper.make_node("Conv", ["x", "w1"], ["b"], name="conv_b", pads=[1] * 4),
              helper.make_node(op, ["a", "b"], ["ab"], name="pick"),
@@ -35,14 +37,19 @@ def _model(op: str) -> onnx.ModelProto:
 
 
 @pytest.mark.parametrize("op", ["Max", "Min"])
-def test_an_int8_models_fp16_max_is_judged_as_the_artifact_computes_it(tmp_path, op):
+@pytest.mark.parametrize("broadcast", [True, False])
+def test_an_int8_models_fp16_max_is_judged_as_the_artifact_computes_it(tmp_path, op,
+                                                                        broadcast):
+    """The gap form where an operand broadcasts; operands of one shape pooled exactly
+    (``layers/_max_pairs.py``), which the reference must not round as a gap."""
     rng = np.random.default_rng(0)
     # large values: fp16's spacing (0.25 to 1) is a sizeable part of the int8 step
     calibration = {"x": (rng.standard_normal((8, C, HW, HW)) * 200).astype(np.float32)}
-    result = mrvl_convert.convert(_model(op), tmp_path / "a",
+    result = mrvl_convert.convert(_model(op, broadcast), tmp_path / "a",
                                   quantize=Quantization(calibration, "minmax"))
     pick = next(e for e in result.placements if e["name"] == "pick")
-    assert pick["placement"] == "mrvl" and pick["rule"] == "mrvl.max_min"  # the premise
+    rule = "mrvl.max_min" if broadcast else "mrvl.max_pair"
+    assert pick["placement"] == "mrvl" and pick["rule"] == rule  # the premise
     assert result.summary["mrvl_subgraphs"] == 1
     qdq = tmp_path / "a" / result.manifest["quantization"]["file"]
     feeds = [{"x": (rng.standard_normal((1, C, HW, HW)) * 200).astype(np.float32)}

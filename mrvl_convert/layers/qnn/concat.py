@@ -11,11 +11,16 @@ by its own requant layer, which is what onnxruntime computes for the QDQ chain
 """
 from __future__ import annotations
 
+from typing import List, Tuple
+
+import onnx_graphsurgeon as gs
+
 from mrvl_convert.core.graph import attr, static_shape
 from mrvl_convert.ir.layout import LayoutContext, TensorLayout, native
 from mrvl_convert.ir.match import Composite
 from mrvl_convert.core.graph import producer, scale_of
 from mrvl_convert.layers._lowering import new_layer
+from mrvl_convert.layers._max_pairs import pool_operands
 from mrvl_convert.layers.qnn.requant import emit_requant
 
 
@@ -36,3 +41,26 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
     out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
     ctx.emit(new_layer(composite, "Concat", indices, layouts, out, {"axis": perm.index(axis)}),
              composite.output)
+
+
+def lower_max_pair(composite: Composite, ctx: LayoutContext) -> None:
+    """``DequantizeLinear``s -> Max -> ``QuantizeLinear`` (``mrvl.qnn_max_pair``): each operand
+    on the output's grid, requantized where its scale differs (onnxruntime's ``q s_in / s_out``,
+    as for a Concat), then ``_max_pairs.py``'s layers on the int8 values. Quantizing is
+    nondecreasing, so the max of the quantized operands is the quantized max: exact."""
+    node = composite.binding.node("pair")
+    pool_operands(composite, ctx, _on_output_grid(composite, ctx, node))
+
+
+def _on_output_grid(composite: Composite, ctx: LayoutContext, node: gs.Node
+                    ) -> List[Tuple[int, TensorLayout]]:
+    out_scale = scale_of(composite.binding.node("out_q"))
+    sources = [producer(t) for t in node.inputs]
+    perm = ctx.keep_order(sources[0].inputs[0], native(len(static_shape(node.outputs[0]))))
+    pairs = []
+    for dq in sources:
+        index, layout = ctx.require(dq.inputs[0], perm)
+        if scale_of(dq) != out_scale:
+            index = emit_requant(composite, ctx, index, layout, (scale_of(dq), out_scale), None)
+        pairs.append((index, layout))
+    return pairs

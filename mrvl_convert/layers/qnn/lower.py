@@ -106,6 +106,8 @@ def lower(composite: Composite, ctx: LayoutContext, float_lower: Optional[Lower]
     lowering may return the layers it made that stay float (the int8 Split's fp16 form)."""
     first = len(ctx.layers)
     own = _LOWER.get(composite.rule.layer)
+    if composite.binding.node("pair") is not None:  # an int8 Max (a Maxpool2D rule)
+        own = qnn_concat.lower_max_pair
     kept: Sequence[Layer] = ()
     if own is not None:
         kept = own(composite, ctx) or ()

@@ -34,7 +34,7 @@ def minmax_chain(steps: List[Step]) -> onnx.ModelProto:
 def lowered(steps: List[Step], feed: Dict[str, np.ndarray]) -> np.ndarray:
     """What the device computes (``layers/_minmax.py``) on fp16 operands, in numpy: f is the
     operand of the output's shape (input 0 unless it broadcasts), the gap rounded, each
-    result rounded."""
+    result rounded; operands of one shape pooled, exactly (``layers/_max_pairs.py``)."""
     def half(v: np.ndarray) -> np.ndarray:
         return v.astype(np.float16).astype(np.float32)
     value = half(feed["x"])
@@ -42,6 +42,9 @@ def lowered(steps: List[Step], feed: Dict[str, np.ndarray]) -> np.ndarray:
         operands = [value, half(feed[other])]
         if not first:
             operands.reverse()
+        if operands[0].shape == operands[1].shape:  # pooled exactly (layers/_max_pairs.py)
+            value = np.maximum(*operands) if op == "Max" else np.minimum(*operands)
+            continue
         full = 1 if operands[0].shape != value.shape else 0
         f, o = operands[full], operands[1 - full]
         gap = half(np.maximum(f - o, np.float32(0)))
