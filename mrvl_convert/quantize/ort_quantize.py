@@ -17,6 +17,7 @@ import onnx
 from mrvl_convert.frontend.float_pairs import drop_float_pairs
 from mrvl_convert.frontend.folded_shapes import fill_unknown_shapes
 from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
+from mrvl_convert.quantize.scope_order import ordered_for_branches
 from mrvl_convert.rules.float_spans import builtin_float_forms
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -47,8 +48,9 @@ def quantize_static_shared_relu(source: str, out: str, reader: Any, **options: A
     from onnxruntime.quantization import quantize_static
     quantize_static(source, out, reader, **options)
     written = onnx.load(out)
+    reordered = ordered_for_branches(written)  # its sort misses what an If's branch reads
     shared = relu_inputs_share_output_scale(written)
-    if float_pairs_dropped(shared) or shared is not written:
+    if float_pairs_dropped(shared) or shared is not written or reordered:
         onnx.save(shared, out)
 
 

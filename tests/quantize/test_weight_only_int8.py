@@ -77,8 +77,8 @@ def test_widened_int8_weights_become_initializers_bit_for_bit():
 
 
 def test_a_wide_integer_or_mixed_types_stay_nodes():
-    """int32 is not exact in float (2^24 + 1), int16 not in float16 (2049), and a Mul of a float and a
-    double constant is no weight's dequantization: each stays a node."""
+    """int32 is not exact in float (2^24 + 1), int16 not in float16 (2049), and a Mul of a
+    float and a double constant is no weight's dequantization: each stays a node."""
     def model(source_type, to, scale_type=np.float32, first=16777217):
         inits = [helper.make_tensor("q", source_type, [2], [first, 3]),
                  numpy_helper.from_array(np.array([0.5, 0.25], scale_type), "s")]
