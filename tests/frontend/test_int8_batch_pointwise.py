@@ -11,9 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
-from mrvl_convert.quantize.recipe import Quantization
-from support.int8 import output_scale, run_both, steps
+from support.scout_int8 import assert_near_qdq, int8_artifact
 
 SHAPE = [10, 8, 4, 4]
 
@@ -40,19 +38,13 @@ def _pooled_head(seed: int = 0) -> onnx.ModelProto:
 
 
 def test_int8_pointwise_conv_on_a_batch_of_1x1_images_is_no_space_to_batch(tmp_path: Path):
-    path = tmp_path / "pooled_head.onnx"
-    onnx.save(_pooled_head(), path)
     rng = np.random.default_rng(1)
-    calibration = {"x": rng.uniform(-1, 1, (3, *SHAPE)).astype(np.float32)}  # 3 whole samples
-    out = tmp_path / "out"
-    result = mrvl_convert.convert(path, out, quantize=Quantization(calibration))
+    result = int8_artifact(_pooled_head(), tmp_path,  # 3 whole samples of batch 10
+                           {"x": rng.uniform(-1, 1, (3, *SHAPE)).astype(np.float32)})
     head = next(e for e in result.report["nodes"] if e["name"] == "head")
     assert "space-to-batch" not in head.get("canonical", ""), head
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"], [
         (e["name"], e.get("reason")) for e in result.report["nodes"] if e["placement"] == "cpu"]
     assert result.report["precision"]["shares"]["int8"] == 1.0
-    qdq = out / result.manifest["quantization"]["file"]
-    feeds = [{"x": rng.uniform(-1, 1, SHAPE).astype(np.float32)} for _ in range(3)]
-    got, want = run_both(qdq, out, feeds)
-    diff = steps(got, want, output_scale(onnx.load(qdq)))
-    assert np.mean(diff <= 1) >= 0.99 and diff.max() <= 2, np.bincount(diff.astype(int).ravel())
+    assert_near_qdq(result, [{"x": rng.uniform(-1, 1, SHAPE).astype(np.float32)}
+                             for _ in range(3)])

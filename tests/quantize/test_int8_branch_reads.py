@@ -12,11 +12,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
 from mrvl_convert.core.scopes import outer_reads
 from mrvl_convert.frontend.qdq_graph import QdqGraph
-from mrvl_convert.quantize.recipe import Quantization
 from mrvl_convert.quantize.scope_order import ordered_for_branches
+from support.scout_int8 import int8_artifact
 
 SHAPE = [1, 8]
 
@@ -81,12 +80,10 @@ def test_commit_keeps_what_only_a_branch_reads():
 
 
 def test_int8_model_with_branch_reads_converts(tmp_path: Path):
-    path = tmp_path / "two_ifs.onnx"
-    onnx.save(_two_ifs(), path)
     rng = np.random.default_rng(1)
-    calibration = {"x": rng.standard_normal((8, 8)).astype(np.float32)}
-    result = mrvl_convert.convert(path, tmp_path / "out", quantize=Quantization(calibration))
-    qdq = onnx.load(tmp_path / "out" / result.manifest["quantization"]["file"])
+    result = int8_artifact(_two_ifs(), tmp_path,
+                           {"x": rng.standard_normal((8, 8)).astype(np.float32)})
+    qdq = onnx.load(result.out_dir / result.manifest["quantization"]["file"])
     onnx.checker.check_model(qdq)
     assert {"if_a", "if_b"} <= {n.name for n in qdq.graph.node}
     assert result.report["precision"]["shares"]["int8"] == 1.0

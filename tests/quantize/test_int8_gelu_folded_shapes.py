@@ -13,10 +13,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
 from mrvl_convert.frontend.folded_shapes import fill_unknown_shapes, folded_shapes
-from mrvl_convert.quantize.recipe import Quantization
-from support.int8 import output_scale, run_both, steps
+from support.scout_int8 import assert_near_qdq, int8_artifact
 
 SHAPE = [1, 4, 8]
 
@@ -67,19 +65,12 @@ def test_folded_shapes_fill_what_onnx_cannot_tell():
 
 
 def test_int8_gelu_between_fcs_is_one_mrvl_stage(tmp_path: Path):
-    path = tmp_path / "gelu_fcs.onnx"
-    onnx.save(_gelu_between_fcs(), path)
     rng = np.random.default_rng(1)
-    calibration = {"x": rng.standard_normal((16, *SHAPE[1:])).astype(np.float32)}
-    out = tmp_path / "out"
-    result = mrvl_convert.convert(path, out, quantize=Quantization(calibration))
+    result = int8_artifact(_gelu_between_fcs(), tmp_path,
+                           {"x": rng.standard_normal((16, *SHAPE[1:])).astype(np.float32)})
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"], result.report["cut_by"]
     placed = {n["name"]: n["placement"] for n in result.report["nodes"]}
     assert placed["gelu_erf"] == "mrvl" and placed["fc1"] == placed["fc2"] == "mrvl"
     assert result.report["precision"]["shares"]["int8"] == 1.0
-    # within the int8 corpus's steps of onnxruntime's run of the QDQ model kept in the artifact
-    qdq = out / result.manifest["quantization"]["file"]
-    feeds = [{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(10)]
-    got, want = run_both(qdq, out, feeds)
-    diff = steps(got, want, output_scale(onnx.load(qdq)))
-    assert np.mean(diff <= 1) >= 0.99 and diff.max() <= 2, np.bincount(diff.astype(int).ravel())
+    assert_near_qdq(result, [{"x": rng.standard_normal(SHAPE).astype(np.float32)}
+                             for _ in range(10)])

