@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Dict, List
 
 import numpy as np
 import onnx
-import onnxruntime as ort
 from onnx import TensorProto, helper, numpy_helper
 
 from mrvl_convert.quantize.weights import weights_as_initializers
-from support.scout_int8 import assert_near_qdq, int8_artifact
+from support.scout_int8 import assert_near_qdq, int8_artifact, run_onnx
 
 WIDTH = 16
 
@@ -49,13 +47,6 @@ def _weight_only_model(seed: int = 0) -> onnx.ModelProto:
     return model
 
 
-def _run(model: onnx.ModelProto, feed: Dict[str, np.ndarray]) -> List[np.ndarray]:
-    options = ort.SessionOptions()  # the nodes as written: onnxruntime would fold them itself
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    return ort.InferenceSession(model.SerializeToString(), options,
-                                providers=["CPUExecutionProvider"]).run(None, feed)
-
-
 def test_widened_int8_weights_become_initializers_bit_for_bit():
     model = _weight_only_model()
     turned = weights_as_initializers(model)
@@ -68,11 +59,12 @@ def test_widened_int8_weights_become_initializers_bit_for_bit():
     exposed.graph.output.extend([helper.make_empty_tensor_value_info("w1"),
                                  helper.make_empty_tensor_value_info("w2")])
     feed = {"x": np.random.default_rng(3).standard_normal((1, WIDTH)).astype(np.float32)}
-    y, w1, w2 = _run(exposed, feed)
+    _, w1, w2 = run_onnx(exposed, feed)
     for name, want in (("w1", w1), ("w2", w2)):
         got = numpy_helper.to_array(inits[name])
         assert got.dtype == want.dtype and got.tobytes() == want.tobytes(), name
-    assert _run(turned, feed)[0].tobytes() == y.tobytes()
+    want = run_onnx(model, feed, folded=True)[0]
+    assert run_onnx(turned, feed, folded=True)[0].tobytes() == want.tobytes()
 
 
 def test_a_wide_integer_or_mixed_types_stay_nodes():

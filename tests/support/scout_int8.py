@@ -1,6 +1,6 @@
-"""The int8 conversion the scout's tests share: a built model saved, converted with Marvell's
-recipe on given calibration samples, and the artifact held to onnxruntime's run of the QDQ
-model it keeps, in output steps (as the int8 corpus measures)."""
+"""What the scout's tests share: a built model saved, converted with Marvell's int8 recipe on
+given calibration samples, and the artifact held to onnxruntime's run of the QDQ model it keeps,
+in output steps (as the int8 corpus measures); a model run on onnxruntime as written."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +8,7 @@ from typing import Dict, List
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 
 import mrvl_convert
 from mrvl_convert.quantize.recipe import Quantization
@@ -31,3 +32,15 @@ def assert_near_qdq(result: "mrvl_convert.Result", feeds: List[Dict[str, np.ndar
     diff = steps(got, want, output_scale(onnx.load(qdq)))
     assert np.mean(diff <= 1) >= share and diff.max() <= most, \
         np.bincount(diff.astype(int).ravel())
+
+
+def run_onnx(model: onnx.ModelProto, feed: Dict[str, np.ndarray], folded: bool = False
+             ) -> List[np.ndarray]:
+    """``model``'s outputs on onnxruntime: by default its nodes as written; ``folded``: with
+    onnxruntime folding constants itself (its MatMul prepacks a constant B and sums in its own
+    order, so a model and its folded twin compare so)."""
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL if folded \
+        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options,
+                                providers=["CPUExecutionProvider"]).run(None, feed)
