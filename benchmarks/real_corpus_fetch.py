@@ -49,6 +49,7 @@ class Entry:
     vocab: Optional[int] = None  # text ids are drawn below it
     values: Dict[str, Any] = field(default_factory=dict)  # inputs pinned to one value
     foreign: bool = False  # also quantized by onnxruntime's quantize_static, then converted
+    row: Optional[str] = None  # the row name where the file's stem is another row's already
 
     @property
     def spec(self) -> str:
@@ -56,8 +57,9 @@ class Entry:
 
     @property
     def name(self) -> str:
-        """Short row name: the model file's stem (the member's, for a nested tarball)."""
-        return Path(self.path.split("!")[-1]).stem
+        """Short row name: ``row`` if given, else the model file's stem (the member's, for a
+        nested tarball)."""
+        return self.row or Path(self.path.split("!")[-1]).stem
 
     def local(self, cache: Path) -> Path:
         """Where the extracted model lives: ``CACHE/models/<package>/<path>``."""
@@ -90,7 +92,7 @@ def read_list(path: Path = LIST) -> List[Entry]:
             shapes = {k: [int(d) for d in v] for k, v in (model.get("shapes") or {}).items()}
             entries.append(Entry(name, version, archive, model["path"], model["data"], shapes,
                                  model.get("vocab"), dict(model.get("values") or {}),
-                                 bool(model.get("foreign", False))))
+                                 bool(model.get("foreign", False)), model.get("row")))
     return entries
 
 

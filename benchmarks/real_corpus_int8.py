@@ -52,14 +52,17 @@ def _calibration(ctx: _Context, samples: List[Feed]) -> Any:
     """Feeds stacked on axis 0, as a user gives them (the recipe cuts them back in batches of
     the input's static batch size, 1 if dynamic). Where axis 0 is no batch (an input of rank
     < 2: a sample rate, an image size; or a dynamic first dim pinned above 1: madmom's
-    ``[frames, bins]``), that cut would feed other shapes, so a CalibrationDataReader feeds
-    them as they are."""
+    ``[frames, bins]``), or where the inputs' axis 0 differ, that cut would feed other shapes,
+    so a CalibrationDataReader feeds them as they are."""
     from onnxruntime.quantization import CalibrationDataReader
 
     first = {t.name: t.type.tensor_type.shape.dim[:1] for t in ctx.model.graph.input}
     unbatched = [n for n, (shape, _) in ctx.specs.items() if len(shape) < 2 or (
         first[n] and not first[n][0].HasField("dim_value") and shape[0] != 1)]
-    if unbatched:
+    # inputs whose axis 0 differ (silero's state [2, 1, 128] beside its [1, 512] chunk): the
+    # recipe would count each input's rows as its samples
+    mixed = len({shape[0] for shape, _ in ctx.specs.values() if shape}) > 1
+    if unbatched or mixed:
         return type("Reader", (_Reader, CalibrationDataReader), {})(samples)
     return {n: np.concatenate([s[n] for s in samples]) for n in samples[0]}
 

@@ -53,7 +53,7 @@ def upgrade_opset(proto: onnx.ModelProto, given: int) -> OpsetUpgrade:
                             f"kept at opset {given}: onnx's version converter cannot bring it to "
                             f"{TARGET_OPSET} ({why})")
     if converted.ir_version < 4:  # IR 3 lists initializers as inputs; from IR 4 they are not
-        _initializers_not_inputs(converted)
+        initializers_not_inputs(converted)
     converted.ir_version = max(proto.ir_version, 6)  # opset 11 needs IR 6; keep a later one
     constants_as_initializers(converted, {n.name for n in proto.graph.node if n.name})
     refused = _old_resize_semantics(converted)
@@ -99,7 +99,10 @@ def _old_resize_semantics(converted: onnx.ModelProto) -> Optional[str]:
     return None
 
 
-def _initializers_not_inputs(proto: onnx.ModelProto) -> None:
+def initializers_not_inputs(proto: onnx.ModelProto) -> None:
+    """``proto`` without the graph inputs an initializer backs, in place: constants, as the
+    converter takes them (IR 3 lists every initializer as an input; PyTorch exports before 1.5
+    did so at IR 4 too, its BatchNormalizations' unused ``num_batches_tracked`` among them)."""
     names = {t.name for t in proto.graph.initializer}
     keep = [i for i in proto.graph.input if i.name not in names]
     del proto.graph.input[:]

@@ -14,6 +14,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from mrvl_convert.core.scopes import node_reads
+
 QDQ_OPS = ("QuantizeLinear", "DequantizeLinear")
 EIGHT_BIT = (np.dtype(np.int8), np.dtype(np.uint8))
 LIMITS = {np.dtype(np.int8): (-128, 127), np.dtype(np.uint8): (0, 255)}
@@ -139,7 +141,8 @@ class QdqGraph:
                 if id(m) not in self.dropped]
         outputs = {o.name for o in self.g.output}
         while True:  # a node whose every output is unread, and then its producers
-            read = {name for n in keep for name in n.input} | outputs
+            # a branch's reads of outer tensors keep their makers (core/scopes.py)
+            read = {name for n in keep for name in node_reads(n)} | outputs
             alive = [n for n in keep if not n.output or any(o in read for o in n.output)]
             if len(alive) == len(keep):
                 break
@@ -147,7 +150,7 @@ class QdqGraph:
         del self.g.node[:]
         self.g.node.extend(keep)
         self.g.initializer.extend(self.new_inits)
-        used = {name for n in self.g.node for name in n.input} | {o.name for o in self.g.output}
+        used = {name for n in self.g.node for name in node_reads(n)} | outputs
         unused = [i for i in self.g.initializer if i.name not in used]
         for init in unused:
             self.g.initializer.remove(init)

@@ -142,6 +142,8 @@ def _split(conv: gs.Node, inner: List[int]) -> Optional[_Split]:
         tensor = tensor.inputs[0].inputs[0]
         candidates.append((tensor, list(chain)))
     for source, nodes in reversed(candidates):
+        if not any(is_move(n) for n in nodes):
+            continue  # only Q/DQ pairs: the Conv's own input (a batch of 1x1 images fits any block)
         moved = _run(source, nodes)
         split = _as_split(source, moved, inner) if moved is not None else None
         if split is not None:

@@ -15,7 +15,9 @@ from typing import Any, Iterator, Optional, Union
 import onnx
 
 from mrvl_convert.frontend.float_pairs import drop_float_pairs
+from mrvl_convert.frontend.folded_shapes import fill_unknown_shapes
 from mrvl_convert.quantize.relu_ranges import relu_inputs_share_output_scale
+from mrvl_convert.quantize.scope_order import ordered_for_branches
 from mrvl_convert.rules.float_spans import builtin_float_forms
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -46,18 +48,23 @@ def quantize_static_shared_relu(source: str, out: str, reader: Any, **options: A
     from onnxruntime.quantization import quantize_static
     quantize_static(source, out, reader, **options)
     written = onnx.load(out)
+    reordered = ordered_for_branches(written)  # its sort misses what an If's branch reads
     shared = relu_inputs_share_output_scale(written)
-    if float_pairs_dropped(shared) or shared is not written:
+    if float_pairs_dropped(shared) or shared is not written or reordered:
         onnx.save(shared, out)
 
 
 def float_pairs_dropped(model: onnx.ModelProto) -> bool:
     """``model`` (in place) without the QDQ pairs between ops of no int8 form; whether any
-    went. Shapes are inferred on a copy first: a MatMul's rank tells an int8 FC from
-    attention's product of two activations."""
+    went. Shapes are inferred on a copy first (those onnx cannot tell, folded as the converter
+    folds them: ``frontend/folded_shapes.py``): a MatMul's rank tells an int8 FC from
+    attention's product of two activations, and a float composite's rule needs static shapes."""
     inferred = onnx.shape_inference.infer_shapes(model)
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
+    # a shape the model computes at run time (a torch export's Range, Slice of position ids)
+    # is unknown to onnx; the float spans' rules need it static, as the converter folds it
+    fill_unknown_shapes(model)
     return bool(drop_float_pairs(model, *builtin_float_forms()))
 
 

@@ -27,7 +27,7 @@ from mrvl_convert.quantize.equalize import equalize as equalize_model
 from mrvl_convert.quantize.fold_bn import fold_batchnorm, without_batchnorm
 from mrvl_convert.frontend.load import safe_name
 from mrvl_convert.frontend.float16_model import widen_float16
-from mrvl_convert.frontend.opset_upgrade import at_target_opset
+from mrvl_convert.frontend.opset_upgrade import at_target_opset, initializers_not_inputs
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.quantize.keep import named_copy
 from mrvl_convert.quantize.lone_bn import REASON as LONE_BN, lone_batchnorms
@@ -88,7 +88,10 @@ def quantize_int8(model: PathLike, out: PathLike, calibration: "Calibration",
 
     # weights written as nodes (Paddle's Constants) quantized as weights, not calibrated
     # at opset 11 before our rewrites: quantize_static would convert an opset < 10 model itself
-    proto = weights_as_initializers(at_target_opset(load_proto(model)))
+    proto = at_target_opset(load_proto(model))
+    # a constant, as the converter takes it (quantize_static would ask for unused ones as inputs)
+    initializers_not_inputs(proto)
+    proto = weights_as_initializers(proto)
     widen_float16(proto)  # a float16 model is quantized as its float32 twin (float32 I/O)
     declared = pinned.pin(proto, shapes, str(model))
     reader = calibration_reader(proto, calibration, str(model), rows,

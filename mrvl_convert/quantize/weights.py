@@ -32,6 +32,14 @@ before):
 - every ``Reshape``, ``Squeeze``, ``Unsqueeze`` and ``Transpose`` whose inputs are all constants
   is an initializer holding the same values moved (Paddle adds a Conv's bias as
   ``Add(conv, Reshape(Constant, Constant))``);
+- a weight stored in int8 by hand and widened at run time, ``Mul(Cast(int8 constant), scale)``
+  (optionally ``Sub`` of a zero point first; a PyTorch export of a weight-only int8 encoder
+  writes every Linear so), is an initializer: a ``Cast`` of an 8-bit integer constant to any
+  float type, or of a 16-bit one to float or double (every such integer is exact there), and a
+  ``Mul`` or ``Sub`` of two float or double constants of one type (numpy broadcasts as ONNX
+  does and rounds each IEEE product or difference once, as onnxruntime's kernels do). Without
+  this the MatMul's weight is computed at run time, quantize_static calibrates it as an
+  activation and the converter keeps every such MatMul in fp16 (0% of the MACs in int8);
 - chains of these (``Constant -> Identity -> Cast``) are followed; a constant is an initializer
   that is not also a graph input (one that is can be fed at run time) or a tensor this step
   made;
@@ -186,10 +194,29 @@ def _transpose(inputs: List[Optional[np.ndarray]], attrs: Dict[str, object], ops
     return np.transpose(inputs[0], None if perm is None else [int(p) for p in perm])
 
 
+def _scaled(inputs: List[Optional[np.ndarray]], attrs: Dict[str, object], opset: int,
+            combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Optional[np.ndarray]:
+    """A dequantizing step of a weight (``combine``: multiply or subtract) on two constants of
+    one float type; None for another type, where numpy's arithmetic may round otherwise."""
+    if len(inputs) != 2 or any(v is None or v.dtype not in _ARITHMETIC_TYPES for v in inputs) \
+            or inputs[0].dtype != inputs[1].dtype:
+        return None
+    return combine(inputs[0], inputs[1]).astype(inputs[0].dtype)
+
+
 # Data movement of a constant: every value kept, only its place changed
 _MOVES: Mapping[str, Callable[..., Optional[np.ndarray]]] = MappingProxyType({
-    "Reshape": _reshape, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Transpose": _transpose})
+    "Reshape": _reshape, "Unsqueeze": _unsqueeze, "Squeeze": _squeeze, "Transpose": _transpose,
+    # not moves: a weight's dequantizing scale and zero point, each rounded once (docstring)
+    "Mul": lambda i, a, o: _scaled(i, a, o, np.multiply),
+    "Sub": lambda i, a, o: _scaled(i, a, o, np.subtract)})
 _TURNED = frozenset({"Identity", "Cast", *_MOVES})
+_ARITHMETIC_TYPES = (np.dtype(np.float32), np.dtype(np.float64))
+# integer types whose every value a float type holds exactly: 8 bits in float16 on, 16 in float
+_EXACT_INTS = MappingProxyType({
+    onnx.TensorProto.INT8: _FLOATS, onnx.TensorProto.UINT8: _FLOATS,
+    onnx.TensorProto.INT16: frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE}),
+    onnx.TensorProto.UINT16: frozenset({onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE})})
 
 
 def _constant_value(node: onnx.NodeProto, name: str) -> Optional[onnx.TensorProto]:
@@ -213,7 +240,9 @@ def _constant_value(node: onnx.NodeProto, name: str) -> Optional[onnx.TensorProt
 def _cast(source: onnx.TensorProto, node: onnx.NodeProto, name: str
           ) -> Optional[onnx.TensorProto]:
     to = next((a.i for a in node.attribute if a.name == "to"), None)
-    if source.data_type not in _FLOATS or to not in _FLOATS:
+    exact = to in _FLOATS and (source.data_type in _FLOATS
+                               or to in _EXACT_INTS.get(source.data_type, ()))
+    if not exact:
         return None
     dtype = onnx.helper.tensor_dtype_to_np_dtype(to)
     return numpy_helper.from_array(numpy_helper.to_array(source).astype(dtype), name)

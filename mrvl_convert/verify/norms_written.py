@@ -26,13 +26,10 @@ import onnx
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.toposort import toposort
-from mrvl_convert.errors import MrvlConvertError
 from mrvl_convert.frontend.canonical_forms import Rewrites
-from mrvl_convert.frontend.folding import fold_constants
-from mrvl_convert.frontend.load import load_model
+from mrvl_convert.frontend.folded_shapes import folded_shapes
 from mrvl_convert.frontend.norm_forms import rewrite_norms
 from mrvl_convert.frontend.norm_pools import pools_as_norm_means
-from mrvl_convert.frontend.shape_arithmetic import fold_shape_arithmetic
 from mrvl_convert.runtime.session import HybridSession
 
 
@@ -69,18 +66,7 @@ def _static_shapes(proto: onnx.ModelProto, session: HybridSession
     """Every tensor's shape and element type as the converter knows them: the artifact's input
     shapes fixed, the shape arithmetic folded (tf2onnx's Tensordot: Shape -> Gather -> Concat
     -> Reshape), on a copy, as ``canonicalize`` does; empty when the copy cannot be loaded."""
-    shapes = {spec.name: list(spec.shape) for spec in session.input_specs}
-    try:
-        loaded = load_model(onnx.ModelProto.FromString(proto.SerializeToString()),
-                            shapes=shapes)
-        graph = gs.import_onnx(loaded.proto)
-        fold_constants(graph, False)
-        fold_shape_arithmetic(graph, loaded.proto, lambda g: fold_constants(g, False))
-    except MrvlConvertError:
-        return {}
-    return {name: (list(t.shape), t.dtype) for name, t in graph.tensors().items()
-            if isinstance(t, gs.Variable) and t.shape is not None
-            and all(isinstance(d, int) for d in t.shape)}
+    return folded_shapes(proto, {spec.name: list(spec.shape) for spec in session.input_specs})
 
 
 def _shapes_from(graph: gs.Graph, shapes: Dict[str, Tuple[List[int], Any]]) -> bool:
