@@ -17,20 +17,22 @@ Concat takes the channel axis only, but it is the same Concat of views.
 Every such Concat (one that ``rank_lift.py`` left: it runs after the lifts) joins each input
 ``x_i`` of shape ``S_i`` on axis ``a >= 1``. With ``P = prod(S[:a])`` (the same for every input)
 and ``Q_i = prod(S_i[a:])``, it is the Concat on axis 1 of the ``[P, Q_i]`` views (row p of the
-output is row p of each input, one after another), and that is a channel Concat of 4-D views:
+output is row p of each input, one after another), and that is a channel Concat of 4-D views.
+Those rows are ``R`` rows of axis 0 times ``P / R`` rows each: ``R = 1`` when ``P == 1`` or in
+a batch-1 model (every graph input's axis 0 is 1, so no tensor's axis 0 is a batch of several
+samples and an axis 0 over 1 is data: time, directions); otherwise ``R = S_0``, axis 0 kept (a
+batch stays a batch, so a region can still run in chunks: ICLabel's batch of 4). With
+``P' = P / R``:
 
-- ``P == 1``: each input viewed as ``[1, Q_i, 1, 1]``, the Concat on axis 1, the output viewed
+- ``P' == 1``: each input viewed as ``[R, Q_i, 1, 1]``, the Concat on axis 1, the output viewed
   back as ``S``.
-- a batch-1 model (every graph input's axis 0 is 1, so no tensor's axis 0 is a batch of several
-  samples and an axis 0 over 1 is data: time, directions), ``P > 1``: each input viewed as
-  ``[1, P, 1, Q_i]`` and transposed to NCHW ``[1, Q_i, P, 1]`` (Transpose ``0, 3, 1, 2``: the
-  NHWC layout the view already holds, a relabel that costs nothing), the Concat on axis 1, and
-  back by Transpose ``0, 2, 3, 1`` and a Reshape to ``S``.
-- otherwise, ``a == 1``: each input viewed as ``[S_0, Q_i, 1, 1]``, axis 0 kept (a batch stays
-  a batch, so a region can still run in chunks), the Concat on axis 1.
+- ``P' > 1``: each input viewed as ``[R, P', 1, Q_i]`` and transposed to NCHW
+  ``[R, Q_i, P', 1]`` (Transpose ``0, 3, 1, 2``: the NHWC layout the view already holds, a
+  relabel that costs nothing), the Concat on axis 1, and back by Transpose ``0, 2, 3, 1`` and a
+  Reshape to ``S``.
 
 Any other Concat (axis 0, a constant input, rank 4 on axis 1 (the layer's own), rank 5 or more,
-a shape not static, a non-float tensor, a model of batch over 1 with ``a >= 2``) is unchanged.
+a shape not static, a non-float tensor) is unchanged.
 
 In an int8 QDQ model (every input a per-tensor DequantizeLinear, the output read by one
 per-tensor QuantizeLinear alone) each view is followed by a QuantizeLinear -> DequantizeLinear
@@ -53,7 +55,7 @@ the FC finds no dequantized input and stays on the CPU (as before this module).
 from __future__ import annotations
 
 from math import prod
-from typing import Any, List, Optional, Sequence, Set
+from typing import Any, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -77,11 +79,10 @@ def rewrite_concat_views(graph: gs.Graph, done: Rewrites) -> bool:
             continue
         axis = int(attr(node, "axis", 0)) % len(shapes[0])
         outer = prod(shapes[0][:axis])
-        if not (outer == 1 or unit_batch or axis == 1):
-            continue
-        pairs = _int8_pairs(node, outputs)
-        _as_channels(graph, node, shapes, axis, outer if outer == 1 or unit_batch else 0,
-                     _Added(graph, names, done, node, pairs))
+        # axis 0 kept as the batch (a region can still run in chunks) unless it is one row
+        rows = 1 if outer == 1 or unit_batch else shapes[0][0]
+        _as_channels(graph, node, shapes, axis, (rows, outer // rows),
+                     _Added(graph, names, done, node, _int8_pairs(node, outputs)))
         changed = True
     return changed
 
@@ -179,33 +180,33 @@ class _Added:
 
 
 def _as_channels(graph: gs.Graph, node: gs.Node, shapes: List[List[int]], axis: int,
-                 outer: int, added: _Added) -> None:
-    """``outer``: P of the module docstring (1, or over 1 in a batch-1 model), or 0 for the
-    form that keeps axis 0 ``[S_0, Q_i, 1, 1]``."""
+                 rows_outer: Tuple[int, int], added: _Added) -> None:
+    """``rows_outer``: R and P of the module docstring."""
     out, before = node.outputs[0], len(graph.nodes)
-    rows = shapes[0][0] if outer == 0 else 1
+    rows, outer = rows_outer
     inner = [prod(s[axis:]) for s in shapes]
     total = sum(inner)
     transposed = outer > 1
     for i, (x, q) in enumerate(zip(list(node.inputs), inner)):
         if transposed:
-            view = added.op("Reshape", x, [1, outer, 1, q], f"in{i}_view", i)
-            node.inputs[i] = added.op("Transpose", view, [1, q, outer, 1], f"in{i}_nchw", i,
+            view = added.op("Reshape", x, [rows, outer, 1, q], f"in{i}_view", i)
+            node.inputs[i] = added.op("Transpose", view, [rows, q, outer, 1], f"in{i}_nchw", i,
                                       perm=_TO_NCHW)
         else:
             node.inputs[i] = added.op("Reshape", x, [rows, q, 1, 1], f"in{i}_view", i)
     feeding = len(graph.nodes) - before
-    joined_shape = [1, total, outer, 1] if transposed else [rows, total, 1, 1]
+    joined_shape = [rows, total, outer, 1] if transposed else [rows, total, 1, 1]
     joined = gs.Variable(added.names.fresh(f"{out.name}_4d"), dtype=out.dtype,
                          shape=joined_shape)
     node.outputs[0] = joined
     node.attrs["axis"] = 1
     joined = added.pair(joined, -1, "joined")
     if transposed:
-        joined = added.op("Transpose", joined, [1, outer, 1, total], "nhwc", perm=_TO_NHWC)
+        joined = added.op("Transpose", joined, [rows, outer, 1, total], "nhwc",
+                          perm=_TO_NHWC)
     added.op("Reshape", joined, static_shape(out), "out", into=out)
     _place(graph, node, before, feeding)
-    view = f"[1, Q, {outer}, 1] (NCHW of [{outer}, Q])" if transposed else \
+    view = f"[{rows}, Q, {outer}, 1] (NCHW of [{rows}, {outer}, 1, Q])" if transposed else \
         f"[{rows}, Q, 1, 1]"
     what = (f"Concat on axis {axis} of {len(shapes[0])}-D tensors as the channel Concat of "
             f"their 4-D views {view} (exact{', int8 views' if added.pairs else ''})")

@@ -72,12 +72,26 @@ def test_a_batch_of_several_samples_stays_on_axis_0():
     assert_bit_equal(model, proto)
 
 
+@pytest.mark.parametrize("shapes,axis,joined", [
+    ([[3, 2, 4], [3, 2, 1]], 2, [3, 5, 2, 1]),
+    ([[3, 2, 2, 3], [3, 2, 2, 3]], 3, [3, 6, 4, 1]),     # ICLabel's tiling of a batch of 4
+    ([[3, 1, 1, 3], [3, 1, 1, 2]], -1, [3, 5, 1, 1])])
+def test_a_batch_of_several_samples_keeps_axis_0_on_h_or_w(shapes, axis, joined):
+    """Batch 3, ``a >= 2``: ``[3, P', 1, Q_i]`` transposed to ``[3, Q_i, P', 1]`` (each sample
+    joined on its own, so a region can run in chunks)."""
+    model = _joined(shapes, axis, batch=3)
+    proto, _, changed = _views(model)
+    assert changed
+    shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim]
+              for v in proto.graph.value_info}
+    assert shapes[_concat(proto).output[0]] == joined
+    assert_bit_equal(model, proto)
+
+
 @pytest.mark.parametrize("shapes,axis,batch,constant", [
     ([[2, 3], [1, 3]], 0, 1, False),          # the leading axis
     ([[1, 4], [1, 4]], 1, 1, True),           # a constant piece
-    ([[3, 2, 4], [3, 2, 4]], 2, 3, False),    # batch 3, a >= 2
     ([[1, 2, 2, 3], [1, 2, 2, 3]], 1, 1, False),   # rank 4 on channels: the layer's own
-    ([[3, 2, 2, 3], [3, 2, 2, 3]], 3, 3, False),   # rank 4, batch 3
     ([[1, 2, 1, 2, 3], [1, 2, 1, 2, 3]], 4, 1, False)])  # rank 5
 def test_other_concats_are_left(shapes, axis, batch, constant):
     proto, _, changed = _views(_joined(shapes, axis, batch=batch, constant=constant))
