@@ -34,13 +34,16 @@ batch stays a batch, so a region can still run in chunks: ICLabel's batch of 4).
 Any other Concat (axis 0, a constant input, rank 4 on axis 1 (the layer's own), rank 5 or more,
 a shape not static, a non-float tensor) is unchanged.
 
-In an int8 QDQ model (every input a per-tensor DequantizeLinear, the output read by one
-per-tensor QuantizeLinear alone) each view is followed by a QuantizeLinear -> DequantizeLinear
-pair of its neighbour's parameters (an input's DequantizeLinear's; the output's
-QuantizeLinear's), so every view is an int8 view (``mrvl.qnn_reshape``,
-``mrvl.qnn_layout_transform``) and the Concat the int8 Concat: a dequantized value moved is
-still on its grid, and quantizing it with that grid gives its integer back
-(``round(fl(q * s) / s) == q`` for ``|q| <= 255``), so the pairs change no value.
+In an int8 QDQ model (every input a per-tensor DequantizeLinear with its zero point written,
+and the output read by one such QuantizeLinear alone, or every input on one grid) each view is
+followed by a QuantizeLinear -> DequantizeLinear pair of its neighbour's parameters (an input's
+DequantizeLinear's; the output's QuantizeLinear's, or the inputs' one grid, the pair then also
+after the last view, so what reads the Concat reads a DequantizeLinear: ``concat_sinking.py``
+leaves ICLabel's tiling Concats reading their own copies, read by a channel Concat), so every
+view is an int8 view (``mrvl.qnn_reshape``, ``mrvl.qnn_layout_transform``) and the Concat the
+int8 Concat: a dequantized value moved is still on its grid, and quantizing it with that grid
+gives its integer back (``round(fl(q * s) / s) == q`` for ``|q| <= 255``), and dequantizing that
+the same float, so the pairs change no value.
 
 Requires: static shapes on the Concats it takes (canonicalize runs it after the rank lifts).
 Ensures: exact (Reshape, Transpose and Concat move data only: every output element is the same
@@ -60,7 +63,7 @@ from typing import Any, List, Optional, Sequence, Set, Tuple
 import numpy as np
 import onnx_graphsurgeon as gs
 
-from mrvl_convert.core.graph import attr, is_const, producer, static_shape
+from mrvl_convert.core.graph import attr, is_const, present, producer, static_shape
 from mrvl_convert.core.qdq_grid import grid
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 
@@ -112,17 +115,28 @@ def _shapes(node: gs.Node) -> Optional[List[List[int]]]:
 
 
 def _int8_pairs(node: gs.Node, outputs: Set[str]) -> Optional[List[gs.Node]]:
-    """The per-tensor DequantizeLinear of each input and the one per-tensor QuantizeLinear that
-    alone reads the output (its last item), or None: the Concat is not an int8 one."""
+    """The per-tensor DequantizeLinear of each input, and last the Q/DQ whose grid the output
+    is put on: the one per-tensor QuantizeLinear that alone reads it, else, when every input
+    is on one grid (so the output is), the first input's DequantizeLinear (a pair of it is
+    added after the last view: ``concat_sinking.py`` leaves such Concats reading a Concat).
+    None: the Concat is not an int8 one."""
     dequantized = [producer(t) for t in node.inputs]
     out = node.outputs[0]
-    if out.name in outputs or len(out.outputs) != 1:
+    if out.name in outputs or any(d is None or not _explicit(d, "DequantizeLinear")
+                                  for d in dequantized):
         return None
-    quantize = out.outputs[0]
-    if quantize.op != "QuantizeLinear" or grid(quantize) is None or any(
-            d is None or d.op != "DequantizeLinear" or grid(d) is None for d in dequantized):
-        return None
-    return dequantized + [quantize]
+    readers = out.outputs
+    if len(readers) == 1 and _explicit(readers[0], "QuantizeLinear"):
+        return dequantized + [readers[0]]
+    if len({grid(d) for d in dequantized}) == 1:
+        return dequantized + [dequantized[0]]
+    return None
+
+
+def _explicit(node: gs.Node, op: str) -> bool:
+    """A per-tensor ``op`` with its zero point written (its integer type is then the one a
+    copied QuantizeLinear writes)."""
+    return node.op == op and grid(node) is not None and present(node, 2) is not None
 
 
 class _Added:
@@ -136,10 +150,12 @@ class _Added:
 
     def op(self, op: str, x: gs.Tensor, shape: Sequence[int], tag: str, pair: int = -1,
            perm: Optional[List[int]] = None, into: Optional[gs.Tensor] = None) -> gs.Tensor:
-        """A Reshape (to ``shape``) or Transpose (by ``perm``) of ``x``, into ``into`` or a new
-        tensor, then the pair of ``pairs[pair]``'s parameters (none after ``into``: the
-        Concat's own QuantizeLinear reads it)."""
-        out = into if into is not None else self._tensor(tag, x.dtype, shape)
+        """A Reshape (to ``shape``) or Transpose (by ``perm``) of ``x``, then the pair of
+        ``pairs[pair]``'s parameters, into ``into`` or a new tensor (no pair before ``into``
+        where the Concat's own QuantizeLinear reads it)."""
+        closing = into is not None and self.pairs is not None \
+            and self.pairs[-1].op == "DequantizeLinear"
+        out = into if into is not None and not closing else self._tensor(tag, x.dtype, shape)
         name = self._name(tag)
         if op == "Reshape":
             target = gs.Constant(self.names.fresh(f"{name}_shape"),
@@ -148,21 +164,22 @@ class _Added:
         else:
             self._add(gs.Node("Transpose", name, attrs={"perm": list(perm)}, inputs=[x],
                               outputs=[out]))
-        return out if into is not None else self.pair(out, pair, tag)
+        if into is not None and not closing:
+            return out
+        return self.pair(out, pair, tag, into)
 
-    def pair(self, x: gs.Tensor, index: int, tag: str) -> gs.Tensor:
+    def pair(self, x: gs.Tensor, index: int, tag: str,
+             into: Optional[gs.Tensor] = None) -> gs.Tensor:
         """``x`` through a QuantizeLinear -> DequantizeLinear of ``pairs[index]``'s
-        parameters; ``x`` itself in a float model."""
+        parameters, into ``into`` or a new tensor; ``x`` itself in a float model."""
         if self.pairs is None:
             return x
         like = self.pairs[index]
         params = list(like.inputs[1:])
-        integer = np.dtype(params[1].dtype) if len(params) > 1 and params[1].name \
-            else np.dtype(np.uint8)
-        q = self._tensor(f"{tag}_q", integer, x.shape)
+        q = self._tensor(f"{tag}_q", np.dtype(params[1].dtype), x.shape)
         self._add(gs.Node("QuantizeLinear", self._name(f"{tag}_q"), inputs=[x] + params,
                           outputs=[q]))
-        dq = self._tensor(f"{tag}_dq", x.dtype, x.shape)
+        dq = into if into is not None else self._tensor(f"{tag}_dq", x.dtype, x.shape)
         self._add(gs.Node("DequantizeLinear", self._name(f"{tag}_dq"), inputs=[q] + params,
                           outputs=[dq]))
         return dq

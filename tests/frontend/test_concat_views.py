@@ -156,3 +156,43 @@ def test_a_concat_of_a_float_input_gets_float_views():
     assert changed and "int8" not in done.rewritten["join"]
     assert [n.op_type for n in proto.graph.node].count("QuantizeLinear") == 2
     assert_bit_equal(model, proto)
+
+
+def test_an_int8_concat_of_one_grid_read_by_a_concat_ends_in_a_pair():
+    """ICLabel's tiling after concat_sinking.py: a Concat on W of copies of one dequantized
+    tensor, read by a channel Concat (no QuantizeLinear of its own). Its inputs are on one
+    grid, so its output is: a pair of that grid after its last view, and the channel Concat
+    reads a DequantizeLinear (an int8 Concat too); the QDQ model computes the same."""
+    b = Builder(seed=0, opset=14)
+    zero = b.const(np.array(0, np.int8))
+    scales = [b.const(np.array(s, np.float32)) for s in (0.02, 0.05, 0.03)]
+
+    def pair(x, scale):
+        return b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, scale, zero]), scale, zero])
+
+    x = b.op("Relu", [b.input("x", [1, 2, 3, 1])])
+    tiled = b.op("Concat", [pair(x, scales[0]) for _ in range(4)], name="tile", axis=3)
+    other = pair(b.op("Relu", [b.input("z", [1, 5, 3, 4])]), scales[1])
+    both = b.op("Concat", [tiled, other], name="both", axis=1)
+    model = b.model([b.op("Sigmoid", [pair(both, scales[2])])])
+    proto, done, changed = _views(model)
+    assert changed and "int8 views" in done.rewritten["tile"]
+    producers = {o: n for n in proto.graph.node for o in n.output}
+    [channel] = [n for n in proto.graph.node if n.name == "both"]
+    assert {producers[i].op_type for i in channel.input} == {"DequantizeLinear"}
+    assert_bit_equal(model, proto)
+
+
+def test_an_int8_concat_of_two_grids_without_its_own_quantize_gets_float_views():
+    b = Builder(seed=0, opset=14)
+    zero = b.const(np.array(0, np.int8))
+    parts = []
+    for i, s in enumerate((0.02, 0.05)):
+        scale = b.const(np.array(s, np.float32))
+        x = b.op("Relu", [b.input(f"x{i}", [1, 2, 3, 1])])
+        parts.append(b.op("DequantizeLinear", [b.op("QuantizeLinear", [x, scale, zero]),
+                                               scale, zero]))
+    model = b.model([b.op("Sigmoid", [b.op("Concat", parts, name="join", axis=3)])])
+    proto, done, changed = _views(model)
+    assert changed and "int8" not in done.rewritten["join"]
+    assert_bit_equal(model, proto)

@@ -1,5 +1,5 @@
 """Random Concats on H or W of 4-D tensors (frontend/concat_views.py): two or three float
-inputs ``[1, C, H, W]`` of a batch-1 model (C, H, W from 1 to 4, the joined axis's size per
+inputs ``[N, C, H, W]`` of a batch-1 or batch-2 model (C, H, W from 1 to 4, the joined axis's size per
 input), each through a Relu, joined by a Concat on axis 2 or 3 (negative or not); in the int8 form each input through a per-tensor symmetric int8 Q/DQ pair of its own
 scale and the join through one of another (a QDQ model's Concat); an Add of a constant reads
 the join.
@@ -23,7 +23,8 @@ class ConcatAxesModel(GeneratedModel):
 
 @st.composite
 def concat_axes_models(draw, int8=None) -> ConcatAxesModel:
-    spec = {"shape": [1] + [draw(st.integers(1, 4)) for _ in range(3)],
+    batch = draw(st.sampled_from([1, 2]))
+    spec = {"shape": [batch] + [draw(st.integers(1, 4)) for _ in range(3)],
             "axis": draw(st.sampled_from([2, 3])), "negative": draw(st.booleans()),
             "sizes": draw(st.lists(st.integers(1, 4), min_size=2, max_size=3)),
             "int8": draw(st.booleans()) if int8 is None else int8,
