@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 
 import mrvl_convert
 from support.models import canonicalized, run_ort
-from support.strategies.concat_axes import concat_axes_models
+from support.strategies.concat_axes import concat_axes_from_spec, concat_axes_models
 
 pytestmark = pytest.mark.system
 
@@ -39,6 +39,12 @@ def test_an_h_or_w_concat_is_a_bit_equal_channel_concat(case):
 
 @settings(max_examples=max(3, settings.default.max_examples // 10), deadline=None)
 @given(case=concat_axes_models())
+@example(case=concat_axes_from_spec({"shape": [1, 2, 3, 1], "axis": 3, "negative": True,
+                                     "sizes": [1, 1], "int8": True, "seed": 0,
+                                     "scales": [0.004, 0.01, 0.004, 0.03]}))
+@example(case=concat_axes_from_spec({"shape": [2, 2, 1, 3], "axis": 2, "negative": False,
+                                     "sizes": [2, 1, 3], "int8": False, "seed": 1,
+                                     "scales": [0.004, 0.01, 0.004, 0.03]}))
 def test_random_h_or_w_concats_convert_and_pass(case):
     with tempfile.TemporaryDirectory() as tmp:
         result = mrvl_convert.convert(case.model, Path(tmp) / "art", min_compute_layers=0)

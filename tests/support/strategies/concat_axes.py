@@ -1,8 +1,9 @@
 """Random Concats on H or W of 4-D tensors (frontend/concat_views.py): two or three float
-inputs ``[N, C, H, W]`` of a batch-1 or batch-2 model (C, H, W from 1 to 4, the joined axis's size per
-input), each through a Relu, joined by a Concat on axis 2 or 3 (negative or not); in the int8 form each input through a per-tensor symmetric int8 Q/DQ pair of its own
-scale and the join through one of another (a QDQ model's Concat); an Add of a constant reads
-the join.
+inputs ``[N, C, H, W]`` of a batch-1 or batch-2 model (C, H, W from 1 to 4, the joined axis's
+size per input), each through a Relu (float) or as it comes (int8), joined by a Concat on axis
+2 or 3 (negative or not); in the int8 form each input through a per-tensor symmetric int8 Q/DQ
+pair of its own scale and the join through one of another (a QDQ model's Concat); an Add of a
+constant reads the join.
 
 ``concat_axes_models()`` draws a spec (a flat JSON-able dict); ``concat_axes_from_spec(spec)``
 builds the model and its feeds from it alone (pasteable into an ``@example``).
@@ -54,8 +55,11 @@ def concat_axes_from_spec(spec: dict) -> ConcatAxesModel:
         shape = list(spec["shape"])
         shape[axis] = size
         inputs.append(helper.make_tensor_value_info(f"x{i}", TensorProto.FLOAT, shape))
-        nodes.append(helper.make_node("Relu", [f"x{i}"], [f"r{i}"], name=f"relu{i}"))
-        parts.append(_pair(f"r{i}", f"scale{i}", f"in{i}", nodes) if spec["int8"] else f"r{i}")
+        if spec["int8"]:  # an int8 region has no int8 Relu: the inputs quantized as they come
+            parts.append(_pair(f"x{i}", f"scale{i}", f"in{i}", nodes))
+        else:
+            nodes.append(helper.make_node("Relu", [f"x{i}"], [f"r{i}"], name=f"relu{i}"))
+            parts.append(f"r{i}")
     nodes.append(helper.make_node("Concat", parts, ["joined"], name="join",
                                   axis=axis - 4 if spec["negative"] else axis))
     last = _pair("joined", "scale3", "out", nodes) if spec["int8"] else "joined"
