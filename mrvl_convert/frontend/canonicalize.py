@@ -58,8 +58,9 @@ them (``softmax_axes.py``, exact).
 An LSTM, GRU or RNN over a static sequence is unrolled into one projection MatMul and per-step
 FCs and gates (``recurrent_unroll.py``: exact up to the order of each gate's sum, its bound).
 A Gather of constant indices is a Slice, a pick of a Concat within one input reads that input
-(``pick_forms.py``), and a 2-D or 3-D Concat on a non-leading axis the lifts left is the channel
-Concat of 4-D views (``concat_views.py``): both exact.
+(``pick_forms.py``), and a 2-D or 3-D Concat on a non-leading axis the lifts left, or a 4-D one
+on H or W, is the channel Concat of 4-D views (``concat_views.py``; int8 views between Q/DQ
+pairs of their grid in a QDQ model): both exact.
 An Add where each operand broadcasts along the other's unit axis (additive attention's outer
 sum) widens its one-channel operand by a 1x1 Conv of ones (``outer_sums.py``: exact but for a
 zero's sign).
@@ -245,7 +246,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means or detours):
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
-    if rewrite_concat_views(graph, forms):  # exact: 2-D/3-D Concats the lifts left, on 4-D views
+    if rewrite_concat_views(graph, forms):  # exact: 2-D/3-D, 4-D H/W Concats on 4-D views
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if int8_means_on_4d(graph, _opset(loaded), forms):  # exact: an int8 mean the lift left
         toposort(graph.cleanup(remove_unused_graph_inputs=False))

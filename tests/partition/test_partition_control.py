@@ -126,16 +126,16 @@ def test_fragmentation_summary_counts_transitions_and_macs(tmp_path):
 
 
 def test_concat_reason_does_not_contradict_itself(tmp_path):
-    """A 3-D Concat the accelerator cannot take names its own axis: the reason must not say
-    that only axis 1 is supported. Axis 2 of a batch-2 model's ``[N, C, L]`` (a 4-D view would
-    move the batch; axis 1 of a batch-1 one is a 4-D channel Concat now, concat_views.py)."""
+    """A Concat the accelerator cannot take names its own axis: the reason must not say
+    that only axis 1 is supported. Axis 2 of a batch-2 model's 5-D tensor (2-D to 4-D ones on a
+    non-leading axis are 4-D channel Concats now, concat_views.py)."""
     b = Builder()
     x = b.input("x", [2, 3, 8, 8])
     y = b.conv(x, 3, 4, pads=[1, 1, 1, 1])
-    r = b.op("Reshape", [y, b.const(np.array([2, 4, 64], np.int64))], name="to3d")
+    r = b.op("Reshape", [y, b.const(np.array([2, 4, 8, 4, 2], np.int64))], name="to5d")
     c = b.op("Concat", [r, r], name="cat", axis=2)
     reason = mrvl_convert.convert(b.model([c]), tmp_path / "o").placement("cat")["reason"]
-    assert "this one is on axis 2 of a 3-D tensor" in reason
+    assert "this one is on axis 2 of a 5-D tensor" in reason
     assert "only the channel axis (1) is supported" not in reason
 
 
