@@ -332,8 +332,11 @@ def test_a_lone_min_or_max_against_one_value_is_a_clip_with_one_bound(tmp_path, 
     np.testing.assert_array_equal(got, fp16_round(want))  # a bound on the fp16 grid: exact
 
 
-def test_min_of_a_constant_and_an_activation_stays_on_cpu_with_why(tmp_path):
+def test_min_of_a_constant_and_an_activation_is_the_clip_of_its_swap(tmp_path):
+    """Min(c, x): the constant first (canonical_forms swaps it, bit for bit on onnxruntime)."""
     model = chain([1, 3, 4, 5], lambda b, x: b.op("Min", [b.const(np.float32(6)), x], name="op"))
-    entry = convert(model, tmp_path / "o").placement("op")
-    assert entry["placement"] == "cpu" and "not an activation against one constant" in \
-        entry["reason"], entry
+    result, got, want = run_both(model, tmp_path / "o", [1, 3, 4, 5])
+    entry = result.placement("op")
+    assert entry["placement"] == "mrvl" and "became Min(x, c)" in entry["canonical"], entry
+    assert float(the_layer(result, "Clip")["a_max"][0]) == 6.0
+    np.testing.assert_array_equal(got, fp16_round(want))
