@@ -1,0 +1,81 @@
+"""A norm runs as its nodes are written on every session the library opens for a QDQ model
+(CPU stages and the verify reference): onnxruntime's norm fusions (``NORM_FUSIONS``) put
+``Pow, ReduceMean, Add, Sqrt, Div, Mul`` into one kernel that multiplies by a reciprocal, 1
+float32 ulp off the Div. The reference saw the whole pattern and fused it, a CPU stage holding
+the tail of a norm cut after its mean (and its Pow written as a Mul) did not: g2p-id's tiny-pron
+int8 artifact was 5% of peak off its own QDQ model at its first decode step's logits, where a
+QuantizeLinear after such a norm turned the ulp into an int8 step (issue 45)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import helper, numpy_helper
+
+import mrvl_convert
+from mrvl_convert.quantize import Quantization
+from mrvl_convert.runtime.options import cpu_session_options, ort_options, qdq_as_written
+from support.models import Builder
+
+D = 128  # the width normalised
+
+
+def _norm(b: Builder, x: str, centred: bool) -> str:
+    """A LayerNorm as PyTorch traces it (``centred``), else an RMS norm: written out."""
+    if centred:
+        x = b.op("Sub", [x, b.op("ReduceMean", [x], axes=[-1])])
+    power = b.op("Pow", [x, b.const(np.array(2.0, np.float32))])
+    var = b.op("Add", [b.op("ReduceMean", [power], axes=[-1]),
+                       b.const(np.array(1e-5, np.float32))])
+    scaled = b.op("Mul", [b.op("Div", [x, b.op("Sqrt", [var])]),
+                          b.const(b.rng.uniform(0.5, 1.5, D).astype(np.float32))])
+    return b.op("Add", [scaled, b.const(b.rng.uniform(-0.5, 0.5, D).astype(np.float32))])
+
+
+def _norm_model(centred: bool) -> onnx.ModelProto:
+    b = Builder(seed=1, opset=13)
+    return b.model([_norm(b, b.input("x", [64, D]), centred)])
+
+
+def _written(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(model.SerializeToString(), options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {"x": x})[0]
+
+
+@pytest.mark.parametrize("centred", [True, False], ids=["layer_norm", "rms_norm"])
+def test_a_norm_runs_as_its_nodes_are_written(centred: bool):
+    model = _norm_model(centred)
+    x = (np.random.default_rng(0).standard_normal((64, D)) * 3).astype(np.float32)
+    want = _written(model, x)
+    for options in (qdq_as_written(ort_options()), cpu_session_options(1)):
+        session = ort.InferenceSession(model.SerializeToString(), options,
+                                       providers=["CPUExecutionProvider"])
+        assert np.array_equal(session.run(None, {"x": x})[0], want)
+
+
+def _cut_norm() -> onnx.ModelProto:
+    """tiny-pron's encoder form: ``[1, T, D]`` swapped to ``[T, 1, D]``, a LayerNorm whose
+    tail the partition leaves on the CPU (batch T), then a quantized feed-forward block."""
+    b = Builder(seed=5, opset=13)
+    y = _norm(b, b.op("Transpose", [b.input("x", [1, 28, D])], perm=[1, 0, 2]), True)
+    return b.model([b.matmul_add(b.op("Relu", [b.matmul_add(y, D, 2 * D)]), 2 * D, D)])
+
+
+def test_an_int8_norm_tail_on_the_cpu_is_bit_equal_to_its_qdq_model(tmp_path: Path):
+    rng = np.random.default_rng(0)
+    calibration = {"x": rng.standard_normal((16, 28, D)).astype(np.float32)}
+    result = mrvl_convert.convert(_cut_norm(), tmp_path / "o",
+                                  quantize=Quantization(calibration))
+    assert result.summary["cpu_subgraphs"] >= 1  # the norm's tail runs in onnxruntime
+    qdq = result.out_dir / result.manifest["quantization"]["file"]
+    feeds = [{"x": rng.standard_normal((1, 28, D)).astype(np.float32)} for _ in range(4)]
+    comparison = mrvl_convert.compare(qdq, result.out_dir, feeds)
+    assert comparison.passed
+    # every tensor compared, the boundary after the norm's tail too, bit-equal
+    assert {row.tensor: row.max_abs for row in comparison.rows if row.max_abs} == {}
