@@ -13,9 +13,12 @@ from typing import Any
 # onnxruntime's log levels: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
 QUIET, WARNINGS = 3, 2
 # onnxruntime's norm fusions (``qdq_as_written``), under every name its versions register
-# them by (LayerNormFusion is LayerNormFusionL1/L2 in 1.2x and later; an unknown name is ignored)
+# them by (LayerNormFusion, GeluFusion: ...L1/L2 in 1.2x and later; unknown names are ignored)
 NORM_FUSIONS = ("LayerNormFusion", "LayerNormFusionL1", "LayerNormFusionL2",
                 "SimplifiedLayerNormFusion", "SkipLayerNormFusion")
+# and its Gelu fusions: an erf Gelu written out, fused, is 1 float32 ulp off it as well
+GELU_FUSIONS = ("GeluFusion", "GeluFusionL1", "GeluFusionL2", "BiasGeluFusion", "FastGeluFusion",
+                "QuickGeluFusion")
 
 
 def ort_options(log_severity: int = QUIET) -> Any:
@@ -77,7 +80,8 @@ def qdq_as_written(options: Any) -> Any:
     optimizer cancels a Transpose pair between two Q/DQ pairs (a Concat split per input by
     ``concat_sinking``: LEADER's int8 artifact was 4 steps off its own QDQ model there).
 
-    Also off: the norm fusions (``NORM_FUSIONS``, extended level). They put a written
+    Also off: the norm and Gelu fusions (``NORM_FUSIONS``, ``GELU_FUSIONS``, extended level),
+    whose kernels compute otherwise than the nodes they replace. The norm fusions put a written
     ``Pow, ReduceMean, Add, Sqrt, Div, Mul`` (RMS norm, or a LayerNorm's tail) into one kernel
     that multiplies by a reciprocal instead of dividing: 1 float32 ulp off the written nodes.
     Whether a pattern is whole differs between the full model (the reference) and a CPU stage
@@ -87,6 +91,7 @@ def qdq_as_written(options: Any) -> Any:
     fusions off on both sides)."""
     options.add_session_config_entry("session.disable_quant_qdq", "1")
     options.add_session_config_entry("optimization.disable_specified_optimizers",
-                                     ";".join(("DoubleQDQPairsRemover",) + NORM_FUSIONS))
+                                     ";".join(("DoubleQDQPairsRemover",) + NORM_FUSIONS
+                                              + GELU_FUSIONS))
     return options
 

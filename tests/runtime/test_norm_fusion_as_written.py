@@ -1,4 +1,4 @@
-"""A norm runs as its nodes are written on every session the library opens for a QDQ model
+"""A norm (or a Gelu) runs as its nodes are written on every session the library opens for a QDQ model
 (CPU stages and the verify reference): onnxruntime's norm fusions (``NORM_FUSIONS``) put
 ``Pow, ReduceMean, Add, Sqrt, Div, Mul`` into one kernel that multiplies by a reciprocal, 1
 float32 ulp off the Div. The reference saw the whole pattern and fused it, a CPU stage holding
@@ -35,9 +35,17 @@ def _norm(b: Builder, x: str, centred: bool) -> str:
     return b.op("Add", [scaled, b.const(b.rng.uniform(-0.5, 0.5, D).astype(np.float32))])
 
 
-def _norm_model(centred: bool) -> onnx.ModelProto:
+def _gelu(b: Builder, x: str) -> str:
+    """An erf Gelu written out, as PyTorch traces ``nn.GELU``."""
+    erf = b.op("Erf", [b.op("Div", [x, b.const(np.array(2 ** 0.5, np.float32))])])
+    gated = b.op("Mul", [x, b.op("Add", [erf, b.const(np.array(1.0, np.float32))])])
+    return b.op("Mul", [gated, b.const(np.array(0.5, np.float32))])
+
+
+def _written_form(form: str) -> onnx.ModelProto:
     b = Builder(seed=1, opset=13)
-    return b.model([_norm(b, b.input("x", [64, D]), centred)])
+    x = b.input("x", [64, D])
+    return b.model([_gelu(b, x) if form == "gelu" else _norm(b, x, form == "layer_norm")])
 
 
 def _written(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
@@ -48,9 +56,9 @@ def _written(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
     return session.run(None, {"x": x})[0]
 
 
-@pytest.mark.parametrize("centred", [True, False], ids=["layer_norm", "rms_norm"])
-def test_a_norm_runs_as_its_nodes_are_written(centred: bool):
-    model = _norm_model(centred)
+@pytest.mark.parametrize("form", ["layer_norm", "rms_norm", "gelu"])
+def test_a_norm_or_gelu_runs_as_its_nodes_are_written(form: str):
+    model = _written_form(form)
     x = (np.random.default_rng(0).standard_normal((64, D)) * 3).astype(np.float32)
     want = _written(model, x)
     for options in (qdq_as_written(ort_options()), cpu_session_options(1)):
