@@ -13,12 +13,11 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
-from onnx import helper, numpy_helper
 
 import mrvl_convert
 from mrvl_convert.quantize import Quantization
 from mrvl_convert.runtime.options import cpu_session_options, ort_options, qdq_as_written
-from support.models import Builder
+from support.models import Builder, run_ort
 
 D = 128  # the width normalised
 
@@ -48,19 +47,11 @@ def _written_form(form: str) -> onnx.ModelProto:
     return b.model([_gelu(b, x) if form == "gelu" else _norm(b, x, form == "layer_norm")])
 
 
-def _written(model: onnx.ModelProto, x: np.ndarray) -> np.ndarray:
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(model.SerializeToString(), options,
-                                   providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})[0]
-
-
 @pytest.mark.parametrize("form", ["layer_norm", "rms_norm", "gelu"])
 def test_a_norm_or_gelu_runs_as_its_nodes_are_written(form: str):
     model = _written_form(form)
     x = (np.random.default_rng(0).standard_normal((64, D)) * 3).astype(np.float32)
-    want = _written(model, x)
+    want = next(iter(run_ort(model, {"x": x}, optimize=False).values()))  # as written
     for options in (qdq_as_written(ort_options()), cpu_session_options(1)):
         session = ort.InferenceSession(model.SerializeToString(), options,
                                        providers=["CPUExecutionProvider"])
