@@ -12,6 +12,13 @@ from typing import Any
 
 # onnxruntime's log levels: 0 verbose, 1 info, 2 warning, 3 error, 4 fatal.
 QUIET, WARNINGS = 3, 2
+# onnxruntime's norm fusions (``qdq_as_written``), under every name its versions register
+# them by (LayerNormFusion, GeluFusion: ...L1/L2 in 1.2x and later; unknown names are ignored)
+NORM_FUSIONS = ("LayerNormFusion", "LayerNormFusionL1", "LayerNormFusionL2",
+                "SimplifiedLayerNormFusion", "SkipLayerNormFusion")
+# and its Gelu fusions: an erf Gelu written out, fused, is 1 float32 ulp off it as well
+GELU_FUSIONS = ("GeluFusion", "GeluFusionL1", "GeluFusionL2", "BiasGeluFusion", "FastGeluFusion",
+                "QuickGeluFusion")
 
 
 def ort_options(log_severity: int = QUIET) -> Any:
@@ -71,8 +78,20 @@ def qdq_as_written(options: Any) -> Any:
     on. It replaces Q(s1) -> DQ(s1) -> Q(s2) -> DQ(s2) by one pair whose scale it derives,
     which is not the double rounding the model writes; such chains appear wherever the transpose
     optimizer cancels a Transpose pair between two Q/DQ pairs (a Concat split per input by
-    ``concat_sinking``: LEADER's int8 artifact was 4 steps off its own QDQ model there)."""
+    ``concat_sinking``: LEADER's int8 artifact was 4 steps off its own QDQ model there).
+
+    Also off: the norm and Gelu fusions (``NORM_FUSIONS``, ``GELU_FUSIONS``, extended level),
+    whose kernels compute otherwise than the nodes they replace. The norm fusions put a written
+    ``Pow, ReduceMean, Add, Sqrt, Div, Mul`` (RMS norm, or a LayerNorm's tail) into one kernel
+    that multiplies by a reciprocal instead of dividing: 1 float32 ulp off the written nodes.
+    Whether a pattern is whole differs between the full model (the reference) and a CPU stage
+    holding only part of it, so the two sides disagreed by that ulp; a QuantizeLinear after the
+    norm turns it into an int8 step now and then, which a deep int8 decoder carries to its
+    outputs (g2p-id's tiny-pron: 5% of peak at its first step's logits, against 0.0 with the
+    fusions off on both sides)."""
     options.add_session_config_entry("session.disable_quant_qdq", "1")
     options.add_session_config_entry("optimization.disable_specified_optimizers",
-                                     "DoubleQDQPairsRemover")
+                                     ";".join(("DoubleQDQPairsRemover",) + NORM_FUSIONS
+                                              + GELU_FUSIONS))
     return options
+
