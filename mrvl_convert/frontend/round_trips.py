@@ -13,9 +13,12 @@ Ensures: every chain of two or more Transpose / Reshape / Squeeze / Unsqueeze / 
 holding a Transpose, each tensor between them read only by the next (none a model output),
 whose output has its input's shape and, element for element, its input's values, is gone: its
 readers read the chain's input, and each node of it is returned with why (report.json's
-``removed``). A chain writing a model output stays. Exact: nothing is computed, elements only
-move, and these moves put each one back where it was (a test compares bit for bit on
-onnxruntime, ``tests/frontend/test_round_trips.py``).
+``removed``). In an int8 model the chain may pass through per-tensor QuantizeLinear /
+DequantizeLinear steps: they stay, in their order, on the unmoved tensor. A chain writing a
+model output stays. Exact: nothing is computed, elements only move, these moves put each one
+back where it was, and a per-tensor Q/DQ step is the same function of every element, so it
+commutes with them (a test compares bit for bit on onnxruntime,
+``tests/frontend/test_round_trips.py``).
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import only_reader, static_shape
+from mrvl_convert.core.qdq_grid import per_tensor_qdq
 from mrvl_convert.frontend.index_moves import move
 
 _VIEWS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
@@ -52,30 +56,42 @@ def _round_trip(first: gs.Node, outputs: Collection[str]) -> List[gs.Node]:
         return []
     indices = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
     array, chain, node = indices, [], first
-    while node is not None and node.op in _VIEWS and len(node.outputs) == 1:
-        array = move(node, array)
+    while node is not None and len(node.outputs) == 1:
+        if node.op in _VIEWS:
+            array = move(node, array)
+        elif not per_tensor_qdq(node):
+            return []
         if array is None:
             return []
         chain.append(node)
         out = node.outputs[0]
-        if len(chain) > 1 and array.shape == indices.shape and np.array_equal(array, indices) \
-                and any(n.op == "Transpose" for n in chain) and out.name not in outputs:
+        moves = [n for n in chain if n.op in _VIEWS]
+        if node.op in _VIEWS and len(moves) > 1 and array.shape == indices.shape \
+                and np.array_equal(array, indices) and out.name not in outputs \
+                and any(n.op == "Transpose" for n in moves):
             return chain
         node = only_reader(out, outputs)
     return []
 
 
 def _bypass(chain: List[gs.Node]) -> Dict[str, str]:
+    """The chain's Q/DQ steps on its input, in order; its readers read the last of them."""
     source, result = chain[0].inputs[0], chain[-1].outputs[0]
+    shape, current = static_shape(source), source
+    for step in (n for n in chain if n.op not in _VIEWS):
+        step.inputs[0] = current
+        current = step.outputs[0]
+        current.shape = list(shape)
     for reader in list(result.outputs):
         for i, tensor in enumerate(reader.inputs):
             if tensor is result:
-                reader.inputs[i] = source
+                reader.inputs[i] = current
+    moves = [n for n in chain if n.op in _VIEWS]
     ops = " -> ".join(n.op for n in chain)
     why = (f"removed by canonicalize: a layout round trip ({ops}, {chain[0].name!r} to "
-           f"{chain[-1].name!r}) that puts every element of {list(static_shape(source))} back "
-           f"where it was (exact)")
-    for node in chain:
+           f"{chain[-1].name!r}) that puts every element of {list(shape)} back where it was "
+           f"(exact)")
+    for node in moves:
         node.outputs.clear()
         node.inputs.clear()
-    return {node.name: why for node in chain}
+    return {node.name: why for node in moves}
