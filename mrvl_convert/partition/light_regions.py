@@ -19,6 +19,9 @@ the earlier plan, upstream's first):
   stage (a mask computed from an input no longer waits for the first Mrvl stage and cuts the
   next).
 
+A light region sent to the CPU is demoted with the CPU ops it reads and feeds (``cpu_around``),
+so its reason names what cuts the model there, not only that the region has no Conv2D/FC.
+
 Requires: units in topological order (``Unit.preds`` are lower indices), ``mrvl`` the indices
 bound for the accelerator.
 Ensures: ``settle`` returns the stage of every unit (even: Mrvl, odd: CPU; the ``joined`` plan
