@@ -142,6 +142,10 @@ def _split(conv: gs.Node, inner: List[int]) -> Optional[_Split]:
         tensor = tensor.inputs[0].inputs[0]
         candidates.append((tensor, list(chain)))
     for source, nodes in reversed(candidates):
+        if not any(is_move(n) for n in nodes):
+            # Q/DQ steps alone move nothing: the float twin has no chain here and is not
+            # rewritten (ICLabelNet's batch-4 psds Conv was read as a 4x1 block of its batch)
+            continue
         moved = _run(source, nodes)
         split = _as_split(source, moved, inner) if moved is not None else None
         if split is not None:
