@@ -32,6 +32,8 @@ from mrvl_convert.core.qdq_grid import per_tensor_qdq
 from mrvl_convert.frontend.index_moves import move
 
 _VIEWS = frozenset({"Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten"})
+_MAX_ELEMENTS = 1 << 23  # index arrays beyond this are not built (the chain is left as is)
+_MAX_CHAIN = 32
 
 
 def drop_round_trips(graph: gs.Graph) -> Dict[str, str]:
@@ -52,7 +54,7 @@ def _round_trip(first: gs.Node, outputs: Collection[str]) -> List[gs.Node]:
     """The shortest chain from ``first`` that puts every element back (see the module), or []."""
     source = first.inputs[0] if first.inputs else None
     shape = static_shape(source) if source is not None else None
-    if shape is None:
+    if shape is None or int(np.prod(shape)) > _MAX_ELEMENTS or not _may_return(first, outputs):
         return []
     indices = np.arange(int(np.prod(shape)), dtype=np.int64).reshape(shape)
     array, chain, node = indices, [], first
@@ -72,6 +74,17 @@ def _round_trip(first: gs.Node, outputs: Collection[str]) -> List[gs.Node]:
             return chain
         node = only_reader(out, outputs)
     return []
+
+
+def _may_return(first: gs.Node, outputs: Collection[str]) -> bool:
+    """A second move and a Transpose on the way (the ops alone): the index arrays are built
+    only then, not for every lone Reshape of a large tensor."""
+    ops, node = [], first
+    while node is not None and len(node.outputs) == 1 and len(ops) < _MAX_CHAIN and (
+            node.op in _VIEWS or per_tensor_qdq(node)):
+        ops.append(node.op)
+        node = only_reader(node.outputs[0], outputs)
+    return "Transpose" in ops and sum(op in _VIEWS for op in ops) > 1
 
 
 def _bypass(chain: List[gs.Node]) -> Dict[str, str]:
