@@ -8,7 +8,7 @@ samples, so its batch of 4 cannot run in batch-1 chunks (``rules/batch_axis.py``
 does not fit the device. Run on an index array (``index_moves.py``), the chain says so itself:
 every element comes back to its own flat index in the same shape.
 
-Requires: static shapes on the chain.
+Requires: static shapes on the chain; its input at most 2**23 elements (else it is left).
 Ensures: every chain of two or more Transpose / Reshape / Squeeze / Unsqueeze / Flatten nodes
 holding a Transpose, each tensor between them read only by the next (none a model output),
 whose output has its input's shape and, element for element, its input's values, is gone: its
