@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
@@ -39,9 +40,14 @@ def failure(stage: str, error: BaseException) -> str:
             f"({Path(where.filename).name}:{where.lineno})")
 
 
+_AROUND = re.compile(r"; it (reads|feeds) .* on CPU$")
+
+
 def _reasons(report: Mapping[str, Any], top: Optional[int] = None) -> List[str]:
     """Every CPU node's (op, reason), most frequent first (the table shows the first two)."""
-    counts = collections.Counter((e["op_type"], e.get("reason", ""))
+    # a light region's reason ends with the CPU ops around it (partition/light_regions.py):
+    # counted as one reason, as before, whichever ops those are
+    counts = collections.Counter((e["op_type"], _AROUND.sub("", e.get("reason", "")))
                                  for e in report["nodes"] if e["placement"] == "cpu")
     return [f"{op} x{n}: {reason}" for (op, reason), n in counts.most_common(top)]
 

@@ -115,6 +115,7 @@ from mrvl_convert.frontend.pick_forms import rewrite_picks
 from mrvl_convert.frontend.rank_lift import lift_ranks
 from mrvl_convert.frontend.rank5_detours import rewrite_rank5_detours
 from mrvl_convert.frontend.recurrent_unroll import unroll_recurrent
+from mrvl_convert.frontend.round_trips import drop_round_trips
 from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import (export_weightless, fold_shape_arithmetic,
                                                     infer_model_shapes)
@@ -205,6 +206,10 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
+    round_trips = drop_round_trips(graph)  # exact: Transpose chains that move nothing
+    if round_trips:
+        removed.update(round_trips)
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
     pools_as_norm_means(graph, _opset(loaded), forms)  # a 3-D norm GAP as ReduceMean (bound)
     if rewrite_norms(graph, _opset(loaded), forms):  # a norm's tf/BN spelling: LayerNorm form
         toposort(graph.cleanup(remove_unused_graph_inputs=False))

@@ -143,7 +143,9 @@ def _split(conv: gs.Node, inner: List[int]) -> Optional[_Split]:
         candidates.append((tensor, list(chain)))
     for source, nodes in reversed(candidates):
         if not any(is_move(n) for n in nodes):
-            continue  # only Q/DQ pairs: the Conv's own input (a batch of 1x1 images fits any block)
+            # Q/DQ steps alone move nothing: the float twin has no chain here and is not
+            # rewritten (a batch of 1x1 images or rows fits any block: ICLabelNet, CenterFace)
+            continue
         moved = _run(source, nodes)
         split = _as_split(source, moved, inner) if moved is not None else None
         if split is not None:

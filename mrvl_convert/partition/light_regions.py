@@ -19,6 +19,9 @@ the earlier plan, upstream's first):
   stage (a mask computed from an input no longer waits for the first Mrvl stage and cuts the
   next).
 
+A light region sent to the CPU is demoted with the CPU ops it reads and feeds (``cpu_around``),
+so its reason names what cuts the model there, not only that the region has no Conv2D/FC.
+
 Requires: units in topological order (``Unit.preds`` are lower indices), ``mrvl`` the indices
 bound for the accelerator.
 Ensures: ``settle`` returns the stage of every unit (even: Mrvl, odd: CPU; the ``joined`` plan
@@ -31,7 +34,7 @@ from typing import Callable, Dict, List, Sequence, Set, Tuple
 
 from mrvl_convert.ir.stages import Unit
 
-Demote = Callable[[Unit, str], None]
+Demote = Callable[[Unit, str, str], None]  # unit, "region" or "group", the CPU ops around it
 
 
 def assign(units: Sequence[Unit], mrvl: Set[int], prefix: bool = False) -> Dict[int, int]:
@@ -102,9 +105,13 @@ def settle(units: Sequence[Unit], mrvl: Set[int], minimum: int, plan: Tuple[bool
     """Demote light regions until none is left to demote under ``plan`` (one of ``PLANS``:
     upstream's, upstream's with the CPU prefix and lone groups, ``joined``)."""
     prefix, joined = plan
+    users: List[List[int]] = [[] for _ in units]
+    for unit in units:
+        for p in unit.preds:
+            users[p].append(unit.index)
     while True:
         stage = assign(units, mrvl, prefix=prefix)
-        light: List[Tuple[int, str]] = []
+        light: List[Tuple[int, str, str]] = []
         before, after = _heavy_reach(units, mrvl) if joined else ([], [])
         for s in sorted({stage[i] for i in mrvl}):
             members = [i for i in mrvl if stage[i] == s]
@@ -112,15 +119,33 @@ def settle(units: Sequence[Unit], mrvl: Set[int], minimum: int, plan: Tuple[bool
                 continue
             if joined and any(before[i] for i in members) and any(after[i] for i in members):
                 continue  # between two accelerator regions: it joins them
-            light.extend((i, "region") for i in members)
+            around = cpu_around(units, members, mrvl, users)
+            light.extend((i, "region", around) for i in members)
         if prefix and minimum >= 1:
-            light.extend((i, "group") for g in _lone_groups(units, mrvl, stage) for i in g)
+            light.extend((i, "group", "") for g in _lone_groups(units, mrvl, stage) for i in g)
         if not light:
             return stage
-        for i, what in light:
+        for i, what, around in light:
             if i in mrvl:
                 mrvl.discard(i)
-                demote(units[i], what)
+                demote(units[i], what, around)
+
+
+def cpu_around(units: Sequence[Unit], members: Sequence[int], mrvl: Set[int],
+               users: Sequence[Sequence[int]]) -> str:
+    """The CPU ops a light region reads and feeds, named (at most 3 each): what cuts the model
+    there, so a region's reason points at it ("" when it touches none)."""
+    inside = set(members)
+    reads = sorted({p for i in members for p in units[i].preds if p not in mrvl} - inside)
+    feeds = sorted({u for i in members for u in users[i] if u not in mrvl} - inside)
+    parts = [f"{verb} {_names(units, found)}" for verb, found in
+             (("reads", reads), ("feeds", feeds)) if found]
+    return f"; it {' and '.join(parts)} on CPU" if parts else ""
+
+
+def _names(units: Sequence[Unit], found: Sequence[int]) -> str:
+    names = ", ".join(repr(units[i].nodes[-1].name) for i in found[:3])
+    return names + (f" and {len(found) - 3} more" if len(found) > 3 else "")
 
 
 def mrvl_stage_count(stage: Dict[int, int], mrvl: Set[int]) -> int:

@@ -135,13 +135,13 @@ def _multi(units: Sequence[Unit], mrvl: set, demoted: Dict[str, str],
     for order, choice in enumerate(PLANS):
         kept, why = set(mrvl), {}
 
-        def demote(unit: Unit, what: str) -> None:
+        def demote(unit: Unit, what: str, around: str) -> None:
             layers = unit.composite.rule.layer
             place = ("its Mrvl region has" if what == "region" else
                      "it stands alone on Mrvl between CPU ops, with")
             for node in unit.nodes:
                 why[node.name] = (f"matched {unit.composite.rule.name} ({layers}), but {place} "
-                                  f"{_light_reason(minimum)}, so it stays on CPU {who}")
+                                  f"{_light_reason(minimum)}, so it stays on CPU {who}{around}")
 
         stage = settle(units, kept, minimum, choice, demote)
         plans.append(((mrvl_stage_count(stage, kept), len(set(stage.values())), order),

@@ -111,10 +111,10 @@ def check_conv_groups(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -
 
 def check_channel_affine(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:
     """A standalone BatchNormalization (inference, constant statistics) or a Mul by a constant
-    that varies only along the channel axis of a 4-D tensor."""
+    that varies only along the channel axis of a 4-D tensor, within fp16 (the weight)."""
     if node.op == "BatchNormalization":
         return check_bn_foldable(node, args, graph)
-    return check_per_channel_const(node, args, graph)
+    return check_per_channel_const(node, args, graph) or fp16_range_detail(_other_operand(node))
 
 
 def check_channel_shuffle(node: gs.Node, args: Mapping[str, Any], graph: gs.Graph) -> Details:

@@ -16,9 +16,12 @@ from support.int8 import converted_int8
 
 def _batch_of_rows(batch: int = 4, width: int = 20, chans=(1, 8, 8, 1)) -> onnx.ModelProto:
     """ICLabelNet's autocorrelation branch, small: [B, 1, 1, W] through 1x3 Convs and
-    LeakyRelus (each a space-to-batch Conv to the rewrite), then a Transpose."""
+    LeakyRelus (each a space-to-batch Conv to the rewrite), then a Transpose. The rows come
+    from a [1, 1, B, W] image by a Reshape, a SpaceToBatch of block Bx1 as a data movement: a
+    chain of Q/DQ pairs alone is no SpaceToBatch (ICLabelNet's own batch is not rewritten)."""
     rng = np.random.default_rng(0)
-    nodes, inits, x = [], [], "x"
+    inits = [numpy_helper.from_array(np.array([batch, 1, 1, width], np.int64), "rows")]
+    nodes, x = [helper.make_node("Reshape", ["x", "rows"], ["xr"], "space_to_batch")], "xr"
     for i, (c, o) in enumerate(zip(chans, chans[1:])):
         inits += [numpy_helper.from_array(
             rng.uniform(-.5, .5, (o, c, 1, 3)).astype(np.float32), f"w{i}"),
@@ -30,7 +33,7 @@ def _batch_of_rows(batch: int = 4, width: int = 20, chans=(1, 8, 8, 1)) -> onnx.
     nodes.append(helper.make_node("Transpose", [x], ["y"], "t", perm=[3, 2, 1, 0]))
     graph = helper.make_graph(
         nodes, "rows", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                      [batch, 1, 1, width])],
+                                                      [1, 1, batch, width])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
@@ -46,7 +49,7 @@ def test_an_int8_chain_of_convs_on_a_batch_of_rows_converts_and_verifies(tmp_pat
     stages = {s["name"] for s in result.manifest["stages"]}
     assert all(e["stage"] in stages for e in merged), merged
     feeds = [{"x": x} for x in np.random.default_rng(5).uniform(
-        -1, 1, (3, 4, 1, 1, 20)).astype(np.float32)]
+        -1, 1, (3, 1, 1, 4, 20)).astype(np.float32)]
     assert mrvl_convert.compare(qdq, result.out_dir, feeds).passed
 
 

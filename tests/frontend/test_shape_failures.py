@@ -111,7 +111,8 @@ def test_a_node_after_the_loop_whose_shape_onnxruntime_tells_is_not_held_by_it(t
     Loop's final state (static ``[1, C]``) is matched by its rule (and placed by the policy)."""
     result = mrvl_convert.convert(loop_decoder(tail=True), tmp_path / "out")
     placed = {n["name"]: n for n in result.report["nodes"]}
-    assert "'decoder'" not in placed["double"]["reason"]
+    # not held for the Loop (a light region's reason may name it as the CPU op it reads)
+    assert "its shapes depend on" not in placed["double"]["reason"]
     assert "mrvl.mul" in placed["double"]["reason"]
 
 

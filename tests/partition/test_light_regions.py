@@ -51,13 +51,14 @@ def test_a_lone_light_group_beside_the_first_stage_goes_to_cpu(tmp_path):
 
 
 def test_upstream_plan_stays_where_it_gives_fewer_mrvl_subgraphs(tmp_path):
-    """FC -> Sin -> Transpose pair (light) -> Cos -> FC: keeping the light region on Mrvl would
-    make three Mrvl subgraphs; sent to CPU as upstream decides, two."""
+    """FC -> Sin -> Transpose, Relu, Transpose (light) -> Cos -> FC: keeping the light region on
+    Mrvl would make three Mrvl subgraphs; sent to CPU as upstream decides, two. (The Relu keeps
+    the Transposes from being a round trip canonicalize drops, frontend/round_trips.py.)"""
     b = Builder()
     x = b.input("x", [1, 4, 16])
     y = b.op("Sin", [b.op("MatMul", [x, b.weight(16, 16)], name="fc1")], name="cut1")
-    y = b.op("Transpose", [b.op("Transpose", [y], name="t1", perm=[0, 2, 1])], name="t2",
-             perm=[0, 2, 1])
+    y = b.op("Relu", [b.op("Transpose", [y], name="t1", perm=[0, 2, 1])], name="mid")
+    y = b.op("Transpose", [y], name="t2", perm=[0, 2, 1])
     y = b.op("Cos", [y], name="cut2")
     model = b.model([b.op("MatMul", [y, b.weight(16, 8)], name="fc2")])
     result = mrvl_convert.convert(model, tmp_path / "art")

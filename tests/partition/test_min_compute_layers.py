@@ -61,7 +61,8 @@ def test_two_sends_a_region_with_one_conv_back_to_cpu(tmp_path):
     early = result.placement("relu1")
     assert early["placement"] == "cpu"
     assert early["reason"].endswith("but its Mrvl region has fewer than 2 compute-heavy layers "
-                                    "(Conv2D or FC), so it stays on CPU (min_compute_layers=2)")
+                                    "(Conv2D or FC), so it stays on CPU (min_compute_layers=2); "
+                                    "it feeds 'sig' on CPU")
     assert result.placement("relu2")["placement"] == "mrvl"
     check_sound(model, result, tmp_path / "o", _feed((1, 3, 16, 16)))
     many = mrvl_convert.convert(model, tmp_path / "p", min_compute_layers=4)
