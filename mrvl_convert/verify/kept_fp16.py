@@ -143,7 +143,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
     outputs = {n.name: list(n.output) for n in proto.graph.node}
     moves: Dict[str, List[str]] = {}
     for node in proto.graph.node:
-        if node.op_type in _MOVES and node.input and node.output:
+        if _moves_only(node) and node.input and node.output:
             moves.setdefault(node.input[0], []).append(node.output[0])
     layers: List[Tuple[List[str], Set[str]]] = []
     seen: Set[Tuple[str, ...]] = set()  # a layer's group once (a set: thousands of layers)
@@ -167,6 +167,16 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
                 seen.add(tuple(group))
                 layers.append((group, _moved(_exact_results(step, steps, outputs), moves)))
     return layers
+
+
+def _moves_only(node: onnx.NodeProto) -> bool:
+    """A node that hands its first input's values on as they are: a move, or a Cast to float32.
+    A float16-stored model's float32 twin (``frontend/float16_model.py``) keeps the model's
+    Casts to float32 of what were float16 tensors, now of float32 ones: identities the
+    converter drops, so an exact layer's float32 result passes them unrounded."""
+    if node.op_type == "Cast":
+        return any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in node.attribute)
+    return node.op_type in _MOVES
 
 
 def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str]]
