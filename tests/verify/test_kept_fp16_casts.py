@@ -10,6 +10,8 @@ step off on the squares, one int8 step after the Sqrt's QuantizeLinear, six at t
 form on a model built in the test: the reference's output is the artifact's, bit for bit."""
 from __future__ import annotations
 
+from typing import Tuple
+
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -22,12 +24,14 @@ from support.int8 import converted_int8
 C, H, W = 8, 8, 16
 
 
-def _magnitude_model() -> onnx.ModelProto:
+def _magnitude_model(spatial: Tuple[int, ...] = (H, W)) -> onnx.ModelProto:
     """Conv -> Slice halves -> Cast(float32) each -> Pow 2 -> Add -> Sqrt -> Conv, the STFT
-    magnitude of silero-vad's front end with an int8 Conv on either side."""
+    magnitude of silero-vad's front end with an int8 Conv on either side; 2-D, or 1-D as
+    silero's (``spatial`` one size: the converter lifts it to 4-D)."""
     rng = np.random.default_rng(3)
-    inits = {"w0": rng.standard_normal((2 * C, C, 1, 1)) * 0.7,
-             "w1": rng.standard_normal((C, C, 1, 1)) * 0.5, "two": np.array(2.0),
+    unit = (1,) * len(spatial)
+    inits = {"w0": rng.standard_normal((2 * C, C, *unit)) * 0.7,
+             "w1": rng.standard_normal((C, C, *unit)) * 0.5, "two": np.array(2.0),
              "s0": np.array([0]), "s1": np.array([C]), "s2": np.array([2 * C]),
              "ax": np.array([1])}
     inits = {k: v.astype(np.int64 if k[0] in "sa" else np.float32) for k, v in inits.items()}
@@ -42,8 +46,8 @@ def _magnitude_model() -> onnx.ModelProto:
              helper.make_node("Sqrt", ["sq"], ["mag"], name="sqrt"),
              helper.make_node("Conv", ["mag", "w1"], ["y"], name="conv_out")]
     graph = helper.make_graph(
-        nodes, "magnitude", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, H, W])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, H, W])],
+        nodes, "magnitude", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, C, *spatial])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, C, *spatial])],
         [numpy_helper.from_array(v, k) for k, v in inits.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
     onnx.checker.check_model(model)
@@ -59,3 +63,18 @@ def test_the_reference_reads_a_cast_dequantized_value_unrounded(tmp_path) -> Non
     row, = [r for r in comparison.rows if r.kind == "output"]
     assert row.max_abs == 0.0, row  # rounding the Cast's result: one int8 step off
 
+
+
+def test_every_layer_row_is_the_artifacts_bit_for_bit(tmp_path) -> None:
+    """``--layers`` compares with the model as the converter rewrote it, where ``Pow(x, 2)`` is
+    ``Mul(x, x')`` over two DequantizeLinear copies of x (``frontend/qdq.py``): the copy no
+    layer names was rounded as a stage input, so the square's row was one fp16 step off and
+    every int8 layer after it up to two int8 steps, the first FAIL rows pointing at an int8
+    Conv that is exact. 1-D, as silero's: the layer rows are the lifted 4-D form's tensors."""
+    result, qdq = converted_int8(_magnitude_model((H * W,)), tmp_path / "a", span=3.0)
+    rows = [r for r in compare(qdq, result.out_dir, samples=4, layers=True).rows
+            if r.kind == "layer"]
+    # the premise: the squares are layer rows, read in the lifted form
+    assert any("Mul2D" in r.note and r.tensor.endswith("_4d") for r in rows)
+    off = [(r.tensor, r.max_abs) for r in rows if r.max_abs != 0.0]
+    assert not off, off
