@@ -11,7 +11,8 @@ module gives the verdict a reference that rounds where the artifact rounds, and 
 onnxruntime doing the arithmetic (Cast float32 -> float16 -> float32 pairs, as the graph engine
 rounds): every input of such a layer that is neither a weight nor an exact layer's result (a
 stage input, an fp16 layer's result; an exact result reaches it unrounded also through the
-model's Squeeze, Transpose, Reshape... the converter absorbed), every weight (a rounded copy for
+model's Squeeze, Transpose, Reshape... the converter absorbed, a Cast to float32 of a
+float16-stored model's twin, and a DequantizeLinear copy of the same quantized tensor), every weight (a rounded copy for
 the layer; a Conv + BatchNormalization pair the layer folds as ``fp16_fold.py`` rounds it),
 every result that leaves the layer, and a HardSigmoid's and a HardSwish's steps as the lowering
 writes them (Mul2D, Sum2D, Clip[, Mul2D], each rounded), a two-input Max or Min as its Sub +
@@ -44,13 +45,11 @@ from mrvl_convert.verify.fp16_fold import round_folded
 from mrvl_convert.verify.minmax_pools import pooled_minmax
 from mrvl_convert.verify.kept_graph import WorkingGraph, topologically_sorted
 from mrvl_convert.verify.kept_inputs import moves_unrounded, rounded_results
+from mrvl_convert.verify.kept_moves import moved, unrounded_moves
 from mrvl_convert.verify.norms_written import norms_as_written
 from mrvl_convert.verify.value_tensors import never_rounded
 
 _QDQ = ("QuantizeLinear", "DequantizeLinear")
-# ops that only move their first input's values: what they make of an unrounded tensor is
-# unrounded too (the converter absorbs them into the layout, or runs them as exact layers)
-_MOVES = frozenset({"Squeeze", "Unsqueeze", "Reshape", "Transpose", "Flatten", "Identity"})
 _SUFFIX = "__as_fp16"
 
 
@@ -141,10 +140,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
     reads unrounded: those an exact layer of its stage gives it (``_exact_results``)."""
     ops = {n.name: n.op_type for n in proto.graph.node}
     outputs = {n.name: list(n.output) for n in proto.graph.node}
-    moves: Dict[str, List[str]] = {}
-    for node in proto.graph.node:
-        if node.op_type in _MOVES and node.input and node.output:
-            moves.setdefault(node.input[0], []).append(node.output[0])
+    moves = unrounded_moves(proto)
     layers: List[Tuple[List[str], Set[str]]] = []
     seen: Set[Tuple[str, ...]] = set()  # a layer's group once (a set: thousands of layers)
     for stage in session.stages:
@@ -165,7 +161,7 @@ def _fp16_layers(session: HybridSession, proto: onnx.ModelProto
             group = [n for n in spec.source_nodes if n in ops]
             if group and tuple(group) not in seen:
                 seen.add(tuple(group))
-                layers.append((group, _moved(_exact_results(step, steps, outputs), moves)))
+                layers.append((group, moved(_exact_results(step, steps, outputs), moves)))
     return layers
 
 
@@ -193,19 +189,6 @@ def _exact_results(step: Any, steps: Dict[int, Any], outputs: Dict[str, List[str
             pending.extend(producer.inputs)
     return names
 
-
-def _moved(names: Set[str], moves: Dict[str, List[str]]) -> Set[str]:
-    """``names`` and what the model's move-only nodes (``_MOVES``) make of them: a dequantizing
-    quant layer's float32 result reaches an fp16 Mul2D through a Squeeze the converter absorbed
-    (madmom's key CNN: Conv, Transpose, Squeeze, then its BatchNormalization's Mul), and the
-    simulator hands it on unrounded; rounded there, the reference was one fp16 step off."""
-    found, pending = set(names), list(names)
-    while pending:
-        for nxt in moves.get(pending.pop(), ()):
-            if nxt not in found:
-                found.add(nxt)
-                pending.append(nxt)
-    return found
 
 
 def round_groups(proto: onnx.ModelProto, groups: List[List[str]],
