@@ -13,7 +13,9 @@ rewrites add (a decomposed PRelu's steps, a Sum's partial sums) from this form.
 - requires: the float model, named as the converter names nodes (``name_nodes``), and the
   artifact's session;
 - ensures: a float ``ModelProto`` onnxruntime can run; when the canonicalization refuses the
-  model (a shape it cannot fix), the ``quantized_float_form`` alone.
+  model (a shape it cannot fix), the ``quantized_float_form`` alone. A DequantizeLinear the
+  canonicalization copied per reader is read as the original again (``read_originals``): its
+  copies stay, read by nothing, for the stage boundaries named after them.
 """
 from __future__ import annotations
 
@@ -51,12 +53,12 @@ def mapped_form(proto: onnx.ModelProto, session: HybridSession) -> onnx.ModelPro
 
 def read_originals(graph: gs.Graph, copies: Mapping[str, str]) -> None:
     """Every reader of a DequantizeLinear's copy (``dedicate_dequantize``) reads the original's
-    output, as the layers name it (their ``source_nodes`` name the original); the copy stays, as
-    an Identity of it, for a stage boundary that bears its name. Exact: a copy computes the same
+    output, as the layers name it (their ``source_nodes`` name the original); the copy stays,
+    read by no node, for a stage boundary that bears its name. Exact: a copy computes the same
     values from the same inputs. Why: the rounded reference (``kept_fp16.py``) leaves unrounded
     what an exact layer hands an fp16 layer, found by the exact layer's source nodes' outputs;
     reading the copy, the fp16 layer's input was rounded in the form but not in the model, and
-    every tensor only the form has (a copy at a boundary) was compared with a value one int8 step
+    every tensor only the form has (a copy at a boundary) was compared with a value int8 steps
     off (g2p-id tiny-pron's ``query_DequantizeLinear_Output_for_Add_134``)."""
     nodes = {node.name: node for node in graph.nodes}
     moved = False
@@ -69,15 +71,13 @@ def read_originals(graph: gs.Graph, copies: Mapping[str, str]) -> None:
             for k, tensor in enumerate(reader.inputs):
                 if tensor is target:
                     reader.inputs[k] = value
-        copy.op, copy.attrs, copy.domain = "Identity", {}, None
-        copy.inputs.clear()
-        copy.inputs.append(value)
         moved = True
     if moved:
         graph.toposort()
 
 
 def _same_dequantize(copy: gs.Node, source: gs.Node) -> bool:
+    """``copy`` still computes what ``source`` does: one DequantizeLinear of the same tensors."""
     return (copy.op == source.op == "DequantizeLinear" and len(copy.inputs) == len(source.inputs)
             and all(a is b for a, b in zip(copy.inputs, source.inputs))
             and copy.attrs == source.attrs and len(copy.outputs) == len(source.outputs) == 1)
