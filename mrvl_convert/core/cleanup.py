@@ -16,8 +16,9 @@ goes to graphsurgeon's own cleanup (which raises its error for the latter).
 """
 from __future__ import annotations
 
+from collections import deque
 from operator import attrgetter
-from typing import List, Optional, Set
+from typing import Deque, List, Optional, Sequence, Set
 
 import onnx_graphsurgeon as gs
 
@@ -70,36 +71,29 @@ def _local_names(graph: gs.Graph) -> Set[str]:
 
 def _used_nodes(graph: gs.Graph) -> Optional[Set[int]]:
     """The ids of the nodes some output depends on (``Graph._get_used_node_ids``'s walk: a
-    tensor is taken once per name, an omitted one always, one not local never), or None when
-    the walk reaches a node that is not in ``graph.nodes``."""
+    tensor is taken once per name, an omitted one always, one not local never; the outputs
+    first, then each taken tensor's producers' inputs in turn), or None when the walk reaches
+    a node that is not in ``graph.nodes``."""
     local, seen = _local_names(graph), set()
     listed = set(map(id, graph.nodes))
+    reads: Deque[Sequence[gs.Tensor]] = deque([graph.outputs])  # what to take, in order
     queue: List[gs.Tensor] = []
-    for tensor in graph.outputs:
-        _take(tensor, local, seen, queue)
     used: Set[int] = set()
     index = 0
-    while index < len(queue):
-        tensor = queue[index]
-        index += 1
-        for node in tensor.inputs:
-            if id(node) not in listed:
-                return None
-            used.add(id(node))
-            for read in node.inputs:
-                name = read.name
-                if name == "":
-                    queue.append(read)
-                elif name in local and name not in seen:
-                    seen.add(name)
-                    queue.append(read)
+    while reads:
+        for read in reads.popleft():
+            name = read.name
+            if name == "":
+                queue.append(read)
+            elif name in local and name not in seen:
+                seen.add(name)
+                queue.append(read)
+        while not reads and index < len(queue):
+            tensor = queue[index]
+            index += 1
+            for node in tensor.inputs:
+                if id(node) not in listed:
+                    return None
+                used.add(id(node))
+                reads.append(node.inputs)
     return used
-
-
-def _take(tensor: gs.Tensor, local: Set[str], seen: Set[str], queue: List[gs.Tensor]) -> None:
-    name = tensor.name
-    if name == "":
-        queue.append(tensor)
-    elif name in local and name not in seen:
-        seen.add(name)
-        queue.append(tensor)
