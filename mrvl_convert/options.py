@@ -18,7 +18,7 @@ from mrvl_convert.frontend.input_values import check_values
 from mrvl_convert.layers import MARVELL
 from mrvl_convert.partition.plan import POLICIES
 from mrvl_convert.quantize.recipe import Quantization
-from mrvl_convert.rules.loader import RuleSource, builtin_path, builtin_paths
+from mrvl_convert.rules.loader import RuleSource, builtin_digests, builtin_path
 
 Rules = Optional[Union[RuleSource, Sequence[RuleSource]]]
 # True: the built-in hardware profile; a path: a profile file; None or False: no estimate
@@ -153,7 +153,7 @@ def _rule_tuple(rules: Rules) -> Tuple[RuleSource, ...]:
 
 def _rule_sources(rules: Sequence[RuleSource], layer_set: str) -> List[Dict[str, str]]:
     sources = [{"name": "builtin" if path == builtin_path() else f"builtin/{path.name}",
-                "sha256": _sha(path)} for path in builtin_paths(layer_set)]
+                "sha256": digest} for path, digest in builtin_digests(layer_set)]
     for path in rules:
         sources.append({"name": Path(path).name, "sha256": _sha(Path(path))})
     return sources

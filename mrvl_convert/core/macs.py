@@ -10,9 +10,9 @@ common_old). Every other op counts 0. A small, replaceable estimate: ``partition
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Iterable
 
-import numpy as np
 import onnx_graphsurgeon as gs
 
 from mrvl_convert.core.graph import attr, static_shape
@@ -31,15 +31,15 @@ def node_macs(node: gs.Node) -> int:
         return _recurrent_macs(node, src)
     if node.op in ("Conv", "ConvInteger") and len(node.inputs) > 1:
         weight = static_shape(node.inputs[1])
-        return int(np.prod(out)) * int(np.prod(weight[1:])) if weight else 0
+        return int(math.prod(out)) * int(math.prod(weight[1:])) if weight else 0
     if node.op == "ConvTranspose" and len(node.inputs) > 1:
         weight = static_shape(node.inputs[1])  # [C_in, C_out / groups, kh, kw]
-        return int(np.prod(src)) * int(np.prod(weight[1:])) if weight else 0
+        return int(math.prod(src)) * int(math.prod(weight[1:])) if weight else 0
     if node.op == "Gemm":
         depth = src[0] if int(attr(node, "transA", 0)) else src[-1]
-        return int(np.prod(out)) * int(depth)
+        return int(math.prod(out)) * int(depth)
     if node.op in ("MatMul", "MatMulInteger"):
-        return int(np.prod(out)) * int(src[-1])
+        return int(math.prod(out)) * int(src[-1])
     return 0
 
 

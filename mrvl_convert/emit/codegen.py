@@ -37,6 +37,7 @@ with its layer count and the composites that made it.
 """
 from __future__ import annotations
 
+import functools
 from types import MappingProxyType
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -69,10 +70,14 @@ def is_int8(attrs: Mapping[str, Any]) -> bool:
     output is int8 (an int8 pool or data movement writes no scale of its own)."""
     if first_value(attrs.get("dtype")) == "int8":
         return True
-    for key in attrs:  # a plain loop: asked of every layer several times per conversion
-        if key.endswith("_scale") or key.startswith(_INT8_PREFIXES):
-            return True
-    return False
+    return _int8_keys(tuple(attrs))
+
+
+@functools.lru_cache(maxsize=256)
+def _int8_keys(keys: Tuple[str, ...]) -> bool:
+    """A scale or an int8 range among a layer's attribute names: one answer per set of names
+    (a layer kind's), asked of every layer several times per conversion."""
+    return any(key.endswith("_scale") or key.startswith(_INT8_PREFIXES) for key in keys)
 
 
 def beyond_upstream(attrs: Mapping[str, Any]) -> Optional[str]:

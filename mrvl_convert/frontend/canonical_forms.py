@@ -71,18 +71,34 @@ class Names:
     """Fresh node and tensor names that collide with nothing in the graph."""
 
     def __init__(self, graph: gs.Graph) -> None:
-        self.used = {n.name for n in graph.nodes} | _tensor_names(graph)
+        # The graph's names are collected at the first fresh() (the graph as it is then), not
+        # here: most passes make a Names and then find nothing to rewrite, and collecting an
+        # unrolled model's names in each of them was a tenth of its conversion.
+        self._graph: Optional[gs.Graph] = graph
+        self._used: Set[str] = set()
         # base -> the suffix its last fresh name took: names are only ever added, so every
         # lower one is still taken (a base asked for n times costs n tries, not n^2 / 2)
         self._suffix: Dict[str, int] = {}
 
+    @property
+    def used(self) -> Set[str]:
+        """Every name taken: the graph's (when first asked) and each fresh one given."""
+        if self._graph is not None:
+            self._used |= {n.name for n in self._graph.nodes} | _tensor_names(self._graph)
+            self._graph = None
+        return self._used
+
+    @used.setter
+    def used(self, names: Set[str]) -> None:
+        self._used, self._graph = names, None
+
     def fresh(self, base: str) -> str:
-        k = self._suffix.get(base, 0)
+        k, used = self._suffix.get(base, 0), self.used
         name = f"{base}_{k}" if k else base
-        while name in self.used:
+        while name in used:
             k += 1
             name = f"{base}_{k}"
-        self.used.add(name)
+        used.add(name)
         self._suffix[base] = k
         return name
 

@@ -84,6 +84,7 @@ import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.exporters.onnx_exporter import OnnxExporter
 from onnx_graphsurgeon.ir.tensor import LazyValues
 
+from mrvl_convert.core.cleanup import cleanup
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.core.toposort import toposort
 from mrvl_convert.errors import ShapeError
@@ -202,7 +203,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     copies = dedicate_dequantize(graph)
     pair_views(graph, forms)  # exact: a view quantized only after it reads its pair's copy
     before_cleanup = {n.name for n in graph.nodes}
-    toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    toposort(cleanup(graph))
     if _has_unknown_shapes(graph):
         graph = _reinfer_shapes(graph, loaded.proto)
         _check_output_shapes(graph, loaded, unfolded, verbose)
@@ -212,28 +213,28 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     pools_as_norm_means(graph, _opset(loaded), forms)  # a 3-D norm GAP as ReduceMean (bound)
     if rewrite_norms(graph, _opset(loaded), forms):  # a norm's tf/BN spelling: LayerNorm form
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if unroll_recurrent(graph, forms, _opset(loaded)):  # LSTM/GRU/RNN over static T: FC, gates (its bound)
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     # After the shapes that depended on folded values are known: the token rewrites and the
     # folds check the activations' shapes (and the folds read constant head splits).
     if rewrite_einsums(graph, _opset(loaded), forms):  # Einsum as MatMul: its bound stated there
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_space_to_batch(graph, forms):  # SpaceToBatch -> Conv -> BatchToSpace: dilated
         unswap_unit_batches(graph, forms)  # what followed it in [C, 1, H, W] on [1, C, H, W]
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_window_convs(graph, _opset(loaded), forms):  # windows of frames + FC: a Conv
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_stack_reductions(graph, forms):  # a stack's Max/Sum/Mean: elementwise (its bound)
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_quantized_stacks(graph, forms):  # a QDQ stack's ReduceMax: a Max (exact)
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if lift_ranks(graph, _opset(loaded), forms, ranks=(3,)):  # 1-D signals on 4-D views
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if lift_sequences(graph, _opset(loaded), forms):  # frames [T, ...] as [1, T, ...]
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)
     sunk = sink_concats(graph, _opset(loaded), forms)
@@ -250,19 +251,19 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     # After the folds (a LayerNorm of [N, C] folds into its FC first), and what sinking joined.
     if (lift_ranks(graph, _opset(loaded), forms) or folded or tokens or heads or sunk or resized
             or means or detours):
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_concat_views(graph, forms):  # exact: 2-D/3-D, 4-D H/W Concats on 4-D views
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if int8_means_on_4d(graph, _opset(loaded), forms):  # exact: an int8 mean the lift left
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if fold_qdq_pads(graph, forms):  # exact: an int8 region's zero Pad into its Conv's pads
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_pads(graph, _opset(loaded), forms):  # a Pad no Conv absorbs, after the lifts
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_reversed_slices(graph, _opset(loaded), forms):  # exact: a selection MatMul
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     if rewrite_unit_softmaxes(graph, _opset(loaded), forms):  # exact: a last-axis Softmax view
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     check_output_shapes(graph, loaded.proto, loaded.label)  # no rewrite changed an output
     forms.merged, lost = settle_merges(forms.merged, forms.derived, {n.name for n in graph.nodes})
     removed.update(lost)  # merged into a node a later rewrite removed unread

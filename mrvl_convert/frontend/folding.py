@@ -40,6 +40,7 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx_graphsurgeon.logger import G_LOGGER
 
+from mrvl_convert.core.cleanup import cleanup
 from mrvl_convert.core.graph import static_shape
 from mrvl_convert.core.macs import MAC_OPS, node_macs
 from mrvl_convert.frontend.branches import flatten_decided_ifs
@@ -154,7 +155,7 @@ def fold_constants(graph: gs.Graph, verbose: Optional[bool] = None,
             # it folds the same in the part of the graph it can change (fold_view.py), faster
             (fold_view(graph) or graph).fold_constants(error_ok=True, size_threshold=_NO_SIZE_LIMIT,
                                  should_exclude_node=budget, flatten_subgraphs=False)
-            graph.cleanup(remove_unused_graph_inputs=False)
+            cleanup(graph)
             if not flatten_decided_ifs(graph, origins):
                 return budget.refused
 

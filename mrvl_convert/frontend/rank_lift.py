@@ -49,7 +49,8 @@ Unsqueeze or Squeeze that cancels is in ``merged`` with the reader that now read
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Set
+import functools
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -132,12 +133,21 @@ def _node_rank(node: gs.Node) -> Optional[int]:
     ranks = set()
     for tensor in _activations(node):
         shape = static_shape(tensor)
-        if shape is None or tensor.dtype is None or not (
-                np.issubdtype(np.dtype(tensor.dtype), np.floating)
-                or np.dtype(tensor.dtype) in (np.int8, np.uint8) and node.op in QDQ):
+        if shape is None or tensor.dtype is None:
+            return None
+        floating, int8 = _kind(tensor.dtype)
+        if not (floating or int8 and node.op in QDQ):
             return None
         ranks.add(len(shape))
     return ranks.pop() if len(ranks) == 1 and ranks <= {2, 3} else None
+
+
+@functools.lru_cache(maxsize=64)
+def _kind(dtype: object) -> Tuple[bool, bool]:
+    """(floating, int8 or uint8) of a tensor's dtype: asked for every activation of every node,
+    twice a conversion (numpy's dtype tests were most of the rank scan's cost)."""
+    kind = np.dtype(dtype)
+    return bool(np.issubdtype(kind, np.floating)), kind in (np.int8, np.uint8)
 
 
 def _is_seed(node: gs.Node, rank: int) -> bool:

@@ -63,6 +63,7 @@ from typing import Dict, List, Optional, Set
 import numpy as np
 import onnx_graphsurgeon as gs
 
+from mrvl_convert.core.cleanup import cleanup
 from mrvl_convert.core.graph import is_const, static_shape
 from mrvl_convert.core.toposort import toposort
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites, axes_node
@@ -95,7 +96,7 @@ def lift_sequences(graph: gs.Graph, opset: int, done: Rewrites) -> bool:
         return False
     names = Names(graph)
     if _stacks_as_concats(graph, _grow(graph, seeds, opset, 4), opset, names, done):
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     region = _grow(graph, seeds, opset, 3)
     if not region.lifted and not region.closing:
         return False

@@ -24,6 +24,7 @@ product is one float32 multiply), so the layers see ordinary float weights.
 """
 from __future__ import annotations
 
+import math
 from typing import Callable, Tuple
 
 import numpy as np
@@ -112,7 +113,7 @@ _FLOAT_WEIGHTS = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
 def drop_weight_data(proto: onnx.ModelProto) -> None:
     """Clear the values of every float initializer larger than inference reads, in place."""
     for init in proto.graph.initializer:
-        if init.data_type in _FLOAT_WEIGHTS and int(np.prod(init.dims)) > _VALUES_READ_UP_TO:
+        if init.data_type in _FLOAT_WEIGHTS and int(math.prod(init.dims)) > _VALUES_READ_UP_TO:
             for name in ("raw_data", "float_data", "double_data", "int32_data"):
                 init.ClearField(name)
 
@@ -165,7 +166,7 @@ def _inference_skips(tensor: gs.Constant) -> bool:
     except (TypeError, KeyError):  # an onnx-only type gs keeps as is
         return False
     return (onnx_type in _FLOAT_WEIGHTS and tensor.shape is not None
-            and int(np.prod(tensor.shape)) > _VALUES_READ_UP_TO)
+            and int(math.prod(tensor.shape)) > _VALUES_READ_UP_TO)
 
 
 def _bare(tensor: gs.Constant) -> onnx.TensorProto:

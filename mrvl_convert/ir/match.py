@@ -2,6 +2,7 @@
 no state between matches), a match result with its reason, a matched composite and the plan."""
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Tuple
 
@@ -48,8 +49,10 @@ class Rule:
     # shuffle is about its Transpose: a node's most telling miss is the rule about it).
     anchor: str = ""
 
-    @property
+    @functools.cached_property
     def ops(self) -> Tuple[str, ...]:
+        # derived from the frozen steps once (the matcher and the rule-set scans of every
+        # conversion ask each rule for it)
         return tuple(op for step in self.steps for op in step.ops)
 
 

@@ -41,8 +41,29 @@ class FloatForms(NamedTuple):
 
 
 def float_forms(rules: Sequence[Rule]) -> FloatForms:
-    """``rules``' int8 op types (``int8_forms.py``) and float composites (``float_spans``)."""
-    return FloatForms(int8_op_types(rules), float_spans(rules))
+    """``rules``' int8 op types (``int8_forms.py``) and float composites (``float_spans``);
+    the same rule objects (every conversion's built-in ones) give the one result made."""
+    return _float_forms_of(_Same(rules))
+
+
+class _Same:
+    """Rules as a cache key by identity (a rule holds dicts: it has no hash); the key holds
+    them, so no id is reused while it is cached."""
+
+    def __init__(self, rules: Sequence[Rule]) -> None:
+        self.rules = tuple(rules)
+        self._key = tuple(map(id, self.rules))
+
+    def __hash__(self) -> int:
+        return hash(self._key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and self._key == other._key
+
+
+@functools.lru_cache(maxsize=8)
+def _float_forms_of(rules: _Same) -> FloatForms:
+    return FloatForms(int8_op_types(rules.rules), float_spans(rules.rules))
 
 
 @functools.lru_cache(maxsize=4)

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
+import os
 import string
 from dataclasses import dataclass, field
 from importlib import resources
@@ -30,8 +32,15 @@ def _rules_schema() -> dict:
     return json.loads(text)
 
 
+@functools.lru_cache(maxsize=1)
+def _rules_folder() -> Path:
+    """The package's rules folder: where it is does not change while the process runs (asking
+    importlib.resources was a tenth of a small model's conversion, several times each)."""
+    return Path(str(resources.files("mrvl_convert.rules")))
+
+
 def builtin_path() -> Path:
-    return Path(str(resources.files("mrvl_convert.rules").joinpath("builtin.yaml")))
+    return _rules_folder() / "builtin.yaml"
 
 
 def load_rule_file(path: RuleSource, inherited: Optional["Generic"] = None) -> List[Rule]:
@@ -180,16 +189,48 @@ def builtin_paths(layer_set: str = MARVELL) -> List[Path]:
                             f"{', '.join(LAYER_SETS)}")
     paths = [builtin_path()]
     if layer_set == MARVELL:
-        folder = resources.files("mrvl_convert.rules").joinpath("marvell")
-        if folder.is_dir():
-            paths += sorted(Path(str(f)) for f in folder.iterdir() if f.name.endswith(".yaml"))
+        folder = _rules_folder() / "marvell"
+        paths += _yaml_files(str(folder), _stamp(folder))
     return paths
 
 
+def _stamp(path: Path) -> Optional[Tuple[int, int, int]]:
+    """What changes when a file (or a folder's listing) does: the cache key of its contents."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size, info.st_ino
+
+
+@functools.lru_cache(maxsize=8)
+def _yaml_files(folder: str, stamp: Optional[Tuple[int, int, int]]) -> Tuple[Path, ...]:
+    """The .yaml files of ``folder`` in name order, listed again when its stamp changes."""
+    if stamp is None or not os.path.isdir(folder):
+        return ()
+    return tuple(sorted(p for p in Path(folder).iterdir() if p.name.endswith(".yaml")))
+
+
+@functools.lru_cache(maxsize=64)
+def _builtin_file(path: str, stamp: Optional[Tuple[int, int, int]]) -> Tuple[str, str]:
+    """(text, sha256 of the bytes) of a built-in rule file, read again when its stamp changes:
+    an edited file is never served from a cache (reading 14 files every conversion, twice, was
+    a tenth of a small model's conversion)."""
+    text = _read_text(Path(path), path)
+    return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def builtin_digests(layer_set: str = MARVELL) -> List[Tuple[Path, str]]:
+    """(path, sha256 of its bytes) of each built-in rule file of ``layer_set`` (the manifest's
+    ``rules``)."""
+    return [(path, _builtin_file(str(path), _stamp(path))[1])
+            for path in builtin_paths(layer_set)]
+
+
 def _builtin_texts(layer_set: str) -> Tuple[Tuple[str, str], ...]:
-    """(path, text) of each built-in rule file: read every time (a few KiB), so an edited
-    file is never served from the cache below."""
-    return tuple((str(path), _read_text(path, str(path))) for path in builtin_paths(layer_set))
+    """(path, text) of each built-in rule file, as it is on disk now (see ``_builtin_file``)."""
+    return tuple((str(path), _builtin_file(str(path), _stamp(path))[0])
+                 for path in builtin_paths(layer_set))
 
 
 # Parsing and validating the built-in files is most of a small model's conversion time; they
@@ -206,6 +247,17 @@ def _parsed_builtins(texts: Tuple[Tuple[str, str], ...]) -> Tuple[Generic, Tuple
     return generic, tuple(rules)
 
 
+@functools.lru_cache(maxsize=8)
+def _builtin_set(texts: Tuple[Tuple[str, str], ...], layer_set: str) -> Tuple[Rule, ...]:
+    """The built-in rules of ``layer_set``, in order: rules/marvell/ may replace a built-in
+    (the replaced one's place moves to the end). Frozen rules, so one list per content."""
+    rules: List[Rule] = []
+    for rule in _parsed_builtins(texts)[1]:
+        if layer_set in CATALOGUE[rule.layer].layer_sets:
+            rules = [r for r in rules if r.name != rule.name] + [rule]
+    return tuple(rules)
+
+
 def load_rules(extra: Optional[Union[RuleSource, Sequence[RuleSource]]] = None,
                *, include_builtin: bool = True, layer_set: str = MARVELL) -> List[Rule]:
     """The built-in rules of ``layer_set`` plus user rule files; a later composite with an
@@ -214,11 +266,9 @@ def load_rules(extra: Optional[Union[RuleSource, Sequence[RuleSource]]] = None,
         extra = []
     elif isinstance(extra, (str, Path)):
         extra = [extra]
-    generic, builtin = _parsed_builtins(_builtin_texts(layer_set))
-    rules: List[Rule] = []
-    for rule in builtin if include_builtin else ():  # rules/marvell/ may replace a built-in
-        if layer_set in CATALOGUE[rule.layer].layer_sets:
-            rules = [r for r in rules if r.name != rule.name] + [rule]
+    texts = _builtin_texts(layer_set)
+    generic = _parsed_builtins(texts)[0]
+    rules = list(_builtin_set(texts, layer_set)) if include_builtin else []
     for path in extra:
         for rule in load_rule_file(path, generic):
             if layer_set not in CATALOGUE[rule.layer].layer_sets:
