@@ -210,7 +210,7 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     round_trips = drop_round_trips(graph)  # exact: Transpose chains that move nothing
     if round_trips:
         removed.update(round_trips)
-        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+        toposort(cleanup(graph))
     pools_as_norm_means(graph, _opset(loaded), forms)  # a 3-D norm GAP as ReduceMean (bound)
     if rewrite_norms(graph, _opset(loaded), forms):  # a norm's tf/BN spelling: LayerNorm form
         toposort(cleanup(graph))
