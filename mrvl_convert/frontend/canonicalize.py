@@ -120,6 +120,7 @@ from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import (export_weightless, fold_shape_arithmetic,
                                                     infer_model_shapes)
 from mrvl_convert.frontend.sequence_lift import lift_sequences
+from mrvl_convert.frontend.seq_first import run_sequence_first
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.shape_failures import after_failures, declared_dims
 from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
@@ -233,6 +234,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     if lift_sequences(graph, _opset(loaded), forms):  # frames [T, ...] as [1, T, ...]
+        toposort(graph.cleanup(remove_unused_graph_inputs=False))
+    if run_sequence_first(graph, forms):  # exact: torch's [T, 1, E] per position as [1, T, E]
         toposort(graph.cleanup(remove_unused_graph_inputs=False))
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)

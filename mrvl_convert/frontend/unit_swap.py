@@ -23,7 +23,7 @@ Exact: the same ops on the same values; only the shapes that name their order ch
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -147,10 +147,11 @@ def _unswap(graph: gs.Graph, tensors: Dict[str, gs.Tensor], ops: List[gs.Node], 
         done.rewritten.setdefault(node.name, "computed on [1, C, H, W] (tf2onnx's [C, 1, H, W])")
 
 
-def _produce_swapped(producer: gs.Node, new: List[int], names: Names) -> None:
+def _produce_swapped(producer: gs.Node, new: List[int], names: Names,
+                     swap: Sequence[int] = _SWAP) -> None:
     if producer.op == "Transpose":
         perm = attr(producer, "perm")
-        producer.attrs["perm"] = [int(perm[a]) for a in _SWAP]
+        producer.attrs["perm"] = [int(perm[a]) for a in swap]
     else:
         shape = gs.Constant(names.fresh(f"{producer.name}_unit_swap"), np.array(new, np.int64))
         producer.inputs[1] = shape
@@ -158,10 +159,10 @@ def _produce_swapped(producer: gs.Node, new: List[int], names: Names) -> None:
 
 
 def _read_swapped(graph: gs.Graph, reader: gs.Node, tensor: gs.Tensor, old: List[int],
-                  names: Names, done: Rewrites) -> None:
-    """``reader`` reads ``tensor``'s old layout from its new one."""
+                  names: Names, done: Rewrites, swap: Sequence[int] = _SWAP) -> None:
+    """``reader`` reads ``tensor``'s old layout from its new one (``swap`` maps them)."""
     if reader.op == "Transpose":
-        reader.attrs["perm"] = [_SWAP[int(a)] for a in attr(reader, "perm")]
+        reader.attrs["perm"] = [swap[int(a)] for a in attr(reader, "perm")]
         return
     if reader.op == "Reshape" and _explicit(reader):
         return  # the same elements in the same order

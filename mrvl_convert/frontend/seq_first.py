@@ -1,0 +1,169 @@
+"""Per-position regions of sequence-first transformers ``[T, 1, E]`` run on ``[1, T, E]``.
+
+torch's ``nn.Transformer`` / ``nn.MultiheadAttention`` (``batch_first=False``, the default)
+and models traced from them (g2p-id's tiny-pron) carry activations as ``[T, N, E]`` with
+N = 1. The layer set reads axis 0 as the device's batch, so their per-position layers (a
+LayerNorm's Sub/Div/Mul, residual and bias Adds) are refused "Mul2D takes batch 1; this one
+has batch T". With N = 1, ``[T, 1, E]`` and ``[1, T, E]`` hold the same elements in the same
+memory order (issue 45: the batch limit is the device's batch, not a view of positions).
+
+Requires: static shapes; opset >= 13 (Softmax over the last axis).
+Ensures: each connected region of per-position ops on ``[T, 1, X]`` tensors (T > 1, no model
+output, none an If/Loop body reads) computes on ``[1, T, X]``. Per-position ops: unary
+elementwise ops; binary ones (``Add Sub Mul Div Pow Max Min``) of region tensors and constants
+of rank <= 3; ``MatMul`` by a 2-D constant; reductions (``ReduceMean``, ``ReduceSum``,
+``ReduceMax``, ``ReduceMin``) over the last axis only with kept dims; ``Softmax`` /
+``LogSoftmax`` / ``LayerNormalization`` on the last axis; an int8 model's per-tensor
+QuantizeLinear / DequantizeLinear. A region's entry is rewritten where it is made: a Transpose
+producing it takes the swap into its perm, a Reshape producing it gives ``[1, T, X]``; any
+other entry (a Gather of token embeddings, a model input) is read through a Reshape to
+``[1, T, X]``. A reader outside the region reads the old layout: a Transpose takes the swap
+into its perm, a Reshape to an explicit shape reads it as it is, any other reader reads a
+Reshape back to ``[T, 1, X]``. A constant operand whose broadcast shape ``[a, b, X]`` has
+a > 1 and b > 1 is replaced by its axes 0 and 1 swapped.
+
+Exact: the same ops on the same values; only the shapes that name their order change (a
+constant's swap moves each of its elements to where the same output element now reads it).
+The tests compare onnxruntime's outputs before and after bit for bit
+(``tests/frontend/test_seq_first.py``).
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Set
+
+import numpy as np
+import onnx_graphsurgeon as gs
+
+from mrvl_convert.core.graph import attr, const_value, is_const, reduce_axes, static_shape
+from mrvl_convert.core.qdq_grid import per_tensor_qdq
+from mrvl_convert.frontend.canonical_forms import Names, Rewrites
+from mrvl_convert.frontend.rank_ops import dequantized
+from mrvl_convert.frontend.sequence_ops import kept_names
+from mrvl_convert.frontend.unit_swap import (_BINARY, _UNARY, _produce_swapped, _read_swapped,
+                                             _regions)
+
+_SWAP = (1, 0, 2)
+_REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"})
+_LAST_AXIS = frozenset({"Softmax", "LogSoftmax", "LayerNormalization"})
+
+
+def run_sequence_first(graph: gs.Graph, done: Rewrites) -> bool:
+    """Rewrite every per-position region of ``graph`` in place (see the module); True when one
+    was."""
+    kept, names, changed = kept_names(graph), Names(graph), False
+    region_ops = [n for n in graph.nodes if _per_position(n, kept)]
+    for tensors, ops in _regions(region_ops):
+        _swap_region(graph, tensors, ops, names, done)
+        changed = True
+    return changed
+
+
+def _seq_first(tensor: gs.Tensor) -> bool:
+    """A ``[T, 1, X]`` activation, T > 1 (X may be 1: a mean over the last axis)."""
+    shape = static_shape(tensor)
+    return isinstance(tensor, gs.Variable) and shape is not None and len(shape) == 3 \
+        and shape[0] > 1 and shape[1] == 1 and tensor.dtype is not None \
+        and (np.issubdtype(np.dtype(tensor.dtype), np.floating)
+             or np.dtype(tensor.dtype).itemsize == 1)  # int8 QDQ
+
+
+def _constant(tensor: gs.Tensor) -> bool:
+    return is_const(tensor) or dequantized(tensor) is not None
+
+
+def _broadcast3(value_shape) -> List[int]:
+    return [1] * (3 - len(value_shape)) + list(value_shape)
+
+
+def _operand_ok(tensor: gs.Tensor) -> bool:
+    """A binary op's constant: rank <= 3; a dequantized one must need no swap."""
+    if is_const(tensor):
+        return const_value(tensor).ndim <= 3
+    shape = _broadcast3(const_value(dequantized(tensor).inputs[0]).shape)
+    return len(shape) == 3 and (shape[0] == 1 or shape[1] == 1)
+
+
+def _last_axis_only(node: gs.Node) -> bool:
+    if node.op in _REDUCE:
+        return reduce_axes(node) == [2] and int(attr(node, "keepdims", 1)) == 1
+    return int(attr(node, "axis", -1)) in (-1, 2)
+
+
+def _per_position(node: gs.Node, kept: Set[str]) -> bool:
+    out = node.outputs[0] if len(node.outputs) == 1 else None
+    if out is None or out.name in kept or not _seq_first(out):
+        return False
+    variables = [t for t in node.inputs if t.name and not _constant(t)]
+    if per_tensor_qdq(node):
+        ok = len(variables) == 1 and variables[0] is node.inputs[0]
+    elif node.op in _UNARY:
+        ok = len(node.inputs) == 1
+    elif node.op in _BINARY:
+        ok = len(node.inputs) == 2 and all(_operand_ok(t) for t in node.inputs if _constant(t))
+    elif node.op == "MatMul":
+        ok = len(variables) == 1 and variables[0] is node.inputs[0] and is_const(node.inputs[1]) \
+            and const_value(node.inputs[1]).ndim == 2
+    elif node.op in _REDUCE or node.op in _LAST_AXIS:
+        ok = len(variables) == 1 and variables[0] is node.inputs[0] and _last_axis_only(node)
+    else:
+        ok = False
+    return ok and bool(variables) and all(_seq_first(t) for t in variables)
+
+
+def _swap_region(graph: gs.Graph, tensors: Dict[str, gs.Tensor], ops: List[gs.Node],
+                 names: Names, done: Rewrites) -> None:
+    inside = {id(n) for n in ops}
+    for t in tensors.values():
+        old = static_shape(t)
+        new = [old[a] for a in _SWAP]
+        producer = t.inputs[0] if t.inputs else None
+        if producer is None or id(producer) not in inside and not _rewritable(producer):
+            _read_through_view(graph, t, new, ops, names, done)
+            continue
+        for reader in [r for r in t.outputs if id(r) not in inside]:
+            _read_swapped(graph, reader, t, old, names, done, _SWAP)
+        if producer is not None and id(producer) not in inside:
+            _produce_swapped(producer, new, names, _SWAP)
+            done.rewritten[producer.name] = "gives [1, T, X] for the per-position ops after it"
+        t.shape = new
+    for node in ops:
+        if node.op in _BINARY:
+            _swap_constants(node, names)
+        done.rewritten.setdefault(node.name, "computed on [1, T, X] (sequence-first [T, 1, X])")
+
+
+def _rewritable(producer: gs.Node) -> bool:
+    """A Transpose or a Reshape to a constant shape: it can give the new shape itself."""
+    return len(producer.outputs) == 1 and (
+        producer.op == "Transpose" or producer.op == "Reshape" and is_const(producer.inputs[1]))
+
+
+def _read_through_view(graph: gs.Graph, tensor: gs.Tensor, new: List[int], ops: List[gs.Node],
+                       names: Names, done: Rewrites) -> None:
+    """The region's readers of ``tensor`` (a model input, a Gather's output, ...) read a
+    Reshape of it to ``[1, T, X]``; everything else reads it as it is."""
+    view = gs.Variable(names.fresh(f"{tensor.name}_seq_first"), dtype=tensor.dtype, shape=new)
+    name = names.fresh(f"{tensor.name}_seq_first_view")
+    graph.nodes.append(gs.Node("Reshape", name, inputs=[
+        tensor, gs.Constant(names.fresh(f"{name}_shape"), np.array(new, np.int64))],
+        outputs=[view]))
+    inside = {id(n) for n in ops}
+    for reader in [r for r in tensor.outputs if id(r) in inside]:
+        done.derived.setdefault(name, reader.name)
+        for i, t in enumerate(reader.inputs):
+            if t is tensor:
+                reader.inputs[i] = view
+
+
+def _swap_constants(node: gs.Node, names: Names) -> None:
+    """A constant that varies along both axes 0 and 1 of its broadcast shape has them swapped
+    (a positional table ``[T, 1, E]`` is ``[1, T, E]`` now)."""
+    for i, t in enumerate(node.inputs):
+        if not is_const(t):
+            continue
+        value = const_value(t)
+        shape = _broadcast3(value.shape)
+        if shape[0] == 1 and shape[1] == 1:
+            continue  # broadcasts from the last axis the same on either layout
+        swapped = np.ascontiguousarray(np.swapaxes(value.reshape(shape), 0, 1))
+        node.inputs[i] = gs.Constant(names.fresh(f"{t.name}_seq_first"), swapped)
