@@ -39,8 +39,8 @@ from mrvl_convert.core.qdq_grid import per_tensor_qdq
 from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.rank_ops import dequantized
 from mrvl_convert.frontend.sequence_ops import kept_names
-from mrvl_convert.frontend.unit_swap import (_BINARY, _UNARY, _produce_swapped, _read_swapped,
-                                             _regions)
+from mrvl_convert.frontend.unit_swap import (BINARY, UNARY, produce_swapped, read_swapped,
+                                             regions)
 
 _SWAP = (1, 0, 2)
 _REDUCE = frozenset({"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin"})
@@ -52,8 +52,8 @@ def run_sequence_first(graph: gs.Graph, done: Rewrites) -> bool:
     was."""
     kept, names, changed = kept_names(graph), Names(graph), False
     region_ops = [n for n in graph.nodes if _per_position(n, kept)]
-    for tensors, ops in _regions(region_ops):
-        _swap_region(graph, tensors, ops, names, done)
+    for tensors, ops in regions(region_ops):
+        _swap_region(graph, tensors, ops, names, done, kept)
         changed = True
     return changed
 
@@ -96,9 +96,9 @@ def _per_position(node: gs.Node, kept: Set[str]) -> bool:
     variables = [t for t in node.inputs if t.name and not _constant(t)]
     if per_tensor_qdq(node):
         ok = len(variables) == 1 and variables[0] is node.inputs[0]
-    elif node.op in _UNARY:
+    elif node.op in UNARY:
         ok = len(node.inputs) == 1
-    elif node.op in _BINARY:
+    elif node.op in BINARY:
         ok = len(node.inputs) == 2 and all(_operand_ok(t) for t in node.inputs if _constant(t))
     elif node.op == "MatMul":
         ok = len(variables) == 1 and variables[0] is node.inputs[0] and is_const(node.inputs[1]) \
@@ -111,23 +111,24 @@ def _per_position(node: gs.Node, kept: Set[str]) -> bool:
 
 
 def _swap_region(graph: gs.Graph, tensors: Dict[str, gs.Tensor], ops: List[gs.Node],
-                 names: Names, done: Rewrites) -> None:
+                 names: Names, done: Rewrites, kept: Set[str]) -> None:
     inside = {id(n) for n in ops}
     for t in tensors.values():
         old = static_shape(t)
         new = [old[a] for a in _SWAP]
         producer = t.inputs[0] if t.inputs else None
-        if producer is None or id(producer) not in inside and not _rewritable(producer):
+        if producer is None or id(producer) not in inside and (
+                t.name in kept or not _rewritable(producer)):  # a model output keeps its shape
             _read_through_view(graph, t, new, ops, names, done)
             continue
         for reader in [r for r in t.outputs if id(r) not in inside]:
-            _read_swapped(graph, reader, t, old, names, done, _SWAP)
+            read_swapped(graph, reader, t, old, names, done, _SWAP)
         if producer is not None and id(producer) not in inside:
-            _produce_swapped(producer, new, names, _SWAP)
+            produce_swapped(producer, new, names, _SWAP)
             done.rewritten[producer.name] = "gives [1, T, X] for the per-position ops after it"
         t.shape = new
     for node in ops:
-        if node.op in _BINARY:
+        if node.op in BINARY:
             _swap_constants(node, names)
         done.rewritten.setdefault(node.name, "computed on [1, T, X] (sequence-first [T, 1, X])")
 

@@ -118,6 +118,26 @@ def test_an_embedding_gather_is_read_through_a_view():
     _assert_same_outputs(model, proto)
 
 
+def test_model_outputs_and_outside_readers_keep_the_old_layout():
+    """The entry Transpose's output is also a model output (it keeps its shape: the region
+    reads a view of it) and a Slice outside the region reads the projection (it reads a
+    Reshape back to ``[T, 1, E]``)."""
+    model = _encoder_layer()
+    model.graph.initializer.extend([numpy_helper.from_array(np.array([v], np.int64), k)
+                                    for k, v in (("s0", 0), ("e0", 4), ("ax", 2))])
+    model.graph.node.append(helper.make_node("Slice", ["p", "s0", "e0", "ax"], ["ps"], name="pick"))
+    model.graph.output.extend([helper.make_tensor_value_info("s", TensorProto.FLOAT, [_T, 1, _E]),
+                               helper.make_tensor_value_info("ps", TensorProto.FLOAT, [_T, 1, 4])])
+    changed, graph, proto = _rewritten(model)
+    assert changed
+    assert [list(t.shape) for t in graph.outputs] == [[1, _T, _E], [_T, 1, _E], [_T, 1, 4]]
+    assert list(graph.tensors()["p"].shape) == [1, _T, _E]
+    checked = onnx.shape_inference.infer_shapes(proto, strict_mode=True)
+    feeds = _feeds(model)
+    got, want = run_ort(checked, feeds, optimize=False), run_ort(model, feeds, optimize=False)
+    assert all(np.array_equal(got[k], want[k]) for k in ("y", "s", "ps"))
+
+
 def test_a_mean_over_positions_is_no_per_position_op():
     """A reduction over T (axis 0) mixes positions: the region must not take it."""
     model = _encoder_layer()
