@@ -50,6 +50,8 @@ TensorFlow's atrous Conv, SpaceToBatch -> Conv -> BatchToSpace in any spelling o
 movement, as one Conv with dilations (``space_to_batch.py``: its sums within the bound there),
 and the per-element ops after it in tf2onnx's ``[C, 1, H, W]`` on ``[1, C, H, W]``
 (``unit_swap.py``, exact).
+A sequence-first transformer's per-position ops on ``[T, 1, E]`` (torch's ``batch_first=False``)
+compute on the view ``[1, T, E]`` (``seq_first.py``, exact).
 An Einsum is Transpose, Reshape, ReduceSum, MatMul or Mul layers (``einsum_forms.py``: its
 sums reordered, within the bound stated there), a Slice with a negative step a positive-step
 Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
