@@ -11,7 +11,8 @@ Requires: static shapes; opset >= 13 (Softmax over the last axis).
 Ensures: each connected region of per-position ops on ``[T, 1, X]`` tensors (T > 1, no model
 output, none an If/Loop body reads) computes on ``[1, T, X]``. Per-position ops: unary
 elementwise ops; binary ones (``Add Sub Mul Div Pow Max Min``) of region tensors and constants
-of rank <= 3; ``MatMul`` by a 2-D constant; reductions (``ReduceMean``, ``ReduceSum``,
+of rank <= 3 (an int8 model's dequantized one only broadcasting from the last axis);
+``MatMul`` by a 2-D constant (or int8 weight); reductions (``ReduceMean``, ``ReduceSum``,
 ``ReduceMax``, ``ReduceMin``) over the last axis only with kept dims; ``Softmax`` /
 ``LogSoftmax`` / ``LayerNormalization`` on the last axis; an int8 model's per-tensor
 QuantizeLinear / DequantizeLinear. A region's entry is rewritten where it is made: a Transpose
@@ -75,12 +76,17 @@ def _broadcast3(value_shape) -> List[int]:
     return [1] * (3 - len(value_shape)) + list(value_shape)
 
 
+def _value(tensor: gs.Tensor) -> np.ndarray:
+    return const_value(tensor) if is_const(tensor) else const_value(dequantized(tensor).inputs[0])
+
+
 def _operand_ok(tensor: gs.Tensor) -> bool:
-    """A binary op's constant: rank <= 3; a dequantized one must need no swap."""
+    """A binary op's constant: rank <= 3; a dequantized one (an int8 model's) must broadcast
+    from the last axis alone, as its int8 values are not rewritten here."""
+    shape = _value(tensor).shape
     if is_const(tensor):
-        return const_value(tensor).ndim <= 3
-    shape = _broadcast3(const_value(dequantized(tensor).inputs[0]).shape)
-    return len(shape) == 3 and (shape[0] == 1 or shape[1] == 1)
+        return len(shape) <= 3
+    return len(shape) <= 3 and _broadcast3(shape)[:2] == [1, 1]
 
 
 def _last_axis_only(node: gs.Node) -> bool:
@@ -101,8 +107,8 @@ def _per_position(node: gs.Node, kept: Set[str]) -> bool:
     elif node.op in BINARY:
         ok = len(node.inputs) == 2 and all(_operand_ok(t) for t in node.inputs if _constant(t))
     elif node.op == "MatMul":
-        ok = len(variables) == 1 and variables[0] is node.inputs[0] and is_const(node.inputs[1]) \
-            and const_value(node.inputs[1]).ndim == 2
+        ok = len(variables) == 1 and variables[0] is node.inputs[0] \
+            and _constant(node.inputs[1]) and _value(node.inputs[1]).ndim == 2  # or int8 weight
     elif node.op in _REDUCE or node.op in _LAST_AXIS:
         ok = len(variables) == 1 and variables[0] is node.inputs[0] and _last_axis_only(node)
     else:

@@ -9,8 +9,11 @@ import onnx
 import onnx_graphsurgeon as gs
 from onnx import TensorProto, helper, numpy_helper
 
+import mrvl_convert
 from mrvl_convert.frontend.canonical_forms import Rewrites
 from mrvl_convert.frontend.seq_first import run_sequence_first
+from mrvl_convert.quantize.recipe import Quantization
+from mrvl_convert.verify.compare import compare
 from support.models import run_ort
 from support.strategies.seqaxis import assert_whole_and_verified
 
@@ -152,3 +155,22 @@ def test_a_mean_over_positions_is_no_per_position_op():
 
 def test_the_layer_converts_whole(tmp_path):
     assert_whole_and_verified(_encoder_layer(), tmp_path / "out")
+
+
+def test_the_int8_layer_converts_whole_and_matches_its_reference(tmp_path):
+    """Our int8 recipe on the layer: one Mrvl subgraph (integ12: 2, its LayerNorms on CPU at
+    "batch 12"); the CPU stage only makes the ``[T, 1, E]`` and adds the int8 positional table,
+    which varies along T. The artifact equals verify's reference (the QDQ model, with the
+    layers that stay fp16 rounded where the artifact rounds them) to 0."""
+    rng = np.random.default_rng(3)
+    calibration = {"x": rng.standard_normal((16, _T, _E)).astype(np.float32)}
+    result = mrvl_convert.convert(_encoder_layer(), tmp_path / "out",
+                                  quantize=Quantization(calibration=calibration))
+    assert result.report["summary"]["mrvl_subgraphs"] == 1, result.report["summary"]
+    assert result.report["precision"]["shares"]["int8"] > 0.9, result.report["precision"]
+    feeds = [{"x": rng.standard_normal((1, _T, _E)).astype(np.float32)} for _ in range(3)]
+    art = tmp_path / "out"
+    compared = compare(art / result.manifest["quantization"]["file"], art, feeds,
+                       with_floor=False)
+    outputs = [row for row in compared.rows if row.kind == "output"]
+    assert outputs and all(row.max_abs == 0.0 for row in outputs), compared.summary_line()
