@@ -7,21 +7,21 @@ LayerNorm's Sub/Div/Mul, residual and bias Adds) are refused "Mul2D takes batch 
 has batch T". With N = 1, ``[T, 1, E]`` and ``[1, T, E]`` hold the same elements in the same
 memory order (issue 45: the batch limit is the device's batch, not a view of positions).
 
-Requires: static shapes; opset >= 13 (Softmax over the last axis).
+Requires: static shapes.
 Ensures: each connected region of per-position ops on ``[T, 1, X]`` tensors (T > 1, no model
-output, none an If/Loop body reads) computes on ``[1, T, X]``. Per-position ops: unary
-elementwise ops; binary ones (``Add Sub Mul Div Pow Max Min``) of region tensors and constants
-of rank <= 3 (an int8 model's dequantized one only broadcasting from the last axis);
-``MatMul`` by a 2-D constant (or int8 weight); reductions (``ReduceMean``, ``ReduceSum``,
-``ReduceMax``, ``ReduceMin``) over the last axis only with kept dims; ``Softmax`` /
-``LogSoftmax`` / ``LayerNormalization`` on the last axis; an int8 model's per-tensor
-QuantizeLinear / DequantizeLinear. A region's entry is rewritten where it is made: a Transpose
-producing it takes the swap into its perm, a Reshape producing it gives ``[1, T, X]``; any
-other entry (a Gather of token embeddings, a model input) is read through a Reshape to
-``[1, T, X]``. A reader outside the region reads the old layout: a Transpose takes the swap
-into its perm, a Reshape to an explicit shape reads it as it is, any other reader reads a
-Reshape back to ``[T, 1, X]``. A constant operand whose broadcast shape ``[a, b, X]`` has
-a > 1 and b > 1 is replaced by its axes 0 and 1 swapped.
+output, none an If/Loop body reads) computes on ``[1, T, X]``. Per-position ops: unary elementwise
+ops; binary ones (``Add Sub Mul Div Pow Max Min``) of region tensors and constants of rank <= 3 (an
+int8 model's dequantized one only broadcasting from the last axis); ``MatMul`` by a 2-D constant
+(or int8 weight); reductions (``ReduceMean``, ``ReduceSum``, ``ReduceMax``, ``ReduceMin``) over the
+last axis only with kept dims; ``Softmax`` / ``LogSoftmax`` (its axis given) /
+``LayerNormalization`` on the last axis; an int8 model's per-tensor QuantizeLinear /
+DequantizeLinear. A region's entry is rewritten where it is made: a Transpose producing it takes
+the swap into its perm, a Reshape producing it gives ``[1, T, X]``; any other entry (a Gather of
+token embeddings, a model input) is read through a Reshape to ``[1, T, X]``. A reader outside the
+region reads the old layout: a Transpose takes the swap into its perm, a Reshape to an explicit
+shape reads it as it is, any other reader reads a Reshape back to ``[T, 1, X]``. A constant operand
+whose broadcast shape ``[a, b, X]`` is not ``[1, 1, X]`` is replaced by it with axes 0 and 1
+swapped (a positional table ``[T, 1, E]``).
 
 Exact: the same ops on the same values; only the shapes that name their order change (a
 constant's swap moves each of its elements to where the same output element now reads it).
@@ -65,7 +65,7 @@ def _seq_first(tensor: gs.Tensor) -> bool:
     return isinstance(tensor, gs.Variable) and shape is not None and len(shape) == 3 \
         and shape[0] > 1 and shape[1] == 1 and tensor.dtype is not None \
         and (np.issubdtype(np.dtype(tensor.dtype), np.floating)
-             or np.dtype(tensor.dtype).itemsize == 1)  # int8 QDQ
+             or np.dtype(tensor.dtype) in (np.int8, np.uint8))  # an int8 model's Q/DQ
 
 
 def _constant(tensor: gs.Tensor) -> bool:
@@ -92,6 +92,8 @@ def _operand_ok(tensor: gs.Tensor) -> bool:
 def _last_axis_only(node: gs.Node) -> bool:
     if node.op in _REDUCE:
         return reduce_axes(node) == [2] and int(attr(node, "keepdims", 1)) == 1
+    if node.op != "LayerNormalization" and "axis" not in node.attrs:
+        return False  # before opset 13 a Softmax's default axis 1 spans [1, T, X]'s T and X
     return int(attr(node, "axis", -1)) in (-1, 2)
 
 

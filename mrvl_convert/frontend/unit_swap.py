@@ -35,8 +35,8 @@ from mrvl_convert.frontend.rank_ops import dequantized
 from mrvl_convert.frontend.sequence_ops import kept_names
 
 UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
-                    "HardSwish", "Softplus", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal",
-                    "Erf", "Sign", "Atan"})
+                   "HardSwish", "Softplus", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal",
+                   "Erf", "Sign", "Atan"})
 BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
 _SWAP = (1, 0, 2, 3)
 
@@ -148,7 +148,7 @@ def _unswap(graph: gs.Graph, tensors: Dict[str, gs.Tensor], ops: List[gs.Node], 
 
 
 def produce_swapped(producer: gs.Node, new: List[int], names: Names,
-                     swap: Sequence[int] = _SWAP) -> None:
+                    swap: Sequence[int] = _SWAP) -> None:
     """``producer`` (a Transpose or a Reshape to a constant shape) writes ``new`` instead."""
     if producer.op == "Transpose":
         perm = attr(producer, "perm")

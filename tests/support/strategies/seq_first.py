@@ -1,6 +1,7 @@
 """Hypothesis strategies for sequence-first ``[T, 1, E]`` layers (``frontend/seq_first.py``):
 a drawn chain of per-position ops (bias and positional Adds, Muls by per-feature scales, unary
-activations, MatMuls by constants, last-axis means and their Subs, residual Adds) on a
+activations, MatMuls by constants, last-axis means and their Subs, last-axis Softmaxes,
+residual Adds) on a
 ``[T, 1, E]`` made by a Transpose of a batch-first input or by an embedding Gather."""
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ import onnx
 from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
-_STEPS = ("bias", "positions", "scale", "relu", "tanh", "matmul", "center", "residual")
+_STEPS = ("bias", "positions", "scale", "relu", "tanh", "matmul", "center", "residual",
+          "softmax")
 
 
 @dataclass
@@ -57,6 +59,8 @@ class _Chain:
         elif kind == "matmul":
             self.width = 2 * width if width < 16 else width // 2
             self.node("MatMul", [last, self.const([width, self.width])])
+        elif kind == "softmax":
+            self.node("Softmax", [last], axis=-1)
         elif kind == "center":
             mean = self.node("ReduceMean", [last], axes=[-1])
             self.node("Sub", [last, mean])
@@ -75,7 +79,8 @@ def seq_first_models(draw, entry: str = None) -> SeqFirstCase:
     chain = _Chain(np.random.default_rng(seed), steps, width)
     if entry == "Transpose":
         x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, steps, width])
-        chain.nodes.append(helper.make_node("Transpose", ["x"], ["s"], name="entry", perm=[1, 0, 2]))
+        chain.nodes.append(helper.make_node("Transpose", ["x"], ["s"], name="entry",
+                                            perm=[1, 0, 2]))
     else:
         x = helper.make_tensor_value_info("x", TensorProto.INT64, [steps, 1])
         chain.nodes.append(helper.make_node("Gather", [chain.const([10, width]), "x"], ["s"],
