@@ -141,16 +141,20 @@ def test_model_outputs_and_outside_readers_keep_the_old_layout():
     assert all(np.array_equal(got[k], want[k]) for k in ("y", "s", "ps"))
 
 
-def test_a_mean_over_positions_is_no_per_position_op():
-    """A reduction over T (axis 0) mixes positions: the region must not take it."""
+def test_a_mean_over_positions_reduces_axis_1_of_the_view():
+    """A mean over T (axis 0) mixes positions: it is no region op, but it reads the view and
+    reduces its axis 1 (the same elements, the same [1, 1, E]) rather than a Reshape back."""
     model = _encoder_layer()
-    graph = gs.import_onnx(model)
-    mean = next(n for n in graph.nodes if n.name == "ln1_mean")
-    mean.attrs["axes"] = [0]
-    mean.outputs[0].shape = [1, 1, _E]
-    changed = run_sequence_first(graph, Rewrites())
-    assert changed  # the rest of the layer still forms regions
-    assert list(mean.inputs[0].shape) == [_T, 1, _E]  # the mean reads the sequence-first form
+    mean = next(n for n in model.graph.node if n.name == "ln1_mean")
+    mean.attribute[0].ints[:] = [0]
+    del model.graph.value_info[:]
+    model = onnx.shape_inference.infer_shapes(model)
+    changed, graph, proto = _rewritten(model)
+    assert changed
+    node = next(n for n in graph.nodes if n.name == "ln1_mean")
+    assert list(node.inputs[0].shape) == [1, _T, _E] and list(node.attrs["axes"]) == [1]
+    assert list(node.outputs[0].shape) == [1, 1, _E]
+    _assert_same_outputs(model, proto)
 
 
 def test_the_layer_converts_whole(tmp_path):

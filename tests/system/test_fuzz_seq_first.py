@@ -1,7 +1,7 @@
 """Property tests over drawn sequence-first ``[T, 1, E]`` chains
 (tests/support/strategies/seq_first.py, ``frontend/seq_first.py``): the rewrite keeps
-onnxruntime's outputs bit for bit, and a chain from a batch-first input converts whole (one
-Mrvl subgraph, verify passing). Quick profile by default (a tenth of its examples)."""
+onnxruntime's outputs bit for bit, and a chain from a batch-first input with an FC and no mean
+over the positions converts whole (one Mrvl subgraph, verify passing). Quick profile by default (a tenth of its examples)."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,7 +25,7 @@ _FEW = settings(max_examples=max(2, settings.default.max_examples // 10), deadli
 @given(case=seq_first_models())
 def test_the_rewrite_keeps_onnxruntime_outputs_bit_for_bit(case):
     graph = gs.import_onnx(case.model)
-    assert run_sequence_first(graph, Rewrites())
+    run_sequence_first(graph, Rewrites())  # a chain of only "pooled" has no region
     graph.cleanup(remove_unused_graph_inputs=False).toposort()
     proto = gs.export_onnx(graph)
     proto.ir_version = case.model.ir_version
@@ -38,5 +38,8 @@ def test_the_rewrite_keeps_onnxruntime_outputs_bit_for_bit(case):
 @given(case=seq_first_models(entry="Transpose"))
 def test_a_batch_first_chain_converts_whole(case, tmp_path_factory):
     assume("matmul" in case.spec["kinds"])  # a Mrvl region needs a compute-heavy layer
+    # An Add of [T, 1, E] and an activation [1, 1, E] (the pooled mean) is no region op
+    # (seq_first.py): the mean of the model's batch axis stays on CPU.
+    assume("pooled" not in case.spec["kinds"])
     assert_whole_and_verified(case.model, tmp_path_factory.mktemp("seq_first") / "art",
                               samples=1)

@@ -1,7 +1,7 @@
 """Hypothesis strategies for sequence-first ``[T, 1, E]`` layers (``frontend/seq_first.py``):
 a drawn chain of per-position ops (bias and positional Adds, Muls by per-feature scales, unary
 activations, MatMuls by constants, last-axis means and their Subs, last-axis Softmaxes,
-residual Adds) on a
+residual Adds, a mean over the positions added back) on a
 ``[T, 1, E]`` made by a Transpose of a batch-first input or by an embedding Gather."""
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from onnx import TensorProto, helper, numpy_helper
 
 _STEPS = ("bias", "positions", "scale", "relu", "tanh", "matmul", "center", "residual",
-          "softmax")
+          "softmax", "pooled")
 
 
 @dataclass
@@ -61,6 +61,9 @@ class _Chain:
             self.node("MatMul", [last, self.const([width, self.width])])
         elif kind == "softmax":
             self.node("Softmax", [last], axis=-1)
+        elif kind == "pooled":  # a mean over the positions added back: mixes positions
+            pooled = self.node("ReduceMean", [last], axes=[0])
+            self.node("Add", [last, pooled])
         elif kind == "center":
             mean = self.node("ReduceMean", [last], axes=[-1])
             self.node("Sub", [last, mean])
