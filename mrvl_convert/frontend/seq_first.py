@@ -9,7 +9,8 @@ memory order (issue 45: the batch limit is the device's batch, not a view of pos
 
 Requires: static shapes.
 Ensures: each connected region of per-position ops on ``[T, 1, X]`` tensors (T > 1, no model
-output, none an If/Loop body reads) computes on ``[1, T, X]``. Per-position ops: unary elementwise
+output, none an If/Loop body reads, none read outside it by a node writing more than 3 axes: a
+``[C, 1, 1]`` gate of a 4-D map) computes on ``[1, T, X]``. Per-position ops: unary elementwise
 ops; binary ones (``Add Sub Mul Div Pow Max Min``) of region tensors and constants of rank <= 3 (an
 int8 model's dequantized one only broadcasting from the last axis); ``MatMul`` by a 2-D constant
 (or int8 weight); reductions (``ReduceMean``, ``ReduceSum``, ``ReduceMax``, ``ReduceMin``) over the
@@ -58,9 +59,18 @@ def run_sequence_first(graph: gs.Graph, done: Rewrites) -> bool:
     kept, names, changed = kept_names(graph), Names(graph), False
     region_ops = [n for n in graph.nodes if _per_position(n, kept)]
     for tensors, ops in regions(region_ops):
-        _swap_region(graph, tensors, ops, names, done, kept)
-        changed = True
+        if _read_as_positions(tensors, ops):
+            _swap_region(graph, tensors, ops, names, done, kept)
+            changed = True
     return changed
+
+
+def _read_as_positions(tensors: Dict[str, gs.Tensor], ops: List[gs.Node]) -> bool:
+    """No tensor of the region is broadcast into a higher rank outside it: a ``[C, 1, 1]``
+    gate multiplying a 4-D map is per-channel there, not a sequence of positions."""
+    inside = {id(n) for n in ops}
+    return all(len(static_shape(out) or []) <= 3 for t in tensors.values()
+               for r in t.outputs if id(r) not in inside for out in r.outputs)
 
 
 def _seq_first(tensor: gs.Tensor) -> bool:

@@ -157,6 +157,23 @@ def test_a_mean_over_positions_reduces_axis_1_of_the_view():
     _assert_same_outputs(model, proto)
 
 
+def test_a_channel_gate_of_a_4d_map_is_no_sequence():
+    """``[C, 1, 1]`` through a Sigmoid, multiplying ``[1, C, H, W]``: a per-channel gate in its
+    broadcast form, left as it is (a view would break the Mul's int8 pair)."""
+    nodes = [helper.make_node("ReduceMean", ["x"], ["m"], name="pool", axes=[0, 2, 3]),
+             helper.make_node("Reshape", ["m", "shape"], ["flat"], name="flat"),
+             helper.make_node("Sigmoid", ["flat"], ["gate"], name="sigmoid"),
+             helper.make_node("Mul", ["x", "gate"], ["y"], name="gate_mul")]
+    graph = helper.make_graph(
+        nodes, "gate", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])],
+        [numpy_helper.from_array(np.array([4, 1, 1], np.int64), "shape")])
+    model = onnx.shape_inference.infer_shapes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]))
+    changed, graph, _ = _rewritten(model)
+    assert not changed and list(graph.tensors()["gate"].shape) == [4, 1, 1]
+
+
 def test_the_layer_converts_whole(tmp_path):
     assert_whole_and_verified(_encoder_layer(), tmp_path / "out")
 
