@@ -50,6 +50,8 @@ TensorFlow's atrous Conv, SpaceToBatch -> Conv -> BatchToSpace in any spelling o
 movement, as one Conv with dilations (``space_to_batch.py``: its sums within the bound there),
 and the per-element ops after it in tf2onnx's ``[C, 1, H, W]`` on ``[1, C, H, W]``
 (``unit_swap.py``, exact).
+A sequence-first transformer's per-position ops on ``[T, 1, E]`` (torch's ``batch_first=False``)
+compute on the view ``[1, T, E]`` (``seq_first.py``, exact).
 An Einsum is Transpose, Reshape, ReduceSum, MatMul or Mul layers (``einsum_forms.py``: its
 sums reordered, within the bound stated there), a Slice with a negative step a positive-step
 Slice and 0/1 selection layers (``slice_forms.py``: exact for finite inputs).
@@ -121,6 +123,7 @@ from mrvl_convert.frontend.rsqrt_forms import rewrite_rsqrt_forms
 from mrvl_convert.frontend.shape_arithmetic import (export_weightless, fold_shape_arithmetic,
                                                     infer_model_shapes)
 from mrvl_convert.frontend.sequence_lift import lift_sequences
+from mrvl_convert.frontend.seq_first import run_sequence_first
 from mrvl_convert.frontend.shapes import resolve_shapes
 from mrvl_convert.frontend.shape_failures import after_failures, declared_dims
 from mrvl_convert.frontend.slice_forms import rewrite_reversed_slices
@@ -234,6 +237,8 @@ def _canonicalize(loaded: LoadedModel, verbose: bool,
     if lift_batchless(graph, forms, _opset(loaded)):  # [H, W, C] between Squeeze(0)/Unsqueeze(0) as [1, H, W, C]
         toposort(cleanup(graph))
     if lift_sequences(graph, _opset(loaded), forms):  # frames [T, ...] as [1, T, ...]
+        toposort(cleanup(graph))
+    if run_sequence_first(graph, forms):  # exact: torch's [T, 1, E] per position as [1, T, E]
         toposort(cleanup(graph))
     tokens = rewrite_tokens(graph, _opset(loaded), forms)
     heads = rewrite_packed_qkv(graph, _opset(loaded), forms)

@@ -23,7 +23,7 @@ Exact: the same ops on the same values; only the shapes that name their order ch
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -34,10 +34,10 @@ from mrvl_convert.frontend.canonical_forms import Names, Rewrites
 from mrvl_convert.frontend.rank_ops import dequantized
 from mrvl_convert.frontend.sequence_ops import kept_names
 
-_UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
-                    "HardSwish", "Softplus", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal",
-                    "Erf", "Sign", "Atan"})
-_BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
+UNARY = frozenset({"Relu", "LeakyRelu", "Sigmoid", "Tanh", "Elu", "Selu", "HardSigmoid",
+                   "HardSwish", "Softplus", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal",
+                   "Erf", "Sign", "Atan"})
+BINARY = frozenset({"Add", "Sub", "Mul", "Div", "Pow", "Max", "Min"})
 _SWAP = (1, 0, 2, 3)
 
 
@@ -47,7 +47,7 @@ def unswap_unit_batches(graph: gs.Graph, done: Rewrites) -> bool:
         return False
     kept, names, changed = kept_names(graph), Names(graph), False
     region_ops = [n for n in graph.nodes if _per_element(n, kept)]
-    for tensors, ops in _regions(region_ops):
+    for tensors, ops in regions(region_ops):
         if _entries_movable(tensors, ops):
             _unswap(graph, tensors, ops, names, done)
             changed = True
@@ -82,16 +82,16 @@ def _per_element(node: gs.Node, kept: Set[str]) -> bool:
     constants = [t for t in node.inputs if _constant(t)]
     if per_tensor_qdq(node):  # one scale and zero point: per element (int8 models)
         ok = len(variables) == 1 and variables[0] is node.inputs[0]
-    elif node.op in _UNARY:
+    elif node.op in UNARY:
         ok = len(node.inputs) == 1
     else:
-        ok = node.op in _BINARY and len(node.inputs) == 2 and all(
+        ok = node.op in BINARY and len(node.inputs) == 2 and all(
             _value(t).size == 1 and _value(t).ndim <= 4 for t in constants)
     return ok and bool(variables) and all(
         _swapped(t, kept) and static_shape(t) == shape for t in variables)
 
 
-def _regions(ops: List[gs.Node]):
+def regions(ops: List[gs.Node]) -> Iterator[Tuple[Dict[str, gs.Tensor], List[gs.Node]]]:
     """Connected components of the per-element ops, joined by the tensors they share."""
     owner: Dict[str, int] = {}
     parent = list(range(len(ops)))
@@ -135,10 +135,10 @@ def _unswap(graph: gs.Graph, tensors: Dict[str, gs.Tensor], ops: List[gs.Node], 
         old = static_shape(t)
         new = [old[a] for a in _SWAP]
         for reader in [r for r in t.outputs if id(r) not in inside]:
-            _read_swapped(graph, reader, t, old, names, done)
+            read_swapped(graph, reader, t, old, names, done)
         producer = t.inputs[0]
         if id(producer) not in inside:
-            _produce_swapped(producer, new, names)
+            produce_swapped(producer, new, names)
             done.rewritten[producer.name] = "gives [1, C, H, W] for the per-element ops after it"
         t.shape = new
     for node in ops:
@@ -147,21 +147,23 @@ def _unswap(graph: gs.Graph, tensors: Dict[str, gs.Tensor], ops: List[gs.Node], 
         done.rewritten.setdefault(node.name, "computed on [1, C, H, W] (tf2onnx's [C, 1, H, W])")
 
 
-def _produce_swapped(producer: gs.Node, new: List[int], names: Names) -> None:
+def produce_swapped(producer: gs.Node, new: List[int], names: Names,
+                    swap: Sequence[int] = _SWAP) -> None:
+    """``producer`` (a Transpose or a Reshape to a constant shape) writes ``new`` instead."""
     if producer.op == "Transpose":
         perm = attr(producer, "perm")
-        producer.attrs["perm"] = [int(perm[a]) for a in _SWAP]
+        producer.attrs["perm"] = [int(perm[a]) for a in swap]
     else:
         shape = gs.Constant(names.fresh(f"{producer.name}_unit_swap"), np.array(new, np.int64))
         producer.inputs[1] = shape
         producer.attrs.pop("allowzero", None)
 
 
-def _read_swapped(graph: gs.Graph, reader: gs.Node, tensor: gs.Tensor, old: List[int],
-                  names: Names, done: Rewrites) -> None:
-    """``reader`` reads ``tensor``'s old layout from its new one."""
+def read_swapped(graph: gs.Graph, reader: gs.Node, tensor: gs.Tensor, old: List[int],
+                  names: Names, done: Rewrites, swap: Sequence[int] = _SWAP) -> None:
+    """``reader`` reads ``tensor``'s old layout from its new one (``swap`` maps them)."""
     if reader.op == "Transpose":
-        reader.attrs["perm"] = [_SWAP[int(a)] for a in attr(reader, "perm")]
+        reader.attrs["perm"] = [swap[int(a)] for a in attr(reader, "perm")]
         return
     if reader.op == "Reshape" and _explicit(reader):
         return  # the same elements in the same order
