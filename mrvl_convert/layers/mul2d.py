@@ -2,7 +2,8 @@
 optional fused activation. The second operand may broadcast into the first (a squeeze-excite gate
 ``[N, C, 1, 1]`` times ``[N, C, H, W]``). Also what a Div by a constant becomes (times the
 reciprocal), the last layer of a HardSwish (``_decompose.py``) and of a GELU (``gelu.py``), and
-``Div(d, Sqrt(v))`` as Rsqrt then Mul2D (``layer_norm.py``).
+``Div(d, Sqrt(v))`` as Rsqrt then Mul2D (``layer_norm.py``), and a Div of two activations as
+Power(b, -1) then Mul2D (``_div_pairs.py``).
 
 The contract is the newer codegen's ``mrvl.mul``: ``CreateCompositeMrvlMulLayer`` (princekumar70/
 tvm@9446d803b92cdc8c4996a11f52b8f13dec1a02a3 src/relay/backend/contrib/mrvl/codegen.cc), R4
@@ -30,6 +31,7 @@ from mrvl_convert.kernels.layerspec import LayerSpec
 from mrvl_convert.kernels.onnx_form import OnnxBuilder
 from mrvl_convert.kernels.ufuncs import activate_inplace
 from mrvl_convert.layers._decompose import lower_hardswish, physical_const
+from mrvl_convert.layers._div_pairs import lower_div_pair
 from mrvl_convert.layers._kind import FUSED_ACTIVATION, Const, LayerKind, roles
 from mrvl_convert.layers._lowering import activation, new_layer
 from mrvl_convert.layers._unary import ONLY_MARVELL
@@ -71,6 +73,9 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
         return
     if composite.binding.node("quotient") is not None:
         lower_sqrt_div(composite, ctx)
+        return
+    if composite.binding.node("divide") is not None:
+        lower_div_pair(composite, ctx)
         return
     div = composite.binding.node("div")
     node = div if div is not None else composite.binding.node("mul")
@@ -155,7 +160,8 @@ KIND = LayerKind(
             " constant (already in physical order) that numpy-broadcasts into the first",
     kernel=Mul2DKernel,
     lower=lower,
-    one_of_roles=roles("mul", "div", "hardswish", "gelu", "gate", "quotient", "normalized"),
+    one_of_roles=roles("mul", "div", "hardswish", "gelu", "gate", "quotient", "normalized",
+                       "divide"),
     # a GELU's Erf form (gelu.py) and Div(d, Sqrt(v)) (layer_norm.py) name their other steps
     optional_roles=roles("act", "scale", "erf", "one", "half", "sqrt", "cube", "cubic", "inner",
                          "arg", "tanh", "l2", "clamp", "expand"),
