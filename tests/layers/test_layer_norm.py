@@ -88,14 +88,15 @@ def test_layer_norm_over_other_axes_stays_on_cpu_and_says_why(tmp_path):
 
 def test_a_division_of_the_sqrt_by_an_activation_is_not_taken(tmp_path):
     """Div(Sqrt(v), d): the Sqrt is the dividend, no Rsqrt form of it (the Sqrt alone is a
-    Power layer, mrvl.sqrt; the division by an activation stays on the CPU)."""
+    Power layer, mrvl.sqrt); the division by an activation is the general pair form,
+    Power(d, -1) then Mul2D (mrvl.div_pair, layers/_div_pairs.py), not mrvl.sqrt_div."""
     b = Builder()
     x = token_front(b, [1, 4, 8])
     s = b.op("Sqrt", [b.op("Relu", [x])], name="sqrt")
     model = b.model([b.op("Div", [s, b.op("Add", [x, b.const(np.float32(100))])], name="div")])
     result = mrvl_convert.convert(model, tmp_path / "o")
-    assert result.placement("div")["placement"] == "cpu"
-    assert "only a division of an activation by a constant" in result.placement("div")["reason"]
+    assert result.placement("div")["rule"] == "mrvl.div_pair"
+    assert result.placement("sqrt")["rule"] == "mrvl.sqrt"
 
 
 def _run(model, tmp_path, x):
