@@ -48,9 +48,10 @@ def _dequantized_copies(proto: onnx.ModelProto) -> List[List[str]]:
 
 def _moves_only(node: onnx.NodeProto) -> bool:
     """A node that hands its first input's values on as they are: a move, or a Cast to float32.
-    A float16-stored model's float32 twin (``frontend/float16_model.py``) keeps the model's
-    Casts to float32 of what were float16 tensors, now of float32 ones: identities the
-    converter drops, so an exact layer's float32 result passes them unrounded."""
+    A Cast to float32 of a float32 tensor (a float16-stored model's float32 twin,
+    ``frontend/float16_model.py``, keeps its Casts so; half-precision exports such as Silero
+    VAD's ``silero_vad_half.onnx`` write them) is an identity the converter drops, so an exact
+    layer's float32 result passes it unrounded."""
     if node.op_type == "Cast":
         return any(a.name == "to" and a.i == onnx.TensorProto.FLOAT for a in node.attribute)
     return node.op_type in _MOVES
