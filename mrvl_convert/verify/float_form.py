@@ -13,14 +13,12 @@ rewrites add (a decomposed PRelu's steps, a Sum's partial sums) from this form.
 - requires: the float model, named as the converter names nodes (``name_nodes``), and the
   artifact's session;
 - ensures: a float ``ModelProto`` onnxruntime can run; when the canonicalization refuses the
-  model (a shape it cannot fix), the ``quantized_float_form`` alone. A DequantizeLinear the
-  canonicalization copied per reader is read as the original again (``read_originals``): its
-  copies stay, read by nothing, for the stage boundaries named after them.
+  model (a shape it cannot fix), the ``quantized_float_form`` alone.
 """
 from __future__ import annotations
 
 import warnings
-from typing import List, Mapping
+from typing import List
 
 import onnx
 import onnx_graphsurgeon as gs
@@ -43,44 +41,11 @@ def mapped_form(proto: onnx.ModelProto, session: HybridSession) -> onnx.ModelPro
             # the norms the artifact scaled, scaled alike (exact): the rounded reference
             # computes them in range as the artifact does
             scales = (session.manifest.get("options") or {}).get("norm_scales")
-            canonical = canonicalize(load_model(form, shapes=shapes), verbose=False,
-                                     norm_scales=scales)
-            read_originals(canonical.graph, canonical.copies)
-            return gs.export_onnx(canonical.graph, do_type_check=False)
+            graph = canonicalize(load_model(form, shapes=shapes), verbose=False,
+                                 norm_scales=scales).graph
+            return gs.export_onnx(graph, do_type_check=False)
     except MrvlConvertError:
         return form
-
-
-def read_originals(graph: gs.Graph, copies: Mapping[str, str]) -> None:
-    """Every reader of a DequantizeLinear's copy (``dedicate_dequantize``) reads the original's
-    output, as the layers name it (their ``source_nodes`` name the original); the copy stays,
-    read by no node, for a stage boundary that bears its name. Exact: a copy computes the same
-    values from the same inputs. Why: the rounded reference (``kept_fp16.py``) leaves unrounded
-    what an exact layer hands an fp16 layer, found by the exact layer's source nodes' outputs;
-    reading the copy, the fp16 layer's input was rounded in the form but not in the model, and
-    every tensor only the form has (a copy at a boundary) was compared with a value int8 steps
-    off (g2p-id tiny-pron's ``query_DequantizeLinear_Output_for_Add_134``)."""
-    nodes = {node.name: node for node in graph.nodes}
-    moved = False
-    for name, original in copies.items():
-        copy, source = nodes.get(name), nodes.get(original)
-        if copy is None or source is None or not _same_dequantize(copy, source):
-            continue  # a later rewrite changed one of them: left as it is
-        target, value = copy.outputs[0], source.outputs[0]
-        for reader in list(target.outputs):
-            for k, tensor in enumerate(reader.inputs):
-                if tensor is target:
-                    reader.inputs[k] = value
-        moved = True
-    if moved:
-        graph.toposort()
-
-
-def _same_dequantize(copy: gs.Node, source: gs.Node) -> bool:
-    """``copy`` still computes what ``source`` does: one DequantizeLinear of the same tensors."""
-    return (copy.op == source.op == "DequantizeLinear" and len(copy.inputs) == len(source.inputs)
-            and all(a is b for a, b in zip(copy.inputs, source.inputs))
-            and copy.attrs == source.attrs and len(copy.outputs) == len(source.outputs) == 1)
 
 
 def equalized(session: HybridSession) -> bool:

@@ -151,8 +151,14 @@ def test_a_quantizer_conversion_failure_is_a_clear_error(tmp_path, monkeypatch):
     def refuse(model, target):
         raise ConvertError("Input convolution_W is undefined!")
     monkeypatch.setattr(onnx.version_converter, "convert_version", refuse)
-    # The converter's own words at onnxruntime >= 1.19; 1.18's quantize_static fails first on
-    # the unconverted IR-3 model ("Required inputs ... are missing"): either is this line.
+    if tuple(int(p) for p in ort.__version__.split(".")[:2]) < (1, 19):
+        # 1.18's quantize_static runs no version converter; it used to fail on the IR-3 model's
+        # initializers listed as inputs ("Required inputs ... are missing"), which the recipe
+        # now makes constants first (quantize/recipe.py): nothing fails, the model quantizes
+        result = convert(super_resolution(), tmp_path / "a",
+                         quantize=Quantization(calibration=_calibration()))
+        assert result.manifest["quantization"]
+        return
     with pytest.raises(UnsupportedModelError, match="quantize_static cannot quantize it") as caught:
         convert(super_resolution(), tmp_path / "a",
                 quantize=Quantization(calibration=_calibration()))

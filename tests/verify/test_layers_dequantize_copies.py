@@ -2,7 +2,8 @@
 DequantizeLinear's copy ``<x>_DequantizeLinear_Output_for_<reader>`` at a stage boundary) from
 that rewrite (``verify/float_form.py``), rounded where the artifact's fp16 layers round
 (``verify/kept_fp16.py``). The copy is ``frontend/qdq.py``'s ``dedicate_dequantize``; the layers
-name the original. On integ12 an fp16 layer reading the copy (a post-norm residual Add reading
+name the original, and ``verify/kept_moves.py`` reads a DequantizeLinear copy of one quantized
+tensor as holding the exact layer's unrounded value. Before it an fp16 layer reading the copy (a post-norm residual Add reading
 the dequantized LayerNorm output its FFN also reads) had that input rounded in the rewrite and
 not in the model, so the rewrite's values drifted by int8 steps from the LayerNorm after it on:
 g2p-id tiny-pron's int8 artifact FAILed ``--layers`` on eight
