@@ -17,15 +17,16 @@ goes to graphsurgeon's own cleanup (which raises its error for the latter).
 from __future__ import annotations
 
 from collections import deque
-from operator import attrgetter
 from typing import Deque, List, Optional, Sequence, Set
 
 import onnx_graphsurgeon as gs
 
+from mrvl_convert.core.graph import local_names, subgraphs
+
 
 def cleanup(graph: gs.Graph) -> gs.Graph:
     """``graph`` cleaned up in place (returned, as ``gs.Graph.cleanup`` returns it)."""
-    if getattr(graph, "functions", None) or any(_holds_graph(node) for node in graph.nodes):
+    if getattr(graph, "functions", None) or any(subgraphs(node) for node in graph.nodes):
         return graph.cleanup(remove_unused_graph_inputs=False)
     for tensor in graph.inputs:  # first, as graphsurgeon: their producers are not used
         tensor.inputs.clear()
@@ -44,37 +45,12 @@ def cleanup(graph: gs.Graph) -> gs.Graph:
     return graph
 
 
-def _holds_graph(node: gs.Node) -> bool:
-    """``any(node.subgraphs())`` without its generator."""
-    for value in node.attrs.values():
-        if isinstance(value, gs.Graph):
-            return True
-    return False
-
-
-def _local_names(graph: gs.Graph) -> Set[str]:
-    """The names ``Graph._local_tensors`` maps, as far as the walk can tell them apart: the
-    nodes' outputs, the graph's inputs and the constants. (It maps a constant's name only when
-    the last tensor of that name is the constant; a name it leaves out here that is a constant
-    elsewhere names no tensor an in-graph node makes, so walking it adds no node.)"""
-    name = attrgetter("name")
-    local = set(map(name, graph.inputs))
-    for node in graph.nodes:
-        local.update(map(name, node.outputs))
-        for tensor in node.inputs:
-            if isinstance(tensor, gs.Constant):
-                local.add(tensor.name)
-    local.update(t.name for t in graph.outputs if isinstance(t, gs.Constant))
-    local.discard("")  # an omitted optional tensor: taken by the walk without a name test
-    return local
-
-
 def _used_nodes(graph: gs.Graph) -> Optional[Set[int]]:
     """The ids of the nodes some output depends on (``Graph._get_used_node_ids``'s walk: a
     tensor is taken once per name, an omitted one always, one not local never; the outputs
     first, then each taken tensor's producers' inputs in turn), or None when the walk reaches
     a node that is not in ``graph.nodes``."""
-    local, seen = _local_names(graph), set()
+    local, seen = local_names(graph), set()
     listed = set(map(id, graph.nodes))
     reads: Deque[Sequence[gs.Tensor]] = deque([graph.outputs])  # what to take, in order
     queue: List[gs.Tensor] = []

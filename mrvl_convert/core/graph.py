@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import functools
-from typing import Any, Collection, Dict, List, Optional, Sequence
+from typing import Any, Collection, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 import onnx_graphsurgeon as gs
@@ -147,6 +147,18 @@ def subgraphs(node: gs.Node) -> List[gs.Graph]:
         items = value if isinstance(value, (list, tuple)) else [value]
         found.extend(v for v in items if isinstance(v, gs.Graph))
     return found
+
+
+def local_names(graph: gs.Graph) -> Set[str]:
+    """The names of ``graph._local_tensors()`` (what its nodes write, its inputs, its
+    constants), without building graphsurgeon's checked map of every tensor first; an omitted
+    optional tensor's "" is not one (graphsurgeon's walks take it without a name test)."""
+    names = {t.name for node in graph.nodes for t in node.outputs}
+    names.update(t.name for t in graph.inputs)
+    names.update(t.name for t in graph.outputs if isinstance(t, gs.Constant))
+    names.update(t.name for node in graph.nodes for t in node.inputs if isinstance(t, gs.Constant))
+    names.discard("")
+    return names
 
 
 def outer_inputs(node: gs.Node) -> List[gs.Tensor]:

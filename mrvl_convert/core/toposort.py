@@ -18,6 +18,8 @@ from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import onnx_graphsurgeon as gs
 
+from mrvl_convert.core.graph import local_names
+
 
 def toposort(graph: gs.Graph) -> gs.Graph:
     """``graph`` sorted in place (returned, as ``gs.Graph.toposort`` returns it)."""
@@ -62,7 +64,7 @@ def _level_order(graph: gs.Graph, holders: Set[int]) -> Optional[List[gs.Node]]:
     """The nodes by level, ties in the order their levels were settled; None on a cycle or a
     producer outside the graph."""
     members = {id(node) for node in graph.nodes}
-    local = _local_names(graph)
+    local = local_names(graph)
     # id -> (node, level), in the order the depth-first walk settles them
     settled: Dict[int, Tuple[gs.Node, int]] = {}
     for root in graph.nodes:
@@ -90,14 +92,3 @@ def _level_order(graph: gs.Graph, holders: Set[int]) -> Optional[List[gs.Node]]:
     ranked = list(settled.values())
     ranked.sort(key=lambda entry: entry[1])  # stable: ties keep the settling order
     return [node for node, _ in ranked]
-
-
-def _local_names(graph: gs.Graph) -> Set[str]:
-    """The names of ``graph._local_tensors()`` (what its nodes write, its inputs, its
-    constants), without building graphsurgeon's checked map of every tensor first."""
-    names = {t.name for node in graph.nodes for t in node.outputs if not t.is_empty()}
-    names.update(t.name for t in graph.inputs)
-    names.update(t.name for t in graph.outputs if isinstance(t, gs.Constant) and not t.is_empty())
-    names.update(t.name for node in graph.nodes for t in node.inputs
-                 if isinstance(t, gs.Constant) and not t.is_empty())
-    return names

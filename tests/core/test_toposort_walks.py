@@ -13,6 +13,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from mrvl_convert.core import toposort as topo
+from mrvl_convert.core.graph import local_names
 from support.corpus_audio import audio_vad
 from support.recurrent import crnn
 
@@ -51,9 +52,9 @@ _BUILDS = {"loop_outer": _loop_reading_outside, "crnn": lambda: crnn(steps=4),
 @pytest.mark.parametrize("name", sorted(_BUILDS))
 def test_local_names_are_graphsurgeons_local_tensors(name) -> None:
     graph = gs.import_onnx(_BUILDS[name]())
-    assert topo._local_names(graph) == set(graph._local_tensors())
+    assert local_names(graph) == set(graph._local_tensors())
     for subgraph in graph.subgraphs(recursive=True):
-        assert topo._local_names(subgraph) == set(subgraph._local_tensors())
+        assert local_names(subgraph) == set(subgraph._local_tensors())
 
 
 @pytest.mark.parametrize("seed", range(3))
