@@ -11,7 +11,7 @@ by its own requant layer, which is what onnxruntime computes for the QDQ chain
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 import onnx_graphsurgeon as gs
 
@@ -28,19 +28,11 @@ def lower(composite: Composite, ctx: LayoutContext) -> None:
     concat = composite.binding.node("concat")
     rank = len(static_shape(concat.outputs[0]))
     perm = native(rank)
-    out_scale = scale_of(composite.binding.node("out_q"))
-    indices, layouts = [], []
-    for tensor in concat.inputs:
-        dq = producer(tensor)
-        index, layout = ctx.require(dq.inputs[0], perm)
-        if scale_of(dq) != out_scale:
-            index = emit_requant(composite, ctx, index, layout, (scale_of(dq), out_scale), None)
-        indices.append(index)
-        layouts.append(layout)
+    indices, layouts = zip(*_on_output_grid(composite, ctx, concat, perm))
     axis = int(attr(concat, "axis", 1)) % rank
     out = TensorLayout(tuple(static_shape(composite.output)), perm, layouts[0].labels)
-    ctx.emit(new_layer(composite, "Concat", indices, layouts, out, {"axis": perm.index(axis)}),
-             composite.output)
+    ctx.emit(new_layer(composite, "Concat", list(indices), list(layouts), out,
+                       {"axis": perm.index(axis)}), composite.output)
 
 
 def lower_max_pair(composite: Composite, ctx: LayoutContext) -> None:
@@ -49,16 +41,18 @@ def lower_max_pair(composite: Composite, ctx: LayoutContext) -> None:
     as for a Concat), then ``_max_pairs.py``'s layers on the int8 values. Quantizing is
     nondecreasing, so the max of the quantized operands is the quantized max: exact."""
     node = composite.binding.node("pair")
-    pool_operands(composite, ctx, _on_output_grid(composite, ctx, node))
+    perm = ctx.keep_order(producer(node.inputs[0]).inputs[0],
+                          native(len(static_shape(node.outputs[0]))))
+    pool_operands(composite, ctx, _on_output_grid(composite, ctx, node, perm))
 
 
-def _on_output_grid(composite: Composite, ctx: LayoutContext, node: gs.Node
-                    ) -> List[Tuple[int, TensorLayout]]:
+def _on_output_grid(composite: Composite, ctx: LayoutContext, node: gs.Node,
+                    perm: Sequence[int]) -> List[Tuple[int, TensorLayout]]:
+    """Each dequantized input of ``node`` in ``perm``, requantized to the output's scale where
+    its own differs (a requant layer each): (layer index, layout) per input, in order."""
     out_scale = scale_of(composite.binding.node("out_q"))
-    sources = [producer(t) for t in node.inputs]
-    perm = ctx.keep_order(sources[0].inputs[0], native(len(static_shape(node.outputs[0]))))
     pairs = []
-    for dq in sources:
+    for dq in (producer(t) for t in node.inputs):
         index, layout = ctx.require(dq.inputs[0], perm)
         if scale_of(dq) != out_scale:
             index = emit_requant(composite, ctx, index, layout, (scale_of(dq), out_scale), None)
