@@ -53,13 +53,21 @@ def assign(units: Sequence[Unit], mrvl: Set[int], prefix: bool = False) -> Dict[
     return stage
 
 
-def _heavy_reach(units: Sequence[Unit], mrvl: Set[int]) -> Tuple[List[bool], List[bool]]:
-    """Per unit: a compute-heavy Mrvl unit strictly before it / strictly after it."""
-    before = [False] * len(units)
+def _users(units: Sequence[Unit]) -> List[List[int]]:
+    """Per unit, the units reading it (its ``preds`` turned around), in unit order."""
     users: List[List[int]] = [[] for _ in units]
     for unit in units:
         for p in unit.preds:
             users[p].append(unit.index)
+    return users
+
+
+def _heavy_reach(units: Sequence[Unit], mrvl: Set[int], users: Sequence[Sequence[int]]
+                 ) -> Tuple[List[bool], List[bool]]:
+    """Per unit: a compute-heavy Mrvl unit strictly before it / strictly after it."""
+    before = [False] * len(units)
+    for unit in units:
+        for p in unit.preds:
             before[unit.index] |= before[p] or (units[p].heavy and p in mrvl)
     after = [False] * len(units)
     for unit in reversed(units):
@@ -105,14 +113,11 @@ def settle(units: Sequence[Unit], mrvl: Set[int], minimum: int, plan: Tuple[bool
     """Demote light regions until none is left to demote under ``plan`` (one of ``PLANS``:
     upstream's, upstream's with the CPU prefix and lone groups, ``joined``)."""
     prefix, joined = plan
-    users: List[List[int]] = [[] for _ in units]
-    for unit in units:
-        for p in unit.preds:
-            users[p].append(unit.index)
+    users = _users(units)
     while True:
         stage = assign(units, mrvl, prefix=prefix)
         light: List[Tuple[int, str, str]] = []
-        before, after = _heavy_reach(units, mrvl) if joined else ([], [])
+        before, after = _heavy_reach(units, mrvl, users) if joined else ([], [])
         for s in sorted({stage[i] for i in mrvl}):
             members = [i for i in mrvl if stage[i] == s]
             if sum(1 for i in members if units[i].heavy) >= minimum:
